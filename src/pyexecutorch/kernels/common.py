@@ -1,0 +1,49 @@
+"""Helpers shared by kernels: output fitting, dtypes, broadcasting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pyexecutorch.kernels.registry import KernelError
+
+
+def fit(out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Return ``out`` viewed with ``shape``, the shape the kernel computed.
+
+    ``out`` is the planned storage of the output: exactly ``shape`` for a
+    static tensor (the fast path: one tuple compare), the upper-bound shape
+    for a dynamic-bound tensor (a prefix of its contiguous memory is used),
+    or a zero-size array for a tensor that memory planning left unplanned
+    (a new array is allocated).
+    """
+    if out.shape == shape:
+        return out
+    n = math.prod(shape)
+    if n <= out.size and out.flags.c_contiguous:
+        return out.reshape(-1)[:n].reshape(shape)
+    if out.size == 0:
+        return np.empty(shape, dtype=out.dtype)
+    raise KernelError(
+        f"output of shape {tuple(shape)} ({n} elements) does not fit the planned "
+        f"output of shape {out.shape} ({out.size} elements)"
+    )
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast of two shapes, with a fast path for equal shapes."""
+    if a == b:
+        return a
+    try:
+        return np.broadcast_shapes(a, b)
+    except ValueError:
+        raise KernelError(f"shapes {a} and {b} cannot be broadcast together") from None
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    """``dim`` as a non-negative axis of an ``ndim``-dimensional tensor (0-dim counts as 1)."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise KernelError(f"dimension {dim} is out of range for a tensor of rank {ndim}")
+    return dim % n

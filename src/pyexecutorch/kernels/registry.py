@@ -1,0 +1,86 @@
+"""The one registry of operator kernels, keyed by the name a program uses.
+
+A program names an operator as ``name`` + ``overload`` (``aten::add`` +
+``out``); the registry key joins them with a dot (``aten::add.out``).
+
+Calling convention (fixed at load time by the runtime, so ``execute`` only
+calls kernels):
+
+* A kernel is a plain function called with the program's arguments in order,
+  already resolved to Python values: tensors as numpy arrays, ``Int`` as
+  ``int``, ``Double`` as ``float``, ``Bool`` as ``bool``, ``Null`` as ``None``,
+  ``IntList`` as a tuple of ints, ``DoubleList``/``BoolList`` as tuples,
+  ``TensorList`` as a list of arrays, ``OptionalTensorList`` as a list of
+  arrays or ``None``.
+* The last ``n_outs`` arguments are the outputs. For a tensor output the
+  kernel receives the planned array (for a dynamic-bound tensor, its storage
+  at the upper-bound shape) and must write its result into it, usually via
+  :func:`pyexecutorch.kernels.common.fit`, which returns a view of the right
+  shape. For a non-tensor output (``executorch_prim`` scalar ops) it receives
+  the current value, which it ignores.
+* The kernel returns its outputs: one value when ``n_outs == 1`` (typically
+  the array it wrote), a tuple of ``n_outs`` values otherwise. The runtime
+  stores them in the output slots so that later instructions see the right
+  shapes. A kernel with ``n_outs == 0`` (in-place ops such as
+  ``aten::copy_``) mutates its first argument and returns ``None``.
+* Problems with the arguments raise :class:`KernelError` (a ``ValueError``)
+  with a message that explains what the kernel expected; the runtime adds the
+  method, the instruction index and the operator name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class KernelError(ValueError):
+    """A kernel refused its arguments (wrong dtype, shape, value)."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A registered kernel: its program name, function and output count."""
+
+    name: str
+    fn: Callable[..., Any]
+    n_outs: int = 1
+
+
+_KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(*names: str, n_outs: int = 1) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn`` under each program name in ``names``.
+
+    Registering a name twice is a programming error and raises ``ValueError``
+    so that each operator has exactly one kernel.
+    """
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            if name in _KERNELS:
+                raise ValueError(f"kernel {name!r} is registered twice")
+            _KERNELS[name] = Kernel(name, fn, n_outs)
+        return fn
+
+    return register
+
+
+def _ensure_loaded() -> None:
+    # The kernel modules register themselves on import; importing the package
+    # imports them all exactly once.
+    import pyexecutorch.kernels  # noqa: F401
+
+
+def get_kernel(name: str) -> Kernel | None:
+    """The kernel registered under the program name ``name``, or ``None``."""
+    _ensure_loaded()
+    return _KERNELS.get(name)
+
+
+def operator_names() -> list[str]:
+    """Every registered program name, sorted."""
+    _ensure_loaded()
+    return sorted(_KERNELS)

@@ -1,0 +1,30 @@
+"""The ExecuTorch program format: one description, one encoder, one decoder.
+
+``decode_pte(data) -> PteFile`` and ``encode_pte(pte_file, ...) -> bytes``
+read and write ``.pte`` files byte-compatibly with the official tools.
+"""
+
+from pyexecutorch.schema.errors import FormatError
+from pyexecutorch.schema.program import *  # noqa: F403 - the schema's tables are the API
+from pyexecutorch.schema.pte import (
+    ExtendedHeader,
+    NamedBlob,
+    PteFile,
+    decode_pte,
+    encode_pte,
+    encode_pte_chunks,
+)
+from pyexecutorch.schema.scalar_type import ScalarType, dtype_of, scalar_type_of
+
+__all__ = [
+    "ExtendedHeader",
+    "FormatError",
+    "NamedBlob",
+    "PteFile",
+    "ScalarType",
+    "decode_pte",
+    "dtype_of",
+    "encode_pte",
+    "encode_pte_chunks",
+    "scalar_type_of",
+]
