@@ -77,13 +77,33 @@ def _slot_count(cls: type) -> int:
 
 
 class Reader:
-    """Bounds-checked reads from one flatbuffer."""
+    """Bounds-checked reads from one flatbuffer.
+
+    Besides checking every offset, the reader keeps a budget: each table,
+    vector and string it decodes is charged the bytes it must occupy in a
+    well-formed buffer (strings once per position, since writers may share
+    them). A corrupt buffer whose offsets point many times at the same table
+    or vector would otherwise decode to exponentially many objects; with the
+    budget, decoding does work and allocates in proportion to the buffer's
+    size, or raises :class:`FormatError`.
+    """
 
     def __init__(self, data: Any) -> None:
         self.view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
-        if self.view.format != "B":
+        if self.view.format != "B" or self.view.ndim != 1:
             self.view = self.view.cast("B")
         self.size = len(self.view)
+        self.budget = self.size
+        self.strings: dict[int, str] = {}
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Account for ``nbytes`` of decoded content; refuse more than the buffer holds."""
+        self.budget -= nbytes
+        if self.budget < 0:
+            raise FormatError(
+                f"{what}: tables and vectors overlap; decoding them would take more "
+                f"than the {self.size}-byte flatbuffer holds (shared or cyclic offsets)"
+            )
 
     def _check(self, offset: int, length: int, what: str) -> None:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -117,25 +137,36 @@ class Reader:
         rel = struct.unpack_from("<H", self.view, vt + entry)[0]
         return table + rel if rel else 0
 
-    def vector(self, at: int, elem_size: int, what: str) -> tuple[int, int]:
+    def vector(self, at: int, elem_size: int, what: str, *, charge: bool = True) -> tuple[int, int]:
         """(start, count) of the vector referenced from ``at``."""
         vec = self.uoffset(at, what)
         count = self.scalar("<I", 4, vec, what)
         self._check(vec + 4, count * elem_size, what)
+        if charge:
+            self.charge(4 + count * elem_size, what)
         return vec + 4, count
 
     def string(self, at: int, what: str) -> str:
+        pos = self.uoffset(at, what)
+        cached = self.strings.get(pos)
+        if cached is not None:
+            return cached
         start, count = self.vector(at, 1, what)
         try:
-            return str(self.view[start : start + count], "utf-8")
+            s = str(self.view[start : start + count], "utf-8")
         except UnicodeDecodeError as e:
-            raise FormatError(f"{what}: invalid UTF-8 at offset {start}: {e.reason}") from None
+            raise FormatError(
+                f"{what}: invalid UTF-8 at offset {start + e.start}: {e.reason}"
+            ) from None
+        self.strings[pos] = s
+        return s
 
 
 def decode_table(reader: Reader, cls: type, table: int, path: str, depth: int = 0) -> Any:
     """Decode the table of class ``cls`` at absolute position ``table``."""
     if depth > 64:
-        raise FormatError(f"{path}: tables nested too deeply")
+        raise FormatError(f"{path}: tables nested too deeply (cyclic offsets?)")
+    reader.charge(4, path)
     vt, vt_size, table = reader.vtable(table, path)
     values: dict[str, Any] = {}
     for spec in fields_of(cls):
@@ -180,7 +211,8 @@ def decode_table(reader: Reader, cls: type, table: int, path: str, depth: int = 
             )
         elif tag == "tables":
             if at:
-                start, count = reader.vector(at, 4, what)
+                start, count = reader.vector(at, 4, what, charge=False)
+                reader.charge(4, what)
                 values[spec.name] = [
                     decode_table(
                         reader, kind[1], reader.uoffset(start + 4 * i, what), f"{what}[{i}]", depth + 1
@@ -334,6 +366,16 @@ class Encoder:
         off = self.table(root)
         self.builder.Finish(off, file_identifier=identifier)
         return bytes(self.builder.Output())
+
+
+def splice_header(flat: bytes, header: bytes) -> tuple[bytes, memoryview]:
+    """Insert ``header`` after the file identifier of ``flat``; (head, rest) to concatenate.
+
+    The root offset grows by the header's length, which must keep the
+    buffer's alignment (a multiple of its largest alignment).
+    """
+    (root,) = struct.unpack_from("<I", flat, 0)
+    return struct.pack("<I", root + len(header)) + flat[4:8] + header, memoryview(flat)[8:]
 
 
 def encode_root(

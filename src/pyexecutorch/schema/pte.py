@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyexecutorch.schema.errors import FormatError
-from pyexecutorch.schema.flatbuffer import decode_root, encode_root
+from pyexecutorch.schema.flatbuffer import decode_root, encode_root, splice_header
 from pyexecutorch.schema.program import (
     FILE_IDENTIFIER,
     BackendDelegateDataReference,
@@ -67,6 +67,11 @@ class ExtendedHeader:
         (length,) = struct.unpack_from("<I", data, 12)
         if length < _HEADER_MIN_LENGTH:
             raise FormatError(f"extended header length {length} < {_HEADER_MIN_LENGTH} at offset 12")
+        if len(data) < 8 + min(length, HEADER_LENGTH):
+            raise FormatError(
+                f"extended header at offset 8 is cut: the file is {len(data)} bytes, "
+                f"the header needs {8 + min(length, HEADER_LENGTH)}"
+            )
         program_size, base = struct.unpack_from("<QQ", data, 16)
         seg_size = struct.unpack_from("<Q", data, 32)[0] if length >= HEADER_LENGTH else 0
         return ExtendedHeader(program_size, base, seg_size)
@@ -131,18 +136,23 @@ def decode_pte(data: Any) -> PteFile:
         fb_view = view[: header.program_size]
     program: Program = decode_root(fb_view, Program, FILE_IDENTIFIER)
 
+    # The official serializer omits the header when all segments are empty
+    # (a program without constants still lists one empty constant segment).
     segments: list[memoryview] = []
-    if program.segments:
+    for i, seg in enumerate(program.segments):
         if header is None:
-            raise FormatError(f"program lists {len(program.segments)} segments but the file has no extended header")
-        base = header.segment_base_offset
-        for i, seg in enumerate(program.segments):
-            start = base + seg.offset
-            if start + seg.size > size:
+            if seg.size:
                 raise FormatError(
-                    f"segment {i} extends past the end of the file: offset {start} + size {seg.size} > {size}"
+                    f"segment {i} holds {seg.size} bytes but the file has no extended header"
                 )
-            segments.append(view[start : start + seg.size])
+            segments.append(view[0:0])
+            continue
+        start = header.segment_base_offset + seg.offset
+        if start + seg.size > size:
+            raise FormatError(
+                f"segment {i} extends past the end of the file: offset {start} + size {seg.size} > {size}"
+            )
+        segments.append(view[start : start + seg.size])
 
     def segment(index: int, what: str) -> memoryview:
         if index >= len(segments):
@@ -300,7 +310,7 @@ def encode_pte_chunks(
         (BackendDelegateInlineData, "data"): delegate_alignment or DEFAULT_TENSOR_ALIGNMENT,
     }
     flat = encode_root(program, FILE_IDENTIFIER, alignments)
-    if not segments:
+    if segment_data_size == 0:  # as the official serializer: no header for empty segments
         yield flat
         return
     max_alignment = max(DEFAULT_TENSOR_ALIGNMENT, tensor_alignment, delegate_alignment or 0)
@@ -308,9 +318,7 @@ def encode_pte_chunks(
     program_size = header_size + len(flat)
     base = program_size + _padding(program_size, segment_alignment)
     header = ExtendedHeader(program_size, base, segment_data_size).to_bytes()
-    (root,) = struct.unpack_from("<I", flat, 0)
-    yield struct.pack("<I", root + header_size) + flat[4:8] + header + bytes(header_size - HEADER_LENGTH)
-    yield memoryview(flat)[8:]
+    yield from splice_header(flat, header + bytes(header_size - HEADER_LENGTH))
     yield bytes(base - program_size)
     for pad, chunks in layout:
         if pad:

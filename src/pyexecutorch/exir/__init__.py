@@ -1,0 +1,1 @@
+"""pyexecutorch.exir: the ahead-of-time compiler (torch.export programs to .pte)."""

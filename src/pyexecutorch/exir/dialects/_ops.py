@@ -1,0 +1,65 @@
+"""``exir_ops``: the edge-dialect operator namespace.
+
+In pyexecutorch the edge dialect uses torch's own operator objects, so
+``exir_ops.edge.aten.add.Tensor is torch.ops.aten.add.Tensor``.  Passes and
+partitioners written against the official ``executorch.exir.dialects._ops.ops``
+port by changing the import.  ``dim_order_ops`` resolves to the operators in
+:mod:`pyexecutorch.exir.dialects.dim_order_ops`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pyexecutorch.exir.dialects import dim_order_ops
+
+
+class _OpNamespace:
+    def __init__(self, dialect: str, namespace: str) -> None:
+        self._dialect = dialect
+        self._namespace = namespace
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._namespace == dim_order_ops.NAMESPACE:
+            return dim_order_ops.packet(name)
+        try:
+            return getattr(getattr(torch.ops, self._namespace), name)
+        except (AttributeError, RuntimeError):
+            raise AttributeError(
+                f"{self._dialect} dialect has no operator {self._namespace}.{name}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"exir_ops.{self._dialect}.{self._namespace}"
+
+
+class _Dialect:
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._namespaces: dict[str, _OpNamespace] = {}
+
+    def __getattr__(self, namespace: str) -> _OpNamespace:
+        if namespace.startswith("__"):
+            raise AttributeError(namespace)
+        ns = self._namespaces.get(namespace)
+        if ns is None:
+            ns = self._namespaces[namespace] = _OpNamespace(self._name, namespace)
+        return ns
+
+    def __repr__(self) -> str:
+        return f"exir_ops.{self._name}"
+
+
+class _Ops:
+    """``ops.edge.<namespace>.<op>.<overload>``; ``ops.backend`` is the same namespace."""
+
+    def __init__(self) -> None:
+        self.edge = _Dialect("edge")
+        self.backend = _Dialect("backend")
+
+
+ops = _Ops()
+
+__all__ = ["ops"]

@@ -1,0 +1,414 @@
+"""Indexing, gather/scatter and masking kernels.
+
+torch's advanced indexing (``index.Tensor``, ``index_put``) follows the same
+rules as numpy's: a list of optional index tensors, ``None`` meaning a full
+slice, bool masks standing for their ``nonzero()`` coordinates, index tensors
+broadcast together, and the indexed dimensions placed where the first index
+tensor is when the index tensors are adjacent, in front otherwise. So those
+kernels translate the list into a numpy index tuple and let numpy do the work.
+
+Index values are checked before use: numpy wraps negative values in places
+where torch refuses them (gather, scatter, index_select, embedding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyexecutorch.kernels.common import broadcast_shape, fit, normalize_dim
+from pyexecutorch.kernels.registry import KernelError, kernel
+
+_BOOL = np.dtype(np.bool_)
+_INDEX_KINDS = (np.dtype(np.int64), np.dtype(np.int32))
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def _check_index_dtype(index: np.ndarray, name: str, what: str = "index") -> None:
+    if index.dtype not in _INDEX_KINDS:
+        raise KernelError(f"{name}: {what} must be an int64 or int32 tensor, got {index.dtype}")
+
+
+def _check_range(index: np.ndarray, size: int, name: str, dim: int, negative: bool) -> None:
+    """Raise naming the first index outside ``[0, size)`` (``[-size, size)`` if ``negative``)."""
+    if index.size == 0:
+        return
+    lo = int(index.min())
+    hi = int(index.max())
+    low_bound = -size if negative else 0
+    if lo >= low_bound and hi < size:
+        return
+    bad = index[(index < low_bound) | (index >= size)].reshape(-1)[0]
+    raise KernelError(
+        f"{name}: index {int(bad)} is out of bounds for dimension {dim} with size {size}"
+    )
+
+
+def _index_tuple(self: np.ndarray, indices: list, name: str) -> tuple:
+    """The numpy index tuple for torch's list of optional index tensors."""
+    if not isinstance(indices, list | tuple):
+        raise KernelError(f"{name}: indices must be a list of optional tensors")
+    parts = []
+    for pos, ix in enumerate(indices):
+        if ix is None:
+            parts.append(slice(None))
+        elif ix.dtype == _BOOL:
+            parts.append(ix)
+        elif ix.dtype == np.uint8:
+            # torch's deprecated byte masks are masks, not integer indices.
+            parts.append(ix.astype(_BOOL))
+        elif ix.dtype in _INDEX_KINDS:
+            parts.append(ix)
+        else:
+            raise KernelError(
+                f"{name}: index tensor {pos} has dtype {ix.dtype}; tensors used as indices "
+                "must be int64, int32, uint8 or bool tensors"
+            )
+    return tuple(parts)
+
+
+def _index_error(name: str, e: Exception) -> KernelError:
+    msg = str(e).replace("axis", "dimension")
+    return KernelError(f"{name}: {msg}")
+
+
+def _single_take(self: np.ndarray, tup: tuple) -> tuple[int, np.ndarray] | None:
+    """``(axis, index)`` when ``tup`` is one integer index tensor among full slices."""
+    axis = -1
+    for i, part in enumerate(tup):
+        if isinstance(part, slice):
+            continue
+        if axis >= 0 or part.dtype == _BOOL:
+            return None
+        axis = i
+    if axis < 0 or len(tup) > self.ndim:
+        return None
+    return axis, tup[axis]
+
+
+def _copy_self(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    out = fit(out, self.shape)
+    if out is not self:
+        np.copyto(out, self, casting="unsafe")
+    return out
+
+
+def _as_1d(a: np.ndarray) -> np.ndarray:
+    return a.reshape(1) if a.ndim == 0 else a
+
+
+# ---------------------------------------------------------------------------
+# index, index_put
+
+
+@kernel("aten::index.Tensor_out")
+def index_tensor_out(self, indices, out):
+    tup = _index_tuple(self, indices, "index")
+    single = _single_take(self, tup)
+    if single is not None:
+        axis, ix = single
+        size = self.shape[axis]
+        _check_range(ix, size, "index", axis, True)
+        out = fit(out, self.shape[:axis] + ix.shape + self.shape[axis + 1 :])
+        if out.size:
+            np.take(self, ix, axis=axis, out=out, mode="wrap")
+        return out
+    try:
+        result = self[tup]
+    except IndexError as e:
+        raise _index_error("index", e) from None
+    out = fit(out, result.shape)
+    np.copyto(out, result, casting="unsafe")
+    return out
+
+
+def _index_put(target, indices, values, accumulate, name):
+    if values.dtype != target.dtype:
+        raise KernelError(
+            f"{name}: requires the values and destination dtypes to match, got {target.dtype} "
+            f"for the destination and {values.dtype} for the values"
+        )
+    tup = _index_tuple(target, indices, name)
+    try:
+        if accumulate:
+            np.add.at(target, tup, values)
+        else:
+            target[tup] = values
+    except IndexError as e:
+        raise _index_error(name, e) from None
+    except ValueError as e:
+        raise KernelError(
+            f"{name}: values of shape {values.shape} do not fit the indexed shape: {e}"
+        ) from None
+
+
+@kernel("aten::index_put.out")
+def index_put_out(self, indices, values, accumulate, out):
+    out = _copy_self(self, out)
+    _index_put(out, indices, values, accumulate, "index_put")
+    return out
+
+
+@kernel("aten::index_put_", n_outs=0)
+def index_put_inplace(self, indices, values, accumulate=False, *_returned):
+    # Any trailing argument is the slot of the returned alias of ``self``.
+    _index_put(self, indices, values, accumulate, "index_put_")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# index_select, embedding
+
+
+@kernel("aten::index_select.out")
+def index_select_out(self, dim, index, out):
+    axis = normalize_dim(dim, self.ndim)
+    _check_index_dtype(index, "index_select")
+    if index.ndim > 1:
+        raise KernelError(
+            f"index_select(): index is supposed to be a vector, got shape {index.shape}"
+        )
+    if self.ndim == 0:
+        _check_range(index, 1, "index_select", dim, False)
+        if index.size != 1:
+            raise KernelError(
+                f"index_select(): a 0-dim input takes exactly one index, got {index.size}"
+            )
+        out = fit(out, ())
+        np.copyto(out, self, casting="unsafe")
+        return out
+    size = self.shape[axis]
+    _check_range(index, size, "index_select", axis, False)
+    ix = _as_1d(index)
+    out = fit(out, self.shape[:axis] + ix.shape + self.shape[axis + 1 :])
+    if out.size:
+        np.take(self, ix, axis=axis, out=out, mode="clip")
+    return out
+
+
+@kernel("aten::embedding.out")
+def embedding_out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out):
+    if weight.ndim != 2:
+        raise KernelError(f"embedding: weight must be 2-D, got shape {weight.shape}")
+    _check_index_dtype(indices, "embedding", "indices")
+    rows = weight.shape[0]
+    if indices.size:
+        lo = int(indices.min())
+        hi = int(indices.max())
+        if lo < 0 or hi >= rows:
+            bad = lo if lo < 0 else hi
+            raise KernelError(
+                f"embedding: index {bad} is out of range for a weight with {rows} rows"
+            )
+    out = fit(out, indices.shape + weight.shape[1:])
+    if out.size:
+        np.take(weight, indices, axis=0, out=out, mode="clip")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# gather, scatter, scatter_add
+
+
+def _scatter_checks(self, dim, index, src, name):
+    """Validate torch's gather/scatter shape rules; return the normalized axis."""
+    axis = normalize_dim(dim, self.ndim)
+    _check_index_dtype(index, name)
+    nd = max(self.ndim, 1)
+    if max(index.ndim, 1) != nd and index.size:
+        raise KernelError(
+            f"{name}: index tensor must have the same number of dimensions as the input "
+            f"tensor, got {index.ndim} and {self.ndim}"
+        )
+    ishape = _as_1d(index).shape
+    sshape = _as_1d(self).shape
+    if index.size:
+        for d in range(nd):
+            if d != axis and ishape[d] > sshape[d]:
+                raise KernelError(
+                    f"{name}: expected index {index.shape} to be no larger than self "
+                    f"{self.shape} apart from dimension {axis}"
+                )
+        if src is not None:
+            if max(src.ndim, 1) != nd:
+                raise KernelError(
+                    f"{name}: src must have the same number of dimensions as the input tensor, "
+                    f"got {src.ndim} and {self.ndim}"
+                )
+            srcshape = _as_1d(src).shape
+            if any(i > s for i, s in zip(ishape, srcshape, strict=True)):
+                raise KernelError(
+                    f"{name}: expected index {index.shape} to be no larger than src {src.shape}"
+                )
+        _check_range(index, sshape[axis], name, axis, False)
+    return axis
+
+
+def _leading(a: np.ndarray, ishape: tuple[int, ...], axis: int | None) -> np.ndarray:
+    """``a`` sliced to ``ishape`` in every dimension except ``axis`` (a view)."""
+    if all(d == axis or a.shape[d] == n for d, n in enumerate(ishape)):
+        return a
+    return a[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(ishape))]
+
+
+@kernel("aten::gather.out")
+def gather_out(self, dim, index, sparse_grad, out):
+    axis = _scatter_checks(self, dim, index, None, "gather")
+    out = fit(out, index.shape)
+    if out.size == 0:
+        return out
+    ix = _as_1d(index)
+    src = _leading(_as_1d(self), ix.shape, axis)
+    np.copyto(out, np.take_along_axis(src, ix, axis=axis).reshape(index.shape), casting="unsafe")
+    return out
+
+
+def _scatter(self, dim, index, src, value, out, name, add=False):
+    if src is not None and src.dtype != self.dtype:
+        raise KernelError(
+            f"{name}: expected self.dtype to be equal to src.dtype, got {self.dtype} and "
+            f"{src.dtype}"
+        )
+    axis = _scatter_checks(self, dim, index, src, name)
+    out = _copy_self(self, out)
+    if index.size == 0:
+        return out
+    ix = _as_1d(index)
+    target = _leading(_as_1d(out), ix.shape, axis)
+    vals = value if src is None else _leading(_as_1d(src), ix.shape, None)
+    if add:
+        coords = list(np.indices(ix.shape, sparse=True))
+        coords[axis] = ix
+        np.add.at(target, tuple(coords), vals)
+    else:
+        np.put_along_axis(target, ix, vals, axis=axis)
+    return out
+
+
+@kernel("aten::scatter.src_out")
+def scatter_src_out(self, dim, index, src, out):
+    return _scatter(self, dim, index, src, None, out, "scatter")
+
+
+@kernel("aten::scatter.value_out")
+def scatter_value_out(self, dim, index, value, out):
+    return _scatter(self, dim, index, None, value, out, "scatter")
+
+
+@kernel("aten::scatter_add.out")
+def scatter_add_out(self, dim, index, src, out):
+    return _scatter(self, dim, index, src, None, out, "scatter_add", add=True)
+
+
+# ---------------------------------------------------------------------------
+# select_scatter, slice_scatter
+
+
+@kernel("aten::select_scatter.out")
+def select_scatter_out(self, src, dim, index, out):
+    if self.ndim == 0:
+        raise KernelError("select_scatter: select() cannot be applied to a 0-dim tensor")
+    axis = normalize_dim(dim, self.ndim)
+    size = self.shape[axis]
+    if not -size <= index < size:
+        raise KernelError(
+            f"select_scatter: index {index} out of range for tensor of size {self.shape} at "
+            f"dimension {axis}"
+        )
+    expected = self.shape[:axis] + self.shape[axis + 1 :]
+    if src.shape != expected:
+        raise KernelError(
+            f"select_scatter: expected src to have a size equal to the slice of self. "
+            f"src size = {src.shape}, slice size = {expected}"
+        )
+    out = _copy_self(self, out)
+    out[(slice(None),) * axis + (index % size,)] = src
+    return out
+
+
+@kernel("aten::slice_scatter.out")
+def slice_scatter_out(self, src, dim, start, end, step, out):
+    axis = normalize_dim(dim, self.ndim)
+    if self.ndim == 0:
+        raise KernelError("slice_scatter: slice() cannot be applied to a 0-dim tensor")
+    if step <= 0:
+        raise KernelError(f"slice_scatter: slice step must be positive, got {step}")
+    size = self.shape[axis]
+    lo = 0 if start is None else start
+    hi = size if end is None else end
+    if lo < 0:
+        lo += size
+    if hi < 0:
+        hi += size
+    lo = min(max(lo, 0), size)
+    hi = min(max(hi, lo), size)
+    key = (slice(None),) * axis + (slice(lo, hi, step),)
+    expected = self.shape[:axis] + (len(range(lo, hi, step)),) + self.shape[axis + 1 :]
+    if src.shape != expected:
+        raise KernelError(
+            f"slice_scatter: expected src to have a size equal to the slice of self. "
+            f"src size = {src.shape}, slice size = {expected}"
+        )
+    out = _copy_self(self, out)
+    out[key] = src
+    return out
+
+
+# ---------------------------------------------------------------------------
+# masked_scatter, masked_select, nonzero
+
+
+def _check_mask(mask: np.ndarray, name: str) -> None:
+    if mask.dtype != _BOOL:
+        raise KernelError(
+            f"{name}: only boolean masks are supported, got mask of dtype {mask.dtype}"
+        )
+
+
+@kernel("aten::masked_scatter.out")
+def masked_scatter_out(self, mask, source, out):
+    _check_mask(mask, "masked_scatter")
+    if source.dtype != self.dtype:
+        raise KernelError(
+            f"masked_scatter: expected self and source to have the same dtype, got {self.dtype} "
+            f"and {source.dtype}"
+        )
+    shape = broadcast_shape(self.shape, mask.shape)
+    m = mask if mask.shape == shape else np.broadcast_to(mask, shape)
+    count = int(np.count_nonzero(m))
+    if source.size < count:
+        raise KernelError(
+            f"masked_scatter: source has {source.size} elements, fewer than the {count} "
+            "true elements of the mask"
+        )
+    out = fit(out, shape)
+    np.copyto(out, self, casting="unsafe")
+    if count:
+        out[m] = source.reshape(-1)[:count]
+    return out
+
+
+@kernel("aten::masked_select.out")
+def masked_select_out(self, mask, out):
+    _check_mask(mask, "masked_select")
+    shape = broadcast_shape(self.shape, mask.shape)
+    a = self if self.shape == shape else np.broadcast_to(self, shape)
+    m = mask if mask.shape == shape else np.broadcast_to(mask, shape)
+    result = a[m]
+    out = fit(out, result.shape)
+    np.copyto(out, result, casting="unsafe")
+    return out
+
+
+@kernel("aten::nonzero.out")
+def nonzero_out(self, out):
+    if self.ndim == 0:
+        out = fit(out, (1 if self.item() != 0 else 0, 0))
+        return out
+    coords = np.nonzero(self)
+    out = fit(out, (coords[0].shape[0], self.ndim))
+    for d, c in enumerate(coords):
+        out[:, d] = c
+    return out

@@ -1,0 +1,42 @@
+"""The runtime: load ``.pte`` programs and run their methods with numpy, without torch.
+
+>>> from pyexecutorch.runtime import Runtime
+>>> program = Runtime.get().load_program("model.pte")     # doctest: +SKIP
+>>> outputs = program.load_method("forward").execute([x])  # doctest: +SKIP
+"""
+
+from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
+from pyexecutorch.runtime.errors import (
+    ExecutionError,
+    InvalidProgramError,
+    MissingBackendError,
+    MissingOperatorError,
+)
+from pyexecutorch.runtime.meta import MethodMeta, Tag, TensorInfo
+from pyexecutorch.runtime.program import (
+    BackendRegistry,
+    Method,
+    OperatorRegistry,
+    Program,
+    Runtime,
+    Verification,
+)
+
+__all__ = [
+    "BackendInitContext",
+    "BackendInterface",
+    "BackendRegistry",
+    "ExecutionError",
+    "InvalidProgramError",
+    "Method",
+    "MethodMeta",
+    "MissingBackendError",
+    "MissingOperatorError",
+    "OperatorRegistry",
+    "Program",
+    "Runtime",
+    "Tag",
+    "TensorInfo",
+    "Verification",
+    "register_backend",
+]

@@ -1,0 +1,138 @@
+"""The runtime half of delegation: the backend interface and its registry.
+
+A backend turns the bytes its ahead-of-time half wrote (``processed``) into a
+handle once, when a method loads, and runs that handle on every call::
+
+    class MyBackend(BackendInterface):
+        def init(self, processed, compile_specs, context):
+            return parse(processed)
+        def execute(self, handle, args):
+            ...  # read input arrays from args, write outputs into the output arrays
+
+    register_backend("MyBackend", MyBackend())
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+OptionValue = bool | int | str
+
+
+@dataclass
+class BackendInitContext:
+    """What a backend may use while initializing one delegate."""
+
+    method_name: str
+    delegate_index: int
+    named_data: Mapping[str, memoryview]
+    options: Mapping[str, OptionValue] = field(default_factory=dict)
+
+
+class BackendInterface:
+    """Base class of runtime backends: ``init`` once per delegate, ``execute`` per call."""
+
+    def is_available(self) -> bool:
+        return True
+
+    def init(self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext) -> Any:
+        raise NotImplementedError
+
+    def execute(self, handle: Any, args: list[Any]) -> list[Any] | None:
+        """Run the delegate. ``args`` holds its inputs then its outputs (numpy arrays,
+        Python scalars). Write outputs into the output arrays in place, or return a
+        full list of the same length whose output entries replace them."""
+        raise NotImplementedError
+
+    def destroy(self, handle: Any) -> None:
+        return None
+
+
+_BACKENDS: dict[str, BackendInterface] = {}
+_OPTIONS: dict[str, dict[str, OptionValue]] = {}
+_LOCK = threading.Lock()
+
+
+def register_backend(name: str, backend: BackendInterface) -> None:
+    """Register ``backend`` under ``name`` (the id its partitioner writes into programs)."""
+    if not isinstance(backend, BackendInterface):
+        raise TypeError(f"backend {name!r} must be a BackendInterface, got {type(backend).__name__}")
+    with _LOCK:
+        _BACKENDS[name] = backend
+
+
+def _ensure_builtin_backends() -> None:
+    # Built-in backends register themselves when their runtime half is imported.
+    import importlib
+    import pkgutil
+
+    import pyexecutorch.backends as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        try:
+            importlib.import_module(f"pyexecutorch.backends.{mod.name}.runtime")
+        except ModuleNotFoundError as e:
+            if e.name != f"pyexecutorch.backends.{mod.name}.runtime":
+                raise
+
+
+_loaded = False
+
+
+def get_backend(name: str) -> BackendInterface | None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        _ensure_builtin_backends()
+    return _BACKENDS.get(name)
+
+
+def registered_backend_names() -> list[str]:
+    get_backend("")
+    return sorted(_BACKENDS)
+
+
+def is_available(name: str) -> bool:
+    backend = get_backend(name)
+    return backend is not None and backend.is_available()
+
+
+def _check_options(backend: str, options: Mapping[str, Any]) -> dict[str, OptionValue]:
+    if get_backend(backend) is None:
+        raise ValueError(f"unknown backend {backend!r}; registered: {registered_backend_names()}")
+    checked: dict[str, OptionValue] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"backend {backend!r}: option keys must be str, got {type(key).__name__}")
+        if not isinstance(value, (bool, int, str)):
+            raise TypeError(
+                f"backend {backend!r}: option {key!r} must be bool, int or str, got {type(value).__name__}"
+            )
+        checked[key] = value
+    return checked
+
+
+def set_options(backend: str, options: Mapping[str, Any]) -> None:
+    """Set global options for ``backend``, passed to every later ``init``."""
+    checked = _check_options(backend, options)
+    with _LOCK:
+        _OPTIONS.setdefault(backend, {}).update(checked)
+
+
+def get_options(backend: str, keys: Any = None) -> dict[str, OptionValue]:
+    """The global options of ``backend`` (only ``keys`` when given)."""
+    _check_options(backend, {})
+    current = dict(_OPTIONS.get(backend, {}))
+    if keys is None:
+        return current
+    return {k: current[k] for k in keys if k in current}
+
+
+def effective_options(backend: str, per_program: Mapping[str, Mapping[str, Any]] | None) -> dict[str, OptionValue]:
+    options = dict(_OPTIONS.get(backend, {}))
+    if per_program and backend in per_program:
+        options.update(_check_options(backend, per_program[backend]))
+    return options

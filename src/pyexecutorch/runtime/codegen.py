@@ -1,0 +1,127 @@
+"""Compile a method's instruction list into Python functions, once, at load.
+
+Each instruction becomes one line of generated source that calls its kernel
+with arguments already resolved: constants and lists bound as names, live
+values read from the value list ``v``. A chain without jumps becomes one
+straight-line function; a chain with ``JumpFalseCall`` becomes basic blocks
+run by a small dispatcher. The generated line numbers map back to
+instruction indices so errors can name the instruction that failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+_counter = itertools.count()
+
+
+@dataclass
+class Line:
+    """One generated line and the instruction it runs."""
+
+    source: str
+    instruction: int
+
+
+@dataclass
+class CompiledChain:
+    run: Callable[[list[Any]], None]
+    filename: str
+    line_to_instruction: dict[int, int] = field(default_factory=dict)
+
+
+class Namespace:
+    """Names bound into the generated module: kernels, constants, arrays."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, Any] = {}
+        self._ids: dict[int, str] = {}
+
+    def bind(self, obj: Any, prefix: str = "K") -> str:
+        key = id(obj)
+        name = self._ids.get(key)
+        if name is None:
+            name = f"{prefix}{len(self.names)}"
+            self.names[name] = obj
+            self._ids[key] = name
+        return name
+
+
+def literal(value: Any, ns: Namespace) -> str:
+    """Source for a constant argument: a literal where exact, else a bound name."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int) and abs(value) < 1 << 62:
+        return repr(value)
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return repr(value)
+    return ns.bind(value)
+
+
+def compile_chain(
+    method: str, chain_index: int, lines: list[Line], jumps: dict[int, tuple[str, int]], n_instructions: int, ns: Namespace
+) -> CompiledChain:
+    """Build the function(s) for one chain.
+
+    ``lines`` hold one entry per instruction except jumps; ``jumps`` maps an
+    instruction index to (condition expression, destination instruction).
+    """
+    filename = f"<pyexecutorch method {method!r} chain {chain_index} #{next(_counter)}>"
+    src: list[str] = []
+    line_map: dict[int, int] = {}
+
+    def emit(text: str, instruction: int | None = None) -> None:
+        src.append(text)
+        if instruction is not None:
+            line_map[len(src)] = instruction
+
+    by_index = {line.instruction: line for line in lines}
+    if not jumps:
+        emit("def run(v):")
+        for line in lines:
+            emit(f"    {line.source}", line.instruction)
+        emit("    return None")
+        namespace = dict(ns.names)
+        exec(compile("\n".join(src) + "\n", filename, "exec"), namespace)  # noqa: S102
+        return CompiledChain(namespace["run"], filename, line_map)
+
+    # Basic blocks start at 0, at every jump destination and after every jump.
+    starts = {0}
+    for pc, (_, dest) in jumps.items():
+        starts.add(dest)
+        starts.add(pc + 1)
+    starts = sorted(s for s in starts if s <= n_instructions)
+    block_of = {start: b for b, start in enumerate(starts)}
+    n_blocks = len(starts)
+    for b, start in enumerate(starts):
+        end = starts[b + 1] if b + 1 < n_blocks else n_instructions
+        emit(f"def block{b}(v):")
+        for pc in range(start, end):
+            if pc in jumps:
+                cond, dest = jumps[pc]
+                emit(f"    if not {cond}: return {block_of.get(dest, n_blocks)}", pc)
+            elif pc in by_index:
+                emit(f"    {by_index[pc].source}", pc)
+        emit(f"    return {block_of.get(end, n_blocks)}")
+    emit(f"BLOCKS = ({', '.join(f'block{b}' for b in range(n_blocks))},)")
+    emit("def run(v):")
+    emit("    b = 0")
+    emit(f"    while b < {n_blocks}:")
+    emit("        b = BLOCKS[b](v)")
+    namespace = dict(ns.names)
+    exec(compile("\n".join(src) + "\n", filename, "exec"), namespace)  # noqa: S102
+    return CompiledChain(namespace["run"], filename, line_map)
+
+
+def failing_instruction(exc: BaseException, chain: CompiledChain) -> int | None:
+    """The instruction whose generated line raised ``exc``, if any."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == chain.filename:
+            found = chain.line_to_instruction.get(tb.tb_lineno, found)
+        tb = tb.tb_next
+    return found

@@ -1,0 +1,26 @@
+"""Exceptions of the runtime: each names the method, value or instruction at fault."""
+
+from pyexecutorch.schema.errors import FormatError
+
+
+class InvalidProgramError(FormatError):
+    """The program is internally inconsistent (an index, size or offset out of range)."""
+
+
+class MissingOperatorError(RuntimeError):
+    """A method calls operators that have no registered kernel."""
+
+    def __init__(self, method: str, missing: list[str]) -> None:
+        self.method = method
+        self.missing = missing
+        super().__init__(
+            f"method '{method}' calls {len(missing)} operator(s) with no kernel: {', '.join(missing)}"
+        )
+
+
+class MissingBackendError(RuntimeError):
+    """A method delegates to a backend that is not registered or not available."""
+
+
+class ExecutionError(RuntimeError):
+    """A kernel or delegate failed while a method ran."""

@@ -1,0 +1,443 @@
+"""A loaded method: planned memory, resolved kernels, compiled instructions.
+
+Everything is decided here, at load: arenas are allocated once, every tensor
+becomes a numpy view at its planned offset, every operator is resolved to its
+kernel, and the instructions are compiled to Python source (see
+:mod:`pyexecutorch.runtime.codegen`). ``run`` then only calls kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.registry import get_kernel
+from pyexecutorch.runtime import backend as backends
+from pyexecutorch.runtime.codegen import (
+    CompiledChain,
+    Line,
+    Namespace,
+    compile_chain,
+    failing_instruction,
+    literal,
+)
+from pyexecutorch.runtime.errors import (
+    ExecutionError,
+    InvalidProgramError,
+    MissingBackendError,
+    MissingOperatorError,
+)
+from pyexecutorch.runtime.tensors import dim_order_of, view_of
+from pyexecutorch.schema.program import (
+    Bool,
+    BoolList,
+    DataLocation,
+    DelegateCall,
+    Double,
+    DoubleList,
+    ExecutionPlan,
+    FreeCall,
+    Int,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    Null,
+    OptionalTensorList,
+    String,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)
+from pyexecutorch.schema.pte import PteFile
+from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
+
+# Operators whose kernels take the program's output value as their last
+# argument and return its new value (no separate return slot).
+_STACK_STYLE_PREFIXES = ("executorch_prim::",)
+_STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
+
+
+@dataclass
+class InputSpec:
+    """How one method input is accepted: a tensor of a dtype and (bound) shape, or a scalar."""
+
+    index: int  # value index
+    kind: str  # "tensor", "int", "double", "bool", "string", "none"
+    dtype: np.dtype | None = None
+    scalar_type: int = 0
+    sizes: tuple[int, ...] = ()
+    dynamic: bool = False
+    planned: bool = False
+
+
+class LoadedMethod:
+    """The executable form of one execution plan."""
+
+    def __init__(
+        self,
+        pte: PteFile,
+        plan: ExecutionPlan,
+        *,
+        named_data: Mapping[str, Any] | None = None,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.name = plan.name
+        self.plan = plan
+        self._pte = pte
+        self._named_data = named_data or {}
+        self.arenas = [np.zeros(max(size, 0), dtype=np.uint8) for size in plan.non_const_buffer_sizes]
+        self.values: list[Any] = [None] * len(plan.values)
+        # Planned storage of each tensor value (upper-bound shape for dynamic ones).
+        self.capacity: dict[int, np.ndarray] = {}
+        self.constant_values: set[int] = set()
+        self._build_values()
+        self.inputs = [self._input_spec(i) for i in plan.inputs]
+        self._resolve_kernels()
+        self._delegates = self._init_delegates(backend_options)
+        self.chains = self._compile()
+
+    # ------------------------------------------------------------------ values
+
+    def _fail(self, msg: str) -> InvalidProgramError:
+        return InvalidProgramError(f"method '{self.name}': {msg}")
+
+    def _tensor(self, i: int, t: Tensor) -> np.ndarray:
+        try:
+            dtype = dtype_of(t.scalar_type)
+        except TypeError:
+            name = SCALAR_TYPE_NAME.get(t.scalar_type, str(int(t.scalar_type)))
+            raise NotImplementedError(
+                f"method '{self.name}': value {i} has scalar type {name}, which the numpy runtime does not support"
+            ) from None
+        sizes = tuple(t.sizes)
+        order = dim_order_of(t)
+        alloc = t.allocation_info
+        extra = t.extra_tensor_info
+        program = self._pte.program
+        if alloc is not None:
+            if not 0 < alloc.memory_id < len(self.arenas):
+                raise self._fail(f"value {i}: memory id {alloc.memory_id} out of range")
+            arena = self.arenas[alloc.memory_id]
+            nbytes = math.prod(sizes) * dtype.itemsize
+            if alloc.memory_offset + nbytes > arena.size:
+                raise self._fail(
+                    f"value {i}: tensor of {nbytes} bytes at offset {alloc.memory_offset} extends past "
+                    f"the end of buffer {alloc.memory_id} ({arena.size} bytes)"
+                )
+            arr = view_of(arena, alloc.memory_offset, sizes, order, dtype)
+            initial = self._initial_data(i, t, dtype, sizes, order)
+            if initial is not None:
+                arr[...] = initial
+            return arr
+        if extra is not None and extra.location == 1:  # TensorDataLocation.EXTERNAL
+            key = extra.fully_qualified_name
+            blob = self._named_data.get(key) if key is not None else None
+            if blob is None:
+                raise self._fail(
+                    f"value {i}: external tensor {key!r} was not found in the data files "
+                    f"(pass the .ptd with data_files=/data_path=)"
+                )
+            self.constant_values.add(i)
+            return self._readonly_view(blob, i, sizes, order, dtype)
+        if t.data_buffer_idx:
+            if t.data_buffer_idx >= len(program.constant_buffer):
+                raise self._fail(f"value {i}: constant buffer {t.data_buffer_idx} out of range")
+            self.constant_values.add(i)
+            return self._readonly_view(program.constant_buffer[t.data_buffer_idx].storage, i, sizes, order, dtype)
+        if t.shape_dynamism == TensorShapeDynamism.DYNAMIC_UNBOUND:
+            return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
+        return np.zeros(sizes, dtype=dtype)
+
+    def _readonly_view(self, storage: Any, i: int, sizes, order, dtype) -> np.ndarray:  # noqa: ANN001
+        view = memoryview(storage).cast("B")
+        need = math.prod(sizes) * dtype.itemsize
+        if need > len(view):
+            raise self._fail(f"value {i}: constant tensor needs {need} bytes but its data has {len(view)}")
+        arr = view_of(view, 0, sizes, order, dtype)
+        arr.flags.writeable = False
+        return arr
+
+    def _initial_data(self, i: int, t: Tensor, dtype, sizes, order) -> np.ndarray | None:  # noqa: ANN001
+        """Initial contents of a planned tensor (a mutable buffer's starting state)."""
+        extra = t.extra_tensor_info
+        mutable = self._pte.mutable_data
+        if extra is not None and mutable and extra.mutable_data_segments_idx:
+            idx = extra.mutable_data_segments_idx
+            if idx >= len(mutable):
+                raise self._fail(f"value {i}: mutable data {idx} out of range ({len(mutable)})")
+            return self._readonly_view(mutable[idx].storage, i, sizes, order, dtype)
+        if t.data_buffer_idx:
+            constants = self._pte.program.constant_buffer
+            if t.data_buffer_idx >= len(constants):
+                raise self._fail(f"value {i}: constant buffer {t.data_buffer_idx} out of range")
+            return self._readonly_view(constants[t.data_buffer_idx].storage, i, sizes, order, dtype)
+        return None
+
+    def _build_values(self) -> None:
+        plan = self.plan
+        v = self.values
+        evalues = plan.values
+        # Scalars and tensors first: lists refer to them.
+        for i, ev in enumerate(evalues):
+            val = ev.val
+            if isinstance(val, Tensor):
+                arr = self._tensor(i, val)
+                v[i] = arr
+                self.capacity[i] = arr
+            elif isinstance(val, Int):
+                v[i] = val.int_val
+            elif isinstance(val, Double):
+                v[i] = val.double_val
+            elif isinstance(val, Bool):
+                v[i] = val.bool_val
+            elif isinstance(val, String):
+                v[i] = val.string_val
+            elif isinstance(val, (DoubleList, BoolList)):
+                v[i] = tuple(val.items)
+        n = len(evalues)
+        for i, ev in enumerate(evalues):
+            val = ev.val
+            try:
+                if isinstance(val, IntList):
+                    v[i] = tuple(v[j] for j in val.items)
+                elif isinstance(val, TensorList):
+                    v[i] = [v[j] for j in val.items]
+                elif isinstance(val, OptionalTensorList):
+                    v[i] = [None if j < 0 else v[j] for j in val.items]
+            except (IndexError, TypeError):
+                raise self._fail(f"value {i}: list refers to a value outside 0..{n - 1}") from None
+
+    def _input_spec(self, index: int) -> InputSpec:
+        val = self.plan.values[index].val
+        if isinstance(val, Tensor):
+            return InputSpec(
+                index,
+                "tensor",
+                dtype=self.capacity[index].dtype,
+                scalar_type=int(val.scalar_type),
+                sizes=tuple(val.sizes),
+                dynamic=val.shape_dynamism != TensorShapeDynamism.STATIC,
+                planned=val.allocation_info is not None,
+            )
+        kind = {Int: "int", Double: "double", Bool: "bool", String: "string"}.get(type(val), "none")
+        return InputSpec(index, kind)
+
+    # ----------------------------------------------------------------- kernels
+
+    def _resolve_kernels(self) -> None:
+        self.kernels = []
+        missing = []
+        for op in self.plan.operators:
+            k = get_kernel(op.qualified_name)
+            if k is None:
+                missing.append(op.qualified_name)
+            self.kernels.append(k)
+        if missing:
+            raise MissingOperatorError(self.name, sorted(set(missing)))
+
+    def _init_delegates(self, backend_options) -> list[tuple[Any, Any]]:  # noqa: ANN001
+        out = []
+        program = self._pte.program
+        for d, delegate in enumerate(self.plan.delegates):
+            backend = backends.get_backend(delegate.id)
+            if backend is None or not backend.is_available():
+                state = "not registered" if backend is None else "not available"
+                raise MissingBackendError(
+                    f"method '{self.name}': delegate {d} needs backend {delegate.id!r}, which is {state} "
+                    f"(registered: {backends.registered_backend_names()})"
+                )
+            ref = delegate.processed
+            if ref.location == DataLocation.INLINE:
+                processed = program.backend_delegate_data[ref.index].data
+            else:
+                processed = self._pte.delegate_segments[ref.index]
+            specs = {cs.key: bytes(cs.value) for cs in delegate.compile_specs}
+            context = backends.BackendInitContext(
+                self.name, d, self._named_data, backends.effective_options(delegate.id, backend_options)
+            )
+            try:
+                handle = backend.init(memoryview(processed).cast("B"), specs, context)
+            except Exception as e:
+                raise MissingBackendError(
+                    f"method '{self.name}': backend {delegate.id!r} failed to initialize delegate {d}: {e}"
+                ) from e
+            out.append((backend, handle))
+        return out
+
+    def destroy(self) -> None:
+        for backend, handle in self._delegates:
+            backend.destroy(handle)
+        self._delegates = []
+
+    # ----------------------------------------------------------------- compile
+
+    def _written_values(self) -> set[int]:
+        """Values that instructions (or inputs) may change: read them live, never inline."""
+        written = set(self.plan.inputs)
+        for chain in self.plan.chains:
+            for instr in chain.instructions:
+                a = instr.instr_args
+                if isinstance(a, KernelCall):
+                    k = self.kernels[a.op_index]
+                    written.update(self._kernel_layout(k, a)[1])
+                elif isinstance(a, MoveCall):
+                    written.add(a.move_to)
+                elif isinstance(a, DelegateCall):
+                    written.update(a.args)
+                elif isinstance(a, FreeCall):
+                    written.add(a.value_index)
+        return written
+
+    def _kernel_layout(self, k, call: KernelCall) -> tuple[list[int], list[int]]:  # noqa: ANN001
+        """(arguments passed to the kernel, output value indices) of a kernel call."""
+        args = list(call.args)
+        n_outs = k.n_outs
+        stack_style = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
+        if stack_style:
+            return args, args[-n_outs:] if n_outs else []
+        if n_outs == 0:
+            # In-place op: the trailing return slot aliases the mutated argument.
+            return args[:-1] if len(args) > 1 else args, []
+        if len(args) >= 2 * n_outs and args[-n_outs:] == args[-2 * n_outs : -n_outs]:
+            args = args[:-n_outs]
+        return args, args[-n_outs:]
+
+    def _compile(self) -> list[CompiledChain]:
+        plan = self.plan
+        ns = Namespace()
+        written = self._written_values()
+        v = self.values
+        evalues = plan.values
+
+        def expr(j: int) -> str:
+            val = evalues[j].val
+            if isinstance(val, Tensor):
+                if j in self.constant_values:
+                    return ns.bind(v[j], "T")
+                return f"v[{j}]"
+            if isinstance(val, IntList):
+                if any(i in written for i in val.items):
+                    return "(" + "".join(f"{expr(i)}, " for i in val.items) + ")"
+                return literal(v[j], ns)
+            if isinstance(val, (TensorList, OptionalTensorList)):
+                items = val.items
+                return "[" + ", ".join("None" if i < 0 or isinstance(evalues[i].val, Null) else expr(i) for i in items) + "]"
+            if j in written:
+                return f"v[{j}]"
+            return literal(v[j], ns)
+
+        def out_expr(j: int) -> str:
+            val = evalues[j].val
+            if isinstance(val, Tensor):
+                return ns.bind(self.capacity[j], "C")
+            if isinstance(val, TensorList):
+                return "[" + ", ".join(ns.bind(self.capacity[i], "C") for i in val.items) + "]"
+            return f"v[{j}]"
+
+        def store(j: int) -> str:
+            val = evalues[j].val
+            if isinstance(val, TensorList):
+                items = val.items
+                targets = "".join(f"v[{i}], " for i in items)
+                return f"v[{j}] = _r; {targets or '_'} = _r" if items else f"v[{j}] = _r"
+            return f"v[{j}] = _r"
+
+        compiled = []
+        for c, chain in enumerate(plan.chains):
+            lines: list[Line] = []
+            jumps: dict[int, tuple[str, int]] = {}
+            for pc, instr in enumerate(chain.instructions):
+                a = instr.instr_args
+                if isinstance(a, KernelCall):
+                    k = self.kernels[a.op_index]
+                    fn = ns.bind(k.fn, "k")
+                    args, outs = self._kernel_layout(k, a)
+                    n_in = len(args) - len(outs)
+                    call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
+                    call = f"{fn}({', '.join(call_args)})"
+                    if not outs:
+                        src = call
+                    elif len(outs) == 1:
+                        src = f"_r = {call}; {store(outs[0])}"
+                    else:
+                        parts = [f"_r = {call}"]
+                        for n, j in enumerate(outs):
+                            parts.append(f"_r{n} = _r[{n}]")
+                            parts.append(store(j).replace("_r", f"_r{n}"))
+                        src = "; ".join(parts)
+                    lines.append(Line(src, pc))
+                elif isinstance(a, DelegateCall):
+                    runner = self._delegate_runner(a)
+                    lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
+                elif isinstance(a, MoveCall):
+                    lines.append(Line(f"v[{a.move_to}] = v[{a.move_from}]", pc))
+                elif isinstance(a, FreeCall):
+                    j = a.value_index
+                    if isinstance(evalues[j].val, Tensor):
+                        lines.append(Line(f"v[{j}] = {ns.bind(self.capacity[j], 'C')}", pc))
+                elif isinstance(a, JumpFalseCall):
+                    jumps[pc] = (f"v[{a.cond_value_index}]", a.destination_instruction)
+                else:
+                    raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
+            compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
+        return compiled
+
+    def _delegate_runner(self, call: DelegateCall):  # noqa: ANN202
+        backend, handle = self._delegates[call.delegate_index]
+        arg_ids = list(call.args)
+
+        def run_delegate(v: list[Any]) -> None:
+            args = [v[j] for j in arg_ids]
+            result = backend.execute(handle, args)
+            if result is not None:
+                for j, value in zip(arg_ids, result, strict=True):
+                    v[j] = value
+
+        return run_delegate
+
+    # ----------------------------------------------------------------- execute
+
+    def set_input(self, position: int, value: Any) -> None:
+        """Store one converted input (a numpy array or a Python scalar)."""
+        spec = self.inputs[position]
+        if spec.kind != "tensor":
+            self.values[spec.index] = value
+            return
+        cap = self.capacity[spec.index]
+        shape = value.shape
+        if not spec.planned and cap.size == 0:
+            self.values[spec.index] = np.array(value, copy=True)
+            return
+        dst = cap if shape == cap.shape else fit(cap, shape)
+        np.copyto(dst, value, casting="no")
+        self.values[spec.index] = dst
+
+    def run(self) -> None:
+        v = self.values
+        for chain in self.chains:
+            try:
+                chain.run(v)
+            except Exception as e:
+                raise self._execution_error(e, chain) from e
+
+    def _execution_error(self, e: Exception, chain: CompiledChain) -> ExecutionError:
+        pc = failing_instruction(e, chain)
+        where = f"instruction {pc}" if pc is not None else "an instruction"
+        op = ""
+        if pc is not None:
+            instr = self.plan.chains[self.chains.index(chain)].instructions[pc].instr_args
+            if isinstance(instr, KernelCall):
+                op = f" ({self.plan.operators[instr.op_index].qualified_name})"
+            elif isinstance(instr, DelegateCall):
+                op = f" (delegate {instr.delegate_index}, {self.plan.delegates[instr.delegate_index].id})"
+        return ExecutionError(f"method '{self.name}' failed at {where}{op}: {type(e).__name__}: {e}")
+
+    def outputs(self) -> list[Any]:
+        v = self.values
+        return [v[i] for i in self.plan.outputs]

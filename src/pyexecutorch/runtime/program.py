@@ -1,0 +1,176 @@
+"""``Runtime``, ``Program`` and ``Method``: the Python API of the runtime."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyexecutorch.runtime import backend as backends
+from pyexecutorch.runtime.io import convert_input, convert_outputs
+from pyexecutorch.runtime.loader import open_bytes
+from pyexecutorch.runtime.meta import MethodMeta
+from pyexecutorch.runtime.method import LoadedMethod
+from pyexecutorch.runtime.verify import verify_program
+from pyexecutorch.schema.pte import PteFile, decode_pte
+
+
+class Verification(enum.IntEnum):
+    """How much of a program is checked when it loads."""
+
+    Minimal = 0  # the header and file identifier
+    InternalConsistency = 1  # also every index, size, offset and dtype
+
+
+class Method:
+    """A loaded method: ``execute(inputs)`` returns its outputs."""
+
+    def __init__(self, loaded: LoadedMethod, program: Program) -> None:
+        self._loaded = loaded
+        self._program = program  # keeps the file mapping alive
+        self._lock = threading.Lock()
+        self._meta = MethodMeta(loaded.plan)
+
+    @property
+    def metadata(self) -> MethodMeta:
+        return self._meta
+
+    @property
+    def name(self) -> str:
+        return self._loaded.name
+
+    def execute(self, inputs: Sequence[Any] | Any = (), *, clone_outputs: bool = True) -> list[Any]:
+        """Run the method on ``inputs`` (a sequence, or one tensor) and return its outputs."""
+        loaded = self._loaded
+        if not isinstance(inputs, (list, tuple)):
+            inputs = (inputs,)
+        expected = len(loaded.inputs)
+        if len(inputs) != expected:
+            raise ValueError(f"method '{loaded.name}' takes {expected} inputs, but got {len(inputs)}")
+        converted = [convert_input(x, spec, i, loaded.name) for i, (x, spec) in enumerate(zip(inputs, loaded.inputs, strict=True))]
+        with self._lock:
+            for i, x in enumerate(converted):
+                loaded.set_input(i, x)
+            loaded.run()
+            return convert_outputs(loaded.outputs(), clone_outputs)
+
+    __call__ = execute
+
+    def __repr__(self) -> str:
+        return f"Method({self._meta!r})"
+
+
+class Program:
+    """A loaded program: its methods, loaded on demand."""
+
+    def __init__(
+        self,
+        pte: PteFile,
+        keepalive: Any,
+        *,
+        named_data: Mapping[str, Any] | None = None,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self._pte = pte
+        self._keepalive = keepalive
+        self._named = dict(pte.named_data and {k: b.data for k, b in pte.named_data.items()} or {})
+        if named_data:
+            self._named.update(named_data)
+        self._backend_options = backend_options
+        self._plans = {plan.name: plan for plan in pte.program.execution_plan}
+        self._methods: dict[str, Method] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def pte_file(self) -> PteFile:
+        return self._pte
+
+    @property
+    def method_names(self) -> set[str]:
+        return set(self._plans)
+
+    def _plan(self, name: str):  # noqa: ANN202
+        plan = self._plans.get(name)
+        if plan is None:
+            raise KeyError(f"no method named {name!r}; the program has {sorted(self._plans)}")
+        return plan
+
+    def load_method(self, name: str) -> Method:
+        """Load (once) and return the method ``name``."""
+        with self._lock:
+            method = self._methods.get(name)
+            if method is None:
+                loaded = LoadedMethod(
+                    self._pte, self._plan(name), named_data=self._named, backend_options=self._backend_options
+                )
+                method = Method(loaded, self)
+                self._methods[name] = method
+            return method
+
+    def metadata(self, name: str) -> MethodMeta:
+        return MethodMeta(self._plan(name))
+
+
+def _named_data_of(data_files: Sequence[Any]) -> dict[str, Any]:
+    named: dict[str, Any] = {}
+    if not data_files:
+        return named
+    from pyexecutorch.schema import flat_tensor  # noqa: PLC0415 - only programs with .ptd files need it
+
+    for source in data_files:
+        buf = open_bytes(source, "data")
+        ptd = flat_tensor.decode_ptd(buf)
+        for key, entry in ptd.named_data.items():
+            named[key] = entry.data
+    return named
+
+
+class OperatorRegistry:
+    @property
+    def operator_names(self) -> set[str]:
+        from pyexecutorch.kernels import operator_names
+
+        return set(operator_names())
+
+
+class BackendRegistry:
+    @property
+    def registered_backend_names(self) -> list[str]:
+        return backends.registered_backend_names()
+
+    def is_available(self, backend_name: str) -> bool:
+        return backends.is_available(backend_name)
+
+
+class Runtime:
+    """The runtime: loads programs. ``Runtime.get()`` returns the shared instance."""
+
+    _instance: Runtime | None = None
+
+    def __init__(self) -> None:
+        self.backend_registry = BackendRegistry()
+        self.operator_registry = OperatorRegistry()
+
+    @staticmethod
+    def get() -> Runtime:
+        if Runtime._instance is None:
+            Runtime._instance = Runtime()
+        return Runtime._instance
+
+    def load_program(
+        self,
+        data: Any,
+        *,
+        verification: Verification = Verification.InternalConsistency,
+        data_files: Sequence[Any] = (),
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Program:
+        """Load a program from a path, bytes-like object or binary file object."""
+        buf = open_bytes(data)
+        pte = decode_pte(buf)
+        if verification == Verification.InternalConsistency:
+            verify_program(pte)
+        if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):
+            data_files = (data_files,)
+        return Program(pte, buf, named_data=_named_data_of(data_files), backend_options=backend_options)

@@ -1,0 +1,23 @@
+"""Shared test setup: the suite helpers (models.py, official.py) import as top-level
+modules, and the official package's import-time noise is muted."""
+
+import logging
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+
+def pytest_configure(config):
+    # (official.silence_noise without importing torch here)
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    for line in (
+        "ignore:.*LeafSpec.*:FutureWarning",
+        "ignore:.*is an Enum subclass.*",
+        "ignore:Mutation on a buffer in the model:UserWarning",
+        "ignore:The tensor attributes .*_flat_weights:UserWarning",
+    ):
+        config.addinivalue_line("filterwarnings", line)
