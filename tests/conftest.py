@@ -19,5 +19,10 @@ def pytest_configure(config):
         "ignore:.*is an Enum subclass.*",
         "ignore:Mutation on a buffer in the model:UserWarning",
         "ignore:The tensor attributes .*_flat_weights:UserWarning",
+        # importlib.resources legacy calls, torch.jit and pybindings notices inside
+        # the official package
+        "ignore:.* is deprecated. Use files\\(\\) instead:DeprecationWarning",
+        "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+        "ignore:This API is experimental",
     ):
         config.addinivalue_line("filterwarnings", line)

@@ -811,7 +811,11 @@ CASES: list[ModelCase] = [
         _fresh(MLP),
         lambda: (randn(4, 16),),
         dynamic_shapes=({0: _batch},),
-        alt_inputs=lambda: [(randn(1, 16, seed=1),), (randn(3, 16, seed=2),), (randn(8, 16, seed=3),)],
+        alt_inputs=lambda: [
+            (randn(1, 16, seed=1),),
+            (randn(3, 16, seed=2),),
+            (randn(8, 16, seed=3),),
+        ],
         tags=frozenset({"dynamic", "linear"}),
     ),
     ModelCase(

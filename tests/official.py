@@ -274,7 +274,10 @@ class OfficialRunner:
     (mutable buffers) across calls for as long as the runner lives."""
 
     def __init__(self, pte: bytes):
-        self.module = _portable_lib()._load_for_executorch_from_buffer(pte)
+        # The official loader keeps pointing into the buffer it was given (it does
+        # not copy): hold on to it for as long as the module lives.
+        self.pte = bytes(pte)
+        self.module = _portable_lib()._load_for_executorch_from_buffer(self.pte)
 
     def method_names(self) -> set[str]:
         return set(self.module.method_names())
@@ -382,3 +385,33 @@ def assert_close(
             )
         else:
             np.testing.assert_array_equal(g, e, err_msg=f"{where}: output {i} (exact)")
+
+
+# --------------------------------------------------------------------------------------
+# Report: `python tests/official.py [--large]` prints the official arena sizes per case.
+
+
+def arena_table(cases: Sequence[ModelCase]) -> str:
+    rows = [("case", "method", "non_const_buffer_sizes", ".pte bytes")]
+    for case in cases:
+        if not case.official_exportable:
+            rows.append((case.name, "-", f"not exportable: {case.official_failure}", "-"))
+            continue
+        pte = official_export(case)
+        for meth, sizes in official_arena_sizes_all(pte).items():
+            if meth in case.programs():
+                rows.append((case.name, meth, str(sizes), str(len(pte))))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows)
+
+
+if __name__ == "__main__":
+    silence_noise()
+    warnings.filterwarnings("ignore")
+    suite = list(models.CASES)
+    if "--large" in sys.argv:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from models_large import LARGE_CASES
+
+        suite += LARGE_CASES
+    print(arena_table(suite))

@@ -72,7 +72,7 @@ def _flat_state(m: torch.nn.Module) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
 def test_case_is_deterministic_and_small(case: ModelCase):
-    for meth, (module, inputs, _) in case.programs().items():
+    for meth, (module, _inputs, _) in case.programs().items():
         assert not any(m.training for m in module.modules()), f"{case.name}.{meth} not eval"
         nbytes = sum(v.numel() * v.element_size() for v in module.state_dict().values())
         assert nbytes < 1 << 20, f"{case.name}.{meth}: {nbytes} bytes of weights"
@@ -166,7 +166,9 @@ def test_scalar_inputs_are_specialised_by_official_runtime():
 
 def test_official_run_one_shot():
     case = models.get_case("mlp")
-    assert_close(case, official.official_run(official_export(case), case.inputs()), eager_outputs(case))
+    assert_close(
+        case, official.official_run(official_export(case), case.inputs()), eager_outputs(case)
+    )
 
 
 @pytest.mark.parametrize("name", ["mlp", "small_cnn"])

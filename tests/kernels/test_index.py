@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pyexecutorch.kernels import KernelError, get_kernel
@@ -127,6 +127,7 @@ def index_lists(draw, a, rng):
 def test_index_tensor(data):
     a, rng = data.draw(tensors(min_ndim=1))
     indices = data.draw(index_lists(a, rng))
+    assume(any(i is not None for i in indices))
     expected = torch_or_error(lambda: torch.ops.aten.index.Tensor(tt(a), [tt(i) for i in indices]))
     if isinstance(expected, Exception):
         with pytest.raises(KernelError):
@@ -143,7 +144,7 @@ def test_index_placement_rules():
         [None, i, j],  # adjacent: stays in place
         [i, None, j],  # separated: goes to the front
         [None, None, None, np.array([True, False, True, True, False])],
-        [np.array([[True, False, True], [False, True, True]]), j],
+        [np.array([[True, False, False], [False, True, False]]), j],
         [np.array(1)],  # 0-dim index drops the dim
     ]
     for indices in cases:
@@ -178,6 +179,9 @@ def test_index_dynamic_output_uses_a_prefix_of_the_bound():
 def test_index_put(data):
     a, rng = data.draw(tensors(dtypes=[np.float32, np.float64, np.int64, np.int32], min_ndim=1))
     indices = data.draw(index_lists(a, rng))
+    # torch's masked_fill path refuses byte masks for a one-element value; use bool.
+    indices = [i.astype(bool) if i is not None and i.dtype == np.uint8 else i for i in indices]
+    assume(any(i is not None for i in indices))
     accumulate = data.draw(st.booleans())
     shape = torch_or_error(
         lambda: torch.ops.aten.index.Tensor(tt(a), [tt(i) for i in indices]).shape
@@ -188,13 +192,13 @@ def test_index_put(data):
     vshape = tuple(1 if data.draw(st.booleans()) else s for s in vshape)
     values = values_array(rng, a.dtype, vshape)
     expected = torch_or_error(
-        lambda: torch.index_put(tt(a), [tt(i) for i in indices], tt(values), accumulate)
+        lambda: torch.ops.aten.index_put(tt(a), [tt(i) for i in indices], tt(values), accumulate)
     )
     if isinstance(expected, Exception):
         with pytest.raises(KernelError):
             call("aten::index_put.out", a, indices, values, accumulate, np.zeros_like(a))
         return
-    if not accumulate and any(i is not None and i.dtype.kind in "iu" for i in indices):
+    if a.size and not accumulate and any(i is not None and i.dtype.kind in "iu" for i in indices):
         # Duplicate positions: the winner is unspecified in torch; compare against a
         # unique-position variant only where the result is determined.
         idx = tuple(
@@ -202,7 +206,10 @@ def test_index_put(data):
             for i in indices
         )
         marks = np.zeros(a.shape, np.int64)
-        np.add.at(marks, idx, 1)
+        try:
+            np.add.at(marks, idx, 1)
+        except IndexError:  # an out-of-range index that selects nothing
+            pass
         determined = marks <= 1
     else:
         determined = np.ones(a.shape, bool)
@@ -450,7 +457,7 @@ def mask_cases(draw):
     a, rng = draw(tensors())
     shape = a.shape[draw(st.integers(0, a.ndim)) :]
     shape = tuple(1 if draw(st.booleans()) else s for s in shape)
-    if draw(st.booleans()):
+    if len(shape) == a.ndim and draw(st.booleans()):
         shape = (draw(st.integers(1, 2)),) + shape  # the mask broadcasts self up
     mask = rng.integers(0, 2, size=shape).astype(bool)
     return a, mask, rng

@@ -50,28 +50,79 @@ def _index_tuple(self: np.ndarray, indices: list, name: str) -> tuple:
     """The numpy index tuple for torch's list of optional index tensors."""
     if not isinstance(indices, list | tuple):
         raise KernelError(f"{name}: indices must be a list of optional tensors")
+    if not indices:
+        raise KernelError(f"{name}: at least one index must be provided")
     parts = []
+    dim = 0
     for pos, ix in enumerate(indices):
         if ix is None:
             parts.append(slice(None))
-        elif ix.dtype == _BOOL:
+            dim += 1
+            continue
+        if ix.dtype in _INDEX_KINDS:
             parts.append(ix)
-        elif ix.dtype == np.uint8:
+            dim += 1
+            continue
+        if ix.dtype == np.uint8:
             # torch's deprecated byte masks are masks, not integer indices.
-            parts.append(ix.astype(_BOOL))
-        elif ix.dtype in _INDEX_KINDS:
-            parts.append(ix)
-        else:
+            ix = ix.astype(_BOOL)
+        elif ix.dtype != _BOOL:
             raise KernelError(
                 f"{name}: index tensor {pos} has dtype {ix.dtype}; tensors used as indices "
                 "must be int64, int32, uint8 or bool tensors"
             )
+        covered = self.shape[dim : dim + ix.ndim]
+        if ix.shape != covered:
+            raise KernelError(
+                f"{name}: the shape of the mask {ix.shape} at index {pos} does not match the "
+                f"shape of the indexed tensor {self.shape} at dimension {dim}"
+            )
+        parts.append(ix)
+        dim += ix.ndim
     return tuple(parts)
 
 
 def _index_error(name: str, e: Exception) -> KernelError:
     msg = str(e).replace("axis", "dimension")
     return KernelError(f"{name}: {msg}")
+
+
+def _empty_result_shape(self: np.ndarray, tup: tuple) -> tuple[int, ...] | None:
+    """The result shape when indexing selects no element at all, else ``None``.
+
+    torch checks index values only for the elements it visits, so an index
+    that is out of range but selects nothing (it broadcasts against an empty
+    index, or another dimension is empty) is no error.
+    """
+    expanded: list = []
+    for part in tup:
+        if isinstance(part, slice):
+            expanded.append(part)
+        elif part.dtype == _BOOL:
+            if part.ndim == 0:
+                return None
+            expanded.extend(np.nonzero(part))
+        else:
+            expanded.append(part)
+    if len(expanded) > self.ndim:
+        return None
+    advanced = [i for i, p in enumerate(expanded) if not isinstance(p, slice)]
+    if not advanced:
+        return None
+    try:
+        middle = np.broadcast_shapes(*(expanded[i].shape for i in advanced))
+    except ValueError:
+        return None
+    if 0 not in middle and any(self.shape[i] == 0 for i in advanced):
+        return None  # torch refuses a non-empty index into an empty dimension
+    kept = [self.shape[i] for i, p in enumerate(expanded) if isinstance(p, slice)]
+    kept += self.shape[len(expanded) :]
+    first = advanced[0]
+    if advanced == list(range(first, first + len(advanced))):
+        shape = tuple(kept[:first]) + middle + tuple(kept[first:])
+    else:
+        shape = middle + tuple(kept)
+    return shape if 0 in shape else None
 
 
 def _single_take(self: np.ndarray, tup: tuple) -> tuple[int, np.ndarray] | None:
@@ -109,16 +160,18 @@ def index_tensor_out(self, indices, out):
     single = _single_take(self, tup)
     if single is not None:
         axis, ix = single
-        size = self.shape[axis]
-        _check_range(ix, size, "index", axis, True)
         out = fit(out, self.shape[:axis] + ix.shape + self.shape[axis + 1 :])
-        if out.size:
+        if out.size or (ix.size and not self.shape[axis]):
+            _check_range(ix, self.shape[axis], "index", axis, True)
             np.take(self, ix, axis=axis, out=out, mode="wrap")
         return out
     try:
         result = self[tup]
     except IndexError as e:
-        raise _index_error("index", e) from None
+        shape = _empty_result_shape(self, tup)
+        if shape is None:
+            raise _index_error("index", e) from None
+        return fit(out, shape)
     out = fit(out, result.shape)
     np.copyto(out, result, casting="unsafe")
     return out
@@ -137,7 +190,8 @@ def _index_put(target, indices, values, accumulate, name):
         else:
             target[tup] = values
     except IndexError as e:
-        raise _index_error(name, e) from None
+        if _empty_result_shape(target, tup) is None:
+            raise _index_error(name, e) from None
     except ValueError as e:
         raise KernelError(
             f"{name}: values of shape {values.shape} do not fit the indexed shape: {e}"

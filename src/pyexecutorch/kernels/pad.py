@@ -49,7 +49,12 @@ def constant_pad_nd(self, pad, value, out):
     for axis, lo, hi in pairs:
         n = self.shape[axis]
         begin, end = max(-lo, 0), n - max(-hi, 0)
-        if end <= begin:
+        if end < begin:
+            raise KernelError(
+                f"constant_pad_nd: negative padding ({lo}, {hi}) crops more than the input "
+                f"size {n} in dimension {axis}"
+            )
+        if end == begin:
             out[...] = fill
             return out
         src[axis] = slice(begin, end)

@@ -63,9 +63,9 @@ def cast_scalar(value: int | float | bool, dtype: np.dtype, what: str = "value")
 
     Raises :class:`KernelError` where torch refuses the conversion ("cannot be
     converted ... without overflow"): integers outside the type's range (an
-    unsigned type also takes negatives down to the signed minimum and wraps
-    them), non-finite or out-of-range floats into integer types, and finite
-    floats beyond float32/float64 range.
+    unsigned type also takes negatives down to ``-max`` and wraps them, as
+    two's complement), non-finite or out-of-range floats into integer types, and finite
+    floats that round to infinity in the output type.
     """
     kind = dtype.kind
     if kind == "b":
@@ -79,7 +79,7 @@ def cast_scalar(value: int | float | bool, dtype: np.dtype, what: str = "value")
                 )
             return dtype.type(math.trunc(value))
         value = int(value)
-        low = info.min if kind == "i" else -(1 << (8 * dtype.itemsize - 1))
+        low = info.min if kind == "i" else -int(info.max)
         if not low <= value <= info.max:
             raise KernelError(f"{what} {value!r} cannot be converted to {dtype} without overflow")
         if value < 0 and kind == "u":
@@ -87,10 +87,11 @@ def cast_scalar(value: int | float | bool, dtype: np.dtype, what: str = "value")
         return dtype.type(value)
     if kind == "f":
         value = float(value)
-        if dtype.itemsize >= 4 and math.isfinite(value) and abs(value) > np.finfo(dtype).max:
-            raise KernelError(f"{what} {value!r} cannot be converted to {dtype} without overflow")
         with np.errstate(over="ignore"):
-            return dtype.type(value)
+            result = dtype.type(value)
+        if math.isfinite(value) and not np.isfinite(result):
+            raise KernelError(f"{what} {value!r} cannot be converted to {dtype} without overflow")
+        return result
     if kind == "c":
         return dtype.type(value)
     raise KernelError(f"{what}: unsupported output dtype {dtype}")
@@ -393,7 +394,7 @@ def stack(tensors, dim, out):
         return out
     lead = (slice(None),) * a
     for i, t in enumerate(tensors):
-        assign(out[lead + (i,)], t)
+        assign(out[lead + (i, ...)], t)
     return out
 
 
@@ -504,8 +505,10 @@ def roll(self, shifts, dims, out):
         raise KernelError(
             f"roll(): shifts {list(shifts)} and dims {list(dims)} must have the same length"
         )
+    if self.ndim == 0:
+        raise KernelError(f"roll(): dims {list(dims)} given but the tensor has no dimensions")
     axes = [_axis(self.ndim, d) for d in dims]
-    if self.size == 0 or self.ndim == 0:
+    if self.size == 0:
         assign(out, self)
         return out
     if len(axes) == 1:
@@ -647,7 +650,7 @@ def tril(self, diagonal, out):
             _TRIL_MASKS.clear()
         upper = _TRIL_MASKS[key] = ~np.tri(h, w, diagonal, dtype=np.bool_)
     assign(out, self)
-    np.copyto(out, 0, where=upper)
+    np.copyto(out, out.dtype.type(0), where=upper)
     return out
 
 

@@ -16,6 +16,7 @@ from pyexecutorch.schema.flat_tensor import (
     encode_ptd_chunks,
 )
 from pyexecutorch.schema.flat_tensor_schema import FlatTensor, TensorLayout
+from pyexecutorch.schema.printer import format_program, format_ptd
 from pyexecutorch.schema.program import *  # noqa: F403 - the schema's tables are the API
 from pyexecutorch.schema.pte import (
     ExtendedHeader,
@@ -45,5 +46,7 @@ __all__ = [
     "encode_ptd_chunks",
     "encode_pte",
     "encode_pte_chunks",
+    "format_program",
+    "format_ptd",
     "scalar_type_of",
 ]

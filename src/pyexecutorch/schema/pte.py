@@ -39,7 +39,13 @@ from pyexecutorch.schema.program import (
     NamedData,
     Program,
     SubsegmentOffsets,
+    Tensor,
+    TensorDataLocation,
 )
+from pyexecutorch.schema.scalar_type import SCALAR_TYPE_ITEMSIZE, ScalarType
+
+_PACKED = (ScalarType.QUINT4X2, ScalarType.QUINT2X4)
+_MAX_INFERRED_ALIGNMENT = 4096
 
 HEADER_MAGIC = b"eh00"
 HEADER_LENGTH = 32
@@ -164,6 +170,7 @@ def decode_pte(data: Any) -> PteFile:
     if cs is not None and cs.offsets:
         blob = segment(cs.segment_index, "constant_segment")
         program.constant_buffer = _split_subsegments(blob, cs.offsets, "constant_segment")
+        _trim_to_tensors(program.constant_buffer, program, mutable=False)
     program.constant_segment = None
 
     mutable = None
@@ -172,6 +179,7 @@ def decode_pte(data: Any) -> PteFile:
             raise FormatError(f"{len(program.mutable_data_segments)} mutable data segments; at most 1 is supported")
         ms = program.mutable_data_segments[0]
         mutable = _split_subsegments(segment(ms.segment_index, "mutable_data_segments[0]"), ms.offsets, "mutable_data_segments[0]")
+        _trim_to_tensors(mutable, program, mutable=True)
     program.mutable_data_segments = None
 
     # Delegates: renumber segment references into delegate_segments.
@@ -194,9 +202,14 @@ def decode_pte(data: Any) -> PteFile:
                     f"{len(program.backend_delegate_data)}"
                 )
 
+    # Blob alignments are not stored; the alignment each blob was found at
+    # (capped at a page) re-encodes to the same layout.
     named: dict[str, NamedBlob] = {}
     for i, entry in enumerate(program.named_data or []):
-        named[entry.key] = NamedBlob(segment(entry.segment_index, f"named_data[{i}] ({entry.key!r})"))
+        blob = segment(entry.segment_index, f"named_data[{i}] ({entry.key!r})")
+        offset = program.segments[entry.segment_index].offset
+        alignment = min(offset & -offset, _MAX_INFERRED_ALIGNMENT) if offset else 1
+        named[entry.key] = NamedBlob(blob, alignment)
     program.named_data = None
     program.segments = []
     return PteFile(program, delegate_segments, mutable, named, header)
@@ -212,6 +225,37 @@ def _split_subsegments(blob: memoryview, offsets: list[int], what: str) -> list[
             )
         buffers.append(Buffer(blob[start:end]))
     return buffers
+
+
+def _trim_to_tensors(buffers: list[Buffer], program: Program, *, mutable: bool) -> None:
+    """Drop the alignment padding that subsegment offsets leave after each buffer.
+
+    The format stores only where each buffer starts; its length is that of
+    the tensors using it (constants: no allocation info; mutable data: planned
+    tensors with a data buffer). Buffers that no tensor uses, or that a
+    packed sub-byte tensor uses, keep their padding; a buffer shorter than
+    its tensors is left for the verifier to report.
+    """
+    need: dict[int, int | None] = {}
+    for plan in program.execution_plan:
+        for value in plan.values:
+            t = value.val
+            if not isinstance(t, Tensor) or not t.data_buffer_idx:
+                continue
+            if (t.allocation_info is not None) != mutable:
+                continue
+            if t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL:
+                continue
+            itemsize = None if t.scalar_type in _PACKED else SCALAR_TYPE_ITEMSIZE.get(t.scalar_type)
+            nbytes = None
+            if itemsize is not None and all(s >= 0 for s in t.sizes):
+                nbytes = math.prod(t.sizes) * itemsize
+            idx = t.data_buffer_idx
+            before = need.get(idx, 0)
+            need[idx] = None if before is None or nbytes is None else max(before, nbytes)
+    for idx, nbytes in need.items():
+        if nbytes is not None and idx < len(buffers) and nbytes < len(buffers[idx].storage):
+            buffers[idx] = Buffer(buffers[idx].storage[:nbytes])
 
 
 def _padding(size: int, alignment: int) -> int:

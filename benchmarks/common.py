@@ -1,0 +1,48 @@
+"""Shared benchmark helpers: the test suite's models and a robust timer."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT / "tests", ROOT / "benchmarks"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+
+def measure(fn: Callable[[], object], *, budget_s: float = 0.4, min_runs: int = 5, warmup: int = 3) -> dict[str, float]:
+    """Latency statistics of ``fn`` in seconds: min, median, p90 over repeated calls."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < min_runs or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        if len(times) >= 10_000:
+            break
+    times.sort()
+    return {
+        "min": times[0],
+        "median": statistics.median(times),
+        "p90": times[int(0.9 * (len(times) - 1))],
+        "runs": len(times),
+    }
+
+
+def fmt_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    us = seconds * 1e6
+    return f"{us:,.0f}" if us >= 100 else f"{us:.1f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}x"

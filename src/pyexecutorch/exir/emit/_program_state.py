@@ -1,0 +1,179 @@
+"""State shared by every method of one program: constant data, initial
+values of mutable buffers, delegate blobs, named data and external constants.
+
+Every pool is deduplicated by content with dictionaries: a cheap key (size
+plus a few sampled bytes) finds candidates, a full comparison confirms them,
+so equal weights shared by two methods are stored once and distinct weights
+are never hashed in full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.schema.program import (
+    BackendDelegateDataReference,
+    BackendDelegateInlineData,
+    Buffer,
+    DataLocation,
+    ScalarType,
+)
+from pyexecutorch.schema.pte import NamedBlob
+
+from pyexecutorch.exir.emit._convert import EmitError
+
+
+@dataclass
+class ExternalData:
+    """One blob of an external data file (``.ptd``): a tensor's bytes and layout, or a delegate's named data."""
+
+    data: Any
+    alignment: int = 1
+    scalar_type: ScalarType | None = None
+    sizes: list[int] | None = None
+    dim_order: list[int] | None = None
+
+
+def _as_bytes_array(data: Any) -> np.ndarray:
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
+        return data
+    return np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+
+
+def _prekey(arr: np.ndarray) -> tuple:
+    n = arr.size
+    if n <= 96:
+        return (n, arr.tobytes())
+    step = max(1, n // 32)
+    return (n, arr[:32].tobytes(), arr[-32:].tobytes(), arr[::step][:32].tobytes())
+
+
+class _BlobPool:
+    """A list of byte blobs deduplicated by content; ``add`` returns the blob's index."""
+
+    def __init__(self, first: list[Any] | None = None) -> None:
+        self.blobs: list[np.ndarray] = []
+        self._index: dict[tuple, list[int]] = {}
+        for blob in first or []:
+            self.add(blob)
+
+    def add(self, data: Any) -> int:
+        arr = _as_bytes_array(data)
+        key = _prekey(arr)
+        candidates = self._index.get(key)
+        if candidates is not None:
+            if arr.size <= 96:
+                return candidates[0]
+            for i in candidates:
+                if np.array_equal(self.blobs[i], arr):
+                    return i
+        else:
+            candidates = self._index[key] = []
+        index = len(self.blobs)
+        self.blobs.append(arr)
+        candidates.append(index)
+        return index
+
+
+class ProgramState:
+    """Everything the methods of a program share."""
+
+    def __init__(self, extract_delegate_segments: bool = True) -> None:
+        # Index 0 of the constant and mutable pools is the empty placeholder
+        # that non-constant tensors point at.
+        self.constants = _BlobPool([b""])
+        self.mutable = _BlobPool([b""])
+        self.extract_delegate_segments = extract_delegate_segments
+        self.inline_delegate_data: list[BackendDelegateInlineData] = []
+        self.delegate_segments: list[Any] = []
+        self._delegate_refs: dict[bytes, BackendDelegateDataReference] = {}
+        self.named_data: dict[str, NamedBlob] = {}
+        self.external: dict[str, dict[str, ExternalData]] = {}
+
+    # -- constants ---------------------------------------------------------
+
+    def add_constant(self, data: np.ndarray) -> int:
+        return self.constants.add(data)
+
+    def add_mutable_initial(self, data: np.ndarray) -> int:
+        return self.mutable.add(data)
+
+    def add_external(self, tag: str, key: str, blob: ExternalData) -> None:
+        group = self.external.setdefault(tag, {})
+        old = group.get(key)
+        if old is not None:
+            if not np.array_equal(_as_bytes_array(old.data), _as_bytes_array(blob.data)):
+                raise EmitError(f"external data {key!r} (file tag {tag!r}) is given twice with different contents")
+            return
+        group[key] = blob
+
+    def constant_buffers(self) -> list[Buffer]:
+        return [Buffer(storage=b) for b in self.constants.blobs]
+
+    def mutable_buffers(self) -> list[Buffer] | None:
+        if len(self.mutable.blobs) <= 1:
+            return None
+        return [Buffer(storage=b) for b in self.mutable.blobs]
+
+    # -- delegates -----------------------------------------------------------
+
+    def add_delegate_data(self, processed: Any) -> BackendDelegateDataReference:
+        view = memoryview(processed).cast("B") if not isinstance(processed, bytes) else processed
+        digest = hashlib.sha256(view).digest()
+        ref = self._delegate_refs.get(digest)
+        if ref is not None:
+            return BackendDelegateDataReference(ref.location, ref.index)
+        if self.extract_delegate_segments and len(view) > 0:
+            ref = BackendDelegateDataReference(DataLocation.SEGMENT, len(self.delegate_segments))
+            self.delegate_segments.append(processed)
+        else:
+            ref = BackendDelegateDataReference(DataLocation.INLINE, len(self.inline_delegate_data))
+            self.inline_delegate_data.append(BackendDelegateInlineData(data=bytes(view)))
+        self._delegate_refs[digest] = ref
+        return BackendDelegateDataReference(ref.location, ref.index)
+
+    def add_named_data(self, store: Any, who: str) -> None:
+        """Merge a backend's named data (``data_store_output``) into the program's.
+
+        Accepts the official ``NamedDataStoreOutput`` layout (``buffers``,
+        ``pte_data``, ``external_data``) or a mapping of key to bytes,
+        :class:`NamedBlob` or ``(bytes, alignment)``.
+        """
+        if store is None:
+            return
+        if hasattr(store, "pte_data") and hasattr(store, "buffers"):
+            buffers = store.buffers
+            for key, entry in store.pte_data.items():
+                self._add_named(key, buffers[entry.buffer_index], int(getattr(entry, "alignment", 1) or 1), who)
+            for tag, entries in (getattr(store, "external_data", None) or {}).items():
+                for key, entry in entries.items():
+                    self.add_external(
+                        tag, key, ExternalData(buffers[entry.buffer_index], int(getattr(entry, "alignment", 1) or 1))
+                    )
+            return
+        if isinstance(store, Mapping):
+            for key, item in store.items():
+                if isinstance(item, NamedBlob):
+                    self._add_named(key, item.data, item.alignment, who)
+                elif isinstance(item, tuple):
+                    self._add_named(key, item[0], int(item[1]), who)
+                else:
+                    self._add_named(key, item, 1, who)
+            return
+        raise EmitError(f"{who}: unsupported named data of type {type(store).__name__}")
+
+    def _add_named(self, key: str, data: Any, alignment: int, who: str) -> None:
+        old = self.named_data.get(key)
+        if old is not None:
+            if not np.array_equal(_as_bytes_array(old.data), _as_bytes_array(data)):
+                raise EmitError(
+                    f"{who}: named data {key!r} differs from the data another delegate stored under the same key"
+                )
+            old.alignment = max(old.alignment, alignment)
+            return
+        self.named_data[key] = NamedBlob(data, alignment)

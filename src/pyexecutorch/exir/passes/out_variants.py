@@ -1,0 +1,140 @@
+"""Functional operators to their ``.out`` variants, with ``memory.alloc`` outputs.
+
+``add.Tensor(a, b)`` becomes ``add.out(a, b, out=alloc(spec))``: the runtime
+calls kernels that write into planned memory.  Each out argument is a
+``memory.alloc`` node whose spec is the functional result's spec (the same
+object), so memory planning sees one tensor.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from pyexecutorch.exir import memory
+from pyexecutorch.exir.error import MissingOutVariantError, op_name, source_location
+from pyexecutorch.exir.graph_utils import is_control_flow, submodules
+from pyexecutorch.exir.tensor_spec import TensorSpec
+
+aten = torch.ops.aten
+
+# Call targets that stay as they are: scalar (symbolic int) ops and helpers.
+SKIP_TARGETS: set[Any] = {
+    operator.getitem,
+    memory.alloc,
+    memory.view,
+    memory.free,
+    aten.sym_size.int,
+    aten.sym_stride.int,
+    aten.sym_numel.default,
+    aten._local_scalar_dense.default,
+}
+
+_OUT_CACHE: dict[Any, tuple[Any, tuple[str, ...]] | None] = {}
+
+
+def _sig(arg) -> tuple[str, str]:
+    return arg.name, str(arg.type)
+
+
+def is_out_variant(op: torch._ops.OpOverload) -> bool:
+    return any(a.is_out for a in op._schema.arguments)
+
+
+def is_inplace(op: torch._ops.OpOverload) -> bool:
+    args = op._schema.arguments
+    return bool(args) and args[0].alias_info is not None and args[0].alias_info.is_write and not args[0].is_out
+
+
+def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple[str, ...]] | None:
+    """The ``.out`` overload of ``op`` and its out-argument names, or None."""
+    if op in _OUT_CACHE:
+        return _OUT_CACHE[op]
+    found = None
+    want = [_sig(a) for a in op._schema.arguments]
+    n_returns = len(op._schema.returns)
+    packet = op._overloadpacket
+    for name in packet.overloads():
+        try:
+            cand = getattr(packet, name)
+        except (AttributeError, RuntimeError):
+            continue
+        args = cand._schema.arguments
+        outs = [a for a in args if a.is_out]
+        if not outs:
+            continue
+        if [_sig(a) for a in args if not a.is_out] != want:
+            continue
+        tensor_list_out = len(outs) == 1 and isinstance(outs[0].type, torch.ListType)
+        if not tensor_list_out and len(outs) != n_returns:
+            continue
+        found = (cand, tuple(a.name for a in outs))
+        break
+    _OUT_CACHE[op] = found
+    return found
+
+
+def _alloc(graph: torch.fx.Graph, spec: Any, val: Any) -> Node:
+    node = graph.call_function(memory.alloc, (spec,))
+    node.meta["spec"] = spec
+    node.meta["val"] = val
+    return node
+
+
+def to_out_variants(gm: GraphModule, owner: Node | None = None, method: str = "forward") -> None:
+    """Rewrite ``gm`` (and control-flow submodules) to out variants, in place."""
+    missing: dict[Any, str] = {}
+    _convert(gm, owner, missing)
+    if missing:
+        lines = [f"method {method!r} calls operators that have no out variant, so the runtime cannot run them:"]
+        for op, where in missing.items():
+            lines.append(f"  - {op_name(op)} at {where}")
+        lines.append(
+            "Fix: let torch decompose them (drop them from preserve_ops / _core_aten_ops_exception_list), "
+            "rewrite them with a transform pass (EdgeProgramManager.transform), or delegate them to a backend "
+            "(to_backend / to_edge_transform_and_lower with a partitioner)."
+        )
+        raise MissingOutVariantError("\n".join(lines))
+
+
+def _convert(gm: GraphModule, owner: Node | None, missing: dict[Any, str]) -> None:
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if is_control_flow(node):
+            for sub in submodules(gm, node):
+                _convert(sub, owner or node, missing)
+            continue
+        if target in SKIP_TARGETS or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if is_out_variant(target) or is_inplace(target):
+            continue
+        if getattr(target, "namespace", None) == "executorch_prim":
+            continue
+        found = out_variant(target)
+        if found is None:
+            missing.setdefault(target, source_location(node, owner))
+            continue
+        out_op, out_names = found
+        spec = node.meta.get("spec")
+        val = node.meta.get("val")
+        kwargs = dict(node.kwargs)
+        with graph.inserting_before(node):
+            if len(out_names) == 1:
+                alloc = _alloc(graph, spec, val)
+                kwargs[out_names[0]] = alloc
+                if not out_op._schema.returns:
+                    # Ops returning () (split_copy.Tensor_out): users index the out list.
+                    node.replace_all_uses_with(alloc)
+            else:
+                specs = spec if isinstance(spec, (list, tuple)) else (spec,)
+                vals = val if isinstance(val, (list, tuple)) else (val,)
+                for name, s, v in zip(out_names, specs, vals, strict=True):
+                    kwargs[name] = _alloc(graph, s, v) if isinstance(s, TensorSpec) else None
+        node.target = out_op
+        node.kwargs = kwargs

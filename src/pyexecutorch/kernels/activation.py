@@ -1,0 +1,177 @@
+"""Activation kernels: relu, leaky_relu, elu, gelu, glu.
+
+(``sigmoid`` and ``hardtanh`` live with the unary and clamp kernels.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from pyexecutorch.kernels.common import fit, normalize_dim
+from pyexecutorch.kernels.elementwise import (
+    BOOL,
+    F64,
+    FLOATS,
+    blocked,
+    check_out,
+    erf_block,
+    loop_dtype,
+    quiet,
+    sigmoid_into,
+)
+from pyexecutorch.kernels.registry import KernelError, kernel
+
+
+def _floating(compute: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, o: np.ndarray, name: str) -> None:
+    """o = f(x) for an op torch defines on floating tensors only (float16 runs in float32)."""
+    dt = x.dtype
+    if dt is o.dtype and dt in FLOATS:
+        compute(x, o)
+        return
+    if dt.kind != "f":
+        raise KernelError(f"{name} needs a floating-point tensor, got {dt}")
+    check_out(dt, o)
+    lt = loop_dtype(dt)
+    v = x if dt == lt else x.astype(lt)
+    if o.dtype == lt:
+        compute(v, o)
+    else:
+        tmp = np.empty(o.shape, dtype=lt)
+        compute(v, tmp)
+        np.copyto(o, tmp, casting="unsafe")
+
+
+@kernel("aten::relu.out")
+def relu(x, out):
+    o = out if out.shape == x.shape else fit(out, x.shape)
+    dt = x.dtype
+    if dt is o.dtype and dt in FLOATS:
+        np.maximum(x, 0, out=o)  # NaN propagates, as in torch
+        return o
+    if dt == BOOL:
+        raise KernelError("relu is not supported for bool tensors")
+    check_out(dt, o)
+    np.maximum(x, 0, out=o, casting="unsafe")
+    return o
+
+
+@kernel("aten::leaky_relu.out")
+def leaky_relu(x, negative_slope, out):
+    o = out if out.shape == x.shape else fit(out, x.shape)
+    slope = float(negative_slope)
+
+    def compute(v, dst):
+        # x > 0 ? x : x * slope
+        positive = v > 0
+        np.multiply(v, slope, out=dst)
+        np.copyto(dst, v, where=positive)
+
+    _floating(compute, x, o, "leaky_relu")
+    return o
+
+
+@kernel("aten::elu.out")
+@quiet
+def elu(x, alpha, scale, input_scale, out):
+    o = out if out.shape == x.shape else fit(out, x.shape)
+    neg_coef = float(alpha) * float(scale)
+    pos_coef = float(scale)
+    in_coef = float(input_scale)
+
+    def compute(v, dst):
+        # x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale, as the
+        # sum of two parts of which at most one is nonzero
+        neg = np.minimum(v, 0)
+        if in_coef != 1.0:
+            neg *= in_coef
+        np.expm1(neg, out=neg)
+        neg *= neg_coef
+        np.maximum(v, 0, out=dst)
+        if pos_coef != 1.0:
+            dst *= pos_coef
+        dst += neg
+
+    _floating(compute, x, o, "elu")
+    return o
+
+
+_SQRT1_2 = math.sqrt(0.5)
+_TANH_BETA = math.sqrt(2.0 / math.pi)
+_TANH_KAPPA = 0.044715
+
+
+def _gelu_erf_block(accurate: bool) -> Callable[[np.ndarray, np.ndarray], None]:
+    def block(x, dst):
+        # x is a float64 block: 0.5 * x * (1 + erf(x / sqrt(2)))
+        e = x * _SQRT1_2
+        erf_block(e, e, accurate)
+        e += 1.0
+        e *= x
+        e *= 0.5
+        dst[...] = e
+
+    return block
+
+
+_GELU_F64 = _gelu_erf_block(True)
+_GELU_F32 = _gelu_erf_block(False)
+
+
+def _gelu_none(v, dst):
+    blocked(_GELU_F64 if v.dtype == F64 else _GELU_F32, v, dst)
+
+
+def _gelu_tanh(v, dst):
+    # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    t = np.multiply(v, v)
+    t *= _TANH_KAPPA
+    t += 1.0
+    t *= v
+    t *= _TANH_BETA
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= 0.5
+    np.multiply(t, v, out=dst)
+
+
+@kernel("aten::gelu.out")
+@quiet
+def gelu(x, approximate, out):
+    o = out if out.shape == x.shape else fit(out, x.shape)
+    if approximate == "none":
+        _floating(_gelu_none, x, o, "gelu")
+    elif approximate == "tanh":
+        _floating(_gelu_tanh, x, o, "gelu")
+    else:
+        raise KernelError(f"gelu's approximate must be 'none' or 'tanh', got {approximate!r}")
+    return o
+
+
+@kernel("aten::glu.out")
+@quiet
+def glu(x, dim, out):
+    if x.ndim == 0:
+        raise KernelError("glu needs a tensor with at least one dimension")
+    d = normalize_dim(dim, x.ndim)
+    n = x.shape[d]
+    if n % 2:
+        raise KernelError(f"glu halves dimension {d}, which must have even size, got {n}")
+    h = n // 2
+    shape = x.shape[:d] + (h,) + x.shape[d + 1 :]
+    o = out if out.shape == shape else fit(out, shape)
+    if x.dtype.kind != "f":
+        raise KernelError(f"glu needs a floating-point tensor, got {x.dtype}")
+    check_out(x.dtype, o)
+    lt = loop_dtype(x.dtype)
+    v = x if x.dtype == lt else x.astype(lt)
+    lead = (slice(None),) * d
+    dst = o if o.dtype == lt else np.empty(shape, dtype=lt)
+    # first half * sigmoid(second half)
+    sigmoid_into(v[lead + (slice(h, n),)], dst)
+    dst *= v[lead + (slice(0, h),)]
+    if dst is not o:
+        np.copyto(o, dst, casting="unsafe")
+    return o

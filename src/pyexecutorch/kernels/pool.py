@@ -1,0 +1,293 @@
+"""Pooling kernels: max pool (with indices and its backward), average pool, adaptive average pool.
+
+Windows are walked tap by tap: for each kernel offset, one strided slice of
+the input (only the rectangle of outputs whose input lies inside the image,
+so padding never materialises) is folded into the output with a ufunc.
+Max pooling takes the first maximum of each window in row-major order and
+propagates NaN (the index of a NaN window is its last NaN), as torch does.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.conv import _tap_range, scratch
+from pyexecutorch.kernels.registry import KernelError, kernel
+
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+
+def _pair(value, name: str, op: str, default=None) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(int(v) for v in value)
+    if len(value) == 0 and default is not None:
+        return default
+    if len(value) == 1:
+        return (value[0], value[0])
+    if len(value) != 2:
+        raise KernelError(f"{op}: {name} must have 1 or 2 entries, got {list(value)}")
+    return value
+
+
+def _pool_out_size(size: int, k: int, p: int, s: int, d: int, ceil_mode: bool) -> int:
+    num = size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
+    out = num // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool_geometry(op, x, kernel_size, stride, padding, dilation, ceil_mode, max_pool):
+    if x.ndim not in (3, 4):
+        raise KernelError(f"{op}: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got {x.shape}")
+    k = _pair(kernel_size, "kernel_size", op)
+    s = _pair(stride, "stride", op, default=k)
+    p = _pair(padding, "padding", op)
+    d = _pair(dilation, "dilation", op)
+    if min(k) <= 0:
+        raise KernelError(f"{op}: kernel_size must be positive, got {list(k)}")
+    if min(s) <= 0:
+        raise KernelError(f"{op}: stride must be positive, got {list(s)}")
+    if min(d) <= 0:
+        raise KernelError(f"{op}: dilation must be positive, got {list(d)}")
+    if min(p) < 0:
+        raise KernelError(f"{op}: padding must be non-negative, got {list(p)}")
+    for i in range(2):
+        limit = ((k[i] - 1) * d[i] + 1) // 2 if max_pool else k[i] // 2
+        if p[i] > limit:
+            raise KernelError(
+                f"{op}: padding {list(p)} must be at most half of the effective kernel size "
+                f"{list(k)} (dilation {list(d)})"
+            )
+    h, w = x.shape[-2:]
+    if 0 in x.shape[-3:]:
+        raise KernelError(
+            f"{op}: input of shape {x.shape} must have non-empty channel and spatial dims"
+        )
+    oh = _pool_out_size(h, k[0], p[0], s[0], d[0], ceil_mode)
+    ow = _pool_out_size(w, k[1], p[1], s[1], d[1], ceil_mode)
+    if oh <= 0 or ow <= 0:
+        raise KernelError(
+            f"{op}: output size ({oh}, {ow}) is too small for input {x.shape}, kernel {list(k)}, "
+            f"stride {list(s)}, padding {list(p)}, dilation {list(d)}"
+        )
+    return k, s, p, d, (oh, ow)
+
+
+@lru_cache(maxsize=256)
+def _pool_plan(hw, k, s, p, d, ohw, with_index):
+    """Per tap: (output rectangle, input slices, flat input index of each output or None)."""
+    h, w = hw
+    oh, ow = ohw
+    ops = []
+    for i in range(k[0]):
+        lo_h, hi_h = _tap_range(h, oh, s[0], p[0], d[0], i)
+        if lo_h >= hi_h:
+            continue
+        for j in range(k[1]):
+            lo_w, hi_w = _tap_range(w, ow, s[1], p[1], d[1], j)
+            if lo_w >= hi_w:
+                continue
+            ih0 = lo_h * s[0] - p[0] + i * d[0]
+            iw0 = lo_w * s[1] - p[1] + j * d[1]
+            src = (
+                slice(ih0, ih0 + (hi_h - lo_h - 1) * s[0] + 1, s[0]),
+                slice(iw0, iw0 + (hi_w - lo_w - 1) * s[1] + 1, s[1]),
+            )
+            dst = (slice(lo_h, hi_h), slice(lo_w, hi_w))
+            idx = None
+            if with_index:
+                rows = np.arange(ih0, ih0 + (hi_h - lo_h) * s[0], s[0], dtype=np.int64)
+                cols = np.arange(iw0, iw0 + (hi_w - lo_w) * s[1], s[1], dtype=np.int64)
+                idx = rows[:, None] * w + cols[None, :]
+            ops.append((dst, src, idx))
+    return tuple(ops)
+
+
+def _lowest(dt: np.dtype):
+    if dt.kind == "f":
+        return -np.inf
+    if dt.kind in "iu":
+        return np.iinfo(dt).min
+    return False
+
+
+@kernel("aten::max_pool2d_with_indices.out", n_outs=2)
+def max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode, out, indices):
+    op = "max_pool2d_with_indices"
+    if self.dtype.kind not in "fiu" or self.dtype == np.bool_:
+        raise KernelError(f"{op}: dtype {self.dtype} is not supported")
+    k, s, p, d, ohw = _pool_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode, True)
+    shape = self.shape[:-2] + ohw
+    o = fit(out, shape)
+    ix = fit(indices, shape)
+    if o.size == 0:
+        return o, ix
+    plan = _pool_plan(self.shape[-2:], k, s, p, d, ohw, True)
+    # Values: running maximum over the taps (np.maximum propagates NaN like torch).
+    best = o if o.dtype == self.dtype else scratch("maxpool-best", shape, self.dtype)
+    best.fill(_lowest(self.dtype))
+    for dst, src, _ in plan:
+        b = best[..., dst[0], dst[1]]
+        np.maximum(b, self[..., src[0], src[1]], out=b)
+    # Indices: the first tap (row-major) equal to the maximum; walk backwards so
+    # the earliest match is written last.
+    t = ix if ix.dtype == np.int64 else scratch("maxpool-idx", shape, np.int64)
+    mask = scratch("maxpool-mask", shape, np.bool_)
+    for dst, src, idx in reversed(plan):
+        m = mask[..., dst[0], dst[1]]
+        np.equal(self[..., src[0], src[1]], best[..., dst[0], dst[1]], out=m)
+        np.copyto(t[..., dst[0], dst[1]], idx, where=m)
+    if self.dtype.kind == "f" and np.isnan(best).any():
+        for dst, src, idx in plan:
+            m = mask[..., dst[0], dst[1]]
+            np.isnan(self[..., src[0], src[1]], out=m)
+            np.copyto(t[..., dst[0], dst[1]], idx, where=m)
+    if best is not o:
+        np.copyto(o, best, casting="unsafe")
+    if t is not ix:
+        np.copyto(ix, t, casting="unsafe")
+    return o, ix
+
+
+@kernel("aten::max_pool2d_with_indices_backward.grad_input")
+def max_pool2d_with_indices_backward(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, grad_input
+):
+    op = "max_pool2d_with_indices_backward"
+    _, _, _, _, ohw = _pool_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode, True)
+    shape = self.shape[:-2] + ohw
+    if grad_output.shape != shape:
+        raise KernelError(f"{op}: grad_output must have shape {shape}, got {grad_output.shape}")
+    if indices.shape != shape:
+        raise KernelError(f"{op}: indices must have shape {shape}, got {indices.shape}")
+    if indices.dtype.kind not in "iu":
+        raise KernelError(f"{op}: indices must be an integer tensor, got {indices.dtype}")
+    if grad_output.dtype.kind != "f":
+        raise KernelError(f"{op}: grad_output must be floating point, got {grad_output.dtype}")
+    gi = fit(grad_input, self.shape)
+    h, w = self.shape[-2:]
+    planes = math.prod(self.shape[:-2])
+    hw = h * w
+    idx = indices.reshape(planes, -1).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= hw):
+        raise KernelError(f"{op}: indices must lie in [0, {hw}) for an input plane of {h}x{w}")
+    flat = (idx + (np.arange(planes, dtype=np.int64) * hw)[:, None]).ravel()
+    acc = np.bincount(flat, weights=grad_output.reshape(-1), minlength=planes * hw)
+    np.copyto(gi, acc.reshape(self.shape), casting="unsafe")
+    return gi
+
+
+@lru_cache(maxsize=256)
+def _avg_divisor(hw, k, s, p, ohw, count_include_pad, char):
+    """The (OH, OW) divisor of each window (window size, with or without padding)."""
+    h, w = hw
+
+    def sizes(n_in, n_out, k_, s_, p_):
+        start = np.arange(n_out, dtype=np.int64) * s_ - p_
+        end = np.minimum(start + k_, n_in + p_)
+        full = end - start
+        valid = np.minimum(end, n_in) - np.maximum(start, 0)
+        return full, valid
+
+    fh, vh = sizes(h, ohw[0], k[0], s[0], p[0])
+    fw, vw = sizes(w, ohw[1], k[1], s[1], p[1])
+    div = fh[:, None] * fw[None, :] if count_include_pad else vh[:, None] * vw[None, :]
+    div = div.astype(char)
+    div.flags.writeable = False
+    return div
+
+
+@kernel("aten::avg_pool2d.out")
+def avg_pool2d(
+    self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out
+):
+    op = "avg_pool2d"
+    dt = self.dtype
+    if dt.kind not in "f" and dt != np.int64:
+        raise KernelError(f"{op}: dtype {dt} is not supported (need float or int64)")
+    if divisor_override is not None and divisor_override == 0:
+        raise KernelError(f"{op}: divisor_override must be non-zero")
+    k, s, p, _, ohw = _pool_geometry(op, self, kernel_size, stride, padding, 1, ceil_mode, False)
+    shape = self.shape[:-2] + ohw
+    o = fit(out, shape)
+    if o.size == 0:
+        return o
+    cdt = _F32 if dt == _F16 else dt
+    plan = _pool_plan(self.shape[-2:], k, s, p, (1, 1), ohw, False)
+    acc = o if o.dtype == cdt else scratch("avgpool-acc", shape, cdt)
+    acc.fill(0)
+    x = self
+    for dst, src, _ in plan:
+        a = acc[..., dst[0], dst[1]]
+        np.add(a, x[..., src[0], src[1]], out=a, casting="unsafe")
+    if divisor_override is not None:
+        div = divisor_override
+    else:
+        div = _avg_divisor(self.shape[-2:], k, s, p, ohw, bool(count_include_pad), cdt.char)
+    if cdt.kind == "f":
+        np.divide(acc, div, out=acc)
+    else:
+        # Integer average: C-style division (truncates toward zero).
+        q = np.floor_divide(acc, div)
+        r = acc - q * div
+        q += (r != 0) & ((acc < 0) != (np.asarray(div) < 0))
+        acc[...] = q
+    if acc is not o:
+        np.copyto(o, acc, casting="unsafe")
+    return o
+
+
+@lru_cache(maxsize=128)
+def _adaptive_matrix(n_in: int, n_out: int, char: str) -> np.ndarray:
+    """(n_out, n_in) averaging matrix of adaptive pooling's windows."""
+    m = np.zeros((n_out, n_in), np.float64)
+    for o in range(n_out):
+        start = (o * n_in) // n_out
+        end = -((-(o + 1) * n_in) // n_out)
+        m[o, start:end] = 1.0 / (end - start)
+    m = m.astype(char)
+    m.flags.writeable = False
+    return m
+
+
+@kernel("aten::_adaptive_avg_pool2d.out")
+def adaptive_avg_pool2d(self, output_size, out):
+    op = "_adaptive_avg_pool2d"
+    if self.ndim not in (3, 4):
+        raise KernelError(f"{op}: input must be 3-D or 4-D, got shape {self.shape}")
+    if self.dtype.kind != "f":
+        raise KernelError(f"{op}: dtype {self.dtype} is not supported (need floating point)")
+    oh, ow = _pair(output_size, "output_size", op)
+    if oh < 0 or ow < 0:
+        raise KernelError(f"{op}: output_size must be non-negative, got {list(output_size)}")
+    h, w = self.shape[-2:]
+    if (h == 0 or w == 0) and oh * ow > 0:
+        raise KernelError(f"{op}: input of shape {self.shape} has an empty spatial dim")
+    shape = self.shape[:-2] + (oh, ow)
+    o = fit(out, shape)
+    if o.size == 0:
+        return o
+    cdt = _F32 if self.dtype == _F16 else self.dtype
+    x = self if self.dtype == cdt else self.astype(cdt)
+    t = o if o.dtype == cdt else np.empty(shape, cdt)
+    if (oh, ow) == (h, w):
+        t[...] = x
+    elif oh == 1 and ow == 1:
+        np.mean(x, axis=(-2, -1), keepdims=True, out=t)
+    elif h % oh == 0 and w % ow == 0:
+        xr = x.reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow))
+        np.mean(xr, axis=(-3, -1), out=t)
+    else:
+        ah = _adaptive_matrix(h, oh, cdt.char)
+        aw = _adaptive_matrix(w, ow, cdt.char)
+        np.matmul(ah, np.matmul(x, aw.T), out=t)
+    if t is not o:
+        np.copyto(o, t, casting="unsafe")
+    return o

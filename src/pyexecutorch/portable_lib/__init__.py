@@ -1,0 +1,52 @@
+"""The names of ``executorch.extension.pybindings.portable_lib``, over our runtime.
+
+Switching from the official bindings is one import::
+
+    from pyexecutorch.portable_lib import _load_for_executorch
+    module = _load_for_executorch("model.pte")
+    outputs = module.forward([x])
+"""
+
+from pyexecutorch.portable_lib.api import (
+    ExecuTorchMethod,
+    ExecuTorchModule,
+    ExecuTorchProgram,
+    _create_profile_block,
+    _dump_profile_results,
+    _get_operator_names,
+    _get_option,
+    _get_registered_backend_names,
+    _is_available,
+    _load_for_executorch,
+    _load_for_executorch_from_buffer,
+    _load_program,
+    _load_program_from_buffer,
+    _reset_profile_results,
+    _set_option,
+    _threadpool_get_thread_count,
+    _unsafe_reset_threadpool,
+)
+from pyexecutorch.runtime import MethodMeta, TensorInfo, Verification
+
+__all__ = [
+    "ExecuTorchMethod",
+    "ExecuTorchModule",
+    "ExecuTorchProgram",
+    "MethodMeta",
+    "TensorInfo",
+    "Verification",
+    "_create_profile_block",
+    "_dump_profile_results",
+    "_get_operator_names",
+    "_get_option",
+    "_get_registered_backend_names",
+    "_is_available",
+    "_load_for_executorch",
+    "_load_for_executorch_from_buffer",
+    "_load_program",
+    "_load_program_from_buffer",
+    "_reset_profile_results",
+    "_set_option",
+    "_threadpool_get_thread_count",
+    "_unsafe_reset_threadpool",
+]
