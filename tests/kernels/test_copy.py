@@ -135,6 +135,10 @@ def test_copy_out_and_inplace(shape, dtype, src_dtype, kind, out_kind, seed, d):
 
 def test_copy_errors():
     x = np.zeros((3,), np.float32)
+    frozen = np.zeros((3,), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(KernelError, match="read-only"):
+        call("aten::copy_", frozen, x, False)
     with pytest.raises(KernelError, match=r"cannot be broadcast to self's shape \[3\]"):
         call("aten::copy_", x, np.ones((1, 3), np.float32), False)
     with pytest.raises(KernelError, match="cannot be broadcast"):

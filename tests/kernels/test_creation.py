@@ -31,7 +31,7 @@ fill_values = st.one_of(
 def _torch_or_error(fn):
     try:
         return fn(), None
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:
         return None, e
 
 

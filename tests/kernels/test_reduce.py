@@ -3,6 +3,7 @@ max/min, argmax/argmin, any, cumsum, topk, cdist, pdist."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from contextlib import contextmanager
 
@@ -14,8 +15,6 @@ from hypothesis import strategies as st
 
 from pyexecutorch.kernels import KernelError, get_kernel
 from pyexecutorch.schema.scalar_type import scalar_type_of
-
-import os
 
 SETTINGS = settings(max_examples=int(os.environ.get("PYET_EXAMPLES", 30)), deadline=None)
 

@@ -97,7 +97,12 @@ def _export_all(out: Path) -> dict[str, Exported]:
             "transformer",
             nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
             (torch.randn(1, 5, 16),),
-            {"aten::native_layer_norm.out", "aten::bmm.out", "aten::_softmax.out", "aten::addmm.out"},
+            {
+                "aten::native_layer_norm.out",
+                "aten::bmm.out",
+                "aten::_softmax.out",
+                "aten::addmm.out",
+            },
         )
     )
     add(

@@ -93,7 +93,9 @@ def test_truncations(official, limit, name):
 def test_byte_flips(official, limit, name):
     data, kind = _file(official, name)
     end = _flatbuffer_end(data)
-    flips = st.lists(st.tuples(st.integers(0, end - 1), st.integers(1, 255)), min_size=1, max_size=8)
+    flips = st.lists(
+        st.tuples(st.integers(0, end - 1), st.integers(1, 255)), min_size=1, max_size=8
+    )
 
     @FUZZ
     @given(flips)
@@ -111,7 +113,9 @@ def test_word_overwrites(official, limit, name):
     """Offsets and lengths replaced by extreme values (0, -1, huge, small)."""
     data, kind = _file(official, name)
     end = _flatbuffer_end(data)
-    words = st.sampled_from([0, 1, 4, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFC, len(data), end])
+    words = st.sampled_from(
+        [0, 1, 4, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFC, len(data), end]
+    )
 
     @FUZZ
     @given(st.integers(0, (end - 4) // 4), words)
@@ -146,9 +150,13 @@ def test_segment_past_end(official):
 
 def test_identifiers(official):
     data = official["linear"].data
-    with pytest.raises(FormatError, match=r"not an ExecuTorch program: file identifier b'PK\\x03\\x04' at offset 4"):
+    with pytest.raises(
+        FormatError, match=r"not an ExecuTorch program: file identifier b'PK\\x03\\x04' at offset 4"
+    ):
         decode_pte(data[:4] + b"PK\x03\x04" + data[8:])
-    with pytest.raises(FormatError, match=r"unsupported program version: file identifier b'ET13', expected b'ET12'"):
+    with pytest.raises(
+        FormatError, match=r"unsupported program version: file identifier b'ET13', expected b'ET12'"
+    ):
         decode_pte(data[:4] + b"ET13" + data[8:])
     with pytest.raises(FormatError, match="too short"):
         decode_pte(b"")
@@ -164,7 +172,8 @@ def test_vtable_outside_buffer(official):
     (root,) = struct.unpack_from("<I", data, 0)
     struct.pack_into("<i", data, root, root + 1000)  # vtable 1000 bytes before the file
     with pytest.raises(
-        FormatError, match=rf"^Program vtable at offset -1000 \(\+2 bytes\) is outside the {size}-byte flatbuffer$"
+        FormatError,
+        match=rf"^Program vtable at offset -1000 \(\+2 bytes\) is outside the {size}-byte flatbuffer$",
     ):
         decode_pte(bytes(data))
     struct.pack_into("<i", data, root, -size)  # past the end
@@ -175,7 +184,9 @@ def test_vtable_outside_buffer(official):
 def test_root_offset_outside_buffer(official):
     data = bytearray(official["linear"].data)
     struct.pack_into("<I", data, 0, 0xFFFFFF00)
-    with pytest.raises(FormatError, match=r"^Program at offset 4294967040 \(\+4 bytes\) is outside"):
+    with pytest.raises(
+        FormatError, match=r"^Program at offset 4294967040 \(\+4 bytes\) is outside"
+    ):
         decode_pte(bytes(data))
 
 
@@ -184,7 +195,10 @@ def test_string_length_past_end(official):
     pos = data.index(b"forward") - 4
     assert struct.unpack_from("<I", data, pos)[0] == 7
     struct.pack_into("<I", data, pos, 0x7FFFFFFF)
-    with pytest.raises(FormatError, match=r"^Program\.execution_plan\[0\]\.name at offset \d+ \(\+2147483647 bytes\) is outside"):
+    with pytest.raises(
+        FormatError,
+        match=r"^Program\.execution_plan\[0\]\.name at offset \d+ \(\+2147483647 bytes\) is outside",
+    ):
         decode_pte(bytes(data))
 
 
@@ -192,7 +206,10 @@ def test_invalid_utf8(official):
     data = bytearray(official["linear"].data)
     pos = data.index(b"forward")
     data[pos + 2] = 0xFF
-    with pytest.raises(FormatError, match=rf"^Program\.execution_plan\[0\]\.name: invalid UTF-8 at offset {pos + 2}"):
+    with pytest.raises(
+        FormatError,
+        match=rf"^Program\.execution_plan\[0\]\.name: invalid UTF-8 at offset {pos + 2}",
+    ):
         decode_pte(bytes(data))
 
 
@@ -215,7 +232,10 @@ def test_huge_vector_length_allocates_nothing():
     struct.pack_into("<I", data, pos, 0xFFFFFFFF)
     tracemalloc.start()
     try:
-        with pytest.raises(FormatError, match=r"non_const_buffer_sizes at offset \d+ \(\+34359738360 bytes\) is outside"):
+        with pytest.raises(
+            FormatError,
+            match=r"non_const_buffer_sizes at offset \d+ \(\+34359738360 bytes\) is outside",
+        ):
             decode_pte(bytes(data))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -238,7 +258,10 @@ def test_shared_tables_cannot_blow_up():
     data = bytes(b.Output())
     tracemalloc.start()
     try:
-        with pytest.raises(FormatError, match=r"overlap; decoding them would take more than the \d+-byte flatbuffer holds"):
+        with pytest.raises(
+            FormatError,
+            match=r"overlap; decoding them would take more than the \d+-byte flatbuffer holds",
+        ):
             decode_pte(data)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -258,7 +281,10 @@ def test_shared_strings_are_fine():
 
 def test_extended_header_cut():
     data = b"\x40\0\0\0ET12eh00" + struct.pack("<I", 32) + bytes(20)
-    with pytest.raises(FormatError, match=r"^extended header at offset 8 is cut: the file is 36 bytes, the header needs 40$"):
+    with pytest.raises(
+        FormatError,
+        match=r"^extended header at offset 8 is cut: the file is 36 bytes, the header needs 40$",
+    ):
         decode_pte(data)
 
 
@@ -268,7 +294,9 @@ def test_segment_without_header(official):
     program_size = struct.unpack_from("<Q", data, 16)[0]
     # Remove the header magic: the segment is now unreachable.
     stripped = data[:8] + b"xx00" + data[12:program_size]
-    with pytest.raises(FormatError, match=r"segment 0 holds 3 bytes but the file has no extended header"):
+    with pytest.raises(
+        FormatError, match=r"segment 0 holds 3 bytes but the file has no extended header"
+    ):
         decode_pte(stripped)
 
 

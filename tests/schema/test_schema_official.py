@@ -47,7 +47,8 @@ def _run(runtime, data: bytes, case, calls: int | None = None):
     results = {}
     for method, inputs in case.inputs.items():
         results[method] = [
-            [t.clone() for t in module.run_method(method, inputs)] for _ in range(calls or case.calls)
+            [t.clone() for t in module.run_method(method, inputs)]
+            for _ in range(calls or case.calls)
         ]
     return results
 
@@ -132,7 +133,8 @@ def test_external_constants_reference_the_ptd(official):
     names = {
         t.extra_tensor_info.fully_qualified_name
         for t in _tensors(pte.program.execution_plan[0])
-        if t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL
+        if t.extra_tensor_info is not None
+        and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL
     }
     assert names == {"weight", "bias"}
 

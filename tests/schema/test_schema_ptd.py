@@ -50,7 +50,9 @@ def test_reencoded_ptd_loads_in_official_runtime(official, official_runtime, tmp
     ours = tmp_path / "ours.ptd"
     ours.write_bytes(encode_ptd(decode_ptd(case.ptd.read_bytes())))
     (x,) = case.inputs["forward"]
-    expected = official_runtime._load_for_executorch(str(case.pte), data_path=str(case.ptd)).forward((x,))
+    expected = official_runtime._load_for_executorch(
+        str(case.pte), data_path=str(case.ptd)
+    ).forward((x,))
     got = official_runtime._load_for_executorch(str(case.pte), data_path=str(ours)).forward((x,))
     assert torch.equal(expected[0], got[0])
     torch.testing.assert_close(got[0], case.module(x).detach())
@@ -74,10 +76,17 @@ def _sample() -> PtdFile:
     nhwc = rng.standard_normal((2, 5, 4, 3)).astype(np.float32)  # physical N, H, W, C
     return PtdFile(
         {
-            "a.weight": PtdEntry(TensorLayout(ScalarType.FLOAT, [3, 7], [0, 1]), rng.standard_normal((3, 7)).astype(np.float32).tobytes()),
-            "a.bias": PtdEntry(TensorLayout(ScalarType.HALF, [7], [0]), np.arange(7, dtype=np.float16).tobytes()),
+            "a.weight": PtdEntry(
+                TensorLayout(ScalarType.FLOAT, [3, 7], [0, 1]),
+                rng.standard_normal((3, 7)).astype(np.float32).tobytes(),
+            ),
+            "a.bias": PtdEntry(
+                TensorLayout(ScalarType.HALF, [7], [0]), np.arange(7, dtype=np.float16).tobytes()
+            ),
             # channels last: logical N, C, H, W stored as N, H, W, C
-            "conv": PtdEntry(TensorLayout(ScalarType.FLOAT, [2, 3, 5, 4], [0, 2, 3, 1]), nhwc.tobytes()),
+            "conv": PtdEntry(
+                TensorLayout(ScalarType.FLOAT, [2, 3, 5, 4], [0, 2, 3, 1]), nhwc.tobytes()
+            ),
             "ids": PtdEntry(TensorLayout(ScalarType.LONG, [], []), np.int64(42).tobytes()),
             "blob": PtdEntry(None, b"opaque delegate bytes"),
         }
@@ -91,7 +100,9 @@ def _with_shared(ptd: PtdFile) -> PtdFile:
     return ptd
 
 
-@pytest.mark.parametrize("segment_alignment,tensor_alignment", [(128, 16), (16, 64), (1, 1), (4096, 32)])
+@pytest.mark.parametrize(
+    "segment_alignment,tensor_alignment", [(128, 16), (16, 64), (1, 1), (4096, 32)]
+)
 def test_round_trip_and_alignment(segment_alignment, tensor_alignment):
     ptd = _with_shared(_sample())
     data = encode_ptd(ptd, segment_alignment=segment_alignment, tensor_alignment=tensor_alignment)
@@ -104,7 +115,9 @@ def test_round_trip_and_alignment(segment_alignment, tensor_alignment):
     assert again == data
     # The segment table: shared bytes stored once, every segment aligned in the file.
     h = back.header
-    flat = decode_root(memoryview(data)[: h.flatbuffer_offset + h.flatbuffer_size], FlatTensor, b"FT01")
+    flat = decode_root(
+        memoryview(data)[: h.flatbuffer_offset + h.flatbuffer_size], FlatTensor, b"FT01"
+    )
     assert len(flat.segments) == len(ptd.entries) - 1
     align = max(segment_alignment, tensor_alignment)
     assert h.segment_base_offset % align == 0
@@ -143,12 +156,19 @@ def test_ptd_errors():
     data = bytearray(encode_ptd(_sample()))
     with pytest.raises(FormatError, match=r"file identifier b'ET12' at offset 4"):
         decode_ptd(bytes(data[:4]) + b"ET12" + bytes(data[8:]))
-    with pytest.raises(FormatError, match=r"unsupported data file version: file identifier b'FT02'"):
+    with pytest.raises(
+        FormatError, match=r"unsupported data file version: file identifier b'FT02'"
+    ):
         decode_ptd(bytes(data[:4]) + b"FT02" + bytes(data[8:]))
-    with pytest.raises(FormatError, match=r"flat tensor header magic at offset 8 is b'XH01', expected b'FH01'"):
+    with pytest.raises(
+        FormatError, match=r"flat tensor header magic at offset 8 is b'XH01', expected b'FH01'"
+    ):
         decode_ptd(bytes(data[:8]) + b"XH01" + bytes(data[12:]))
     cut = len(data) - 3
-    with pytest.raises(FormatError, match=rf"segment \d+ extends past the end of the file: offset \d+ \+ size \d+ > {cut}"):
+    with pytest.raises(
+        FormatError,
+        match=rf"segment \d+ extends past the end of the file: offset \d+ \+ size \d+ > {cut}",
+    ):
         decode_ptd(bytes(data[:cut]))
     with pytest.raises(FormatError, match="flatbuffer offset 48 \\+ size \\d+ > file size 100"):
         decode_ptd(bytes(data[:100]))
@@ -162,7 +182,10 @@ def test_ptd_errors():
 
 def test_layout_checks():
     ptd = PtdFile({"w": PtdEntry(TensorLayout(ScalarType.FLOAT, [4, 4], [0, 1]), bytes(60))})
-    with pytest.raises(FormatError, match=r"named_data\[0\] \('w'\): a FLOAT tensor of sizes \[4, 4\] needs 64 bytes, but its segment holds 60"):
+    with pytest.raises(
+        FormatError,
+        match=r"named_data\[0\] \('w'\): a FLOAT tensor of sizes \[4, 4\] needs 64 bytes, but its segment holds 60",
+    ):
         decode_ptd(encode_ptd(ptd))
     ptd = PtdFile({"w": PtdEntry(TensorLayout(ScalarType.FLOAT, [2, 2], [0, 0]), bytes(16))})
     with pytest.raises(FormatError, match="not a permutation"):

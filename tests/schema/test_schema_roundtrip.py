@@ -102,7 +102,9 @@ def _plan(name: str, delegates: list[BackendDelegate]) -> ExecutionPlan:
                 0,
                 [8],
                 [0],
-                extra_tensor_info=ExtraTensorInfo(0, "ext.w", TensorDataLocation.EXTERNAL, DeviceType.CUDA, 1),
+                extra_tensor_info=ExtraTensorInfo(
+                    0, "ext.w", TensorDataLocation.EXTERNAL, DeviceType.CUDA, 1
+                ),
             )
         ),
     ]
@@ -121,7 +123,10 @@ def _plan(name: str, delegates: list[BackendDelegate]) -> ExecutionPlan:
         values=values,
         inputs=[6],
         outputs=[12],
-        chains=[Chain([6], [12], instructions, frames), Chain([], [], [Instruction(FreeCall(5))], None)],
+        chains=[
+            Chain([6], [12], instructions, frames),
+            Chain([], [], [Instruction(FreeCall(5))], None),
+        ],
         operators=[Operator("aten::add", "out"), Operator("aten::relu", "")],
         delegates=delegates,
         non_const_buffer_sizes=[0, 5 * 2**32 + 128],
@@ -140,12 +145,19 @@ def _sample(*, inline_delegates: bool = True, segments: bool = True) -> PteFile:
     ]
     inline = []
     if inline_delegates:
-        delegates.append(BackendDelegate("BackendB", BackendDelegateDataReference(DataLocation.INLINE, 0), []))
+        delegates.append(
+            BackendDelegate("BackendB", BackendDelegateDataReference(DataLocation.INLINE, 0), [])
+        )
         inline = [BackendDelegateInlineData(rng.bytes(37))]
     program = Program(
         version=0,
         execution_plan=[_plan("forward", delegates), _plan("other", [])],
-        constant_buffer=[Buffer(b""), Buffer(rng.bytes(24)), Buffer(rng.bytes(5)), Buffer(rng.bytes(100))],
+        constant_buffer=[
+            Buffer(b""),
+            Buffer(rng.bytes(24)),
+            Buffer(rng.bytes(5)),
+            Buffer(rng.bytes(100)),
+        ],
         backend_delegate_data=inline,
     )
     if not segments:
@@ -191,7 +203,9 @@ def test_round_trip_is_byte_identical(options):
     # Contents survive: tables equal, blobs equal.
     assert back.program == pte.program
     assert [bytes(b) for b in back.delegate_segments] == [bytes(b) for b in pte.delegate_segments]
-    assert [bytes(b.storage) for b in back.mutable_data] == [bytes(b.storage) for b in pte.mutable_data]
+    assert [bytes(b.storage) for b in back.mutable_data] == [
+        bytes(b.storage) for b in pte.mutable_data
+    ]
     assert {k: bytes(v.data) for k, v in back.named_data.items()} == {
         k: bytes(v.data) for k, v in pte.named_data.items()
     }

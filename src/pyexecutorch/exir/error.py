@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -27,6 +28,7 @@ class MissingKernelError(ExportError):
     """The program calls operators that the pyexecutorch runtime has no kernel for."""
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -41,15 +43,23 @@ def source_location(node: torch.fx.Node | None, owner: torch.fx.Node | None = No
     if node is None:
         return "<unknown source>"
     trace = node.meta.get("stack_trace") or ""
+    frames = []  # (file, line, function, code), outermost first
     lines = trace.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = _FRAME.search(lines[i])
-        if m and m.group(1).startswith("<"):
+    for i, line in enumerate(lines):
+        m = _FRAME.search(line)
+        if m is None or m.group(1).startswith("<"):
             continue
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]) else ""
-            where = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
-            return f"{where}: {code}" if code else where
+        code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]) else ""
+        frames.append((m.group(1), m.group(2), m.group(3), code))
+    if frames:
+        # The innermost frame in the user's code, not in torch's own modules.
+        user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+        best = user[-1] if user else frames[-1]
+        text = f"{best[0]}:{best[1]} in {best[2]}" + (f": {best[3]}" if best[3] else "")
+        if user and frames[-1] is not best:
+            inner = frames[-1]
+            text += f" (in {os.path.basename(inner[0])}:{inner[1]})"
+        return text
     if owner is not None:
         return f"{source_location(owner)} (inside the branch/body, node {node.name})"
     from_node = node.meta.get("from_node")

@@ -47,7 +47,9 @@ def graph_modules(gm: GraphModule) -> Iterator[GraphModule]:
                 yield from graph_modules(sub)
 
 
-def nodes_with_owner(gm: GraphModule, owner: Node | None = None) -> Iterator[tuple[GraphModule, Node, Node | None]]:
+def nodes_with_owner(
+    gm: GraphModule, owner: Node | None = None
+) -> Iterator[tuple[GraphModule, Node, Node | None]]:
     """Every node of ``gm`` and its submodules with the top-level control-flow
     node that runs it (None at top level), for error messages."""
     for node in list(gm.graph.nodes):
@@ -111,7 +113,13 @@ def insert_call(
     kwargs = kwargs or {}
     node = graph.call_function(target, args, kwargs)
     if like is not None:
-        for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "debug_handle"):
+        for key in (
+            "stack_trace",
+            "nn_module_stack",
+            "source_fn_stack",
+            "from_node",
+            "debug_handle",
+        ):
             if key in like.meta:
                 node.meta[key] = like.meta[key]
     if val is None and fake_mode is not None:
@@ -119,6 +127,49 @@ def insert_call(
     if val is not None:
         node.meta["val"] = val
     return node
+
+
+def _layout(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        try:
+            return (v.dtype, tuple(v.shape), tuple(v.stride()))
+        except Exception:
+            return None
+    if isinstance(v, (list, tuple)):
+        return tuple(_layout(x) for x in v)
+    return None
+
+
+def refresh_layouts(gm: GraphModule, fake_mode, dirty: set[Node]) -> None:
+    """Recompute ``meta['val']`` downstream of ``dirty`` nodes whose strides changed.
+
+    Replacing a view with a copy makes its result contiguous; ops after it
+    inherit the new layout (TensorIterator keeps its inputs' memory format).
+    Control-flow and data-dependent nodes keep their values.
+    """
+    if not dirty:
+        return
+    for node in gm.graph.nodes:
+        if node in dirty or node.op != "call_function":
+            continue
+        if not any(a in dirty for a in node.all_input_nodes):
+            continue
+        target = node.target
+        if is_control_flow(node) or not callable(target):
+            continue
+        if (
+            isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.data_dependent_output in target.tags
+        ):
+            continue
+        old = node.meta.get("val")
+        try:
+            new = infer_val(fake_mode, target, node.args, node.kwargs)
+        except Exception:
+            continue
+        if _layout(new) != _layout(old):
+            node.meta["val"] = new
+            dirty.add(node)
 
 
 def copy_graph_module(gm: GraphModule) -> GraphModule:
@@ -172,7 +223,9 @@ def updated_signature(old: ExportGraphSignature, gm: GraphModule) -> ExportGraph
         inputs.append(InputSpec(spec.kind, arg, spec.target, spec.persistent))
     outs = pytree.tree_leaves(gm.graph.output_node().args[0])
     if len(outs) != len(old.output_specs):
-        raise RuntimeError(f"graph has {len(outs)} outputs but the signature lists {len(old.output_specs)}")
+        raise RuntimeError(
+            f"graph has {len(outs)} outputs but the signature lists {len(old.output_specs)}"
+        )
     outputs = []
     for node, spec in zip(outs, old.output_specs, strict=True):
         if isinstance(spec.arg, ConstantArgument) or not isinstance(node, Node):
@@ -190,39 +243,26 @@ def rebuild(
     *,
     constants: dict | None = None,
     state_dict: dict | None = None,
-    verifiers=None,
 ) -> ExportedProgram:
-    """A new ExportedProgram around ``gm`` with ``ep``'s other fields."""
+    """A new ExportedProgram around ``gm`` with ``ep``'s other fields.
+
+    Built without torch's verifier: edge graphs hold ``dim_order_ops`` and
+    executorch graphs hold out variants and ``memory`` markers, which the
+    ATen verifier rejects (the official exporter swaps graphs into existing
+    programs for the same reason).
+    """
     sig = signature if signature is not None else updated_signature(ep.graph_signature, gm)
-    new_ep = ExportedProgram(
-        root=gm,
-        graph=gm.graph,
-        graph_signature=sig,
-        state_dict=ep.state_dict if state_dict is None else state_dict,
-        range_constraints=ep.range_constraints,
-        module_call_graph=copy.deepcopy(ep._module_call_graph),
-        example_inputs=ep.example_inputs,
-        constants=ep.constants if constants is None else constants,
-        verifiers=verifiers if verifiers is not None else [_LenientVerifier],
-    )
-    new_ep.graph_module.meta.update(gm.meta)
+    new_ep = copy.copy(ep)
+    new_ep._graph_module = gm
+    new_ep._graph_signature = sig
+    if constants is not None:
+        new_ep._constants = constants
+    if state_dict is not None:
+        new_ep._state_dict = state_dict
     return new_ep
 
 
-class _LenientVerifier(torch._export.verifier.Verifier):
-    """Accepts any call target: executorch graphs hold markers like ``memory.alloc``."""
-
-    dialect = "PYEXECUTORCH"
-
-    def allowed_op_types(self):
-        return (object,)
-
-    def allowed_getattr_types(self):
-        return (object,)
-
-    def allowed_getattr_types_for_subgm(self):
-        return (object,)
-
-
 def getitem_users(node: Node) -> dict[int, Node]:
-    return {u.args[1]: u for u in node.users if u.op == "call_function" and u.target is operator.getitem}
+    return {
+        u.args[1]: u for u in node.users if u.op == "call_function" and u.target is operator.getitem
+    }

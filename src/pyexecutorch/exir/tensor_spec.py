@@ -52,7 +52,9 @@ TORCH_TO_SCALAR_TYPE: dict[torch.dtype, ScalarType] = {
     torch.uint32: ScalarType.UINT32,
     torch.uint64: ScalarType.UINT64,
 }
-SCALAR_TYPE_TO_TORCH: dict[ScalarType, torch.dtype] = {v: k for k, v in TORCH_TO_SCALAR_TYPE.items()}
+SCALAR_TYPE_TO_TORCH: dict[ScalarType, torch.dtype] = {
+    v: k for k, v in TORCH_TO_SCALAR_TYPE.items()
+}
 
 
 def scalar_type_of_torch(dtype: torch.dtype) -> ScalarType:
@@ -184,7 +186,11 @@ class TensorSpec:
                 requires_grad=tensor.requires_grad,
                 layout=tensor.layout,
             )
-        dim_order = dim_order_from_strides(tuple(tensor.stride())) if tensor.layout == torch.strided else None
+        dim_order = (
+            dim_order_from_strides(tuple(tensor.stride()))
+            if tensor.layout == torch.strided
+            else None
+        )
         return cls(
             dtype=tensor.dtype,
             shape=shape,
@@ -201,7 +207,9 @@ class TensorSpec:
     def __repr__(self) -> str:
         extra = ""
         if self.mem_id is not None:
-            extra = f", mem_id={self.mem_id}, mem_offset={self.mem_offset}, lifetime={self.lifetime}"
+            extra = (
+                f", mem_id={self.mem_id}, mem_offset={self.mem_offset}, lifetime={self.lifetime}"
+            )
         dyn = "" if self.is_static_shape_tensor else f", {self.shape_dynamism.name}"
         const = ", const" if self.const else ""
         return f"TensorSpec({self.dtype}, {list(self.shape)}{dyn}{const}{extra})"

@@ -25,8 +25,12 @@ from pyexecutorch.kernels.elementwise import (
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 
-def _floating(compute: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, o: np.ndarray, name: str) -> None:
+def _floating(
+    compute: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, o: np.ndarray, name: str
+) -> None:
     """o = f(x) for an op torch defines on floating tensors only (float16 runs in float32)."""
+    if x.ndim == 0:  # ufuncs return scalars for 0-dim arrays: work on 1-element views
+        x, o = x.reshape(1), o.reshape(1)
     dt = x.dtype
     if dt is o.dtype and dt in FLOATS:
         compute(x, o)
@@ -51,14 +55,20 @@ def relu(x, out):
     if dt is o.dtype and dt in FLOATS:
         np.maximum(x, 0, out=o)  # NaN propagates, as in torch
         return o
-    if dt == BOOL:
+    return _relu_general(x, o)
+
+
+@quiet
+def _relu_general(x, o):
+    if x.dtype == BOOL:
         raise KernelError("relu is not supported for bool tensors")
-    check_out(dt, o)
+    check_out(x.dtype, o)
     np.maximum(x, 0, out=o, casting="unsafe")
     return o
 
 
 @kernel("aten::leaky_relu.out")
+@quiet
 def leaky_relu(x, negative_slope, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
     slope = float(negative_slope)

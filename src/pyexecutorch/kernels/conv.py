@@ -18,6 +18,7 @@ method that runs repeatedly allocates nothing after its first execution.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import weakref
@@ -34,10 +35,33 @@ from pyexecutorch.kernels.registry import KernelError, kernel
 # ---------------------------------------------------------------------------
 # Caches shared by the kernels of this family.
 
-_SCRATCH: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_SCRATCH: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
 _SCRATCH_MAX_ENTRIES = 64
 _SCRATCH_MAX_BYTES = 512 << 20
 _scratch_bytes = 0
+
+
+def scratch_object(key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
+    """A per-thread work object (buffers and views of them) reused across calls.
+
+    ``make()`` returns ``(object, nbytes)``; the cache is an LRU bounded in
+    entries and bytes, so a rarely used shape eventually releases its memory.
+    """
+    global _scratch_bytes
+    k = (threading.get_ident(), key)
+    entry = _SCRATCH.get(k)
+    if entry is not None:
+        _SCRATCH.move_to_end(k)
+        return entry[0]
+    entry = make()
+    _SCRATCH[k] = entry
+    _scratch_bytes += entry[1]
+    while len(_SCRATCH) > 1 and (
+        len(_SCRATCH) > _SCRATCH_MAX_ENTRIES or _scratch_bytes > _SCRATCH_MAX_BYTES
+    ):
+        _, old = _SCRATCH.popitem(last=False)
+        _scratch_bytes -= old[1]
+    return entry[0]
 
 
 def scratch(
@@ -52,23 +76,17 @@ def scratch(
     buffer is created (after zeroing); a caller that relies on parts of the
     buffer staying as initialised must never write those parts.
     """
-    global _scratch_bytes
-    k = (threading.get_ident(), key, shape, np.dtype(dtype).char)
-    buf = _SCRATCH.get(k)
-    if buf is not None:
-        _SCRATCH.move_to_end(k)
-        return buf
-    buf = np.zeros(shape, dtype)
-    if init is not None:
-        init(buf)
-    _SCRATCH[k] = buf
-    _scratch_bytes += buf.nbytes
-    while len(_SCRATCH) > 1 and (
-        len(_SCRATCH) > _SCRATCH_MAX_ENTRIES or _scratch_bytes > _SCRATCH_MAX_BYTES
-    ):
-        _, old = _SCRATCH.popitem(last=False)
-        _scratch_bytes -= old.nbytes
-    return buf
+
+    def make() -> tuple[np.ndarray, int]:
+        buf = np.zeros(shape, dtype)
+        if init is not None:
+            init(buf)
+        return buf, buf.nbytes
+
+    return scratch_object((key, shape, np.dtype(dtype).char), make)
+
+
+_PLAN_IDS = itertools.count()
 
 
 _DERIVED: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
@@ -247,6 +265,102 @@ def _fold_plan(
 _COL_LIMIT = 1 << 23
 
 
+class _Unfold:
+    """The column-buffer plan of one forward geometry.
+
+    The column buffer is ``(nb, groups * (Kg + extra), rows * rest)`` with
+    ``Kg = C/groups * taps``: per group its unfolded input rows, then (with
+    ``extra``) a row of ones that multiplies the bias column of the fused
+    weight matrix. ``blocks`` lists, per block of batch items and output
+    rows: the batch slice of the input (``None`` for all), the copies that
+    unfold it (full index tuples into the ``(nb, G, Cg, taps, rows, *rest)``
+    view and the ``(n, G, Cg, *in)`` input; a ``None`` source zeroes), and
+    the output's batch and column range.
+    """
+
+    def __init__(self, n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit):
+        taps = math.prod(k_sp)
+        rest = math.prod(out_sp[1:])
+        rows = out_sp[0]
+        cg = c // groups
+        kg = cg * taps
+        per_row = groups * (kg + extra) * rest
+        if n * per_row * rows <= limit:
+            nb, blk = n, rows
+        else:
+            nb, blk = 1, max(1, min(rows, limit // per_row))
+        zero_rows = -(-rows // blk) > 1
+        self.nb = nb
+        self.groups = groups
+        self.kdim = kg + extra
+        self.kg = kg
+        self.x_shape = (n, groups, cg, *in_sp)
+        self.shape = (nb, groups * (kg + extra), blk * rest)
+        self.view_shape = (nb, groups, cg, taps, blk, *out_sp[1:])
+        self.extra = extra
+        self.dtype = np.dtype(char)
+        self.key = ("unfold", next(_PLAN_IDS))
+        full = (slice(None),) * 3
+        blocks = []
+        for n0 in range(0, n, nb):
+            xsl = None if nb == n else slice(n0, n0 + nb)
+            for r0 in range(0, rows, blk):
+                r1 = min(rows, r0 + blk)
+                ops = tuple(
+                    (full + dst, None if src is None else full + src)
+                    for dst, src in _unfold_plan(
+                        in_sp, k_sp, stride, pad, dil, out_sp, r0, r1, zero_rows
+                    )
+                )
+                blocks.append((xsl, ops, n0, n0 + nb, r0 * rest, r1 * rest, (r1 - r0) * rest))
+        self.blocks = tuple(blocks)
+        self.single = len(blocks) == 1
+        # Per block: the last input seen and its source views (the runtime
+        # passes the same planned array every execution).
+        self._sources: list[tuple | None] = [None] * len(blocks)
+
+    def _make(self):
+        # Zero from allocation: cells no tap covers (the padding) stay zero,
+        # because only this plan ever writes this buffer; so do the ones rows.
+        nb, g, kg = self.nb, self.groups, self.kg
+        col = np.zeros(self.shape, self.dtype)
+        per_group = col.reshape(nb, g, kg + self.extra, -1)
+        if self.extra:
+            per_group[:, :, kg, :] = 1
+        cview = np.reshape(per_group[:, :, :kg], self.view_shape, copy=False)
+        per_block = []
+        for _, ops, _, _, _, _, npx in self.blocks:
+            dsts = tuple(cview[dst] for dst, _ in ops)
+            b = col[:, :, :npx]
+            if g > 1:
+                b = np.reshape(b, (nb, g, self.kdim, npx), copy=False)
+            elif nb == 1:
+                b = b[0]
+            per_block.append((dsts, b))
+        return tuple(per_block), col.nbytes
+
+    def buffers(self) -> tuple:
+        """Per block, this thread's destination views and the product's column operand."""
+        return scratch_object(self.key, self._make)
+
+    def sources(self, i: int, x: np.ndarray) -> tuple:
+        cached = self._sources[i]
+        if cached is not None and cached[0] is x:
+            return cached[1]
+        xsl = self.blocks[i][0]
+        xs = x.reshape(self.x_shape)
+        if xsl is not None:
+            xs = xs[xsl]
+        views = tuple(None if src is None else xs[src] for _, src in self.blocks[i][1])
+        self._sources[i] = (x, views)
+        return views
+
+
+@lru_cache(maxsize=128)
+def _unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit) -> _Unfold:
+    return _Unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit)
+
+
 def _conv_out_size(i: int, k: int, s: int, p: int, d: int) -> int:
     return (i + 2 * p - d * (k - 1) - 1) // s + 1
 
@@ -269,21 +383,19 @@ def _weight_matrix(w: np.ndarray, groups: int, cdt: np.dtype) -> np.ndarray:
     return derived(("wmat", groups, cdt.char), (w,), make)
 
 
-def _fused_weight_matrix(w: np.ndarray, b: np.ndarray, cdt: np.dtype) -> np.ndarray:
-    """``[weight | bias]`` of shape ``(OC, C*taps + 1)`` for a ones row in the columns."""
+def _fused_weight_matrix(w: np.ndarray, b: np.ndarray, groups: int, cdt: np.dtype) -> np.ndarray:
+    """``[weight | bias]`` per group, ``(OC, Kg + 1)`` or ``(G, OCg, Kg + 1)``, for the
+    ones rows of the columns."""
 
     def make() -> np.ndarray:
         oc = w.shape[0]
-        m = np.empty((oc, math.prod(w.shape[1:]) + 1), cdt)
-        m[:, :-1] = w.reshape(oc, -1)
+        kg = math.prod(w.shape[1:])
+        m = np.empty((oc, kg + 1), cdt)
+        m[:, :-1] = w.reshape(oc, kg)
         m[:, -1] = b
-        return m
+        return m if groups == 1 else m.reshape(groups, oc // groups, kg + 1)
 
-    return derived(("wfused", cdt.char), (w, b), make)
-
-
-def _set_ones_row(buf: np.ndarray) -> None:
-    buf[:, -1, :] = 1
+    return derived(("wfused", groups, cdt.char), (w, b), make)
 
 
 def conv_forward(
@@ -314,7 +426,11 @@ def conv_forward(
         else:
             target[...] = b.reshape((oc,) + (1,) * len(out_sp))
         return
-    t3 = view_as(target, (n, oc, npix))
+    t3 = (
+        target.reshape(n, oc, npix)
+        if target.flags.c_contiguous
+        else view_as(target, (n, oc, npix))
+    )
     if t3 is None:
         tmp = scratch("conv-out", target.shape, cdt)
         conv_forward(x, w, b, stride, pad, dil, groups, tmp, cdt)
@@ -327,7 +443,7 @@ def conv_forward(
     taps = math.prod(k_sp)
     kdim = cg * taps
 
-    pointwise = taps == 1 and all(s == 1 for s in stride) and not any(pad)
+    pointwise = taps == 1 and all(s == 1 for s in stride) and not any(pad) and in_sp == out_sp
     if pointwise:
         wm = _weight_matrix(w, groups, cdt)
         if groups == 1:
@@ -336,9 +452,7 @@ def conv_forward(
             else:
                 np.matmul(wm, x.reshape(n, c, npix), out=t3)
         else:
-            np.matmul(
-                wm, x.reshape(n, groups, cg, npix), out=t3.reshape(n, groups, ocg, npix)
-            )
+            np.matmul(wm, x.reshape(n, groups, cg, npix), out=t3.reshape(n, groups, ocg, npix))
         if b is not None:
             np.add(t3, b.reshape(oc, 1), out=t3)
         return
@@ -347,56 +461,27 @@ def conv_forward(
     # weights are constants and the extra row is cheap relative to K.
     fuse = (
         b is not None
-        and groups == 1
-        and kdim >= 16
+        and kdim >= (16 if groups == 1 else 8)
         and not w.flags.writeable
         and not b.flags.writeable
     )
     extra = 1 if fuse else 0
-    wm = _fused_weight_matrix(w, b, cdt) if fuse else _weight_matrix(w, groups, cdt)
+    wm = _fused_weight_matrix(w, b, groups, cdt) if fuse else _weight_matrix(w, groups, cdt)
 
-    rest = math.prod(out_sp[1:])
-    per_row = (c * taps + extra) * rest
-    rows = out_sp[0]
-    if n * per_row * rows <= _COL_LIMIT:
-        nb, blk = n, rows
-    else:
-        nb, blk = 1, max(1, min(rows, _COL_LIMIT // per_row))
-    nblocks = -(-rows // blk)
-    zero_rows = nblocks > 1
-    col = scratch(
-        ("conv-col", c, taps, extra, blk, rest),
-        (nb, c * taps + extra, blk * rest),
-        cdt,
-        _set_ones_row if fuse else None,
-    )
-    col_data = col[:, : c * taps] if fuse else col
-    col_view = np.reshape(col_data, (nb, c, taps, blk) + tuple(out_sp[1:]), copy=False)
-    full = (slice(None), slice(None))
-    for n0 in range(0, n, nb):
-        xs = x[n0 : n0 + nb] if nb != n else x
-        for r0 in range(0, rows, blk):
-            r1 = min(rows, r0 + blk)
-            plan = _unfold_plan(in_sp, k_sp, stride, pad, dil, out_sp, r0, r1, zero_rows)
-            for dst, src in plan:
-                if src is None:
-                    col_view[full + dst] = 0
-                else:
-                    col_view[full + dst] = xs[full + src]
-            npx = (r1 - r0) * rest
-            cols = col if r1 - r0 == blk else col[:, :, :npx]
-            dst3 = t3[n0 : n0 + nb, :, r0 * rest : r1 * rest]
-            if groups == 1:
-                if nb == 1:
-                    np.matmul(wm, cols[0], out=dst3[0])
-                else:
-                    np.matmul(wm, cols, out=dst3)
+    u = _unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, cdt.char, _COL_LIMIT)
+    per_block = u.buffers()
+    for i, (_, _, n0, n1, a, z, npx) in enumerate(u.blocks):
+        dsts, cols = per_block[i]
+        for d, v in zip(dsts, u.sources(i, x), strict=True):
+            if v is None:
+                d[...] = 0
             else:
-                np.matmul(
-                    wm,
-                    cols.reshape(nb, groups, kdim, npx),
-                    out=dst3.reshape(nb, groups, ocg, npx),
-                )
+                d[...] = v
+        dst3 = t3 if u.single else t3[n0:n1, :, a:z]
+        if groups == 1:
+            np.matmul(wm, cols, out=dst3[0] if n1 - n0 == 1 else dst3)
+        else:
+            np.matmul(wm, cols, out=dst3.reshape(n1 - n0, groups, ocg, npx))
     if b is not None and not fuse:
         np.add(t3, b.reshape(oc, 1), out=t3)
 
@@ -556,10 +641,12 @@ def _into(out: np.ndarray, shape: tuple[int, ...], cdt: np.dtype, fn: Callable[[
     return o
 
 
-@kernel("aten::convolution.out")
-def convolution(
-    input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
-):
+# Validated signatures: (shapes, dtypes, parameters) -> (stride, padding,
+# dilation, out shape, compute dtype), so repeated calls skip the checks.
+_SIGNATURES: dict[tuple, tuple] = {}
+
+
+def _signature(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     op = "convolution"
     s, p, d, _, shape = _conv_geometry(
         op, input, weight, stride, padding, dilation, transposed, output_padding, groups
@@ -568,8 +655,48 @@ def convolution(
     oc = shape[1]
     if bias is not None and bias.shape != (oc,):
         raise KernelError(f"{op}: bias must have shape ({oc},), got {bias.shape}")
+    return s, p, d, shape, cdt
+
+
+@kernel("aten::convolution.out")
+def convolution(
+    input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+):
+    try:
+        key = (
+            input.shape,
+            input.dtype,
+            weight.shape,
+            weight.dtype,
+            None if bias is None else (bias.shape, bias.dtype),
+            tuple(stride),
+            tuple(padding),
+            tuple(dilation),
+            transposed,
+            tuple(output_padding),
+            groups,
+        )
+        sig = _SIGNATURES.get(key)
+    except TypeError:  # int parameters instead of lists: no memo
+        key = sig = None
+    if sig is None:
+        sig = _signature(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+        )
+        if key is not None:
+            if len(_SIGNATURES) >= 512:
+                _SIGNATURES.clear()
+            _SIGNATURES[key] = sig
+    s, p, d, shape, cdt = sig
     fwd = conv_transpose_forward if transposed else conv_forward
-    return _into(out, shape, cdt, lambda t: fwd(input, weight, bias, s, p, d, groups, t, cdt))
+    o = fit(out, shape)
+    if o.dtype == cdt:
+        fwd(input, weight, bias, s, p, d, groups, o, cdt)
+    else:
+        tmp = scratch("conv-cast", shape, cdt)
+        fwd(input, weight, bias, s, p, d, groups, tmp, cdt)
+        np.copyto(o, tmp, casting="unsafe")
+    return o
 
 
 @kernel("aten::convolution_backward.out", n_outs=3)

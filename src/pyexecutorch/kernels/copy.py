@@ -76,6 +76,8 @@ def copy(self, src, non_blocking, out):
 @kernel("aten::copy_", n_outs=0)
 def copy_(self, src, non_blocking):
     _broadcast_to_self(self, src, "copy_")
+    if not self.flags.writeable:
+        raise KernelError("copy_: self is read-only (a constant cannot be written in place)")
     assign(self, src)
 
 

@@ -75,8 +75,28 @@ def scalar_tensor(s, out):
     return out
 
 
+# (start, end, step, dtype) -> the values; arange arguments are usually
+# constants of the program, so a call is one copy.
+_ARANGES: dict[tuple, np.ndarray] = {}
+
+
 def _arange(start, end, step, out):
-    dtype = out.dtype
+    key = (start, end, step, out.dtype)
+    values = _ARANGES.get(key)
+    if values is None:
+        values = _arange_values(start, end, step, out.dtype)
+        if len(_ARANGES) > 256:
+            _ARANGES.clear()
+        if values.size <= 1 << 16:
+            values.flags.writeable = False
+            _ARANGES[key] = values
+    out = fit(out, values.shape)
+    out[...] = values
+    return out
+
+
+def _arange_values(start, end, step, dtype: np.dtype) -> np.ndarray:
+    """torch's arange: its length rule, values start + i * step rounded once."""
     if dtype.kind not in "iuf":
         raise KernelError(f"arange: unsupported output dtype {dtype}")
     fs, fe, fp = float(start), float(end), float(step)
@@ -94,28 +114,26 @@ def _arange(start, end, step, out):
         s, e, p = (
             int(v) if isinstance(v, bool | int) else math.trunc(v) for v in (start, end, step)
         )
-        if p == 0:
-            raise KernelError("arange: step must be nonzero")
         if dtype == np.int64:
+            # torch sizes int64 ranges from the truncated scalars (other integer
+            # types use the double formula below and may repeat a value).
+            if p == 0:
+                raise KernelError("arange: step must be nonzero")
             sgn = (p > 0) - (p < 0)
             num = e - s + p - sgn
             n = abs(num) // abs(p) * (1 if (num >= 0) == (p > 0) else -1)
         else:
             n = math.ceil((fe - fs) / fp)
-        n = max(n, 0)
-        out = fit(out, (n,))
-        values = np.arange(n, dtype=np.int64)
-        values *= p
-        values += s
-        assign(out, values)
-        return out
-    n = math.ceil((fe - fs) / fp)
-    out = fit(out, (n,))
-    values = np.arange(n, dtype=np.float64)
-    values *= fp
-    values += fs
-    assign(out, values)
-    return out
+        wide = np.arange(max(n, 0), dtype=np.int64)
+        wide *= p
+        wide += s
+    else:
+        wide = np.arange(math.ceil((fe - fs) / fp), dtype=np.float64)
+        wide *= fp
+        wide += fs
+    values = np.empty(wide.shape, dtype)
+    assign(values, wide)
+    return values
 
 
 @kernel("aten::arange.out")

@@ -190,12 +190,15 @@ def checked_scalar(value: object, dt: np.dtype, what: str) -> object:
         else:
             v = int(value)  # type: ignore[call-overload]
         lo, hi = _INT_RANGE[dt]
+        if k == "u" and -hi <= v < 0 and not isinstance(value, float):
+            v += hi + 1  # torch lets negative integers wrap into unsigned types
         if not lo <= v <= hi:
             raise KernelError(f"{what} {value!r} cannot be converted to {dt} without overflow")
         return dt.type(v)
     if k == "f":
         v = float(value)  # type: ignore[arg-type]
-        if dt != F64 and v == v and abs(v) != float("inf") and abs(v) > float(np.finfo(dt).max):
+        big = v == v and abs(v) != float("inf")
+        if big and dt != F64 and abs(v) > float(np.finfo(dt).max):
             raise KernelError(f"{what} {value!r} cannot be converted to {dt} without overflow")
         return dt.type(v)
     if k == "b":
@@ -203,17 +206,25 @@ def checked_scalar(value: object, dt: np.dtype, what: str) -> object:
     return dt.type(value)
 
 
-def operand(x: object, ct: np.dtype) -> object:
+def operand(x: object, ct: np.dtype, opmath: bool = False) -> object:
     """An operand (array or Python scalar) prepared for a computation in ``ct``.
 
     0-dim tensors are converted to ``ct`` first (torch casts them to the
-    common dtype); float16 computations round their other inputs to float16
-    before the float32 loop, as torch does.
+    common dtype) and float16 computations round their other inputs to
+    float16 before the float32 loop, as torch does. The exception is torch's
+    "opmath" scalar: for ``mul`` and the divisions, a Python scalar or 0-dim
+    tensor as the second operand of a float16 computation keeps float32
+    precision (``opmath=True``).
     """
     if isinstance(x, np.ndarray):
-        if x.dtype != ct and (x.ndim == 0 or ct == F16):
-            return x.astype(ct)
+        if x.dtype != ct:
+            if x.ndim == 0:
+                return x.astype(F32 if opmath and ct == F16 else ct)
+            if ct == F16:
+                return x.astype(F16)
         return x
+    if ct == F16 and not opmath:
+        return float(np.float16(x))  # type: ignore[arg-type]
     return scalar_for(x, ct)
 
 
@@ -310,7 +321,7 @@ _RQ = (
 
 # Work on blocks small enough to stay in cache (numpy passes over the whole
 # array once per operation).
-_BLOCK = 8192
+_BLOCK = 16384
 
 
 def _horner(coefs: tuple[float, ...], u: np.ndarray) -> np.ndarray:
@@ -324,11 +335,15 @@ def _horner(coefs: tuple[float, ...], u: np.ndarray) -> np.ndarray:
 
 def _erf_rational(x: np.ndarray, dst: np.ndarray) -> None:
     # float64 block -> dst (any float dtype)
-    z = np.clip(x, -4.0, 4.0)
+    z = np.minimum(x, 4.0)
+    np.maximum(z, -4.0, out=z)
     t = z * z
     p = _horner(_RP, t)
     p *= z
     p /= _horner(_RQ, t)
+    tail = np.abs(x) >= 4.0
+    if tail.any():  # erf rounds to +-1 there in float32; make it exact
+        p[tail] = np.copysign(1.0, x[tail])
     dst[...] = p
 
 
@@ -365,6 +380,8 @@ def _erf_piecewise(x: np.ndarray, dst: np.ndarray) -> None:
 def blocked(fn: Callable[[np.ndarray, np.ndarray], None], x: np.ndarray, dst: np.ndarray) -> None:
     """Apply ``fn(float64 block, dst block)`` over ``x`` in cache-sized blocks."""
     n = x.size
+    if x.ndim == 0:
+        x, dst = x.reshape(1), dst.reshape(1)
     if n <= _BLOCK:
         fn(x.astype(F64, copy=False), dst)
         return
@@ -401,11 +418,15 @@ def erf_block(x: np.ndarray, dst: np.ndarray, accurate: bool) -> None:
 # ---------------------------------------------------------------------------
 
 
-def float_apply(compute: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, o: np.ndarray, name: str) -> None:
+def float_apply(
+    compute: Callable[[np.ndarray, np.ndarray], object], x: np.ndarray, o: np.ndarray, name: str
+) -> None:
     """o = f(x) for a floating function f: ints and bool give float32, float16 runs in float32.
 
     ``compute(v, dst)`` writes f(v) into ``dst`` of the same floating dtype as ``v``.
     """
+    if x.ndim == 0:  # ufuncs return scalars for 0-dim arrays: work on 1-element views
+        x, o = x.reshape(1), o.reshape(1)
     dt = x.dtype
     if dt is o.dtype and dt in FLOATS:
         compute(x, o)
@@ -427,7 +448,7 @@ def float_apply(compute: Callable[[np.ndarray, np.ndarray], object], x: np.ndarr
 def _float_unary(compute: Callable[[np.ndarray, np.ndarray], object], name: str) -> Callable:
     def run(x, out):
         o = out if out.shape == x.shape else fit(out, x.shape)
-        if x.dtype is o.dtype and x.dtype in FLOATS:
+        if x.dtype is o.dtype and x.dtype in FLOATS and x.ndim:
             compute(x, o)
         else:
             float_apply(compute, x, o, name)
@@ -486,13 +507,9 @@ def sigmoid_into(x: np.ndarray, dst: np.ndarray) -> None:
     np.reciprocal(dst, out=dst)
 
 
-def _erf(x, dst):
-    erf_into(x, dst)
-
-
 kernel("aten::rsqrt.out")(_float_unary(_rsqrt, "rsqrt"))
 kernel("aten::sigmoid.out")(_float_unary(sigmoid_into, "sigmoid"))
-kernel("aten::erf.out")(_float_unary(_erf, "erf"))
+kernel("aten::erf.out")(_float_unary(erf_into, "erf"))
 
 
 @kernel("aten::logit.out")
@@ -502,7 +519,14 @@ def logit(x, eps, out):
 
     def compute(v, dst):
         if eps is not None and eps >= 0:  # torch clamps only for eps >= 0
-            v = np.clip(v, eps, 1.0 - eps)
+            # the bounds are computed in the tensor's dtype (1 - 1e-6 is 1 in float16)
+            ft = float_dtype(x.dtype).type
+            e = ft(eps)
+            lo, hi = float(e), float(ft(1) - e)
+            if lo <= hi:
+                v = np.minimum(np.maximum(v, lo), hi)
+            else:  # torch tests x < lo first
+                v = np.where(v < lo, lo, np.where(v > hi, hi, v)).astype(v.dtype)
         denom = np.subtract(1, v)
         np.divide(v, denom, out=dst)
         np.log(dst, out=dst)
@@ -523,20 +547,25 @@ def _same_dtype(x: np.ndarray, out: np.ndarray, name: str, allow_bool: bool = Fa
 
 
 def _rounding(ufunc: np.ufunc, name: str) -> Callable:
+    @quiet
+    def general(x, out):
+        o = _same_dtype(x, out, name)
+        k = x.dtype.kind
+        if k in "iu":
+            np.copyto(o, x, casting="unsafe")  # integers are already whole
+        elif k == "c":
+            raise KernelError(f"{name} does not support complex input (got {x.dtype})")
+        else:
+            ufunc(x, out=o, casting="unsafe")
+        return o
+
     def run(x, out):
         o = out if out.shape == x.shape else fit(out, x.shape)
         dt = x.dtype
         if dt is o.dtype and dt in FLOATS:
             ufunc(x, out=o)
             return o
-        o = _same_dtype(x, out, name)
-        if dt.kind in "iu":
-            np.copyto(o, x, casting="unsafe")  # integers are already whole
-        elif dt.kind == "c":
-            raise KernelError(f"{name} does not support complex input (got {dt})")
-        else:
-            ufunc(x, out=o, casting="unsafe")
-        return o
+        return general(x, out)
 
     return run
 
@@ -553,6 +582,11 @@ def abs_(x, out):
     if x.dtype is o.dtype and x.dtype in FLOATS:
         np.abs(x, out=o)
         return o
+    return _abs_general(x, o)
+
+
+@quiet
+def _abs_general(x, o):
     if x.dtype == BOOL:
         raise KernelError("abs is not supported for bool tensors")
     if x.dtype.kind == "c":
@@ -569,6 +603,11 @@ def neg(x, out):
     if x.dtype is o.dtype and x.dtype in FLOATS:
         np.negative(x, out=o)
         return o
+    return _neg_general(x, o)
+
+
+@quiet
+def _neg_general(x, o):
     if x.dtype == BOOL:
         raise KernelError(
             "negation of a bool tensor is not supported (torch asks for logical_not instead)"
@@ -579,6 +618,7 @@ def neg(x, out):
 
 
 @kernel("aten::sign.out")
+@quiet
 def sign(x, out):
     o = _same_dtype(x, out, "sign", allow_bool=True)
     k = x.dtype.kind
@@ -629,6 +669,7 @@ kernel("aten::isinf.out")(_float_test(np.isinf))
 
 
 @kernel("aten::_conj_physical.out")
+@quiet
 def conj_physical(x, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
     if x.dtype.kind == "c":

@@ -37,7 +37,6 @@ _INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, n
 # loops convert to float32 and round once, like torch)
 _ARITH_FAST = frozenset({F16, F32, F64}) | _INTS
 _SCALAR_TYPES = (int, float)
-_OPT_SCALAR = (int, float, type(None))
 
 
 def _is_bool(x: object) -> bool:
@@ -46,15 +45,22 @@ def _is_bool(x: object) -> bool:
     return isinstance(x, (bool, np.bool_))
 
 
-def _compute(ufunc: np.ufunc, a: object, b: object, o: np.ndarray, ct: np.dtype) -> None:
+def _compute(
+    ufunc: np.ufunc, a: object, b: object, o: np.ndarray, ct: np.dtype, opmath: bool = False
+) -> None:
     """o = ufunc(a, b) computed in dtype ``ct`` (float16 in float32), cast into ``o``."""
-    ufunc(operand(a, ct), operand(b, ct), out=o, dtype=loop_dtype(ct), casting="unsafe")
+    y = operand(b, ct, opmath)
+    ufunc(operand(a, ct), y, out=o, dtype=loop_dtype(ct), casting="unsafe")
 
 
-def _zero_check(b: object) -> None:
+def _zero_check(b: object, o: np.ndarray) -> None:
+    if o.size == 0:
+        return  # torch only fails when an element is computed
     if isinstance(b, np.ndarray):
         if not b.all():
-            raise KernelError("integer division by zero (ZeroDivisionError): the divisor contains 0")
+            raise KernelError(
+                "integer division by zero (ZeroDivisionError): the divisor contains 0"
+            )
     elif b == 0:
         raise KernelError("integer division by zero (ZeroDivisionError): the divisor is 0")
 
@@ -65,12 +71,9 @@ def _zero_check(b: object) -> None:
 
 
 def _check_alpha(alpha: object, ct: np.dtype) -> None:
-    if ct == BOOL:
-        if not isinstance(alpha, (bool, np.bool_)):
-            raise KernelError(f"a boolean alpha is required for a bool result (alpha={alpha!r})")
-    elif isinstance(alpha, (bool, np.bool_)):
+    if isinstance(alpha, (bool, np.bool_)) and ct != BOOL:
         raise KernelError(f"a boolean alpha is only supported for bool results, not {ct}")
-    elif ct.kind in "iu" and isinstance(alpha, float):
+    if isinstance(alpha, float) and ct.kind in "biu":
         raise KernelError(f"alpha must be an integer for integer inputs (got alpha={alpha!r})")
 
 
@@ -97,7 +100,13 @@ def _addsub(ufunc: np.ufunc, sub: bool) -> tuple[Callable, Callable]:
         shape = sa if sa == sb else broadcast_shape(sa, sb)
         o = out if out.shape == shape else fit(out, shape)
         dt = a.dtype
-        if alpha == 1 and dt is b.dtype and dt is o.dtype and dt in _ARITH_FAST:
+        if (
+            alpha == 1
+            and type(alpha) is int
+            and dt is b.dtype
+            and dt is o.dtype
+            and dt in _ARITH_FAST
+        ):
             ufunc(a, b, out=o)
             return o
         _addsub_general(ufunc, sub, a, b, alpha, o)
@@ -106,13 +115,19 @@ def _addsub(ufunc: np.ufunc, sub: bool) -> tuple[Callable, Callable]:
     def scalar_op(a, b, alpha, out):
         o = out if out.shape == a.shape else fit(out, a.shape)
         dt = a.dtype
-        if alpha == 1 and dt is o.dtype and dt in FLOATS and type(b) in _SCALAR_TYPES:
+        if (
+            alpha == 1
+            and type(alpha) is int
+            and dt is o.dtype
+            and dt in FLOATS
+            and type(b) in _SCALAR_TYPES
+        ):
             ufunc(a, b, out=o)
             return o
         _addsub_general(ufunc, sub, a, b, alpha, o)
         return o
 
-    return tensor_op, scalar_op
+    return quiet(tensor_op), quiet(scalar_op)
 
 
 _add_t, _add_s = _addsub(np.add, False)
@@ -124,6 +139,7 @@ kernel("aten::sub.Scalar_out")(_sub_s)
 
 
 @kernel("aten::rsub.Scalar_out")
+@quiet
 def rsub_scalar(a, b, alpha, out):
     # other - alpha * self
     o = out if out.shape == a.shape else fit(out, a.shape)
@@ -136,15 +152,32 @@ def rsub_scalar(a, b, alpha, out):
     x = operand(a, ct)
     if alpha != 1:
         x = np.multiply(x, scalar_for(alpha, ct), dtype=lt, casting="unsafe")
-    np.subtract(scalar_for(b, ct), x, out=o, dtype=lt, casting="unsafe")
+    np.subtract(operand(b, ct), x, out=o, dtype=lt, casting="unsafe")
     return o
 
 
-def _plain(ufunc: np.ufunc, fast: frozenset, check: Callable | None = None) -> tuple[Callable, Callable]:
+def _plain(
+    ufunc: np.ufunc,
+    fast: frozenset,
+    check: Callable | None = None,
+    opmath: bool = False,
+    quiet_fast: bool = True,
+) -> tuple[Callable, Callable]:
     """Tensor and Scalar kernels of a binary op computed in torch's result type.
 
     ``check(ct, a, b)`` may refuse a computation dtype (raising KernelError).
+    ``quiet_fast=False`` skips silencing numpy for ops whose same-dtype loop
+    cannot raise floating-point flags (max, min, bitwise).
     """
+
+    @quiet
+    def general(a, b, o):
+        ct = result_type(a, b)
+        if check is not None:
+            check(ct, a, b)
+        check_out(ct, o)
+        _compute(ufunc, a, b, o, ct, opmath)
+        return o
 
     def tensor_op(a, b, out):
         sa, sb = a.shape, b.shape
@@ -154,12 +187,7 @@ def _plain(ufunc: np.ufunc, fast: frozenset, check: Callable | None = None) -> t
         if dt is b.dtype and dt is o.dtype and dt in fast:
             ufunc(a, b, out=o)
             return o
-        ct = result_type(a, b)
-        if check is not None:
-            check(ct, a, b)
-        check_out(ct, o)
-        _compute(ufunc, a, b, o, ct)
-        return o
+        return general(a, b, o)
 
     def scalar_op(a, b, out):
         o = out if out.shape == a.shape else fit(out, a.shape)
@@ -167,22 +195,19 @@ def _plain(ufunc: np.ufunc, fast: frozenset, check: Callable | None = None) -> t
         if dt is o.dtype and dt in FLOATS and dt in fast and type(b) in _SCALAR_TYPES:
             ufunc(a, b, out=o)
             return o
-        ct = result_type(a, b)
-        if check is not None:
-            check(ct, a, b)
-        check_out(ct, o)
-        _compute(ufunc, a, b, o, ct)
-        return o
+        return general(a, b, o)
 
+    if quiet_fast:
+        return quiet(tensor_op), quiet(scalar_op)
     return tensor_op, scalar_op
 
 
-_mul_t, _mul_s = _plain(np.multiply, _ARITH_FAST | {BOOL})
+_mul_t, _mul_s = _plain(np.multiply, _ARITH_FAST | {BOOL}, opmath=True)
 kernel("aten::mul.out")(_mul_t)
 kernel("aten::mul.Scalar_out")(_mul_s)
 
-_max_t, _ = _plain(np.maximum, _ARITH_FAST | {BOOL})
-_min_t, _ = _plain(np.minimum, _ARITH_FAST | {BOOL})
+_max_t, _ = _plain(np.maximum, _ARITH_FAST | {BOOL}, quiet_fast=False)
+_min_t, _ = _plain(np.minimum, _ARITH_FAST | {BOOL}, quiet_fast=False)
 kernel("aten::maximum.out")(_max_t)  # NaN propagates, like torch
 kernel("aten::minimum.out")(_min_t)
 
@@ -196,7 +221,7 @@ def _true_div(a, b, o) -> None:
     if ct.kind in "biu":
         ct = F32  # integer inputs divide in the default float dtype
     check_out(ct, o)
-    _compute(np.divide, a, b, o, ct)
+    _compute(np.divide, a, b, o, ct, opmath=True)
 
 
 def _rounding_ct(a, b, name: str) -> np.dtype:
@@ -211,22 +236,23 @@ def _rounding_ct(a, b, name: str) -> np.dtype:
 def _floor_div(a, b, o) -> None:
     ct = _rounding_ct(a, b, "floor division")
     check_out(ct, o)
+    y = operand(b, ct, opmath=True)
     if ct.kind in "iu":
-        _zero_check(b)
+        _zero_check(y, o)  # after conversion: int8 // 256 divides by 0 in torch too
     # numpy's float floor_divide is torch's (Python's) algorithm, inf/nan included
-    _compute(np.floor_divide, a, b, o, ct)
+    np.floor_divide(operand(a, ct), y, out=o, dtype=loop_dtype(ct), casting="unsafe")
 
 
 def _trunc_div(a, b, o) -> None:
     ct = _rounding_ct(a, b, "truncating division")
     check_out(ct, o)
     lt = loop_dtype(ct)
-    x, y = operand(a, ct), operand(b, ct)
+    x, y = operand(a, ct), operand(b, ct, opmath=True)
     if ct.kind == "u":
-        _zero_check(b)
+        _zero_check(y, o)
         np.floor_divide(x, y, out=o, dtype=lt, casting="unsafe")
     elif ct.kind == "i":
-        _zero_check(b)
+        _zero_check(y, o)
         # x - fmod(x, y) is an exact multiple of y, so floor division is exact
         whole = np.subtract(x, np.fmod(x, y, dtype=lt), dtype=lt)
         np.floor_divide(whole, y, out=o, dtype=lt, casting="unsafe")
@@ -299,16 +325,19 @@ def floor_divide(a, b, out):
 def _remainder_like(ufunc: np.ufunc, name: str) -> tuple[Callable, Callable]:
     def run(a, b, o):
         dt = a.dtype
-        if dt is o.dtype and dt in FLOATS and (
-            type(b) in _SCALAR_TYPES or (isinstance(b, np.ndarray) and b.dtype is dt)
+        if (
+            dt is o.dtype
+            and dt in FLOATS
+            and (type(b) in _SCALAR_TYPES or (isinstance(b, np.ndarray) and b.dtype is dt))
         ):
             ufunc(a, b, out=o)
             return o
         ct = _rounding_ct(a, b, name)
         check_out(ct, o)
+        y = operand(b, ct)
         if ct.kind in "iu":
-            _zero_check(b)
-        _compute(ufunc, a, b, o, ct)
+            _zero_check(y, o)
+        ufunc(operand(a, ct), y, out=o, dtype=loop_dtype(ct), casting="unsafe")
         return o
 
     @quiet
@@ -340,7 +369,7 @@ def _int_pow(x, y, o, ct: np.dtype) -> None:
     # +-1 for base -1 and 0 otherwise (0 ** -1 included)
     if ct.kind == "i" and isinstance(y, np.ndarray) and (y < 0).any():
         xb, yb = np.broadcast_arrays(np.asarray(x, dtype=ct), np.asarray(y, dtype=ct))
-        r = np.power(xb, np.maximum(yb, 0), dtype=ct)
+        r = np.asarray(np.power(xb, np.maximum(yb, 0), dtype=ct))
         neg = yb < 0
         odd = (yb & 1).astype(bool)
         inv = np.where(xb == 1, 1, np.where(xb == -1, np.where(odd, -1, 1), 0)).astype(ct)
@@ -352,13 +381,24 @@ def _int_pow(x, y, o, ct: np.dtype) -> None:
 
 def _pow(a, b, o) -> None:
     ct = result_type(a, b)
+    scalar_exponent = not isinstance(b, np.ndarray)
+    if scalar_exponent and b == 0:
+        check_out(ct, o)
+        o[...] = 1  # x ** 0 is 1, NaN and bool included
+        return
+    if scalar_exponent and b == 1 and not isinstance(b, float):
+        check_out(ct, o)
+        np.copyto(o, a, casting="unsafe")
+        return
     if ct == BOOL:
         raise KernelError("pow is not supported for two bool operands")
     check_out(ct, o)
+    if ct.kind in "iu" and scalar_exponent and b < 0:
+        raise KernelError("integers to negative integer powers are not allowed")
+    if scalar_exponent and (ct.kind in "iu" or ct == F16):
+        b = checked_scalar(b, ct, "exponent")  # torch converts it to the tensor's type
     x, y = operand(a, ct), operand(b, ct)
     if ct.kind in "iu":
-        if not isinstance(b, np.ndarray) and b < 0:
-            raise KernelError("integers to negative integer powers are not allowed")
         _int_pow(x, y, o, ct)
     else:
         np.power(x, y, out=o, dtype=loop_dtype(ct), casting="unsafe")
@@ -401,7 +441,7 @@ def pow_scalar(a, b, out):
     if ct == BOOL:
         raise KernelError("pow is not supported for two bool operands")
     check_out(ct, o)
-    x, y = operand(a, ct), operand(b, ct)
+    x, y = operand(a, ct, opmath=True), operand(b, ct)
     if ct.kind in "iu":
         _int_pow(x, y, o, ct)
     else:
@@ -448,7 +488,7 @@ for _name, _ufunc in (
     ("bitwise_or", np.bitwise_or),
     ("bitwise_xor", np.bitwise_xor),
 ):
-    _t, _s = _plain(_ufunc, _INTS | {BOOL}, _integral(_name, True))
+    _t, _s = _plain(_ufunc, _INTS | {BOOL}, _integral(_name, True), quiet_fast=False)
     kernel(f"aten::{_name}.Tensor_out")(_t)
     kernel(f"aten::{_name}.Scalar_out")(_s)
 
@@ -458,7 +498,7 @@ for _name, _ufunc in (
     ("bitwise_left_shift", np.left_shift),
     ("bitwise_right_shift", np.right_shift),
 ):
-    _t, _s = _plain(_ufunc, _INTS, _integral(_name, False))
+    _t, _s = _plain(_ufunc, _INTS, _integral(_name, False), quiet_fast=False)
     kernel(f"aten::{_name}.Tensor_out")(_t)
     kernel(f"aten::{_name}.Tensor_Scalar_out")(_s)
 
@@ -484,6 +524,7 @@ kernel("aten::logical_xor.out")(_logical(np.logical_xor))
 
 
 def _comparison(ufunc: np.ufunc) -> tuple[Callable, Callable]:
+    @quiet
     def general(a, b, o):
         ct = result_type(a, b)
         x, y = operand(a, ct), operand(b, ct)
@@ -528,12 +569,21 @@ for _name, _ufunc in (
 
 @kernel("aten::where.self_out")
 def where(cond, a, b, out):
-    if cond.dtype != BOOL:
+    if cond.dtype is not BOOL and cond.dtype != BOOL:
         raise KernelError(f"where expects a bool condition, got a tensor of dtype {cond.dtype}")
-    o = out_for(out, cond, a, b)
+    shape = a.shape
+    if cond.shape == shape and b.shape == shape and out.shape == shape:
+        o = out
+    else:
+        o = out_for(out, cond, a, b)
     if a.dtype is b.dtype and a.dtype is o.dtype:
         o[...] = np.where(cond, a, b)
         return o
+    return _where_general(cond, a, b, o)
+
+
+@quiet
+def _where_general(cond, a, b, o):
     ct = result_type(a, b)
     check_out(ct, o)
     x = np.asarray(operand(a, ct)).astype(ct, copy=False)
@@ -555,21 +605,35 @@ def _clamp_into(x, lo, hi, o, lt) -> None:
 
 @kernel("aten::clamp.out")
 def clamp(x, lo, hi, out):
-    if lo is None and hi is None:
-        raise KernelError("clamp needs at least one of min and max")
     o = out if out.shape == x.shape else fit(out, x.shape)
     dt = x.dtype
-    if dt is o.dtype and dt in FLOATS and type(lo) in _OPT_SCALAR and type(hi) in _OPT_SCALAR:
-        if lo is not None:
-            np.maximum(x, lo, out=o)
-            x = o
-        if hi is not None:
+    if dt is o.dtype and dt in FLOATS:
+        # min(max(x, lo), hi): NaN propagates, lo > hi gives hi, as in torch
+        if type(lo) in _SCALAR_TYPES:
+            if type(hi) in _SCALAR_TYPES:
+                np.maximum(x, lo, out=o)
+                np.minimum(o, hi, out=o)
+                return o
+            if hi is None:
+                np.maximum(x, lo, out=o)
+                return o
+        elif lo is None and type(hi) in _SCALAR_TYPES:
             np.minimum(x, hi, out=o)
-        return o
+            return o
+    return _clamp_general(x, lo, hi, o)
+
+
+@quiet
+def _clamp_general(x, lo, hi, o):
+    if lo is None and hi is None:
+        raise KernelError("clamp needs at least one of min and max")
     ct = result_type(x, lo, hi)
     if ct == BOOL:
         raise KernelError("clamp is not supported for bool tensors with bool bounds")
     check_out(ct, o)
+    if lo is not None and hi is not None and (lo != lo or hi != hi):
+        o[...] = np.nan  # torch fills NaN before converting the bounds
+        return o
     lo = None if lo is None else checked_scalar(lo, ct, "min")
     hi = None if hi is None else checked_scalar(hi, ct, "max")
     _clamp_into(operand(x, ct), lo, hi, o, loop_dtype(ct))
@@ -577,6 +641,7 @@ def clamp(x, lo, hi, out):
 
 
 @kernel("aten::clamp.Tensor_out")
+@quiet
 def clamp_tensor(x, lo, hi, out):
     if lo is None and hi is None:
         raise KernelError("clamp needs at least one of min and max")
@@ -599,14 +664,24 @@ def hardtanh(x, lo, hi, out):
         np.maximum(x, lo, out=o)
         np.minimum(o, hi, out=o)
         return o
+    return _hardtanh_general(x, lo, hi, o)
+
+
+@quiet
+def _hardtanh_general(x, lo, hi, o):
+    dt = x.dtype
     if dt == BOOL:
         raise KernelError("hardtanh is not supported for bool tensors")
+    if dt.kind == "u" and (lo < 0 or hi < 0):
+        raise KernelError("hardtanh of an unsigned tensor needs non-negative limits")
     check_out(dt, o)
-    _clamp_into(x, checked_scalar(lo, dt, "min_val"), checked_scalar(hi, dt, "max_val"), o, loop_dtype(dt))
+    lo, hi = checked_scalar(lo, dt, "min_val"), checked_scalar(hi, dt, "max_val")
+    _clamp_into(x, lo, hi, o, loop_dtype(dt))
     return o
 
 
 @kernel("aten::masked_fill.Scalar_out")
+@quiet
 def masked_fill(x, mask, value, out):
     if mask.dtype != BOOL:
         raise KernelError(f"masked_fill needs a bool mask, got a mask of dtype {mask.dtype}")
@@ -621,18 +696,25 @@ def masked_fill(x, mask, value, out):
 
 
 @kernel("aten::fill.Scalar_out")
+@quiet
 def fill_scalar(x, value, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
     scalar_dtype(value)  # refuses non-numbers
-    o[...] = checked_scalar(value, o.dtype, "value")
+    if o.size == 1 and o.dtype == F16:
+        # torch fills one element through float32: checked there, then rounded (to inf)
+        o[...] = checked_scalar(value, F32, "value")
+    else:
+        o[...] = checked_scalar(value, o.dtype, "value")
     return o
 
 
 @kernel("aten::fill.Tensor_out")
+@quiet
 def fill_tensor(x, value, out):
     if value.ndim != 0:
-        raise KernelError(f"fill needs a 0-dimensional value tensor, got one of shape {value.shape}")
+        raise KernelError(
+            f"fill needs a 0-dimensional value tensor, got one of shape {value.shape}"
+        )
     o = out if out.shape == x.shape else fit(out, x.shape)
     np.copyto(o, value, casting="unsafe")
     return o
-

@@ -92,10 +92,7 @@ def bmm(self, mat2, out):
 def _scalar_for(value, cdt: np.dtype, name: str, op: str):
     """A Scalar argument as a value of the computation's kind (ints truncate, like torch)."""
     if cdt.kind in "iu":
-        if isinstance(value, float) and not value.is_integer():
-            # torch casts the scalar to the integer type (truncation).
-            return int(value)
-        return int(value)
+        return int(value)  # torch casts the scalar to the integer type (truncation)
     if isinstance(value, complex) and cdt.kind != "c":
         raise KernelError(f"{op}: complex {name} {value} needs a complex input")
     return value
@@ -114,14 +111,13 @@ def addmm(self, mat1, mat2, beta, alpha, out):
             f"multiplied ({mat1.shape[1]} != {mat2.shape[0]})"
         )
     shape = (mat1.shape[0], mat2.shape[1])
-    try:
-        np.broadcast_shapes(self.shape, shape)
-    except ValueError:
+    ss = self.shape
+    if ss != shape and not (
+        len(ss) <= 2 and all(a in (1, b) for a, b in zip(reversed(ss), reversed(shape)))
+    ):
         raise KernelError(
-            f"{op}: self of shape {self.shape} does not broadcast to the product's shape {shape}"
-        ) from None
-    if self.ndim > 2:
-        raise KernelError(f"{op}: self must have at most 2 dims, got shape {self.shape}")
+            f"{op}: self of shape {ss} does not broadcast to the product's shape {shape}"
+        )
     o = fit(out, shape)
     cdt = _compute_dtype(op, self, mat1, mat2)
     beta = _scalar_for(beta, cdt, "beta", op)
@@ -149,7 +145,9 @@ def addmm(self, mat1, mat2, beta, alpha, out):
 def linear(input, weight, bias, out):
     op = "linear"
     if weight.ndim != 2:
-        raise KernelError(f"{op}: weight must be 2-D (out_features, in_features), got {weight.shape}")
+        raise KernelError(
+            f"{op}: weight must be 2-D (out_features, in_features), got {weight.shape}"
+        )
     if input.ndim == 0:
         raise KernelError(f"{op}: input must have at least 1 dim, got a 0-dim tensor")
     n_out, n_in = weight.shape
@@ -176,8 +174,15 @@ def linear(input, weight, bias, out):
         cdt = _compute_dtype(op, *arrays)
         x = input if input.dtype == cdt else input.astype(cdt)
         w = _as_compute(weight, cdt)
-    x2 = x.reshape(m, n_in)
-    o2 = view_as(o, (m, n_out)) if o.dtype == cdt else None
+    x2 = x if x.ndim == 2 else x.reshape(m, n_in)
+    if o.dtype != cdt:
+        o2 = None
+    elif o.ndim == 2:
+        o2 = o
+    elif o.flags.c_contiguous:
+        o2 = o.reshape(m, n_out)
+    else:
+        o2 = view_as(o, (m, n_out))
     t = o2 if o2 is not None else scratch("linear-out", (m, n_out), cdt)
     np.matmul(x2, w.T, out=t)
     if bias is not None:

@@ -110,6 +110,19 @@ def _pool_plan(hw, k, s, p, d, ohw, with_index):
     return tuple(ops)
 
 
+@lru_cache(maxsize=256)
+def _first_index(hw, s, p, d, ohw) -> np.ndarray:
+    def first(n_out, s_, p_, d_):
+        start = np.arange(n_out, dtype=np.int64) * s_ - p_
+        neg = start < 0
+        start[neg] += d_ * (-(start[neg] // d_))
+        return start
+
+    idx = first(ohw[0], s[0], p[0], d[0])[:, None] * hw[1] + first(ohw[1], s[1], p[1], d[1])
+    idx.flags.writeable = False
+    return idx
+
+
 def _lowest(dt: np.dtype):
     if dt.kind == "f":
         return -np.inf
@@ -118,16 +131,88 @@ def _lowest(dt: np.dtype):
     return False
 
 
+_MAXPOOL_SIGNATURES: dict[tuple, tuple] = {}
+
+
+def _maxpool_signature(x, kernel_size, stride, padding, dilation, ceil_mode):
+    op = "max_pool2d_with_indices"
+    if x.dtype.kind not in "fiu" or x.dtype == np.bool_:
+        raise KernelError(f"{op}: dtype {x.dtype} is not supported")
+    k, s, p, d, ohw = _pool_geometry(op, x, kernel_size, stride, padding, dilation, ceil_mode, True)
+    h, w = x.shape[-2:]
+    # Non-overlapping windows inside the image: pool by reshaping into windows.
+    windows = (
+        s == k
+        and p == (0, 0)
+        and d == (1, 1)
+        and ohw[0] * k[0] <= h
+        and ohw[1] * k[1] <= w
+        and k[0] * k[1] > 1
+    )
+    win = None
+    if windows:
+        rows = np.arange(ohw[0], dtype=np.int64) * (k[0] * w)
+        cols = np.arange(ohw[1], dtype=np.int64) * k[1]
+        base = rows[:, None] + cols[None, :]
+        offs = (np.arange(k[0], dtype=np.int64)[:, None] * w + np.arange(k[1])).reshape(-1)
+        base.flags.writeable = offs.flags.writeable = False
+        win = (base, offs)
+    return k, s, p, d, ohw, x.shape[:-2] + ohw, win
+
+
+def _maxpool_windows(x, k, ohw, shape, win, o, ix) -> bool:
+    """Pool non-overlapping windows; False (nothing final) if a window holds NaN."""
+    lead = x.shape[:-2]
+    nl = len(lead)
+    xv = x[..., : ohw[0] * k[0], : ohw[1] * k[1]].reshape(lead + (ohw[0], k[0], ohw[1], k[1]))
+    wshape = shape + (k[0] * k[1],)
+    buf = scratch("maxpool-win", wshape, x.dtype)
+    np.copyto(
+        buf.reshape(shape + k), xv.transpose(*range(nl), nl, nl + 2, nl + 1, nl + 3)
+    )
+    np.maximum.reduce(buf, axis=-1, out=o)
+    if x.dtype.kind == "f" and np.isnan(o).any():
+        return False  # torch takes the last NaN of a window, argmax the first
+    am = scratch("maxpool-argmax", shape, np.intp)
+    np.argmax(buf, axis=-1, out=am)
+    base, offs = win
+    np.take(offs, am, out=ix)
+    np.add(ix, base, out=ix)
+    return True
+
+
 @kernel("aten::max_pool2d_with_indices.out", n_outs=2)
 def max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode, out, indices):
-    op = "max_pool2d_with_indices"
-    if self.dtype.kind not in "fiu" or self.dtype == np.bool_:
-        raise KernelError(f"{op}: dtype {self.dtype} is not supported")
-    k, s, p, d, ohw = _pool_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode, True)
-    shape = self.shape[:-2] + ohw
+    try:
+        key = (
+            self.shape,
+            self.dtype,
+            tuple(kernel_size),
+            tuple(stride),
+            tuple(padding),
+            tuple(dilation),
+            ceil_mode,
+        )
+        sig = _MAXPOOL_SIGNATURES.get(key)
+    except TypeError:
+        key = sig = None
+    if sig is None:
+        sig = _maxpool_signature(self, kernel_size, stride, padding, dilation, ceil_mode)
+        if key is not None:
+            if len(_MAXPOOL_SIGNATURES) >= 512:
+                _MAXPOOL_SIGNATURES.clear()
+            _MAXPOOL_SIGNATURES[key] = sig
+    k, s, p, d, ohw, shape, win = sig
     o = fit(out, shape)
     ix = fit(indices, shape)
     if o.size == 0:
+        return o, ix
+    if (
+        win is not None
+        and o.dtype == self.dtype
+        and ix.dtype == np.int64
+        and _maxpool_windows(self, k, ohw, shape, win, o, ix)
+    ):
         return o, ix
     plan = _pool_plan(self.shape[-2:], k, s, p, d, ohw, True)
     # Values: running maximum over the taps (np.maximum propagates NaN like torch).
@@ -137,17 +222,23 @@ def max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_m
         b = best[..., dst[0], dst[1]]
         np.maximum(b, self[..., src[0], src[1]], out=b)
     # Indices: the first tap (row-major) equal to the maximum; walk backwards so
-    # the earliest match is written last.
+    # the earliest match is written last. A window with no element inside the
+    # image keeps torch's initial index (its first tap moved inside by dilation).
     t = ix if ix.dtype == np.int64 else scratch("maxpool-idx", shape, np.int64)
+    t[...] = _first_index(self.shape[-2:], s, p, d, ohw)
     mask = scratch("maxpool-mask", shape, np.bool_)
     for dst, src, idx in reversed(plan):
         m = mask[..., dst[0], dst[1]]
         np.equal(self[..., src[0], src[1]], best[..., dst[0], dst[1]], out=m)
         np.copyto(t[..., dst[0], dst[1]], idx, where=m)
     if self.dtype.kind == "f" and np.isnan(best).any():
+        # A NaN window's index is its last NaN.
         for dst, src, idx in plan:
             m = mask[..., dst[0], dst[1]]
-            np.isnan(self[..., src[0], src[1]], out=m)
+            v = self[..., src[0], src[1]]
+            # (v != v, not np.isnan: numpy 2.4's isnan writes a strided
+            # 4-D boolean out= to the wrong places)
+            np.not_equal(v, v, out=m)
             np.copyto(t[..., dst[0], dst[1]], idx, where=m)
     if best is not o:
         np.copyto(o, best, casting="unsafe")
@@ -161,7 +252,9 @@ def max_pool2d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, grad_input
 ):
     op = "max_pool2d_with_indices_backward"
-    _, _, _, _, ohw = _pool_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode, True)
+    _, _, _, _, ohw = _pool_geometry(
+        op, self, kernel_size, stride, padding, dilation, ceil_mode, True
+    )
     shape = self.shape[:-2] + ohw
     if grad_output.shape != shape:
         raise KernelError(f"{op}: grad_output must have shape {shape}, got {grad_output.shape}")
@@ -220,8 +313,28 @@ def avg_pool2d(
     if o.size == 0:
         return o
     cdt = _F32 if dt == _F16 else dt
-    plan = _pool_plan(self.shape[-2:], k, s, p, (1, 1), ohw, False)
     acc = o if o.dtype == cdt else scratch("avgpool-acc", shape, cdt)
+    h, w = self.shape[-2:]
+    if (
+        cdt.kind == "f"
+        and s == k
+        and p == (0, 0)
+        and ohw[0] * k[0] <= h
+        and ohw[1] * k[1] <= w
+    ):
+        # Non-overlapping windows inside the image: one reduction over a
+        # window view, every divisor the window size (or the override).
+        lead = self.shape[:-2]
+        xv = self[..., : ohw[0] * k[0], : ohw[1] * k[1]].reshape(
+            lead + (ohw[0], k[0], ohw[1], k[1])
+        )
+        nl = len(lead)
+        np.add.reduce(xv, axis=(nl + 1, nl + 3), out=acc, dtype=cdt)
+        np.divide(acc, k[0] * k[1] if divisor_override is None else divisor_override, out=acc)
+        if acc is not o:
+            np.copyto(o, acc, casting="unsafe")
+        return o
+    plan = _pool_plan(self.shape[-2:], k, s, p, (1, 1), ohw, False)
     acc.fill(0)
     x = self
     for dst, src, _ in plan:
@@ -280,10 +393,12 @@ def adaptive_avg_pool2d(self, output_size, out):
     if (oh, ow) == (h, w):
         t[...] = x
     elif oh == 1 and ow == 1:
-        np.mean(x, axis=(-2, -1), keepdims=True, out=t)
+        np.add.reduce(x, axis=(-2, -1), keepdims=True, out=t)
+        np.divide(t, h * w, out=t)
     elif h % oh == 0 and w % ow == 0:
         xr = x.reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow))
-        np.mean(xr, axis=(-3, -1), out=t)
+        np.add.reduce(xr, axis=(-3, -1), out=t)
+        np.divide(t, (h // oh) * (w // ow), out=t)
     else:
         ah = _adaptive_matrix(h, oh, cdt.char)
         aw = _adaptive_matrix(w, ow, cdt.char)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pyexecutorch.kernels.common import fit, normalize_dim
+from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 # --------------------------------------------------------------------------
@@ -58,40 +58,52 @@ def assign(out: np.ndarray, src: np.ndarray | object) -> None:
         out[...] = src
 
 
+def _int_limits(dtype: np.dtype) -> tuple[int, int, int]:
+    info = np.iinfo(dtype)
+    # An unsigned type also takes negatives down to -max (two's complement wrap).
+    low = int(info.min) if dtype.kind == "i" else -int(info.max)
+    return low, int(info.max), 1 << (8 * dtype.itemsize)
+
+
+_INT_LIMITS = {
+    np.dtype(t): _int_limits(np.dtype(t))
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
+# torch refuses finite values beyond the type's largest finite value.
+_FLOAT_SAFE = {2: 65504.0, 4: float(np.finfo(np.float32).max), 8: math.inf}
+
+
 def cast_scalar(value: int | float | bool, dtype: np.dtype, what: str = "value") -> object:
     """A Scalar argument converted to ``dtype`` the way torch's fill does.
 
     Raises :class:`KernelError` where torch refuses the conversion ("cannot be
     converted ... without overflow"): integers outside the type's range (an
     unsigned type also takes negatives down to ``-max`` and wraps them, as
-    two's complement), non-finite or out-of-range floats into integer types, and finite
-    floats that round to infinity in the output type.
+    two's complement), non-finite or out-of-range floats into integer types,
+    and finite values beyond the largest finite value of a float type.
     """
     kind = dtype.kind
+    if kind == "f":
+        value = float(value)
+        if -_FLOAT_SAFE[dtype.itemsize] <= value <= _FLOAT_SAFE[dtype.itemsize]:
+            return value
+        if math.isnan(value) or math.isinf(value):
+            return value
+        raise KernelError(f"{what} {value!r} cannot be converted to {dtype} without overflow")
     if kind == "b":
         return bool(value)
     if kind in "iu":
-        info = np.iinfo(dtype)
+        low, high, wrap = _INT_LIMITS[dtype]
         if isinstance(value, float):
-            if not (info.min <= value <= info.max):
+            if not (dtype.kind == "i" or value >= 0) or not (low <= value <= high):
                 raise KernelError(
                     f"{what} {value!r} cannot be converted to {dtype} without overflow"
                 )
-            return dtype.type(math.trunc(value))
+            return math.trunc(value)
         value = int(value)
-        low = info.min if kind == "i" else -int(info.max)
-        if not low <= value <= info.max:
+        if not low <= value <= high:
             raise KernelError(f"{what} {value!r} cannot be converted to {dtype} without overflow")
-        if value < 0 and kind == "u":
-            value += 1 << (8 * dtype.itemsize)
-        return dtype.type(value)
-    if kind == "f":
-        value = float(value)
-        with np.errstate(over="ignore"):
-            result = dtype.type(value)
-        if math.isfinite(value) and not np.isfinite(result):
-            raise KernelError(f"{what} {value!r} cannot be converted to {dtype} without overflow")
-        return result
+        return value + wrap if value < 0 and kind == "u" else value
     if kind == "c":
         return dtype.type(value)
     raise KernelError(f"{what}: unsupported output dtype {dtype}")
@@ -106,9 +118,28 @@ def check_sizes(size: tuple[int, ...], what: str = "size") -> tuple[int, ...]:
     return size
 
 
+_INFERRED: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+
+
 def infer_size(size: tuple[int, ...], numel: int) -> tuple[int, ...]:
     """A view's target shape: ``size`` with at most one ``-1`` inferred from ``numel``."""
     size = tuple(size)
+    if -1 in size:
+        shape = _INFERRED.get((size, numel))
+        if shape is None:
+            if len(_INFERRED) > 4096:
+                _INFERRED.clear()
+            shape = _INFERRED[(size, numel)] = _infer_minus_one(size, numel)
+        return shape
+    if math.prod(size) == numel and min(size, default=0) >= 0:
+        return size
+    for s in size:
+        if s < 0:
+            raise KernelError(f"size {list(size)} has an invalid dimension {s}")
+    raise KernelError(f"shape {list(size)} is invalid for input of size {numel}")
+
+
+def _infer_minus_one(size: tuple[int, ...], numel: int) -> tuple[int, ...]:
     if -1 not in size:
         for s in size:
             if s < 0:
@@ -129,14 +160,16 @@ def infer_size(size: tuple[int, ...], numel: int) -> tuple[int, ...]:
     return tuple(numel // known if s == -1 else s for s in size)
 
 
-def _axis(ndim: int, dim: int, *, what: str = "dim") -> int:
-    try:
-        return normalize_dim(dim, ndim)
-    except KernelError:
-        lo, hi = -max(ndim, 1), max(ndim, 1) - 1
-        raise KernelError(
-            f"{what} {dim} is out of range for a tensor of rank {ndim} (expected [{lo}, {hi}])"
-        ) from None
+def _axis(ndim: int, dim: int, what: str = "dim") -> int:
+    """``dim`` as a non-negative axis (a 0-dim tensor takes 0 and -1)."""
+    if 0 <= dim < ndim:
+        return dim
+    n = ndim or 1
+    if -n <= dim < n:
+        return dim % n
+    raise KernelError(
+        f"{what} {dim} is out of range for a tensor of rank {ndim} (expected [{-n}, {n - 1}])"
+    )
 
 
 def _require_dims(x: np.ndarray, op: str) -> None:
@@ -153,21 +186,36 @@ def _require_dims(x: np.ndarray, op: str) -> None:
 def view_copy(self, size, out):
     shape = infer_size(size, self.size)
     out = fit(out, shape)
-    assign(out, self.reshape(shape))
+    if self.flags.c_contiguous:
+        assign(out, self.reshape(shape))
+    elif out.flags.c_contiguous:
+        assign(out.reshape(self.shape), self)  # one pass: the strided input read once
+    else:
+        assign(out, self.reshape(shape))
     return out
+
+
+_PERMUTATIONS: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+
+
+def _permutation(dims: tuple[int, ...], n: int) -> tuple[int, ...]:
+    axes = _PERMUTATIONS.get((dims, n))
+    if axes is None:
+        if len(dims) != n:
+            raise KernelError(
+                f"permute dims {list(dims)} must have one entry per dimension of the input "
+                f"(rank {n})"
+            )
+        axes = tuple(_axis(n, d, "permute dim") for d in dims)
+        if len(set(axes)) != n:
+            raise KernelError(f"permute dims {list(dims)} repeat a dimension")
+        _PERMUTATIONS[(dims, n)] = axes
+    return axes
 
 
 @kernel("aten::permute_copy.out")
 def permute_copy(self, dims, out):
-    n = self.ndim
-    if len(dims) != n:
-        raise KernelError(
-            f"permute dims {list(dims)} must have one entry per dimension of the input (rank {n})"
-        )
-    axes = tuple(_axis(n, d, what="permute dim") for d in dims)
-    if len(set(axes)) != n:
-        raise KernelError(f"permute dims {list(dims)} repeat a dimension")
-    src = self.transpose(axes)
+    src = self.transpose(_permutation(tuple(dims), self.ndim))
     out = fit(out, src.shape)
     assign(out, src)
     return out
@@ -175,8 +223,8 @@ def permute_copy(self, dims, out):
 
 @kernel("aten::transpose_copy.int_out")
 def transpose_copy(self, dim0, dim1, out):
-    a = _axis(self.ndim, dim0, what="dim0")
-    b = _axis(self.ndim, dim1, what="dim1")
+    a = _axis(self.ndim, dim0, "dim0")
+    b = _axis(self.ndim, dim1, "dim1")
     src = self.swapaxes(a, b) if self.ndim >= 2 else self
     out = fit(out, src.shape)
     assign(out, src)
@@ -235,10 +283,19 @@ def squeeze_copy_dim(self, dim, out):
     return out
 
 
+_SQUEEZED: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+
+
 @kernel("aten::squeeze_copy.dims_out")
 def squeeze_copy_dims(self, dim, out):
-    axes = {_axis(self.ndim, d) for d in dim}
-    shape = tuple(s for i, s in enumerate(self.shape) if not (i in axes and s == 1))
+    key = (self.shape, tuple(dim))
+    shape = _SQUEEZED.get(key)
+    if shape is None:
+        axes = {_axis(self.ndim, d) for d in dim}
+        shape = tuple(s for i, s in enumerate(self.shape) if not (i in axes and s == 1))
+        if len(_SQUEEZED) > 4096:
+            _SQUEEZED.clear()
+        _SQUEEZED[key] = shape
     out = fit(out, shape)
     assign(out, self.reshape(shape))
     return out
@@ -326,47 +383,51 @@ def narrow_copy(self, dim, start, length, out):
 
 @kernel("aten::cat.out")
 def cat(tensors, dim, out):
-    if not tensors:
-        raise KernelError("cat(): expected a non-empty list of tensors")
-    # torch's legacy rule: 1-D empty tensors (shape (0,)) take no part.
-    kept = [t for t in tensors if t.shape != (0,)]
-    if not kept:
-        out = fit(out, (0,))
-        return out
-    first = kept[0]
-    n = first.ndim
+    kept = []
+    same_dtype = True
+    first = None
+    total = a = 0
     for i, t in enumerate(tensors):
-        if t.ndim == 0:
+        shape = t.shape
+        if shape == (0,):
+            continue  # torch's legacy rule: 1-D empty tensors take no part
+        if not shape:
             raise KernelError(
                 f"cat(): zero-dimensional tensor (at position {i}) cannot be concatenated"
             )
-    a = _axis(n, dim)
-    total = 0
-    for i, t in enumerate(kept):
-        if t.ndim != n:
+        if first is None:
+            first = shape
+            a = _axis(len(shape), dim)
+        elif len(shape) != len(first):
             raise KernelError(
-                f"cat(): tensors must have the same number of dimensions: got {n} and {t.ndim}"
+                f"cat(): tensors must have the same number of dimensions: got {len(first)} "
+                f"and {len(shape)} (tensor {i})"
             )
-        if t.shape[:a] != first.shape[:a] or t.shape[a + 1 :] != first.shape[a + 1 :]:
+        elif shape[:a] != first[:a] or shape[a + 1 :] != first[a + 1 :]:
             raise KernelError(
                 f"cat(): sizes of tensors must match except in dimension {a}: "
-                f"{list(first.shape)} vs {list(t.shape)} (tensor {i} of the non-empty ones)"
+                f"{list(first)} vs {list(shape)} (tensor {i})"
             )
-        total += t.shape[a]
-    shape = first.shape[:a] + (total,) + first.shape[a + 1 :]
-    out = fit(out, shape)
+        total += shape[a]
+        kept.append(t)
+        if t.dtype != out.dtype:
+            same_dtype = False
+    if first is None:
+        if not tensors:
+            raise KernelError("cat(): expected a non-empty list of tensors")
+        return fit(out, (0,))
+    out = fit(out, first[:a] + (total,) + first[a + 1 :])
     if len(kept) == 1:
-        assign(out, first)
-        return out
-    if any(t.dtype != out.dtype for t in kept):
+        assign(out, kept[0])
+    elif same_dtype:
+        np.concatenate(kept, axis=a, out=out)
+    else:
         offset = 0
         lead = (slice(None),) * a
         for t in kept:
             size = t.shape[a]
             assign(out[lead + (slice(offset, offset + size),)], t)
             offset += size
-        return out
-    np.concatenate(kept, axis=a, out=out)
     return out
 
 
@@ -389,7 +450,7 @@ def stack(tensors, dim, out):
         )
     a = dim % n
     out = fit(out, shape[:a] + (len(tensors),) + shape[a:])
-    if all(t.dtype == out.dtype for t in tensors):
+    if len(tensors) > 16 and all(t.dtype == out.dtype for t in tensors):
         np.stack(tensors, axis=a, out=out)
         return out
     lead = (slice(None),) * a
@@ -578,15 +639,21 @@ def _split_axis(a: np.ndarray, axis: int, sizes: tuple[int, ...]) -> np.ndarray:
     return a.reshape(a.shape[:axis] + sizes + a.shape[axis + 1 :], copy=False)
 
 
+def _check_pixel_args(self, r: int, op: str, what: str) -> None:
+    if self.ndim < 3:
+        raise KernelError(f"{op} expects input to have at least 3 dimensions, but got {self.ndim}")
+    if r <= 0:
+        raise KernelError(f"{op} expects a positive {what}, but got {r}")
+
+
+# Both pixel shuffles copy r*r strided planes: much faster than one copy
+# through a 6-D transposed view, whose innermost dimension is only r long.
+
+
 @kernel("aten::pixel_shuffle.out")
 def pixel_shuffle(self, upscale_factor, out):
     r = upscale_factor
-    if self.ndim < 3:
-        raise KernelError(
-            f"pixel_shuffle expects input to have at least 3 dimensions, but got {self.ndim}"
-        )
-    if r <= 0:
-        raise KernelError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    _check_pixel_args(self, r, "pixel_shuffle", "upscale_factor")
     *batch, c, h, w = self.shape
     if c % (r * r):
         raise KernelError(
@@ -597,40 +664,30 @@ def pixel_shuffle(self, upscale_factor, out):
     out = fit(out, (*batch, oc, h * r, w * r))
     if out.size == 0:
         return out
-    nb = len(batch)
-    dst = _split_axis(_split_axis(out, -1, (w, r)), -3, (h, r))  # (*, oc, h, r, w, r)
     src = _split_axis(self, -3, (oc, r, r))  # (*, oc, r, r, h, w)
-    lead = tuple(range(nb))
-    src = src.transpose(lead + tuple(nb + i for i in (0, 3, 1, 4, 2)))
-    assign(dst, src)
+    for i in range(r):
+        for j in range(r):
+            assign(out[..., i::r, j::r], src[..., i, j, :, :])
     return out
 
 
 @kernel("aten::pixel_unshuffle.out")
 def pixel_unshuffle(self, downscale_factor, out):
     r = downscale_factor
-    if self.ndim < 3:
-        raise KernelError(
-            f"pixel_unshuffle expects input to have at least 3 dimensions, but got {self.ndim}"
-        )
-    if r <= 0:
-        raise KernelError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    _check_pixel_args(self, r, "pixel_unshuffle", "downscale_factor")
     *batch, c, h, w = self.shape
     if h % r or w % r:
         raise KernelError(
             f"pixel_unshuffle expects height ({h}) and width ({w}) to be divisible by "
             f"downscale_factor ({r})"
         )
-    oh, ow = h // r, w // r
-    out = fit(out, (*batch, c * r * r, oh, ow))
+    out = fit(out, (*batch, c * r * r, h // r, w // r))
     if out.size == 0:
         return out
-    nb = len(batch)
-    dst = _split_axis(out, -3, (c, r, r))  # (*, c, r, r, oh, ow)
-    src = _split_axis(_split_axis(self, -1, (ow, r)), -3, (oh, r))  # (*, c, oh, r, ow, r)
-    lead = tuple(range(nb))
-    src = src.transpose(lead + tuple(nb + i for i in (0, 2, 4, 1, 3)))
-    assign(dst, src)
+    dst = _split_axis(out, -3, (c, r, r))  # (*, c, r, r, h / r, w / r)
+    for i in range(r):
+        for j in range(r):
+            assign(dst[..., i, j, :, :], self[..., i::r, j::r])
     return out
 
 
@@ -658,8 +715,8 @@ def tril(self, diagonal, out):
 def diagonal_copy(self, offset, dim1, dim2, out):
     if self.ndim < 2:
         raise KernelError(f"diagonal: input must have at least 2 dimensions, got {self.ndim}")
-    a = _axis(self.ndim, dim1, what="dim1")
-    b = _axis(self.ndim, dim2, what="dim2")
+    a = _axis(self.ndim, dim1, "dim1")
+    b = _axis(self.ndim, dim2, "dim2")
     if a == b:
         raise KernelError(f"diagonal dimensions cannot be identical: {dim1}, {dim2}")
     src = np.diagonal(self, offset, a, b)
@@ -671,7 +728,7 @@ def diagonal_copy(self, offset, dim1, dim2, out):
 @kernel("aten::unfold_copy.out")
 def unfold_copy(self, dimension, size, step, out):
     x = self.reshape(1) if self.ndim == 0 else self
-    a = _axis(self.ndim, dimension, what="dimension")
+    a = _axis(self.ndim, dimension, "dimension")
     n = x.shape[a]
     if size < 0:
         raise KernelError(f"unfold(): size is {size} but must be >= 0")

@@ -164,20 +164,14 @@ class LoadedMethod:
         return arr
 
     def _initial_data(self, i: int, t: Tensor, dtype, sizes, order) -> np.ndarray | None:  # noqa: ANN001
-        """Initial contents of a planned tensor (a mutable buffer's starting state)."""
-        extra = t.extra_tensor_info
-        mutable = self._pte.mutable_data
-        if extra is not None and mutable and extra.mutable_data_segments_idx:
-            idx = extra.mutable_data_segments_idx
-            if idx >= len(mutable):
-                raise self._fail(f"value {i}: mutable data {idx} out of range ({len(mutable)})")
-            return self._readonly_view(mutable[idx].storage, i, sizes, order, dtype)
-        if t.data_buffer_idx:
-            constants = self._pte.program.constant_buffer
-            if t.data_buffer_idx >= len(constants):
-                raise self._fail(f"value {i}: constant buffer {t.data_buffer_idx} out of range")
-            return self._readonly_view(constants[t.data_buffer_idx].storage, i, sizes, order, dtype)
-        return None
+        """Initial contents of a planned tensor: a mutable buffer's starting state,
+        stored in the mutable data segment at ``data_buffer_idx``."""
+        if not t.data_buffer_idx:
+            return None
+        mutable = self._pte.mutable_data or []
+        if t.data_buffer_idx >= len(mutable):
+            raise self._fail(f"value {i}: mutable data {t.data_buffer_idx} out of range ({len(mutable)} buffers)")
+        return self._readonly_view(mutable[t.data_buffer_idx].storage, i, sizes, order, dtype)
 
     def _build_values(self) -> None:
         plan = self.plan
@@ -304,8 +298,13 @@ class LoadedMethod:
         if n_outs == 0:
             # In-place op: the trailing return slot aliases the mutated argument.
             return args[:-1] if len(args) > 1 else args, []
-        if len(args) >= 2 * n_outs and args[-n_outs:] == args[-2 * n_outs : -n_outs]:
-            args = args[:-n_outs]
+        # Out variants end with one return slot: the out value itself for one
+        # output, a TensorList of the outs for several; ops returning ``()``
+        # (split_copy) have none.
+        if len(args) >= 2 and args[-1] == args[-2]:
+            args = args[:-1]
+        elif n_outs > 1 and isinstance(self.plan.values[args[-1]].val, TensorList):
+            args = args[:-1]
         return args, args[-n_outs:]
 
     def _compile(self) -> list[CompiledChain]:

@@ -156,6 +156,16 @@ def _verify_tensor(fail, i: int, t: Tensor, arenas: list[int], constants: list, 
     extra = t.extra_tensor_info
     external = extra is not None and int(extra.location) == 1
     if t.data_buffer_idx and not external:
+        if alloc is not None:
+            # A planned tensor with data: a mutable buffer's initial value,
+            # indexed into the mutable data segment.
+            mutable = pte.mutable_data or []
+            if t.data_buffer_idx >= len(mutable):
+                fail(f"value {i}: mutable data {t.data_buffer_idx} out of range ({len(mutable)} buffers)")
+            have = len(memoryview(mutable[t.data_buffer_idx].storage).cast("B"))
+            if nbytes > have:
+                fail(f"value {i}: mutable tensor needs {nbytes} bytes but mutable data {t.data_buffer_idx} has {have}")
+            return
         if t.data_buffer_idx >= len(constants):
             fail(f"value {i}: constant buffer {t.data_buffer_idx} out of range ({len(constants)} buffers)")
         have = len(memoryview(constants[t.data_buffer_idx].storage).cast("B"))

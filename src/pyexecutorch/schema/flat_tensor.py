@@ -75,9 +75,15 @@ class FlatTensorHeader:
     @staticmethod
     def read(data: memoryview) -> FlatTensorHeader:
         """The header after the file identifier; :class:`FormatError` when absent or cut."""
-        if len(data) < 8 + 8 or bytes(data[8:12]) != HEADER_MAGIC:
+        if len(data) < 8 + 8:
+            raise FormatError(
+                f"file is {len(data)} bytes, too short for the flat tensor header at offset 8"
+            )
+        if bytes(data[8:12]) != HEADER_MAGIC:
             found = bytes(data[8:12])
-            raise FormatError(f"flat tensor header magic at offset 8 is {found!r}, expected {HEADER_MAGIC!r}")
+            raise FormatError(
+                f"flat tensor header magic at offset 8 is {found!r}, expected {HEADER_MAGIC!r}"
+            )
         (length,) = struct.unpack_from("<I", data, 12)
         if length < HEADER_LENGTH:
             raise FormatError(f"flat tensor header length {length} < {HEADER_LENGTH} at offset 12")
@@ -128,7 +134,9 @@ def _check_layout(layout: TensorLayout, size: int, what: str) -> None:
     if any(s < 0 for s in sizes):
         raise FormatError(f"{what}: negative size in {sizes}")
     if sorted(dim_order) != list(range(len(sizes))):
-        raise FormatError(f"{what}: dim_order {dim_order} is not a permutation of the {len(sizes)} dims")
+        raise FormatError(
+            f"{what}: dim_order {dim_order} is not a permutation of the {len(sizes)} dims"
+        )
     if layout.scalar_type in _PACKED:
         return
     need = math.prod(sizes) * SCALAR_TYPE_ITEMSIZE[layout.scalar_type]
@@ -155,7 +163,9 @@ def decode_ptd(data: Any) -> PtdFile:
             f"not an ExecuTorch data file: file identifier {ident!r} at offset 4, expected {FILE_IDENTIFIER!r}"
         )
     if ident != FILE_IDENTIFIER:
-        raise FormatError(f"unsupported data file version: file identifier {ident!r}, expected {FILE_IDENTIFIER!r}")
+        raise FormatError(
+            f"unsupported data file version: file identifier {ident!r}, expected {FILE_IDENTIFIER!r}"
+        )
     header = FlatTensorHeader.read(view)
     fb_end = header.flatbuffer_offset + header.flatbuffer_size
     if fb_end > size:
@@ -265,5 +275,7 @@ def encode_ptd(
     in the file (the segment base is one too).
     """
     return b"".join(
-        encode_ptd_chunks(ptd_file, segment_alignment=segment_alignment, tensor_alignment=tensor_alignment)
+        encode_ptd_chunks(
+            ptd_file, segment_alignment=segment_alignment, tensor_alignment=tensor_alignment
+        )
     )

@@ -19,7 +19,14 @@ FILE_IDENTIFIER = b"FT01"
 # The newest ``FlatTensor.version`` this reader understands (the official one writes 0).
 FLAT_TENSOR_VERSION = 0
 
-__all__ = ["FILE_IDENTIFIER", "FLAT_TENSOR_VERSION", "DataSegment", "FlatTensor", "NamedData", "TensorLayout"]
+__all__ = [
+    "FILE_IDENTIFIER",
+    "FLAT_TENSOR_VERSION",
+    "DataSegment",
+    "FlatTensor",
+    "NamedData",
+    "TensorLayout",
+]
 
 
 @dataclass

@@ -204,10 +204,14 @@ def decode_table(reader: Reader, cls: type, table: int, path: str, depth: int = 
                 arr = np.frombuffer(reader.view, dtype=dtype, count=count, offset=start)
                 values[spec.name] = arr.tolist()
             else:
-                values[spec.name] = [] if spec.default is None and _is_list_field(cls, spec.name) else spec.default
+                values[spec.name] = (
+                    [] if spec.default is None and _is_list_field(cls, spec.name) else spec.default
+                )
         elif tag == "table":
             values[spec.name] = (
-                decode_table(reader, kind[1], reader.uoffset(at, what), what, depth + 1) if at else None
+                decode_table(reader, kind[1], reader.uoffset(at, what), what, depth + 1)
+                if at
+                else None
             )
         elif tag == "tables":
             if at:
@@ -215,7 +219,11 @@ def decode_table(reader: Reader, cls: type, table: int, path: str, depth: int = 
                 reader.charge(4, what)
                 values[spec.name] = [
                     decode_table(
-                        reader, kind[1], reader.uoffset(start + 4 * i, what), f"{what}[{i}]", depth + 1
+                        reader,
+                        kind[1],
+                        reader.uoffset(start + 4 * i, what),
+                        f"{what}[{i}]",
+                        depth + 1,
                     )
                     for i in range(count)
                 ]
@@ -232,7 +240,11 @@ def decode_table(reader: Reader, cls: type, table: int, path: str, depth: int = 
             if member is None:
                 raise FormatError(f"{what}: unknown {union.name} type {code}")
             values[spec.name] = decode_table(
-                reader, member, reader.uoffset(value_at, what), f"{what}<{member.__name__}>", depth + 1
+                reader,
+                member,
+                reader.uoffset(value_at, what),
+                f"{what}<{member.__name__}>",
+                depth + 1,
             )
         else:
             raise AssertionError(kind)
@@ -254,7 +266,9 @@ def decode_root(data: Any, cls: type, identifier: bytes | None) -> Any:
     """Decode a whole flatbuffer whose root table is of class ``cls``."""
     reader = Reader(data)
     if reader.size < 8:
-        raise FormatError(f"file is {reader.size} bytes, too short for a flatbuffer (8 bytes minimum)")
+        raise FormatError(
+            f"file is {reader.size} bytes, too short for a flatbuffer (8 bytes minimum)"
+        )
     if identifier is not None and bytes(reader.view[4:8]) != identifier:
         raise FormatError(
             f"file identifier is {bytes(reader.view[4:8])!r}, expected {identifier!r}"

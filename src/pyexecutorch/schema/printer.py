@@ -122,7 +122,11 @@ class _Method:
         if t.storage_offset:
             parts.append(f"storage_offset {t.storage_offset}")
         info = t.extra_tensor_info
-        if info is not None and info.fully_qualified_name and info.location != TensorDataLocation.EXTERNAL:
+        if (
+            info is not None
+            and info.fully_qualified_name
+            and info.location != TensorDataLocation.EXTERNAL
+        ):
             parts.append(f"name {info.fully_qualified_name!r}")
         return ", ".join(parts)
 
@@ -181,12 +185,18 @@ class _Method:
         plan = self.plan
         if isinstance(a, KernelCall):
             ops = plan.operators
-            name = ops[a.op_index].qualified_name if 0 <= a.op_index < len(ops) else f"operator #{a.op_index}?"
+            name = (
+                ops[a.op_index].qualified_name
+                if 0 <= a.op_index < len(ops)
+                else f"operator #{a.op_index}?"
+            )
             return f"{name}({', '.join(self.arg(i) for i in a.args)})"
         if isinstance(a, DelegateCall):
             ds = plan.delegates
             backend = ds[a.delegate_index].id if 0 <= a.delegate_index < len(ds) else "?"
-            return f"delegate {a.delegate_index} ({backend})({', '.join(self.arg(i) for i in a.args)})"
+            return (
+                f"delegate {a.delegate_index} ({backend})({', '.join(self.arg(i) for i in a.args)})"
+            )
         if isinstance(a, MoveCall):
             return f"move %{a.move_from} -> %{a.move_to}"
         if isinstance(a, JumpFalseCall):
@@ -206,6 +216,33 @@ class _Method:
         size = f", {_nbytes(inline[ref.index].data)} bytes" if ref.index < len(inline) else ""
         return f"inline {ref.index}{size}"
 
+    def weights(self) -> str:
+        """Constant tensors (count, bytes) and external ones (names) of the method."""
+        constants: dict[int, int] = {}
+        external: list[str] = []
+        buffers = self.program.constant_buffer
+        for value in self.plan.values:
+            t = value.val
+            if not isinstance(t, Tensor):
+                continue
+            info = t.extra_tensor_info
+            if info is not None and info.location == TensorDataLocation.EXTERNAL:
+                external.append(repr(info.fully_qualified_name))
+            elif t.allocation_info is None and 0 < t.data_buffer_idx < len(buffers):
+                constants[t.data_buffer_idx] = _nbytes(buffers[t.data_buffer_idx].storage)
+        parts = []
+        if constants:
+            n = len(constants)
+            parts.append(
+                f"{n} constant tensor{'s' if n != 1 else ''} ({sum(constants.values())} bytes)"
+            )
+        if external:
+            shown = ", ".join(external[:_MAX_ITEMS]) + (
+                ", ..." if len(external) > _MAX_ITEMS else ""
+            )
+            parts.append(f"{len(external)} external ({shown})")
+        return "; ".join(parts)
+
     # -- the listing ---------------------------------------------------------
 
     def lines(self, verbose: bool) -> list[str]:
@@ -219,6 +256,9 @@ class _Method:
         sizes = list(plan.non_const_buffer_sizes)
         planned = sum(sizes[1:])
         out.append(f"  arenas (non_const_buffer_sizes): {sizes}  ({planned} bytes planned)")
+        weights = self.weights()
+        if weights:
+            out.append(f"  weights: {weights}")
         for title, indices in (("inputs", plan.inputs), ("outputs", plan.outputs)):
             out.append(f"  {title}:" if indices else f"  {title}: none")
             for i in indices:
@@ -236,7 +276,9 @@ class _Method:
             out.append("  delegates:")
             for k, d in enumerate(plan.delegates):
                 keys = ", ".join(cs.key for cs in d.compile_specs) or "none"
-                out.append(f"    {k}: {d.id}  ({self.delegate_data(d.processed)}; compile specs: {keys})")
+                out.append(
+                    f"    {k}: {d.id}  ({self.delegate_data(d.processed)}; compile specs: {keys})"
+                )
         if not verbose:
             return out
         out.append("  values:")
@@ -303,7 +345,9 @@ def format_program(pte_file_or_program: PteFile | Program, *, verbose: bool = Fa
     elif isinstance(pte_file_or_program, Program):
         pte, program = None, pte_file_or_program
     else:
-        raise TypeError(f"expected a PteFile or a Program, got {type(pte_file_or_program).__name__}")
+        raise TypeError(
+            f"expected a PteFile or a Program, got {type(pte_file_or_program).__name__}"
+        )
     plans = program.execution_plan
     names = ", ".join(repr(p.name) for p in plans)
     out = [f"program (version {program.version}): {_plural(len(plans), 'method')}: {names}"]
@@ -319,7 +363,9 @@ def format_ptd(ptd_file: PtdFile, *, verbose: bool = False) -> str:
     """A readable listing of a ``.ptd``: each key with its layout and size."""
     entries = ptd_file.entries
     total = sum(_nbytes(e.data) for e in entries.values())
-    out = [f"flat tensor data (version {ptd_file.version}): {len(entries)} {'entry' if len(entries) == 1 else 'entries'}, {total} bytes"]
+    out = [
+        f"flat tensor data (version {ptd_file.version}): {len(entries)} {'entry' if len(entries) == 1 else 'entries'}, {total} bytes"
+    ]
     for key, (layout, data) in entries.items():
         if layout is None:
             desc = "opaque"

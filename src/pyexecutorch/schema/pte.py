@@ -62,7 +62,11 @@ class ExtendedHeader:
 
     def to_bytes(self) -> bytes:
         return HEADER_MAGIC + struct.pack(
-            "<IQQQ", HEADER_LENGTH, self.program_size, self.segment_base_offset, self.segment_data_size
+            "<IQQQ",
+            HEADER_LENGTH,
+            self.program_size,
+            self.segment_base_offset,
+            self.segment_data_size,
         )
 
     @staticmethod
@@ -72,7 +76,9 @@ class ExtendedHeader:
             return None
         (length,) = struct.unpack_from("<I", data, 12)
         if length < _HEADER_MIN_LENGTH:
-            raise FormatError(f"extended header length {length} < {_HEADER_MIN_LENGTH} at offset 12")
+            raise FormatError(
+                f"extended header length {length} < {_HEADER_MIN_LENGTH} at offset 12"
+            )
         if len(data) < 8 + min(length, HEADER_LENGTH):
             raise FormatError(
                 f"extended header at offset 8 is cut: the file is {len(data)} bytes, "
@@ -96,11 +102,13 @@ class PteFile:
     """A decoded ``.pte``: the program and the data that lives in segments.
 
     ``program.constant_buffer`` holds every constant tensor's bytes (zero-copy
-    views into the file); delegates with ``DataLocation.SEGMENT`` index
+    views into the file, cut to the size of the tensors using them: the file
+    stores only start offsets); delegates with ``DataLocation.SEGMENT`` index
     ``delegate_segments``; ``mutable_data`` holds initial values of mutable
-    buffers; ``named_data`` maps keys to blobs. The program's ``segments``,
-    ``constant_segment``, ``mutable_data_segments`` and ``named_data`` fields
-    are recomputed by :func:`encode_pte`.
+    buffers (``Buffer`` objects when decoded); ``named_data`` maps keys to
+    blobs, each with the alignment it was found at. The program's
+    ``segments``, ``constant_segment``, ``mutable_data_segments`` and
+    ``named_data`` fields are recomputed by :func:`encode_pte`.
     """
 
     program: Program
@@ -129,9 +137,13 @@ def decode_pte(data: Any) -> PteFile:
         raise FormatError(f"file is {size} bytes, too short to be a program (8 bytes minimum)")
     ident = bytes(view[4:8])
     if ident[:2] != b"ET" or not ident[2:].isalnum():
-        raise FormatError(f"not an ExecuTorch program: file identifier {ident!r} at offset 4, expected b'ET12'")
+        raise FormatError(
+            f"not an ExecuTorch program: file identifier {ident!r} at offset 4, expected b'ET12'"
+        )
     if ident != FILE_IDENTIFIER:
-        raise FormatError(f"unsupported program version: file identifier {ident!r}, expected b'ET12'")
+        raise FormatError(
+            f"unsupported program version: file identifier {ident!r}, expected b'ET12'"
+        )
     header = ExtendedHeader.read(view)
     fb_view = view
     if header is not None:
@@ -162,7 +174,9 @@ def decode_pte(data: Any) -> PteFile:
 
     def segment(index: int, what: str) -> memoryview:
         if index >= len(segments):
-            raise FormatError(f"{what} refers to segment {index}, but the file has {len(segments)} segments")
+            raise FormatError(
+                f"{what} refers to segment {index}, but the file has {len(segments)} segments"
+            )
         return segments[index]
 
     # Constants: split the constant segment back into buffers.
@@ -176,9 +190,15 @@ def decode_pte(data: Any) -> PteFile:
     mutable = None
     if program.mutable_data_segments:
         if len(program.mutable_data_segments) > 1:
-            raise FormatError(f"{len(program.mutable_data_segments)} mutable data segments; at most 1 is supported")
+            raise FormatError(
+                f"{len(program.mutable_data_segments)} mutable data segments; at most 1 is supported"
+            )
         ms = program.mutable_data_segments[0]
-        mutable = _split_subsegments(segment(ms.segment_index, "mutable_data_segments[0]"), ms.offsets, "mutable_data_segments[0]")
+        mutable = _split_subsegments(
+            segment(ms.segment_index, "mutable_data_segments[0]"),
+            ms.offsets,
+            "mutable_data_segments[0]",
+        )
         _trim_to_tensors(mutable, program, mutable=True)
     program.mutable_data_segments = None
 
@@ -195,7 +215,9 @@ def decode_pte(data: Any) -> PteFile:
                 if ref.index not in renumber:
                     renumber[ref.index] = len(delegate_segments)
                     delegate_segments.append(segment(ref.index, what))
-                delegate.processed = BackendDelegateDataReference(DataLocation.SEGMENT, renumber[ref.index])
+                delegate.processed = BackendDelegateDataReference(
+                    DataLocation.SEGMENT, renumber[ref.index]
+                )
             elif ref.index >= len(program.backend_delegate_data):
                 raise FormatError(
                     f"{what} refers to inline data {ref.index}, but the program has "
@@ -244,7 +266,10 @@ def _trim_to_tensors(buffers: list[Buffer], program: Program, *, mutable: bool) 
                 continue
             if (t.allocation_info is not None) != mutable:
                 continue
-            if t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL:
+            if (
+                t.extra_tensor_info is not None
+                and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL
+            ):
                 continue
             itemsize = None if t.scalar_type in _PACKED else SCALAR_TYPE_ITEMSIZE.get(t.scalar_type)
             nbytes = None

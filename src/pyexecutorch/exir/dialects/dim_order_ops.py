@@ -73,11 +73,15 @@ def _impl(name: str, overload: str):
         return aten._to_copy.default(self, memory_format=memory_format_of(dim_order), **kw)
 
     def to_copy_out(self, *, non_blocking=False, dim_order=None, out):
-        return aten._to_copy.out(self, non_blocking=non_blocking, memory_format=memory_format_of(dim_order), out=out)
+        return aten._to_copy.out(
+            self, non_blocking=non_blocking, memory_format=memory_format_of(dim_order), out=out
+        )
 
     def empty(size, *, dim_order=None, **kw):
         fmt = memory_format_of(dim_order)
-        return aten.empty.memory_format(size, memory_format=None if fmt == torch.preserve_format else fmt, **kw)
+        return aten.empty.memory_format(
+            size, memory_format=None if fmt == torch.preserve_format else fmt, **kw
+        )
 
     def empty_out(size, *, dim_order=None, out):
         return aten.empty.out(size, out=out)

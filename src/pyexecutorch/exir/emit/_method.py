@@ -25,6 +25,7 @@ Control flow is inlined into the method's single chain:
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 from typing import Any
@@ -83,7 +84,8 @@ from pyexecutorch.exir.emit._convert import (
     spec_extra_info,
     tensor_bytes,
 )
-from pyexecutorch.exir.emit._program_state import ExternalData, ProgramState
+from pyexecutorch.exir.emit._program_state import ProgramState
+from pyexecutorch.schema.flat_tensor_schema import TensorLayout
 
 # Python callables that symbolic-shape graphs use, and the runtime's names for them.
 PY_SYM_OPS: dict[Any, str] = {
@@ -428,11 +430,8 @@ class MethodEmitter:
             tensor = make_tensor(
                 spec, extra=ExtraTensorInfo(fully_qualified_name=fqn, location=TensorDataLocation.EXTERNAL)
             )
-            self.state.add_external(
-                tag,
-                fqn,
-                ExternalData(data, 16, tensor.scalar_type, list(tensor.sizes), list(tensor.dim_order)),
-            )
+            layout = TensorLayout(tensor.scalar_type, list(tensor.sizes), list(tensor.dim_order))
+            self.state.add_external(tag, fqn, data, layout)
             return self._new(tensor)
         buffer_index = self.state.add_constant(data)
         return self._new(make_tensor(spec, data_buffer_idx=buffer_index, extra=extra))
@@ -472,15 +471,27 @@ class MethodEmitter:
         while pending:
             sources = {s for s, _ in pending}
             ready = [(s, d) for s, d in pending if d not in sources]
-            if not ready:
-                raise EmitError(
-                    "while_loop body permutes its loop-carried values (e.g. returns (b, a) for (a, b)); "
-                    "compute the swapped values with an operation (such as a clone) in the body"
-                )
-            for s, d in ready:
-                self._copy(s, d, node)
-            done = set(ready)
-            pending = [p for p in pending if p not in done]
+            if ready:
+                for s, d in ready:
+                    self._copy(s, d, node)
+                done = set(ready)
+                pending = [p for p in pending if p not in done]
+                continue
+            # Only cycles are left: the body permutes its state values (returns (b, a)
+            # for (a, b)). Permute the values themselves with MoveCalls through a
+            # temporary slot; no data moves, each state value just takes another's buffer.
+            source_of = {d: s for s, d in pending}
+            first = pending[0][1]
+            temp = self._new(copy.copy(self.values[first].val))
+            self._emit(MoveCall(move_from=first, move_to=temp), node)
+            dst = first
+            while True:
+                src = source_of.pop(dst)
+                self._emit(MoveCall(move_from=temp if src == first else src, move_to=dst), node)
+                if src == first:
+                    break
+                dst = src
+            pending = [(s, d) for d, s in source_of.items()]
 
     # ------------------------------------------------------------------
     # Graph walk
@@ -715,7 +726,12 @@ class MethodEmitter:
             if index is None:
                 spec = node.meta.get("spec")
                 use_spec = spec if is_tensor_spec(spec) and tuple(spec.shape) == tuple(obj.shape) else None
-                index = self._attr_values[id(obj)] = self._const_tensor(obj, use_spec)
+                # A constant made by the compiler (folded weights) is external only
+                # when its spec names the weight it stands for.
+                fqn = getattr(use_spec, "fqn", None)
+                tag = self._external_tag(node) if fqn else None
+                external = (tag, fqn) if tag is not None else None
+                index = self._attr_values[id(obj)] = self._const_tensor(obj, use_spec, external=external)
             return index
         if isinstance(obj, torch._C.ScriptObject):
             raise EmitError(f"custom class object {node.target} is not supported")
@@ -729,6 +745,10 @@ class MethodEmitter:
         if not is_tensor_spec(spec):
             # A scalar (or None) user input: its own value, written by the caller.
             val = node.meta.get("val", spec)
+            if isinstance(val, torch.Tensor):
+                raise EmitError(
+                    f"input {target} has no tensor spec (node.meta['spec']); emit programs made by to_executorch"
+                )
             if val is None:
                 index = self._new(Null())
             elif isinstance(val, (bool, torch.SymBool)):
@@ -768,15 +788,19 @@ class MethodEmitter:
         if mutable:
             return self._mutable_buffer(node, spec, fqn, tensor)
 
-        tag = node.meta.get("constant_tag")
-        extra = spec_extra_info(spec)
-        if tag is None and self.external_constants and target not in self._lifted:
-            tag = self.external_constants(node) if callable(self.external_constants) else DEFAULT_EXTERNAL_TAG
-        if tag is None and is_external(extra):
+        tag = None if target in self._lifted else self._external_tag(node)
+        if tag is None and is_external(spec_extra_info(spec)):
             tag = DEFAULT_EXTERNAL_TAG
         index = self._const_tensor(tensor, spec, external=(tag, fqn) if tag is not None else None)
         self._spec_values[id(spec)] = index
         return index
+
+    def _external_tag(self, node: torch.fx.Node) -> str | None:
+        """The external file a constant goes to (``constant_tag`` or ``external_constants``), or None."""
+        tag = node.meta.get("constant_tag")
+        if tag is None and self.external_constants:
+            tag = self.external_constants(node) if callable(self.external_constants) else DEFAULT_EXTERNAL_TAG
+        return tag
 
     def _mutable_buffer(self, node: torch.fx.Node, spec: Any, fqn: str, tensor: torch.Tensor) -> int:
         allocation = spec_allocation(spec)

@@ -11,32 +11,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from pyexecutorch.schema.flat_tensor import PtdEntry, PtdFile
+from pyexecutorch.schema.flat_tensor_schema import TensorLayout
 from pyexecutorch.schema.program import (
     BackendDelegateDataReference,
     BackendDelegateInlineData,
     Buffer,
     DataLocation,
-    ScalarType,
 )
 from pyexecutorch.schema.pte import NamedBlob
 
 from pyexecutorch.exir.emit._convert import EmitError
-
-
-@dataclass
-class ExternalData:
-    """One blob of an external data file (``.ptd``): a tensor's bytes and layout, or a delegate's named data."""
-
-    data: Any
-    alignment: int = 1
-    scalar_type: ScalarType | None = None
-    sizes: list[int] | None = None
-    dim_order: list[int] | None = None
 
 
 def _as_bytes_array(data: Any) -> np.ndarray:
@@ -93,7 +82,8 @@ class ProgramState:
         self.delegate_segments: list[Any] = []
         self._delegate_refs: dict[bytes, BackendDelegateDataReference] = {}
         self.named_data: dict[str, NamedBlob] = {}
-        self.external: dict[str, dict[str, ExternalData]] = {}
+        # External data files: {file tag: {key: (layout or None, bytes)}}.
+        self.external: dict[str, dict[str, PtdEntry]] = {}
 
     # -- constants ---------------------------------------------------------
 
@@ -103,14 +93,17 @@ class ProgramState:
     def add_mutable_initial(self, data: np.ndarray) -> int:
         return self.mutable.add(data)
 
-    def add_external(self, tag: str, key: str, blob: ExternalData) -> None:
+    def add_external(self, tag: str, key: str, data: Any, layout: TensorLayout | None) -> None:
         group = self.external.setdefault(tag, {})
         old = group.get(key)
         if old is not None:
-            if not np.array_equal(_as_bytes_array(old.data), _as_bytes_array(blob.data)):
+            if not np.array_equal(_as_bytes_array(old.data), _as_bytes_array(data)):
                 raise EmitError(f"external data {key!r} (file tag {tag!r}) is given twice with different contents")
             return
-        group[key] = blob
+        group[key] = PtdEntry(layout, data)
+
+    def ptd_files(self) -> dict[str, PtdFile]:
+        return {tag: PtdFile(entries=dict(entries)) for tag, entries in self.external.items()}
 
     def constant_buffers(self) -> list[Buffer]:
         return [Buffer(storage=b) for b in self.constants.blobs]
@@ -152,9 +145,7 @@ class ProgramState:
                 self._add_named(key, buffers[entry.buffer_index], int(getattr(entry, "alignment", 1) or 1), who)
             for tag, entries in (getattr(store, "external_data", None) or {}).items():
                 for key, entry in entries.items():
-                    self.add_external(
-                        tag, key, ExternalData(buffers[entry.buffer_index], int(getattr(entry, "alignment", 1) or 1))
-                    )
+                    self.add_external(tag, key, buffers[entry.buffer_index], _layout(entry))
             return
         if isinstance(store, Mapping):
             for key, item in store.items():
@@ -177,3 +168,11 @@ class ProgramState:
             old.alignment = max(old.alignment, alignment)
             return
         self.named_data[key] = NamedBlob(data, alignment)
+
+
+def _layout(entry: Any) -> TensorLayout | None:
+    """An official ``DataEntry``'s tensor layout as ours (``None`` for opaque data)."""
+    layout = getattr(entry, "tensor_layout", None)
+    if layout is None:
+        return None
+    return TensorLayout(int(layout.scalar_type), [int(s) for s in layout.sizes], [int(d) for d in layout.dim_order])

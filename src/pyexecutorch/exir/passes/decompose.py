@@ -1,7 +1,19 @@
-"""Decomposition to Core ATen with torch's own tables."""
+"""Decomposition to Core ATen with torch's own tables.
+
+``ExportedProgram.run_decompositions`` spends most of its time, on small
+models, sorting torch's whole operator registry into "composite implicit"
+operators and the rest and patching every one of them, before it traces the
+graph.  That split depends only on the table and on the registered
+operators, so it is computed once per process (again when new operators get
+registered) and the tracing entry point is called directly; only the
+composite operators whose behaviour differs from torch's default (those
+preserved) are patched.  If torch's private entry points change, the public
+``run_decompositions`` is used instead.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 _TABLE: dict[Any, Any] | None = None
+_SPLITS: dict[Any, tuple[dict[Any, Any], dict[Any, Any]]] = {}
 
 
 def _quant_primitives() -> list[Any]:
@@ -33,11 +46,8 @@ def _quant_primitives() -> list[Any]:
 
 
 def default_decomposition_table() -> dict[Any, Any]:
-    """torch.export's default Core ATen table, plus ``linalg_vector_norm``.
-
-    Built once per process (materialising torch's table costs about 0.1 s)
-    and returned as a fresh dict each call.
-    """
+    """torch.export's default Core ATen table, plus ``linalg_vector_norm``
+    (as the official exporter), as a fresh dict."""
     global _TABLE
     if _TABLE is None:
         from torch._decomp import get_decompositions
@@ -51,13 +61,68 @@ def default_decomposition_table() -> dict[Any, Any]:
     return dict(_TABLE)
 
 
+def _is_default_cia_decomposition(op: Any, fn: Any) -> bool:
+    """``fn`` decomposes ``op`` exactly as its CompositeImplicitAutograd kernel does."""
+    return (
+        isinstance(fn, functools.partial)
+        and getattr(fn.func, "__name__", "") == "_special_op_to_decompose_cia"
+        and fn.keywords.get("kernel") is op
+        and not fn.args
+    )
+
+
+def _split(table: dict[Any, Any], removed: frozenset) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    from torch._export.utils import (
+        _collect_all_valid_cia_ops,
+        _is_preservable_cia_op,
+        _special_op_to_preserve_cia,
+    )
+
+    key = (removed, len(torch._C._dispatch_get_all_op_names()))
+    found = _SPLITS.get(key)
+    if found is not None:
+        return found
+    preservable = set(_collect_all_valid_cia_ops())
+    cia: dict[Any, Any] = {}
+    python: dict[Any, Any] = {}
+    for op, fn in table.items():
+        if op in preservable:
+            preservable.discard(op)
+            if not _is_default_cia_decomposition(op, fn):
+                cia[op] = fn
+        elif _is_preservable_cia_op(op):
+            cia[op] = fn
+        else:
+            python[op] = fn
+    for op in preservable:
+        cia[op] = _special_op_to_preserve_cia
+    _SPLITS[key] = (cia, python)
+    return cia, python
+
+
 def decompose(program: ExportedProgram, preserve_ops: Iterable[Any] = ()) -> ExportedProgram:
     """``program`` lowered to Core ATen, keeping ``preserve_ops`` as they are."""
     table = default_decomposition_table()
+    removed = set()
     for op in preserve_ops:
-        if isinstance(op, torch._ops.OpOverloadPacket):
-            for name in op.overloads():
-                table.pop(getattr(op, name), None)
-        else:
-            table.pop(op, None)
-    return program.run_decompositions(table)
+        ops = (
+            [getattr(op, n) for n in op.overloads()]
+            if isinstance(op, torch._ops.OpOverloadPacket)
+            else [op]
+        )
+        for o in ops:
+            if table.pop(o, None) is not None:
+                removed.add(o)
+    try:
+        from torch.export.exported_program import _decompose_exported_program
+
+        cia, python = _split(table, frozenset(removed))
+    except (ImportError, AttributeError, TypeError):
+        return program.run_decompositions(table)
+    return _decompose_exported_program(
+        program,
+        cia_to_decomp=dict(cia),
+        python_decomp_table=dict(python),
+        joint_loss_index=None,
+        decompose_custom_triton_ops=False,
+    )

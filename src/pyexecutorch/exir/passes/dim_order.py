@@ -35,7 +35,9 @@ def to_dim_order_ops(gm: GraphModule) -> bool:
             src_val = None
         else:
             src_val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
-            ndim = src_val.dim() if isinstance(src_val, torch.Tensor) else len(node.meta["val"].shape)
+            ndim = (
+                src_val.dim() if isinstance(src_val, torch.Tensor) else len(node.meta["val"].shape)
+            )
         if fmt in (None, torch.preserve_format):
             if isinstance(src_val, torch.Tensor):
                 dim_order = [int(d) for d in src_val.dim_order()]

@@ -43,7 +43,9 @@ def is_core(op: torch._ops.OpOverload) -> bool:
     return torch.Tag.core in tags or torch.Tag.view_copy in tags
 
 
-def check_ir_validity(gm: GraphModule, exceptions: Iterable[Any] = (), method: str = "forward") -> None:
+def check_ir_validity(
+    gm: GraphModule, exceptions: Iterable[Any] = (), method: str = "forward"
+) -> None:
     """Raise :class:`IRValidityError` naming every non-core ATen op, where it is
     used, and how to let it through."""
     allowed = set(BUILTIN_EXCEPTIONS)

@@ -66,8 +66,12 @@ def called_operators(gm: GraphModule) -> dict[str, str]:
             if isinstance(spec, TensorSpec) and not spec.is_static_shape_tensor:
                 name = "executorch_prim::et_view.default"
         elif node.target is HOP_MAP:
-            for extra in ("executorch_prim::et_copy_index.tensor", "executorch_prim::add.Scalar",
-                          "executorch_prim::eq.Scalar", "executorch_prim::sub.Scalar"):
+            for extra in (
+                "executorch_prim::et_copy_index.tensor",
+                "executorch_prim::add.Scalar",
+                "executorch_prim::eq.Scalar",
+                "executorch_prim::sub.Scalar",
+            ):
                 found.setdefault(extra, source_location(node, owner))
         elif node.target is HOP_WHILE:
             continue
@@ -92,7 +96,9 @@ def check_kernels(methods: dict[str, GraphModule], strict: bool = False) -> list
                 missing[name] = f"{method}: {where}"
     if not missing:
         return []
-    lines = [f"the pyexecutorch runtime has no kernel for {len(missing)} operator(s) this program calls:"]
+    lines = [
+        f"the pyexecutorch runtime has no kernel for {len(missing)} operator(s) this program calls:"
+    ]
     lines += [f"  - {name} (first used in {where})" for name, where in sorted(missing.items())]
     lines.append(
         "The program will fail to load in pyexecutorch.runtime (the official runtime may still run it). "

@@ -14,12 +14,18 @@ from torch.fx import GraphModule
 def lift_constants(
     gm: GraphModule, signature: ExportGraphSignature, constants: dict, fake_mode
 ) -> tuple[ExportGraphSignature, dict]:
-    attrs = [n for n in gm.graph.nodes if n.op == "get_attr" and isinstance(getattr(gm, n.target, None), torch.Tensor)]
+    attrs = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "get_attr" and isinstance(getattr(gm, n.target, None), torch.Tensor)
+    ]
     if not attrs:
         return signature, constants
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     specs = list(signature.input_specs)
-    first_user = next((i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT), len(specs))
+    first_user = next(
+        (i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT), len(specs)
+    )
     anchor = placeholders[first_user] if first_user < len(placeholders) else None
     constants = dict(constants)
     new_specs = []
@@ -45,7 +51,14 @@ def lift_constants(
         delattr(gm, node.target)
         constants[fqn] = tensor
         new_specs.append(
-            InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph.name), target=fqn, persistent=None)
+            InputSpec(
+                kind=InputKind.CONSTANT_TENSOR,
+                arg=TensorArgument(name=ph.name),
+                target=fqn,
+                persistent=None,
+            )
         )
     specs[first_user:first_user] = new_specs
-    return ExportGraphSignature(input_specs=specs, output_specs=list(signature.output_specs)), constants
+    return ExportGraphSignature(
+        input_specs=specs, output_specs=list(signature.output_specs)
+    ), constants

@@ -38,7 +38,12 @@ def _is_noop(node: Node) -> bool:
     if not (_static(a) and _static(b)):
         return False
     if target is aten._to_copy.default:
-        return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape and a.stride() == b.stride()
+        return (
+            a.dtype == b.dtype
+            and a.device == b.device
+            and a.shape == b.shape
+            and a.stride() == b.stride()
+        )
     return a.shape == b.shape  # full-range slice
 
 
@@ -72,3 +77,49 @@ def normalize(gm: GraphModule) -> bool:
                     node.args = (kept, *node.args[1:])
                     changed = True
     return changed
+
+
+def _same_layout(a, b) -> bool:
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.dtype == b.dtype
+        and _static(a)
+        and _static(b)
+        and tuple(a.shape) == tuple(b.shape)
+        and tuple(a.stride()) == tuple(b.stride())
+    )
+
+
+def remove_redundant_copies(gm: GraphModule) -> int:
+    """Drop copies that change nothing: identity ``expand_copy``, ``clone`` /
+    ``_clone_dim_order`` / ``alias_copy`` / ``_to_dim_order_copy`` keeping dtype
+    and layout.  In a functional graph a copy is only needed to give a value
+    its own memory, which matters for placeholders (a mutable buffer's old
+    value) and graph outputs; those are kept."""
+    from pyexecutorch.exir.dialects import dim_order_ops
+
+    copies = {
+        aten.expand_copy.default,
+        aten.clone.default,
+        aten.alias_copy.default,
+        aten._to_copy.default,
+        dim_order_ops.clone_dim_order(),
+        dim_order_ops.to_dim_order_copy(),
+    }
+    removed = 0
+    for g in graph_modules(gm):
+        for node in list(g.graph.nodes):
+            if node.op != "call_function" or node.target not in copies:
+                continue
+            src = node.args[0]
+            if not isinstance(src, Node) or src.op == "placeholder":
+                continue
+            if any(u.op == "output" for u in node.users):
+                continue
+            if not _same_layout(src.meta.get("val"), node.meta.get("val")):
+                continue
+            node.replace_all_uses_with(src)
+            g.graph.erase_node(node)
+            removed += 1
+    return removed

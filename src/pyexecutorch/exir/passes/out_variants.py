@@ -46,7 +46,16 @@ def is_out_variant(op: torch._ops.OpOverload) -> bool:
 
 def is_inplace(op: torch._ops.OpOverload) -> bool:
     args = op._schema.arguments
-    return bool(args) and args[0].alias_info is not None and args[0].alias_info.is_write and not args[0].is_out
+    return (
+        bool(args)
+        and args[0].alias_info is not None
+        and args[0].alias_info.is_write
+        and not args[0].is_out
+    )
+
+
+# Out variants drop the tensor-options arguments (the out tensor has them).
+_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
 
 
 def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple[str, ...]] | None:
@@ -54,7 +63,8 @@ def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple
     if op in _OUT_CACHE:
         return _OUT_CACHE[op]
     found = None
-    want = [_sig(a) for a in op._schema.arguments]
+    full = [_sig(a) for a in op._schema.arguments]
+    wants = (full, [s for s in full if s[0] not in _TENSOR_OPTIONS])
     n_returns = len(op._schema.returns)
     packet = op._overloadpacket
     for name in packet.overloads():
@@ -66,7 +76,7 @@ def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple
         outs = [a for a in args if a.is_out]
         if not outs:
             continue
-        if [_sig(a) for a in args if not a.is_out] != want:
+        if [_sig(a) for a in args if not a.is_out] not in wants:
             continue
         tensor_list_out = len(outs) == 1 and isinstance(outs[0].type, torch.ListType)
         if not tensor_list_out and len(outs) != n_returns:
@@ -89,7 +99,9 @@ def to_out_variants(gm: GraphModule, owner: Node | None = None, method: str = "f
     missing: dict[Any, str] = {}
     _convert(gm, owner, missing)
     if missing:
-        lines = [f"method {method!r} calls operators that have no out variant, so the runtime cannot run them:"]
+        lines = [
+            f"method {method!r} calls operators that have no out variant, so the runtime cannot run them:"
+        ]
         for op, where in missing.items():
             lines.append(f"  - {op_name(op)} at {where}")
         lines.append(
@@ -123,7 +135,8 @@ def _convert(gm: GraphModule, owner: Node | None, missing: dict[Any, str]) -> No
         out_op, out_names = found
         spec = node.meta.get("spec")
         val = node.meta.get("val")
-        kwargs = dict(node.kwargs)
+        accepted = {a.name for a in out_op._schema.arguments}
+        kwargs = {k: v for k, v in node.kwargs.items() if k in accepted}
         with graph.inserting_before(node):
             if len(out_names) == 1:
                 alloc = _alloc(graph, spec, val)

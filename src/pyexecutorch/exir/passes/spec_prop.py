@@ -19,7 +19,10 @@ from torch.fx import GraphModule, Node
 from torch.utils import _pytree as pytree
 
 from pyexecutorch.exir.graph_utils import is_control_flow, submodules
-from pyexecutorch.exir.passes.sym_shape_eval import ConstraintBasedSymShapeEvalPass, SymShapeEvalPass
+from pyexecutorch.exir.passes.sym_shape_eval import (
+    ConstraintBasedSymShapeEvalPass,
+    SymShapeEvalPass,
+)
 from pyexecutorch.exir.tensor_spec import TensorSpec, dim_order_from_strides
 from pyexecutorch.schema.program import TensorShapeDynamism
 
@@ -37,7 +40,9 @@ class SpecPropagator:
     def __init__(self, sym_eval: SymShapeEvalPass | None = None) -> None:
         self.sym_eval = sym_eval or ConstraintBasedSymShapeEvalPass()
 
-    def make_spec(self, val: Any, node: Node | None = None, owner: Node | None = None, what: str = "") -> Any:
+    def make_spec(
+        self, val: Any, node: Node | None = None, owner: Node | None = None, what: str = ""
+    ) -> Any:
         if isinstance(val, torch.Tensor):
             shape, dynamic = self.sym_eval.bound_shape(val.shape, node, owner, what)
             try:
@@ -48,7 +53,9 @@ class SpecPropagator:
             return TensorSpec(
                 dtype=val.dtype,
                 shape=shape,
-                shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND if dynamic else TensorShapeDynamism.STATIC,
+                shape_dynamism=TensorShapeDynamism.DYNAMIC_BOUND
+                if dynamic
+                else TensorShapeDynamism.STATIC,
                 dim_order=dim_order,
                 requires_grad=bool(val.requires_grad),
                 layout=val.layout,
@@ -66,7 +73,9 @@ class SpecPropagator:
     def run_graph(self, gm: GraphModule, owner: Node | None = None) -> None:
         for node in gm.graph.nodes:
             if node.op == "output":
-                node.meta["spec"] = pytree.tree_map_only(Node, lambda n: n.meta.get("spec"), node.args[0])
+                node.meta["spec"] = pytree.tree_map_only(
+                    Node, lambda n: n.meta.get("spec"), node.args[0]
+                )
                 continue
             if node.op == "call_function" and node.target is operator.getitem:
                 parent = node.args[0]
@@ -81,14 +90,36 @@ class SpecPropagator:
                 if isinstance(attr, torch.Tensor):
                     node.meta["spec"] = TensorSpec.from_tensor(attr, const=True)
                 continue
-            if "spec" in node.meta and node.op == "call_function" and getattr(node.target, "__name__", "") == (
-                "executorch_call_delegate"
+            if (
+                "spec" in node.meta
+                and node.op == "call_function"
+                and getattr(node.target, "__name__", "") == ("executorch_call_delegate")
             ):
                 continue  # delegate specs are set when lowering
+            if (
+                node.op == "call_function"
+                and _is_inplace(node.target)
+                and isinstance(node.args[0], Node)
+            ):
+                # An in-place op's result is its first argument: one tensor, one spec.
+                node.meta["spec"] = node.args[0].meta.get("spec")
+                continue
             node.meta["spec"] = self._tree_spec(node.meta.get("val"), node, owner)
             if is_control_flow(node):
                 for sub in submodules(gm, node):
                     self.run_graph(sub, owner or node)
+
+
+def _is_inplace(target: Any) -> bool:
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    args = target._schema.arguments
+    return (
+        bool(args)
+        and args[0].alias_info is not None
+        and args[0].alias_info.is_write
+        and not args[0].is_out
+    )
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -100,11 +131,15 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def propagate_specs(ep: ExportedProgram, gm: GraphModule, sym_eval: SymShapeEvalPass | None = None) -> None:
+def propagate_specs(
+    ep: ExportedProgram, gm: GraphModule, sym_eval: SymShapeEvalPass | None = None
+) -> None:
     """Set ``node.meta['spec']`` on every node of ``gm`` (the graph of ``ep``)."""
     SpecPropagator(sym_eval).run_graph(gm)
     sig = ep.graph_signature
-    mutated = set(sig.buffers_to_mutate.values()) | set(getattr(sig, "user_inputs_to_mutate", {}).values())
+    mutated = set(sig.buffers_to_mutate.values()) | set(
+        getattr(sig, "user_inputs_to_mutate", {}).values()
+    )
     by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     for node in gm.graph.nodes:
         if node.op != "placeholder":

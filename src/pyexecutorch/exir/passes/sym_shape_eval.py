@@ -32,7 +32,9 @@ class SymShapeEvalPass(PassBase):
         # Spec propagation asks this pass for bounds; run alone it has nothing to do.
         return PassResult(graph_module, False)
 
-    def bound_shape(self, shape, node=None, owner=None, what: str = "") -> tuple[tuple[int, ...], bool]:
+    def bound_shape(
+        self, shape, node=None, owner=None, what: str = ""
+    ) -> tuple[tuple[int, ...], bool]:
         """Upper-bound ``shape``; returns (ints, whether any dim was symbolic)."""
         out = []
         dynamic = False
@@ -75,11 +77,9 @@ class ConstraintBasedSymShapeEvalPass(SymShapeEvalPass):
 
         node = value.node
         upper = bound_sympy(node.expr, node.shape_env.var_to_range).upper
-        if isinstance(upper, sympy.Integer) or (getattr(upper, "is_integer", False) and upper.is_finite):
-            try:
-                return int(upper)
-            except (TypeError, ValueError):
-                pass
+        # torch's int_oo is a sympy Number claiming to be finite: test the type.
+        if isinstance(upper, (int, sympy.Integer)):
+            return int(upper)
         raise _Unbounded
 
 

@@ -58,7 +58,12 @@ def promote_mixed_types(gm: GraphModule, fake_mode) -> bool:
                         continue
                     with g.graph.inserting_before(node):
                         cast = insert_call(
-                            g.graph, aten._to_copy.default, (arg,), {"dtype": dtype}, fake_mode=fake_mode, like=node
+                            g.graph,
+                            aten._to_copy.default,
+                            (arg,),
+                            {"dtype": dtype},
+                            fake_mode=fake_mode,
+                            like=node,
                         )
                     new_args[i] = cast
                     changed = True
@@ -68,22 +73,32 @@ def promote_mixed_types(gm: GraphModule, fake_mode) -> bool:
 
 def _fold_constant_cast(g: GraphModule, node: Node, dtype: torch.dtype, fake_mode) -> bool:
     """Cast a scalar constant made by :func:`scalars_to_tensors` in place."""
-    if node.op != "get_attr" or not node.target.startswith("_scalar_tensor_constant") or len(node.users) != 1:
+    if (
+        node.op != "get_attr"
+        or not node.target.startswith("_scalar_tensor_constant")
+        or len(node.users) != 1
+    ):
         return False
     t = getattr(g, node.target).to(dtype)
-    setattr(g, node.target, t)
+    g.register_buffer(node.target, t, persistent=False)
     node.meta["val"] = fake_mode.from_tensor(t, static_shapes=True)
     return True
 
 
 def _schema_tensor_args(op):
-    return [(i, a) for i, a in enumerate(op._schema.arguments) if isinstance(a.type, torch.TensorType)]
+    return [
+        (i, a) for i, a in enumerate(op._schema.arguments) if isinstance(a.type, torch.TensorType)
+    ]
 
 
 def scalars_to_tensors(gm: GraphModule, fake_mode) -> bool:
     """Python and symbolic scalars in ``Tensor`` argument slots become tensors."""
     changed = False
-    sym_dtypes = {torch.SymInt: torch.int32, torch.SymFloat: torch.float32, torch.SymBool: torch.bool}
+    sym_dtypes = {
+        torch.SymInt: torch.int32,
+        torch.SymFloat: torch.float32,
+        torch.SymBool: torch.bool,
+    }
     for g in graph_modules(gm):
         counter = 0
         for node in list(g.graph.nodes):
@@ -99,28 +114,34 @@ def scalars_to_tensors(gm: GraphModule, fake_mode) -> bool:
                 if arg.kwarg_only or i >= len(args):
                     if arg.name not in kwargs:
                         continue
-                    value, put = kwargs[arg.name], lambda v, n=arg.name: kwargs.__setitem__(n, v)
+                    box, key = kwargs, arg.name
                 else:
-                    value, put = args[i], lambda v, j=i: args.__setitem__(j, v)
+                    box, key = args, i
+                value = box[key]
                 if isinstance(value, (bool, int, float)) and not isinstance(value, torch.Tensor):
                     name = f"_scalar_tensor_constant{counter}"
                     while hasattr(g, name):
                         counter += 1
                         name = f"_scalar_tensor_constant{counter}"
                     counter += 1
-                    setattr(g, name, torch.tensor(value))
+                    g.register_buffer(name, torch.tensor(value), persistent=False)
                     with g.graph.inserting_before(node):
                         const = g.graph.get_attr(name)
                     const.meta["val"] = fake_mode.from_tensor(getattr(g, name), static_shapes=True)
-                    put(const)
+                    box[key] = const
                     touched = True
                 elif isinstance(value, Node) and type(value.meta.get("val")) in sym_dtypes:
                     dtype = sym_dtypes[type(value.meta["val"])]
                     with g.graph.inserting_before(node):
                         t = insert_call(
-                            g.graph, aten.scalar_tensor.default, (value,), {"dtype": dtype}, fake_mode=fake_mode, like=node
+                            g.graph,
+                            aten.scalar_tensor.default,
+                            (value,),
+                            {"dtype": dtype},
+                            fake_mode=fake_mode,
+                            like=node,
                         )
-                    put(t)
+                    box[key] = t
                     touched = True
             if touched:
                 node.args = tuple(args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule
 
-from pyexecutorch.exir.graph_utils import call_nodes, infer_val
+from pyexecutorch.exir.graph_utils import graph_modules, infer_val, refresh_layouts
 
 aten = torch.ops.aten
 
@@ -33,15 +33,23 @@ def view_copy_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
 def replace_view_ops_with_view_copy(gm: GraphModule, fake_mode) -> bool:
     """Swap every ATen view op for its copy variant; returns whether any changed."""
     changed = False
-    for _, node in call_nodes(gm):
-        op = node.target
-        if not isinstance(op, torch._ops.OpOverload):
-            continue
-        new = view_copy_of(op)
-        if new is None:
-            continue
-        node.target = new
-        # A view's value carries its base's strides; the copy is contiguous.
-        node.meta["val"] = infer_val(fake_mode, new, node.args, node.kwargs)
-        changed = True
+    for g in graph_modules(gm):
+        dirty = set()
+        for node in g.graph.nodes:
+            op = node.target
+            if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+                continue
+            new = view_copy_of(op)
+            if new is None:
+                continue
+            node.target = new
+            # A view's value carries its base's strides; the copy is contiguous.
+            old = node.meta.get("val")
+            node.meta["val"] = infer_val(fake_mode, new, node.args, node.kwargs)
+            if not isinstance(old, torch.Tensor) or tuple(old.stride()) != tuple(
+                node.meta["val"].stride()
+            ):
+                dirty.add(node)
+            changed = True
+        refresh_layouts(g, fake_mode, dirty)
     return changed

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import ExportGraphSignature, InputKind, OutputKind, OutputSpec, TensorArgument
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
 from torch.fx import GraphModule, Node
 
 aten = torch.ops.aten
@@ -22,7 +28,12 @@ def _is_inplace(node: Node) -> bool:
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return False
     args = target._schema.arguments
-    return bool(args) and args[0].alias_info is not None and args[0].alias_info.is_write and not args[0].is_out
+    return (
+        bool(args)
+        and args[0].alias_info is not None
+        and args[0].alias_info.is_write
+        and not args[0].is_out
+    )
 
 
 def _reaches(value: Node, placeholder: Node) -> bool:
@@ -50,7 +61,10 @@ def insert_write_back(ep: ExportedProgram, gm: GraphModule) -> ExportGraphSignat
     new_specs = []
     changed = False
     for i, spec in enumerate(sig.output_specs):
-        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION) and spec.target in target_to_ph:
+        if (
+            spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+            and spec.target in target_to_ph
+        ):
             ph = target_to_ph[spec.target]
             value = outs[i]
             if isinstance(value, Node) and not _reaches(value, ph):

@@ -1,0 +1,491 @@
+"""The benchmark suite: latency and export time of pyexecutorch against the official
+ExecuTorch and torch eager, in one process.
+
+For every model (the compiler suite of tests/models.py plus the large models of
+benchmarks/models_large.py: a MobileNet-like CNN at 224x224, a 6-layer GPT at width
+256, the same GPT decoding with a KV cache):
+
+- export time, from the nn.Module to .pte bytes (torch.export included), of our
+  exporter (pyexecutorch.exir) and of the official one (portable kernels, fresh),
+- latency (median of repeated calls) of torch eager, the official runtime on the
+  official portable .pte and on the official XNNPACK .pte (where it lowers), our
+  runtime on our .pte, on the official portable .pte and on the official XNNPACK
+  .pte (where our runtime has that backend),
+- whether our runtime on our .pte computes what eager does.
+
+Ratios are against the official portable and XNNPACK numbers of the same run. Writes
+benchmarks/results.json and benchmarks/results.png and prints a table.
+
+    python benchmarks/run.py            # the whole suite (< 15 minutes on 2 cores)
+    python benchmarks/run.py --quick    # a few representative models (~2 minutes)
+    python benchmarks/run.py --models mlp,gpt6_kv --budget 1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import common  # noqa: F401 - sets up sys.path (tests/, benchmarks/)
+import numpy as np
+import torch
+from bench_runtime import _numpy_inputs, _our_method, bench_overhead
+from common import fmt_us, measure, ratio
+
+import models
+import official
+
+HERE = Path(__file__).resolve().parent
+QUICK = [
+    "mlp",
+    "small_cnn",
+    "gpt_block_sdpa",
+    "kv_cache",
+    "transformer_encoder",
+    "mobilenet_like",
+    "gpt6_kv",
+]
+
+# Latency columns: key, table header, chart label.
+LATENCY = [
+    ("eager", "eager", "torch eager"),
+    ("official_portable", "portable", "official portable"),
+    ("official_xnnpack", "xnnpack", "official XNNPACK"),
+    ("ours_on_ours", "ours", "ours on our .pte"),
+    ("ours_on_official", "ours/off", "ours on official .pte"),
+    ("ours_on_official_xnnpack", "ours/xnn", "ours on official XNNPACK .pte"),
+]
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+
+
+def export_ours(case) -> bytes:
+    from pyexecutorch.exir import to_edge  # noqa: PLC0415
+
+    return (
+        to_edge(models.export(case), constant_methods=case.constant_methods or None)
+        .to_executorch()
+        .buffer
+    )
+
+
+def export_official(case) -> bytes:
+    return official.export_programs(models.export(case), case.constant_methods)
+
+
+def warm_up() -> None:
+    """Export one small model with both exporters first, so that one-time costs
+    (imports, first compilations) are not counted in the first model's export time."""
+    case = models.get_case("mlp")
+    for fn in (export_ours, export_official):
+        try:
+            fn(case)
+        except Exception:  # noqa: BLE001 - the timed run reports failures
+            pass
+
+
+def check_ours(case, pte: bytes) -> str:
+    """``"ok"`` when our runtime on ``pte`` matches eager over the case's calls."""
+    method = _our_method(pte)
+    expected = official.eager_call_outputs(case)
+    for k, (inputs, exp) in enumerate(zip(case.call_sequence(), expected, strict=True)):
+        got = method.execute(_numpy_inputs(inputs))
+        try:
+            official.assert_close(case, got, exp, what=f"call {k}")
+        except AssertionError as e:
+            return "mismatch: " + str(e).strip().splitlines()[0][:200]
+    return "ok"
+
+
+def bench_model(case, budget: float) -> dict:
+    """One row: export times, latencies (median seconds) and the correctness check."""
+    row: dict = {"model": case.name, "errors": {}, "stats": {}}
+    errors = row["errors"]
+
+    def timeit(key, fn):
+        try:
+            s = measure(fn, budget_s=budget)
+        except Exception as e:  # noqa: BLE001 - one failing column does not stop the row
+            errors[key] = _error(e)
+            return
+        row[key] = s["median"]
+        row["stats"][key] = s
+
+    inputs = case.inputs()
+    np_inputs = _numpy_inputs(inputs)
+    t_inputs = list(inputs)
+    # Exports (fresh, timed).
+    ours = off = None
+    try:
+        ours, row["export_ours_s"] = _timed(lambda: export_ours(case))
+        row["pte_ours_bytes"] = len(ours)
+    except Exception as e:  # noqa: BLE001 - our exporter may not handle every model yet
+        errors["export_ours"] = _error(e)
+    off, row["export_official_s"] = _timed(lambda: export_official(case))
+    row["pte_official_bytes"] = len(off)
+    xnn = official.official_export_xnnpack(case)  # cached on disk: not timed
+    # Latencies.
+    module = case.make()
+    with torch.no_grad():
+        timeit("eager", lambda: module(*inputs))
+    runner = official.official_runner(off)
+    timeit("official_portable", lambda: runner.module.forward(t_inputs))
+    if xnn is not None:
+        xrunner = official.official_runner(xnn)
+        timeit("official_xnnpack", lambda: xrunner.module.forward(t_inputs))
+    else:
+        errors["official_xnnpack"] = "the official XNNPACK export fails"
+    if ours is not None:
+        try:
+            row["ours_correct"] = check_ours(case, ours)
+        except Exception as e:  # noqa: BLE001
+            row["ours_correct"] = "error: " + _error(e)
+        if not row["ours_correct"].startswith("error"):
+            m = _our_method(ours)
+            timeit("ours_on_ours", lambda: m.execute(np_inputs, clone_outputs=False))
+        else:
+            errors["ours_on_ours"] = row["ours_correct"]
+    try:
+        m_off = _our_method(off)
+        timeit("ours_on_official", lambda: m_off.execute(np_inputs, clone_outputs=False))
+    except Exception as e:  # noqa: BLE001
+        errors["ours_on_official"] = _error(e)
+    if xnn is not None:
+        from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+
+        if Runtime.get().backend_registry.is_available("XnnpackBackend"):
+            try:
+                m_xnn = _our_method(xnn)
+                timeit(
+                    "ours_on_official_xnnpack",
+                    lambda: m_xnn.execute(np_inputs, clone_outputs=False),
+                )
+            except Exception as e:  # noqa: BLE001
+                errors["ours_on_official_xnnpack"] = _error(e)
+        else:
+            errors["ours_on_official_xnnpack"] = "our runtime has no XnnpackBackend yet"
+    for key, base in (("ours_on_ours", "official_portable"), ("ours_on_ours", "official_xnnpack")):
+        if row.get(key) and row.get(base):
+            row[f"{key}_vs_{base}"] = row[key] / row[base]
+    if row.get("ours_on_official") and row.get("official_portable"):
+        row["ours_on_official_vs_official_portable"] = (
+            row["ours_on_official"] / row["official_portable"]
+        )
+    return row
+
+
+# --------------------------------------------------------------------------------------
+# Report
+
+
+W = 10  # width of a latency column
+
+
+HEADER = (
+    f"{'model':<24}{'eager':>{W}}{'portable':>{W}}{'xnnpack':>{W}}{'ours':>{W}}{'ours/off':>{W}}"
+    f"{'÷port':>8}{'÷xnn':>8}{'exp ours':>9}{'exp off':>9}  check"
+)
+
+
+def _us(seconds: float | None) -> str:
+    return fmt_us(seconds) if seconds is None or seconds < 1e-4 else f"{seconds * 1e6:,.0f}"
+
+
+def table_row(row: dict) -> str:
+    if "fatal" in row:
+        return f"{row['model']:<24}failed: {row['fatal'][:100]}"
+    check = row.get("ours_correct", row["errors"].get("export_ours", "-"))
+
+    def exp(key: str) -> str:
+        return f"{row[key]:.1f}s" if key in row else "-"
+
+    lat = "".join(
+        f"{_us(row.get(k)):>{W}}"
+        for k in (
+            "eager",
+            "official_portable",
+            "official_xnnpack",
+            "ours_on_ours",
+            "ours_on_official",
+        )
+    )
+    return (
+        f"{row['model']:<24}{lat}"
+        f"{ratio(row.get('ours_on_ours'), row.get('official_portable')):>8}"
+        f"{ratio(row.get('ours_on_ours'), row.get('official_xnnpack')):>8}"
+        f"{exp('export_ours_s'):>9}{exp('export_official_s'):>9}  {check[:70]}"
+    )
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    ok = [r for r in rows if "fatal" not in r]
+    out = {
+        "models": len(rows),
+        "ours_exported": sum(1 for r in ok if "pte_ours_bytes" in r),
+        "ours_correct": sum(1 for r in ok if r.get("ours_correct") == "ok"),
+    }
+    for key, base in (
+        ("ours_on_ours", "official_portable"),
+        ("ours_on_ours", "official_xnnpack"),
+        ("ours_on_official", "official_portable"),
+        ("ours_on_ours", "eager"),
+        ("export_ours_s", "export_official_s"),
+    ):
+        pairs = [r[key] / r[base] for r in ok if r.get(key) and r.get(base)]
+        out[f"geomean_{key}_vs_{base}"] = _geomean(pairs)
+        out[f"n_{key}_vs_{base}"] = len(pairs)
+    return out
+
+
+def machine() -> dict:
+    from importlib.metadata import version  # noqa: PLC0415
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "executorch": version("executorch"),
+        "pyexecutorch": version("pyexecutorch"),
+    }
+
+
+def chart(rows: list[dict], meta: dict, path: Path) -> None:
+    """Latency of each runtime relative to the official portable runtime (log scale),
+    and the export times of both exporters."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    rows = [r for r in rows if r.get("official_portable")]
+    names = [r["model"] for r in rows]
+    series = [
+        (k, label)
+        for k, _, label in LATENCY
+        if k != "official_portable" and any(r.get(k) for r in rows)
+    ]
+    height = max(4.0, 0.32 * len(rows) * max(1, len(series)) / 2 + 1.5)
+    fig, (ax, ax2) = plt.subplots(
+        1, 2, figsize=(14, height), gridspec_kw={"width_ratios": [3, 2]}, sharey=True
+    )
+    y = np.arange(len(rows))
+    bar = 0.8 / max(1, len(series))
+    for k, (key, label) in enumerate(series):
+        vals = [r[key] / r["official_portable"] if r.get(key) else np.nan for r in rows]
+        ax.barh(y + (k - (len(series) - 1) / 2) * bar, vals, height=bar, label=label)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("latency relative to the official portable runtime (lower is faster)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    for k, (key, label) in enumerate(
+        (("export_ours_s", "pyexecutorch.exir"), ("export_official_s", "official exir"))
+    ):
+        vals = [r.get(key, np.nan) for r in rows]
+        ax2.barh(y + (k - 0.5) * 0.4, vals, height=0.4, label=label)
+    ax2.set_xlabel("export time, nn.Module to .pte (s)")
+    ax2.legend(loc="lower right", fontsize=8)
+    ax2.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        f"pyexecutorch benchmarks — {meta['processor']}, {meta['cpus']} CPUs, torch {meta['torch']}, "
+        f"executorch {meta['executorch']} ({meta['date'][:10]})",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def select_cases(args) -> list:
+    import models_large  # noqa: PLC0415
+
+    suite = models.cases(official_exportable=True)
+    large = [] if args.no_large else list(models_large.LARGE_CASES)
+    every = {c.name: c for c in [*suite, *models_large.LARGE_CASES]}
+    if args.models:
+        names = args.models.split(",")
+    elif args.quick:
+        names = QUICK
+    else:
+        return large + suite  # large first: the time limit never drops them
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise SystemExit(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(every)}")
+    return [every[n] for n in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    parser.add_argument("--models", help="comma-separated model names")
+    parser.add_argument("--no-large", action="store_true", help="leave out the large models")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help="seconds of timing per measurement (default 0.3; 0.15 with --quick)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads of torch eager and of numpy's BLAS (default 1)",
+    )
+    parser.add_argument(
+        "--max-minutes", type=float, default=13.5, help="skip the remaining models after this long"
+    )
+    parser.add_argument(
+        "--json",
+        default=str(HERE / "results.json"),
+        help="results file (default benchmarks/results.json)",
+    )
+    parser.add_argument(
+        "--png",
+        default=str(HERE / "results.png"),
+        help="chart file (default benchmarks/results.png)",
+    )
+    parser.add_argument(
+        "--from-json",
+        metavar="JSON",
+        help="measure nothing: print the table of an earlier results file and redraw its chart",
+    )
+    args = parser.parse_args(argv)
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text())
+        report(result)
+        chart(result["models"], result["machine"], Path(args.png))
+        print(f"wrote {args.png}")
+        return 0
+    budget = args.budget if args.budget is not None else (0.15 if args.quick else 0.3)
+    official.silence_noise()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    try:
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
+        threadpool_limits(args.threads)  # numpy's BLAS, for our runtime
+    except ImportError:
+        pass
+    cases = select_cases(args)
+    meta = machine()
+    meta["threads"] = args.threads
+    print(preamble(meta, len(cases)))
+    start = time.perf_counter()
+    warm_up()
+    print(HEADER, flush=True)
+    rows, skipped = [], []
+    for case in cases:
+        if time.perf_counter() - start > args.max_minutes * 60:
+            skipped.append(case.name)
+            continue
+        try:
+            row = bench_model(case, budget)
+        except Exception as e:  # noqa: BLE001 - report and go on with the other models
+            row = {
+                "model": case.name,
+                "fatal": _error(e),
+                "errors": {},
+                "traceback": traceback.format_exc(),
+            }
+        rows.append(row)
+        print(table_row(row), flush=True)
+    overhead = bench_overhead(budget) if not args.models else None
+    result = {
+        "machine": meta,
+        "budget_s": budget,
+        "elapsed_s": time.perf_counter() - start,
+        "skipped": skipped,
+        "summary": summarize(rows),
+        "overhead": overhead,
+        "models": rows,
+    }
+    print(footer(result))
+    Path(args.json).write_text(json.dumps(result, indent=1))
+    chart(rows, meta, Path(args.png))
+    print(f"wrote {args.json} and {args.png}")
+    return 0
+
+
+def preamble(meta: dict, n_models: int) -> str:
+    return (
+        f"{n_models} models; {meta['processor']}, {meta['cpus']} CPUs, {meta['threads']} thread(s) "
+        f"for torch eager and numpy, torch {meta['torch']}, executorch {meta['executorch']}\n"
+        "latency: median in microseconds; ÷port, ÷xnn: ours on our .pte over the official "
+        "portable / XNNPACK runtime\n"
+        "export: seconds from nn.Module to .pte bytes (torch.export included)\n"
+    )
+
+
+def footer(result: dict) -> str:
+    out = []
+    overhead, summary = result.get("overhead"), result["summary"]
+    if overhead:
+        out.append(
+            f"\nper-instruction overhead on {overhead['instructions']} small elementwise ops: ours "
+            f"{overhead['ours_per_instruction'] * 1e6:.2f} us, official portable "
+            f"{overhead['official_per_instruction'] * 1e6:.2f} us, bare np.add(out=) "
+            f"{overhead['numpy_add_call'] * 1e6:.2f} us"
+        )
+    out.append(
+        f"\n{summary['ours_exported']}/{summary['models']} models exported by pyexecutorch, "
+        f"{summary['ours_correct']} match eager"
+    )
+    for key, label in (
+        ("geomean_ours_on_ours_vs_official_portable", "ours / official portable"),
+        ("geomean_ours_on_ours_vs_official_xnnpack", "ours / official XNNPACK"),
+        (
+            "geomean_ours_on_official_vs_official_portable",
+            "ours on official .pte / official portable",
+        ),
+        ("geomean_ours_on_ours_vs_eager", "ours / torch eager"),
+        ("geomean_export_ours_s_vs_export_official_s", "our export time / official export time"),
+    ):
+        if summary.get(key):
+            n = summary[key.replace("geomean_", "n_")]
+            out.append(f"geomean {label}: {summary[key]:.2f}x ({n} models)")
+    if result["skipped"]:
+        out.append(f"skipped (time limit): {', '.join(result['skipped'])}")
+    out.append(f"total {result['elapsed_s'] / 60:.1f} minutes")
+    return "\n".join(out)
+
+
+def report(result: dict) -> None:
+    """The table of a results file, as the run printed it."""
+    print(preamble(result["machine"], len(result["models"])))
+    print(HEADER)
+    for row in result["models"]:
+        print(table_row(row))
+    print(footer(result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``pyexecutorch`` command line: export, run, inspect, bench, profile, demo."""

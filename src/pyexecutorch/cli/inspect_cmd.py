@@ -1,0 +1,146 @@
+"""``pyexecutorch inspect``: what a ``.pte`` (or ``.ptd``) holds."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from pyexecutorch.cli import common
+
+HELP = "show the methods, operators, delegates, arenas and data of a .pte"
+DESCRIPTION = """\
+Print what a program holds: each method with its inputs and outputs, the operators
+it calls, its delegates (backend and size) and planned arenas; the constant bytes
+and segments of the file; an operator histogram over all methods; and whether the
+program passes the runtime's verification. --verbose adds every value and every
+instruction. A .ptd (external data) file is listed key by key."""
+EXAMPLES = """\
+examples:
+  pyexecutorch inspect model.pte
+  pyexecutorch inspect model.pte --verbose | less
+  pyexecutorch inspect model.ptd
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="the .pte (or .ptd) file")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print every value and instruction (the whole plan)",
+    )
+
+
+def _read(path: str) -> bytes:
+    p = Path(path)
+    if not p.exists():
+        raise common.CLIError(f"program file not found: {path}")
+    if p.is_dir():
+        raise common.CLIError(f"{path} is a directory, not a program file")
+    data = p.read_bytes()
+    if not data:
+        raise common.CLIError(f"{path} is not a valid program: the file is empty")
+    return data
+
+
+def _is_ptd(data: bytes) -> bool:
+    return len(data) >= 8 and data[4:6] == b"FT"
+
+
+def operator_histogram(program) -> tuple[Counter, int]:  # noqa: ANN001
+    """Kernel calls per operator over every method, and the number of delegate calls."""
+    from pyexecutorch.schema.program import DelegateCall, KernelCall  # noqa: PLC0415
+
+    counts: Counter = Counter()
+    delegate_calls = 0
+    for plan in program.execution_plan:
+        ops = plan.operators
+        for chain in plan.chains:
+            for ins in chain.instructions:
+                a = ins.instr_args
+                if isinstance(a, KernelCall):
+                    name = (
+                        ops[a.op_index].qualified_name
+                        if 0 <= a.op_index < len(ops)
+                        else f"<operator {a.op_index}>"
+                    )
+                    counts[name] += 1
+                elif isinstance(a, DelegateCall):
+                    delegate_calls += 1
+    return counts, delegate_calls
+
+
+def _histogram_lines(counts: Counter, delegate_calls: int) -> list[str]:
+    total = sum(counts.values())
+    out = [
+        f"operator histogram (all methods): {total} kernel call(s) of {len(counts)} operator(s), "
+        f"{delegate_calls} delegate call(s)"
+    ]
+    if not counts:
+        return out
+    width = max(len(k) for k in counts)
+    top = max(counts.values())
+    for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        bar = "#" * max(1, round(30 * n / top))
+        out.append(f"  {name:<{width}}  {n:>5}  {bar}")
+    return out
+
+
+def _fallback_listing(pte) -> str:  # noqa: ANN001 - used only where the printer is missing
+    lines = []
+    for plan in pte.program.execution_plan:
+        lines.append(
+            f"method {plan.name!r}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs, "
+            f"{len(plan.operators)} operators, {len(plan.delegates)} delegates, "
+            f"arenas {list(plan.non_const_buffer_sizes)}"
+        )
+        for d in plan.delegates:
+            lines.append(f"  delegate {d.id}")
+    consts = sum(memoryview(b.storage).nbytes for b in pte.program.constant_buffer)
+    lines.append(f"constant bytes: {consts}; segments: {len(pte.program.segments)}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
+
+    data = _read(args.model)
+    if _is_ptd(data):
+        from pyexecutorch.schema.flat_tensor import decode_ptd  # noqa: PLC0415
+        from pyexecutorch.schema.printer import format_ptd  # noqa: PLC0415
+
+        try:
+            ptd = decode_ptd(data)
+        except FormatError as e:
+            raise common.CLIError(f"{args.model} is not a valid data file: {e}") from e
+        print(f"{args.model}: {common.human_bytes(len(data))}")
+        print(format_ptd(ptd, verbose=args.verbose), end="")
+        return 0
+    from pyexecutorch.schema.pte import decode_pte  # noqa: PLC0415
+
+    try:
+        pte = decode_pte(data)
+    except FormatError as e:
+        raise common.CLIError(f"{args.model} is not a valid program: {e}") from e
+    print(f"{args.model}: {common.human_bytes(len(data))} ({len(data)} bytes)")
+    try:
+        from pyexecutorch.schema.printer import format_program  # noqa: PLC0415
+    except ImportError:
+        listing = _fallback_listing(pte)
+    else:
+        listing = format_program(pte, verbose=args.verbose)
+    print(listing, end="")
+    print()
+    counts, delegate_calls = operator_histogram(pte.program)
+    print("\n".join(_histogram_lines(counts, delegate_calls)))
+    from pyexecutorch.runtime.verify import verify_program  # noqa: PLC0415
+
+    try:
+        verify_program(pte)
+    except Exception as e:  # noqa: BLE001 - a listing is still useful for a file that fails verification
+        print(f"\nverification: FAILED: {common.first_line(e)}")
+        return 1
+    print("\nverification: ok")
+    return 0

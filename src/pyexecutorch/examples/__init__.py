@@ -1,0 +1,7 @@
+"""Built-in example models for the demo and the command line.
+
+- :mod:`pyexecutorch.examples.gpt`: a small GPT-style language model that decodes
+  one token per call with its KV cache held in mutable buffers (imports torch).
+- :mod:`pyexecutorch.examples.generate`: greedy generation over any step function,
+  and the torch-free worker that runs an exported model in our runtime.
+"""

@@ -1,0 +1,761 @@
+"""Memory planning: one arena (memory id 1) per method, offsets for every tensor.
+
+Lifetimes are computed over the whole method, control-flow submodules
+included: the nodes of a ``cond``'s branches (or a ``while_loop``'s condition
+and body) are numbered inside the control-flow node's own range, in the order
+the emitter lays them out, so branch temporaries share the arena with the rest
+of the method instead of getting a reserved region.
+
+Conventions (those of the official exporter):
+
+- user inputs, outputs and mutable buffers are planned; constants are not;
+- mutable buffers live for the whole method (their state persists);
+- a control-flow branch's inputs alias the caller's values (not planned);
+  its outputs are moved into the control-flow node's outputs, so they live as
+  long as those do;
+- a ``memory.view`` shares its base's memory; the base lives while any view
+  is used;
+- sizes are rounded up to ``alignment`` (16).
+
+Several algorithms run and the smallest arena wins: the official ``greedy``
+(shared objects by descending size) and ``naive`` (no reuse), and ours,
+``best_fit``: tensors placed one by one (in several orders) at the offset
+whose free gap among the tensors alive at the same time fits them best.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.export.graph_signature import ExportGraphSignature
+from torch.fx import GraphModule, Node
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+from torch.utils import _pytree as pytree
+
+from pyexecutorch.exir import memory
+from pyexecutorch.exir.graph_utils import HOP_COND, HOP_MAP, HOP_WHILE, is_control_flow, submodules
+from pyexecutorch.exir.tensor_spec import ALIGNMENT, TensorSpec, aligned
+
+# --------------------------------------------------------------------------------------
+# Lifetimes
+
+
+@dataclass
+class PlanItem:
+    """One tensor to place: its spec, aligned size and inclusive lifetime."""
+
+    spec: TensorSpec
+    size: int
+    start: int
+    end: int
+    order: int = 0  # first appearance in the method, for stable tie-breaking
+
+
+@dataclass
+class _ControlFlow:
+    node: Node
+    kind: Any
+    start: int
+    end: int
+    subgraphs: list[GraphModule]
+
+
+@dataclass
+class Lifetimes:
+    items: list[PlanItem]
+    views: list[TensorSpec]
+    end: int
+
+
+def _specs(x: Any) -> list[TensorSpec]:
+    return [s for s in pytree.tree_leaves(x) if isinstance(s, TensorSpec)]
+
+
+def _node_specs(node: Any) -> list[TensorSpec]:
+    if not isinstance(node, Node):
+        return []
+    return _specs(node.meta.get("spec"))
+
+
+# Out-variant kernels that compute out[i] from their inputs' element i in one
+# pass, so ``out`` may be the memory of a same-shaped, same-dtype input that
+# dies at the call (the tensor is "updated in place").
+_ELEMENTWISE_NAMES = """
+abs acos acosh asin asinh atan atanh ceil cos cosh erf exp expm1 floor log log10 log1p log2 neg
+reciprocal relu round rsqrt sigmoid sign sin sinh sqrt tan tanh trunc gelu hardtanh hardswish
+hardsigmoid leaky_relu elu silu clamp bitwise_not logical_not pow add sub mul div remainder fmod
+maximum minimum atan2 bitwise_and bitwise_or bitwise_xor logical_and logical_or logical_xor where
+masked_fill rsub frac
+""".split()
+
+
+def _elementwise_ops() -> frozenset:
+    ops = set()
+    for name in _ELEMENTWISE_NAMES:
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if any(a.is_out for a in op._schema.arguments):
+                ops.add(op)
+    return frozenset(ops)
+
+
+# Multi-output ops whose first output is elementwise in their first input.
+_FIRST_OUTPUT_ELEMENTWISE = frozenset({torch.ops.aten._native_batch_norm_legit_no_training.out})
+
+ELEMENTWISE_OUT_OPS = _elementwise_ops() | _FIRST_OUTPUT_ELEMENTWISE
+
+
+class _LifetimeWalker:
+    def __init__(self) -> None:
+        self.counter = 0
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.specs: dict[int, TensorSpec] = {}
+        self.aliases: set[int] = set()  # branch inputs: the caller's values, not planned here
+        self.flows: list[_ControlFlow] = []
+        self.user_inputs: set[int] = set()
+        self.outputs: set[int] = set()
+        self.mutable: set[int] = set()
+        self.ops: list[tuple[int, Node]] = []  # (index, node) of out-variant calls
+
+    def touch(self, spec: TensorSpec, idx: int) -> None:
+        key = id(spec)
+        if key not in self.specs:
+            self.specs[key] = spec
+            self.first[key] = idx
+            self.last[key] = idx
+            return
+        if idx < self.first[key]:
+            self.first[key] = idx
+        if idx > self.last[key]:
+            self.last[key] = idx
+
+    def walk(self, gm: GraphModule, top: bool, kind: Any = None, n_planned_inputs: int = 0) -> None:
+        position = 0
+        for node in gm.graph.nodes:
+            idx = self.counter
+            self.counter += 1
+            op = node.op
+            if op == "placeholder":
+                planned_here = top or position < n_planned_inputs
+                position += 1
+                for s in _node_specs(node):
+                    if not planned_here:
+                        self.aliases.add(id(s))
+                        continue
+                    self.touch(s, 0 if top else idx)
+                    if top and s.is_user_input:
+                        self.user_inputs.add(id(s))
+                    if top and s.is_mutable_buffer:
+                        self.mutable.add(id(s))
+                continue
+            if op == "get_attr":
+                continue
+            if op == "output":
+                for s in _node_specs_tree(node.args[0]):
+                    self.touch(s, idx)
+                    if top:
+                        self.outputs.add(id(s))
+                continue
+            if op != "call_function":
+                continue
+            target = node.target
+            if target is memory.alloc:
+                continue  # its spec is the consumer's; placed when the consumer runs
+            if is_control_flow(node):
+                flow = _ControlFlow(node, target, idx, idx, submodules(gm, node))
+                self.flows.append(flow)
+                n_sliced = len(node.args[1]) if target is HOP_MAP else 0
+                for sub in flow.subgraphs:
+                    self.walk(sub, False, target, n_sliced)
+                flow.end = self.counter
+                self.counter += 1
+                for arg in _arg_nodes(node):
+                    for s in _node_specs(arg):
+                        self.touch(s, flow.start)
+                        self.touch(s, flow.end)
+                for s in _node_specs(node):
+                    self.touch(s, flow.start)
+                continue
+            for arg in _arg_nodes(node):
+                for s in _node_specs(arg):
+                    self.touch(s, idx)
+            if target is memory.view:
+                spec = node.meta.get("spec")
+                if isinstance(spec, TensorSpec):
+                    self.touch(spec, idx)
+                continue
+            for s in _node_specs(node):
+                self.touch(s, idx)
+            if target in ELEMENTWISE_OUT_OPS:
+                self.ops.append((idx, node))
+
+
+def _node_specs_tree(args: Any) -> list[TensorSpec]:
+    out = []
+    for leaf in pytree.tree_leaves(args):
+        out += _node_specs(leaf)
+    return out
+
+
+def _arg_nodes(node: Node) -> list[Node]:
+    return [a for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, Node)]
+
+
+def _sub_outputs(sub: GraphModule) -> list[Any]:
+    return list(pytree.tree_leaves(sub.graph.output_node().args[0]))
+
+
+def _root(spec: TensorSpec) -> tuple[TensorSpec, int]:
+    offset = 0
+    while spec.storage_base is not None:
+        offset += spec.storage_base_offset
+        spec = spec.storage_base
+    return spec, offset
+
+
+def compute_lifetimes(
+    gm: GraphModule,
+    signature: ExportGraphSignature | None = None,
+    *,
+    alloc_graph_input: bool = True,
+    alloc_graph_output: bool = True,
+    alloc_mutable_buffers: bool = True,
+    alignment: int = ALIGNMENT,
+    reuse_inputs_in_place: bool = True,
+) -> Lifetimes:
+    w = _LifetimeWalker()
+    w.walk(gm, True)
+    end = w.counter
+    first, last = w.first, w.last
+    for key in w.outputs | w.mutable:
+        last[key] = end
+    for key in w.mutable:
+        first[key] = 0
+
+    def extend(spec: TensorSpec, lo: int | None, hi: int | None) -> None:
+        key = id(spec)
+        if key not in first:
+            return
+        if lo is not None and lo < first[key]:
+            first[key] = lo
+        if hi is not None and hi > last[key]:
+            last[key] = hi
+
+    # Outer control flow first: its extensions feed the inner ones.
+    for flow in w.flows:
+        node = flow.node
+        outs = _node_specs(node)
+        out_end = max([last.get(id(s), flow.end) for s in outs] + [flow.end])
+        if flow.kind is HOP_COND:
+            # Each branch's results are moved into the cond's results: they share
+            # the results' memory (the branches never run together).
+            operands = list(node.args[3])
+            results = list(node.meta.get("spec") or [])
+            for sub in flow.subgraphs:
+                placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+                claimed: set[int] = set()
+                for k, out in enumerate(_sub_outputs(sub)):
+                    if not isinstance(out, Node):
+                        continue
+                    if out.op == "placeholder" and out in placeholders:
+                        # A pass-through operand: the result aliases it.
+                        j = placeholders.index(out)
+                        if j < len(operands):
+                            for s in _node_specs(operands[j]):
+                                extend(s, None, out_end)
+                        continue
+                    specs = _node_specs(out)
+                    result = results[k] if k < len(results) else None
+                    if (
+                        len(specs) == 1
+                        and isinstance(result, TensorSpec)
+                        and not specs[0].const
+                        and specs[0].storage_base is None
+                        and id(specs[0]) not in claimed
+                        and specs[0].nbytes() <= result.nbytes()
+                        and id(specs[0]) not in w.aliases
+                    ):
+                        claimed.add(id(specs[0]))
+                        specs[0].storage_base = result
+                        specs[0].storage_base_offset = 0
+                        continue
+                    for s in specs:
+                        extend(s, flow.start, out_end)
+        elif flow.kind is HOP_WHILE:
+            # The body's results are copied into the loop state at the end of
+            # each iteration; everything else lives within one iteration.
+            for out in _sub_outputs(flow.subgraphs[-1]):
+                for s in _node_specs(out):
+                    extend(s, None, flow.end)
+        else:  # map: results are copied out at the end of each iteration
+            for sub in flow.subgraphs:
+                for out in _sub_outputs(sub):
+                    for s in _node_specs(out):
+                        extend(s, None, flow.end)
+
+    views = []
+    items: list[PlanItem] = []
+    by_id: dict[int, PlanItem] = {}
+    pinned: set[int] = set()
+    order = 0
+    for key, spec in w.specs.items():
+        if key in w.aliases or spec.const:
+            continue
+        if spec.storage_base is not None:
+            views.append(spec)
+            continue
+        if key in w.user_inputs or key in w.mutable or key in w.outputs:
+            pinned.add(key)
+        if not alloc_graph_input and key in w.user_inputs:
+            continue
+        if not alloc_graph_output and key in w.outputs:
+            continue
+        if not alloc_mutable_buffers and key in w.mutable:
+            continue
+        spec.alignment = alignment
+        it = PlanItem(spec, aligned(spec.nbytes(), alignment), first[key], last[key], order)
+        items.append(it)
+        by_id[key] = it
+        order += 1
+    # A view (or a branch result sharing its cond's result) keeps its base alive.
+    for view in views:
+        base, _ = _root(view)
+        it = by_id.get(id(base))
+        if it is None or id(view) not in first:
+            continue
+        it.start = min(it.start, first[id(view)])
+        it.end = max(it.end, last[id(view)])
+        view.lifetime = [first[id(view)], last[id(view)]]
+
+    if reuse_inputs_in_place:
+        items = _reuse_in_place(w, items, by_id, pinned, first, last)
+    for it in items:
+        it.spec.lifetime = [it.start, it.end]
+    return Lifetimes(items, views, end)
+
+
+def _reuse_in_place(w, items, by_id, pinned, first, last):
+    """Let an elementwise op write into an input that dies at the op.
+
+    The output's spec then shares the input's memory (``storage_base``) and
+    the input's item is extended to the output's lifetime."""
+    merged: set[int] = set()
+    for idx, node in w.ops:
+        out_specs = _node_specs(node)
+        if len(out_specs) != 1 and node.target not in _FIRST_OUTPUT_ELEMENTWISE:
+            continue
+        out = out_specs[0]
+        args = node.args[:1] if node.target in _FIRST_OUTPUT_ELEMENTWISE else node.args
+        out_item = by_id.get(id(out))
+        if out_item is None or id(out) in merged or out_item.start != idx:
+            continue
+        for arg in args:
+            if not isinstance(arg, Node):
+                continue
+            specs = _node_specs(arg)
+            if len(specs) != 1:
+                continue
+            src, offset = _root(specs[0])
+            if offset or src is out:
+                continue
+            src_item = by_id.get(id(src))
+            if src_item is None or id(src) in pinned or src_item.end != idx:
+                continue
+            a = specs[0]
+            if (
+                a.dtype != out.dtype
+                or tuple(a.shape) != tuple(out.shape)
+                or a.nbytes() != out.nbytes()
+            ):
+                continue
+            if tuple(a.dim_order) != tuple(out.dim_order) or src_item.size != out_item.size:
+                continue
+            if a.shape_dynamism != out.shape_dynamism:
+                continue
+            out.storage_base = src
+            out.storage_base_offset = 0
+            src_item.end = out_item.end
+            merged.add(id(out))
+            # The output's own aliases now resolve to ``src`` through it.
+            by_id[id(out)] = src_item
+            break
+    if not merged:
+        return items
+    return [it for it in items if id(it.spec) not in merged]
+
+
+# --------------------------------------------------------------------------------------
+# Algorithms: each maps items to (offsets by item index, arena size)
+
+
+@dataclass
+class Plan:
+    offsets: list[int]
+    size: int
+    algorithm: str = ""
+
+
+def _overlap(a: PlanItem, b: PlanItem) -> bool:
+    return not (a.end < b.start or a.start > b.end)
+
+
+def naive(items: list[PlanItem]) -> Plan:
+    """Every tensor gets its own memory (the official ``naive``)."""
+    offsets, total = [], 0
+    for it in items:
+        offsets.append(total)
+        total += it.size
+    return Plan(offsets, total, "naive")
+
+
+@dataclass
+class _SharedObject:
+    size: int
+    allocs: list[tuple[int, PlanItem]] = field(default_factory=list)  # (offset in object, item)
+
+
+def greedy(items: list[PlanItem]) -> Plan:
+    """The official ``greedy`` algorithm: tensors by descending size join the
+    first shared object free during their lifetime (at offset 0), else sit on
+    top of the overlapping tensors inside an object if they fit, else open a
+    new object; objects are laid out one after another."""
+    ascending: list[PlanItem] = []
+    for it in items:
+        bisect.insort(ascending, it, key=lambda x: x.size)
+    objects: list[_SharedObject] = []
+    where: dict[int, tuple[int, int]] = {}
+    for it in reversed(ascending):
+        chosen = None
+        for k, obj in enumerate(objects):
+            if all(not _overlap(it, other) for _, other in obj.allocs):
+                obj.allocs.append((0, it))
+                chosen = (k, 0)
+                break
+        if chosen is None:
+            for k, obj in enumerate(objects):
+                top = max(
+                    (off + other.size for off, other in obj.allocs if _overlap(it, other)),
+                    default=0,
+                )
+                if top > 0 and top + it.size <= obj.size:
+                    obj.allocs.append((top, it))
+                    chosen = (k, top)
+                    break
+        if chosen is None:
+            objects.append(_SharedObject(it.size, [(0, it)]))
+            chosen = (len(objects) - 1, 0)
+        where[id(it)] = chosen
+    bases, total = [], 0
+    for obj in objects:
+        bases.append(total)
+        total += obj.size
+    offsets = [bases[where[id(it)][0]] + where[id(it)][1] for it in items]
+    return Plan(offsets, total, "greedy")
+
+
+def _place(order: list[int], items: list[PlanItem], best: bool) -> tuple[list[int], int]:
+    offsets = [-1] * len(items)
+    placed: list[int] = []
+    total = 0
+    for i in order:
+        it = items[i]
+        busy = sorted(
+            (offsets[j], offsets[j] + items[j].size) for j in placed if _overlap(it, items[j])
+        )
+        cur = 0
+        choice = None
+        gap_size = None
+        for lo, hi in busy:
+            if lo - cur >= it.size:
+                if not best:
+                    choice = cur
+                    break
+                gap = lo - cur
+                if gap_size is None or gap < gap_size:
+                    choice, gap_size = cur, gap
+            cur = max(cur, hi)
+        if choice is None:
+            choice = cur
+        offsets[i] = choice
+        placed.append(i)
+        total = max(total, choice + it.size)
+    return offsets, total
+
+
+def live_peak(items: list[PlanItem]) -> int:
+    """The largest total size alive at one instant: no plan can be smaller."""
+    events = []
+    for it in items:
+        events.append((it.start, 0, it.size))
+        events.append((it.end, 1, -it.size))
+    peak = cur = 0
+    for _, kind, delta in sorted(events):
+        cur += delta
+        if kind == 0:
+            peak = max(peak, cur)
+    return peak
+
+
+def _breadth(items: list[PlanItem]) -> list[int]:
+    """For each item, the peak live size over its lifetime."""
+    points = sorted({it.start for it in items} | {it.end for it in items})
+    live = dict.fromkeys(points, 0)
+    for it in items:
+        for p in points[bisect.bisect_left(points, it.start) : bisect.bisect_right(points, it.end)]:
+            live[p] += it.size
+    out = []
+    for it in items:
+        span = points[bisect.bisect_left(points, it.start) : bisect.bisect_right(points, it.end)]
+        out.append(max(live[p] for p in span))
+    return out
+
+
+def best_fit(items: list[PlanItem]) -> Plan:
+    """Ours: place tensors one at a time at the best-fitting free gap among the
+    tensors alive at the same time, trying several orders (by size, by the
+    peak pressure over the lifetime, by lifetime area); keep the smallest."""
+    if not items:
+        return Plan([], 0, "best_fit")
+    n = len(items)
+    breadth = _breadth(items)
+    orders = {
+        "size": sorted(range(n), key=lambda i: (-items[i].size, items[i].start, i)),
+        "breadth": sorted(range(n), key=lambda i: (-breadth[i], -items[i].size, items[i].start, i)),
+        "area": sorted(
+            range(n), key=lambda i: (-items[i].size * (items[i].end - items[i].start + 1), i)
+        ),
+        "length": sorted(
+            range(n), key=lambda i: (-(items[i].end - items[i].start), -items[i].size, i)
+        ),
+        "start": sorted(range(n), key=lambda i: (items[i].start, -items[i].size, i)),
+    }
+    # A few deterministic perturbations of the size order (ties broken by
+    # pseudo-random keys, sizes jittered by one bucket) widen the search.
+    rng = random.Random(0x5EED)
+    for trial in range(6 if n <= 2000 else 0):
+        noise = [rng.random() for _ in range(n)]
+        jitter = 1.0 + 0.25 * trial / 6
+        orders[f"jitter{trial}"] = sorted(range(n), key=lambda i: (-items[i].size * (1 + noise[i] * (jitter - 1)), noise[i]))
+    bound = live_peak(items)
+    best_plan = None
+    for order in orders.values():
+        for fit in (True, False):
+            offsets, total = _place(order, items, fit)
+            if best_plan is None or total < best_plan.size:
+                best_plan = Plan(offsets, total, "best_fit")
+            if best_plan.size <= bound:
+                return best_plan
+    return best_plan
+
+
+DEFAULT_ALGORITHMS: tuple[Callable[[list[PlanItem]], Plan], ...] = (greedy, naive, best_fit)
+
+
+# --------------------------------------------------------------------------------------
+# The pass
+
+
+def _all_specs(gm: GraphModule) -> list[TensorSpec]:
+    out: dict[int, TensorSpec] = {}
+
+    def visit(g: GraphModule) -> None:
+        for node in g.graph.nodes:
+            for s in _specs(node.meta.get("spec")):
+                out.setdefault(id(s), s)
+            if is_control_flow(node):
+                for sub in submodules(g, node):
+                    visit(sub)
+
+    visit(gm)
+    return list(out.values())
+
+
+def _set_buffer_sizes(gm: GraphModule, sizes: list[int]) -> None:
+    gm.meta["non_const_buffer_sizes"] = list(sizes)
+    for node in gm.graph.nodes:
+        if is_control_flow(node):
+            for sub in submodules(gm, node):
+                _set_buffer_sizes(sub, sizes)
+
+
+def plan_memory(
+    gm: GraphModule,
+    signature: ExportGraphSignature | None = None,
+    *,
+    algorithms: Iterable[Callable[[list[PlanItem]], Plan]] = DEFAULT_ALGORITHMS,
+    alignment: int = ALIGNMENT,
+    alloc_graph_input: bool = True,
+    alloc_graph_output: bool = True,
+    alloc_mutable_buffers: bool = True,
+) -> dict[str, int]:
+    """Plan ``gm``'s memory in place; returns each algorithm's arena size
+    (``"chosen"`` is the one kept, ``"lower_bound"`` the live peak)."""
+    life = compute_lifetimes(
+        gm,
+        signature,
+        alloc_graph_input=alloc_graph_input,
+        alloc_graph_output=alloc_graph_output,
+        alloc_mutable_buffers=alloc_mutable_buffers,
+        alignment=alignment,
+    )
+    items = life.items
+    report: dict[str, int] = {}
+    chosen: Plan | None = None
+    for algo in algorithms:
+        plan = algo(items)
+        name = plan.algorithm or getattr(algo, "__name__", repr(algo))
+        report[name] = plan.size
+        if chosen is None or plan.size < chosen.size:
+            chosen = plan
+    if chosen is None:
+        chosen = Plan([], 0, "none")
+    for it, off in zip(items, chosen.offsets, strict=True):
+        it.spec.mem_id = 1
+        it.spec.mem_offset = off
+    shared = list(life.views)
+    shared += [s for s in _all_specs(gm) if s.storage_base is not None and s not in shared]
+    for view in shared:
+        base, offset = _root(view)
+        if base.mem_id is not None and base.mem_offset is not None:
+            view.mem_id = base.mem_id
+            view.mem_offset = base.mem_offset + offset
+    report["chosen"] = chosen.size
+    report["lower_bound"] = live_peak(items)
+    report["chosen_algorithm"] = chosen.algorithm  # type: ignore[assignment]
+    _set_buffer_sizes(gm, [0, chosen.size])
+    gm.meta["memory_planning"] = dict(report)
+    return report
+
+
+class MemoryPlanningPass(PassBase):
+    """Plans each method's memory (see the module docstring).
+
+    ``memory_planning_algo``: a callable ``items -> Plan`` or a list of them
+    (all run, the smallest arena kept); defaults to ``greedy``, ``naive`` and
+    ``best_fit``.
+    """
+
+    def __init__(
+        self,
+        memory_planning_algo: Any = None,
+        allow_lifetime_and_storage_overlap: bool = False,
+        alloc_graph_input: bool = True,
+        alloc_graph_output: bool = True,
+        alloc_mutable_buffers: bool = True,
+        share_mutable_buffers: bool = False,
+        alignment: int = ALIGNMENT,
+    ) -> None:
+        if memory_planning_algo is None:
+            algos = DEFAULT_ALGORITHMS
+        elif callable(memory_planning_algo):
+            algos = (memory_planning_algo,)
+        else:
+            algos = tuple(memory_planning_algo)
+        if share_mutable_buffers:
+            raise NotImplementedError("share_mutable_buffers is not supported yet")
+        self.algorithms = algos
+        self.allow_lifetime_and_storage_overlap = allow_lifetime_and_storage_overlap
+        self.alloc_graph_input = alloc_graph_input
+        self.alloc_graph_output = alloc_graph_output
+        self.alloc_mutable_buffers = alloc_mutable_buffers
+        self.alignment = alignment
+        self.last_report: dict[str, int] = {}
+
+    def run(
+        self, graph_module: GraphModule, graph_signature: ExportGraphSignature | None = None
+    ) -> PassResult:
+        self.last_report = plan_memory(
+            graph_module,
+            graph_signature,
+            algorithms=self.algorithms,
+            alignment=self.alignment,
+            alloc_graph_input=self.alloc_graph_input,
+            alloc_graph_output=self.alloc_graph_output,
+            alloc_mutable_buffers=self.alloc_mutable_buffers,
+        )
+        if self.alloc_graph_input and self.alloc_graph_output and self.alloc_mutable_buffers:
+            verify_memory_plan(graph_module, graph_signature)
+        return PassResult(graph_module, True)
+
+    def call(self, graph_module: GraphModule) -> PassResult:
+        return self.run(graph_module)
+
+
+# --------------------------------------------------------------------------------------
+# Checking a plan
+
+
+class MemoryPlanError(AssertionError):
+    pass
+
+
+def planned_specs(gm: GraphModule) -> list[TensorSpec]:
+    """Every distinct planned (non-view) spec in ``gm`` and its submodules."""
+    seen: dict[int, TensorSpec] = {}
+
+    def visit(g: GraphModule) -> None:
+        for node in g.graph.nodes:
+            for s in _specs(node.meta.get("spec")):
+                if s.mem_id is not None and s.storage_base is None and id(s) not in seen:
+                    seen[id(s)] = s
+            if is_control_flow(node):
+                for sub in submodules(g, node):
+                    visit(sub)
+
+    visit(gm)
+    return list(seen.values())
+
+
+def verify_memory_plan(gm: GraphModule, signature: ExportGraphSignature | None = None) -> None:
+    """Raise :class:`MemoryPlanError` if two tensors alive at the same time
+    overlap in the arena, a tensor lies outside the arena, or a tensor an
+    operator reads or writes was not planned."""
+    size = gm.meta.get("non_const_buffer_sizes", [0, 0])[1]
+    specs = planned_specs(gm)
+    for s in specs:
+        if s.mem_offset is None or s.mem_offset < 0 or s.mem_offset + s.allocated_memory > size:
+            raise MemoryPlanError(f"{s} lies outside the arena of {size} bytes")
+        if s.mem_offset % s.alignment:
+            raise MemoryPlanError(f"{s} is not aligned to {s.alignment}")
+    by_start = sorted(specs, key=lambda s: s.lifetime[0])
+    for i, a in enumerate(by_start):
+        for b in by_start[i + 1 :]:
+            if b.lifetime[0] > a.lifetime[1]:
+                break
+            if (
+                a.mem_offset < b.mem_offset + b.allocated_memory
+                and b.mem_offset < a.mem_offset + a.allocated_memory
+            ):
+                raise MemoryPlanError(f"{a} and {b} are alive together and overlap in memory")
+
+    # Every tensor an operator touches is planned, const, or a branch input.
+    def check(g: GraphModule, top: bool) -> None:
+        branch_inputs = set()
+        for node in g.graph.nodes:
+            if node.op == "placeholder" and not top:
+                branch_inputs.update(id(s) for s in _node_specs(node))
+            if node.op != "call_function" or node.target in (operator.getitem, memory.alloc):
+                continue
+            if is_control_flow(node):
+                for sub in submodules(g, node):
+                    check(sub, False)
+            for arg in _arg_nodes(node) + [node]:
+                for s in _node_specs(arg):
+                    if s.const or id(s) in branch_inputs:
+                        continue
+                    if s.storage_base is not None:
+                        continue
+                    if s.mem_id is None or s.mem_offset is None:
+                        raise MemoryPlanError(f"{s} used by {node.format_node()} was not planned")
+
+    check(gm, True)
