@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)
 	$(PY) -m pyexecutorch demo

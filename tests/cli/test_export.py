@@ -223,10 +223,13 @@ def test_export_errors(cli, model_file, tmp_path, args, rc, message):
 
 
 def test_export_backend_not_available(cli, model_file, tmp_path):
-    import importlib.util
 
-    if importlib.util.find_spec("pyexecutorch.backends.xnnpack") is not None:
-        pytest.skip("the xnnpack backend exists")
+    try:
+        from pyexecutorch.backends.xnnpack.aot import XnnpackPartitioner  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("the xnnpack backend has its ahead-of-time half now")
     r = cli(
         "export",
         f"{model_file}:Net",
@@ -240,7 +243,8 @@ def test_export_backend_not_available(cli, model_file, tmp_path):
     assert r.rc == 1
     assert r.out.splitlines()[-1] == "[3/5] lowering      xnnpack  failed"
     assert r.err == (
-        "pyexecutorch export: error: backend 'xnnpack' is not available yet: pyexecutorch.backends.xnnpack is missing\n"
+        "pyexecutorch export: error: backend 'xnnpack' is not available yet: "
+        "pyexecutorch.backends.xnnpack.aot is missing\n"
     )
 
 
@@ -262,3 +266,18 @@ def test_export_external_constants(cli, model_file, tmp_path):
     r = cli("inspect", ptds[0])
     assert r.rc == 0, r.err
     assert "flat tensor data" in r.out
+
+
+def test_export_with_the_example_backend(cli, model_file, tmp_path):
+    pytest.importorskip("pyexecutorch.backends.example.aot")
+    out = tmp_path / "ex.pte"
+    r = cli("export", f"{model_file}:Net", "--inputs", "2x16", "--backend", "example", "-o", out)
+    assert r.rc == 0, r.err
+    assert re.fullmatch(r"\[3/5\] lowering      example  \S+ \S+", r.out.splitlines()[2])
+    assert r.out.splitlines()[-1].endswith(", delegated 100%")
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x), _eager(model_file, x), rtol=1e-5, atol=1e-6)
+    r = cli("inspect", out)
+    assert r.rc == 0, r.err
+    assert "ExampleBackend" in r.out
+    assert "0 kernel call(s) of 0 operator(s), 1 delegate call(s)" in r.out

@@ -242,7 +242,17 @@ def _simulate_moves(emitter, start, data):
 
 def test_while_loop_state_permutation_is_resolved():
     emitter = MethodEmitter("m", ProgramState(), None)
-    values = [emitter._new(Tensor(ScalarType.FLOAT, sizes=[2], dim_order=[0], allocation_info=AllocationDetails.at(1, 16 * i))) for i in range(5)]
+    values = [
+        emitter._new(
+            Tensor(
+                ScalarType.FLOAT,
+                sizes=[2],
+                dim_order=[0],
+                allocation_info=AllocationDetails.at(1, 16 * i),
+            )
+        )
+        for i in range(5)
+    ]
     a, b, c, d, fresh = values
     # New state: a <- b, b <- c, c <- a (a cycle), d <- fresh (a computed value).
     emitter._parallel_copy([(b, a), (c, b), (a, c), (fresh, d)], node=None)
@@ -276,7 +286,9 @@ def test_map_lowers_to_a_counted_loop():
     ]
     out = plan.values[plan.outputs[0]].val
     assert int(out.shape_dynamism) == 1  # grows row by row: DYNAMIC_BOUND
-    np.testing.assert_allclose(_run_official(et, (xs, y))[0], m(xs, y).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        _run_official(et, (xs, y))[0], m(xs, y).detach().numpy(), rtol=1e-5, atol=1e-5
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -289,9 +301,15 @@ def test_mutable_buffer_initial_values_go_to_the_mutable_segment():
     pte = decode_pte(et.buffer)
     plan = pte.program.execution_plan[0]
     acc = case.make().acc
-    mutable = [v.val for v in plan.values if isinstance(v.val, Tensor) and v.val.data_buffer_idx and v.val.allocation_info]
+    mutable = [
+        v.val
+        for v in plan.values
+        if isinstance(v.val, Tensor) and v.val.data_buffer_idx and v.val.allocation_info
+    ]
     assert len(mutable) == 1  # acc; count starts at zero and needs no data
-    stored = np.frombuffer(bytes(pte.mutable_data[mutable[0].data_buffer_idx].storage), dtype=np.float32)
+    stored = np.frombuffer(
+        bytes(pte.mutable_data[mutable[0].data_buffer_idx].storage), dtype=np.float32
+    )
     np.testing.assert_array_equal(stored, acc.numpy().ravel())
 
 
@@ -326,9 +344,16 @@ def test_external_constants_go_to_a_ptd_file():
     weights = m.state_dict()
     assert set(ptd.entries) == set(weights)
     plan = out.program.execution_plan[0]
-    external = [v.val for v in plan.values if isinstance(v.val, Tensor) and v.val.extra_tensor_info is not None]
+    external = [
+        v.val
+        for v in plan.values
+        if isinstance(v.val, Tensor) and v.val.extra_tensor_info is not None
+    ]
     assert {t.extra_tensor_info.fully_qualified_name for t in external} == set(weights)
-    assert all(t.extra_tensor_info.location == TensorDataLocation.EXTERNAL and t.data_buffer_idx == 0 for t in external)
+    assert all(
+        t.extra_tensor_info.location == TensorDataLocation.EXTERNAL and t.data_buffer_idx == 0
+        for t in external
+    )
     data = encode_ptd(ptd)
     np.testing.assert_array_equal(decode_ptd(data).array("w"), weights["w"].numpy())
     got = _run_official(et, (x,), ptd=data)
@@ -337,7 +362,9 @@ def test_external_constants_go_to_a_ptd_file():
 
 def test_external_constants_by_tag_function():
     m, x = _Affine().eval(), torch.randn(2, 3)
-    et = _compile(_export(m, x), external_constants=lambda node: "weights" if "w" in node.name else None)
+    et = _compile(
+        _export(m, x), external_constants=lambda node: "weights" if "w" in node.name else None
+    )
     out = et._emitter_output
     assert list(out.ptd_files) == ["weights"] and set(out.ptd_files["weights"].entries) == {"w"}
 
@@ -350,7 +377,13 @@ def test_constant_methods_return_their_values():
     case = models.get_case("multi_method")
     et = _compile(models.export(case), case.constant_methods)
     program = et.executorch_program
-    assert [p.name for p in program.execution_plan] == ["decode", "forward", "vocab_size", "scale", "use_cache"]
+    assert [p.name for p in program.execution_plan] == [
+        "decode",
+        "forward",
+        "vocab_size",
+        "scale",
+        "use_cache",
+    ]
     scale = program.execution_plan[3]
     assert scale.inputs == [] and scale.outputs == [0] and scale.values[0].val == Double(0.5)
     assert scale.container_meta_type.encoded_inp_str == ""
@@ -416,7 +449,10 @@ def test_python_symbolic_ops_become_prim_kernels():
     plan = _plan(et)
     names = [n for n, _ in _kernels(plan)]
     assert "aten::sym_size.int" in names
-    assert any(n.startswith("executorch_prim::") for n in names) or "executorch_prim::et_view.default" in names
+    assert (
+        any(n.startswith("executorch_prim::") for n in names)
+        or "executorch_prim::et_view.default" in names
+    )
     for b in (1, 4, 6):
         x = torch.randn(b, 6)
         np.testing.assert_allclose(_run_official(et, (x,))[0], View()(x).numpy())

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import copy
 import types
+import warnings
 
 import numpy as np
 import pytest
 import torch
-from _emit_support import case_execution_programs, official_execution_programs
+from _emit_support import case_execution_programs
 
 import models
 import official
+from pyexecutorch.exir import to_edge
 from pyexecutorch.exir.emit import EmitError, emit_program
 from pyexecutorch.schema import decode_pte, encode_pte
 from pyexecutorch.schema.program import DataLocation, DelegateCall, JumpFalseCall, Tensor
@@ -37,7 +39,9 @@ def test_whole_program_delegate_runs_in_the_official_runtime(mlp_xnnpack):
     assert delegate.processed.location == DataLocation.SEGMENT and delegate.processed.index == 0
     assert len(out.pte_file.delegate_segments) == 1
     # XNNPACK keeps its weights as named data, shared by key.
-    assert out.pte_file.named_data and all(b.alignment >= 1 for b in out.pte_file.named_data.values())
+    assert out.pte_file.named_data and all(
+        b.alignment >= 1 for b in out.pte_file.named_data.values()
+    )
     assert out.delegate_map["forward"][0]["name"] == "XnnpackBackend"
     assert isinstance(out.debug_handle_map["forward"][0], list)
     assert out.instruction_id_to_num_outs_map["forward"][0] == 1
@@ -95,12 +99,15 @@ def _cond_with_delegate(named_a, named_b):
     official.silence_noise()
     from executorch.exir.delegate import executorch_call_delegate
 
-    methods, _ = official_execution_programs(models.export(models.get_case("cond")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        et = to_edge(models.export(models.get_case("cond"))).to_executorch()
+    methods = {"forward": et.exported_program()}
     ep = methods["forward"]
     gm = ep.graph_module
     branches = [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     for k, (branch, named) in enumerate(zip(branches, (named_a, named_b), strict=True)):
-        setattr(branch, "lowered", _FakeLowered(b"blob", named))
+        branch.lowered = _FakeLowered(b"blob", named)
         graph = branch.graph
         out = graph.output_node()
         (result,) = out.args[0]
@@ -112,12 +119,14 @@ def _cond_with_delegate(named_a, named_b):
         call.meta["spec"] = spec
         call.meta["val"] = result.meta["val"]
         out.args = ((call,),)
-    gm.meta["non_const_buffer_sizes"] = [0, 2048]
+    gm.meta["non_const_buffer_sizes"] = [0, 4096]
     return methods
 
 
 def test_delegates_inside_control_flow():
-    methods = _cond_with_delegate({"shared": b"\x01" * 8}, {"shared": b"\x01" * 8, "other": b"\x02"})
+    methods = _cond_with_delegate(
+        {"shared": b"\x01" * 8}, {"shared": b"\x01" * 8, "other": b"\x02"}
+    )
     out = emit_program(methods, None, None)
     plan = out.program.execution_plan[0]
     instrs = [i.instr_args for i in plan.chains[0].instructions]

@@ -38,9 +38,11 @@ DEFAULT = {
     "cond",
     "while_loop",
 }
-CASES = models.CASES if os.environ.get("PYEXECUTORCH_EMIT_ALL") else [
-    c for c in models.CASES if c.name in DEFAULT
-]
+CASES = (
+    models.CASES
+    if os.environ.get("PYEXECUTORCH_EMIT_ALL")
+    else [c for c in models.CASES if c.name in DEFAULT]
+)
 
 
 def _tol(case: models.ModelCase) -> dict:
@@ -54,12 +56,16 @@ def _check_runs(case: models.ModelCase, pte: bytes) -> None:
         # The official kernels disagree with eager here: match the official program instead.
         reference = official.OfficialRunner(official.official_export(case))
         for j, inputs in enumerate(case.all_inputs()):
-            official.assert_close(case, runner.run(inputs), reference.run(inputs), what=f"inputs #{j}")
+            official.assert_close(
+                case, runner.run(inputs), reference.run(inputs), what=f"inputs #{j}"
+            )
         return
     if case.stateful:
         expected = official.eager_call_outputs(case)
         for i, inputs in enumerate(case.call_sequence()):
-            official.assert_close(case, runner.run(inputs), expected[i], what=f"call {i}", **_tol(case))
+            official.assert_close(
+                case, runner.run(inputs), expected[i], what=f"call {i}", **_tol(case)
+            )
     else:
         for j, inputs in enumerate(case.all_inputs()):
             got = runner.run(inputs)
@@ -96,8 +102,20 @@ def _describe(program, plan, index: int):
         planned = None
         if alloc is not None:
             planned = (alloc.memory_id, alloc.memory_offset_low | (alloc.memory_offset_high << 32))
-        data = _blob_digest(program, v.data_buffer_idx) if alloc is None and v.data_buffer_idx else None
-        return ("T", int(v.scalar_type), tuple(v.sizes), tuple(v.dim_order), int(v.shape_dynamism), planned, data)
+        data = (
+            _blob_digest(program, v.data_buffer_idx)
+            if alloc is None and v.data_buffer_idx
+            else None
+        )
+        return (
+            "T",
+            int(v.scalar_type),
+            tuple(v.sizes),
+            tuple(v.dim_order),
+            int(v.shape_dynamism),
+            planned,
+            data,
+        )
     if name == "IntList":
         return ("IL", tuple(_describe(program, plan, i) for i in v.items))
     if name in ("TensorList", "OptionalTensorList"):
@@ -122,16 +140,23 @@ def _canonical(program, plan):
         elif kind == "DelegateCall":
             out.append(("delegate", tuple(_describe(program, plan, i) for i in a.args)))
         elif kind == "JumpFalseCall":
-            out.append(("jf", _describe(program, plan, a.cond_value_index), a.destination_instruction))
+            out.append(
+                ("jf", _describe(program, plan, a.cond_value_index), a.destination_instruction)
+            )
         elif kind == "MoveCall":
-            out.append(("move", _describe(program, plan, a.move_from), _describe(program, plan, a.move_to)))
+            out.append(
+                ("move", _describe(program, plan, a.move_from), _describe(program, plan, a.move_to))
+            )
         else:
             out.append((type(a).__name__,))
     return {
         "instructions": out,
         "inputs": [_describe(program, plan, i) for i in plan.inputs],
         "outputs": [_describe(program, plan, i) for i in plan.outputs],
-        "container": (plan.container_meta_type.encoded_inp_str, plan.container_meta_type.encoded_out_str),
+        "container": (
+            plan.container_meta_type.encoded_inp_str,
+            plan.container_meta_type.encoded_out_str,
+        ),
         "sizes": list(plan.non_const_buffer_sizes),
         "operators": sorted(_qname(op) for op in plan.operators),
     }
@@ -163,4 +188,6 @@ def test_case(case: models.ModelCase):
     for mine, ref in zip(ours.execution_plan, theirs.execution_plan, strict=True):
         a, b = _canonical(ours, mine), _canonical(theirs, ref)
         for key in a:
-            assert a[key] == b[key], f"{case.name}.{mine.name}: {key} differs from the official emitter"
+            assert a[key] == b[key], (
+                f"{case.name}.{mine.name}: {key} differs from the official emitter"
+            )

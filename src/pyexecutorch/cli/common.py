@@ -355,24 +355,29 @@ def method_inputs(args: Any, program: Any, method: str) -> tuple[list[Any], str]
     return random_inputs(program, method, seed), f"random (seed {seed})"
 
 
+def _ours(e: BaseException) -> bool:
+    """An error the runtime raised on purpose (its own types, or a bad-input ValueError /
+    TypeError), as opposed to a bug, which keeps its type name in the message."""
+    return type(e).__module__.startswith("pyexecutorch.") or isinstance(e, (ValueError, TypeError))
+
+
 def load_method(program: Any, name: str) -> Any:
     """``program.load_method(name)``, with the runtime's errors as one-line CLI errors."""
-    from pyexecutorch.runtime import MissingBackendError, MissingOperatorError  # noqa: PLC0415
-    from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
-
     try:
         return program.load_method(name)
-    except (MissingOperatorError, MissingBackendError, FormatError) as e:
+    except Exception as e:
+        if not _ours(e):
+            raise
         raise CLIError(f"cannot load method {name!r}: {first_line(e)}") from e
 
 
 def execute(method: Any, inputs: list[Any], **kwargs: Any) -> list[Any]:
     """``method.execute``, with bad inputs and kernel failures as one-line CLI errors."""
-    from pyexecutorch.runtime import ExecutionError  # noqa: PLC0415
-
     try:
         return method.execute(inputs, **kwargs)
-    except (ValueError, TypeError, ExecutionError) as e:
+    except Exception as e:
+        if not _ours(e):
+            raise
         raise CLIError(first_line(e)) from e
 
 

@@ -52,8 +52,8 @@ STAGES = ("export", "to_edge", "lowering", "to_executorch", "write")
 
 # --backend NAME -> (module, partitioner class) in pyexecutorch.backends
 BACKENDS = {
-    "xnnpack": ("pyexecutorch.backends.xnnpack", "XnnpackPartitioner"),
-    "example": ("pyexecutorch.backends.example", "ExamplePartitioner"),
+    "xnnpack": ("pyexecutorch.backends.xnnpack.aot", "XnnpackPartitioner"),
+    "example": ("pyexecutorch.backends.example.aot", "ExamplePartitioner"),
 }
 
 

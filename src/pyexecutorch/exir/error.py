@@ -49,7 +49,9 @@ def source_location(node: torch.fx.Node | None, owner: torch.fx.Node | None = No
         m = _FRAME.search(line)
         if m is None or m.group(1).startswith("<"):
             continue
-        code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]) else ""
+        code = (
+            lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]) else ""
+        )
         frames.append((m.group(1), m.group(2), m.group(3), code))
     if frames:
         # The innermost frame in the user's code, not in torch's own modules.

@@ -26,8 +26,8 @@ whose free gap among the tensors alive at the same time fits them best.
 from __future__ import annotations
 
 import bisect
-import random
 import operator
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -344,6 +344,15 @@ def compute_lifetimes(
     return Lifetimes(items, views, end)
 
 
+def _same_symbolic_shape(arg: Node, node: Node) -> bool:
+    a, b = arg.meta.get("val"), node.meta.get("val")
+    if isinstance(b, (list, tuple)):
+        b = b[0] if b else None
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return [str(s) for s in a.shape] == [str(s) for s in b.shape]
+
+
 def _reuse_in_place(w, items, by_id, pinned, first, last):
     """Let an elementwise op write into an input that dies at the op.
 
@@ -382,6 +391,8 @@ def _reuse_in_place(w, items, by_id, pinned, first, last):
                 continue
             if a.shape_dynamism != out.shape_dynamism:
                 continue
+            if not out.is_static_shape_tensor and not _same_symbolic_shape(arg, node):
+                continue  # equal bounds, but the sizes at run time could differ
             out.storage_base = src
             out.storage_base_offset = 0
             src_item.end = out_item.end
@@ -463,20 +474,36 @@ def greedy(items: list[PlanItem]) -> Plan:
     return Plan(offsets, total, "greedy")
 
 
-def _place(order: list[int], items: list[PlanItem], best: bool) -> tuple[list[int], int]:
+def _neighbours(items: list[PlanItem]) -> list[list[int]]:
+    """For each item, the items whose lifetimes overlap it (a sweep over starts)."""
+    order = sorted(range(len(items)), key=lambda i: items[i].start)
+    out: list[list[int]] = [[] for _ in items]
+    active: list[int] = []
+    for i in order:
+        start = items[i].start
+        active = [j for j in active if items[j].end >= start]
+        for j in active:
+            out[i].append(j)
+            out[j].append(i)
+        active.append(i)
+    return out
+
+
+def _place(
+    order: list[int], items: list[PlanItem], best: bool, neighbours: list[list[int]]
+) -> tuple[list[int], int]:
     offsets = [-1] * len(items)
-    placed: list[int] = []
     total = 0
     for i in order:
-        it = items[i]
+        size = items[i].size
         busy = sorted(
-            (offsets[j], offsets[j] + items[j].size) for j in placed if _overlap(it, items[j])
+            (offsets[j], offsets[j] + items[j].size) for j in neighbours[i] if offsets[j] >= 0
         )
         cur = 0
         choice = None
         gap_size = None
         for lo, hi in busy:
-            if lo - cur >= it.size:
+            if lo - cur >= size:
                 if not best:
                     choice = cur
                     break
@@ -487,8 +514,7 @@ def _place(order: list[int], items: list[PlanItem], best: bool) -> tuple[list[in
         if choice is None:
             choice = cur
         offsets[i] = choice
-        placed.append(i)
-        total = max(total, choice + it.size)
+        total = max(total, choice + size)
     return offsets, total
 
 
@@ -545,12 +571,15 @@ def best_fit(items: list[PlanItem]) -> Plan:
     for trial in range(6 if n <= 2000 else 0):
         noise = [rng.random() for _ in range(n)]
         jitter = 1.0 + 0.25 * trial / 6
-        orders[f"jitter{trial}"] = sorted(range(n), key=lambda i: (-items[i].size * (1 + noise[i] * (jitter - 1)), noise[i]))
+        orders[f"jitter{trial}"] = sorted(
+            range(n), key=lambda i: (-items[i].size * (1 + noise[i] * (jitter - 1)), noise[i])
+        )
     bound = live_peak(items)
+    neighbours = _neighbours(items)
     best_plan = None
     for order in orders.values():
         for fit in (True, False):
-            offsets, total = _place(order, items, fit)
+            offsets, total = _place(order, items, fit, neighbours)
             if best_plan is None or total < best_plan.size:
                 best_plan = Plan(offsets, total, "best_fit")
             if best_plan.size <= bound:
@@ -597,6 +626,7 @@ def plan_memory(
     alloc_graph_input: bool = True,
     alloc_graph_output: bool = True,
     alloc_mutable_buffers: bool = True,
+    reuse_in_place: bool = True,
 ) -> dict[str, int]:
     """Plan ``gm``'s memory in place; returns each algorithm's arena size
     (``"chosen"`` is the one kept, ``"lower_bound"`` the live peak)."""
@@ -607,6 +637,7 @@ def plan_memory(
         alloc_graph_output=alloc_graph_output,
         alloc_mutable_buffers=alloc_mutable_buffers,
         alignment=alignment,
+        reuse_inputs_in_place=reuse_in_place,
     )
     items = life.items
     report: dict[str, int] = {}
@@ -642,7 +673,9 @@ class MemoryPlanningPass(PassBase):
 
     ``memory_planning_algo``: a callable ``items -> Plan`` or a list of them
     (all run, the smallest arena kept); defaults to ``greedy``, ``naive`` and
-    ``best_fit``.
+    ``best_fit``.  ``reuse_in_place`` lets elementwise kernels write into an
+    input that dies at the call (same shape and dtype); turn it off for
+    runtimes whose kernels cannot take an output aliasing an input.
     """
 
     def __init__(
@@ -654,6 +687,7 @@ class MemoryPlanningPass(PassBase):
         alloc_mutable_buffers: bool = True,
         share_mutable_buffers: bool = False,
         alignment: int = ALIGNMENT,
+        reuse_in_place: bool = True,
     ) -> None:
         if memory_planning_algo is None:
             algos = DEFAULT_ALGORITHMS
@@ -669,6 +703,7 @@ class MemoryPlanningPass(PassBase):
         self.alloc_graph_output = alloc_graph_output
         self.alloc_mutable_buffers = alloc_mutable_buffers
         self.alignment = alignment
+        self.reuse_in_place = reuse_in_place
         self.last_report: dict[str, int] = {}
 
     def run(
@@ -682,6 +717,7 @@ class MemoryPlanningPass(PassBase):
             alloc_graph_input=self.alloc_graph_input,
             alloc_graph_output=self.alloc_graph_output,
             alloc_mutable_buffers=self.alloc_mutable_buffers,
+            reuse_in_place=self.reuse_in_place,
         )
         if self.alloc_graph_input and self.alloc_graph_output and self.alloc_mutable_buffers:
             verify_memory_plan(graph_module, graph_signature)

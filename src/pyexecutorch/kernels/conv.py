@@ -5,15 +5,19 @@ unfolded into a column buffer of shape ``(C*kh*kw, OH*OW)`` by one strided
 slice copy per kernel tap, and ``weight (OC, C*kh*kw) @ columns`` lands
 directly in the output. Padding never materialises: each tap copies only the
 rectangle of outputs whose input lies inside the image, and the rest of the
-column buffer stays zero from its allocation. A 1x1 convolution skips the
-unfolding and multiplies the input itself. Transposed convolutions run the
-product the other way round (``weight^T @ input``) and scatter-add each tap
-into the output.
+column buffer stays zero from its allocation. With constant weights the
+bias rides in the product too (a ones row under each group's columns and a
+bias column in the weights). Grouped and depthwise convolutions are one
+batched product over the groups. A 1x1 convolution skips the unfolding and
+multiplies the input itself. A channels-last input is copied to NCHW once
+before unfolding. Transposed convolutions run the product the other way
+round (``weight^T @ input``) and scatter-add each tap into the output.
 
-Scratch buffers (column buffers, temporaries) are cached per shape and
-thread in a small LRU (:func:`scratch`), and arrays derived from constant
-weights (reshaped, converted, bias-fused) in another (:func:`derived`), so a
-method that runs repeatedly allocates nothing after its first execution.
+Scratch buffers (column buffers and views of them, temporaries) are cached
+per thread in an LRU (:func:`scratch`), arrays derived from constant
+weights (reshaped, converted, bias-fused) in another (:func:`derived`), and
+validated call signatures in a dict, so a method that runs repeatedly
+allocates nothing and re-checks nothing after its first execution.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from pyexecutorch.kernels.registry import KernelError, kernel
 # Caches shared by the kernels of this family.
 
 _SCRATCH: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
-_SCRATCH_MAX_ENTRIES = 64
+_SCRATCH_MAX_ENTRIES = 256
 _SCRATCH_MAX_BYTES = 512 << 20
 _scratch_bytes = 0
 
@@ -356,7 +360,7 @@ class _Unfold:
         return views
 
 
-@lru_cache(maxsize=128)
+@lru_cache(maxsize=512)
 def _unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit) -> _Unfold:
     return _Unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit)
 
@@ -427,20 +431,24 @@ def conv_forward(
             target[...] = b.reshape((oc,) + (1,) * len(out_sp))
         return
     t3 = (
-        target.reshape(n, oc, npix)
-        if target.flags.c_contiguous
-        else view_as(target, (n, oc, npix))
+        target.reshape(n, oc, npix) if target.flags.c_contiguous else view_as(target, (n, oc, npix))
     )
-    if t3 is None:
+    if t3 is None or (groups > 1 and not t3.flags.c_contiguous):
+        # (grouped products into a channels-last output would leave BLAS)
         tmp = scratch("conv-out", target.shape, cdt)
         conv_forward(x, w, b, stride, pad, dil, groups, tmp, cdt)
         target[...] = tmp
         return
-    if x.dtype != cdt:
-        x = x.astype(cdt)
     cg = c // groups
     ocg = oc // groups
     taps = math.prod(k_sp)
+    if x.dtype != cdt or (taps > 1 and not x.flags.c_contiguous):
+        # Unfolding reads rows of the image: a channels-last (or converted)
+        # input is first copied to NCHW in a reused buffer, which costs one
+        # pass instead of slow element-strided gathers.
+        xc = scratch("conv-in", x.shape, cdt)
+        np.copyto(xc, x, casting="unsafe")
+        x = xc
     kdim = cg * taps
 
     pointwise = taps == 1 and all(s == 1 for s in stride) and not any(pad) and in_sp == out_sp

@@ -113,7 +113,8 @@ def addmm(self, mat1, mat2, beta, alpha, out):
     shape = (mat1.shape[0], mat2.shape[1])
     ss = self.shape
     if ss != shape and not (
-        len(ss) <= 2 and all(a in (1, b) for a, b in zip(reversed(ss), reversed(shape)))
+        len(ss) <= 2
+        and all(a in (1, b) for a, b in zip(reversed(ss), reversed(shape), strict=False))
     ):
         raise KernelError(
             f"{op}: self of shape {ss} does not broadcast to the product's shape {shape}"

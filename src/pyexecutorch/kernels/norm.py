@@ -11,6 +11,7 @@ scale and shift (cached for constant parameters) and costs two passes.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -50,7 +51,10 @@ def _normalize_rows(x2, t, mean, rstd, eps: float, cdt: np.dtype) -> None:
         mean[...] = 0
         rstd[...] = np.nan
         return
-    np.add.reduce(x2, axis=1, keepdims=True, dtype=cdt, out=mean)
+    if x2.dtype == cdt and x2.flags.c_contiguous and mean.flags.c_contiguous:
+        np.matmul(x2, _ones(k, cdt.char), out=mean.reshape(-1))  # BLAS row sums
+    else:
+        np.add.reduce(x2, axis=1, keepdims=True, dtype=cdt, out=mean)
     np.divide(mean, k, out=mean)
     with np.errstate(invalid="ignore"):  # inf inputs give NaN rows, as in torch
         np.subtract(x2, mean, out=t)
@@ -338,20 +342,55 @@ def _softmax_setup(op, self, dim, half_to_float, out):
     return cdt, d, o
 
 
+# Inputs whose values all lie within this distance of zero (or of each
+# other) need no per-row maximum: exp cannot overflow, and no row's sum can
+# underflow, so one scalar shift (or none) replaces the row-wise maximum,
+# which numpy computes slowly for short rows. The result is the same softmax
+# up to float rounding.
+_EXP_SAFE = 60.0
+
+
+def _shift(x: np.ndarray, d: int):
+    """What to subtract before exp: ``None``, a scalar, or the row maxima."""
+    hi = float(np.maximum.reduce(x, axis=None))
+    lo = float(np.minimum.reduce(x, axis=None))
+    if hi - lo < _EXP_SAFE:  # False for NaN and infinities
+        return None if -_EXP_SAFE < lo and hi < _EXP_SAFE else hi
+    return np.maximum.reduce(x, axis=d, keepdims=True)
+
+
+@lru_cache(maxsize=64)
+def _ones(k: int, char: str) -> np.ndarray:
+    a = np.ones(k, char)
+    a.flags.writeable = False
+    return a
+
+
+def _row_sums(e: np.ndarray, d: int) -> np.ndarray:
+    """Sums of ``e`` along ``d`` (kept as a size-1 dim); a BLAS mat-vec for the last dim."""
+    if d == e.ndim - 1 and e.flags.c_contiguous and e.dtype.kind == "f":
+        k = e.shape[-1]
+        s = np.matmul(e.reshape(-1, k), _ones(k, e.dtype.char))
+        return s.reshape(e.shape[:-1] + (1,))
+    return np.add.reduce(e, axis=d, keepdims=True)
+
+
 @kernel("aten::_softmax.out")
 def softmax(self, dim, half_to_float, out):
     cdt, d, o = _softmax_setup("_softmax", self, dim, half_to_float, out)
     if o.size == 0:
         return o
     x = self if self.ndim else self.reshape(1)
-    t = o if o.dtype == cdt else scratch("softmax", o.shape, cdt)
+    t = o if o.dtype == cdt and o.flags.c_contiguous else scratch("softmax", o.shape, cdt)
     t1 = t if self.ndim else t.reshape(1)
-    m = np.maximum.reduce(x, axis=d, keepdims=True)
+    m = _shift(x, d)
     with np.errstate(invalid="ignore"):  # rows of -inf give NaN, as in torch
-        np.subtract(x, m, out=t1, dtype=cdt)
-        np.exp(t1, out=t1)
-        s = np.add.reduce(t1, axis=d, keepdims=True)
-        np.divide(t1, s, out=t1)
+        if m is None:
+            np.exp(x, out=t1, dtype=cdt)
+        else:
+            np.subtract(x, m, out=t1, dtype=cdt)
+            np.exp(t1, out=t1)
+        np.divide(t1, _row_sums(t1, d), out=t1)
     if t is not o:
         np.copyto(o, t, casting="unsafe")
     return o
@@ -363,14 +402,17 @@ def log_softmax(self, dim, half_to_float, out):
     if o.size == 0:
         return o
     x = self if self.ndim else self.reshape(1)
-    t = o if o.dtype == cdt else scratch("logsoftmax", o.shape, cdt)
+    t = o if o.dtype == cdt and o.flags.c_contiguous else scratch("logsoftmax", o.shape, cdt)
     t1 = t if self.ndim else t.reshape(1)
-    m = np.maximum.reduce(x, axis=d, keepdims=True)
     e = scratch("logsoftmax-exp", t1.shape, cdt)
+    m = _shift(x, d)
     with np.errstate(invalid="ignore", divide="ignore"):
-        np.subtract(x, m, out=t1, dtype=cdt)
+        if m is None:
+            np.copyto(t1, x, casting="unsafe")
+        else:
+            np.subtract(x, m, out=t1, dtype=cdt)
         np.exp(t1, out=e)
-        s = np.add.reduce(e, axis=d, keepdims=True)
+        s = _row_sums(e, d)
         np.log(s, out=s)
         np.subtract(t1, s, out=t1)
     if t is not o:

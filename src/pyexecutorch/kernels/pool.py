@@ -167,9 +167,7 @@ def _maxpool_windows(x, k, ohw, shape, win, o, ix) -> bool:
     xv = x[..., : ohw[0] * k[0], : ohw[1] * k[1]].reshape(lead + (ohw[0], k[0], ohw[1], k[1]))
     wshape = shape + (k[0] * k[1],)
     buf = scratch("maxpool-win", wshape, x.dtype)
-    np.copyto(
-        buf.reshape(shape + k), xv.transpose(*range(nl), nl, nl + 2, nl + 1, nl + 3)
-    )
+    np.copyto(buf.reshape(shape + k), xv.transpose(*range(nl), nl, nl + 2, nl + 1, nl + 3))
     np.maximum.reduce(buf, axis=-1, out=o)
     if x.dtype.kind == "f" and np.isnan(o).any():
         return False  # torch takes the last NaN of a window, argmax the first
@@ -315,13 +313,7 @@ def avg_pool2d(
     cdt = _F32 if dt == _F16 else dt
     acc = o if o.dtype == cdt else scratch("avgpool-acc", shape, cdt)
     h, w = self.shape[-2:]
-    if (
-        cdt.kind == "f"
-        and s == k
-        and p == (0, 0)
-        and ohw[0] * k[0] <= h
-        and ohw[1] * k[1] <= w
-    ):
+    if cdt.kind == "f" and s == k and p == (0, 0) and ohw[0] * k[0] <= h and ohw[1] * k[1] <= w:
         # Non-overlapping windows inside the image: one reduction over a
         # window view, every divisor the window size (or the override).
         lead = self.shape[:-2]

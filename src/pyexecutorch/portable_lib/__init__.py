@@ -5,12 +5,27 @@ Switching from the official bindings is one import::
     from pyexecutorch.portable_lib import _load_for_executorch
     module = _load_for_executorch("model.pte")
     outputs = module.forward([x])
+
+Differences from the official bindings:
+
+- Tensor outputs are torch tensors when torch is already imported and numpy
+  arrays otherwise (the official bindings import torch themselves);
+  ``PYEXECUTORCH_TENSOR_OUTPUT=torch|numpy`` forces one.
+- ``clone_outputs=False`` returns views of the method's planned memory, valid
+  until the method runs again.
+- ETDump is not implemented yet: ``enable_etdump=True`` is accepted, and
+  ``write_etdump_result_to_file`` then raises ``NotImplementedError``.
+- ``_threadpool_get_thread_count``/``_unsafe_reset_threadpool`` read and set
+  the threads of numpy's BLAS (through threadpoolctl).
+- Log lines go to the ``logging`` logger ``pyexecutorch``.
 """
 
 from pyexecutorch.portable_lib.api import (
     ExecuTorchMethod,
     ExecuTorchModule,
     ExecuTorchProgram,
+    MethodMeta,
+    TensorInfo,
     _create_profile_block,
     _dump_profile_results,
     _get_operator_names,
@@ -26,7 +41,7 @@ from pyexecutorch.portable_lib.api import (
     _threadpool_get_thread_count,
     _unsafe_reset_threadpool,
 )
-from pyexecutorch.runtime import MethodMeta, TensorInfo, Verification
+from pyexecutorch.runtime import Verification
 
 __all__ = [
     "ExecuTorchMethod",

@@ -1,200 +1,435 @@
-"""Modules, programs and methods with the official bindings' behaviour."""
+"""Modules, programs and methods with the official bindings' behaviour.
+
+Every object has its own re-entrant lock: calls on one object from several
+threads run one at a time, and different objects run concurrently.
+
+Outputs are copies by default. With ``clone_outputs=False`` a tensor output
+is a view of the method's planned memory, valid until the method runs again;
+an output that is an input the method did not plan memory for is a view of
+that input (for torch inputs, a torch view of the caller's tensor).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from pyexecutorch.runtime import backend as backends
-from pyexecutorch.runtime.io import convert_input, convert_outputs
-from pyexecutorch.runtime.meta import MethodMeta
+from pyexecutorch.runtime import meta as _meta
+from pyexecutorch.runtime.io import (
+    ERROR_ACCESS_FAILED,
+    ERROR_INVALID_ARGUMENT,
+    ERROR_INVALID_PROGRAM,
+    ERROR_NOT_FOUND,
+    Input,
+    InputDecl,
+    InstallError,
+    check_install,
+    convert_outputs,
+    input_decls,
+    normalize_inputs,
+    read_input,
+    tensor_output_kind,
+)
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.program import Program, Runtime, Verification
+from pyexecutorch.schema.errors import FormatError
+from pyexecutorch.schema.program import ExecutionPlan, Tensor
+
+logger = logging.getLogger("pyexecutorch")
+
+_MAX_OPTION_KEY_LENGTH = 64
+_MAX_OPTION_VALUE_LENGTH = 256
+_INT32 = (-(2**31), 2**31 - 1)
 
 
-def _normalize_inputs(inputs: Any) -> list[Any]:
-    if inputs is None:
-        return []
-    if isinstance(inputs, (list, tuple)):
-        return list(inputs)
-    return [inputs]
+class MethodMeta(_meta.MethodMeta):
+    """What a method takes and returns. As in the official bindings, ``repr``
+    raises ``IndexError`` for a method with a non-tensor input."""
+
+    _REPR_TAGS_OF_INPUTS = False
 
 
-class _MethodState:
-    """One loaded method with its lock and the bookkeeping for partial inputs."""
-
-    def __init__(self, loaded: LoadedMethod) -> None:
-        self.loaded = loaded
-        self.lock = threading.Lock()
-        self.has_inputs = False
-        self.failed_setting_inputs = False
-
-    def set_inputs(self, inputs: list[Any]) -> None:
-        loaded = self.loaded
-        n = len(loaded.inputs)
-        name = loaded.name
-        if len(inputs) > n:
-            raise RuntimeError(f"Method '{name}' takes {n} inputs, but got {len(inputs)}")
-        if len(inputs) < n:
-            if self.failed_setting_inputs:
-                raise RuntimeError(
-                    f"The last call to method '{name}' failed while setting its inputs, so the inputs it "
-                    "would reuse may be a mix of two calls. Pass every input on the next call."
-                )
-            if not self.has_inputs:
-                raise RuntimeError(f"Method '{name}' takes {n} inputs, but only {len(inputs)} were given")
-        try:
-            converted = [convert_input(x, spec, i, name) for i, (x, spec) in enumerate(zip(inputs, loaded.inputs, strict=False))]
-            for i, x in enumerate(converted):
-                loaded.set_input(i, x)
-        except Exception:
-            self.failed_setting_inputs = True
-            raise
-        self.failed_setting_inputs = False
-        if len(inputs) == n:
-            self.has_inputs = True
-
-    def call(self, inputs: Any, clone_outputs: bool) -> list[Any]:
-        with self.lock:
-            self.set_inputs(_normalize_inputs(inputs))
-            self.loaded.run()
-            return convert_outputs(self.loaded.outputs(), clone_outputs)
+TensorInfo = _meta.TensorInfo
 
 
-class ExecuTorchMethod:
-    """A method loaded from an :class:`ExecuTorchProgram`."""
+def _no_method(program: Program, name: str) -> str:
+    return f"No method named '{name}' in program (it has: {', '.join(_method_names(program)) or 'none'})"
 
-    def __init__(self, state: _MethodState, program: ExecuTorchProgram) -> None:
-        self._state = state
+
+def _method_names(program: Program) -> list[str]:
+    return [plan.name for plan in program.pte_file.program.execution_plan]
+
+
+def _plan(program: Program, name: str) -> ExecutionPlan | None:
+    for plan in program.pte_file.program.execution_plan:
+        if plan.name == name:
+            return plan
+    return None
+
+
+def _install(loaded: LoadedMethod, decls: Sequence[InputDecl], inputs: Sequence[Input]) -> None:
+    for decl, inp in zip(decls, inputs, strict=True):
+        check_install(inp, decl, loaded.name)
+    for decl, inp in zip(decls, inputs, strict=True):
+        loaded.set_input(decl.position, inp.value)
+
+
+def _run(loaded: LoadedMethod) -> None:
+    if _profile_blocks:
+        start = time.perf_counter_ns()
+        loaded.run()
+        _record(loaded.name, time.perf_counter_ns() - start)
+    else:
+        loaded.run()
+
+
+def _attribute(loaded: LoadedMethod, name: str) -> Any:
+    for i, ev in enumerate(loaded.plan.values):
+        val = ev.val
+        extra = val.extra_tensor_info if isinstance(val, Tensor) else None
+        if extra is not None and extra.fully_qualified_name == name:
+            value = loaded.values[i]
+            if not isinstance(value, np.ndarray):
+                break
+            if i in loaded.constant_values or not value.flags.writeable:
+                # Constant data is never handed out writable: numpy gets a
+                # read-only view, torch (whose tensors cannot be read-only) a copy.
+                if tensor_output_kind() == "torch":
+                    return convert_outputs([value], clone=True)[0]
+                view = value.view()
+                view.flags.writeable = False
+                return view
+            return convert_outputs([value], clone=False)[0]
+    raise RuntimeError(
+        f"Failed to get attribute '{name}' for method '{loaded.name}', error: 0x{ERROR_NOT_FOUND:x}: "
+        f"method '{loaded.name}' has no tensor named '{name}'"
+    )
+
+
+class _Etdump:
+    """ETDump is not implemented yet: loading with it enabled is accepted, writing it is refused."""
+
+    def __init__(self, enabled: bool, debug_buffer_size: int) -> None:
+        self.enabled = bool(enabled)
+        if self.enabled:
+            logger.warning(
+                "ETDump is not implemented in pyexecutorch yet: enable_etdump=True records nothing "
+                "(debug_buffer_size=%d is ignored)",
+                debug_buffer_size,
+            )
+
+    def write(self, path: str, debug_buffer_path: str | None) -> None:
+        if not self.enabled:
+            raise RuntimeError("No etdump found")
+        raise NotImplementedError(
+            f"ETDump is not implemented in pyexecutorch yet, so there is no ETDump to write to {path!r}"
+        )
+
+
+class ExecuTorchModule:
+    """A loaded program whose methods run by name: ``module.forward(inputs)``.
+
+    Fewer inputs than a method takes reuse the inputs of its previous call
+    for the rest, as the official bindings do.
+    """
+
+    def __init__(self, program: Program, etdump: _Etdump) -> None:
         self._program = program
-
-    def set_inputs(self, inputs: Any) -> None:
-        with self._state.lock:
-            self._state.set_inputs(_normalize_inputs(inputs))
-
-    def execute(self) -> None:
-        with self._state.lock:
-            if not self._state.has_inputs and self._state.loaded.inputs:
-                raise RuntimeError(f"Method '{self._state.loaded.name}': set_inputs must be called before execute")
-            self._state.loaded.run()
-
-    def get_outputs(self, clone_outputs: bool = True) -> list[Any]:
-        with self._state.lock:
-            return convert_outputs(self._state.loaded.outputs(), clone_outputs)
-
-    def call(self, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
-        return self._state.call(inputs, clone_outputs)
-
-    __call__ = call
-
-    def get_attribute(self, name: str) -> Any:
-        loaded = self._state.loaded
-        for i, ev in enumerate(loaded.plan.values):
-            extra = getattr(ev.val, "extra_tensor_info", None)
-            if extra is not None and extra.fully_qualified_name == name:
-                return convert_outputs([loaded.values[i]], True)[0]
-        raise KeyError(f"method '{loaded.name}' has no attribute {name!r}")
-
-    def method_meta(self) -> MethodMeta:
-        return MethodMeta(self._state.loaded.plan)
-
-
-class ExecuTorchProgram:
-    """A loaded program whose methods load on demand."""
-
-    def __init__(self, program: Program) -> None:
-        self._program = program
-        self._names = [plan.name for plan in program.pte_file.program.execution_plan]
-        self._states: dict[str, _MethodState] = {}
-        self._lock = threading.Lock()
-
-    def _state(self, name: str) -> _MethodState:
-        with self._lock:
-            state = self._states.get(name)
-            if state is None:
-                method = self._program.load_method(name)
-                state = _MethodState(method._loaded)
-                self._states[name] = state
-            return state
-
-    def num_methods(self) -> int:
-        return len(self._names)
-
-    def get_method_name(self, index: int) -> str:
-        if not 0 <= index < len(self._names):
-            raise IndexError(f"method index {index} out of range: the program has {len(self._names)} methods")
-        return self._names[index]
-
-    def load_method(self, name: str) -> ExecuTorchMethod:
-        return ExecuTorchMethod(self._state(name), self)
-
-    def method_meta(self, name: str) -> MethodMeta:
-        return self._program.metadata(name)
-
-    def has_etdump(self) -> bool:
-        return False
-
-    def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
-        raise RuntimeError("ETDump is not enabled for this program (load it with enable_etdump=True)")
-
-
-class ExecuTorchModule(ExecuTorchProgram):
-    """A program with every method loaded: ``module.forward(inputs)``."""
-
-    def __init__(self, program: Program) -> None:
-        super().__init__(program)
-        for name in self._names:
-            self._state(name)
+        self._etdump = etdump
+        self._lock = threading.RLock()
+        self._decls: dict[str, list[InputDecl]] = {}
+        self._retained: dict[str, list[Input]] = {}
+        self._failed: set[str] = set()
 
     def run_method(self, method_name: str, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
-        if method_name not in self._names:
-            raise RuntimeError(f"Failed to get metadata for method {method_name}: the program has {self._names}")
-        return self._state(method_name).call(inputs, clone_outputs)
+        with self._lock:
+            values = normalize_inputs(inputs)
+            count = len(values)
+            decls = self._decls.get(method_name)
+            if decls is None:
+                plan = _plan(self._program, method_name)
+                if plan is None:
+                    raise RuntimeError(
+                        f"Failed to get metadata for method {method_name}: {_no_method(self._program, method_name)}"
+                    )
+                decls = self._decls[method_name] = input_decls(plan)
+            # Checked before anything is installed, so that an extra input
+            # cannot block the partial calls that follow.
+            if count > len(decls):
+                raise RuntimeError(f"Method '{method_name}' takes {len(decls)} inputs, but got {count}")
+            if count < len(decls) and method_name in self._failed:
+                raise RuntimeError(
+                    f"The last call to method '{method_name}' failed while setting its inputs, so the inputs it "
+                    "would reuse may be a mix of two calls. Pass every input on the next call."
+                )
+            new = [read_input(values[i], decls[i], method_name) for i in range(count)]
+            retained = self._retained.get(method_name, [])
+            for i in range(count, len(retained)):
+                retained[i].check_storage(i, method_name)
+            loaded = self._program.load_method(method_name)._loaded
+            passed = max(len(retained), count)
+            if passed < len(decls):
+                raise RuntimeError(
+                    f"Method '{method_name}' takes {len(decls)} inputs, but only {passed} were ever passed. "
+                    "Pass every input."
+                )
+            current = new + retained[count:]
+            try:
+                _install(loaded, decls, current)
+            except InstallError as e:
+                self._failed.add(method_name)
+                raise RuntimeError(
+                    f"Failed to set input {e.position} of method {method_name}, error: 0x{e.code:x}: {e}"
+                ) from None
+            self._failed.discard(method_name)
+            self._retained[method_name] = current
+            _run(loaded)
+            return convert_outputs(loaded.outputs(), clone=clone_outputs, inputs=current, method=method_name)
 
     def forward(self, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
         return self.run_method("forward", inputs, clone_outputs)
 
     __call__ = forward
 
-    def plan_execute(self, method_name: str) -> None:
-        state = self._state(method_name)
-        with state.lock:
-            state.loaded.run()
+    def plan_execute(self, method_name: str, clone_outputs: bool = True) -> list[Any]:
+        """Run ``method_name`` on the inputs of its previous call."""
+        with self._lock:
+            return self.run_method(method_name, [], clone_outputs)
 
-    def method_names(self) -> set[str]:
-        return set(self._names)
+    def method_meta(self, method_name: str) -> MethodMeta:
+        with self._lock:
+            plan = _plan(self._program, method_name)
+            if plan is None:
+                raise RuntimeError(
+                    f"failed to retrieve method_meta for method {method_name}, error 0x{ERROR_INVALID_ARGUMENT:x}: "
+                    f"{_no_method(self._program, method_name)}"
+                )
+            return MethodMeta(plan)
+
+    def method_names(self) -> list[str]:
+        with self._lock:
+            return _method_names(self._program)
+
+    def has_etdump(self) -> bool:
+        with self._lock:
+            return self._etdump.enabled
+
+    def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
+        with self._lock:
+            self._etdump.write(path, debug_buffer_path)
+
+
+class ExecuTorchMethod:
+    """One loaded method: ``set_inputs``, ``execute``, ``get_outputs``, or ``call`` for all three.
+
+    Each method object has planned memory of its own. The method reads its
+    inputs at every ``execute``, so an in-place change the caller makes to an
+    input after ``set_inputs`` is seen.
+    """
+
+    def __init__(self, loaded: LoadedMethod, program: Program) -> None:
+        self._loaded = loaded
+        self._program = program  # keeps the program's memory alive
+        self._decls = input_decls(loaded.plan)
+        self._lock = threading.RLock()
+        self._inputs: list[Input] = []
+        self._inputs_set = not self._decls
+        self._inputs_failed = False
+        self._outputs_valid = False
+
+    @property
+    def _name(self) -> str:
+        return self._loaded.name
+
+    def set_inputs(self, inputs: Any) -> None:
+        with self._lock:
+            values = normalize_inputs(inputs)
+            if len(values) != len(self._decls):
+                raise RuntimeError(f"Method '{self._name}' takes {len(self._decls)} inputs, but got {len(values)}")
+            new = [read_input(v, d, self._name) for v, d in zip(values, self._decls, strict=True)]
+            try:
+                _install(self._loaded, self._decls, new)
+            except InstallError as e:
+                # The official runtime installs inputs one by one and keeps a
+                # failed call's prefix, so it refuses to run until a full set arrives.
+                self._inputs_failed = True
+                self._outputs_valid = False
+                raise RuntimeError(
+                    f"method->set_inputs() for method '{self._name}' failed with error 0x{e.code:x}: {e}"
+                ) from None
+            self._inputs_failed = False
+            self._inputs_set = True
+            self._inputs = new
+            # An output can share memory with an input, so it would now show
+            # data no execute() produced.
+            self._outputs_valid = False
+
+    def execute(self) -> None:
+        with self._lock:
+            if not self._inputs_set:
+                raise RuntimeError(
+                    f"Method '{self._name}' has no inputs yet. Call set_inputs() before executing."
+                )
+            if self._inputs_failed:
+                raise RuntimeError(
+                    f"The last set_inputs() for method '{self._name}' failed partway, so the method may hold a "
+                    "mix of new and old inputs. Call set_inputs() again with every input before executing."
+                )
+            self._outputs_valid = False
+            for i, inp in enumerate(self._inputs):
+                inp.check_storage(i, self._name)
+            for decl, inp in zip(self._decls, self._inputs, strict=True):
+                self._loaded.set_input(decl.position, inp.value)
+            _run(self._loaded)
+            self._outputs_valid = True
+
+    def get_outputs(self, clone_outputs: bool = True) -> list[Any]:
+        with self._lock:
+            if not self._outputs_valid:
+                raise RuntimeError(
+                    f"Method '{self._name}' has no outputs to return: it has not executed since its last "
+                    "set_inputs(), or that execution failed. Call execute() first."
+                )
+            return convert_outputs(
+                self._loaded.outputs(), clone=clone_outputs, inputs=self._inputs, method=self._name
+            )
+
+    def call(self, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
+        with self._lock:
+            self.set_inputs(inputs)
+            self.execute()
+            return self.get_outputs(clone_outputs)
+
+    __call__ = call
+
+    def get_attribute(self, name: str) -> Any:
+        """The current value of the tensor the program names ``name`` (a mutable buffer:
+        a view of its planned memory; a constant: read-only, or a copy for torch)."""
+        with self._lock:
+            return _attribute(self._loaded, name)
+
+    def method_meta(self) -> MethodMeta:
+        with self._lock:
+            return MethodMeta(self._loaded.plan)
+
+
+class ExecuTorchProgram:
+    """A loaded program; ``load_method`` gives independent method objects."""
+
+    def __init__(self, program: Program, etdump: _Etdump) -> None:
+        self._program = program
+        self._etdump = etdump
+        self._lock = threading.RLock()
+
+    def num_methods(self) -> int:
+        return len(self._program.pte_file.program.execution_plan)
+
+    def get_method_name(self, method_index: int) -> str:
+        names = _method_names(self._program)
+        if not 0 <= method_index < len(names):
+            raise RuntimeError(
+                f"Failed get method name, error: 0x{ERROR_INVALID_ARGUMENT:x}: "
+                f"Plan index {method_index} >= num methods {len(names)}"
+            )
+        return names[method_index]
+
+    def _plan_or_raise(self, name: str) -> ExecutionPlan:
+        plan = _plan(self._program, name)
+        if plan is None:
+            raise RuntimeError(
+                f"Failed to get method meta for method {name}, error: 0x{ERROR_INVALID_ARGUMENT:x}: "
+                f"{_no_method(self._program, name)}"
+            )
+        return plan
+
+    def load_method(self, method_name: str) -> ExecuTorchMethod:
+        with self._lock:
+            plan = self._plan_or_raise(method_name)
+            program = self._program
+            # A fresh method each time, with memory of its own, so that two
+            # method objects never share state. (The runtime's Program caches
+            # one method per name; these are loaded beside it.)
+            loaded = LoadedMethod(
+                program.pte_file,
+                plan,
+                named_data=program._named,
+                backend_options=program._backend_options,
+            )
+            logger.debug("loaded method %r", method_name)
+            return ExecuTorchMethod(loaded, program)
+
+    def method_meta(self, method_name: str) -> MethodMeta:
+        with self._lock:
+            return MethodMeta(self._plan_or_raise(method_name))
+
+    def has_etdump(self) -> bool:
+        return self._etdump.enabled
+
+    def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
+        with self._lock:
+            self._etdump.write(path, debug_buffer_path)
+
+
+# --------------------------------------------------------------------- loaders
+
+
+def _verification(value: Any) -> Verification:
+    try:
+        return Verification(value)
+    except ValueError:
+        raise TypeError(f"program_verification must be a Verification, got {value!r}") from None
+
+
+def _owned_buffer(buffer: Any, what: str) -> Any:
+    """``buffer`` itself when its bytes cannot change (bytes, read-only memory), else a copy."""
+    if isinstance(buffer, bytes):
+        return buffer
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"{what} must be a bytes-like object, got {type(buffer).__name__}") from None
+    return buffer if view.readonly else view.tobytes()
 
 
 def _load(
+    source: Any,
     data: Any,
-    data_files: Sequence[Any],
-    verification: Verification,
+    verification: Any,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Program:
-    return Runtime.get().load_program(
-        data, verification=verification, data_files=data_files, backend_options=backend_options
-    )
-
-
-def _data_files(data: Any) -> list[Any]:
-    if data is None:
-        return []
-    if isinstance(data, (list, tuple)):
-        return list(data)
-    return [data]
+    data_files = [] if data is None else list(data) if isinstance(data, (list, tuple)) else [data]
+    try:
+        program = Runtime.get().load_program(
+            source,
+            verification=_verification(verification),
+            data_files=data_files,
+            backend_options=backend_options or None,
+        )
+    except OSError as e:
+        raise RuntimeError(f"Failed to create MmapDataLoader, error: 0x{ERROR_ACCESS_FAILED:x}: {e}") from e
+    except FormatError as e:
+        raise RuntimeError(f"Failed to load program, error: 0x{ERROR_INVALID_PROGRAM:x}: {e}") from e
+    logger.debug("loaded program with methods %s", _method_names(program))
+    return program
 
 
 def _load_for_executorch(
-    path: str | os.PathLike,
-    data_path: Any = None,
+    program_path: str | os.PathLike,
+    data_path: str | os.PathLike | None = None,
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
 ) -> ExecuTorchModule:
-    return ExecuTorchModule(_load(path, _data_files(data_path), program_verification))
+    """Load the program at ``program_path`` (weights in ``data_path`` when they live apart)."""
+    program = _load(os.fspath(program_path), data_path, program_verification)
+    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
 
 
 def _load_for_executorch_from_buffer(
@@ -204,8 +439,14 @@ def _load_for_executorch_from_buffer(
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
 ) -> ExecuTorchModule:
-    # The program keeps ``buffer`` alive for as long as anything loaded from it lives.
-    return ExecuTorchModule(_load(buffer, _data_files(data_map_buffer), program_verification))
+    """Load a program from bytes. The module keeps ``buffer`` alive for as long
+    as anything loaded from it lives; a writable buffer is copied first."""
+    program = _load(
+        _owned_buffer(buffer, "buffer"),
+        None if data_map_buffer is None else _owned_buffer(data_map_buffer, "data_map_buffer"),
+        program_verification,
+    )
+    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
 
 
 def _load_program(
@@ -213,10 +454,12 @@ def _load_program(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.Minimal,
-    data_path: Any = None,
+    data_path: str | os.PathLike | None = None,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExecuTorchProgram:
-    return ExecuTorchProgram(_load(path, _data_files(data_path), program_verification, backend_options or None))
+    options = _load_options(backend_options)
+    program = _load(os.fspath(path), data_path, program_verification, options)
+    return ExecuTorchProgram(program, _Etdump(enable_etdump, debug_buffer_size))
 
 
 def _load_program_from_buffer(
@@ -224,16 +467,53 @@ def _load_program_from_buffer(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.Minimal,
-    data_map_buffer: Any = None,
+    data_path: str | os.PathLike | None = None,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExecuTorchProgram:
-    return ExecuTorchProgram(_load(buffer, _data_files(data_map_buffer), program_verification, backend_options or None))
+    options = _load_options(backend_options)
+    program = _load(_owned_buffer(buffer, "buffer"), data_path, program_verification, options)
+    return ExecuTorchProgram(program, _Etdump(enable_etdump, debug_buffer_size))
+
+
+# -------------------------------------------------------------------- backends
+
+
+def _backend_options(options: Any) -> dict[str, bool | int | str]:
+    """Check one backend's options as the official bindings do."""
+    if not isinstance(options, dict):
+        raise TypeError("Backend options must be a dict")
+    checked: dict[str, bool | int | str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"Backend option keys must be str, got {type(key).__name__}")
+        if len(key) >= _MAX_OPTION_KEY_LENGTH:
+            raise ValueError(f"Backend option key is too long: {key}")
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, int):
+            if not _INT32[0] <= value <= _INT32[1]:
+                raise ValueError(f"Backend option {key} does not fit an int")
+        elif isinstance(value, str):
+            if len(value.encode()) >= _MAX_OPTION_VALUE_LENGTH:
+                raise ValueError(f"Backend option {key} is too long")
+        else:
+            raise TypeError(f"Backend option {key} must be a bool, int or str")
+        checked[key] = value
+    return checked
+
+
+def _load_options(backend_options: Any) -> dict[str, dict[str, bool | int | str]]:
+    if backend_options is None:
+        return {}
+    if not isinstance(backend_options, dict):
+        raise TypeError("backend_options must be a dict of backend name to options")
+    return {str(name): _backend_options(options) for name, options in backend_options.items()}
 
 
 def _get_operator_names() -> list[str]:
-    from pyexecutorch.kernels import operator_names
+    from pyexecutorch.kernels import operator_names  # noqa: PLC0415 - loads every kernel module
 
-    return operator_names()
+    return list(operator_names())
 
 
 def _get_registered_backend_names() -> list[str]:
@@ -244,60 +524,98 @@ def _is_available(backend_name: str) -> bool:
     return backends.is_available(backend_name)
 
 
-def _set_option(backend_name: str, options: Mapping[str, Any]) -> None:
-    backends.set_options(backend_name, options)
+def _set_option(backend_name: str, options: dict[str, Any]) -> None:
+    checked = _backend_options(options)
+    try:
+        backends.set_options(backend_name, checked)
+    except ValueError as e:
+        raise RuntimeError(
+            f"Failed to set options for backend {backend_name}, error: 0x{ERROR_NOT_FOUND:x}: {e}"
+        ) from None
 
 
-def _get_option(backend_name: str, options: Any = None) -> dict[str, Any]:
-    return backends.get_options(backend_name, options)
+def _get_option(backend_name: str, options: dict[str, Any]) -> dict[str, bool | int | str]:
+    """The backend's current value of each key of ``options`` (its given value where unset)."""
+    checked = _backend_options(options)
+    try:
+        current = backends.get_options(backend_name)
+    except ValueError as e:
+        raise RuntimeError(
+            f"Failed to get options for backend {backend_name}, error: 0x{ERROR_NOT_FOUND:x}: {e}"
+        ) from None
+    return {key: current.get(key, value) for key, value in checked.items()}
+
+
+# ------------------------------------------------------------------ threadpool
+
+_thread_limit: Any = None
+_THREAD_ENVIRONMENT = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _threadpool_get_thread_count() -> int:
-    """Threads numpy's BLAS uses."""
+    """The number of threads numpy's BLAS uses (threadpoolctl, else the environment)."""
     try:
-        from threadpoolctl import threadpool_info
-
+        from threadpoolctl import threadpool_info  # noqa: PLC0415 - optional
+    except ImportError:
+        threadpool_info = None
+    if threadpool_info is not None:
         counts = [info["num_threads"] for info in threadpool_info() if info.get("user_api") == "blas"]
         if counts:
             return max(counts)
-    except ImportError:
-        pass
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
+    for var in _THREAD_ENVIRONMENT:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
     return os.cpu_count() or 1
 
 
 def _unsafe_reset_threadpool(num_threads: int) -> None:
-    """Set the number of threads numpy's BLAS uses."""
+    """Set the number of threads numpy's BLAS uses (needs threadpoolctl)."""
+    global _thread_limit
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise TypeError(f"num_threads must be an int, got {type(num_threads).__name__}")
     if num_threads < 1:
-        raise ValueError(f"thread count must be positive, got {num_threads}")
+        raise ValueError(f"num_threads must be at least 1, got {num_threads}")
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415 - optional
     except ImportError:
         raise RuntimeError("resetting the thread pool needs threadpoolctl (pip install threadpoolctl)") from None
-    global _thread_limit
     _thread_limit = threadpool_limits(limits=num_threads, user_api="blas")
 
 
-_thread_limit: Any = None
-_profile: dict[str, list[float]] = {}
+# --------------------------------------------------------------------- profile
+#
+# ``_create_profile_block(name)`` starts a block; every method run after it is
+# recorded in it until the next block. ``_dump_profile_results()`` returns the
+# blocks as UTF-8 text (bytes, like the official bindings), empty when no block
+# was created.
+
+_profile_blocks: list[tuple[str, dict[str, list[int]]]] = []
 _profile_lock = threading.Lock()
 
 
+def _record(method: str, nanoseconds: int) -> None:
+    with _profile_lock:
+        if _profile_blocks:
+            _profile_blocks[-1][1].setdefault(method, []).append(nanoseconds)
+
 
 def _create_profile_block(name: str) -> None:
-    """Start a named profiling mark; the time until the next mark is recorded under ``name``."""
     with _profile_lock:
-        _profile.setdefault(name, []).append(time.perf_counter())
+        _profile_blocks.append((str(name), {}))
 
 
-def _dump_profile_results() -> str:
+def _dump_profile_results() -> bytes:
     with _profile_lock:
-        lines = [f"{name}: {len(marks)} mark(s)" for name, marks in sorted(_profile.items())]
-    return "\n".join(lines)
+        lines = []
+        for name, runs in _profile_blocks:
+            lines.append(f"block {name}")
+            for method, times in runs.items():
+                total = sum(times) / 1e6
+                lines.append(f"  {method}: {len(times)} runs, {total:.3f} ms total, {total / len(times):.3f} ms mean")
+    return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
 def _reset_profile_results() -> None:
     with _profile_lock:
-        _profile.clear()
+        _profile_blocks.clear()

@@ -93,7 +93,7 @@ def compile_chain(
     for pc, (_, dest) in jumps.items():
         starts.add(dest)
         starts.add(pc + 1)
-    starts = sorted(s for s in starts if s <= n_instructions)
+    starts = sorted(s for s in starts if s < n_instructions)
     block_of = {start: b for b, start in enumerate(starts)}
     n_blocks = len(starts)
     for b, start in enumerate(starts):

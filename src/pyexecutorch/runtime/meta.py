@@ -1,4 +1,8 @@
-"""Method and tensor metadata, readable without loading a method."""
+"""Method and tensor metadata, readable without loading a method.
+
+``MethodMeta`` and ``TensorInfo`` answer the same questions, with the same
+``repr``, as the official bindings' classes of those names.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,6 @@ from pyexecutorch.schema.program import (
 from pyexecutorch.schema.scalar_type import (
     SCALAR_TYPE_ITEMSIZE,
     SCALAR_TYPE_NAME,
-    SCALAR_TYPE_TO_DTYPE,
     ScalarType,
 )
 
@@ -64,9 +67,55 @@ _TAG_OF = {
     OptionalTensorList: Tag.ListOptionalTensor,
 }
 
-# torch's names for dtypes, as ``TensorInfo.dtype_name`` reports them.
-_TORCH_DTYPE_NAME = {st: f"{dt.name}" for st, dt in SCALAR_TYPE_TO_DTYPE.items()}
-_TORCH_DTYPE_NAME.update({ScalarType.BOOL: "bool", ScalarType.BFLOAT16: "bfloat16", ScalarType.HALF: "float16"})
+
+def tag_of(value: object) -> Tag:
+    """The tag of one program value (the ``val`` of an ``EValue``)."""
+    return _TAG_OF.get(type(value), Tag.None_)
+
+
+# torch's spelling of each dtype, which ``TensorInfo.dtype_name`` reports.
+TORCH_DTYPE_NAME: dict[ScalarType, str] = {
+    ScalarType.BYTE: "uint8",
+    ScalarType.CHAR: "int8",
+    ScalarType.SHORT: "int16",
+    ScalarType.INT: "int32",
+    ScalarType.LONG: "int64",
+    ScalarType.HALF: "float16",
+    ScalarType.FLOAT: "float32",
+    ScalarType.DOUBLE: "float64",
+    ScalarType.COMPLEX32: "complex32",
+    ScalarType.COMPLEX64: "complex64",
+    ScalarType.COMPLEX128: "complex128",
+    ScalarType.BOOL: "bool",
+    ScalarType.QINT8: "qint8",
+    ScalarType.QUINT8: "quint8",
+    ScalarType.QINT32: "qint32",
+    ScalarType.BFLOAT16: "bfloat16",
+    ScalarType.QUINT4X2: "quint4x2",
+    ScalarType.QUINT2X4: "quint2x4",
+    ScalarType.BITS16: "bits16",
+    ScalarType.FLOAT8E5M2: "float8_e5m2",
+    ScalarType.FLOAT8E4M3FN: "float8_e4m3fn",
+    ScalarType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    ScalarType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    ScalarType.UINT16: "uint16",
+    ScalarType.UINT32: "uint32",
+    ScalarType.UINT64: "uint64",
+}
+
+
+def scalar_type_name(scalar_type: int) -> str:
+    """The runtime's name of a scalar type (``Float``), or its number when unknown."""
+    try:
+        return SCALAR_TYPE_NAME[ScalarType(scalar_type)]
+    except (KeyError, ValueError):
+        return str(int(scalar_type))
+
+
+def is_memory_planned(tensor: Tensor) -> bool:
+    """Whether a tensor has storage before any input arrives: planned memory or
+    constant data (the official metadata counts constants as planned)."""
+    return tensor.allocation_info is not None or tensor.data_buffer_idx != 0
 
 
 class TensorInfo:
@@ -78,6 +127,7 @@ class TensorInfo:
         self._tensor = tensor
 
     def sizes(self) -> tuple[int, ...]:
+        """The size of each dimension (the upper bounds for a dynamic shape)."""
         return tuple(self._tensor.sizes)
 
     def dtype(self) -> int:
@@ -86,19 +136,27 @@ class TensorInfo:
 
     def dtype_name(self) -> str:
         """torch's name of the dtype (``float32``)."""
-        st = ScalarType(self._tensor.scalar_type)
-        return _TORCH_DTYPE_NAME.get(st, SCALAR_TYPE_NAME[st])
+        try:
+            return TORCH_DTYPE_NAME[ScalarType(self._tensor.scalar_type)]
+        except (KeyError, ValueError):
+            return scalar_type_name(self._tensor.scalar_type)
 
     def dim_order(self) -> tuple[int, ...]:
+        """The order of the dimensions in memory, outermost first."""
         return dim_order_of(self._tensor)
 
     def is_memory_planned(self) -> bool:
-        return self._tensor.allocation_info is not None
+        return is_memory_planned(self._tensor)
 
     def nbytes(self) -> int:
-        return math.prod(self._tensor.sizes) * SCALAR_TYPE_ITEMSIZE[ScalarType(self._tensor.scalar_type)]
+        try:
+            itemsize = SCALAR_TYPE_ITEMSIZE[ScalarType(self._tensor.scalar_type)]
+        except (KeyError, ValueError):
+            itemsize = 0
+        return math.prod(self._tensor.sizes) * itemsize
 
     def device(self) -> str:
+        """Where the tensor lives: ``"cpu"`` or ``"cuda:N"``."""
         extra = self._tensor.extra_tensor_info
         if extra is not None and extra.device_type == DeviceType.CUDA:
             return f"cuda:{extra.device_index}"
@@ -106,15 +164,20 @@ class TensorInfo:
 
     def __repr__(self) -> str:
         sizes = ", ".join(str(s) for s in self._tensor.sizes)
-        name = SCALAR_TYPE_NAME.get(self._tensor.scalar_type, str(int(self._tensor.scalar_type)))
-        planned = "True" if self.is_memory_planned() else "False"
-        return f"TensorInfo(sizes=[{sizes}], dtype={name}, is_memory_planned={planned}, nbytes={self.nbytes()})"
+        return (
+            f"TensorInfo(sizes=[{sizes}], dtype={scalar_type_name(self._tensor.scalar_type)}, "
+            f"is_memory_planned={self.is_memory_planned()}, nbytes={self.nbytes()})"
+        )
 
     __str__ = __repr__
 
 
 class MethodMeta:
     """What a method takes and returns, and the memory it plans."""
+
+    # Whether ``repr`` may describe a non-tensor input by its tag. The official
+    # bindings raise ``IndexError`` there instead; ``portable_lib`` does too.
+    _REPR_TAGS_OF_INPUTS = True
 
     def __init__(self, plan: ExecutionPlan) -> None:
         self._plan = plan
@@ -123,8 +186,7 @@ class MethodMeta:
             for i, ev in enumerate(plan.values)
             if isinstance(ev.val, Tensor)
             and ev.val.extra_tensor_info is not None
-            and ev.val.extra_tensor_info.fully_qualified_name
-            and ev.val.allocation_info is not None
+            and ev.val.extra_tensor_info.fully_qualified_name is not None
         ]
 
     def name(self) -> str:
@@ -137,56 +199,64 @@ class MethodMeta:
         return len(self._plan.outputs)
 
     def num_attributes(self) -> int:
+        """Tensors with a name of their own (mutable buffers, external constants)."""
         return len(self._attributes)
 
     def _tensor_info(self, indices: list[int], i: int, what: str) -> TensorInfo:
+        head = f"Cannot get {what} tensor meta at {i}"
         if not 0 <= i < len(indices):
-            raise IndexError(f"Cannot get {what} tensor meta at {i}: method '{self.name()}' has {len(indices)} {what}s")
+            raise IndexError(f"{head}: method '{self.name()}' has {len(indices)} {what}s")
         val = self._plan.values[indices[i]].val
         if not isinstance(val, Tensor):
-            raise IndexError(f"{what} {i} of method '{self.name()}' is not a tensor ({self._tag(indices[i])})")
+            raise IndexError(f"{head}: {what} {i} of method '{self.name()}' is {tag_of(val)}, not a tensor")
         return TensorInfo(val)
 
-    def _tag(self, value_index: int) -> Tag:
-        return _TAG_OF.get(type(self._plan.values[value_index].val), Tag.None_)
+    def input_tensor_meta(self, index: int) -> TensorInfo:
+        return self._tensor_info(self._plan.inputs, index, "input")
 
-    def input_tensor_meta(self, i: int) -> TensorInfo:
-        return self._tensor_info(self._plan.inputs, i, "input")
+    def output_tensor_meta(self, index: int) -> TensorInfo:
+        return self._tensor_info(self._plan.outputs, index, "output")
 
-    def output_tensor_meta(self, i: int) -> TensorInfo:
-        return self._tensor_info(self._plan.outputs, i, "output")
+    def attribute_tensor_meta(self, index: int) -> TensorInfo:
+        return self._tensor_info(self._attributes, index, "attribute")
 
-    def attribute_tensor_meta(self, i: int) -> TensorInfo:
-        return self._tensor_info(self._attributes, i, "attribute")
+    def _tag(self, indices: list[int], i: int, what: str) -> Tag:
+        if not 0 <= i < len(indices):
+            raise IndexError(
+                f"Cannot get Tag for {what} at {i}: method '{self.name()}' has {len(indices)} {what}s"
+            )
+        return tag_of(self._plan.values[indices[i]].val)
 
-    def input_tag(self, i: int) -> Tag:
-        if not 0 <= i < self.num_inputs():
-            raise IndexError(f"Cannot get Tag for input at {i}: method '{self.name()}' has {self.num_inputs()} inputs")
-        return self._tag(self._plan.inputs[i])
+    def input_tag(self, index: int) -> Tag:
+        return self._tag(self._plan.inputs, index, "input")
 
-    def output_tag(self, i: int) -> Tag:
-        if not 0 <= i < self.num_outputs():
-            raise IndexError(f"Cannot get Tag for output at {i}: method '{self.name()}' has {self.num_outputs()} outputs")
-        return self._tag(self._plan.outputs[i])
+    def output_tag(self, index: int) -> Tag:
+        return self._tag(self._plan.outputs, index, "output")
 
     def num_memory_planned_buffers(self) -> int:
         # Buffer 0 is reserved by the format; the planned arenas start at 1.
         return max(len(self._plan.non_const_buffer_sizes) - 1, 0)
 
-    def memory_planned_buffer_size(self, i: int) -> int:
-        if not 0 <= i < self.num_memory_planned_buffers():
+    def memory_planned_buffer_size(self, index: int) -> int:
+        if not 0 <= index < self.num_memory_planned_buffers():
             raise IndexError(
-                f"memory planned buffer {i} out of range: method '{self.name()}' has "
+                f"Cannot get size of memory planned buffer {index}: method '{self.name()}' has "
                 f"{self.num_memory_planned_buffers()}"
             )
-        return self._plan.non_const_buffer_sizes[i + 1]
+        return self._plan.non_const_buffer_sizes[index + 1]
 
     def __repr__(self) -> str:
-        inputs = [repr(self.input_tensor_meta(i)) if self.input_tag(i) == Tag.Tensor else str(self.input_tag(i)) for i in range(self.num_inputs())]
-        outputs = [
-            repr(self.output_tensor_meta(i)) if self.output_tag(i) == Tag.Tensor else str(self.output_tag(i))
-            for i in range(self.num_outputs())
-        ]
+        inputs = []
+        for i in range(self.num_inputs()):
+            tag = self.input_tag(i)
+            if tag == Tag.Tensor or not self._REPR_TAGS_OF_INPUTS:
+                inputs.append(repr(self.input_tensor_meta(i)))  # IndexError for a non-tensor, as official
+            else:
+                inputs.append(str(tag))
+        outputs = []
+        for i in range(self.num_outputs()):
+            tag = self.output_tag(i)
+            outputs.append(repr(self.output_tensor_meta(i)) if tag == Tag.Tensor else str(tag))
         return (
             f"MethodMeta(name='{self.name()}', num_inputs={self.num_inputs()}, input_tensor_meta={inputs!r}, "
             f"num_outputs={self.num_outputs()}, output_tensor_meta={outputs!r})"

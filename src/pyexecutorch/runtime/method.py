@@ -303,8 +303,11 @@ class LoadedMethod:
         # (split_copy) have none.
         if len(args) >= 2 and args[-1] == args[-2]:
             args = args[:-1]
-        elif n_outs > 1 and isinstance(self.plan.values[args[-1]].val, TensorList):
-            args = args[:-1]
+        elif len(args) >= 2 and isinstance(self.plan.values[args[-1]].val, TensorList):
+            # Several outs return one list; a list out (split_with_sizes_copy)
+            # returns another list of the same tensors.
+            if n_outs > 1 or isinstance(self.plan.values[args[-2]].val, TensorList):
+                args = args[:-1]
         return args, args[-n_outs:]
 
     def _compile(self) -> list[CompiledChain]:
@@ -403,16 +406,20 @@ class LoadedMethod:
     # ----------------------------------------------------------------- execute
 
     def set_input(self, position: int, value: Any) -> None:
-        """Store one converted input (a numpy array or a Python scalar)."""
+        """Store one converted input (a numpy array or a Python scalar).
+
+        A memory-planned input is copied into its planned memory. Any other
+        tensor input is used as given, as the official runtime does: the
+        method reads the caller's array, and an output that is this input
+        is that array. Kernels never write into it (they write planned or
+        capacity storage and rebind the value).
+        """
         spec = self.inputs[position]
-        if spec.kind != "tensor":
+        if spec.kind != "tensor" or not spec.planned:
             self.values[spec.index] = value
             return
         cap = self.capacity[spec.index]
         shape = value.shape
-        if not spec.planned and cap.size == 0:
-            self.values[spec.index] = np.array(value, copy=True)
-            return
         dst = cap if shape == cap.shape else fit(cap, shape)
         np.copyto(dst, value, casting="no")
         self.values[spec.index] = dst

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyexecutorch.runtime import backend as backends
-from pyexecutorch.runtime.io import convert_input, convert_outputs
+from pyexecutorch.runtime.io import check_install, convert_outputs, input_decls, read_input
 from pyexecutorch.runtime.loader import open_bytes
 from pyexecutorch.runtime.meta import MethodMeta
 from pyexecutorch.runtime.method import LoadedMethod
@@ -41,19 +41,28 @@ class Method:
         return self._loaded.name
 
     def execute(self, inputs: Sequence[Any] | Any = (), *, clone_outputs: bool = True) -> list[Any]:
-        """Run the method on ``inputs`` (a sequence, or one tensor) and return its outputs."""
+        """Run the method on ``inputs`` (a sequence, or one tensor) and return its outputs.
+
+        Inputs are read as :mod:`pyexecutorch.runtime.io` describes; with
+        ``clone_outputs=False`` tensor outputs are views of the method's
+        memory, valid until it runs again.
+        """
         loaded = self._loaded
+        decls = self.__dict__.get("_decls")
+        if decls is None:
+            decls = self.__dict__["_decls"] = input_decls(loaded.plan)
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
-        expected = len(loaded.inputs)
-        if len(inputs) != expected:
-            raise ValueError(f"method '{loaded.name}' takes {expected} inputs, but got {len(inputs)}")
-        converted = [convert_input(x, spec, i, loaded.name) for i, (x, spec) in enumerate(zip(inputs, loaded.inputs, strict=True))]
+        if len(inputs) != len(decls):
+            raise ValueError(f"method '{loaded.name}' takes {len(decls)} inputs, but got {len(inputs)}")
+        converted = [read_input(x, d, loaded.name) for x, d in zip(inputs, decls, strict=True)]
+        for inp, decl in zip(converted, decls, strict=True):
+            check_install(inp, decl, loaded.name)
         with self._lock:
-            for i, x in enumerate(converted):
-                loaded.set_input(i, x)
+            for i, inp in enumerate(converted):
+                loaded.set_input(i, inp.value)
             loaded.run()
-            return convert_outputs(loaded.outputs(), clone_outputs)
+            return convert_outputs(loaded.outputs(), clone=clone_outputs, inputs=converted, method=loaded.name)
 
     __call__ = execute
 

@@ -25,20 +25,26 @@ SCALARS: dict[str, tuple[str, int, str]] = {
     "bool": ("<?", 1, "PrependBoolSlot"),
     "int8": ("<b", 1, "PrependInt8Slot"),
     "uint8": ("<B", 1, "PrependUint8Slot"),
+    "int16": ("<h", 2, "PrependInt16Slot"),
+    "uint16": ("<H", 2, "PrependUint16Slot"),
     "int32": ("<i", 4, "PrependInt32Slot"),
     "uint32": ("<I", 4, "PrependUint32Slot"),
     "int64": ("<q", 8, "PrependInt64Slot"),
     "uint64": ("<Q", 8, "PrependUint64Slot"),
+    "float32": ("<f", 4, "PrependFloat32Slot"),
     "float64": ("<d", 8, "PrependFloat64Slot"),
 }
 NUMPY_OF = {
     "bool": np.dtype("?"),
     "int8": np.dtype("<i1"),
     "uint8": np.dtype("<u1"),
+    "int16": np.dtype("<i2"),
+    "uint16": np.dtype("<u2"),
     "int32": np.dtype("<i4"),
     "uint32": np.dtype("<u4"),
     "int64": np.dtype("<i8"),
     "uint64": np.dtype("<u8"),
+    "float32": np.dtype("<f4"),
     "float64": np.dtype("<f8"),
 }
 
@@ -370,8 +376,8 @@ class Encoder:
             elif kind in SCALARS:
                 if kind == "bool":
                     b.PrependBoolSlot(spec.slot, bool(value), bool(spec.default))
-                elif kind == "float64":
-                    b.PrependFloat64Slot(spec.slot, float(value), float(spec.default))
+                elif kind in ("float32", "float64"):
+                    getattr(b, SCALARS[kind][2])(spec.slot, float(value), float(spec.default))
                 else:
                     getattr(b, SCALARS[kind][2])(spec.slot, int(value), int(spec.default))
         return b.EndObject()

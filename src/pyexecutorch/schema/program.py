@@ -6,8 +6,8 @@ schema's field order. The encoder, the decoder, the verifier and the pretty
 printer all read these descriptions; nothing else restates the layout.
 
 Field kinds (see :mod:`pyexecutorch.schema.flatbuffer`):
-``"bool" "int8" "uint8" "int32" "uint32" "int64" "uint64" "float64"``
-scalars; ``"string"``; ``"bytes"`` (a ``[ubyte]`` vector, kept as a
+``"bool" "int8" "uint8" "int16" "uint16" "int32" "uint32" "int64" "uint64"
+"float32" "float64"`` scalars; ``"string"``; ``"bytes"`` (a ``[ubyte]`` vector, kept as a
 zero-copy ``memoryview`` when decoded); ``("vector", scalar)``;
 ``("tables", Class)``; ``("table", Class)``; ``("union", Union)``;
 ``("enum", EnumClass, scalar)``.

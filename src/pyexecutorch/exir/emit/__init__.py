@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 from pyexecutorch.exir.emit._convert import EmitError, TensorFromTensor, scalar_type
 from pyexecutorch.exir.emit._method import MethodEmitter
 from pyexecutorch.exir.emit._program_state import ProgramState
+from pyexecutorch.schema.flat_tensor import PtdFile
 from pyexecutorch.schema.program import (
     Bool,
     Chain,
@@ -38,7 +39,6 @@ from pyexecutorch.schema.program import (
     Program,
     String,
 )
-from pyexecutorch.schema.flat_tensor import PtdFile
 from pyexecutorch.schema.pte import PteFile
 
 SCHEMA_VERSION = 0
@@ -80,13 +80,17 @@ def emit_program(
         methods = {"forward": methods}
     bad = [name for name, ep in methods.items() if not isinstance(ep, ExportedProgram)]
     if bad:
-        raise EmitError(f"expected an ExportedProgram for each method; got something else for {bad}")
+        raise EmitError(
+            f"expected an ExportedProgram for each method; got something else for {bad}"
+        )
     constant_methods = dict(constant_methods or {})
     clash = sorted(set(constant_methods) & set(methods))
     if clash:
         raise EmitError(f"constant methods {clash} have the same names as methods")
 
-    state = ProgramState(extract_delegate_segments=bool(getattr(config, "extract_delegate_segments", True)))
+    state = ProgramState(
+        extract_delegate_segments=bool(getattr(config, "extract_delegate_segments", True))
+    )
     plans: list[ExecutionPlan] = []
     output = EmitterOutput(program=None, pte_file=None)  # type: ignore[arg-type]
     for name in sorted(methods):

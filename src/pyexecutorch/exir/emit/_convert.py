@@ -156,7 +156,15 @@ def empty_tensor() -> Tensor:
 class TensorFromTensor:
     """A minimal spec for a concrete tensor (constant-method values, get_attr constants)."""
 
-    __slots__ = ("dtype", "shape", "dim_order", "requires_grad", "shape_dynamism", "mem_id", "mem_offset")
+    __slots__ = (
+        "dtype",
+        "shape",
+        "dim_order",
+        "requires_grad",
+        "shape_dynamism",
+        "mem_id",
+        "mem_offset",
+    )
 
     def __init__(self, t: torch.Tensor) -> None:
         self.dtype = t.dtype
@@ -187,8 +195,14 @@ def tensor_bytes(t: Any, dim_order: list[int] | None) -> np.ndarray:
         return holder.numpy()
     t = t.detach()
     if t.is_quantized:
-        raise EmitError(f"quantized constant tensors ({t.dtype}) cannot be emitted; quantize with a backend")
-    if dim_order is not None and len(dim_order) == t.dim() and list(dim_order) != list(range(t.dim())):
+        raise EmitError(
+            f"quantized constant tensors ({t.dtype}) cannot be emitted; quantize with a backend"
+        )
+    if (
+        dim_order is not None
+        and len(dim_order) == t.dim()
+        and list(dim_order) != list(range(t.dim()))
+    ):
         t = t.permute(dim_order)
     t = t.contiguous()
     if t.numel() == 0:
@@ -234,7 +248,10 @@ def frames_of(stack_trace: str | None) -> FrameList:
     if not stack_trace:
         return FrameList([])
     return FrameList(
-        [Frame(filename=f, lineno=int(line), name=name, context=ctx.strip()) for f, line, name, ctx in _FRAME.findall(stack_trace)]
+        [
+            Frame(filename=f, lineno=int(line), name=name, context=ctx.strip())
+            for f, line, name, ctx in _FRAME.findall(stack_trace)
+        ]
     )
 
 

@@ -20,7 +20,12 @@ Control flow is inlined into the method's single chain:
   ``aten::clone.out`` rather than rebound with ``MoveCall``, because a
   move makes the state alias the body's output buffer, which the next
   iteration overwrites while still reading the state. Non-tensor state uses
-  ``MoveCall``.
+  ``MoveCall``. The copies behave as one parallel assignment; a body that
+  permutes its state values is handled by rebinding them with ``MoveCall``.
+
+Memory planning must keep a ``while_loop``'s results (the loop state) apart
+from every tensor of its cond and body graphs and from its inputs, since
+the state is live for the whole loop.
 """
 
 from __future__ import annotations
@@ -34,6 +39,26 @@ import torch
 import torch.fx
 from torch.export.exported_program import ExportedProgram, OutputKind
 
+from pyexecutorch.exir.emit._convert import (
+    LAYOUT_CODE,
+    MEMORY_FORMAT_CODE,
+    EmitError,
+    TensorFromTensor,
+    container_string,
+    empty_tensor,
+    frames_of,
+    is_external,
+    is_tensor_spec,
+    make_tensor,
+    scalar_type,
+    source_line,
+    spec_allocation,
+    spec_dim_order,
+    spec_extra_info,
+    tensor_bytes,
+)
+from pyexecutorch.exir.emit._program_state import ProgramState
+from pyexecutorch.schema.flat_tensor_schema import TensorLayout
 from pyexecutorch.schema.program import (
     BackendDelegate,
     Bool,
@@ -65,27 +90,6 @@ from pyexecutorch.schema.program import (
     TensorList,
     TensorShapeDynamism,
 )
-
-from pyexecutorch.exir.emit._convert import (
-    LAYOUT_CODE,
-    MEMORY_FORMAT_CODE,
-    EmitError,
-    TensorFromTensor,
-    container_string,
-    empty_tensor,
-    frames_of,
-    is_external,
-    is_tensor_spec,
-    make_tensor,
-    scalar_type,
-    source_line,
-    spec_allocation,
-    spec_dim_order,
-    spec_extra_info,
-    tensor_bytes,
-)
-from pyexecutorch.exir.emit._program_state import ProgramState
-from pyexecutorch.schema.flat_tensor_schema import TensorLayout
 
 # Python callables that symbolic-shape graphs use, and the runtime's names for them.
 PY_SYM_OPS: dict[Any, str] = {
@@ -164,7 +168,11 @@ class _OpInfo:
                 found = None
                 if alias is not None and alias.is_write:
                     for i, a in enumerate(schema.arguments):
-                        if a.alias_info is not None and a.alias_info.is_write and a.alias_info.before_set == alias.before_set:
+                        if (
+                            a.alias_info is not None
+                            and a.alias_info.is_write
+                            and a.alias_info.before_set == alias.before_set
+                        ):
                             found = i
                             break
                 positions.append(found)
@@ -239,7 +247,6 @@ class MethodEmitter:
         self._spec_values: dict[int, int] = {}
         self._attr_values: dict[int, int] = {}
         self._handlers: dict[Any, Any] = {}
-        self._op_infos: dict[Any, _OpInfo] = {}
         self._planned_end: dict[int, int] = {}
 
         self.debug_handle_map: dict[int, Any] = {}
@@ -288,7 +295,9 @@ class MethodEmitter:
             return self._int(LAYOUT_CODE[v])
         if isinstance(v, torch.memory_format):
             if v not in MEMORY_FORMAT_CODE:
-                raise EmitError(f"memory format {v} is not supported; only contiguous_format and preserve_format are")
+                raise EmitError(
+                    f"memory format {v} is not supported; only contiguous_format and preserve_format are"
+                )
             return self._int(MEMORY_FORMAT_CODE[v])
         if isinstance(v, torch.Tensor):
             return self._const_tensor(v, None)
@@ -396,7 +405,9 @@ class MethodEmitter:
             if allocation is not None:
                 self._note_planned(spec)
             index = self._new(
-                make_tensor(spec, allocation=allocation, extra=spec_extra_info(spec), dynamism=dynamism)
+                make_tensor(
+                    spec, allocation=allocation, extra=spec_extra_info(spec), dynamism=dynamism
+                )
             )
         self._spec_values[key] = index
         return index
@@ -404,14 +415,21 @@ class MethodEmitter:
     def _note_planned(self, spec: Any) -> None:
         size = getattr(spec, "allocated_memory", None)
         if not size:
-            size = math.prod(int(s) for s in spec.shape) * torch.empty((), dtype=spec.dtype).element_size()
+            size = (
+                math.prod(int(s) for s in spec.shape)
+                * torch.empty((), dtype=spec.dtype).element_size()
+            )
         end = int(spec.mem_offset) + int(size)
         mem_id = int(spec.mem_id)
         if end > self._planned_end.get(mem_id, 0):
             self._planned_end[mem_id] = end
 
     def _const_tensor(
-        self, t: Any, spec: Any, external: tuple[str, str] | None = None, extra: ExtraTensorInfo | None = None
+        self,
+        t: Any,
+        spec: Any,
+        external: tuple[str, str] | None = None,
+        extra: ExtraTensorInfo | None = None,
     ) -> int:
         """A constant tensor value: its bytes go to the constant pool (or to an external file)."""
         if spec is None:
@@ -420,7 +438,9 @@ class MethodEmitter:
             spec = TensorFromTensor(t)
         dim_order = spec_dim_order(spec)
         data = tensor_bytes(t, dim_order)
-        expected = math.prod(int(s) for s in spec.shape) * torch.empty((), dtype=spec.dtype).element_size()
+        expected = (
+            math.prod(int(s) for s in spec.shape) * torch.empty((), dtype=spec.dtype).element_size()
+        )
         if data.size != expected:
             raise EmitError(
                 f"constant {tuple(spec.shape)} {spec.dtype} has {data.size} bytes of data, expected {expected}"
@@ -428,7 +448,10 @@ class MethodEmitter:
         if external is not None:
             tag, fqn = external
             tensor = make_tensor(
-                spec, extra=ExtraTensorInfo(fully_qualified_name=fqn, location=TensorDataLocation.EXTERNAL)
+                spec,
+                extra=ExtraTensorInfo(
+                    fully_qualified_name=fqn, location=TensorDataLocation.EXTERNAL
+                ),
             )
             layout = TensorLayout(tensor.scalar_type, list(tensor.sizes), list(tensor.dim_order))
             self.state.add_external(tag, fqn, data, layout)
@@ -442,7 +465,9 @@ class MethodEmitter:
     def _emit(self, args: Any, node: torch.fx.Node | None) -> int:
         self.instructions.append(Instruction(args))
         if self.frames is not None:
-            self.frames.append(frames_of(node.meta.get("stack_trace") if node is not None else None))
+            self.frames.append(
+                frames_of(node.meta.get("stack_trace") if node is not None else None)
+            )
         return len(self.instructions) - 1
 
     def _operator(self, name: str, overload: str) -> int:
@@ -511,11 +536,15 @@ class MethodEmitter:
         sizes = gm.meta.get("non_const_buffer_sizes")
         if sizes is None:
             top = max(self._planned_end, default=0)
-            sizes = [self._planned_end.get(i, 0) for i in range(top + 1)] if self._planned_end else [0]
+            sizes = (
+                [self._planned_end.get(i, 0) for i in range(top + 1)] if self._planned_end else [0]
+            )
         devices = gm.meta.get("non_const_buffer_device")
         if devices is not None:
             devices = [
-                NonConstBufferDevice(int(d.buffer_idx), int(d.device_type), int(getattr(d, "device_index", 0)))
+                NonConstBufferDevice(
+                    int(d.buffer_idx), int(d.device_type), int(getattr(d, "device_index", 0))
+                )
                 for d in devices
             ]
         call_spec = ep.call_spec
@@ -527,7 +556,9 @@ class MethodEmitter:
             values=self.values,
             inputs=self._inputs,
             outputs=outputs,
-            chains=[Chain(inputs=[], outputs=[], instructions=self.instructions, stacktrace=self.frames)],
+            chains=[
+                Chain(inputs=[], outputs=[], instructions=self.instructions, stacktrace=self.frames)
+            ],
             operators=self.operators,
             delegates=self.delegates,
             non_const_buffer_sizes=[int(s) for s in sizes],
@@ -634,7 +665,9 @@ class MethodEmitter:
         spec = node.meta["spec"]
         static = getattr(spec, "shape_dynamism", 0) is None or int(spec.shape_dynamism) == 0
         planned = spec.mem_id is not None and spec.mem_offset is not None
-        constant = bool(getattr(spec, "const", False)) and getattr(spec, "storage", None) is not None
+        constant = (
+            bool(getattr(spec, "const", False)) and getattr(spec, "storage", None) is not None
+        )
         if static and (planned or constant):
             # Planned at its base's address: no instruction needed.
             return self._spec_value(spec)
@@ -677,7 +710,9 @@ class MethodEmitter:
             elif kind == "tensor":
                 v = None
             else:
-                raise EmitError(f"{info.name}.{info.overload or 'default'}: argument {name!r} is missing")
+                raise EmitError(
+                    f"{info.name}.{info.overload or 'default'}: argument {name!r} is missing"
+                )
             kernel_args.append(self._arg(v, kind))
 
         ret = info.ret
@@ -725,13 +760,17 @@ class MethodEmitter:
             index = self._attr_values.get(id(obj))
             if index is None:
                 spec = node.meta.get("spec")
-                use_spec = spec if is_tensor_spec(spec) and tuple(spec.shape) == tuple(obj.shape) else None
+                use_spec = (
+                    spec if is_tensor_spec(spec) and tuple(spec.shape) == tuple(obj.shape) else None
+                )
                 # A constant made by the compiler (folded weights) is external only
                 # when its spec names the weight it stands for.
                 fqn = getattr(use_spec, "fqn", None)
                 tag = self._external_tag(node) if fqn else None
                 external = (tag, fqn) if tag is not None else None
-                index = self._attr_values[id(obj)] = self._const_tensor(obj, use_spec, external=external)
+                index = self._attr_values[id(obj)] = self._const_tensor(
+                    obj, use_spec, external=external
+                )
             return index
         if isinstance(obj, torch._C.ScriptObject):
             raise EmitError(f"custom class object {node.target} is not supported")
@@ -777,7 +816,9 @@ class MethodEmitter:
             tensor = ep.constants.get(fqn)
         is_buffer = target in self._buffers
         planned = spec.mem_id is not None and spec.mem_offset is not None
-        mutable = is_buffer and (fqn in self._mutated or bool(getattr(spec, "is_mutable_buffer", False)) or planned)
+        mutable = is_buffer and (
+            fqn in self._mutated or bool(getattr(spec, "is_mutable_buffer", False)) or planned
+        )
         if tensor is None:
             tensor = getattr(spec, "storage", None)
             if tensor is None:
@@ -799,10 +840,16 @@ class MethodEmitter:
         """The external file a constant goes to (``constant_tag`` or ``external_constants``), or None."""
         tag = node.meta.get("constant_tag")
         if tag is None and self.external_constants:
-            tag = self.external_constants(node) if callable(self.external_constants) else DEFAULT_EXTERNAL_TAG
+            tag = (
+                self.external_constants(node)
+                if callable(self.external_constants)
+                else DEFAULT_EXTERNAL_TAG
+            )
         return tag
 
-    def _mutable_buffer(self, node: torch.fx.Node, spec: Any, fqn: str, tensor: torch.Tensor) -> int:
+    def _mutable_buffer(
+        self, node: torch.fx.Node, spec: Any, fqn: str, tensor: torch.Tensor
+    ) -> int:
         allocation = spec_allocation(spec)
         extra = spec_extra_info(spec)
         if self.emit_mutable_buffer_names:
@@ -825,7 +872,9 @@ class MethodEmitter:
             data = tensor_bytes(tensor, spec_dim_order(spec))
             if node.meta.get("et_init_buffer") or data.any():
                 buffer_index = self.state.add_mutable_initial(data)
-        index = self._new(make_tensor(spec, data_buffer_idx=buffer_index, allocation=allocation, extra=extra))
+        index = self._new(
+            make_tensor(spec, data_buffer_idx=buffer_index, allocation=allocation, extra=extra)
+        )
         self._spec_values[id(spec)] = index
         return index
 
@@ -838,7 +887,9 @@ class MethodEmitter:
             else:
                 flat.append(leaf)
         if len(specs) == len(flat):
-            flat = [v for v, s in zip(flat, specs) if s.kind != OutputKind.BUFFER_MUTATION]
+            flat = [
+                v for v, s in zip(flat, specs, strict=True) if s.kind != OutputKind.BUFFER_MUTATION
+            ]
         return flat
 
     # -- control flow -----------------------------------------------------------
@@ -848,7 +899,9 @@ class MethodEmitter:
         specs = node.meta.get("spec")
         vals = node.meta.get("val")
         if specs is None:
-            users = {u.args[1]: u.meta.get("spec") for u in node.users if u.target is operator.getitem}
+            users = {
+                u.args[1]: u.meta.get("spec") for u in node.users if u.target is operator.getitem
+            }
             count = len(vals) if isinstance(vals, (list, tuple)) else max(users, default=-1) + 1
             specs = [users.get(i) for i in range(count)]
         if not isinstance(specs, (list, tuple)):
@@ -856,7 +909,7 @@ class MethodEmitter:
         if not isinstance(vals, (list, tuple)):
             vals = [vals] * len(specs)
         out = []
-        for spec, val in zip(specs, vals):
+        for spec, val in zip(specs, vals, strict=False):
             if is_tensor_spec(spec):
                 out.append(self._spec_value(spec))
             else:
@@ -868,7 +921,9 @@ class MethodEmitter:
 
         def placeholder(node: torch.fx.Node, position: int) -> int:
             if position >= len(bindings):
-                raise EmitError(f"submodule placeholder {node.name} has no operand (got {len(bindings)})")
+                raise EmitError(
+                    f"submodule placeholder {node.name} has no operand (got {len(bindings)})"
+                )
             value = bindings[position]
             if value is None:
                 value = self._spec_value(node.meta["spec"])
@@ -886,7 +941,7 @@ class MethodEmitter:
     def _moves(self, concrete: list[int], binding: list[int], node: torch.fx.Node) -> None:
         if len(concrete) != len(binding):
             raise EmitError(f"branch returns {len(concrete)} values, expected {len(binding)}")
-        for src, dst in zip(concrete, binding):
+        for src, dst in zip(concrete, binding, strict=True):
             if src != dst:
                 self._emit(MoveCall(move_from=src, move_to=dst), node)
 
@@ -936,12 +991,12 @@ class MethodEmitter:
         count = self._new(Int(0))
         self._kernel("aten::sym_size", "int", [xs_v[0], zero, count], node)
         loop_start = len(self.instructions)
-        for x, s in zip(xs_v, slices):
+        for x, s in zip(xs_v, slices, strict=True):
             self._kernel("aten::select_copy", "int_out", [x, zero, counter, s, s], node)
         outs = self._subgraph(body, [*slices, *extra])
         if len(outs) != len(results):
             raise EmitError(f"map body returns {len(outs)} values, expected {len(results)}")
-        for result, out in zip(results, outs):
+        for result, out in zip(results, outs, strict=True):
             self._kernel("executorch_prim::et_copy_index", "tensor", [result, out, counter], node)
         self._kernel("executorch_prim::add", "Scalar", [counter, self._int(1), counter], node)
         done = self._new(Bool(False))
@@ -957,10 +1012,12 @@ class MethodEmitter:
         body_gm = self._node_value(body_fn)
         state = self._result_values(node)
         if len(state) != len(carried):
-            raise EmitError(f"while_loop has {len(carried)} carried values but {len(state)} results")
+            raise EmitError(
+                f"while_loop has {len(carried)} carried values but {len(state)} results"
+            )
         init = [self._arg(c, None) for c in carried]
         extra = [self._arg(a, None) for a in additional]
-        for src, dst in zip(init, state):
+        for src, dst in zip(init, state, strict=True):
             self._copy(src, dst, node)
         loop_start = len(self.instructions)
         cond_out = self._subgraph(cond_gm, [*state, *extra])
@@ -970,9 +1027,13 @@ class MethodEmitter:
         self._emit(exit_jump, node)
         body_out = self._subgraph(body_gm, [*state, *extra])
         if len(body_out) != len(state):
-            raise EmitError(f"while_loop body_fn returns {len(body_out)} values, expected {len(state)}")
-        self._parallel_copy(list(zip(body_out, state)), node)
-        self._emit(JumpFalseCall(cond_value_index=self._false(), destination_instruction=loop_start), node)
+            raise EmitError(
+                f"while_loop body_fn returns {len(body_out)} values, expected {len(state)}"
+            )
+        self._parallel_copy(list(zip(body_out, state, strict=True)), node)
+        self._emit(
+            JumpFalseCall(cond_value_index=self._false(), destination_instruction=loop_start), node
+        )
         exit_jump.destination_instruction = len(self.instructions)
         return state
 
@@ -996,9 +1057,15 @@ class MethodEmitter:
         if store is None:
             store = getattr(lowered, "data_store_output", None)
         self.state.add_named_data(store, who)
-        compile_specs = [CompileSpec(key=str(cs.key), value=bytes(cs.value)) for cs in lowered.compile_specs]
-        self.delegates.append(BackendDelegate(id=backend_id, processed=reference, compile_specs=compile_specs))
-        index = self._emit(DelegateCall(delegate_index=len(self.delegates) - 1, args=[*args, *flat]), node)
+        compile_specs = [
+            CompileSpec(key=str(cs.key), value=bytes(cs.value)) for cs in lowered.compile_specs
+        ]
+        self.delegates.append(
+            BackendDelegate(id=backend_id, processed=reference, compile_specs=compile_specs)
+        )
+        index = self._emit(
+            DelegateCall(delegate_index=len(self.delegates) - 1, args=[*args, *flat]), node
+        )
 
         handles = []
         original = getattr(lowered, "original_module", None)
@@ -1010,7 +1077,10 @@ class MethodEmitter:
         self.debug_handle_map[index] = handles
         self.num_outs_map[index] = len(flat)
         meta = getattr(lowered, "meta", None) or {}
-        self.delegate_map[index] = {"name": backend_id, "delegate_map": meta.get("debug_handle_map", {})}
+        self.delegate_map[index] = {
+            "name": backend_id,
+            "delegate_map": meta.get("debug_handle_map", {}),
+        }
         return result
 
 

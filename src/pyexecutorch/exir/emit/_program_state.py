@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.exir.emit._convert import EmitError
 from pyexecutorch.schema.flat_tensor import PtdEntry, PtdFile
 from pyexecutorch.schema.flat_tensor_schema import TensorLayout
 from pyexecutorch.schema.program import (
@@ -24,8 +25,6 @@ from pyexecutorch.schema.program import (
     DataLocation,
 )
 from pyexecutorch.schema.pte import NamedBlob
-
-from pyexecutorch.exir.emit._convert import EmitError
 
 
 def _as_bytes_array(data: Any) -> np.ndarray:
@@ -98,7 +97,9 @@ class ProgramState:
         old = group.get(key)
         if old is not None:
             if not np.array_equal(_as_bytes_array(old.data), _as_bytes_array(data)):
-                raise EmitError(f"external data {key!r} (file tag {tag!r}) is given twice with different contents")
+                raise EmitError(
+                    f"external data {key!r} (file tag {tag!r}) is given twice with different contents"
+                )
             return
         group[key] = PtdEntry(layout, data)
 
@@ -142,7 +143,9 @@ class ProgramState:
         if hasattr(store, "pte_data") and hasattr(store, "buffers"):
             buffers = store.buffers
             for key, entry in store.pte_data.items():
-                self._add_named(key, buffers[entry.buffer_index], int(getattr(entry, "alignment", 1) or 1), who)
+                self._add_named(
+                    key, buffers[entry.buffer_index], int(getattr(entry, "alignment", 1) or 1), who
+                )
             for tag, entries in (getattr(store, "external_data", None) or {}).items():
                 for key, entry in entries.items():
                     self.add_external(tag, key, buffers[entry.buffer_index], _layout(entry))
@@ -175,4 +178,6 @@ def _layout(entry: Any) -> TensorLayout | None:
     layout = getattr(entry, "tensor_layout", None)
     if layout is None:
         return None
-    return TensorLayout(int(layout.scalar_type), [int(s) for s in layout.sizes], [int(d) for d in layout.dim_order])
+    return TensorLayout(
+        int(layout.scalar_type), [int(s) for s in layout.sizes], [int(d) for d in layout.dim_order]
+    )
