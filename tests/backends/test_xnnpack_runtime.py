@@ -15,13 +15,13 @@ import subprocess
 import sys
 import textwrap
 
-import models
 import numpy as np
-import official
 import pytest
 import torch
 import torch.nn.functional as F
 
+import models
+import official
 from pyexecutorch.backends.xnnpack import interpreter
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.runtime import XnnpackBackend
@@ -38,8 +38,15 @@ OFFICIAL_DIFFERS = {
 }
 
 
+def _large_cases() -> list[models.ModelCase]:
+    sys.path.insert(0, str(official.REPO / "benchmarks"))
+    from models_large import LARGE_CASES
+
+    return list(LARGE_CASES)
+
+
 def _xnnpack_cases() -> list[models.ModelCase]:
-    return [c for c in models.CASES if c.official_exportable]
+    return [c for c in models.CASES + _large_cases() if c.official_exportable]
 
 
 def _expected(case, pte, method, module, inputs):
@@ -75,13 +82,17 @@ def test_official_xnnpack_program_matches_eager(case):
         calls = [inputs] + (case.alt_inputs() if case.alt_inputs and name == "forward" else [])
         for k, call in enumerate(calls):
             got = method.execute(list(call))
-            official.assert_close(case, got, _expected(case, pte, name, module, call), what=f"{name} inputs {k}")
+            official.assert_close(
+                case, got, _expected(case, pte, name, module, call), what=f"{name} inputs {k}"
+            )
 
 
 @pytest.mark.parametrize("name", ["small_cnn", "gpt_block_sdpa"])
 def test_repeated_calls_reuse_the_plan(name):
     case = models.CASES_BY_NAME[name]
-    method = Runtime.get().load_program(official.official_export_xnnpack(case)).load_method("forward")
+    method = (
+        Runtime.get().load_program(official.official_export_xnnpack(case)).load_method("forward")
+    )
     expected = official.eager_outputs(case)
     for _ in range(3):
         official.assert_close(case, method.execute(list(case.inputs())), expected)
@@ -115,7 +126,9 @@ def test_runs_with_torch_blocked(tmp_path):
         print("ok")
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
@@ -189,9 +202,14 @@ class GraphBuilder:
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         backend = XnnpackBackend()
         named = {k: memoryview(v) for k, v in self.named.items()}
-        handle = backend.init(memoryview(self.payload()), {}, BackendInitContext("forward", 0, named))
+        handle = backend.init(
+            memoryview(self.payload()), {}, BackendInitContext("forward", 0, named)
+        )
         plan = next(iter(handle.plans.values()))
-        outs = [np.full(plan.outputs[k][2], np.nan, plan.outputs[k][3]) for k in range(len(self.outputs))]
+        outs = [
+            np.full(plan.outputs[k][2], np.nan, plan.outputs[k][3])
+            for k in range(len(self.outputs))
+        ]
         args = [np.ascontiguousarray(x) for x in inputs] + outs
         result = backend.execute(handle, args)
         return (result or args)[len(inputs) :]
@@ -209,7 +227,9 @@ def _nchw(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2)))
 
 
-def _conv_table(kind, x, w, b, out, *, k, stride=1, pad=(0, 0, 0, 0), dil=1, groups=1, cin=1, cout=1, adj=0):
+def _conv_table(
+    kind, x, w, b, out, *, k, stride=1, pad=(0, 0, 0, 0), dil=1, groups=1, cin=1, cout=1, adj=0
+):
     return kind(
         padding_top=pad[0],
         padding_right=pad[1],
@@ -257,13 +277,27 @@ def test_conv2d(n, h, c, o, k, stride, pad, dil, groups):
     oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
     out = g.tensor((n, oh, oh, o))
     g.node(
-        _conv_table(NODE["XNNConv2d"], xi, wi, bi, out, k=k, stride=stride, pad=(pad,) * 4, dil=dil, groups=groups,
-                    cin=c // groups, cout=o // groups),
+        _conv_table(
+            NODE["XNNConv2d"],
+            xi,
+            wi,
+            bi,
+            out,
+            k=k,
+            stride=stride,
+            pad=(pad,) * 4,
+            dil=dil,
+            groups=groups,
+            cin=c // groups,
+            cout=o // groups,
+        ),
         (0.0, 6.0),
     )
     g.output_all(out)
     (got,) = g.run(_nhwc(torch.from_numpy(x)))
-    ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, pad, dil, groups)
+    ref = F.conv2d(
+        torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, pad, dil, groups
+    )
     np.testing.assert_allclose(got, _nhwc(ref.clamp(0, 6)), rtol=1e-4, atol=1e-5)
 
 
@@ -289,12 +323,26 @@ def test_depthwise_conv2d(h, c, mult, stride, pad, dil):
     oh = (h + 2 * pad - dil * 2 - 1) // stride + 1
     out = g.tensor((1, oh, oh, c * mult))
     g.node(
-        _conv_table(NODE["XNNDepthwiseConv2d"], xi, wi, bi, out, k=3, stride=stride, pad=(pad,) * 4, dil=dil,
-                    groups=c, cin=1, cout=mult)
+        _conv_table(
+            NODE["XNNDepthwiseConv2d"],
+            xi,
+            wi,
+            bi,
+            out,
+            k=3,
+            stride=stride,
+            pad=(pad,) * 4,
+            dil=dil,
+            groups=c,
+            cin=1,
+            cout=mult,
+        )
     )
     g.output_all(out)
     (got,) = g.run(_nhwc(torch.from_numpy(x)))
-    ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, pad, dil, groups=c)
+    ref = F.conv2d(
+        torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, pad, dil, groups=c
+    )
     np.testing.assert_allclose(got, _nhwc(ref), rtol=1e-4, atol=1e-4)
 
 
@@ -304,15 +352,33 @@ def test_conv_transpose2d(groups, stride, pad, adj):
     x = _rand(1, c, h, h)
     w = _rand(c, o // groups, k, k, seed=1)  # torch's [in, out / groups, kh, kw]
     bias = _rand(o, seed=2)
-    ref = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, pad, adj, groups)
+    ref = F.conv_transpose2d(
+        torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, pad, adj, groups
+    )
     # XNNPACK's filter: [groups * out/group, kh, kw, in/group]
-    wx = w.reshape(groups, c // groups, o // groups, k, k).transpose(0, 2, 3, 4, 1).reshape(o, k, k, c // groups)
+    wx = (
+        w.reshape(groups, c // groups, o // groups, k, k)
+        .transpose(0, 2, 3, 4, 1)
+        .reshape(o, k, k, c // groups)
+    )
     g = GraphBuilder()
     xi = g.input((1, h, h, c))
     out = g.tensor(tuple(_nhwc(ref).shape))
     g.node(
-        _conv_table(NODE["XNNConvTranspose2d"], xi, g.const(wx), g.const(bias), out, k=k, stride=stride,
-                    pad=(pad,) * 4, groups=groups, cin=c // groups, cout=o // groups, adj=adj)
+        _conv_table(
+            NODE["XNNConvTranspose2d"],
+            xi,
+            g.const(wx),
+            g.const(bias),
+            out,
+            k=k,
+            stride=stride,
+            pad=(pad,) * 4,
+            groups=groups,
+            cin=c // groups,
+            cout=o // groups,
+            adj=adj,
+        )
     )
     g.output_all(out)
     (got,) = g.run(_nhwc(torch.from_numpy(x)))
@@ -323,7 +389,9 @@ def _pool_table(kind, x, out, k, stride, pad):
     return kind(pad, pad, pad, pad, k, k, stride, stride, 1, 1, x, out, 0)
 
 
-@pytest.mark.parametrize("h,c,k,stride,pad", [(7, 3, 3, 2, 1), (9, 5, 2, 2, 0), (66, 16, 3, 2, 1), (64, 16, 3, 1, 1)])
+@pytest.mark.parametrize(
+    "h,c,k,stride,pad", [(7, 3, 3, 2, 1), (9, 5, 2, 2, 0), (66, 16, 3, 2, 1), (64, 16, 3, 1, 1)]
+)
 def test_pooling(h, c, k, stride, pad):
     x = _rand(1, c, h, h)
     g = GraphBuilder()
@@ -347,7 +415,11 @@ def test_elementwise_and_shape_nodes():
     s = g.const(slope)
     elu, prelu, mx, mn = (g.tensor((2, 3, 4)) for _ in range(4))
     cat3, cat4 = g.tensor((2, 3, 12)), g.tensor((8, 3, 4))
-    half, pad, sl = g.tensor((2, 3, 4), S.XNNDatatype.fp16), g.tensor((3, 5, 7)), g.tensor((1, 2, 3))
+    half, pad, sl = (
+        g.tensor((2, 3, 4), S.XNNDatatype.fp16),
+        g.tensor((3, 5, 7)),
+        g.tensor((1, 2, 3)),
+    )
     g.node(NODE["XNNELU"](0.5, x, elu, 0))
     g.node(NODE["XNNPReLU"](x, s, prelu, 0))
     g.node(NODE["XNNMaximum"](x, y, mx, 0))
@@ -426,7 +498,9 @@ def test_input_shape_change_builds_a_new_plan():
 
 
 def _init(payload: bytes, named=None):
-    return XnnpackBackend().init(memoryview(payload), {}, BackendInitContext("forward", 0, named or {}))
+    return XnnpackBackend().init(
+        memoryview(payload), {}, BackendInitContext("forward", 0, named or {})
+    )
 
 
 def test_refuses_quantized_values():

@@ -89,7 +89,9 @@ def _constant(
     if entry.named_key:
         blob = named_data.get(entry.named_key)
         if blob is None:
-            raise XnnpackError(f"{what}: named data {entry.named_key!r} is not in the program or its data files")
+            raise XnnpackError(
+                f"{what}: named data {entry.named_key!r} is not in the program or its data files"
+            )
         return memoryview(blob).cast("B")
     data = payload.constant_data
     if entry.offset == UINT64_MAX or entry.offset + entry.size > len(data):
@@ -181,7 +183,9 @@ class Builder:
 
     def value(self, vid: int) -> Value:
         if vid >= len(self.graph.values):
-            raise XnnpackError(f"{self.where}: value {vid} does not exist ({len(self.graph.values)} values)")
+            raise XnnpackError(
+                f"{self.where}: value {vid} does not exist ({len(self.graph.values)} values)"
+            )
         return self.graph.values[vid]
 
     def shape(self, vid: int) -> tuple[int, ...]:
@@ -516,9 +520,9 @@ _UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
     "XNNSin": lambda: np.sin,
     "XNNCos": lambda: np.cos,
     "XNNHardswish": lambda: _hardswish,
-    "XNNClamp": lambda: (lambda x, out: np.copyto(out, x)),
-    "XNNCopy": lambda: (lambda x, out: np.copyto(out, x)),
-    "XNNConvert": lambda: (lambda x, out: np.copyto(out, x, casting="unsafe")),
+    "XNNClamp": lambda: lambda x, out: np.copyto(out, x),
+    "XNNCopy": lambda: lambda x, out: np.copyto(out, x),
+    "XNNConvert": lambda: lambda x, out: np.copyto(out, x, casting="unsafe"),
 }
 
 
@@ -679,7 +683,9 @@ def _pad(b: Builder, n: S.XNNStaticConstantPad, node: S.XNode) -> None:
 # matrix products -----------------------------------------------------
 
 
-def _matmul_into(out2d: NDArray, a: NDArray, w: NDArray, bias: NDArray | None, lo: float, hi: float) -> None:
+def _matmul_into(
+    out2d: NDArray, a: NDArray, w: NDArray, bias: NDArray | None, lo: float, hi: float
+) -> None:
     """out2d = a @ w (+ bias), clamped; computed in float32 for half-precision outputs."""
     if out2d.dtype == _F32:
         np.matmul(a, w, out=out2d)
@@ -703,7 +709,9 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         raise XnnpackError(f"{b.where}: input {xs} and filter {ws} (2-d) do not fit")
     k, units = (ws[0], ws[1]) if transposed else (ws[1], ws[0])
     if xs[-1] != k:
-        raise XnnpackError(f"{b.where}: input {xs} has {xs[-1]} features, the filter {ws} takes {k}")
+        raise XnnpackError(
+            f"{b.where}: input {xs} has {xs[-1]} features, the filter {ws} takes {k}"
+        )
     has_bias = n.bias_id != S.INVALID_ID
     if has_bias and b.shape(n.bias_id) != (units,):
         raise XnnpackError(f"{b.where}: bias {b.shape(n.bias_id)} for {units} outputs")
@@ -715,7 +723,9 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
     half = b.dtype(n.output_id) != _F32
     if wconst is not None:
         # Pre-pack a constant filter as the contiguous [in, out] matrix the matmul wants.
-        wmat = np.ascontiguousarray(wconst if transposed else wconst.T, dtype=_F32 if half else None)
+        wmat = np.ascontiguousarray(
+            wconst if transposed else wconst.T, dtype=_F32 if half else None
+        )
         getw = lambda: wmat  # noqa: E731
     else:
         wget = b.getter(n.filter_id)
@@ -728,7 +738,12 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         getb = lambda: bvec  # noqa: E731
     else:
         getb = b.getter(n.bias_id)
-    if b.fixed(n.input1_id) and b.fixed(n.output_id) and wconst is not None and (bconst is not None or not has_bias):
+    if (
+        b.fixed(n.input1_id)
+        and b.fixed(n.output_id)
+        and wconst is not None
+        and (bconst is not None or not has_bias)
+    ):
         a2, o2, bv = b.env[n.input1_id].reshape(m, k), b.env[n.output_id].reshape(m, units), getb()
 
         def run() -> None:
@@ -751,7 +766,9 @@ def _bmm(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
         raise XnnpackError(f"{b.where}: operands {a_s} and {b_s} must be at least 2-d")
     kb, nb = (b_s[-1], b_s[-2]) if trans else (b_s[-2], b_s[-1])
     if a_s[-1] != kb:
-        raise XnnpackError(f"{b.where}: cannot multiply {a_s} by {b_s}{' (transposed)' if trans else ''}")
+        raise XnnpackError(
+            f"{b.where}: cannot multiply {a_s} by {b_s}{' (transposed)' if trans else ''}"
+        )
     batch = _bcast(b, a_s[:-2], b_s[:-2])
     b.out(n.output_id, batch + (a_s[-2], nb))
     x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
@@ -811,7 +828,11 @@ class Window:
         input ``src`` that it reads."""
         oh, ow, sh, sw = self.oh, self.ow, self.sh, self.sw
         return [
-            src[:, i * self.dh : i * self.dh + sh * (oh - 1) + 1 : sh, j * self.dw : j * self.dw + sw * (ow - 1) + 1 : sw]
+            src[
+                :,
+                i * self.dh : i * self.dh + sh * (oh - 1) + 1 : sh,
+                j * self.dw : j * self.dw + sw * (ow - 1) + 1 : sw,
+            ]
             for i in range(self.kh)
             for j in range(self.kw)
         ]
@@ -827,17 +848,34 @@ class Window:
         )
 
 
-def _window(b: Builder, xs: tuple[int, ...], n: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> Window:
+def _window(
+    b: Builder, xs: tuple[int, ...], n: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> Window:
     if len(xs) != 4:
         raise XnnpackError(f"{b.where}: input {xs} must be 4-d NHWC")
     if n.flags & S.FLAG_TENSORFLOW_SAME_PADDING:
-        raise NotImplementedError(f"XNNPACK delegate: {b.where}: TensorFlow SAME padding is not supported")
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: TensorFlow SAME padding is not supported"
+        )
     if min(kh, kw, sh, sw, dh, dw) < 1:
-        raise XnnpackError(f"{b.where}: window {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw} must be positive")
-    win = Window(*xs, (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left), kh, kw, sh, sw, dh, dw)
+        raise XnnpackError(
+            f"{b.where}: window {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw} must be positive"
+        )
+    win = Window(
+        *xs,
+        (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left),
+        kh,
+        kw,
+        sh,
+        sw,
+        dh,
+        dw,
+    )
     _, hp, wp, _ = win.padded_shape
     if hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
-        raise XnnpackError(f"{b.where}: a {kh}x{kw} window (dilation {dh}x{dw}) does not fit the padded {hp}x{wp} input")
+        raise XnnpackError(
+            f"{b.where}: a {kh}x{kw} window (dilation {dh}x{dw}) does not fit the padded {hp}x{wp} input"
+        )
     return win
 
 
@@ -872,7 +910,9 @@ class TapSource:
                     py, oy = divmod(i * win.dh, sh)[::-1]
                     px, ox = divmod(j * win.dw, sw)[::-1]
                     if (py, px) not in planes:
-                        planes[(py, px)] = np.full((win.n, -(-(hp - py) // sh), -(-(wp - px) // sw), win.c), fill, dtype)
+                        planes[(py, px)] = np.full(
+                            (win.n, -(-(hp - py) // sh), -(-(wp - px) // sw), win.c), fill, dtype
+                        )
                     self.views.append(planes[(py, px)][:, oy : oy + win.oh, ox : ox + win.ow])
             copies = []
             for (py, px), plane in planes.items():
@@ -880,7 +920,12 @@ class TapSource:
                 y0, x0 = py + r0 * sh - t, px + c0 * sw - le
                 rows, cols = len(range(y0, win.h, sh)), len(range(x0, win.w, sw))
                 if rows and cols:
-                    copies.append((plane[:, r0 : r0 + rows, c0 : c0 + cols], (slice(None), slice(y0, None, sh), slice(x0, None, sw))))
+                    copies.append(
+                        (
+                            plane[:, r0 : r0 + rows, c0 : c0 + cols],
+                            (slice(None), slice(y0, None, sh), slice(x0, None, sw)),
+                        )
+                    )
 
             def split() -> None:
                 x = get()
@@ -903,12 +948,16 @@ class TapSource:
             self.views = win.taps(self.src)
 
 
-def _bias_and_clamp(b: Builder, n: Any, node: S.XNode, units: int) -> tuple[NDArray | None, float, float]:
+def _bias_and_clamp(
+    b: Builder, n: Any, node: S.XNode, units: int
+) -> tuple[NDArray | None, float, float]:
     bias = None
     if n.bias_id != S.INVALID_ID:
         bias = b.const(n.bias_id)
         if bias is None:
-            raise NotImplementedError(f"XNNPACK delegate: {b.where}: a non-constant bias is not supported")
+            raise NotImplementedError(
+                f"XNNPACK delegate: {b.where}: a non-constant bias is not supported"
+            )
         if bias.shape != (units,):
             raise XnnpackError(f"{b.where}: bias {bias.shape} for {units} output channels")
         bias = bias.astype(_F32)
@@ -919,7 +968,9 @@ def _bias_and_clamp(b: Builder, n: Any, node: S.XNode, units: int) -> tuple[NDAr
 def _filter(b: Builder, n: Any) -> NDArray:
     w = b.const(n.filter_id)
     if w is None:
-        raise NotImplementedError(f"XNNPACK delegate: {b.where}: a non-constant filter is not supported")
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: a non-constant filter is not supported"
+        )
     return w.astype(_F32)
 
 
@@ -951,16 +1002,22 @@ def _conv2d(b: Builder, n: S.Conv, node: S.XNode) -> None:
     win = _conv_window(b, n)
     g, cin, cout = n.groups, n.group_input_channels, n.group_output_channels
     if g < 1 or g * cin != win.c:
-        raise XnnpackError(f"{b.where}: {g} groups of {cin} channels for an input of {win.c} channels")
+        raise XnnpackError(
+            f"{b.where}: {g} groups of {cin} channels for an input of {win.c} channels"
+        )
     w = _filter(b, n)
     if w.shape != (g * cout, win.kh, win.kw, cin):
-        raise XnnpackError(f"{b.where}: filter {w.shape}, expected {(g * cout, win.kh, win.kw, cin)}")
+        raise XnnpackError(
+            f"{b.where}: filter {w.shape}, expected {(g * cout, win.kh, win.kw, cin)}"
+        )
     bias, lo, hi = _bias_and_clamp(b, n, node, g * cout)
     out = b.out(n.output_id, (win.n, win.oh, win.ow, g * cout))
     m = win.n * win.oh * win.ow
     kk = win.kh * win.kw * cin
     # [out, kh, kw, in] -> per group the [kh*kw*in, out] matrix of the im2col product.
-    wmats = [np.ascontiguousarray(w[q * cout : (q + 1) * cout].reshape(cout, kk).T) for q in range(g)]
+    wmats = [
+        np.ascontiguousarray(w[q * cout : (q + 1) * cout].reshape(cout, kk).T) for q in range(g)
+    ]
     o_get = b.getter(n.output_id)
     o2_fixed = out.reshape(m, g * cout) if b.fixed(n.output_id) else None
 
@@ -1075,7 +1132,9 @@ def _pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
     _float_only(b, n.input_id, n.output_id)
     xs = b.shape(n.input_id)
     dh, dw = n.dilation_height or 1, n.dilation_width or 1
-    win = _window(b, xs, n, n.pooling_height, n.pooling_width, n.stride_height, n.stride_width, dh, dw)
+    win = _window(
+        b, xs, n, n.pooling_height, n.pooling_width, n.stride_height, n.stride_width, dh, dw
+    )
     b.out(n.output_id, (win.n, win.oh, win.ow, win.c))
     lo, hi = bounds(node)
     phased = math.prod(win.padded_shape) >= _PHASE_LIMIT
@@ -1090,7 +1149,9 @@ def _pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
         ones = np.zeros((1,) + win.padded_shape[1:3] + (1,), _F32)
         ones[:, win.pads[0] : win.pads[0] + win.h, win.pads[3] : win.pads[3] + win.w] = 1.0
         counts = np.maximum(sum(win.taps(ones)), 1.0)
-        scale = np.ascontiguousarray(np.broadcast_to((1.0 / counts).astype(_F32), (1, win.oh, win.ow, win.c)))
+        scale = np.ascontiguousarray(
+            np.broadcast_to((1.0 / counts).astype(_F32), (1, win.oh, win.ow, win.c))
+        )
     o_get = b.getter(n.output_id)
 
     def pool() -> None:
@@ -1131,7 +1192,9 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     m = nb * h * wd
     # Per group: [in, kh*kw*out] so that x @ W gives each pixel's contribution to every tap.
     wmats = [
-        np.ascontiguousarray(w[q * cout : (q + 1) * cout].transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout))
+        np.ascontiguousarray(
+            w[q * cout : (q + 1) * cout].transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
+        )
         for q in range(g)
     ]
     acc = np.zeros((nb, full_h, full_w, g * cout), _F32)
@@ -1142,7 +1205,11 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     for q in range(g):
         for i in range(kh):
             for j in range(kw):
-                dst = acc[:, i * dh : i * dh + sh * (h - 1) + 1 : sh, j * dw : j * dw + sw * (wd - 1) + 1 : sw]
+                dst = acc[
+                    :,
+                    i * dh : i * dh + sh * (h - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (wd - 1) + 1 : sw,
+                ]
                 adds.append((q, dst[..., q * cout : (q + 1) * cout], cview[:, :, :, i, j, :]))
     crop = acc[:, pt : pt + oh, pl : pl + ow]
 
@@ -1161,8 +1228,6 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
         clamp_array(out, lo, hi)
 
     b.step(run)
-
-
 
 
 @builder("XNNGlobalAvgPooling2d")
@@ -1204,7 +1269,9 @@ def _resize_bilinear(b: Builder, n: S.XNNStaticResizeBilinear2D, node: S.XNode) 
     oh, ow = n.new_height, n.new_width
     b.out(n.output_id, (nb, oh, ow, c))
     align = bool(n.flags & S.FLAG_ALIGN_CORNERS)
-    legacy = bool(n.flags & S.FLAG_TENSORFLOW_SAME_PADDING)  # XNN_FLAG_TENSORFLOW_LEGACY_MODE has the same bit
+    legacy = bool(
+        n.flags & S.FLAG_TENSORFLOW_SAME_PADDING
+    )  # XNN_FLAG_TENSORFLOW_LEGACY_MODE has the same bit
 
     def axis(size_in: int, size_out: int) -> tuple[NDArray, NDArray, NDArray]:
         dst = np.arange(size_out, dtype=np.float64)

@@ -41,11 +41,15 @@ class Delegate:
 
 
 class XnnpackBackend(BackendInterface):
-    def init(self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext) -> Delegate:
+    def init(
+        self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext
+    ) -> Delegate:
         graph = load_graph(decode_payload(processed), context.named_data)
         delegate = Delegate(graph)
         # Build the plan for the declared shapes now, so that graph errors surface at load.
-        delegate.plans[tuple(v.dims for v in graph.inputs)] = Plan(graph, tuple(v.dims for v in graph.inputs))
+        delegate.plans[tuple(v.dims for v in graph.inputs)] = Plan(
+            graph, tuple(v.dims for v in graph.inputs)
+        )
         return delegate
 
     def execute(self, handle: Delegate, args: list[Any]) -> list[Any] | None:
