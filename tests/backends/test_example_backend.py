@@ -52,7 +52,7 @@ def test_runs_named_weights_shared_by_two_delegates():
     named = {"weights/w": NamedBlob(W.tobytes(), 16)}
     pte = delegate_program(linear_relu_bytes("weights/w"), n_delegates=2, named_data=named)
     decoded = decode_pte(pte)
-    assert len(decoded.program.named_data) == 1
+    assert list(decoded.named_data) == ["weights/w"]
     a, b = _load(pte).execute([X])
     np.testing.assert_allclose(a, expected(X), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(a, b)
@@ -96,7 +96,7 @@ def test_per_program_options_reach_init(example):
     handle = example.handles[-1]
     assert handle.options["trace"] is True
     method.execute([X])
-    assert handle.trace == ["relu"]  # the linear of constants-only inputs? no: x is an input
+    assert handle.trace == ["linear", "relu"]
     # Without options: the default (no trace).
     _load(pte)
     assert example.handles[-1].options["trace"] is False
@@ -104,22 +104,26 @@ def test_per_program_options_reach_init(example):
 
 def test_global_options_reach_init(example):
     _set_option("ExampleBackend", {"trace": True})
-    assert _get_option("ExampleBackend") == {"trace": True}
-    assert _get_option("ExampleBackend", ["trace", "other"]) == {"trace": True}
+    assert _get_option("ExampleBackend", {"trace": False}) == {"trace": True}
     _load(delegate_program(linear_relu_bytes()))
     assert example.handles[-1].options["trace"] is True
     # Per-program options override the global ones.
-    _load(delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"trace": False}})
+    _load(
+        delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"trace": False}}
+    )
     assert example.handles[-1].options["trace"] is False
 
 
 def test_option_errors(example):
-    with pytest.raises(ValueError, match=r"unknown backend 'NoSuchBackend'.*ExampleBackend"):
+    with pytest.raises((ValueError, RuntimeError), match=r"NoSuchBackend"):
         _set_option("NoSuchBackend", {"trace": True})
-    with pytest.raises(TypeError, match=r"'ExampleBackend'.*option 'trace'.*bool, int or str.*float"):
+    with pytest.raises(TypeError, match=r"trace.*bool, int or str"):
         _set_option("ExampleBackend", {"trace": 1.5})
-    with pytest.raises(TypeError, match="option keys must be str"):
+    with pytest.raises(TypeError, match="keys must be str"):
         _set_option("ExampleBackend", {1: True})
+    # The runtime's own registry gives the same errors to programs using it directly.
+    with pytest.raises(ValueError, match=r"unknown backend 'NoSuchBackend'.*ExampleBackend"):
+        backends.set_options("NoSuchBackend", {"trace": True})
     # Per program: checked when the method loads.
     program = Runtime.get().load_program(
         delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"trace": [1]}}
@@ -128,9 +132,14 @@ def test_option_errors(example):
         program.load_method("forward")
     # Valid types the backend itself does not accept: its init names the option.
     with pytest.raises(MissingBackendError, match=r"delegate 0.*option 'trace' must be bool"):
-        _load(delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"trace": "yes"}})
+        _load(
+            delegate_program(linear_relu_bytes()),
+            backend_options={"ExampleBackend": {"trace": "yes"}},
+        )
     with pytest.raises(MissingBackendError, match=r"unknown option 'speed'"):
-        _load(delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"speed": 3}})
+        _load(
+            delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"speed": 3}}
+        )
 
 
 @pytest.mark.xfail(
@@ -182,6 +191,8 @@ def test_runtime_half_imports_no_torch(tmp_path):
         print("ok")
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 import models
 import official
-from pyexecutorch.backends.xnnpack import interpreter
+from pyexecutorch.backends.xnnpack import nodes
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.runtime import XnnpackBackend
 from pyexecutorch.runtime import Runtime
@@ -99,7 +99,7 @@ def test_repeated_calls_reuse_the_plan(name):
 
 
 def test_unsupported_node_type_fails_at_load(monkeypatch):
-    monkeypatch.delitem(interpreter.BUILDERS, "XNNDepthwiseConv2d")
+    monkeypatch.delitem(nodes.BUILDERS, "XNNDepthwiseConv2d")
     pte = official.official_export_xnnpack(models.CASES_BY_NAME["small_cnn"])
     with pytest.raises(MissingBackendError, match="XNNDepthwiseConv2d"):
         Runtime.get().load_program(pte).load_method("forward")
@@ -551,7 +551,7 @@ def test_missing_named_data_is_reported():
     out = g.tensor((2, 3))
     g.node(S.XNNFullyConnected(x, w, S.INVALID_ID, out, 0))
     g.output_all(out)
-    with pytest.raises(interpreter.XnnpackError, match="named data 'w1'"):
+    with pytest.raises(S.XnnpackError, match="named data 'w1'"):
         _init(g.payload(), {})
 
 

@@ -8,13 +8,13 @@ import inspect
 import os
 import warnings
 
-import models
 import numpy as np
-import official
 import pytest
 import torch
 from torch import nn
 
+import models
+import official
 from pyexecutorch import portable_lib as pl
 
 RECIPE_VERSION = 1
@@ -111,7 +111,9 @@ def _export(name: str) -> bytes:
     module, inputs, flags = PROGRAMS[name]()
     config = {}
     if "alloc_graph_input" in flags:
-        config["memory_planning_pass"] = MemoryPlanningPass(alloc_graph_input=flags["alloc_graph_input"])
+        config["memory_planning_pass"] = MemoryPlanningPass(
+            alloc_graph_input=flags["alloc_graph_input"]
+        )
     if flags.get("mutable_buffer_names"):
         config["emit_mutable_buffer_names"] = True
     with warnings.catch_warnings():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import re
 
-import models
 import numpy as np
 import pytest
 import torch
 
+import models
 from pyexecutorch import portable_lib as pl
 from pyexecutorch.runtime import ExecutionError
 from pyexecutorch.runtime import MethodMeta as RuntimeMethodMeta
@@ -38,13 +38,19 @@ def test_loaders(tmp_path, mlp_pte, mlp_input, mlp_expected):
     ):
         close(module.forward([mlp_input])[0], mlp_expected)
         assert module.method_names() == ["forward"]
-    for program in (pl._load_program(str(path)), pl._load_program_from_buffer(mlp_pte, backend_options={})):
+    for program in (
+        pl._load_program(str(path)),
+        pl._load_program_from_buffer(mlp_pte, backend_options={}),
+    ):
         assert program.num_methods() == 1 and program.get_method_name(0) == "forward"
         close(program.load_method("forward")([mlp_input])[0], mlp_expected)
 
 
 def test_load_errors(tmp_path):
-    with raises(RuntimeError, f"Failed to create MmapDataLoader, error: 0x22: program file not found: '{tmp_path}/no.pte'"):
+    with raises(
+        RuntimeError,
+        f"Failed to create MmapDataLoader, error: 0x22: program file not found: '{tmp_path}/no.pte'",
+    ):
         pl._load_for_executorch(str(tmp_path / "no.pte"))
     with pytest.raises(RuntimeError, match=r"^Failed to load program, error: 0x23: "):
         pl._load_for_executorch_from_buffer(b"garbage" * 10)
@@ -62,7 +68,9 @@ def test_name_errors(mlp_pte):
     missing = "No method named 'nope' in program (it has: forward)"
     with raises(RuntimeError, f"Failed to get metadata for method nope: {missing}"):
         module.run_method("nope", [])
-    with raises(RuntimeError, f"failed to retrieve method_meta for method nope, error 0x12: {missing}"):
+    with raises(
+        RuntimeError, f"failed to retrieve method_meta for method nope, error 0x12: {missing}"
+    ):
         module.method_meta("nope")
     with raises(RuntimeError, f"Failed to get method meta for method nope, error: 0x12: {missing}"):
         program.load_method("nope")
@@ -77,7 +85,9 @@ def test_name_errors(mlp_pte):
 
 def test_method_state(mlp_pte, mlp_input, mlp_expected):
     method = pl._load_program_from_buffer(mlp_pte).load_method("forward")
-    with raises(RuntimeError, "Method 'forward' has no inputs yet. Call set_inputs() before executing."):
+    with raises(
+        RuntimeError, "Method 'forward' has no inputs yet. Call set_inputs() before executing."
+    ):
         method.execute()
     no_outputs = (
         "Method 'forward' has no outputs to return: it has not executed since its last set_inputs(), "
@@ -107,7 +117,9 @@ def test_method_state(mlp_pte, mlp_input, mlp_expected):
         method.execute()
     close(method.call([mlp_input])[0], mlp_expected)
     close(method([mlp_input], clone_outputs=False)[0], mlp_expected)
-    assert repr(method.method_meta()) == repr(pl._load_program_from_buffer(mlp_pte).method_meta("forward"))
+    assert repr(method.method_meta()) == repr(
+        pl._load_program_from_buffer(mlp_pte).method_meta("forward")
+    )
 
 
 def test_methods_of_one_program_are_independent(mlp_pte, mlp_input, mlp_expected):
@@ -145,12 +157,21 @@ def test_kernel_failure_names_method_instruction_and_operator(case_pte):
 def test_method_meta_and_tensor_info(case_pte):
     module = pl._load_for_executorch_from_buffer(case_pte("float16"))
     meta = module.method_meta("forward")
-    assert (meta.name(), meta.num_inputs(), meta.num_outputs(), meta.num_attributes()) == ("forward", 1, 2, 0)
+    assert (meta.name(), meta.num_inputs(), meta.num_outputs(), meta.num_attributes()) == (
+        "forward",
+        1,
+        2,
+        0,
+    )
     info = meta.input_tensor_meta(0)
     assert info.sizes() == (4, 16) and info.dtype() == 5 and info.dtype_name() == "float16"
     assert info.nbytes() == 128 and info.is_memory_planned() and info.device() == "cpu"
     assert info.dim_order() == (0, 1)
-    assert repr(info) == str(info) == "TensorInfo(sizes=[4, 16], dtype=Half, is_memory_planned=True, nbytes=128)"
+    assert (
+        repr(info)
+        == str(info)
+        == "TensorInfo(sizes=[4, 16], dtype=Half, is_memory_planned=True, nbytes=128)"
+    )
     assert repr(meta) == (
         "MethodMeta(name='forward', num_inputs=1, input_tensor_meta=['TensorInfo(sizes=[4, 16], dtype=Half, "
         "is_memory_planned=True, nbytes=128)'], num_outputs=2, output_tensor_meta=['TensorInfo(sizes=[4, 8], "
@@ -161,7 +182,9 @@ def test_method_meta_and_tensor_info(case_pte):
         meta.input_tensor_meta(1)
     with raises(IndexError, "Cannot get output tensor meta at -1: method 'forward' has 2 outputs"):
         meta.output_tensor_meta(-1)
-    with raises(IndexError, "Cannot get attribute tensor meta at 0: method 'forward' has 0 attributes"):
+    with raises(
+        IndexError, "Cannot get attribute tensor meta at 0: method 'forward' has 0 attributes"
+    ):
         meta.attribute_tensor_meta(0)
 
 
@@ -170,11 +193,17 @@ def test_method_meta_of_scalar_methods(case_pte):
     assert repr(module.method_meta("scale")) == (
         "MethodMeta(name='scale', num_inputs=0, input_tensor_meta=[], num_outputs=1, output_tensor_meta=['Double'])"
     )
-    with raises(IndexError, "Cannot get output tensor meta at 0: output 0 of method 'scale' is Double, not a tensor"):
+    with raises(
+        IndexError,
+        "Cannot get output tensor meta at 0: output 0 of method 'scale' is Double, not a tensor",
+    ):
         module.method_meta("scale").output_tensor_meta(0)
     meta = pl._load_for_executorch_from_buffer(case_pte("scalar_input")).method_meta("forward")
     # As in the official bindings, repr fails on a non-tensor input ...
-    with raises(IndexError, "Cannot get input tensor meta at 1: input 1 of method 'forward' is Double, not a tensor"):
+    with raises(
+        IndexError,
+        "Cannot get input tensor meta at 1: input 1 of method 'forward' is Double, not a tensor",
+    ):
         repr(meta)
     # ... while the runtime's MethodMeta names its tag.
     assert "'Double', 'Int'" in repr(RuntimeMethodMeta(meta._plan))
@@ -193,7 +222,9 @@ def test_etdump(mlp_pte, tmp_path, caplog):
     assert [r.name for r in caplog.records] == ["pyexecutorch"]
     assert "ETDump is not implemented" in caplog.records[0].getMessage()
     assert traced.has_etdump()
-    with pytest.raises(NotImplementedError, match="ETDump is not implemented in pyexecutorch yet") as info:
+    with pytest.raises(
+        NotImplementedError, match="ETDump is not implemented in pyexecutorch yet"
+    ) as info:
         traced.write_etdump_result_to_file(str(tmp_path / "x.etdp"), str(tmp_path / "debug.bin"))
     assert isinstance(info.value, RuntimeError)
 
@@ -232,9 +263,13 @@ def test_backend_options(test_backend):
         "mode": "fast",
         "other": 7,
     }
-    with pytest.raises(RuntimeError, match=r"^Failed to set options for backend Nope, error: 0x20: "):
+    with pytest.raises(
+        RuntimeError, match=r"^Failed to set options for backend Nope, error: 0x20: "
+    ):
         pl._set_option("Nope", {"a": 1})
-    with pytest.raises(RuntimeError, match=r"^Failed to get options for backend Nope, error: 0x20: "):
+    with pytest.raises(
+        RuntimeError, match=r"^Failed to get options for backend Nope, error: 0x20: "
+    ):
         pl._get_option("Nope", {"a": 1})
     with raises(TypeError, "Backend options must be a dict"):
         pl._set_option(test_backend, [("a", 1)])

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import models
 import numpy as np
-import official
 import pytest
+
+import models
+import official
 
 SCRIPT = Path(__file__).with_name("compat_script.py")
 OFFICIAL_IMPORT = "from executorch.extension.pybindings import portable_lib as pl"
@@ -67,8 +68,8 @@ def programs(tmp_path_factory, program, inputs_of):
 
 def _run(import_line: str, programs) -> dict:
     source = SCRIPT.read_text()
-    assert source.startswith(OFFICIAL_IMPORT + "\n")
-    source = import_line + source[len(OFFICIAL_IMPORT) :]
+    assert source.count(OFFICIAL_IMPORT + "\n") == 1
+    source = source.replace(OFFICIAL_IMPORT + "\n", import_line + "\n")
     namespace = {"PROGRAMS": programs, "__name__": "compat_script"}
     exec(compile(source, str(SCRIPT), "exec"), namespace)
     return namespace["OBSERVED"]
@@ -84,13 +85,23 @@ def _tolerance(key) -> tuple[float, float]:
 
 def _same(a, b, tol) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape or a.dtype != b.dtype:
+        if (
+            not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray))
+            or a.shape != b.shape
+            or a.dtype != b.dtype
+        ):
             return False
         if a.dtype.kind in "fc":
-            return np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol[0], atol=tol[1], equal_nan=True)
+            return np.allclose(
+                a.astype(np.float64), b.astype(np.float64), rtol=tol[0], atol=tol[1], equal_nan=True
+            )
         return np.array_equal(a, b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b, strict=True))
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(_same(x, y, tol) for x, y in zip(a, b, strict=True))
+        )
     if isinstance(a, float) and isinstance(b, float):
         return abs(a - b) <= tol[1] + tol[0] * abs(b)
     return a == b
@@ -131,10 +142,17 @@ def test_same_script_same_observations(programs):
     ours = _run(OUR_IMPORT, programs)
     assert sorted(map(repr, ours)) == sorted(map(repr, theirs))
     different = [key for key in theirs if not _compare(key, ours, theirs, programs)]
-    details = "\n".join(f"{key}:\n  official: {theirs[key]!r}\n  ours:     {ours[key]!r}" for key in different[:10])
+    details = "\n".join(
+        f"{key}:\n  official: {theirs[key]!r}\n  ours:     {ours[key]!r}" for key in different[:10]
+    )
     assert not different, f"{len(different)} observations differ:\n{details}"
     # The script saw what it should: reprs, errors, calls.
-    assert theirs[("mlp", "module", "forward", "repr")].startswith("MethodMeta(name='forward', num_inputs=1")
-    assert theirs[("scalar_input", "module", "forward", "repr")] == ("IndexError", "Cannot get input tensor meta at 1")
+    assert theirs[("mlp", "module", "forward", "repr")].startswith(
+        "MethodMeta(name='forward', num_inputs=1"
+    )
+    assert theirs[("scalar_input", "module", "forward", "repr")] == (
+        "IndexError",
+        "Cannot get input tensor meta at 1",
+    )
     assert theirs[("alias", "alias_is_input")] is True
     assert len([k for k in theirs if k[1:2] == ("call",)]) >= 20

@@ -31,7 +31,9 @@ def test_environment_forces_the_kind(mlp, mlp_input, monkeypatch):
     monkeypatch.setenv("PYEXECUTORCH_TENSOR_OUTPUT", "torch")
     assert isinstance(mlp.forward([mlp_input])[0], torch.Tensor)
     monkeypatch.setenv("PYEXECUTORCH_TENSOR_OUTPUT", "jax")
-    with raises(ValueError, "PYEXECUTORCH_TENSOR_OUTPUT must be either 'torch' or 'numpy', but was 'jax'"):
+    with raises(
+        ValueError, "PYEXECUTORCH_TENSOR_OUTPUT must be either 'torch' or 'numpy', but was 'jax'"
+    ):
         mlp.forward([mlp_input])
 
 
@@ -61,7 +63,9 @@ def test_numpy_outputs_without_torch(tmp_path, mlp_pte, mlp_input, mlp_expected)
         print("ok")
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
@@ -115,7 +119,8 @@ def test_aliased_input_storage_changed_before_outputs(program):
     m.execute()
     x.set_(torch.rand(2, 3))
     with raises(
-        ValueError, "Input 0 of method 'forward': its storage changed before the output was read; pass it again"
+        ValueError,
+        "Input 0 of method 'forward': its storage changed before the output was read; pass it again",
     ):
         m.get_outputs(clone_outputs=False)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
-import models
 import numpy as np
-import official
 import torch
 
+import models
+import official
 from pyexecutorch import portable_lib as pl
 
 THREADS = 8

@@ -68,6 +68,37 @@ def kernel(*names: str, n_outs: int = 1) -> Callable[[Callable[..., Any]], Calla
     return register
 
 
+_SPECIALIZERS: dict[str, Callable[..., Any]] = {}
+
+
+def specializer(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a load-time fast path for the kernels ``names``.
+
+    The runtime calls a specializer once per instruction, at load, with the
+    instruction's arguments as they are then (output arrays included), but only
+    when every tensor argument has a static shape and no non-tensor argument
+    can change at run time. It returns a callable with the kernel's signature
+    that may assume those dtypes, shapes and constants, or ``None`` to keep
+    the general kernel. A specializer must compute exactly what its kernel
+    computes; tests compare the two.
+    """
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            if name in _SPECIALIZERS:
+                raise ValueError(f"specializer {name!r} is registered twice")
+            _SPECIALIZERS[name] = fn
+        return fn
+
+    return register
+
+
+def get_specializer(name: str) -> Callable[..., Any] | None:
+    """The load-time fast path registered for ``name``, or ``None``."""
+    _ensure_loaded()
+    return _SPECIALIZERS.get(name)
+
+
 def _ensure_loaded() -> None:
     # The kernel modules register themselves on import; importing the package
     # imports them all exactly once.

@@ -148,7 +148,9 @@ class ExecuTorchModule:
         self._retained: dict[str, list[Input]] = {}
         self._failed: set[str] = set()
 
-    def run_method(self, method_name: str, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
+    def run_method(
+        self, method_name: str, inputs: Any = (), clone_outputs: bool = True
+    ) -> list[Any]:
         with self._lock:
             values = normalize_inputs(inputs)
             count = len(values)
@@ -163,7 +165,9 @@ class ExecuTorchModule:
             # Checked before anything is installed, so that an extra input
             # cannot block the partial calls that follow.
             if count > len(decls):
-                raise RuntimeError(f"Method '{method_name}' takes {len(decls)} inputs, but got {count}")
+                raise RuntimeError(
+                    f"Method '{method_name}' takes {len(decls)} inputs, but got {count}"
+                )
             if count < len(decls) and method_name in self._failed:
                 raise RuntimeError(
                     f"The last call to method '{method_name}' failed while setting its inputs, so the inputs it "
@@ -191,7 +195,9 @@ class ExecuTorchModule:
             self._failed.discard(method_name)
             self._retained[method_name] = current
             _run(loaded)
-            return convert_outputs(loaded.outputs(), clone=clone_outputs, inputs=current, method=method_name)
+            return convert_outputs(
+                loaded.outputs(), clone=clone_outputs, inputs=current, method=method_name
+            )
 
     def forward(self, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
         return self.run_method("forward", inputs, clone_outputs)
@@ -252,7 +258,9 @@ class ExecuTorchMethod:
         with self._lock:
             values = normalize_inputs(inputs)
             if len(values) != len(self._decls):
-                raise RuntimeError(f"Method '{self._name}' takes {len(self._decls)} inputs, but got {len(values)}")
+                raise RuntimeError(
+                    f"Method '{self._name}' takes {len(self._decls)} inputs, but got {len(values)}"
+                )
             new = [read_input(v, d, self._name) for v, d in zip(values, self._decls, strict=True)]
             try:
                 _install(self._loaded, self._decls, new)
@@ -394,7 +402,9 @@ def _owned_buffer(buffer: Any, what: str) -> Any:
     try:
         view = memoryview(buffer)
     except TypeError:
-        raise TypeError(f"{what} must be a bytes-like object, got {type(buffer).__name__}") from None
+        raise TypeError(
+            f"{what} must be a bytes-like object, got {type(buffer).__name__}"
+        ) from None
     return buffer if view.readonly else view.tobytes()
 
 
@@ -413,9 +423,13 @@ def _load(
             backend_options=backend_options or None,
         )
     except OSError as e:
-        raise RuntimeError(f"Failed to create MmapDataLoader, error: 0x{ERROR_ACCESS_FAILED:x}: {e}") from e
+        raise RuntimeError(
+            f"Failed to create MmapDataLoader, error: 0x{ERROR_ACCESS_FAILED:x}: {e}"
+        ) from e
     except FormatError as e:
-        raise RuntimeError(f"Failed to load program, error: 0x{ERROR_INVALID_PROGRAM:x}: {e}") from e
+        raise RuntimeError(
+            f"Failed to load program, error: 0x{ERROR_INVALID_PROGRAM:x}: {e}"
+        ) from e
     logger.debug("loaded program with methods %s", _method_names(program))
     return program
 
@@ -559,7 +573,9 @@ def _threadpool_get_thread_count() -> int:
     except ImportError:
         threadpool_info = None
     if threadpool_info is not None:
-        counts = [info["num_threads"] for info in threadpool_info() if info.get("user_api") == "blas"]
+        counts = [
+            info["num_threads"] for info in threadpool_info() if info.get("user_api") == "blas"
+        ]
         if counts:
             return max(counts)
     for var in _THREAD_ENVIRONMENT:
@@ -579,7 +595,9 @@ def _unsafe_reset_threadpool(num_threads: int) -> None:
     try:
         from threadpoolctl import threadpool_limits  # noqa: PLC0415 - optional
     except ImportError:
-        raise RuntimeError("resetting the thread pool needs threadpoolctl (pip install threadpoolctl)") from None
+        raise RuntimeError(
+            "resetting the thread pool needs threadpoolctl (pip install threadpoolctl)"
+        ) from None
     _thread_limit = threadpool_limits(limits=num_threads, user_api="blas")
 
 
@@ -612,7 +630,9 @@ def _dump_profile_results() -> bytes:
             lines.append(f"block {name}")
             for method, times in runs.items():
                 total = sum(times) / 1e6
-                lines.append(f"  {method}: {len(times)} runs, {total:.3f} ms total, {total / len(times):.3f} ms mean")
+                lines.append(
+                    f"  {method}: {len(times)} runs, {total:.3f} ms total, {total / len(times):.3f} ms mean"
+                )
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 

@@ -38,7 +38,9 @@ class BackendInterface:
     def is_available(self) -> bool:
         return True
 
-    def init(self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext) -> Any:
+    def init(
+        self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext
+    ) -> Any:
         raise NotImplementedError
 
     def execute(self, handle: Any, args: list[Any]) -> list[Any] | None:
@@ -59,7 +61,9 @@ _LOCK = threading.Lock()
 def register_backend(name: str, backend: BackendInterface) -> None:
     """Register ``backend`` under ``name`` (the id its partitioner writes into programs)."""
     if not isinstance(backend, BackendInterface):
-        raise TypeError(f"backend {name!r} must be a BackendInterface, got {type(backend).__name__}")
+        raise TypeError(
+            f"backend {name!r} must be a BackendInterface, got {type(backend).__name__}"
+        )
     with _LOCK:
         _BACKENDS[name] = backend
 
@@ -106,7 +110,9 @@ def _check_options(backend: str, options: Mapping[str, Any]) -> dict[str, Option
     checked: dict[str, OptionValue] = {}
     for key, value in options.items():
         if not isinstance(key, str):
-            raise TypeError(f"backend {backend!r}: option keys must be str, got {type(key).__name__}")
+            raise TypeError(
+                f"backend {backend!r}: option keys must be str, got {type(key).__name__}"
+            )
         if not isinstance(value, (bool, int, str)):
             raise TypeError(
                 f"backend {backend!r}: option {key!r} must be bool, int or str, got {type(value).__name__}"
@@ -131,7 +137,9 @@ def get_options(backend: str, keys: Any = None) -> dict[str, OptionValue]:
     return {k: current[k] for k in keys if k in current}
 
 
-def effective_options(backend: str, per_program: Mapping[str, Mapping[str, Any]] | None) -> dict[str, OptionValue]:
+def effective_options(
+    backend: str, per_program: Mapping[str, Mapping[str, Any]] | None
+) -> dict[str, OptionValue]:
     options = dict(_OPTIONS.get(backend, {}))
     if per_program and backend in per_program:
         options.update(_check_options(backend, per_program[backend]))

@@ -62,7 +62,12 @@ def literal(value: Any, ns: Namespace) -> str:
 
 
 def compile_chain(
-    method: str, chain_index: int, lines: list[Line], jumps: dict[int, tuple[str, int]], n_instructions: int, ns: Namespace
+    method: str,
+    chain_index: int,
+    lines: list[Line],
+    jumps: dict[int, tuple[str, int]],
+    n_instructions: int,
+    ns: Namespace,
 ) -> CompiledChain:
     """Build the function(s) for one chain.
 

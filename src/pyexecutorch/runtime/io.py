@@ -14,7 +14,7 @@ Inputs are read into numpy arrays (tensors) or Python values (scalars):
 A tensor dense in another dimension order than the method's is copied into the
 method's order. Otherwise an input borrows the caller's memory: the method
 reads it at every run, so a caller's later in-place change is seen, and a
-change of its storage (``resize_``, ``set_``) is refused.
+torch tensor pointed at other storage since (``resize_``, ``set_``) is refused.
 
 Outputs are torch tensors when torch is already imported and numpy arrays
 otherwise; ``PYEXECUTORCH_TENSOR_OUTPUT=torch|numpy`` forces one.
@@ -26,7 +26,7 @@ import functools
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,7 +70,12 @@ _BY_KIND_AND_SIZE: dict[tuple[str, int], ScalarType] = {
     ("c", 8): ST.COMPLEX64,
     ("c", 16): ST.COMPLEX128,
 }
-_STRUCT_CODE_KIND = {"?": "b", **dict.fromkeys("bhilqn", "i"), **dict.fromkeys("BHILQN", "u"), **dict.fromkeys("efd", "f")}
+_STRUCT_CODE_KIND = {
+    "?": "b",
+    **dict.fromkeys("bhilqn", "i"),
+    **dict.fromkeys("BHILQN", "u"),
+    **dict.fromkeys("efd", "f"),
+}
 _NATIVE_PREFIX = "<" if sys.byteorder == "little" else ">"
 
 # torch dtype names (``str(tensor.dtype)`` without ``torch.``) -> scalar type.
@@ -131,10 +136,18 @@ class InputDecl:
     dim_order: tuple[int, ...] = ()
     dynamism: TensorShapeDynamism = TensorShapeDynamism.STATIC
     exported: Any = None  # the value a scalar input was exported with
+    contiguous_order: bool = field(init=False)  # dim_order is 0, 1, 2, ...
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "contiguous_order", self.dim_order == tuple(range(len(self.dim_order)))
+        )
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.sizes, dtype=np.int64)) * SCALAR_TYPE_ITEMSIZE.get(ScalarType(self.scalar_type), 0)
+        return int(np.prod(self.sizes, dtype=np.int64)) * SCALAR_TYPE_ITEMSIZE.get(
+            ScalarType(self.scalar_type), 0
+        )
 
 
 def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
@@ -146,11 +159,20 @@ def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
         if isinstance(val, Tensor):
             order = tuple(val.dim_order) if val.dim_order else tuple(range(len(val.sizes)))
             decls.append(
-                InputDecl(position, tag, int(val.scalar_type), tuple(val.sizes), order, val.shape_dynamism)
+                InputDecl(
+                    position,
+                    tag,
+                    int(val.scalar_type),
+                    tuple(val.sizes),
+                    order,
+                    val.shape_dynamism,
+                )
             )
         else:
             exported = {Tag.Int: "int_val", Tag.Double: "double_val", Tag.Bool: "bool_val"}.get(tag)
-            decls.append(InputDecl(position, tag, exported=getattr(val, exported) if exported else None))
+            decls.append(
+                InputDecl(position, tag, exported=getattr(val, exported) if exported else None)
+            )
     return decls
 
 
@@ -163,8 +185,8 @@ class Input:
 
     value: Any  # a numpy array for a tensor, else a Python value
     scalar_type: int | None = None  # set for tensors
-    source: Any = None  # the caller's object whose memory ``value`` borrows
-    storage: tuple[int, int] | None = None  # (address, nbytes) of that memory when borrowed
+    source: Any = None  # the caller's torch tensor whose memory ``value`` borrows
+    storage: tuple[int, int] | None = None  # (address, nbytes) of that memory when passed
 
     @property
     def tag(self) -> Tag:
@@ -180,8 +202,14 @@ class Input:
         return Tag.Double
 
     def check_storage(self, position: int, method: str) -> None:
-        """Refuse a borrowed input whose storage the caller has changed since it was passed."""
-        if self.storage is not None and _storage_of(self.source) != self.storage:
+        """Refuse a borrowed input whose storage the caller has changed since it was passed.
+
+        Only torch tensors are watched: a buffer export pins its memory for as
+        long as the view of it lives (numpy refuses to resize an array that is
+        viewed, a bytearray to grow while exported), but a tensor can be pointed
+        at other storage (``set_``, ``resize_``) while its old storage lives on.
+        """
+        if self.storage is not None and _torch_storage(self.source) != self.storage:
             raise ValueError(
                 f"Input {position} of method '{method}': its storage changed after it was passed in; pass it again"
             )
@@ -231,7 +259,9 @@ def normalize_inputs(inputs: Any) -> Sequence[Any]:
         return inputs
     if is_single_tensor(inputs):
         return [inputs]
-    if isinstance(inputs, Mapping) or not (hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__")):
+    if isinstance(inputs, Mapping) or not (
+        hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__")
+    ):
         raise TypeError("Inputs must be a tensor buffer or a flat sequence")
     return inputs
 
@@ -317,8 +347,6 @@ def _is_dense(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -
 
 def _has_layout(arr: np.ndarray, dim_order: tuple[int, ...]) -> bool:
     """Whether ``arr`` is already laid out in ``dim_order`` (size-one dimensions may sit anywhere)."""
-    if arr.flags.c_contiguous and all(d == i for i, d in enumerate(dim_order)):
-        return True
     expected = arr.itemsize
     shape, strides = arr.shape, arr.strides
     for d in reversed(dim_order):
@@ -328,9 +356,12 @@ def _has_layout(arr: np.ndarray, dim_order: tuple[int, ...]) -> bool:
     return True
 
 
-def _in_layout(arr: np.ndarray, dim_order: tuple[int, ...]) -> np.ndarray | None:
-    """A copy of ``arr`` laid out in ``dim_order``, or None when it already is (or is empty)."""
-    if arr.ndim != len(dim_order) or arr.size == 0 or _has_layout(arr, dim_order):
+def _in_layout(arr: np.ndarray, decl: InputDecl) -> np.ndarray | None:
+    """A copy of ``arr`` laid out in the method's dim order, or None when it already is (or is empty)."""
+    dim_order = decl.dim_order
+    if arr.ndim != len(dim_order) or arr.size == 0:
+        return None
+    if (decl.contiguous_order and arr.flags.c_contiguous) or _has_layout(arr, dim_order):
         return None
     memory = np.empty([arr.shape[d] for d in dim_order], dtype=arr.dtype)
     out = memory.transpose(np.argsort(dim_order))
@@ -342,28 +373,10 @@ def _address(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
 
 
-def _storage_of(source: Any) -> tuple[int, int]:
-    """(address, nbytes) of the memory ``source`` exposes now."""
-    if _is_torch_tensor(source):
-        numel = source.numel()
-        return (source.data_ptr() if numel else 0, numel * source.element_size())
-    if not isinstance(source, np.ndarray):
-        view = memoryview(source)
-        try:
-            source = np.asarray(view)
-        except (TypeError, ValueError, NotImplementedError):
-            source = np.frombuffer(view.cast("B"), dtype=np.uint8)
-    return (_address(source), source.nbytes)
-
-
-def _finish(arr: np.ndarray, scalar_type: int, decl: InputDecl, source: Any, where: str, copied: bool) -> Input:
-    """Move ``arr`` into the method's layout; note the caller's storage when borrowed."""
-    converted = _in_layout(arr, decl.dim_order)
-    if converted is not None:
-        return Input(converted, scalar_type)
-    if copied or arr.size == 0:
-        return Input(arr, scalar_type)
-    return Input(arr, scalar_type, source, _storage_of(source))
+def _torch_storage(t: Any) -> tuple[int, int]:
+    """(address, nbytes) of the memory a torch tensor points at now."""
+    numel = t.numel()
+    return (t.data_ptr() if numel else 0, numel * t.element_size())
 
 
 # torch tensors
@@ -372,7 +385,9 @@ def _finish(arr: np.ndarray, scalar_type: int, decl: InputDecl, source: Any, whe
 def _from_torch(t: Any, decl: InputDecl, where: str) -> Input:
     if t.is_neg() or t.is_conj():
         raise _named(
-            ValueError, where, "Lazy conjugate and negative torch tensor views must be resolved before execution"
+            ValueError,
+            where,
+            "Lazy conjugate and negative torch tensor views must be resolved before execution",
         )
     numel = t.numel()
     device = t.device.type
@@ -388,10 +403,14 @@ def _from_torch(t: Any, decl: InputDecl, where: str) -> Input:
         raise _named(ValueError, where, f"Unsupported torch dtype {dtype_name}")
     shape, strides = tuple(t.shape), tuple(t.stride())
     if numel != 0 and not _is_dense(shape, strides, 1):
-        raise _named(ValueError, where, "ExecuTorch inputs must have a dense, non-overlapping layout")
+        raise _named(
+            ValueError, where, "ExecuTorch inputs must have a dense, non-overlapping layout"
+        )
     _check_tensor(decl, scalar_type, len(shape), where)
     if device == "cuda" and numel != 0:
-        raise ValueError(f"{where} is on device cuda:{t.device.index or 0}, but the method expects cpu")
+        raise ValueError(
+            f"{where} is on device cuda:{t.device.index or 0}, but the method expects cpu"
+        )
     if numel == 0:
         dtype = _RAW_BITS.get(scalar_type) or SCALAR_TYPE_TO_DTYPE[scalar_type]
         return Input(np.empty(shape, dtype=dtype), scalar_type)
@@ -402,7 +421,10 @@ def _from_torch(t: Any, decl: InputDecl, where: str) -> Input:
         arr = detached.view({2: torch.int16, 4: torch.int32}[raw.itemsize]).numpy().view(raw)
     else:
         arr = detached.numpy()
-    return _finish(arr, scalar_type, decl, t, where, copied=False)
+    converted = _in_layout(arr, decl)
+    if converted is not None:
+        return Input(converted, scalar_type)  # torch's own copy would be no more use
+    return Input(arr, scalar_type, t, _torch_storage(t))
 
 
 # buffers
@@ -419,7 +441,9 @@ def _buffer_scalar_type(fmt: str, itemsize: int, where: str) -> ScalarType:
                 "Convert the data to the native byte order before passing it.",
             )
         code = code[1:]
-    kind = _STRUCT_CODE_KIND.get(code) if len(code) == 1 else ("c" if code in ("Zf", "Zd") else None)
+    kind = (
+        _STRUCT_CODE_KIND.get(code) if len(code) == 1 else ("c" if code in ("Zf", "Zd") else None)
+    )
     scalar_type = _BY_KIND_AND_SIZE.get((kind, itemsize)) if kind else None
     if scalar_type is None:
         raise _named(
@@ -442,9 +466,6 @@ def _array_scalar_type(arr: np.ndarray) -> ScalarType | None:
 def _from_buffer(value: Any, decl: InputDecl, where: str) -> Input:
     if isinstance(value, np.generic):
         value = np.asarray(value)  # a fresh 0-d copy
-        copied = True
-    else:
-        copied = False
     scalar_type = _array_scalar_type(value) if isinstance(value, np.ndarray) else None
     if scalar_type is not None:
         arr = value
@@ -460,19 +481,31 @@ def _from_buffer(value: Any, decl: InputDecl, where: str) -> Input:
         shape, strides = tuple(view.shape or ()), tuple(view.strides or ())
     if len(shape) > TENSOR_DIMENSION_LIMIT:
         raise _named(BufferError, where, "Buffer rank is too large for ExecuTorch")
-    if decl.tag == Tag.Tensor and decl.scalar_type == ST.BFLOAT16 and len(shape) == 1 and scalar_type == ST.BYTE:
+    if (
+        decl.tag == Tag.Tensor
+        and decl.scalar_type == ST.BFLOAT16
+        and len(shape) == 1
+        and scalar_type == ST.BYTE
+    ):
         return _raw_bfloat16(arr, strides, decl, where)
     if decl.tag != Tag.Tensor:
         raise _named(RuntimeError, where, f"not a tensor input: the method expects {decl.tag}")
-    if any(s < 0 or s % arr.itemsize for s in strides):
-        raise _named(BufferError, where, "ExecuTorch inputs require non-negative, element-aligned strides")
-    if not _is_dense(shape, strides, arr.itemsize):
-        raise _named(BufferError, where, "ExecuTorch inputs must have a dense, non-overlapping layout")
+    if not arr.flags.c_contiguous:
+        if any(s < 0 or s % arr.itemsize for s in strides):
+            raise _named(
+                BufferError,
+                where,
+                "ExecuTorch inputs require non-negative, element-aligned strides",
+            )
+        if not _is_dense(shape, strides, arr.itemsize):
+            raise _named(
+                BufferError, where, "ExecuTorch inputs must have a dense, non-overlapping layout"
+            )
     if readonly and arr.size:
         arr = arr.copy(order="K")  # a method may write its inputs
-        copied = True
     _check_tensor(decl, scalar_type, arr.ndim, where)
-    return _finish(arr, scalar_type, decl, value, where, copied)
+    converted = _in_layout(arr, decl)
+    return Input(arr if converted is None else converted, scalar_type)
 
 
 def _array_of(view: memoryview, scalar_type: ScalarType, where: str) -> np.ndarray:
@@ -483,7 +516,9 @@ def _array_of(view: memoryview, scalar_type: ScalarType, where: str) -> np.ndarr
     except (TypeError, ValueError, NotImplementedError):
         if not view.c_contiguous:
             raise _named(
-                BufferError, where, f"Buffer format '{view.format}' can only be read from a contiguous buffer"
+                BufferError,
+                where,
+                f"Buffer format '{view.format}' can only be read from a contiguous buffer",
             ) from None
         arr = np.frombuffer(view.cast("B"), dtype=dtype).reshape(view.shape)
     if arr.dtype != dtype:
@@ -497,7 +532,9 @@ def _raw_bfloat16(arr: np.ndarray, strides: tuple[int, ...], decl: InputDecl, wh
         raise _named(BufferError, where, "Raw bfloat16 inputs require contiguous byte buffers")
     if arr.nbytes != decl.nbytes:
         raise _named(
-            ValueError, where, f"raw bfloat16 input has {arr.nbytes} bytes, but the method expects {decl.nbytes}"
+            ValueError,
+            where,
+            f"raw bfloat16 input has {arr.nbytes} bytes, but the method expects {decl.nbytes}",
         )
     bits = arr.copy().view(np.uint16)
     order = decl.dim_order
@@ -583,7 +620,11 @@ def _dlpack_c() -> Any:
         ]
 
     class Managed(ctypes.Structure):
-        _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+        _fields_ = [
+            ("dl_tensor", DLTensor),
+            ("manager_ctx", ctypes.c_void_p),
+            ("deleter", ctypes.c_void_p),
+        ]
 
     class Version(ctypes.Structure):
         _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
@@ -599,7 +640,9 @@ def _dlpack_c() -> Any:
 
     api = ctypes.pythonapi
     get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", api))
-    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", api)
+    )
 
     def header(capsule: Any, where: str) -> _DLPackHeader:
         name = get_name(capsule)
@@ -607,11 +650,17 @@ def _dlpack_c() -> Any:
             raise _named(ValueError, where, "This DLPack capsule was already consumed")
         readonly = False
         if name == b"dltensor":
-            tensor = ctypes.cast(get_pointer(capsule, name), ctypes.POINTER(Managed)).contents.dl_tensor
+            tensor = ctypes.cast(
+                get_pointer(capsule, name), ctypes.POINTER(Managed)
+            ).contents.dl_tensor
         elif name == b"dltensor_versioned":
-            managed = ctypes.cast(get_pointer(capsule, name), ctypes.POINTER(ManagedVersioned)).contents
+            managed = ctypes.cast(
+                get_pointer(capsule, name), ctypes.POINTER(ManagedVersioned)
+            ).contents
             if managed.version.major != 1:
-                raise _named(ValueError, where, f"DLPack version {managed.version.major} is not supported")
+                raise _named(
+                    ValueError, where, f"DLPack version {managed.version.major} is not supported"
+                )
             tensor = managed.dl_tensor
             readonly = bool(managed.flags & 1)  # DLPACK_FLAG_BITMASK_READ_ONLY
         else:
@@ -654,7 +703,9 @@ def _from_dlpack(value: Any, decl: InputDecl, where: str) -> Input:
         capsule = _request_capsule(value)
         header = read_header(capsule, where)
         if header.device != advertised:
-            raise _named(ValueError, where, "DLPack capsule device disagrees with __dlpack_device__()")
+            raise _named(
+                ValueError, where, "DLPack capsule device disagrees with __dlpack_device__()"
+            )
     _check_dlpack_device(header.device, where)
     if header.lanes != 1:
         raise _named(ValueError, where, "DLPack vector dtypes are not supported")
@@ -663,9 +714,15 @@ def _from_dlpack(value: Any, decl: InputDecl, where: str) -> Input:
         raise _named(ValueError, where, "Unsupported DLPack dtype")
     _check_tensor(decl, scalar_type, header.ndim, where)
     if header.device[0] != _DLPACK_CPU and header.nonempty:
-        raise ValueError(f"{where} is on device cuda:{header.device[1]}, but the method expects cpu")
+        raise ValueError(
+            f"{where} is on device cuda:{header.device[1]}, but the method expects cpu"
+        )
     if scalar_type not in SCALAR_TYPE_TO_DTYPE:
-        raise _named(ValueError, where, f"{scalar_type_name(scalar_type)} DLPack tensors cannot be read with numpy")
+        raise _named(
+            ValueError,
+            where,
+            f"{scalar_type_name(scalar_type)} DLPack tensors cannot be read with numpy",
+        )
     arr = np.from_dlpack(_CapsuleHolder(capsule, header.device))
     if not _is_dense(arr.shape, arr.strides, arr.itemsize) or any(s < 0 for s in arr.strides):
         raise _named(ValueError, where, "ExecuTorch inputs require dense DLPack tensor storage")
@@ -674,7 +731,7 @@ def _from_dlpack(value: Any, decl: InputDecl, where: str) -> Input:
         # capsules read-only, which says nothing about the memory: those stay.)
         arr = arr.copy(order="K")
     # The array holds the capsule now, and with it the producer's memory.
-    converted = _in_layout(arr, decl.dim_order)
+    converted = _in_layout(arr, decl)
     return Input(arr if converted is None else converted, scalar_type)
 
 
@@ -699,7 +756,9 @@ def check_install(inp: Input, decl: InputDecl, method: str) -> None:
     tag = inp.tag
     if tag != decl.tag:
         raise InstallError(
-            decl.position, ERROR_INVALID_ARGUMENT, f"{where} was expected to have type {decl.tag} but was {tag}"
+            decl.position,
+            ERROR_INVALID_ARGUMENT,
+            f"{where} was expected to have type {decl.tag} but was {tag}",
         )
     if tag in (Tag.Int, Tag.Double, Tag.Bool):
         if inp.value != decl.exported:
@@ -804,7 +863,9 @@ def _torch_alias(out: np.ndarray, inputs: Sequence[Input], method: str) -> Any:
         if inp.storage is None or not _is_torch_tensor(inp.source):
             continue
         start, size = inp.storage
-        if inp.value.dtype != out.dtype or not (start <= address and address + nbytes <= start + size):
+        if inp.value.dtype != out.dtype or not (
+            start <= address and address + nbytes <= start + size
+        ):
             continue
         offset = address - start
         if offset % out.itemsize or any(s % out.itemsize for s in out.strides):

@@ -208,7 +208,9 @@ class MethodMeta:
             raise IndexError(f"{head}: method '{self.name()}' has {len(indices)} {what}s")
         val = self._plan.values[indices[i]].val
         if not isinstance(val, Tensor):
-            raise IndexError(f"{head}: {what} {i} of method '{self.name()}' is {tag_of(val)}, not a tensor")
+            raise IndexError(
+                f"{head}: {what} {i} of method '{self.name()}' is {tag_of(val)}, not a tensor"
+            )
         return TensorInfo(val)
 
     def input_tensor_meta(self, index: int) -> TensorInfo:
@@ -250,7 +252,9 @@ class MethodMeta:
         for i in range(self.num_inputs()):
             tag = self.input_tag(i)
             if tag == Tag.Tensor or not self._REPR_TAGS_OF_INPUTS:
-                inputs.append(repr(self.input_tensor_meta(i)))  # IndexError for a non-tensor, as official
+                inputs.append(
+                    repr(self.input_tensor_meta(i))
+                )  # IndexError for a non-tensor, as official
             else:
                 inputs.append(str(tag))
         outputs = []

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.common import fit
-from pyexecutorch.kernels.registry import get_kernel
+from pyexecutorch.kernels.registry import get_kernel, get_specializer
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
@@ -91,7 +91,9 @@ class LoadedMethod:
         self.plan = plan
         self._pte = pte
         self._named_data = named_data or {}
-        self.arenas = [np.zeros(max(size, 0), dtype=np.uint8) for size in plan.non_const_buffer_sizes]
+        self.arenas = [
+            np.zeros(max(size, 0), dtype=np.uint8) for size in plan.non_const_buffer_sizes
+        ]
         self.values: list[Any] = [None] * len(plan.values)
         # Planned storage of each tensor value (upper-bound shape for dynamic ones).
         self.capacity: dict[int, np.ndarray] = {}
@@ -149,7 +151,9 @@ class LoadedMethod:
             if t.data_buffer_idx >= len(program.constant_buffer):
                 raise self._fail(f"value {i}: constant buffer {t.data_buffer_idx} out of range")
             self.constant_values.add(i)
-            return self._readonly_view(program.constant_buffer[t.data_buffer_idx].storage, i, sizes, order, dtype)
+            return self._readonly_view(
+                program.constant_buffer[t.data_buffer_idx].storage, i, sizes, order, dtype
+            )
         if t.shape_dynamism == TensorShapeDynamism.DYNAMIC_UNBOUND:
             return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
         return np.zeros(sizes, dtype=dtype)
@@ -158,7 +162,9 @@ class LoadedMethod:
         view = memoryview(storage).cast("B")
         need = math.prod(sizes) * dtype.itemsize
         if need > len(view):
-            raise self._fail(f"value {i}: constant tensor needs {need} bytes but its data has {len(view)}")
+            raise self._fail(
+                f"value {i}: constant tensor needs {need} bytes but its data has {len(view)}"
+            )
         arr = view_of(view, 0, sizes, order, dtype)
         arr.flags.writeable = False
         return arr
@@ -170,7 +176,9 @@ class LoadedMethod:
             return None
         mutable = self._pte.mutable_data or []
         if t.data_buffer_idx >= len(mutable):
-            raise self._fail(f"value {i}: mutable data {t.data_buffer_idx} out of range ({len(mutable)} buffers)")
+            raise self._fail(
+                f"value {i}: mutable data {t.data_buffer_idx} out of range ({len(mutable)} buffers)"
+            )
         return self._readonly_view(mutable[t.data_buffer_idx].storage, i, sizes, order, dtype)
 
     def _build_values(self) -> None:
@@ -253,7 +261,10 @@ class LoadedMethod:
                 processed = self._pte.delegate_segments[ref.index]
             specs = {cs.key: bytes(cs.value) for cs in delegate.compile_specs}
             context = backends.BackendInitContext(
-                self.name, d, self._named_data, backends.effective_options(delegate.id, backend_options)
+                self.name,
+                d,
+                self._named_data,
+                backends.effective_options(delegate.id, backend_options),
             )
             try:
                 handle = backend.init(memoryview(processed).cast("B"), specs, context)
@@ -329,7 +340,14 @@ class LoadedMethod:
                 return literal(v[j], ns)
             if isinstance(val, (TensorList, OptionalTensorList)):
                 items = val.items
-                return "[" + ", ".join("None" if i < 0 or isinstance(evalues[i].val, Null) else expr(i) for i in items) + "]"
+                return (
+                    "["
+                    + ", ".join(
+                        "None" if i < 0 or isinstance(evalues[i].val, Null) else expr(i)
+                        for i in items
+                    )
+                    + "]"
+                )
             if j in written:
                 return f"v[{j}]"
             return literal(v[j], ns)
@@ -358,8 +376,8 @@ class LoadedMethod:
                 a = instr.instr_args
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
-                    fn = ns.bind(k.fn, "k")
                     args, outs = self._kernel_layout(k, a)
+                    fn = ns.bind(self._specialized(k, args, written), "k")
                     n_in = len(args) - len(outs)
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
                     call = f"{fn}({', '.join(call_args)})"
@@ -389,6 +407,44 @@ class LoadedMethod:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
             compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
         return compiled
+
+    def _specialized(self, k, args: list[int], written: set[int]):  # noqa: ANN001, ANN202
+        """The kernel's load-time fast path for these arguments, or the kernel itself."""
+        special = get_specializer(k.name)
+        if special is None:
+            return k.fn
+        evalues = self.plan.values
+        for j in args:
+            val = evalues[j].val
+            if isinstance(val, Tensor):
+                if val.shape_dynamism != TensorShapeDynamism.STATIC:
+                    return k.fn
+            elif isinstance(val, (TensorList, OptionalTensorList)):
+                for i in val.items:
+                    item = evalues[i].val if i >= 0 else None
+                    if (
+                        isinstance(item, Tensor)
+                        and item.shape_dynamism != TensorShapeDynamism.STATIC
+                    ):
+                        return k.fn
+            elif j in written:
+                return k.fn
+            elif isinstance(val, IntList) and any(i in written for i in val.items):
+                return k.fn
+        try:
+            fast = special(*(self._load_time_value(j) for j in args))
+        except Exception:  # noqa: BLE001 - a fast path that cannot decide keeps the general kernel
+            return k.fn
+        return fast if fast is not None else k.fn
+
+    def _load_time_value(self, j: int) -> Any:
+        """Value ``j`` as a specializer sees it: planned storage for tensors and lists of them."""
+        val = self.plan.values[j].val
+        if isinstance(val, Tensor):
+            return self.capacity[j]
+        if isinstance(val, (TensorList, OptionalTensorList)):
+            return [self.capacity[i] if i >= 0 and i in self.capacity else None for i in val.items]
+        return self.values[j]
 
     def _delegate_runner(self, call: DelegateCall):  # noqa: ANN202
         backend, handle = self._delegates[call.delegate_index]
@@ -426,11 +482,13 @@ class LoadedMethod:
 
     def run(self) -> None:
         v = self.values
-        for chain in self.chains:
-            try:
-                chain.run(v)
-            except Exception as e:
-                raise self._execution_error(e, chain) from e
+        # torch never warns about inf/nan arithmetic; silence numpy once per run.
+        with np.errstate(all="ignore"):
+            for chain in self.chains:
+                try:
+                    chain.run(v)
+                except Exception as e:
+                    raise self._execution_error(e, chain) from e
 
     def _execution_error(self, e: Exception, chain: CompiledChain) -> ExecutionError:
         pc = failing_instruction(e, chain)
@@ -442,7 +500,9 @@ class LoadedMethod:
                 op = f" ({self.plan.operators[instr.op_index].qualified_name})"
             elif isinstance(instr, DelegateCall):
                 op = f" (delegate {instr.delegate_index}, {self.plan.delegates[instr.delegate_index].id})"
-        return ExecutionError(f"method '{self.name}' failed at {where}{op}: {type(e).__name__}: {e}")
+        return ExecutionError(
+            f"method '{self.name}' failed at {where}{op}: {type(e).__name__}: {e}"
+        )
 
     def outputs(self) -> list[Any]:
         v = self.values

@@ -54,7 +54,9 @@ class Method:
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
         if len(inputs) != len(decls):
-            raise ValueError(f"method '{loaded.name}' takes {len(decls)} inputs, but got {len(inputs)}")
+            raise ValueError(
+                f"method '{loaded.name}' takes {len(decls)} inputs, but got {len(inputs)}"
+            )
         converted = [read_input(x, d, loaded.name) for x, d in zip(inputs, decls, strict=True)]
         for inp, decl in zip(converted, decls, strict=True):
             check_install(inp, decl, loaded.name)
@@ -62,7 +64,9 @@ class Method:
             for i, inp in enumerate(converted):
                 loaded.set_input(i, inp.value)
             loaded.run()
-            return convert_outputs(loaded.outputs(), clone=clone_outputs, inputs=converted, method=loaded.name)
+            return convert_outputs(
+                loaded.outputs(), clone=clone_outputs, inputs=converted, method=loaded.name
+            )
 
     __call__ = execute
 
@@ -111,7 +115,10 @@ class Program:
             method = self._methods.get(name)
             if method is None:
                 loaded = LoadedMethod(
-                    self._pte, self._plan(name), named_data=self._named, backend_options=self._backend_options
+                    self._pte,
+                    self._plan(name),
+                    named_data=self._named,
+                    backend_options=self._backend_options,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
@@ -182,4 +189,6 @@ class Runtime:
             verify_program(pte)
         if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):
             data_files = (data_files,)
-        return Program(pte, buf, named_data=_named_data_of(data_files), backend_options=backend_options)
+        return Program(
+            pte, buf, named_data=_named_data_of(data_files), backend_options=backend_options
+        )

@@ -9,7 +9,9 @@ import numpy as np
 from pyexecutorch.schema.program import Tensor
 
 
-def strides_for(sizes: tuple[int, ...], dim_order: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+def strides_for(
+    sizes: tuple[int, ...], dim_order: tuple[int, ...], itemsize: int
+) -> tuple[int, ...]:
     """Byte strides of a dense tensor whose dimensions lie in memory in ``dim_order``."""
     strides = [0] * len(sizes)
     step = itemsize
@@ -34,7 +36,11 @@ def view_of(
     if is_contiguous_order(dim_order):
         return np.ndarray(sizes, dtype=dtype, buffer=buffer, offset=offset)
     return np.ndarray(
-        sizes, dtype=dtype, buffer=buffer, offset=offset, strides=strides_for(sizes, dim_order, dtype.itemsize)
+        sizes,
+        dtype=dtype,
+        buffer=buffer,
+        offset=offset,
+        strides=strides_for(sizes, dim_order, dtype.itemsize),
     )
 
 

@@ -69,19 +69,25 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
             for j in val.items:
                 check_index(j, f"value {i} (IntList) item")
                 if not isinstance(values[j].val, Int):
-                    fail(f"value {i} (IntList) item {j} is {type(values[j].val).__name__}, expected Int")
+                    fail(
+                        f"value {i} (IntList) item {j} is {type(values[j].val).__name__}, expected Int"
+                    )
         elif isinstance(val, TensorList):
             for j in val.items:
                 check_index(j, f"value {i} (TensorList) item")
                 if not isinstance(values[j].val, Tensor):
-                    fail(f"value {i} (TensorList) item {j} is {type(values[j].val).__name__}, expected Tensor")
+                    fail(
+                        f"value {i} (TensorList) item {j} is {type(values[j].val).__name__}, expected Tensor"
+                    )
         elif isinstance(val, OptionalTensorList):
             for j in val.items:
                 if j == -1:
                     continue
                 check_index(j, f"value {i} (OptionalTensorList) item")
                 if not isinstance(values[j].val, (Tensor, Null)):
-                    fail(f"value {i} (OptionalTensorList) item {j} is {type(values[j].val).__name__}")
+                    fail(
+                        f"value {i} (OptionalTensorList) item {j} is {type(values[j].val).__name__}"
+                    )
         elif isinstance(val, (DoubleList, BoolList)) or val is None:
             pass
 
@@ -95,10 +101,16 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
         ref = delegate.processed
         if ref is None:
             fail(f"delegate {d} ({delegate.id!r}) has no processed data")
-        if ref.location == DataLocation.INLINE and ref.index >= len(pte.program.backend_delegate_data):
-            fail(f"delegate {d} ({delegate.id!r}) refers to inline data {ref.index}, but the program has {len(pte.program.backend_delegate_data)}")
+        if ref.location == DataLocation.INLINE and ref.index >= len(
+            pte.program.backend_delegate_data
+        ):
+            fail(
+                f"delegate {d} ({delegate.id!r}) refers to inline data {ref.index}, but the program has {len(pte.program.backend_delegate_data)}"
+            )
         if ref.location == DataLocation.SEGMENT and ref.index >= len(pte.delegate_segments):
-            fail(f"delegate {d} ({delegate.id!r}) refers to segment {ref.index}, which does not exist")
+            fail(
+                f"delegate {d} ({delegate.id!r}) refers to segment {ref.index}, which does not exist"
+            )
 
     for c, chain in enumerate(plan.chains):
         n_instr = len(chain.instructions)
@@ -111,12 +123,16 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
             args = instr.instr_args
             if isinstance(args, KernelCall):
                 if not 0 <= args.op_index < n_ops:
-                    fail(f"{where}: operator index {args.op_index} out of range ({n_ops} operators)")
+                    fail(
+                        f"{where}: operator index {args.op_index} out of range ({n_ops} operators)"
+                    )
                 for i in args.args:
                     check_index(i, f"{where} ({plan.operators[args.op_index].name}) argument")
             elif isinstance(args, DelegateCall):
                 if not 0 <= args.delegate_index < n_delegates:
-                    fail(f"{where}: delegate index {args.delegate_index} out of range ({n_delegates} delegates)")
+                    fail(
+                        f"{where}: delegate index {args.delegate_index} out of range ({n_delegates} delegates)"
+                    )
                 for i in args.args:
                     check_index(i, f"{where} (delegate {args.delegate_index}) argument")
             elif isinstance(args, MoveCall):
@@ -125,14 +141,20 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
             elif isinstance(args, JumpFalseCall):
                 check_index(args.cond_value_index, f"{where} (JumpFalseCall) condition")
                 if not 0 <= args.destination_instruction <= n_instr:
-                    fail(f"{where}: jump destination {args.destination_instruction} out of range ({n_instr} instructions)")
+                    fail(
+                        f"{where}: jump destination {args.destination_instruction} out of range ({n_instr} instructions)"
+                    )
             elif isinstance(args, FreeCall):
                 check_index(args.value_index, f"{where} (FreeCall)")
             else:
-                fail(f"{where}: unknown instruction {type(args).__name__ if args is not None else 'NONE'}")
+                fail(
+                    f"{where}: unknown instruction {type(args).__name__ if args is not None else 'NONE'}"
+                )
 
 
-def _verify_tensor(fail, i: int, t: Tensor, arenas: list[int], constants: list, pte: PteFile) -> None:  # noqa: ANN001
+def _verify_tensor(
+    fail, i: int, t: Tensor, arenas: list[int], constants: list, pte: PteFile
+) -> None:  # noqa: ANN001
     itemsize = SCALAR_TYPE_ITEMSIZE.get(t.scalar_type)
     if itemsize is None:
         fail(f"value {i}: unknown scalar type {int(t.scalar_type)}")
@@ -141,12 +163,16 @@ def _verify_tensor(fail, i: int, t: Tensor, arenas: list[int], constants: list, 
     if any(s < 0 for s in t.sizes):
         fail(f"value {i}: negative size in {t.sizes}")
     if t.dim_order and sorted(t.dim_order) != list(range(len(t.sizes))):
-        fail(f"value {i}: dim_order {t.dim_order} is not a permutation of {len(t.sizes)} dimensions")
+        fail(
+            f"value {i}: dim_order {t.dim_order} is not a permutation of {len(t.sizes)} dimensions"
+        )
     nbytes = math.prod(t.sizes) * itemsize
     alloc = t.allocation_info
     if alloc is not None:
         if not 0 < alloc.memory_id < len(arenas):
-            fail(f"value {i}: memory id {alloc.memory_id} out of range ({len(arenas)} buffers; id 0 is reserved)")
+            fail(
+                f"value {i}: memory id {alloc.memory_id} out of range ({len(arenas)} buffers; id 0 is reserved)"
+            )
         end = alloc.memory_offset + nbytes
         if end > arenas[alloc.memory_id]:
             fail(
@@ -161,13 +187,21 @@ def _verify_tensor(fail, i: int, t: Tensor, arenas: list[int], constants: list, 
             # indexed into the mutable data segment.
             mutable = pte.mutable_data or []
             if t.data_buffer_idx >= len(mutable):
-                fail(f"value {i}: mutable data {t.data_buffer_idx} out of range ({len(mutable)} buffers)")
+                fail(
+                    f"value {i}: mutable data {t.data_buffer_idx} out of range ({len(mutable)} buffers)"
+                )
             have = len(memoryview(mutable[t.data_buffer_idx].storage).cast("B"))
             if nbytes > have:
-                fail(f"value {i}: mutable tensor needs {nbytes} bytes but mutable data {t.data_buffer_idx} has {have}")
+                fail(
+                    f"value {i}: mutable tensor needs {nbytes} bytes but mutable data {t.data_buffer_idx} has {have}"
+                )
             return
         if t.data_buffer_idx >= len(constants):
-            fail(f"value {i}: constant buffer {t.data_buffer_idx} out of range ({len(constants)} buffers)")
+            fail(
+                f"value {i}: constant buffer {t.data_buffer_idx} out of range ({len(constants)} buffers)"
+            )
         have = len(memoryview(constants[t.data_buffer_idx].storage).cast("B"))
         if nbytes > have:
-            fail(f"value {i}: constant tensor needs {nbytes} bytes but buffer {t.data_buffer_idx} has {have}")
+            fail(
+                f"value {i}: constant tensor needs {nbytes} bytes but buffer {t.data_buffer_idx} has {have}"
+            )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pyexecutorch.backends.xnnpack.interpreter import Graph, Plan, load_graph
 from pyexecutorch.backends.xnnpack.schema import decode_payload
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
@@ -53,7 +55,9 @@ class XnnpackBackend(BackendInterface):
         return delegate
 
     def execute(self, handle: Delegate, args: list[Any]) -> list[Any] | None:
-        return handle.plan_for(args).run(args)
+        # Like XNNPACK (and torch), produce inf and NaN without warnings.
+        with np.errstate(all="ignore"):
+            return handle.plan_for(args).run(args)
 
     def destroy(self, handle: Delegate) -> None:
         handle.plans.clear()

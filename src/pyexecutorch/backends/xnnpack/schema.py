@@ -48,6 +48,10 @@ FLAG_ALIGN_CORNERS = 0x8
 FLAG_KEEP_DIMS = 0x40
 
 
+class XnnpackError(FormatError):
+    """The delegate's payload or graph is malformed, or does not fit its inputs."""
+
+
 class XNNDatatype(enum.IntEnum):
     invalid = 0
     fp32 = 1

@@ -1,0 +1,980 @@
+"""The node types of an XNNPACK graph, each as a builder of numpy steps.
+
+A builder reads one node of the graph and its operands' shapes from the
+:class:`~pyexecutorch.backends.xnnpack.interpreter.Builder`, allocates its
+output, pre-packs what it can (weights in the layout its matmul wants, padded
+and im2col buffers, tap views) and appends the closure(s) that compute the node
+on every call. ``BUILDERS`` maps each supported ``XNodeUnion`` member name to its
+builder; a node type missing there is refused when the delegate loads.
+
+Activations of convolutions and pools are NHWC; filters are
+``[out, kernel_h, kernel_w, in / groups]`` (depthwise: ``[1, kh, kw, channels]``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pyexecutorch.backends.xnnpack import schema as S
+from pyexecutorch.backends.xnnpack.schema import XnnpackError
+from pyexecutorch.kernels import get_kernel
+
+if TYPE_CHECKING:
+    from pyexecutorch.backends.xnnpack.interpreter import Builder
+
+Step = Callable[[], None]
+NDArray = np.ndarray
+_F32 = np.dtype(np.float32)
+_INF = float("inf")
+
+Builders = Callable[["Builder", Any, S.XNode], None]
+BUILDERS: dict[str, Builders] = {}
+
+
+def builder(*names: str) -> Callable[[Builders], Builders]:
+    def register(fn: Builders) -> Builders:
+        for name in names:
+            BUILDERS[name] = fn
+        return fn
+
+    return register
+
+
+def bounds(node: S.XNode) -> tuple[float, float]:
+    mm = node.output_min_max
+    return (-_INF, _INF) if mm is None else (float(mm.output_min), float(mm.output_max))
+
+
+def clamp_array(o: NDArray, lo: float, hi: float) -> None:
+    if lo != -_INF and hi != _INF:
+        np.clip(o, lo, hi, out=o)
+    elif lo != -_INF:
+        np.maximum(o, lo, out=o)
+    elif hi != _INF:
+        np.minimum(o, hi, out=o)
+
+
+def _bcast(b: Builder, a: tuple[int, ...], c: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a, c))
+    except ValueError:
+        raise XnnpackError(f"{b.where}: shapes {a} and {c} do not broadcast") from None
+
+
+# elementwise ---------------------------------------------------------
+
+_BINARY = {
+    "XNNAdd": np.add,
+    "XNNSubtract": np.subtract,
+    "XNNMultiply": np.multiply,
+    "XNNDiv": np.divide,
+    "XNNMinimum": np.minimum,
+    "XNNMaximum": np.maximum,
+}
+
+
+@builder(*_BINARY)
+def _binary(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+    ufunc = _BINARY[type(n).__name__]
+    shape = _bcast(b, b.shape(n.input1_id), b.shape(n.input2_id))
+    b.out(n.output_id, shape)
+    x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
+    lo, hi = bounds(node)
+    if lo == -_INF and hi == _INF:
+
+        def run() -> None:
+            ufunc(x(), y(), out=o())
+
+    else:
+
+        def run() -> None:
+            out = o()
+            ufunc(x(), y(), out=out)
+            clamp_array(out, lo, hi)
+
+    b.step(run)
+
+
+@builder("XNNPReLU")
+def _prelu(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+    shape = b.shape(n.input1_id)
+    slope = b.shape(n.input2_id)
+    _bcast(b, shape, slope)
+    b.out(n.output_id, shape)
+    x, w, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
+    tmp = np.empty(shape, b.dtype(n.output_id))
+
+    def run() -> None:
+        xv, out = x(), o()
+        np.minimum(xv, 0, out=tmp)
+        np.multiply(tmp, w(), out=tmp)
+        np.maximum(xv, 0, out=out)
+        np.add(out, tmp, out=out)
+
+    b.step(run)
+
+
+def _hardswish(x: NDArray, out: NDArray) -> None:
+    t = np.add(x, 3.0, dtype=x.dtype)
+    np.clip(t, 0.0, 6.0, out=t)
+    np.multiply(t, x, out=t)
+    np.multiply(t, 1.0 / 6.0, out=out)
+
+
+# erf(z) = 1 - t (a1 + t (a2 + ... + t a5)) exp(-z^2), t = 1 / (1 + p z), z >= 0, to 1.5e-7
+# (Abramowitz and Stegun 7.1.26); here with z = |x| / sqrt(2) folded into p.
+_ERF_P = 0.3275911 / math.sqrt(2.0)
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_GELU_BLOCK = 16384
+
+
+def _gelu_block(x: NDArray, out: NDArray, a: NDArray, t: NDArray, e: NDArray) -> None:
+    # gelu(x) = x Phi(x) = relu(x) - |x| Phi(-|x|), Phi(-|x|) = erfc(|x| / sqrt 2) / 2.
+    np.abs(x, out=a)
+    np.multiply(a, _ERF_P, out=t)
+    np.add(t, 1.0, out=t)
+    np.divide(1.0, t, out=t)
+    np.multiply(t, _ERF_A[4], out=e)
+    for c in _ERF_A[3::-1]:
+        np.add(e, c, out=e)
+        np.multiply(e, t, out=e)
+    np.multiply(x, x, out=t)
+    np.multiply(t, -0.5, out=t)
+    np.exp(t, out=t)
+    np.multiply(e, t, out=e)
+    np.multiply(e, a, out=e)
+    np.multiply(e, 0.5, out=e)
+    np.maximum(x, 0.0, out=out)
+    np.subtract(out, e, out=out)
+
+
+def _gelu() -> Callable[[NDArray, NDArray], None]:
+    scratch = [np.empty(_GELU_BLOCK, _F32) for _ in range(3)]
+
+    def gelu(x: NDArray, out: NDArray) -> None:
+        xf = x.reshape(-1)
+        direct = out.dtype == _F32 and out.flags.c_contiguous
+        of = out.reshape(-1) if direct else np.empty(xf.size, _F32)
+        for i in range(0, xf.size, _GELU_BLOCK):
+            j = min(xf.size, i + _GELU_BLOCK)
+            n = j - i
+            _gelu_block(xf[i:j].astype(_F32, copy=False), of[i:j], *(s[:n] for s in scratch))
+        if not direct:
+            np.copyto(out, of.reshape(out.shape), casting="unsafe")
+
+    return gelu
+
+
+def _kernel_unary(name: str, *extra: Any) -> Callable[[NDArray, NDArray], Any]:
+    fn = get_kernel(name).fn
+    return lambda x, out: fn(x, *extra, out)
+
+
+def _rsqrt(x: NDArray, out: NDArray) -> None:
+    np.sqrt(x, out=out)
+    np.divide(1.0, out, out=out)
+
+
+_UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
+    "XNNSigmoid": lambda: _kernel_unary("aten::sigmoid.out"),
+    "XNNTanh": lambda: np.tanh,
+    "XNNGelu": _gelu,
+    "XNNSoftmax": lambda: _kernel_unary("aten::_softmax.out", -1, False),
+    "XNNFloor": lambda: np.floor,
+    "XNNCeiling": lambda: np.ceil,
+    "XNNSquareRoot": lambda: np.sqrt,
+    "XNNReciprocalSquareRoot": lambda: _rsqrt,
+    "XNNSquare": lambda: np.square,
+    "XNNNegate": lambda: np.negative,
+    "XNNAbs": lambda: np.abs,
+    "XNNExp": lambda: np.exp,
+    "XNNLog": lambda: np.log,
+    "XNNSin": lambda: np.sin,
+    "XNNCos": lambda: np.cos,
+    "XNNHardswish": lambda: _hardswish,
+    "XNNClamp": lambda: lambda x, out: np.copyto(out, x),
+    "XNNCopy": lambda: lambda x, out: np.copyto(out, x),
+    "XNNConvert": lambda: lambda x, out: np.copyto(out, x, casting="unsafe"),
+}
+
+
+def _unary_fn(n: Any) -> Callable[[NDArray, NDArray], Any]:
+    name = type(n).__name__
+    if name == "XNNELU":
+        return _kernel_unary("aten::elu.out", float(n.alpha), 1.0, 1.0)
+    if name == "XNNLeakyReLU":
+        return _kernel_unary("aten::leaky_relu.out", float(n.negative_slope))
+    return _UNARY[name]()
+
+
+@builder(*_UNARY, "XNNELU", "XNNLeakyReLU")
+def _unary(b: Builder, n: Any, node: S.XNode) -> None:
+    shape = b.shape(n.input_id)
+    if type(n).__name__ == "XNNCopy" and b.dtype(n.input_id) == b.dtype(n.output_id):
+        b.alias(n.output_id, n.input_id, shape)
+        return
+    b.out(n.output_id, shape)
+    fn = _unary_fn(n)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+    lo, hi = bounds(node)
+    clamp = lo != -_INF or hi != _INF
+
+    def run() -> None:
+        out = o()
+        fn(x(), out)
+        if clamp:
+            clamp_array(out, lo, hi)
+
+    b.step(run)
+
+
+# shape operators -----------------------------------------------------
+
+
+@builder("XNNStaticReshape")
+def _reshape(b: Builder, n: S.XNNStaticReshape, node: S.XNode) -> None:
+    src = b.shape(n.input_id)
+    new = [int(d) for d in n.new_shape]
+    total = math.prod(src)
+    if new.count(0) > 1:
+        raise XnnpackError(f"{b.where}: at most one inferred (0) dimension, got {new}")
+    if 0 in new:
+        rest = math.prod(d for d in new if d)
+        if rest == 0 or total % rest:
+            raise XnnpackError(f"{b.where}: cannot reshape {src} to {new}")
+        new[new.index(0)] = total // rest
+    if math.prod(new) != total:
+        raise XnnpackError(f"{b.where}: cannot reshape {src} ({total} elements) to {new}")
+    b.alias(n.output_id, n.input_id, tuple(new))
+
+
+@builder("XNNStaticTranspose")
+def _transpose(b: Builder, n: S.XNNStaticTranspose, node: S.XNode) -> None:
+    src = b.shape(n.input_id)
+    perm = tuple(int(p) for p in n.perm)
+    if sorted(perm) != list(range(len(src))):
+        raise XnnpackError(f"{b.where}: {list(perm)} is not a permutation of {len(src)} dims")
+    b.out(n.output_id, tuple(src[p] for p in perm))
+    if b.fixed(n.input_id) and b.fixed(n.output_id):
+        dst, view = b.env[n.output_id], b.env[n.input_id].transpose(perm)
+
+        def run() -> None:
+            np.copyto(dst, view)
+
+    else:
+        x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+        def run() -> None:
+            np.copyto(o(), x().transpose(perm))
+
+    b.step(run)
+
+
+@builder("XNNStaticSlice")
+def _slice(b: Builder, n: S.XNNStaticSlice, node: S.XNode) -> None:
+    src = b.shape(n.input_id)
+    offsets, sizes = list(n.offsets), list(n.sizes)
+    if len(offsets) != len(src) or len(sizes) != len(src):
+        raise XnnpackError(f"{b.where}: offsets {offsets} / sizes {sizes} for a {len(src)}-d input")
+    index = []
+    for d, (off, size) in enumerate(zip(offsets, sizes, strict=True)):
+        stop = src[d] if size == 0 else off + size
+        if stop > src[d]:
+            raise XnnpackError(f"{b.where}: slice [{off}, {stop}) of a dimension of size {src[d]}")
+        index.append(slice(off, stop))
+    key = tuple(index)
+    b.out(n.output_id, tuple(s.stop - s.start for s in index))
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+    def run() -> None:
+        np.copyto(o(), x()[key])
+
+    b.step(run)
+
+
+@builder("XNNConcatenate2", "XNNConcatenate3", "XNNConcatenate4", "XNNConcatenate5")
+def _concat(b: Builder, n: S.Cat, node: S.XNode) -> None:
+    count = int(type(n).__name__[-1])
+    ids = [n.input1_id, n.input2_id, n.input3_id, n.input4_id, n.input5_id][:count]
+    shapes = [b.shape(i) for i in ids]
+    rank = len(shapes[0])
+    axis = n.axis
+    if axis >= rank or any(len(s) != rank for s in shapes):
+        raise XnnpackError(f"{b.where}: cannot concatenate {shapes} along axis {axis}")
+    for s in shapes:
+        if s[:axis] + s[axis + 1 :] != shapes[0][:axis] + shapes[0][axis + 1 :]:
+            raise XnnpackError(f"{b.where}: cannot concatenate {shapes} along axis {axis}")
+    out_shape = list(shapes[0])
+    out_shape[axis] = sum(s[axis] for s in shapes)
+    b.out(n.output_id, tuple(out_shape))
+    getters = [b.getter(i) for i in ids]
+    o = b.getter(n.output_id)
+    cuts = []
+    start = 0
+    for s in shapes:
+        cuts.append((slice(None),) * axis + (slice(start, start + s[axis]),))
+        start += s[axis]
+    parts = list(zip(getters, cuts, strict=True))
+
+    def run() -> None:
+        out = o()
+        for get, cut in parts:
+            out[cut] = get()
+
+    b.step(run)
+
+
+@builder("XNNStaticConstantPad")
+def _pad(b: Builder, n: S.XNNStaticConstantPad, node: S.XNode) -> None:
+    src = b.shape(n.input_id)
+    pre, post = list(n.pre_paddings), list(n.post_paddings)
+    if len(pre) < len(src) or len(post) < len(src):
+        raise XnnpackError(f"{b.where}: paddings {pre} / {post} for a {len(src)}-d input")
+    shape = tuple(s + a + c for s, a, c in zip(src, pre, post, strict=False))
+    out = b.out(n.output_id, shape)
+    inner = tuple(slice(a, a + s) for s, a in zip(src, pre, strict=False))
+    value = float(n.padding_value)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+    if b.fixed(n.output_id):
+        out.fill(value)
+        view = out[inner]
+
+        def run() -> None:
+            np.copyto(view, x())
+
+    else:
+
+        def run() -> None:
+            dst = o()
+            dst.fill(value)
+            dst[inner] = x()
+
+    b.step(run)
+
+
+# matrix products -----------------------------------------------------
+
+
+def _matmul_into(
+    out2d: NDArray, a: NDArray, w: NDArray, bias: NDArray | None, lo: float, hi: float
+) -> None:
+    """out2d = a @ w (+ bias), clamped; computed in float32 for half-precision outputs."""
+    if out2d.dtype == _F32:
+        np.matmul(a, w, out=out2d)
+        if bias is not None:
+            np.add(out2d, bias, out=out2d)
+        clamp_array(out2d, lo, hi)
+    else:
+        t = np.matmul(a.astype(_F32, copy=False), w.astype(_F32, copy=False))
+        if bias is not None:
+            t += bias.astype(_F32, copy=False)
+        clamp_array(t, lo, hi)
+        np.copyto(out2d, t, casting="unsafe")
+
+
+@builder("XNNFullyConnected")
+def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
+    xs = b.shape(n.input1_id)
+    ws = b.shape(n.filter_id)
+    transposed = bool(n.flags & S.FLAG_TRANSPOSE_WEIGHTS)
+    if len(ws) != 2 or not xs:
+        raise XnnpackError(f"{b.where}: input {xs} and filter {ws} (2-d) do not fit")
+    k, units = (ws[0], ws[1]) if transposed else (ws[1], ws[0])
+    if xs[-1] != k:
+        raise XnnpackError(
+            f"{b.where}: input {xs} has {xs[-1]} features, the filter {ws} takes {k}"
+        )
+    has_bias = n.bias_id != S.INVALID_ID
+    if has_bias and b.shape(n.bias_id) != (units,):
+        raise XnnpackError(f"{b.where}: bias {b.shape(n.bias_id)} for {units} outputs")
+    out_shape = xs[:-1] + (units,)
+    b.out(n.output_id, out_shape)
+    m = math.prod(xs[:-1])
+    lo, hi = bounds(node)
+    wconst = b.const(n.filter_id)
+    half = b.dtype(n.output_id) != _F32
+    if wconst is not None:
+        # Pre-pack a constant filter as the contiguous [in, out] matrix the matmul wants.
+        wmat = np.ascontiguousarray(
+            wconst if transposed else wconst.T, dtype=_F32 if half else None
+        )
+        getw = lambda: wmat  # noqa: E731
+    else:
+        wget = b.getter(n.filter_id)
+        getw = wget if transposed else (lambda: wget().T)
+    bconst = b.const(n.bias_id) if has_bias else None
+    if not has_bias:
+        getb = lambda: None  # noqa: E731
+    elif bconst is not None:
+        bvec = bconst.astype(_F32) if half else bconst
+        getb = lambda: bvec  # noqa: E731
+    else:
+        getb = b.getter(n.bias_id)
+    if (
+        b.fixed(n.input1_id)
+        and b.fixed(n.output_id)
+        and wconst is not None
+        and (bconst is not None or not has_bias)
+    ):
+        a2, o2, bv = b.env[n.input1_id].reshape(m, k), b.env[n.output_id].reshape(m, units), getb()
+
+        def run() -> None:
+            _matmul_into(o2, a2, wmat, bv, lo, hi)
+
+    else:
+        x, o = b.getter(n.input1_id), b.getter(n.output_id)
+
+        def run() -> None:
+            _matmul_into(o().reshape(m, units), x().reshape(m, k), getw(), getb(), lo, hi)
+
+    b.step(run)
+
+
+@builder("XNNBatchMatrixMultiply")
+def _bmm(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+    a_s, b_s = b.shape(n.input1_id), b.shape(n.input2_id)
+    trans = bool(n.flags & S.FLAG_TRANSPOSE_B)
+    if len(a_s) < 2 or len(b_s) < 2:
+        raise XnnpackError(f"{b.where}: operands {a_s} and {b_s} must be at least 2-d")
+    kb, nb = (b_s[-1], b_s[-2]) if trans else (b_s[-2], b_s[-1])
+    if a_s[-1] != kb:
+        raise XnnpackError(
+            f"{b.where}: cannot multiply {a_s} by {b_s}{' (transposed)' if trans else ''}"
+        )
+    batch = _bcast(b, a_s[:-2], b_s[:-2])
+    b.out(n.output_id, batch + (a_s[-2], nb))
+    x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
+    yconst = b.const(n.input2_id)
+    if yconst is not None:
+        ym = np.ascontiguousarray(yconst.swapaxes(-1, -2) if trans else yconst)
+        y = lambda: ym  # noqa: E731
+        trans = False
+    half = b.dtype(n.output_id) != _F32
+
+    def run() -> None:
+        rhs = y()
+        if trans:
+            rhs = rhs.swapaxes(-1, -2)
+        if half:
+            np.copyto(o(), np.matmul(x().astype(_F32), rhs.astype(_F32)), casting="unsafe")
+        else:
+            np.matmul(x(), rhs, out=o())
+
+    b.step(run)
+
+
+# convolutions and pools (NHWC) ---------------------------------------
+
+
+@dataclass
+class Window:
+    """Geometry of a 2-d sliding window over an NHWC input."""
+
+    n: int
+    h: int
+    w: int
+    c: int
+    pads: tuple[int, int, int, int]  # top, right, bottom, left
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+
+    @property
+    def oh(self) -> int:
+        return (self.h + self.pads[0] + self.pads[2] - self.dh * (self.kh - 1) - 1) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + self.pads[1] + self.pads[3] - self.dw * (self.kw - 1) - 1) // self.sw + 1
+
+    @property
+    def padded_shape(self) -> tuple[int, int, int, int]:
+        t, r, bo, le = self.pads
+        return (self.n, self.h + t + bo, self.w + le + r, self.c)
+
+    def taps(self, src: NDArray) -> list[NDArray]:
+        """For each kernel tap (row-major), the ``[n, oh, ow, c]`` view of the padded
+        input ``src`` that it reads."""
+        oh, ow, sh, sw = self.oh, self.ow, self.sh, self.sw
+        return [
+            src[
+                :,
+                i * self.dh : i * self.dh + sh * (oh - 1) + 1 : sh,
+                j * self.dw : j * self.dw + sw * (ow - 1) + 1 : sw,
+            ]
+            for i in range(self.kh)
+            for j in range(self.kw)
+        ]
+
+    def columns(self, src: NDArray) -> NDArray:
+        """The ``[n, oh, ow, kh, kw, c]`` im2col view of the padded input ``src``."""
+        sn, sy, sx, sc = src.strides
+        return np.lib.stride_tricks.as_strided(
+            src,
+            shape=(self.n, self.oh, self.ow, self.kh, self.kw, src.shape[3]),
+            strides=(sn, sy * self.sh, sx * self.sw, sy * self.dh, sx * self.dw, sc),
+            writeable=False,
+        )
+
+
+def _window(
+    b: Builder, xs: tuple[int, ...], n: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> Window:
+    if len(xs) != 4:
+        raise XnnpackError(f"{b.where}: input {xs} must be 4-d NHWC")
+    if n.flags & S.FLAG_TENSORFLOW_SAME_PADDING:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: TensorFlow SAME padding is not supported"
+        )
+    if min(kh, kw, sh, sw, dh, dw) < 1:
+        raise XnnpackError(
+            f"{b.where}: window {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw} must be positive"
+        )
+    win = Window(
+        *xs,
+        (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left),
+        kh,
+        kw,
+        sh,
+        sw,
+        dh,
+        dw,
+    )
+    _, hp, wp, _ = win.padded_shape
+    if hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
+        raise XnnpackError(
+            f"{b.where}: a {kh}x{kw} window (dilation {dh}x{dw}) does not fit the padded {hp}x{wp} input"
+        )
+    return win
+
+
+# Depthwise outputs (times taps) up to this many elements use one einsum; windowed
+# inputs from this many elements on are split into stride phases.
+_EINSUM_LIMIT = 1 << 21
+_PHASE_LIMIT = 1 << 16
+
+
+class TapSource:
+    """Fixed buffers holding the input of a windowed node, and each tap's view of them.
+
+    The input is copied once per call: into a buffer with a ``fill`` border when
+    the node pads, or, for strided windows when ``phased``, into one plane per
+    (row, column) phase of the stride, so that every tap reads a unit-stride view
+    whose rows numpy can traverse as one run.
+    """
+
+    def __init__(self, b: Builder, vid: int, win: Window, fill: float, phased: bool) -> None:
+        self.steps: list[Step] = []
+        get = b.getter(vid)
+        dtype = b.dtype(vid)
+        t, _, _, le = win.pads
+        sh, sw = win.sh, win.sw
+        self.src: NDArray | None = None
+        if phased and (sh > 1 or sw > 1):
+            _, hp, wp, _ = win.padded_shape
+            planes: dict[tuple[int, int], NDArray] = {}
+            self.views = []
+            for i in range(win.kh):
+                for j in range(win.kw):
+                    py, oy = divmod(i * win.dh, sh)[::-1]
+                    px, ox = divmod(j * win.dw, sw)[::-1]
+                    if (py, px) not in planes:
+                        planes[(py, px)] = np.full(
+                            (win.n, -(-(hp - py) // sh), -(-(wp - px) // sw), win.c), fill, dtype
+                        )
+                    self.views.append(planes[(py, px)][:, oy : oy + win.oh, ox : ox + win.ow])
+            copies = []
+            for (py, px), plane in planes.items():
+                r0, c0 = -(-(t - py) // sh) if t > py else 0, -(-(le - px) // sw) if le > px else 0
+                y0, x0 = py + r0 * sh - t, px + c0 * sw - le
+                rows, cols = len(range(y0, win.h, sh)), len(range(x0, win.w, sw))
+                if rows and cols:
+                    copies.append(
+                        (
+                            plane[:, r0 : r0 + rows, c0 : c0 + cols],
+                            (slice(None), slice(y0, None, sh), slice(x0, None, sw)),
+                        )
+                    )
+
+            def split() -> None:
+                x = get()
+                for dst, key in copies:
+                    np.copyto(dst, x[key])
+
+            self.steps.append(split)
+        elif any(win.pads) or not b.fixed(vid):
+            buf = np.full(win.padded_shape, fill, dtype)
+            inner = buf[:, t : t + win.h, le : le + win.w]
+
+            def pad() -> None:
+                np.copyto(inner, get())
+
+            self.steps.append(pad)
+            self.src = buf
+            self.views = win.taps(buf)
+        else:
+            self.src = b.env[vid]
+            self.views = win.taps(self.src)
+
+
+def _bias_and_clamp(
+    b: Builder, n: Any, node: S.XNode, units: int
+) -> tuple[NDArray | None, float, float]:
+    bias = None
+    if n.bias_id != S.INVALID_ID:
+        bias = b.const(n.bias_id)
+        if bias is None:
+            raise NotImplementedError(
+                f"XNNPACK delegate: {b.where}: a non-constant bias is not supported"
+            )
+        if bias.shape != (units,):
+            raise XnnpackError(f"{b.where}: bias {bias.shape} for {units} output channels")
+        bias = bias.astype(_F32)
+    lo, hi = bounds(node)
+    return bias, lo, hi
+
+
+def _filter(b: Builder, n: Any) -> NDArray:
+    w = b.const(n.filter_id)
+    if w is None:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: a non-constant filter is not supported"
+        )
+    return w.astype(_F32)
+
+
+def _float_only(b: Builder, *vids: int) -> None:
+    for v in vids:
+        if b.dtype(v) != _F32:
+            raise NotImplementedError(
+                f"XNNPACK delegate: {b.where}: value {v} is {b.dtype(v).name}; only float32 is supported here"
+            )
+
+
+def _conv_window(b: Builder, n: S.Conv) -> Window:
+    return _window(
+        b,
+        b.shape(n.input1_id),
+        n,
+        n.kernel_height,
+        n.kernel_width,
+        n.subsampling_height,
+        n.subsampling_width,
+        n.dilation_height,
+        n.dilation_width,
+    )
+
+
+@builder("XNNConv2d")
+def _conv2d(b: Builder, n: S.Conv, node: S.XNode) -> None:
+    _float_only(b, n.input1_id, n.output_id)
+    win = _conv_window(b, n)
+    g, cin, cout = n.groups, n.group_input_channels, n.group_output_channels
+    if g < 1 or g * cin != win.c:
+        raise XnnpackError(
+            f"{b.where}: {g} groups of {cin} channels for an input of {win.c} channels"
+        )
+    w = _filter(b, n)
+    if w.shape != (g * cout, win.kh, win.kw, cin):
+        raise XnnpackError(
+            f"{b.where}: filter {w.shape}, expected {(g * cout, win.kh, win.kw, cin)}"
+        )
+    bias, lo, hi = _bias_and_clamp(b, n, node, g * cout)
+    out = b.out(n.output_id, (win.n, win.oh, win.ow, g * cout))
+    m = win.n * win.oh * win.ow
+    kk = win.kh * win.kw * cin
+    # [out, kh, kw, in] -> per group the [kh*kw*in, out] matrix of the im2col product.
+    wmats = [
+        np.ascontiguousarray(w[q * cout : (q + 1) * cout].reshape(cout, kk).T) for q in range(g)
+    ]
+    o_get = b.getter(n.output_id)
+    o2_fixed = out.reshape(m, g * cout) if b.fixed(n.output_id) else None
+
+    def out2d() -> NDArray:
+        return o2_fixed if o2_fixed is not None else o_get().reshape(m, g * cout)
+
+    if g == 1 and win.kh == win.kw == win.sh == win.sw == 1 and not any(win.pads):
+        # A 1x1 convolution is one matmul over the NHWC pixels.
+        wmat, x = wmats[0], b.getter(n.input1_id)
+        a2 = b.env[n.input1_id].reshape(m, kk) if b.fixed(n.input1_id) else None
+
+        def pointwise() -> None:
+            _matmul_into(out2d(), a2 if a2 is not None else x().reshape(m, kk), wmat, bias, lo, hi)
+
+        b.step(pointwise)
+        return
+    source = TapSource(b, n.input1_id, win, 0.0, phased=False)
+    for s in source.steps:
+        b.step(s)
+    # im2col: one strided copy per group into [pixels, kh*kw*in] columns, then one matmul.
+    cols = [np.empty((win.n, win.oh, win.ow, win.kh, win.kw, cin), _F32) for _ in range(g)]
+    views = [win.columns(source.src[..., q * cin : (q + 1) * cin]) for q in range(g)]
+    col2d = [c.reshape(m, kk) for c in cols]
+
+    def conv() -> None:
+        for dst, view in zip(cols, views, strict=True):
+            np.copyto(dst, view)
+        o2 = out2d()
+        if g == 1:
+            _matmul_into(o2, col2d[0], wmats[0], bias, lo, hi)
+            return
+        for q in range(g):
+            o2[:, q * cout : (q + 1) * cout] = col2d[q] @ wmats[q]
+        if bias is not None:
+            np.add(o2, bias, out=o2)
+        clamp_array(o2, lo, hi)
+
+    b.step(conv)
+
+
+@builder("XNNDepthwiseConv2d")
+def _depthwise(b: Builder, n: S.Conv, node: S.XNode) -> None:
+    _float_only(b, n.input1_id, n.output_id)
+    win = _conv_window(b, n)
+    channels = win.c
+    if n.groups != channels or n.group_input_channels != 1:
+        raise XnnpackError(f"{b.where}: depthwise over {channels} channels with {n.groups} groups")
+    mult = n.group_output_channels
+    units = channels * mult
+    w = _filter(b, n)
+    if w.shape != (1, win.kh, win.kw, units):
+        raise XnnpackError(f"{b.where}: filter {w.shape}, expected {(1, win.kh, win.kw, units)}")
+    bias, lo, hi = _bias_and_clamp(b, n, node, units)
+    oh, ow = win.oh, win.ow
+    b.out(n.output_id, (win.n, oh, ow, units))
+    o_get = b.getter(n.output_id)
+    fixed_out = b.env[n.output_id] if b.fixed(n.output_id) else None
+    flat_shape = (win.n, oh, ow, units)
+    small = math.prod(flat_shape) * win.kh * win.kw <= _EINSUM_LIMIT
+    source = TapSource(b, n.input1_id, win, 0.0, phased=not small)
+    for s in source.steps:
+        b.step(s)
+
+    def finish(flat: NDArray) -> None:
+        if bias is not None:
+            np.add(flat, bias, out=flat)
+        clamp_array(flat, lo, hi)
+
+    if small:
+        # Small outputs: one einsum over the im2col view beats a call per tap.
+        cols = win.columns(source.src)
+        wk = np.ascontiguousarray(w[0].reshape(win.kh, win.kw, channels, mult))
+        shape5 = (win.n, oh, ow, channels, mult)
+
+        def depthwise_small() -> None:
+            flat = fixed_out if fixed_out is not None else o_get()
+            np.einsum("nhwijc,ijcm->nhwcm", cols, wk, out=flat.reshape(shape5))
+            finish(flat)
+
+        b.step(depthwise_small)
+        return
+    taps = [w[0, i, j] for i in range(win.kh) for j in range(win.kw)]
+    if mult == 1:
+        # Each tap's weights repeated along the output row, so that a row of
+        # pixels and channels is one contiguous run for numpy.
+        weights = [np.ascontiguousarray(np.broadcast_to(t, (ow, channels))) for t in taps]
+        views = source.views
+        shape = flat_shape
+    else:
+        weights = [np.ascontiguousarray(t.reshape(channels, mult)) for t in taps]
+        views = [v[..., None] for v in source.views]
+        shape = (win.n, oh, ow, channels, mult)
+    tmp = np.empty(shape, _F32)
+    pairs = list(zip(views, weights, strict=True))
+    (v0, w0), rest = pairs[0], pairs[1:]
+
+    def depthwise() -> None:
+        flat = fixed_out if fixed_out is not None else o_get()
+        out = flat.reshape(shape)
+        np.multiply(v0, w0, out=out)
+        for v, wt in rest:
+            np.multiply(v, wt, out=tmp)
+            np.add(out, tmp, out=out)
+        finish(flat)
+
+    b.step(depthwise)
+
+
+@builder("XNNMaxPooling2d", "XNNAvgPooling2d")
+def _pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
+    is_max = type(n).__name__ == "XNNMaxPooling2d"
+    _float_only(b, n.input_id, n.output_id)
+    xs = b.shape(n.input_id)
+    dh, dw = n.dilation_height or 1, n.dilation_width or 1
+    win = _window(
+        b, xs, n, n.pooling_height, n.pooling_width, n.stride_height, n.stride_width, dh, dw
+    )
+    b.out(n.output_id, (win.n, win.oh, win.ow, win.c))
+    lo, hi = bounds(node)
+    phased = math.prod(win.padded_shape) >= _PHASE_LIMIT
+    source = TapSource(b, n.input_id, win, -_INF if is_max else 0.0, phased=phased)
+    for s in source.steps:
+        b.step(s)
+    combine = np.maximum if is_max else np.add
+    first, rest = source.views[0], source.views[1:]
+    scale = None
+    if not is_max:
+        # The average over the taps inside the input (padding excluded), per output pixel.
+        ones = np.zeros((1,) + win.padded_shape[1:3] + (1,), _F32)
+        ones[:, win.pads[0] : win.pads[0] + win.h, win.pads[3] : win.pads[3] + win.w] = 1.0
+        counts = np.maximum(sum(win.taps(ones)), 1.0)
+        scale = np.ascontiguousarray(
+            np.broadcast_to((1.0 / counts).astype(_F32), (1, win.oh, win.ow, win.c))
+        )
+    o_get = b.getter(n.output_id)
+
+    def pool() -> None:
+        out = o_get()
+        np.copyto(out, first)
+        for v in rest:
+            combine(out, v, out=out)
+        if scale is not None:
+            np.multiply(out, scale, out=out)
+        clamp_array(out, lo, hi)
+
+    b.step(pool)
+
+
+@builder("XNNConvTranspose2d")
+def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
+    _float_only(b, n.input1_id, n.output_id)
+    xs = b.shape(n.input1_id)
+    if len(xs) != 4:
+        raise XnnpackError(f"{b.where}: input {xs} must be 4-d NHWC")
+    nb, h, wd, c = xs
+    g, cin, cout = n.groups, n.group_input_channels, n.group_output_channels
+    kh, kw, sh, sw = n.kernel_height, n.kernel_width, n.subsampling_height, n.subsampling_width
+    dh, dw = n.dilation_height, n.dilation_width
+    if g < 1 or g * cin != c:
+        raise XnnpackError(f"{b.where}: {g} groups of {cin} channels for an input of {c} channels")
+    w = _filter(b, n)
+    if w.shape != (g * cout, kh, kw, cin):
+        raise XnnpackError(f"{b.where}: filter {w.shape}, expected {(g * cout, kh, kw, cin)}")
+    bias, lo, hi = _bias_and_clamp(b, n, node, g * cout)
+    pt, pr, pb, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
+    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + n.adjustment_height
+    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + n.adjustment_width
+    oh, ow = full_h - pt - pb, full_w - pl - pr
+    if oh < 1 or ow < 1:
+        raise XnnpackError(f"{b.where}: padding leaves an empty {oh}x{ow} output")
+    b.out(n.output_id, (nb, oh, ow, g * cout))
+    m = nb * h * wd
+    # Per group: [in, kh*kw*out] so that x @ W gives each pixel's contribution to every tap.
+    wmats = [
+        np.ascontiguousarray(
+            w[q * cout : (q + 1) * cout].transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
+        )
+        for q in range(g)
+    ]
+    acc = np.zeros((nb, full_h, full_w, g * cout), _F32)
+    cols = np.empty((m, kh * kw * cout), _F32)
+    x, o = b.getter(n.input1_id), b.getter(n.output_id)
+    adds = []
+    cview = cols.reshape(nb, h, wd, kh, kw, cout)
+    for q in range(g):
+        for i in range(kh):
+            for j in range(kw):
+                dst = acc[
+                    :,
+                    i * dh : i * dh + sh * (h - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (wd - 1) + 1 : sw,
+                ]
+                adds.append((q, dst[..., q * cout : (q + 1) * cout], cview[:, :, :, i, j, :]))
+    crop = acc[:, pt : pt + oh, pl : pl + ow]
+
+    def run() -> None:
+        acc.fill(0.0)
+        x2 = x().reshape(m, c)
+        for q in range(g):
+            np.matmul(x2[:, q * cin : (q + 1) * cin], wmats[q], out=cols)
+            for qq, dst, src in adds:
+                if qq == q:
+                    np.add(dst, src, out=dst)
+        out = o()
+        np.copyto(out, crop)
+        if bias is not None:
+            np.add(out, bias, out=out)
+        clamp_array(out, lo, hi)
+
+    b.step(run)
+
+
+@builder("XNNGlobalAvgPooling2d")
+def _global_avg_pool(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
+    xs = b.shape(n.input_id)
+    if len(xs) < 3:
+        raise XnnpackError(f"{b.where}: input {xs} must be at least 3-d (N..., H, W, C)")
+    declared = b.value(n.output_id).dims
+    keep = bool(n.flags & S.FLAG_KEEP_DIMS) or len(declared) == len(xs)
+    red = xs[:-3] + (1, 1, xs[-1])
+    shape = red if keep else xs[:-3] + (xs[-1],)
+    b.out(n.output_id, shape)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+    lo, hi = bounds(node)
+    area = xs[-3] * xs[-2]
+    half = b.dtype(n.output_id) != _F32
+
+    def run() -> None:
+        out = o()
+        if half:
+            r = np.mean(x(), axis=(-3, -2), dtype=_F32)
+            np.copyto(out.reshape(r.shape), r, casting="unsafe")
+        else:
+            v = x()
+            flat = v.reshape(v.shape[:-3] + (area, v.shape[-1]))
+            np.sum(flat, axis=-2, out=out.reshape(flat.shape[:-2] + (flat.shape[-1],)))
+            np.multiply(out, 1.0 / area, out=out)
+        clamp_array(out, lo, hi)
+
+    b.step(run)
+
+
+@builder("XNNStaticResizeBilinear2D")
+def _resize_bilinear(b: Builder, n: S.XNNStaticResizeBilinear2D, node: S.XNode) -> None:
+    xs = b.shape(n.input_id)
+    if len(xs) != 4:
+        raise XnnpackError(f"{b.where}: input {xs} must be 4-d NHWC")
+    nb, h, w, c = xs
+    oh, ow = n.new_height, n.new_width
+    b.out(n.output_id, (nb, oh, ow, c))
+    align = bool(n.flags & S.FLAG_ALIGN_CORNERS)
+    legacy = bool(
+        n.flags & S.FLAG_TENSORFLOW_SAME_PADDING
+    )  # XNN_FLAG_TENSORFLOW_LEGACY_MODE has the same bit
+
+    def axis(size_in: int, size_out: int) -> tuple[NDArray, NDArray, NDArray]:
+        dst = np.arange(size_out, dtype=np.float64)
+        if align:
+            scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+            src = dst * scale
+        elif legacy:
+            src = dst * (size_in / size_out)
+        else:
+            src = np.maximum((dst + 0.5) * (size_in / size_out) - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(np.intp), size_in - 1)
+        i1 = np.minimum(i0 + 1, size_in - 1)
+        lam = (src - i0).astype(_F32)
+        return i0, i1, lam
+
+    y0, y1, ly = axis(h, oh)
+    x0, x1, lx = axis(w, ow)
+    ly = ly[:, None, None]
+    lx = lx[:, None]
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+    def run() -> None:
+        v = x()
+        top, bot = v[:, y0], v[:, y1]
+        rows = top + (bot - top) * ly
+        left, right = rows[:, :, x0], rows[:, :, x1]
+        np.copyto(o(), left + (right - left) * lx, casting="unsafe")
+
+    b.step(run)

@@ -1,0 +1,323 @@
+"""Load-time fast paths for the hottest kernels.
+
+When an instruction's tensors have static shapes and its other arguments are
+constants, these specializers pick, once at load, the bare numpy call that
+computes the same result for those dtypes and shapes, skipping the general
+kernel's promotion and shape checks on every call. Anything they do not
+recognise keeps the general kernel (they return ``None``). Floating-point
+warnings are silenced once per method run by the runtime, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.kernels.registry import specializer
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_EXACT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _same_dtype(*arrays: Any, kinds: tuple[np.dtype, ...] = _FLOATS) -> bool:
+    first = arrays[0].dtype
+    return first in kinds and all(isinstance(a, np.ndarray) and a.dtype == first for a in arrays)
+
+
+def _broadcasts_to(out: np.ndarray, *arrays: np.ndarray) -> bool:
+    """Whether ``arrays`` broadcast exactly to ``out``'s shape."""
+    try:
+        return np.broadcast_shapes(out.shape, *(a.shape for a in arrays)) == out.shape
+    except ValueError:
+        return False
+
+
+def _binary(ufunc: np.ufunc, kinds: tuple[np.dtype, ...]):  # noqa: ANN202
+    def specialize(a: Any, b: Any, *rest: Any) -> Any:
+        out = rest[-1]
+        alpha = rest[0] if len(rest) == 2 else 1
+        if alpha != 1 or isinstance(alpha, bool):
+            return None
+        if not (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and isinstance(out, np.ndarray)
+        ):
+            return None
+        if not _same_dtype(a, b, out, kinds=kinds) or not _broadcasts_to(out, a, b):
+            return None
+        if len(rest) == 2:
+            return lambda a, b, alpha, out: ufunc(a, b, out=out)
+        return lambda a, b, out: ufunc(a, b, out=out)
+
+    return specialize
+
+
+def _binary_scalar(ufunc: np.ufunc):  # noqa: ANN202
+    def specialize(a: Any, b: Any, *rest: Any) -> Any:
+        out = rest[-1]
+        alpha = rest[0] if len(rest) == 2 else 1
+        if alpha != 1 or isinstance(alpha, bool) or isinstance(b, bool):
+            return None
+        if not (isinstance(a, np.ndarray) and isinstance(out, np.ndarray)):
+            return None
+        if not isinstance(b, (int, float)) or not _same_dtype(a, out) or a.shape != out.shape:
+            return None
+        # A Python scalar takes the float tensor's dtype, in torch and in numpy.
+        scalar = a.dtype.type(b)
+        if len(rest) == 2:
+            return lambda a, b, alpha, out: ufunc(a, scalar, out=out)
+        return lambda a, b, out: ufunc(a, scalar, out=out)
+
+    return specialize
+
+
+specializer("aten::add.out")(_binary(np.add, _FLOATS + _EXACT_INTS))
+specializer("aten::sub.out")(_binary(np.subtract, _FLOATS + _EXACT_INTS))
+specializer("aten::mul.out")(_binary(np.multiply, _FLOATS + _EXACT_INTS))
+specializer("aten::div.out")(_binary(np.true_divide, _FLOATS))
+specializer("aten::maximum.out")(_binary(np.maximum, _FLOATS))
+specializer("aten::minimum.out")(_binary(np.minimum, _FLOATS))
+specializer("aten::add.Scalar_out")(_binary_scalar(np.add))
+specializer("aten::sub.Scalar_out")(_binary_scalar(np.subtract))
+specializer("aten::mul.Scalar_out")(_binary_scalar(np.multiply))
+specializer("aten::div.Scalar_out")(_binary_scalar(np.true_divide))
+
+
+def _unary(fn):  # noqa: ANN001, ANN202
+    def specialize(a: Any, out: Any) -> Any:
+        if (
+            isinstance(a, np.ndarray)
+            and isinstance(out, np.ndarray)
+            and _same_dtype(a, out)
+            and a.shape == out.shape
+        ):
+            return lambda a, out: fn(a, out)
+        return None
+
+    return specialize
+
+
+def _sigmoid(a: np.ndarray, out: np.ndarray) -> np.ndarray:
+    np.negative(a, out=out)
+    np.exp(out, out=out)
+    out += 1
+    return np.reciprocal(out, out=out)
+
+
+def _relu(a: np.ndarray, out: np.ndarray) -> np.ndarray:
+    # maximum keeps NaN, as torch's relu does.
+    return np.maximum(a, 0, out=out)
+
+
+specializer("aten::relu.out")(_unary(_relu))
+specializer("aten::sigmoid.out")(_unary(_sigmoid))
+specializer("aten::tanh.out")(_unary(lambda a, out: np.tanh(a, out=out)))
+specializer("aten::exp.out")(_unary(lambda a, out: np.exp(a, out=out)))
+specializer("aten::neg.out")(_unary(lambda a, out: np.negative(a, out=out)))
+specializer("aten::sqrt.out")(_unary(lambda a, out: np.sqrt(a, out=out)))
+
+
+def _copy_like(a: Any, out: Any) -> bool:
+    return isinstance(a, np.ndarray) and isinstance(out, np.ndarray) and a.dtype == out.dtype
+
+
+@specializer("aten::clone.out")
+def _clone(a: Any, memory_format: Any, out: Any) -> Any:
+    if _copy_like(a, out) and a.shape == out.shape:
+        return lambda a, memory_format, out: (np.copyto(out, a), out)[1]
+    return None
+
+
+@specializer("dim_order_ops::_clone_dim_order.out", "dim_order_ops::_to_dim_order_copy.out")
+def _clone_dim_order(a: Any, non_blocking: Any, dim_order: Any, out: Any) -> Any:
+    if _copy_like(a, out) and a.shape == out.shape:
+        return lambda a, non_blocking, dim_order, out: (np.copyto(out, a), out)[1]
+    return None
+
+
+@specializer("aten::permute_copy.out")
+def _permute(a: Any, dims: Any, out: Any) -> Any:
+    if not _copy_like(a, out):
+        return None
+    axes = tuple(d % max(a.ndim, 1) for d in dims)
+    if sorted(axes) != list(range(a.ndim)) or a.transpose(axes).shape != out.shape:
+        return None
+    return lambda a, dims, out: (np.copyto(out, a.transpose(axes)), out)[1]
+
+
+@specializer("aten::view_copy.out")
+def _view(a: Any, size: Any, out: Any) -> Any:
+    if not _copy_like(a, out) or a.size != out.size:
+        return None
+    shape = out.shape
+    return lambda a, size, out: (np.copyto(out, a.reshape(shape)), out)[1]
+
+
+@specializer("aten::expand_copy.out")
+def _expand(a: Any, size: Any, implicit: Any, out: Any) -> Any:
+    if not _copy_like(a, out) or not _broadcasts_to(out, a):
+        return None
+    return lambda a, size, implicit, out: (np.copyto(out, a), out)[1]
+
+
+@specializer("aten::mm.out", "aten::bmm.out")
+def _mm(a: Any, b: Any, out: Any) -> Any:
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or not _same_dtype(a, b, out):
+        return None
+    if (
+        a.ndim != b.ndim
+        or a.ndim not in (2, 3)
+        or np.matmul(a[..., :0, :], b[..., :, :0]).ndim != out.ndim
+    ):
+        return None
+    if a.shape[:-1] + b.shape[-1:] != out.shape:
+        return None
+    return lambda a, b, out: np.matmul(a, b, out=out)
+
+
+@specializer("aten::addmm.out")
+def _addmm(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> Any:
+    if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
+        return None
+    if not (
+        isinstance(bias, np.ndarray) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+    ):
+        return None
+    if (
+        not _same_dtype(bias, a, b, out)
+        or a.ndim != 2
+        or b.ndim != 2
+        or (a.shape[0], b.shape[1]) != out.shape
+    ):
+        return None
+    if not _broadcasts_to(out, bias) or np.shares_memory(out, bias):
+        return None
+
+    def addmm(
+        bias: np.ndarray, a: np.ndarray, b: np.ndarray, beta: Any, alpha: Any, out: np.ndarray
+    ) -> np.ndarray:
+        np.matmul(a, b, out=out)
+        out += bias
+        return out
+
+    return addmm
+
+
+def _axis(dim: Any, ndim: int) -> int | None:
+    if not isinstance(dim, int) or not -max(ndim, 1) <= dim < max(ndim, 1):
+        return None
+    return dim % max(ndim, 1)
+
+
+def _copy_from(view_of_input):  # noqa: ANN001, ANN202
+    """A kernel body copying a load-time-chosen view of the input into out."""
+
+    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+        out = rest[-1]
+        np.copyto(out, view_of_input(a))
+        return out
+
+    return run
+
+
+@specializer("aten::slice_copy.Tensor_out")
+def _slice(a: Any, dim: Any, start: Any, end: Any, step: Any, out: Any) -> Any:
+    axis = _axis(dim, getattr(a, "ndim", 0))
+    if (
+        not _copy_like(a, out)
+        or axis is None
+        or a.ndim == 0
+        or not isinstance(step, int)
+        or step <= 0
+    ):
+        return None
+    index = (slice(None),) * axis + (slice(start, end, step),)
+    if a[index].shape != out.shape:
+        return None
+    return _copy_from(lambda a: a[index])
+
+
+@specializer("aten::select_copy.int_out")
+def _select(a: Any, dim: Any, index: Any, out: Any) -> Any:
+    axis = _axis(dim, getattr(a, "ndim", 0))
+    if not _copy_like(a, out) or axis is None or a.ndim == 0 or not isinstance(index, int):
+        return None
+    if not -a.shape[axis] <= index < a.shape[axis]:
+        return None
+    key = (slice(None),) * axis + (index,)
+    if a[key].shape != out.shape:
+        return None
+    return _copy_from(lambda a: a[key])
+
+
+@specializer(
+    "aten::squeeze_copy.dims_out", "aten::squeeze_copy.dim_out", "aten::unsqueeze_copy.out"
+)
+def _reshape_copy(a: Any, dims: Any, out: Any) -> Any:
+    # Squeezing and unsqueezing keep the element order: a reshape to out's shape.
+    if not _copy_like(a, out) or a.size != out.size:
+        return None
+    kept = [s for s in a.shape if s != 1]
+    if kept != [s for s in out.shape if s != 1]:
+        return None
+    shape = out.shape
+    return _copy_from(lambda a: a.reshape(shape))
+
+
+@specializer("aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out")
+def _split(a: Any, sizes: Any, dim: Any, outs: Any) -> Any:
+    axis = _axis(dim, getattr(a, "ndim", 0))
+    if not isinstance(a, np.ndarray) or axis is None or a.ndim == 0 or not isinstance(outs, list):
+        return None
+    if isinstance(sizes, int):
+        if sizes <= 0:
+            return None
+        n = a.shape[axis]
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    if len(sizes) != len(outs) or sum(sizes) != a.shape[axis]:
+        return None
+    keys = []
+    start = 0
+    for size, o in zip(sizes, outs, strict=True):
+        key = (slice(None),) * axis + (slice(start, start + size),)
+        if not _copy_like(a, o) or a[key].shape != o.shape:
+            return None
+        keys.append(key)
+        start += size
+    pairs = tuple(zip(keys, range(len(keys)), strict=True))
+
+    def split(a: np.ndarray, sizes: Any, dim: Any, outs: list[np.ndarray]) -> list[np.ndarray]:
+        for key, i in pairs:
+            np.copyto(outs[i], a[key])
+        return outs
+
+    return split
+
+
+@specializer("aten::cat.out")
+def _cat(tensors: Any, dim: Any, out: Any) -> Any:
+    if not isinstance(out, np.ndarray) or not tensors:
+        return None
+    axis = _axis(dim, out.ndim)
+    if axis is None or out.ndim == 0:
+        return None
+    keys = []
+    start = 0
+    for t in tensors:
+        if not _copy_like(t, out) or t.ndim != out.ndim:
+            return None
+        key = (slice(None),) * axis + (slice(start, start + t.shape[axis]),)
+        if out[key].shape != t.shape:
+            return None
+        keys.append(key)
+        start += t.shape[axis]
+    if start != out.shape[axis]:
+        return None
+    keys = tuple(keys)
+
+    def cat(tensors: list[np.ndarray], dim: Any, out: np.ndarray) -> np.ndarray:
+        for key, t in zip(keys, tensors, strict=True):
+            out[key] = t
+        return out
+
+    return cat

@@ -1,0 +1,107 @@
+"""Load-time fast paths compute exactly what their general kernels compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyexecutorch.kernels import get_kernel
+from pyexecutorch.kernels.registry import get_specializer
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _out(shape, dtype=np.float32):
+    return np.zeros(shape, dtype)
+
+
+# (operator, argument builder) — the last argument is the output (or list of outputs).
+CASES = [
+    ("aten::add.out", lambda: [f32(4, 8), f32(8), 1, _out((4, 8))]),
+    ("aten::sub.out", lambda: [f32(4, 8), f32(4, 8), 1, _out((4, 8))]),
+    ("aten::mul.out", lambda: [f32(2, 3, 4), f32(1, 3, 1), _out((2, 3, 4))]),
+    ("aten::div.out", lambda: [f32(5, 6), f32(5, 6), _out((5, 6))]),
+    (
+        "aten::add.out",
+        lambda: [
+            RNG.integers(-9, 9, (3, 4)),
+            RNG.integers(-9, 9, (3, 4)),
+            1,
+            _out((3, 4), np.int64),
+        ],
+    ),
+    ("aten::maximum.out", lambda: [f32(3, 4), f32(3, 4), _out((3, 4))]),
+    ("aten::add.Scalar_out", lambda: [f32(3, 4), 0.1, 1, _out((3, 4))]),
+    ("aten::mul.Scalar_out", lambda: [f32(3, 4), 3, _out((3, 4))]),
+    ("aten::div.Scalar_out", lambda: [f32(3, 4), 7.0, _out((3, 4))]),
+    ("aten::relu.out", lambda: [np.array([-1.0, np.nan, 2.0], np.float32), _out((3,))]),
+    ("aten::sigmoid.out", lambda: [f32(6, 7) * 20, _out((6, 7))]),
+    ("aten::tanh.out", lambda: [f32(6, 7), _out((6, 7))]),
+    ("aten::exp.out", lambda: [f32(6, 7), _out((6, 7))]),
+    ("aten::neg.out", lambda: [f32(6, 7), _out((6, 7))]),
+    ("aten::sqrt.out", lambda: [np.abs(f32(6, 7)), _out((6, 7))]),
+    ("aten::clone.out", lambda: [f32(2, 3), None, _out((2, 3))]),
+    ("dim_order_ops::_clone_dim_order.out", lambda: [f32(2, 3), False, None, _out((2, 3))]),
+    ("aten::permute_copy.out", lambda: [f32(2, 3, 4), (2, 0, 1), _out((4, 2, 3))]),
+    ("aten::view_copy.out", lambda: [f32(2, 3, 4), (6, 4), _out((6, 4))]),
+    ("aten::expand_copy.out", lambda: [f32(1, 4), (3, 4), False, _out((3, 4))]),
+    ("aten::mm.out", lambda: [f32(3, 5), f32(5, 2), _out((3, 2))]),
+    ("aten::bmm.out", lambda: [f32(2, 3, 5), f32(2, 5, 2), _out((2, 3, 2))]),
+    ("aten::addmm.out", lambda: [f32(2), f32(3, 5), f32(5, 2), 1, 1, _out((3, 2))]),
+    ("aten::slice_copy.Tensor_out", lambda: [f32(4, 9), 1, 2, 100, 3, _out((4, 3))]),
+    ("aten::slice_copy.Tensor_out", lambda: [f32(4, 9), -1, -5, None, 1, _out((4, 5))]),
+    ("aten::select_copy.int_out", lambda: [f32(4, 9), 0, -1, _out((9,))]),
+    ("aten::squeeze_copy.dims_out", lambda: [f32(1, 4, 1), (0, 2), _out((4,))]),
+    ("aten::unsqueeze_copy.out", lambda: [f32(4, 3), 1, _out((4, 1, 3))]),
+    (
+        "aten::split_with_sizes_copy.out",
+        lambda: [f32(2, 7), (3, 4), 1, [_out((2, 3)), _out((2, 4))]],
+    ),
+    (
+        "aten::split_copy.Tensor_out",
+        lambda: [f32(5, 2), 2, 0, [_out((2, 2)), _out((2, 2)), _out((1, 2))]],
+    ),
+    ("aten::cat.out", lambda: [[f32(2, 3), f32(2, 1)], 1, _out((2, 4))]),
+]
+
+
+@pytest.mark.parametrize("name,build", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_fast_path_equals_kernel(name, build):
+    args = build()
+    fast = get_specializer(name)(*args)
+    assert fast is not None, f"{name}: the fast path declined a case it should take"
+    general_args = [
+        [o.copy() for o in a]
+        if isinstance(a, list) and a and isinstance(a[0], np.ndarray) and a is args[-1]
+        else a
+        for a in args
+    ]
+    general_args[-1] = (
+        [o.copy() for o in args[-1]] if isinstance(args[-1], list) else args[-1].copy()
+    )
+    expected = get_kernel(name).fn(*general_args)
+    with np.errstate(all="ignore"):
+        got = fast(*args)
+    for g, e in zip(
+        got if isinstance(got, list) else [got],
+        expected if isinstance(expected, list) else [expected],
+        strict=True,
+    ):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=2e-7, atol=0, equal_nan=True)
+
+
+def test_fast_paths_decline_what_they_do_not_cover():
+    # mixed dtypes, alpha != 1, a dynamic-looking shape mismatch: the general kernel keeps them
+    assert (
+        get_specializer("aten::add.out")(f32(3), np.zeros(3, np.float64), 1, _out((3,), np.float64))
+        is None
+    )
+    assert get_specializer("aten::add.out")(f32(3), f32(3), 2, _out((3,))) is None
+    assert get_specializer("aten::mm.out")(f32(3, 5), f32(5, 2), _out((3, 3))) is None
+    bias = _out((3, 2))
+    assert get_specializer("aten::addmm.out")(bias, f32(3, 5), f32(5, 2), 1, 1, bias) is None
