@@ -124,12 +124,14 @@ def test_option_errors(example):
     # The runtime's own registry gives the same errors to programs using it directly.
     with pytest.raises(ValueError, match=r"unknown backend 'NoSuchBackend'.*ExampleBackend"):
         backends.set_options("NoSuchBackend", {"trace": True})
-    # Per program: checked when the method loads.
-    program = Runtime.get().load_program(
-        delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"trace": [1]}}
-    )
+    # Per program: checked when the program loads (at the latest when the method does).
     with pytest.raises(TypeError, match=r"option 'trace' must be bool, int or str, got list"):
-        program.load_method("forward")
+        _load(
+            delegate_program(linear_relu_bytes()),
+            backend_options={"ExampleBackend": {"trace": [1]}},
+        )
+    with pytest.raises(ValueError, match="unknown backend 'NoSuchBackend'"):
+        _load(delegate_program(linear_relu_bytes()), backend_options={"NoSuchBackend": {"x": 1}})
     # Valid types the backend itself does not accept: its init names the option.
     with pytest.raises(MissingBackendError, match=r"delegate 0.*option 'trace' must be bool"):
         _load(
@@ -140,19 +142,6 @@ def test_option_errors(example):
         _load(
             delegate_program(linear_relu_bytes()), backend_options={"ExampleBackend": {"speed": 3}}
         )
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime: backend_options naming an unregistered backend are not checked at load "
-    "(Runtime.load_program should validate every key of backend_options)",
-)
-def test_per_program_options_unknown_backend():
-    with pytest.raises(ValueError, match="unknown backend 'NoSuchBackend'"):
-        program = Runtime.get().load_program(
-            delegate_program(linear_relu_bytes()), backend_options={"NoSuchBackend": {"x": 1}}
-        )
-        program.load_method("forward")
 
 
 def test_destroy_releases_handles(example):

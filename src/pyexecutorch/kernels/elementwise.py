@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 BOOL = np.dtype(np.bool_)
@@ -251,28 +251,16 @@ def out_for(out: np.ndarray, *operands: object) -> np.ndarray:
 # Floating-point error state: torch never warns about inf/nan results
 # ---------------------------------------------------------------------------
 
-try:  # numpy >= 2 keeps its error state in a context variable
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERR_STATE
-    from numpy._core._ufunc_config import _make_extobj
-
-    _IGNORE = _make_extobj(all="ignore")
-except Exception:  # pragma: no cover - older numpy
-    _ERR_STATE = None
-
-
 def quiet(fn: Callable) -> Callable:
     """Run ``fn`` with numpy's floating-point warnings off (about 0.2 us)."""
-    if _ERR_STATE is None:  # pragma: no cover
-        return np.errstate(all="ignore")(fn)
-    enter, leave = _ERR_STATE.set, _ERR_STATE.reset
 
     @functools.wraps(fn)
     def run(*args):
-        token = enter(_IGNORE)
+        token = fp_warnings_off()
         try:
             return fn(*args)
         finally:
-            leave(token)
+            fp_warnings_restore(token)
 
     return run
 

@@ -104,7 +104,7 @@ def is_available(name: str) -> bool:
     return backend is not None and backend.is_available()
 
 
-def _check_options(backend: str, options: Mapping[str, Any]) -> dict[str, OptionValue]:
+def check_options(backend: str, options: Mapping[str, Any]) -> dict[str, OptionValue]:
     if get_backend(backend) is None:
         raise ValueError(f"unknown backend {backend!r}; registered: {registered_backend_names()}")
     checked: dict[str, OptionValue] = {}
@@ -123,14 +123,14 @@ def _check_options(backend: str, options: Mapping[str, Any]) -> dict[str, Option
 
 def set_options(backend: str, options: Mapping[str, Any]) -> None:
     """Set global options for ``backend``, passed to every later ``init``."""
-    checked = _check_options(backend, options)
+    checked = check_options(backend, options)
     with _LOCK:
         _OPTIONS.setdefault(backend, {}).update(checked)
 
 
 def get_options(backend: str, keys: Any = None) -> dict[str, OptionValue]:
     """The global options of ``backend`` (only ``keys`` when given)."""
-    _check_options(backend, {})
+    check_options(backend, {})
     current = dict(_OPTIONS.get(backend, {}))
     if keys is None:
         return current
@@ -142,5 +142,5 @@ def effective_options(
 ) -> dict[str, OptionValue]:
     options = dict(_OPTIONS.get(backend, {}))
     if per_program and backend in per_program:
-        options.update(_check_options(backend, per_program[backend]))
+        options.update(check_options(backend, per_program[backend]))
     return options

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.kernels.registry import get_kernel, get_specializer
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime.codegen import (
@@ -483,12 +483,15 @@ class LoadedMethod:
     def run(self) -> None:
         v = self.values
         # torch never warns about inf/nan arithmetic; silence numpy once per run.
-        with np.errstate(all="ignore"):
+        token = fp_warnings_off()
+        try:
             for chain in self.chains:
                 try:
                     chain.run(v)
                 except Exception as e:
                     raise self._execution_error(e, chain) from e
+        finally:
+            fp_warnings_restore(token)
 
     def _execution_error(self, e: Exception, chain: CompiledChain) -> ExecutionError:
         pc = failing_instruction(e, chain)

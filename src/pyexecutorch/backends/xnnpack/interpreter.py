@@ -163,6 +163,7 @@ class Builder:
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.steps: list[Step] = []
         self.rebound: set[int] = set()  # values whose array a step replaces on every call
+        self.noisy = False  # whether some step may warn about inf / NaN (run under errstate)
         self.where = ""
         for v in graph.values:
             if v.const is not None:
@@ -252,6 +253,7 @@ class Plan:
             BUILDERS[name](b, node.xnode_union, node)
         self.steps = b.steps
         self.env = b.env
+        self.noisy = b.noisy
         self.inputs = [(v.id, v.external_id, v.dtype) for v in graph.inputs]
         # (value, external id, shape, dtype, own buffer, may bind the caller's array)
         self.outputs: list[tuple[int, int, tuple[int, ...], np.dtype, NDArray, bool]] = []
@@ -260,13 +262,17 @@ class Plan:
             if shape is None:
                 raise XnnpackError(f"output value {v.id} is never written")
             self.outputs.append((v.id, v.external_id, shape, v.dtype, b.env[v.id], v.const is None))
+        self.accepted: list[Any] = [None] * len(self.outputs)
 
     def run(self, args: list[Any]) -> list[Any] | None:
-        env = self.env
-        replaced: list[tuple[int, NDArray]] = []
-        for vid, ext, shape, dtype, own, bindable in self.outputs:
+        env, accepted = self.env, self.accepted
+        # Outputs are computed straight into the caller's arrays where they fit
+        # (checked once per array object), else into the plan's own buffers.
+        for k, (vid, ext, shape, dtype, own, bindable) in enumerate(self.outputs):
             a = args[ext]
-            if (
+            if a is accepted[k]:
+                env[vid] = a
+            elif (
                 bindable
                 and type(a) is np.ndarray
                 and a.shape == shape
@@ -274,7 +280,7 @@ class Plan:
                 and a.flags.c_contiguous
                 and a.flags.writeable
             ):
-                env[vid] = a
+                env[vid] = accepted[k] = a
             else:
                 env[vid] = own
         for vid, ext, dtype in self.inputs:
@@ -285,6 +291,7 @@ class Plan:
         for step in self.steps:
             step()
         result = None
+        replaced: list[tuple[int, NDArray]] = []
         for vid, ext, shape, dtype, own, _ in self.outputs:
             a = args[ext]
             val = env[vid]

@@ -81,6 +81,7 @@ _BINARY = {
 @builder(*_BINARY)
 def _binary(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
     ufunc = _BINARY[type(n).__name__]
+    b.noisy |= type(n).__name__ in _NOISY
     shape = _bcast(b, b.shape(n.input1_id), b.shape(n.input2_id))
     b.out(n.output_id, shape)
     x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
@@ -184,7 +185,6 @@ _UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
     "XNNSigmoid": lambda: _kernel_unary("aten::sigmoid.out"),
     "XNNTanh": lambda: np.tanh,
     "XNNGelu": _gelu,
-    "XNNSoftmax": lambda: _kernel_unary("aten::_softmax.out", -1, False),
     "XNNFloor": lambda: np.floor,
     "XNNCeiling": lambda: np.ceil,
     "XNNSquareRoot": lambda: np.sqrt,
@@ -203,6 +203,10 @@ _UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
 }
 
 
+# Nodes whose numpy functions warn on inf / NaN results (XNNPACK and torch do not).
+_NOISY = {"XNNDiv", "XNNLog", "XNNSquareRoot", "XNNReciprocalSquareRoot", "XNNExp", "XNNGelu"}
+
+
 def _unary_fn(n: Any) -> Callable[[NDArray, NDArray], Any]:
     name = type(n).__name__
     if name == "XNNELU":
@@ -214,6 +218,7 @@ def _unary_fn(n: Any) -> Callable[[NDArray, NDArray], Any]:
 
 @builder(*_UNARY, "XNNELU", "XNNLeakyReLU")
 def _unary(b: Builder, n: Any, node: S.XNode) -> None:
+    b.noisy |= type(n).__name__ in _NOISY
     shape = b.shape(n.input_id)
     if type(n).__name__ == "XNNCopy" and b.dtype(n.input_id) == b.dtype(n.output_id):
         b.alias(n.output_id, n.input_id, shape)
@@ -231,6 +236,33 @@ def _unary(b: Builder, n: Any, node: S.XNode) -> None:
             clamp_array(out, lo, hi)
 
     b.step(run)
+
+
+@builder("XNNSoftmax")
+def _softmax(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
+    shape = b.shape(n.input_id)
+    if not shape:
+        raise XnnpackError(f"{b.where}: softmax of a 0-d value")
+    b.out(n.output_id, shape)
+    b.noisy = True  # rows of -inf give NaN, as in torch
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+    row = np.empty(shape[:-1] + (1,), _F32)
+    half = b.dtype(n.output_id) != _F32
+    work = np.empty(shape, _F32) if half else None
+
+    def softmax() -> None:
+        out = o()
+        t = out if work is None else work
+        v = x()
+        np.max(v, axis=-1, keepdims=True, out=row)
+        np.subtract(v, row, out=t)
+        np.exp(t, out=t)
+        np.sum(t, axis=-1, keepdims=True, out=row)
+        np.divide(t, row, out=t)
+        if work is not None:
+            np.copyto(out, work, casting="unsafe")
+
+    b.step(softmax)
 
 
 # shape operators -----------------------------------------------------

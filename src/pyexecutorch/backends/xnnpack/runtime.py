@@ -55,9 +55,12 @@ class XnnpackBackend(BackendInterface):
         return delegate
 
     def execute(self, handle: Delegate, args: list[Any]) -> list[Any] | None:
-        # Like XNNPACK (and torch), produce inf and NaN without warnings.
-        with np.errstate(all="ignore"):
-            return handle.plan_for(args).run(args)
+        plan = handle.plan_for(args)
+        if plan.noisy:
+            # Like XNNPACK (and torch), produce inf and NaN without warnings.
+            with np.errstate(all="ignore"):
+                return plan.run(args)
+        return plan.run(args)
 
     def destroy(self, handle: Delegate) -> None:
         handle.plans.clear()

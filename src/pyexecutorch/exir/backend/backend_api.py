@@ -57,16 +57,16 @@ class MethodProgramsPartitionerSpec:
 
 def to_backend(*args: Any, **kwargs: Any) -> Any:
     """See the module documentation for the three forms."""
-    first = args[0] if args else next(iter(kwargs.values()), None)
-    if isinstance(first, str):
+    first = args[0] if args else None
+    if isinstance(first, str) or (first is None and "backend_id" in kwargs):
         return _lower_whole(*args, **kwargs)
-    if isinstance(first, ExportedProgram):
-        return _lower_with_partitioner(*args, **kwargs)
     if isinstance(first, MethodProgramsPartitionerSpec):
         return to_backend_multimethod(first.method_to_edge_program, first.method_to_partitioner)
+    if isinstance(first, ExportedProgram) or (first is None and "edge_program" in kwargs):
+        return _lower_with_partitioner(*args, **kwargs)
     raise TypeError(
-        "to_backend expects (exported_program, partitioner), (backend_id, exported_program, "
-        f"compile_specs) or (MethodProgramsPartitionerSpec); got a {type(first).__name__} first"
+        "to_backend expects (edge_program, partitioner), (backend_id, edge_program, "
+        f"compile_specs) or (MethodProgramsPartitionerSpec); got {type(first).__name__} first"
     )
 
 
