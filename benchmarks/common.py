@@ -14,7 +14,9 @@ for extra in (ROOT / "tests", ROOT / "benchmarks"):
         sys.path.insert(0, str(extra))
 
 
-def measure(fn: Callable[[], object], *, budget_s: float = 0.4, min_runs: int = 5, warmup: int = 3) -> dict[str, float]:
+def measure(
+    fn: Callable[[], object], *, budget_s: float = 0.4, min_runs: int = 5, warmup: int = 3
+) -> dict[str, float]:
     """Latency statistics of ``fn`` in seconds: min, median, p90 over repeated calls."""
     for _ in range(warmup):
         fn()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import official
-
 from pyexecutorch.kernels import operator_names
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import models
 import numpy as np
-import official
 import pytest
 
+import models
+import official
 from pyexecutorch.runtime import (
     ExecutionError,
     InvalidProgramError,
@@ -38,7 +38,10 @@ def test_value_index_out_of_range(mlp_pte):
         assert isinstance(instr, KernelCall)
         instr.args[0] = 9999
 
-    with pytest.raises(InvalidProgramError, match=r"method 'forward': chain 0 instruction 0 .* refers to value 9999"):
+    with pytest.raises(
+        InvalidProgramError,
+        match=r"method 'forward': chain 0 instruction 0 .* refers to value 9999",
+    ):
         _load(_mutated(mlp_pte, mutate))
 
 
@@ -59,7 +62,10 @@ def test_tensor_larger_than_its_arena(mlp_pte):
                 return
 
     data = _mutated(mlp_pte, mutate)
-    with pytest.raises(InvalidProgramError, match=rf"value {mutate.index}: tensor of \d+ bytes .* extends past the end of buffer 1"):
+    with pytest.raises(
+        InvalidProgramError,
+        match=rf"value {mutate.index}: tensor of \d+ bytes .* extends past the end of buffer 1",
+    ):
         _load(data)
     # Minimal verification skips the check, but loading still refuses the tensor.
     with pytest.raises(InvalidProgramError, match=rf"value {mutate.index}: tensor of \d+ bytes"):
@@ -70,7 +76,9 @@ def test_unknown_instruction(mlp_pte):
     def mutate(plan):  # noqa: ANN001
         plan.chains[0].instructions[0].instr_args = None
 
-    with pytest.raises(InvalidProgramError, match=r"chain 0 instruction 0: unknown instruction NONE"):
+    with pytest.raises(
+        InvalidProgramError, match=r"chain 0 instruction 0: unknown instruction NONE"
+    ):
         _load(_mutated(mlp_pte, mutate))
 
 
@@ -97,5 +105,7 @@ def test_kernel_failure_names_instruction_and_operator(mlp_pte):
     loaded = method._loaded
     idx = loaded.inputs[0].index
     loaded.values[idx] = np.zeros((3, 5), dtype=np.float32)
-    with pytest.raises(ExecutionError, match=r"method 'forward' failed at instruction \d+ \(aten::[a-z_]+\.out\)"):
+    with pytest.raises(
+        ExecutionError, match=r"method 'forward' failed at instruction \d+ \(aten::[a-z_]+\.out\)"
+    ):
         loaded.run()

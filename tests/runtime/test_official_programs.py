@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import models
-import official
 import pytest
 
+import models
+import official
 from pyexecutorch.runtime import Runtime
 
 CASES = models.cases(official_exportable=True)
@@ -32,7 +32,9 @@ def test_official_program_matches_eager(case):
         input_sets = case.all_inputs() if name == "forward" else [inputs]
         for k, inp in enumerate(input_sets):
             expected = official.eager_outputs(case, inp, method=name)
-            official.assert_close(case, _run(method, inp), expected, what=f"{name} inputs {k}", **tol)
+            official.assert_close(
+                case, _run(method, inp), expected, what=f"{name} inputs {k}", **tol
+            )
     for name, value in case.constant_methods.items():
         got = program.load_method(name).execute([])
         assert [official.to_numpy(x).tolist() for x in got] == [

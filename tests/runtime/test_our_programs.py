@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import models
-import official
 import pytest
 
+import models
+import official
 from pyexecutorch.runtime import Runtime
 
 CASES = models.CASES

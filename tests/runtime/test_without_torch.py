@@ -6,8 +6,9 @@ import subprocess
 import sys
 import textwrap
 
-import models
 import numpy as np
+
+import models
 import official
 
 
@@ -34,6 +35,8 @@ def test_runs_with_torch_blocked(tmp_path):
         print("ok")
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

@@ -40,10 +40,10 @@ TIME_LIMIT = 2.0
 def _file(official, name: str) -> tuple[bytes, str]:
     if name == "ptd":
         if "external" not in official:
-            pytest.skip("no .ptd export")
+            pytest.fail("no .ptd export")
         return official["external"].ptd.read_bytes(), "ptd"
     if name not in official:
-        pytest.skip(f"{name} could not be exported")
+        pytest.fail(f"{name} could not be exported")
     return official[name].data, "pte"
 
 

@@ -251,6 +251,7 @@ def out_for(out: np.ndarray, *operands: object) -> np.ndarray:
 # Floating-point error state: torch never warns about inf/nan results
 # ---------------------------------------------------------------------------
 
+
 def quiet(fn: Callable) -> Callable:
     """Run ``fn`` with numpy's floating-point warnings off (about 0.2 us)."""
 

@@ -86,7 +86,9 @@ class AllocationDetails:
 class ExtraTensorInfo:
     mutable_data_segments_idx: int = fb("uint64", 0)
     fully_qualified_name: str | None = fb("string", None)
-    location: TensorDataLocation = fb(("enum", TensorDataLocation, "int8"), TensorDataLocation.SEGMENT)
+    location: TensorDataLocation = fb(
+        ("enum", TensorDataLocation, "int8"), TensorDataLocation.SEGMENT
+    )
     device_type: DeviceType = fb(("enum", DeviceType, "int8"), DeviceType.CPU)
     device_index: int = fb("int8", 0)
 
@@ -172,7 +174,19 @@ class Union:
 
 KernelTypes = Union(
     "KernelTypes",
-    [Null, Int, Bool, Double, Tensor, String, IntList, DoubleList, BoolList, TensorList, OptionalTensorList],
+    [
+        Null,
+        Int,
+        Bool,
+        Double,
+        Tensor,
+        String,
+        IntList,
+        DoubleList,
+        BoolList,
+        TensorList,
+        OptionalTensorList,
+    ],
 )
 
 
@@ -259,7 +273,9 @@ class CompileSpec:
 @dataclass
 class BackendDelegate:
     id: str = fb("string", "")
-    processed: BackendDelegateDataReference | None = fb(("table", BackendDelegateDataReference), None)
+    processed: BackendDelegateDataReference | None = fb(
+        ("table", BackendDelegateDataReference), None
+    )
     compile_specs: list[CompileSpec] = fb(("tables", CompileSpec), factory=_list())
 
 

@@ -118,7 +118,9 @@ def dtype_of(scalar_type: int) -> np.dtype:
         return SCALAR_TYPE_TO_DTYPE[ScalarType(scalar_type)]
     except (KeyError, ValueError):
         name = SCALAR_TYPE_NAME.get(scalar_type, str(scalar_type))  # type: ignore[call-overload]
-        raise TypeError(f"scalar type {name} ({int(scalar_type)}) has no numpy equivalent") from None
+        raise TypeError(
+            f"scalar type {name} ({int(scalar_type)}) has no numpy equivalent"
+        ) from None
 
 
 def scalar_type_of(dtype: np.dtype) -> ScalarType:

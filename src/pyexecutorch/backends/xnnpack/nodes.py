@@ -50,13 +50,20 @@ def bounds(node: S.XNode) -> tuple[float, float]:
     return (-_INF, _INF) if mm is None else (float(mm.output_min), float(mm.output_max))
 
 
-def clamp_array(o: NDArray, lo: float, hi: float) -> None:
+def clamp_into(x: NDArray, out: NDArray, lo: float, hi: float) -> None:
+    """out = x clamped to [lo, hi] (a copy when both bounds are infinite)."""
     if lo != -_INF and hi != _INF:
-        np.clip(o, lo, hi, out=o)
+        np.clip(x, lo, hi, out=out)
     elif lo != -_INF:
-        np.maximum(o, lo, out=o)
+        np.maximum(x, lo, out=out)
     elif hi != _INF:
-        np.minimum(o, hi, out=o)
+        np.minimum(x, hi, out=out)
+    elif x is not out:
+        np.copyto(out, x)
+
+
+def clamp_array(o: NDArray, lo: float, hi: float) -> None:
+    clamp_into(o, o, lo, hi)
 
 
 def _bcast(b: Builder, a: tuple[int, ...], c: tuple[int, ...]) -> tuple[int, ...]:
@@ -197,7 +204,7 @@ _UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
     "XNNSin": lambda: np.sin,
     "XNNCos": lambda: np.cos,
     "XNNHardswish": lambda: _hardswish,
-    "XNNClamp": lambda: lambda x, out: np.copyto(out, x),
+    "XNNClamp": lambda: lambda x, out: np.copyto(out, x),  # the bounds: see _unary
     "XNNCopy": lambda: lambda x, out: np.copyto(out, x),
     "XNNConvert": lambda: lambda x, out: np.copyto(out, x, casting="unsafe"),
 }
@@ -227,6 +234,13 @@ def _unary(b: Builder, n: Any, node: S.XNode) -> None:
     fn = _unary_fn(n)
     x, o = b.getter(n.input_id), b.getter(n.output_id)
     lo, hi = bounds(node)
+    if type(n).__name__ == "XNNClamp":
+
+        def clamp() -> None:
+            clamp_into(x(), o(), lo, hi)
+
+        b.step(clamp)
+        return
     clamp = lo != -_INF or hi != _INF
 
     def run() -> None:
