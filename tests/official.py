@@ -209,8 +209,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def _cached(case: ModelCase, flavor: str, build, use_cache: bool) -> bytes | None:
     if not use_cache:
         return build()
-    stem = cache_dir() / f"{case.name}.{flavor}.{case_key(case, flavor)}"
-    pte, fail = stem.with_suffix(".pte"), stem.with_suffix(".fail")
+    # The key is part of the name so that a changed model is exported again.
+    stem = f"{case.name}.{flavor}.{case_key(case, flavor)}"
+    pte, fail = cache_dir() / f"{stem}.pte", cache_dir() / f"{stem}.fail"
     if pte.exists():
         return pte.read_bytes()
     if fail.exists():

@@ -64,11 +64,24 @@ def test_backend_is_registered():
     assert "XnnpackBackend" in Runtime.get().backend_registry.registered_backend_names
 
 
-@pytest.mark.parametrize("case", _xnnpack_cases(), ids=lambda c: c.name)
+# The official XNNPACK partitioner cannot lower these; a test below keeps that true.
+_OFFICIAL_XNNPACK_FAILS = {"cond"}
+
+
+def test_official_xnnpack_exporter_still_fails_where_excluded():
+    for case in _xnnpack_cases():
+        if case.name in _OFFICIAL_XNNPACK_FAILS:
+            assert official.official_export_xnnpack(case) is None, case.name
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in _xnnpack_cases() if c.name not in _OFFICIAL_XNNPACK_FAILS],
+    ids=lambda c: c.name,
+)
 def test_official_xnnpack_program_matches_eager(case):
     pte = official.official_export_xnnpack(case)
-    if pte is None:
-        pytest.skip("the official XNNPACK exporter fails on this case")
+    assert pte is not None, f"{case.name}: the official XNNPACK export failed"
     program = Runtime.get().load_program(pte)
     if case.stateful:
         method = program.load_method("forward")

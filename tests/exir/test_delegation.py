@@ -15,7 +15,7 @@ import models
 import official
 from pyexecutorch.backends.example.aot import ExampleBackend, ExamplePartitioner
 from pyexecutorch.backends.example.runtime import ExampleBackend as ExampleRuntime
-from pyexecutorch.exir import EdgeProgramManager, to_edge
+from pyexecutorch.exir import EdgeProgramManager, to_edge, to_edge_transform_and_lower
 from pyexecutorch.exir.backend import (
     DELEGATION_TAG,
     BackendDetails,
@@ -274,6 +274,17 @@ def test_kept_operator_reaches_the_backend_whole():
     edge = lower(MLP, "to_edge_transform_and_lower")
     assert _delegated_ops(edge).count("aten.linear.default") == 3
     assert "aten.addmm.default" not in _delegated_ops(edge)
+
+
+def test_kept_operator_survives_transform_passes():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        edge = to_edge_transform_and_lower(
+            models.export(MLP),
+            transform_passes=[lambda gm: None],
+            partitioner=[ExamplePartitioner()],
+        )
+    assert _delegated_ops(edge).count("aten.linear.default") == 3
 
 
 def test_check_op_support_decomposes_the_nodes_it_rejects():

@@ -175,23 +175,27 @@ def to_edge_transform_and_lower(
         plist = list(partitioner) if isinstance(partitioner, (list, tuple)) else [partitioner]
         partitioners = {name: plist for name in aten_programs}
 
+    from pyexecutorch.exir.backend import check_preserved_ops_consumed, prepare_preserved_ops
+
     edge: dict[str, ExportedProgram] = {}
+    kept: list[Any] = []
     for name, program in aten_programs.items():
-        keep: list[Any] = list(config.preserve_ops)
-        for p in partitioners.get(name, []):
-            ops_fn = getattr(p, "ops_to_not_decompose", None)
-            if ops_fn is not None:
-                ops, _ = ops_fn(program)
-                keep += [
-                    op for op in ops if isinstance(op, torch._ops.OpOverload) and not op.is_view
-                ]
-        edge[name] = _generate_edge_program(name, program, config, keep)
+        # Operators a partitioner keeps stay whole, except the nodes its
+        # check_op_support rejects, which decompose as usual.
+        program, keep = prepare_preserved_ops(program, partitioners.get(name, []))
+        edge[name] = _generate_edge_program(name, program, config, [*config.preserve_ops, *keep])
+        kept += [op for op in keep if op not in kept]
+    # Kept operators are legal edge IR for the rest of this pipeline (transforms re-verify).
+    config = copy.copy(config)
+    config._core_aten_ops_exception_list = [*config._core_aten_ops_exception_list, *kept]
     manager = EdgeProgramManager(edge, _check_constant_methods(constant_methods), config)
     if transform_passes is not None:
         manager = manager.transform(transform_passes)
+    # Partitioners apply in order: the first of every method, then the second, ...
+    for i in range(max((len(v) for v in partitioners.values()), default=0)):
+        manager = manager.to_backend({n: ps[i] for n, ps in partitioners.items() if i < len(ps)})
     for name, plist in partitioners.items():
-        for p in plist:
-            manager = manager.to_backend({name: p})
+        check_preserved_ops_consumed(name, manager.exported_program(name), plist)
     return manager
 
 

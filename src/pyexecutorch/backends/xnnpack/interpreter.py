@@ -163,7 +163,6 @@ class Builder:
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.steps: list[Step] = []
         self.rebound: set[int] = set()  # values whose array a step replaces on every call
-        self.noisy = False  # whether some step may warn about inf / NaN (run under errstate)
         self.where = ""
         for v in graph.values:
             if v.const is not None:
@@ -253,7 +252,6 @@ class Plan:
             BUILDERS[name](b, node.xnode_union, node)
         self.steps = b.steps
         self.env = b.env
-        self.noisy = b.noisy
         self.inputs = [(v.id, v.external_id, v.dtype) for v in graph.inputs]
         # (value, external id, shape, dtype, own buffer, may bind the caller's array)
         self.outputs: list[tuple[int, int, tuple[int, ...], np.dtype, NDArray, bool]] = []

@@ -88,7 +88,6 @@ _BINARY = {
 @builder(*_BINARY)
 def _binary(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
     ufunc = _BINARY[type(n).__name__]
-    b.noisy |= type(n).__name__ in _NOISY
     shape = _bcast(b, b.shape(n.input1_id), b.shape(n.input2_id))
     b.out(n.output_id, shape)
     x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
@@ -210,10 +209,6 @@ _UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
 }
 
 
-# Nodes whose numpy functions warn on inf / NaN results (XNNPACK and torch do not).
-_NOISY = {"XNNDiv", "XNNLog", "XNNSquareRoot", "XNNReciprocalSquareRoot", "XNNExp", "XNNGelu"}
-
-
 def _unary_fn(n: Any) -> Callable[[NDArray, NDArray], Any]:
     name = type(n).__name__
     if name == "XNNELU":
@@ -225,7 +220,6 @@ def _unary_fn(n: Any) -> Callable[[NDArray, NDArray], Any]:
 
 @builder(*_UNARY, "XNNELU", "XNNLeakyReLU")
 def _unary(b: Builder, n: Any, node: S.XNode) -> None:
-    b.noisy |= type(n).__name__ in _NOISY
     shape = b.shape(n.input_id)
     if type(n).__name__ == "XNNCopy" and b.dtype(n.input_id) == b.dtype(n.output_id):
         b.alias(n.output_id, n.input_id, shape)
@@ -258,7 +252,6 @@ def _softmax(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     if not shape:
         raise XnnpackError(f"{b.where}: softmax of a 0-d value")
     b.out(n.output_id, shape)
-    b.noisy = True  # rows of -inf give NaN, as in torch
     x, o = b.getter(n.input_id), b.getter(n.output_id)
     row = np.empty(shape[:-1] + (1,), _F32)
     half = b.dtype(n.output_id) != _F32

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from pyexecutorch.backends.xnnpack.interpreter import Graph, Plan, load_graph
 from pyexecutorch.backends.xnnpack.schema import decode_payload
+from pyexecutorch.kernels.common import fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
 
 BACKEND_ID = "XnnpackBackend"
@@ -56,11 +55,12 @@ class XnnpackBackend(BackendInterface):
 
     def execute(self, handle: Delegate, args: list[Any]) -> list[Any] | None:
         plan = handle.plan_for(args)
-        if plan.noisy:
-            # Like XNNPACK (and torch), produce inf and NaN without warnings.
-            with np.errstate(all="ignore"):
-                return plan.run(args)
-        return plan.run(args)
+        # Like XNNPACK (and torch), produce inf and NaN without numpy's warnings.
+        token = fp_warnings_off()
+        try:
+            return plan.run(args)
+        finally:
+            fp_warnings_restore(token)
 
     def destroy(self, handle: Delegate) -> None:
         handle.plans.clear()
