@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# One BLAS thread: tests check numbers, not speed, and OpenBLAS threads stall
+# badly when the cores are shared with other jobs.
 test: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider tests
 

@@ -51,6 +51,10 @@ TORCH_TO_SCALAR_TYPE: dict[torch.dtype, ScalarType] = {
     torch.uint16: ScalarType.UINT16,
     torch.uint32: ScalarType.UINT32,
     torch.uint64: ScalarType.UINT64,
+    torch.quint2x4: ScalarType.QUINT2X4,
+    torch.bits16: ScalarType.BITS16,
+    torch.float8_e5m2fnuz: ScalarType.FLOAT8E5M2FNUZ,
+    torch.float8_e4m3fnuz: ScalarType.FLOAT8E4M3FNUZ,
 }
 SCALAR_TYPE_TO_TORCH: dict[ScalarType, torch.dtype] = {
     v: k for k, v in TORCH_TO_SCALAR_TYPE.items()

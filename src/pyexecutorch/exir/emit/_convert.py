@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
+from pyexecutorch.exir.tensor_spec import TORCH_TO_SCALAR_TYPE
 from pyexecutorch.schema.program import (
     AllocationDetails,
     ExtraTensorInfo,
@@ -31,42 +32,13 @@ class EmitError(RuntimeError):
     """Emission failed; the message names the method, the node and its source line."""
 
 
-SCALAR_TYPE_OF_DTYPE: dict[torch.dtype, ScalarType] = {
-    torch.uint8: ScalarType.BYTE,
-    torch.int8: ScalarType.CHAR,
-    torch.int16: ScalarType.SHORT,
-    torch.int32: ScalarType.INT,
-    torch.int64: ScalarType.LONG,
-    torch.float16: ScalarType.HALF,
-    torch.float32: ScalarType.FLOAT,
-    torch.float64: ScalarType.DOUBLE,
-    torch.complex32: ScalarType.COMPLEX32,
-    torch.complex64: ScalarType.COMPLEX64,
-    torch.complex128: ScalarType.COMPLEX128,
-    torch.bool: ScalarType.BOOL,
-    torch.qint8: ScalarType.QINT8,
-    torch.quint8: ScalarType.QUINT8,
-    torch.qint32: ScalarType.QINT32,
-    torch.bfloat16: ScalarType.BFLOAT16,
-    torch.quint4x2: ScalarType.QUINT4X2,
-    torch.quint2x4: ScalarType.QUINT2X4,
-    torch.bits16: ScalarType.BITS16,
-    torch.float8_e5m2: ScalarType.FLOAT8E5M2,
-    torch.float8_e4m3fn: ScalarType.FLOAT8E4M3FN,
-    torch.float8_e5m2fnuz: ScalarType.FLOAT8E5M2FNUZ,
-    torch.float8_e4m3fnuz: ScalarType.FLOAT8E4M3FNUZ,
-    torch.uint16: ScalarType.UINT16,
-    torch.uint32: ScalarType.UINT32,
-    torch.uint64: ScalarType.UINT64,
-}
-
 LAYOUT_CODE = {torch.strided: 0, torch.sparse_coo: 1}
 MEMORY_FORMAT_CODE = {torch.contiguous_format: 0, torch.preserve_format: 1}
 
 
 def scalar_type(dtype: torch.dtype) -> ScalarType:
     try:
-        return SCALAR_TYPE_OF_DTYPE[dtype]
+        return TORCH_TO_SCALAR_TYPE[dtype]
     except KeyError:
         raise EmitError(f"dtype {dtype} has no ExecuTorch scalar type") from None
 
