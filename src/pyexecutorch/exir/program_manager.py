@@ -9,7 +9,8 @@ scalars to tensors and explicit type promotion, ``dim_order_ops``, constants
 lifted, debug handles.
 
 Edge -> executorch (``to_executorch``): user passes, buffer write-back,
-spec propagation with symbolic-shape upper bounds, asserts removed,
+spec propagation with symbolic-shape upper bounds, asserts removed, eval-mode
+batch norms folded into the convolutions feeding them, constants folded,
 copy-free views, out variants, memory planning; then the kernel check, the
 emitter and serialization.
 """
@@ -40,6 +41,7 @@ from pyexecutorch.exir.passes.const_fold import fold_constants
 from pyexecutorch.exir.passes.debug_handles import assign_debug_handles
 from pyexecutorch.exir.passes.decompose import decompose
 from pyexecutorch.exir.passes.dim_order import to_dim_order_ops
+from pyexecutorch.exir.passes.fold_batch_norm import fold_batch_norm
 from pyexecutorch.exir.passes.ir_validity import check_ir_validity
 from pyexecutorch.exir.passes.kernel_check import check_kernels
 from pyexecutorch.exir.passes.lift_constants import lift_constants
@@ -329,6 +331,7 @@ def _to_executorch_program(
         )
     propagate_specs(ep, gm, sym_eval)
     remove_asserts(gm)
+    signature = fold_batch_norm(gm, signature, fake_mode)
     signature = fold_constants(gm, signature, fake_mode)
     if config.remove_view_copy:
         replace_view_copies(gm)

@@ -92,19 +92,7 @@ class _Folder:
             if not isinstance(result, torch.Tensor):
                 continue
             result = result.detach().contiguous().clone()
-            name = self._name(gm)
-            gm.register_buffer(name, result, persistent=False)
-            with gm.graph.inserting_before(node):
-                const = gm.graph.get_attr(name)
-            const.meta.update(
-                {
-                    k: v
-                    for k, v in node.meta.items()
-                    if k in ("stack_trace", "nn_module_stack", "from_node")
-                }
-            )
-            const.meta["val"] = self.fake_mode.from_tensor(result, static_shapes=True)
-            const.meta["spec"] = TensorSpec.from_tensor(result, const=True)
+            const = add_constant(gm, self._name(gm), result, self.fake_mode, before=node)
             node.replace_all_uses_with(const)
             gm.graph.erase_node(node)
             known[const] = result
@@ -171,24 +159,39 @@ def _drop_unused_cond_operands(gm: GraphModule) -> None:
         node.args = (*node.args[:3], tuple(operands[i] for i in keep))
 
 
-def fold_constants(
-    gm: GraphModule, signature: ExportGraphSignature, fake_mode
-) -> ExportGraphSignature:
-    """Fold in place; returns the signature without the inputs left unused."""
+def add_constant(
+    gm: GraphModule, name: str, value: torch.Tensor, fake_mode, *, before: Node
+) -> Node:
+    """A new constant ``get_attr`` node for ``value`` (registered on ``gm`` as
+    ``name``), inserted before ``before`` and carrying its source metadata."""
+    gm.register_buffer(name, value, persistent=False)
+    with gm.graph.inserting_before(before):
+        const = gm.graph.get_attr(name)
+    const.meta.update(
+        {
+            k: v
+            for k, v in before.meta.items()
+            if k in ("stack_trace", "nn_module_stack", "from_node")
+        }
+    )
+    const.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
+    const.meta["spec"] = TensorSpec.from_tensor(value, const=True)
+    return const
+
+
+def constant_inputs(gm: GraphModule) -> dict[Node, torch.Tensor]:
+    """The placeholders of ``gm`` holding constants, with their values."""
     known: dict[Node, torch.Tensor] = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             spec = node.meta.get("spec")
             if isinstance(spec, TensorSpec) and spec.const and spec.storage is not None:
                 known[node] = spec.storage
-    folder = _Folder(fake_mode)
-    folder.run(gm, known)
-    if not folder.folded:
-        return signature
-    gm.graph.eliminate_dead_code()
-    _drop_unused_cond_operands(gm)
-    gm.graph.eliminate_dead_code()
-    # Constant inputs nothing reads any more are dropped from the method.
+    return known
+
+
+def drop_unused_constants(gm: GraphModule, signature: ExportGraphSignature) -> ExportGraphSignature:
+    """Drop constant inputs nothing reads any more; returns the new signature."""
     specs = list(signature.input_specs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     keep = []
@@ -199,3 +202,19 @@ def fold_constants(
             continue
         keep.append(spec)
     return ExportGraphSignature(input_specs=keep, output_specs=list(signature.output_specs))
+
+
+def fold_constants(
+    gm: GraphModule, signature: ExportGraphSignature, fake_mode
+) -> ExportGraphSignature:
+    """Fold in place; returns the signature without the inputs left unused."""
+    known = constant_inputs(gm)
+    folder = _Folder(fake_mode)
+    folder.run(gm, known)
+    if not folder.folded:
+        return signature
+    gm.graph.eliminate_dead_code()
+    _drop_unused_cond_operands(gm)
+    gm.graph.eliminate_dead_code()
+    # Constant inputs nothing reads any more are dropped from the method.
+    return drop_unused_constants(gm, signature)
