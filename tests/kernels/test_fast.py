@@ -105,3 +105,20 @@ def test_fast_paths_decline_what_they_do_not_cover():
     assert get_specializer("aten::mm.out")(f32(3, 5), f32(5, 2), _out((3, 3))) is None
     bias = _out((3, 2))
     assert get_specializer("aten::addmm.out")(bias, f32(3, 5), f32(5, 2), 1, 1, bias) is None
+
+
+def test_max_pool_values_only_when_indices_are_unused():
+    spec = get_specializer("aten::max_pool2d_with_indices.out")
+    x = f32(2, 3, 9, 10)
+    x[0, 1, 4, 4] = np.nan
+    args = [x, (3, 3), (2, 2), (1, 1), (1, 1), False]
+    shape = (2, 3, 5, 5)
+    # Indices that something reads keep the general kernel.
+    assert spec(*args, _out(shape), _out(shape, np.int64), unused_outputs=frozenset()) is None
+    fast = spec(*args, _out(shape), _out(shape, np.int64), unused_outputs=frozenset({1}))
+    assert fast is not None
+    got, _ = fast(*args, _out(shape), _out(shape, np.int64))
+    expected, _ = get_kernel("aten::max_pool2d_with_indices.out").fn(
+        *args, _out(shape), _out(shape, np.int64)
+    )
+    np.testing.assert_array_equal(got, expected)

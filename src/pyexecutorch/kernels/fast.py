@@ -321,3 +321,40 @@ def _cat(tensors: Any, dim: Any, out: Any) -> Any:
         return out
 
     return cat
+
+
+@specializer("aten::max_pool2d_with_indices.out")
+def _max_pool_values(
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: Any,
+    out: Any,
+    indices: Any,
+    *,
+    unused_outputs: frozenset[int] = frozenset(),
+) -> Any:
+    """Max pooling without the indices when nothing reads them (the common inference case)."""
+    from pyexecutorch.kernels.pool import _lowest, _maxpool_signature, _pool_plan  # noqa: PLC0415
+
+    if 1 not in unused_outputs or not _copy_like(x, out) or x.dtype.kind not in "fiu":
+        return None
+    k, s, p, d, ohw, shape, _ = _maxpool_signature(
+        x, kernel_size, stride, padding, dilation, ceil_mode
+    )
+    if shape != out.shape or out.size == 0:
+        return None
+    taps = tuple((dst, src) for dst, src, _ in _pool_plan(x.shape[-2:], k, s, p, d, ohw, False))
+    lowest = _lowest(x.dtype)
+
+    def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
+        out.fill(lowest)
+        for (dh, dw), (sh, sw) in taps:
+            o = out[..., dh, dw]
+            # maximum propagates NaN, as torch's max pooling does
+            np.maximum(o, x[..., sh, sw], out=o)
+        return out, indices
+
+    return max_pool

@@ -80,7 +80,10 @@ def specializer(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any
     can change at run time. It returns a callable with the kernel's signature
     that may assume those dtypes, shapes and constants, or ``None`` to keep
     the general kernel. A specializer must compute exactly what its kernel
-    computes; tests compare the two.
+    computes; tests compare the two. A specializer that declares a keyword
+    parameter ``unused_outputs`` also receives the positions (0-based among
+    the outputs) of outputs that nothing in the method reads; it may leave
+    those unwritten.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -57,6 +57,8 @@ from pyexecutorch.schema.program import (
 from pyexecutorch.schema.pte import PteFile
 from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
 
+_NO_CODE = (lambda: None).__code__
+
 # Operators whose kernels take the program's output value as their last
 # argument and return its new value (no separate return slot).
 _STACK_STYLE_PREFIXES = ("executorch_prim::",)
@@ -431,11 +433,52 @@ class LoadedMethod:
                 return k.fn
             elif isinstance(val, IntList) and any(i in written for i in val.items):
                 return k.fn
+        kwargs = {}
+        if "unused_outputs" in getattr(special, "__code__", _NO_CODE).co_varnames:
+            read = self._read_values()
+            kwargs["unused_outputs"] = frozenset(
+                n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read
+            )
         try:
-            fast = special(*(self._load_time_value(j) for j in args))
+            fast = special(*(self._load_time_value(j) for j in args), **kwargs)
         except Exception:  # noqa: BLE001 - a fast path that cannot decide keeps the general kernel
             return k.fn
         return fast if fast is not None else k.fn
+
+    def _read_values(self) -> set[int]:
+        """Values something reads: instruction inputs, method and chain outputs (computed once)."""
+        read = self.__dict__.get("_read")
+        if read is not None:
+            return read
+        read = set(self.plan.outputs)
+        evalues = self.plan.values
+
+        def add(j: int) -> None:
+            read.add(j)
+            val = evalues[j].val if 0 <= j < len(evalues) else None
+            if isinstance(val, (TensorList, OptionalTensorList, IntList)):
+                read.update(i for i in val.items if i >= 0)
+
+        for chain in self.plan.chains:
+            read.update(chain.outputs)
+            for instr in chain.instructions:
+                a = instr.instr_args
+                if isinstance(a, KernelCall):
+                    k = self.kernels[a.op_index]
+                    args, outs = self._kernel_layout(k, a)
+                    for j in args[: len(args) - len(outs)]:
+                        add(j)
+                    if k.n_outs == 0 and args:
+                        add(args[0])  # an in-place op reads what it mutates
+                elif isinstance(a, DelegateCall):
+                    for j in a.args:
+                        add(j)
+                elif isinstance(a, MoveCall):
+                    add(a.move_from)
+                elif isinstance(a, JumpFalseCall):
+                    add(a.cond_value_index)
+        self.__dict__["_read"] = read
+        return read
 
     def _load_time_value(self, j: int) -> Any:
         """Value ``j`` as a specializer sees it: planned storage for tensors and lists of them."""
