@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.large:
         import models_large  # noqa: PLC0415
 
-        cases = cases + list(models_large.CASES)
+        cases = cases + list(models_large.LARGE_CASES)
     if args.models:
         wanted = set(args.models.split(","))
         cases = [c for c in cases if c.name in wanted]
