@@ -17,6 +17,7 @@ from pyexecutorch.kernels.elementwise import (
     FLOATS,
     blocked,
     check_out,
+    compute_in_loop_dtype,
     erf_block,
     loop_dtype,
     quiet,
@@ -38,14 +39,7 @@ def _floating(
     if dt.kind != "f":
         raise KernelError(f"{name} needs a floating-point tensor, got {dt}")
     check_out(dt, o)
-    lt = loop_dtype(dt)
-    v = x if dt == lt else x.astype(lt)
-    if o.dtype == lt:
-        compute(v, o)
-    else:
-        tmp = np.empty(o.shape, dtype=lt)
-        compute(v, tmp)
-        np.copyto(o, tmp, casting="unsafe")
+    compute_in_loop_dtype(compute, x, o, dt)
 
 
 @kernel("aten::relu.out")

@@ -144,6 +144,18 @@ def loop_dtype(ct: np.dtype) -> np.dtype:
     return F32 if ct is F16 or ct == F16 else ct
 
 
+def compute_in_loop_dtype(compute: Callable, x: np.ndarray, o: np.ndarray, dtype: np.dtype) -> None:
+    """Run ``compute(x, out)`` in the loop dtype of ``dtype`` (float32 for float16) and store into ``o``."""
+    lt = loop_dtype(dtype)
+    v = x if x.dtype == lt else x.astype(lt)
+    if o.dtype == lt:
+        compute(v, o)
+    else:
+        tmp = np.empty(o.shape, dtype=lt)
+        compute(v, tmp)
+        np.copyto(o, tmp, casting="unsafe")
+
+
 def float_dtype(dt: np.dtype) -> np.dtype:
     """The dtype of a floating op's result for input dtype ``dt`` (ints and bool -> float32)."""
     return F32 if dt.kind in "biu" else dt
@@ -424,14 +436,7 @@ def float_apply(
         raise KernelError(f"{name} does not support complex input (got {dt})")
     ct = float_dtype(dt)
     check_out(ct, o)
-    lt = loop_dtype(ct)
-    v = x if dt == lt else x.astype(lt)
-    if o.dtype == lt:
-        compute(v, o)
-    else:
-        tmp = np.empty(o.shape, dtype=lt)
-        compute(v, tmp)
-        np.copyto(o, tmp, casting="unsafe")
+    compute_in_loop_dtype(compute, x, o, ct)
 
 
 def _float_unary(compute: Callable[[np.ndarray, np.ndarray], object], name: str) -> Callable:
