@@ -465,7 +465,10 @@ def test_cdist(data):
     exp = expected.numpy()
     assert got.shape == exp.shape and got.dtype == exp.dtype
     tol = 1e-4 if dtype == np.float32 else 1e-10
-    np.testing.assert_allclose(got, exp, rtol=tol, atol=tol)
+    # p=2 may use the matrix-product form (as torch does), whose cancellation near
+    # equal points leaves an absolute error of about sqrt(eps * |x|^2).
+    atol = (3e-3 if dtype == np.float32 else 1e-7) if p == 2.0 else tol
+    np.testing.assert_allclose(got, exp, rtol=tol, atol=atol)
 
 
 @SETTINGS
