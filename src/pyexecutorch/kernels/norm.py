@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit, normalize_dim
+from pyexecutorch.kernels.common import fit, normalize_dim, quiet_fp
 from pyexecutorch.kernels.conv import derived, float_compute_dtype, scratch, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
 
@@ -56,7 +56,7 @@ def _normalize_rows(x2, t, mean, rstd, eps: float, cdt: np.dtype) -> None:
     else:
         np.add.reduce(x2, axis=1, keepdims=True, dtype=cdt, out=mean)
     np.divide(mean, k, out=mean)
-    with np.errstate(invalid="ignore"):  # inf inputs give NaN rows, as in torch
+    with quiet_fp():  # inf inputs give NaN rows, as in torch
         np.subtract(x2, mean, out=t)
         np.vecdot(t, t, out=rstd)
         np.divide(rstd, k, out=rstd)
@@ -208,7 +208,7 @@ def _bn_inference(op, input, weight, bias, running_mean, running_var, eps, out, 
     bshape = (input.shape[1],) + (1,) * (input.ndim - 2)
 
     def make():
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with quiet_fp():
             rv = running_var.astype(cdt)
             invstd = 1 / np.sqrt(rv + cdt.type(eps))
             scale, shift = _bn_affine(weight, bias, running_mean.astype(cdt), invstd, cdt)
@@ -236,7 +236,7 @@ def _bn_training(op, input, weight, bias, running_mean, running_var, momentum, e
     axes = (0, *range(2, input.ndim))
     n = input.size // c if c else 0
     x = input.astype(cdt, copy=False)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with quiet_fp():
         mean = np.mean(x, axis=axes, dtype=cdt) if n else np.full(c, np.nan, cdt)
         bshape = (c,) + (1,) * (input.ndim - 2)
         xc = x - mean.reshape(bshape)
@@ -248,7 +248,7 @@ def _bn_training(op, input, weight, bias, running_mean, running_var, momentum, e
     if running_mean is not None:
         running_mean[...] = (1 - momentum) * running_mean + momentum * mean
     if running_var is not None:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with quiet_fp():
             unbiased = var * n / (n - 1) if n != 1 else var / 0
         running_var[...] = (1 - momentum) * running_var + momentum * unbiased
     np.copyto(sm, mean, casting="unsafe")
@@ -384,7 +384,7 @@ def softmax(self, dim, half_to_float, out):
     t = o if o.dtype == cdt and o.flags.c_contiguous else scratch("softmax", o.shape, cdt)
     t1 = t if self.ndim else t.reshape(1)
     m = _shift(x, d)
-    with np.errstate(invalid="ignore"):  # rows of -inf give NaN, as in torch
+    with quiet_fp():  # rows of -inf give NaN, as in torch
         if m is None:
             np.exp(x, out=t1, dtype=cdt)
         else:
@@ -406,7 +406,7 @@ def log_softmax(self, dim, half_to_float, out):
     t1 = t if self.ndim else t.reshape(1)
     e = scratch("logsoftmax-exp", t1.shape, cdt)
     m = _shift(x, d)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with quiet_fp():
         if m is None:
             np.copyto(t1, x, casting="unsafe")
         else:

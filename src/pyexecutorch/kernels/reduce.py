@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from pyexecutorch.kernels.common import broadcast_shape, fit, normalize_dim
+from pyexecutorch.kernels.common import broadcast_shape, fit, normalize_dim, quiet_fp
 from pyexecutorch.kernels.registry import KernelError, kernel
 from pyexecutorch.schema.scalar_type import dtype_of
 
@@ -207,7 +207,7 @@ def _var_parts(self, dim, correction, keepdim):
     correction = 1 if correction is None else correction
     acc = _F32 if self.dtype == _F16 else self.dtype
     divisor = max(count - correction, 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with quiet_fp():
         mean = np.add.reduce(self, axis=axes, dtype=acc, keepdims=True)
         np.true_divide(mean, count, out=mean)
         dev = np.subtract(self, mean, dtype=acc)

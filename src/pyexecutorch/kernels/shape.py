@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.common import fit, quiet_fp
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 # --------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def assign(out: np.ndarray, src: np.ndarray | object) -> None:
         return
     if src.dtype.kind == "c" and out.dtype.kind != "c":
         src = src.real
-    with np.errstate(invalid="ignore", over="ignore"):
+    with quiet_fp():
         out[...] = src
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.common import fit, quiet_fp
 from pyexecutorch.kernels.conv import float_compute_dtype, scratch, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
 
@@ -323,7 +323,7 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
             vals = np.where(inb[b], vals, 0)
             res[b] += vals * wt[b]
 
-    with np.errstate(invalid="ignore", over="ignore"):
+    with quiet_fp():
         if interpolation_mode == 2:
             ix0 = np.floor(gx)
             iy0 = np.floor(gy)
