@@ -266,3 +266,17 @@ def getitem_users(node: Node) -> dict[int, Node]:
     return {
         u.args[1]: u for u in node.users if u.op == "call_function" and u.target is operator.getitem
     }
+
+
+def is_inplace(target: Any) -> bool:
+    """Whether ``target`` is an operator that mutates its first argument (``add_``, ``copy_``)
+    rather than writing an out argument."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    args = target._schema.arguments
+    return (
+        bool(args)
+        and args[0].alias_info is not None
+        and args[0].alias_info.is_write
+        and not args[0].is_out
+    )

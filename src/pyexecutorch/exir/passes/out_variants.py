@@ -16,7 +16,7 @@ from torch.fx import GraphModule, Node
 
 from pyexecutorch.exir import memory
 from pyexecutorch.exir.error import MissingOutVariantError, op_name, source_location
-from pyexecutorch.exir.graph_utils import is_control_flow, submodules
+from pyexecutorch.exir.graph_utils import is_control_flow, is_inplace, submodules
 from pyexecutorch.exir.tensor_spec import TensorSpec
 
 aten = torch.ops.aten
@@ -42,16 +42,6 @@ def _sig(arg) -> tuple[str, str]:
 
 def is_out_variant(op: torch._ops.OpOverload) -> bool:
     return any(a.is_out for a in op._schema.arguments)
-
-
-def is_inplace(op: torch._ops.OpOverload) -> bool:
-    args = op._schema.arguments
-    return (
-        bool(args)
-        and args[0].alias_info is not None
-        and args[0].alias_info.is_write
-        and not args[0].is_out
-    )
 
 
 # Out variants drop the tensor-options arguments (the out tensor has them).

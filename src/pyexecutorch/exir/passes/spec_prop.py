@@ -18,7 +18,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx import GraphModule, Node
 from torch.utils import _pytree as pytree
 
-from pyexecutorch.exir.graph_utils import is_control_flow, submodules
+from pyexecutorch.exir.graph_utils import is_control_flow, is_inplace, submodules
 from pyexecutorch.exir.passes.sym_shape_eval import (
     ConstraintBasedSymShapeEvalPass,
     SymShapeEvalPass,
@@ -98,7 +98,7 @@ class SpecPropagator:
                 continue  # delegate specs are set when lowering
             if (
                 node.op == "call_function"
-                and _is_inplace(node.target)
+                and is_inplace(node.target)
                 and isinstance(node.args[0], Node)
             ):
                 # An in-place op's result is its first argument: one tensor, one spec.
@@ -108,18 +108,6 @@ class SpecPropagator:
             if is_control_flow(node):
                 for sub in submodules(gm, node):
                     self.run_graph(sub, owner or node)
-
-
-def _is_inplace(target: Any) -> bool:
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    args = target._schema.arguments
-    return (
-        bool(args)
-        and args[0].alias_info is not None
-        and args[0].alias_info.is_write
-        and not args[0].is_out
-    )
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:

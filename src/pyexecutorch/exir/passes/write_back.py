@@ -20,26 +20,15 @@ from torch.export.graph_signature import (
 )
 from torch.fx import GraphModule, Node
 
+from pyexecutorch.exir.graph_utils import is_inplace
+
 aten = torch.ops.aten
-
-
-def _is_inplace(node: Node) -> bool:
-    target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-        return False
-    args = target._schema.arguments
-    return (
-        bool(args)
-        and args[0].alias_info is not None
-        and args[0].alias_info.is_write
-        and not args[0].is_out
-    )
 
 
 def _reaches(value: Node, placeholder: Node) -> bool:
     """``value`` is ``placeholder`` after a chain of in-place ops on it."""
     while value is not placeholder:
-        if not _is_inplace(value):
+        if value.op != "call_function" or not is_inplace(value.target):
             return False
         value = value.args[0]
     return True
