@@ -117,6 +117,17 @@ specializer("aten::neg.out")(_unary(lambda a, out: np.negative(a, out=out)))
 specializer("aten::sqrt.out")(_unary(lambda a, out: np.sqrt(a, out=out)))
 
 
+def _copy_from(view_of_input):  # noqa: ANN001, ANN202
+    """A kernel body copying a load-time-chosen view of the input into out."""
+
+    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+        out = rest[-1]
+        np.copyto(out, view_of_input(a))
+        return out
+
+    return run
+
+
 def _copy_like(a: Any, out: Any) -> bool:
     return isinstance(a, np.ndarray) and isinstance(out, np.ndarray) and a.dtype == out.dtype
 
@@ -124,14 +135,14 @@ def _copy_like(a: Any, out: Any) -> bool:
 @specializer("aten::clone.out")
 def _clone(a: Any, memory_format: Any, out: Any) -> Any:
     if _copy_like(a, out) and a.shape == out.shape:
-        return lambda a, memory_format, out: (np.copyto(out, a), out)[1]
+        return _copy_from(lambda a: a)
     return None
 
 
 @specializer("dim_order_ops::_clone_dim_order.out", "dim_order_ops::_to_dim_order_copy.out")
 def _clone_dim_order(a: Any, non_blocking: Any, dim_order: Any, out: Any) -> Any:
     if _copy_like(a, out) and a.shape == out.shape:
-        return lambda a, non_blocking, dim_order, out: (np.copyto(out, a), out)[1]
+        return _copy_from(lambda a: a)
     return None
 
 
@@ -142,7 +153,7 @@ def _permute(a: Any, dims: Any, out: Any) -> Any:
     axes = tuple(d % max(a.ndim, 1) for d in dims)
     if sorted(axes) != list(range(a.ndim)) or a.transpose(axes).shape != out.shape:
         return None
-    return lambda a, dims, out: (np.copyto(out, a.transpose(axes)), out)[1]
+    return _copy_from(lambda a: a.transpose(axes))
 
 
 @specializer("aten::view_copy.out")
@@ -150,14 +161,15 @@ def _view(a: Any, size: Any, out: Any) -> Any:
     if not _copy_like(a, out) or a.size != out.size:
         return None
     shape = out.shape
-    return lambda a, size, out: (np.copyto(out, a.reshape(shape)), out)[1]
+    return _copy_from(lambda a: a.reshape(shape))
 
 
 @specializer("aten::expand_copy.out")
 def _expand(a: Any, size: Any, implicit: Any, out: Any) -> Any:
     if not _copy_like(a, out) or not _broadcasts_to(out, a):
         return None
-    return lambda a, size, implicit, out: (np.copyto(out, a), out)[1]
+    # copyto broadcasts the input to out's shape
+    return _copy_from(lambda a: a)
 
 
 @specializer("aten::mm.out", "aten::bmm.out")
@@ -207,17 +219,6 @@ def _axis(dim: Any, ndim: int) -> int | None:
     if not isinstance(dim, int) or not -max(ndim, 1) <= dim < max(ndim, 1):
         return None
     return dim % max(ndim, 1)
-
-
-def _copy_from(view_of_input):  # noqa: ANN001, ANN202
-    """A kernel body copying a load-time-chosen view of the input into out."""
-
-    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
-        out = rest[-1]
-        np.copyto(out, view_of_input(a))
-        return out
-
-    return run
 
 
 @specializer("aten::slice_copy.Tensor_out")

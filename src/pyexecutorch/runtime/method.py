@@ -8,6 +8,7 @@ kernel, and the instructions are compiled to Python source (see
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,8 +57,6 @@ from pyexecutorch.schema.program import (
 )
 from pyexecutorch.schema.pte import PteFile
 from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
-
-_NO_CODE = (lambda: None).__code__
 
 # Operators whose kernels take the program's output value as their last
 # argument and return its new value (no separate return slot).
@@ -327,6 +326,7 @@ class LoadedMethod:
         plan = self.plan
         ns = Namespace()
         written = self._written_values()
+        read = self._read_values()
         v = self.values
         evalues = plan.values
 
@@ -379,7 +379,7 @@ class LoadedMethod:
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
                     args, outs = self._kernel_layout(k, a)
-                    fn = ns.bind(self._specialized(k, args, written), "k")
+                    fn = ns.bind(self._specialized(k, args, written, read), "k")
                     n_in = len(args) - len(outs)
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
                     call = f"{fn}({', '.join(call_args)})"
@@ -410,7 +410,7 @@ class LoadedMethod:
             compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
         return compiled
 
-    def _specialized(self, k, args: list[int], written: set[int]):  # noqa: ANN001, ANN202
+    def _specialized(self, k, args: list[int], written: set[int], read: set[int]):  # noqa: ANN001, ANN202
         """The kernel's load-time fast path for these arguments, or the kernel itself."""
         special = get_specializer(k.name)
         if special is None:
@@ -434,8 +434,7 @@ class LoadedMethod:
             elif isinstance(val, IntList) and any(i in written for i in val.items):
                 return k.fn
         kwargs = {}
-        if "unused_outputs" in getattr(special, "__code__", _NO_CODE).co_varnames:
-            read = self._read_values()
+        if "unused_outputs" in inspect.signature(special).parameters:
             kwargs["unused_outputs"] = frozenset(
                 n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read
             )
@@ -446,10 +445,7 @@ class LoadedMethod:
         return fast if fast is not None else k.fn
 
     def _read_values(self) -> set[int]:
-        """Values something reads: instruction inputs, method and chain outputs (computed once)."""
-        read = self.__dict__.get("_read")
-        if read is not None:
-            return read
+        """Values something reads: instruction inputs, method and chain outputs."""
         read = set(self.plan.outputs)
         evalues = self.plan.values
 
@@ -477,7 +473,6 @@ class LoadedMethod:
                     add(a.move_from)
                 elif isinstance(a, JumpFalseCall):
                     add(a.cond_value_index)
-        self.__dict__["_read"] = read
         return read
 
     def _load_time_value(self, j: int) -> Any:
