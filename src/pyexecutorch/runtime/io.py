@@ -137,11 +137,17 @@ class InputDecl:
     dynamism: TensorShapeDynamism = TensorShapeDynamism.STATIC
     exported: Any = None  # the value a scalar input was exported with
     contiguous_order: bool = field(init=False)  # dim_order is 0, 1, 2, ...
+    # (dtype, shape) of a static, contiguous tensor input numpy can hold: an array
+    # matching it exactly needs none of the general checks (see read_input).
+    fast_key: tuple[np.dtype, tuple[int, ...]] | None = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "contiguous_order", self.dim_order == tuple(range(len(self.dim_order)))
-        )
+        contiguous = self.dim_order == tuple(range(len(self.dim_order)))
+        object.__setattr__(self, "contiguous_order", contiguous)
+        dtype = SCALAR_TYPE_TO_DTYPE.get(self.scalar_type)
+        static = self.tag == Tag.Tensor and self.dynamism == TensorShapeDynamism.STATIC
+        key = (dtype, self.sizes) if static and contiguous and dtype is not None else None
+        object.__setattr__(self, "fast_key", key)
 
     @property
     def nbytes(self) -> int:
@@ -272,6 +278,17 @@ def read_input(value: Any, decl: InputDecl, method: str) -> Input:
     Raises ``TypeError``, ``ValueError``, ``BufferError`` or ``RuntimeError`` as
     the official bindings do. Shapes are checked later, by :func:`check_install`.
     """
+    key = decl.fast_key
+    if (
+        key is not None
+        and type(value) is np.ndarray
+        and (value.dtype, value.shape) == key
+        and value.flags.c_contiguous
+        and value.flags.writeable
+    ):
+        # The common case: a dense, writable array of exactly the declared dtype
+        # and static shape is what the general path below would return as is.
+        return Input(value, decl.scalar_type)
     where = _where(decl.position, method)
     try:
         if decl.tag in (Tag.Double, Tag.Int, Tag.Bool):

@@ -7,24 +7,18 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime.io import (
-    Input,
-    InputDecl,
     check_install,
     convert_outputs,
     input_decls,
     read_input,
 )
 from pyexecutorch.runtime.loader import open_bytes
-from pyexecutorch.runtime.meta import MethodMeta, Tag
+from pyexecutorch.runtime.meta import MethodMeta
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.verify import verify_program
-from pyexecutorch.schema.program import TensorShapeDynamism
 from pyexecutorch.schema.pte import PteFile, decode_pte
-from pyexecutorch.schema.scalar_type import dtype_of
 
 
 class Verification(enum.IntEnum):
@@ -32,20 +26,6 @@ class Verification(enum.IntEnum):
 
     Minimal = 0  # the header and file identifier
     InternalConsistency = 1  # also every index, size, offset and dtype
-
-
-def _fast_input_key(decl: InputDecl) -> tuple[np.dtype, tuple[int, ...]] | None:
-    """(dtype, shape) of a static, contiguous tensor input that numpy can hold, else None."""
-    if (
-        decl.tag != Tag.Tensor
-        or decl.dynamism != TensorShapeDynamism.STATIC
-        or not decl.contiguous_order
-    ):
-        return None
-    try:
-        return dtype_of(decl.scalar_type), tuple(decl.sizes)
-    except TypeError:
-        return None
 
 
 class Method:
@@ -56,6 +36,7 @@ class Method:
         self._program = program  # keeps the file mapping alive
         self._lock = threading.Lock()
         self._meta = MethodMeta(loaded.plan)
+        self._decls = input_decls(loaded.plan)
 
     @property
     def metadata(self) -> MethodMeta:
@@ -73,33 +54,16 @@ class Method:
         memory, valid until it runs again.
         """
         loaded = self._loaded
-        decls = self.__dict__.get("_decls")
-        if decls is None:
-            decls = self.__dict__["_decls"] = input_decls(loaded.plan)
+        decls = self._decls
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
         if len(inputs) != len(decls):
             raise ValueError(
                 f"method '{loaded.name}' takes {len(decls)} inputs, but got {len(inputs)}"
             )
-        fast = self.__dict__.get("_fast")
-        if fast is None:
-            fast = self.__dict__["_fast"] = [_fast_input_key(d) for d in decls]
-        converted = []
-        for x, decl, key in zip(inputs, decls, fast, strict=True):
-            # The common case, a dense numpy array of exactly the declared dtype
-            # and static shape, needs none of the general conversion's checks.
-            if (
-                key is not None
-                and type(x) is np.ndarray
-                and (x.dtype, x.shape) == key
-                and x.flags.c_contiguous
-            ):
-                converted.append(Input(x, decl.scalar_type))
-                continue
-            inp = read_input(x, decl, loaded.name)
+        converted = [read_input(x, d, loaded.name) for x, d in zip(inputs, decls, strict=True)]
+        for inp, decl in zip(converted, decls, strict=True):
             check_install(inp, decl, loaded.name)
-            converted.append(inp)
         with self._lock:
             for i, inp in enumerate(converted):
                 loaded.set_input(i, inp.value)
