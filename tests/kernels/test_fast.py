@@ -122,3 +122,34 @@ def test_max_pool_values_only_when_indices_are_unused():
         *args, _out(shape), _out(shape, np.int64)
     )
     np.testing.assert_array_equal(got, expected)
+
+
+COPY_CASES = [
+    c
+    for c in CASES
+    if c[0].startswith(
+        (
+            "aten::permute",
+            "aten::view",
+            "aten::slice",
+            "aten::select",
+            "aten::squeeze",
+            "aten::unsqueeze",
+        )
+    )
+]
+
+
+@pytest.mark.parametrize("name,build", COPY_CASES, ids=[n for n, _ in COPY_CASES])
+def test_copy_fast_paths_read_an_input_other_than_the_loaded_one(name, build):
+    # The view of the load-time array is taken once; another array of the same
+    # shape (an input the caller passed) must be viewed afresh.
+    args = build()
+    fast = get_specializer(name)(*args)
+    other = RNG.standard_normal(args[0].shape).astype(args[0].dtype)
+    expected = get_kernel(name).fn(other, *args[1:-1], args[-1].copy())
+    got = fast(other, *args[1:-1], args[-1])
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(
+        fast(args[0], *args[1:-1], args[-1]), get_kernel(name).fn(*args[:-1], args[-1].copy())
+    )

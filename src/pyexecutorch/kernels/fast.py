@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.registry import specializer
+from pyexecutorch.kernels.registry import Const, Inline, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _EXACT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
@@ -33,7 +33,7 @@ def _broadcasts_to(out: np.ndarray, *arrays: np.ndarray) -> bool:
         return False
 
 
-def _binary(ufunc: np.ufunc, kinds: tuple[np.dtype, ...]):  # noqa: ANN202
+def _binary(ufunc: np.ufunc, kinds: tuple[np.dtype, ...], keyword_out: bool = False):  # noqa: ANN202
     def specialize(a: Any, b: Any, *rest: Any) -> Any:
         out = rest[-1]
         alpha = rest[0] if len(rest) == 2 else 1
@@ -45,9 +45,7 @@ def _binary(ufunc: np.ufunc, kinds: tuple[np.dtype, ...]):  # noqa: ANN202
             return None
         if not _same_dtype(a, b, out, kinds=kinds) or not _broadcasts_to(out, a, b):
             return None
-        if len(rest) == 2:
-            return lambda a, b, alpha, out: ufunc(a, b, out=out)
-        return lambda a, b, out: ufunc(a, b, out=out)
+        return Inline(ufunc, (0, 1, -1), keyword_out=keyword_out)
 
     return specialize
 
@@ -63,10 +61,7 @@ def _binary_scalar(ufunc: np.ufunc):  # noqa: ANN202
         if not isinstance(b, (int, float)) or not _same_dtype(a, out) or a.shape != out.shape:
             return None
         # A Python scalar takes the float tensor's dtype, in torch and in numpy.
-        scalar = a.dtype.type(b)
-        if len(rest) == 2:
-            return lambda a, b, alpha, out: ufunc(a, scalar, out=out)
-        return lambda a, b, out: ufunc(a, scalar, out=out)
+        return Inline(ufunc, (0, Const(a.dtype.type(b)), -1))
 
     return specialize
 
@@ -75,8 +70,8 @@ specializer("aten::add.out")(_binary(np.add, _FLOATS + _EXACT_INTS))
 specializer("aten::sub.out")(_binary(np.subtract, _FLOATS + _EXACT_INTS))
 specializer("aten::mul.out")(_binary(np.multiply, _FLOATS + _EXACT_INTS))
 specializer("aten::div.out")(_binary(np.true_divide, _FLOATS))
-specializer("aten::maximum.out")(_binary(np.maximum, _FLOATS))
-specializer("aten::minimum.out")(_binary(np.minimum, _FLOATS))
+specializer("aten::maximum.out")(_binary(np.maximum, _FLOATS, keyword_out=True))
+specializer("aten::minimum.out")(_binary(np.minimum, _FLOATS, keyword_out=True))
 specializer("aten::add.Scalar_out")(_binary_scalar(np.add))
 specializer("aten::sub.Scalar_out")(_binary_scalar(np.subtract))
 specializer("aten::mul.Scalar_out")(_binary_scalar(np.multiply))
@@ -91,7 +86,7 @@ def _unary(fn):  # noqa: ANN001, ANN202
             and _same_dtype(a, out)
             and a.shape == out.shape
         ):
-            return lambda a, out: fn(a, out)
+            return fn
         return None
 
     return specialize
@@ -104,28 +99,32 @@ def _sigmoid(a: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.reciprocal(out, out=out)
 
 
-def _relu(a: np.ndarray, out: np.ndarray) -> np.ndarray:
-    # maximum keeps NaN, as torch's relu does.
-    return np.maximum(a, 0, out=out)
-
-
-specializer("aten::relu.out")(_unary(_relu))
+# maximum keeps NaN, as torch's relu does.
+specializer("aten::relu.out")(_unary(Inline(np.maximum, (0, Const(0), -1), keyword_out=True)))
 specializer("aten::sigmoid.out")(_unary(_sigmoid))
-specializer("aten::tanh.out")(_unary(lambda a, out: np.tanh(a, out=out)))
-specializer("aten::exp.out")(_unary(lambda a, out: np.exp(a, out=out)))
-specializer("aten::neg.out")(_unary(lambda a, out: np.negative(a, out=out)))
-specializer("aten::sqrt.out")(_unary(lambda a, out: np.sqrt(a, out=out)))
+specializer("aten::tanh.out")(_unary(Inline(np.tanh, (0, -1))))
+specializer("aten::exp.out")(_unary(Inline(np.exp, (0, -1))))
+specializer("aten::neg.out")(_unary(Inline(np.negative, (0, -1))))
+specializer("aten::sqrt.out")(_unary(Inline(np.sqrt, (0, -1))))
 
 
-def _copy_from(view_of_input):  # noqa: ANN001, ANN202
-    """A kernel body copying a load-time-chosen view of the input into out."""
+def _copy_from(view_of_input, loaded: np.ndarray):  # noqa: ANN001, ANN202
+    """A kernel body copying a load-time-chosen view of the input into out.
+
+    The input is usually the planned array it was at load (``loaded``), whose
+    view is then taken once, here; any other array gets its view per call.
+    """
+    view = view_of_input(loaded)
 
     def run(a: np.ndarray, *rest: Any) -> np.ndarray:
         out = rest[-1]
-        np.copyto(out, view_of_input(a))
+        np.copyto(out, view if a is loaded else view_of_input(a))
         return out
 
     return run
+
+
+_COPY = Inline(np.copyto, (-1, 0))
 
 
 def _copy_like(a: Any, out: Any) -> bool:
@@ -135,14 +134,14 @@ def _copy_like(a: Any, out: Any) -> bool:
 @specializer("aten::clone.out")
 def _clone(a: Any, memory_format: Any, out: Any) -> Any:
     if _copy_like(a, out) and a.shape == out.shape:
-        return _copy_from(lambda a: a)
+        return _COPY
     return None
 
 
 @specializer("dim_order_ops::_clone_dim_order.out", "dim_order_ops::_to_dim_order_copy.out")
 def _clone_dim_order(a: Any, non_blocking: Any, dim_order: Any, out: Any) -> Any:
     if _copy_like(a, out) and a.shape == out.shape:
-        return _copy_from(lambda a: a)
+        return _COPY
     return None
 
 
@@ -153,7 +152,7 @@ def _permute(a: Any, dims: Any, out: Any) -> Any:
     axes = tuple(d % max(a.ndim, 1) for d in dims)
     if sorted(axes) != list(range(a.ndim)) or a.transpose(axes).shape != out.shape:
         return None
-    return _copy_from(lambda a: a.transpose(axes))
+    return _copy_from(lambda a: a.transpose(axes), a)
 
 
 @specializer("aten::view_copy.out")
@@ -161,15 +160,14 @@ def _view(a: Any, size: Any, out: Any) -> Any:
     if not _copy_like(a, out) or a.size != out.size:
         return None
     shape = out.shape
-    return _copy_from(lambda a: a.reshape(shape))
+    return _copy_from(lambda a: a.reshape(shape), a)
 
 
 @specializer("aten::expand_copy.out")
 def _expand(a: Any, size: Any, implicit: Any, out: Any) -> Any:
     if not _copy_like(a, out) or not _broadcasts_to(out, a):
         return None
-    # copyto broadcasts the input to out's shape
-    return _copy_from(lambda a: a)
+    return _COPY  # copyto broadcasts the input to out's shape
 
 
 @specializer("aten::mm.out", "aten::bmm.out")
@@ -184,7 +182,7 @@ def _mm(a: Any, b: Any, out: Any) -> Any:
         return None
     if a.shape[:-1] + b.shape[-1:] != out.shape:
         return None
-    return lambda a, b, out: np.matmul(a, b, out=out)
+    return Inline(np.matmul, (0, 1, -1))
 
 
 @specializer("aten::addmm.out")
@@ -235,7 +233,7 @@ def _slice(a: Any, dim: Any, start: Any, end: Any, step: Any, out: Any) -> Any:
     index = (slice(None),) * axis + (slice(start, end, step),)
     if a[index].shape != out.shape:
         return None
-    return _copy_from(lambda a: a[index])
+    return _copy_from(lambda a: a[index], a)
 
 
 @specializer("aten::select_copy.int_out")
@@ -248,7 +246,7 @@ def _select(a: Any, dim: Any, index: Any, out: Any) -> Any:
     key = (slice(None),) * axis + (index,)
     if a[key].shape != out.shape:
         return None
-    return _copy_from(lambda a: a[key])
+    return _copy_from(lambda a: a[key], a)
 
 
 @specializer(
@@ -262,7 +260,7 @@ def _reshape_copy(a: Any, dims: Any, out: Any) -> Any:
     if kept != [s for s in out.shape if s != 1]:
         return None
     shape = out.shape
-    return _copy_from(lambda a: a.reshape(shape))
+    return _copy_from(lambda a: a.reshape(shape), a)
 
 
 @specializer("aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out")

@@ -31,6 +31,7 @@ class CompiledChain:
     run: Callable[[list[Any]], None]
     filename: str
     line_to_instruction: dict[int, int] = field(default_factory=dict)
+    source: str = ""  # the generated module, for debugging and profiling
 
 
 class Namespace:
@@ -89,9 +90,7 @@ def compile_chain(
         for line in lines:
             emit(f"    {line.source}", line.instruction)
         emit("    return None")
-        namespace = dict(ns.names)
-        exec(compile("\n".join(src) + "\n", filename, "exec"), namespace)  # noqa: S102
-        return CompiledChain(namespace["run"], filename, line_map)
+        return _build(src, filename, line_map, ns)
 
     # Basic blocks start at 0, at every jump destination and after every jump.
     starts = {0}
@@ -116,9 +115,14 @@ def compile_chain(
     emit("    b = 0")
     emit(f"    while b < {n_blocks}:")
     emit("        b = BLOCKS[b](v)")
+    return _build(src, filename, line_map, ns)
+
+
+def _build(src: list[str], filename: str, line_map: dict[int, int], ns: Namespace) -> CompiledChain:
+    text = "\n".join(src) + "\n"
     namespace = dict(ns.names)
-    exec(compile("\n".join(src) + "\n", filename, "exec"), namespace)  # noqa: S102
-    return CompiledChain(namespace["run"], filename, line_map)
+    exec(compile(text, filename, "exec"), namespace)  # noqa: S102
+    return CompiledChain(namespace["run"], filename, line_map, text)
 
 
 def failing_instruction(exc: BaseException, chain: CompiledChain) -> int | None:

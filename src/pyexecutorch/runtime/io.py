@@ -182,6 +182,21 @@ def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
     return decls
 
 
+def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[tuple[int, Any, Any, Any]]:
+    """Per input of ``loaded`` (a LoadedMethod): (value index, dtype, shape, planned storage or None).
+
+    Empty when some input has no exact form (a scalar, a dynamic shape, a
+    dim order numpy cannot hold): such methods always take the general path.
+    """
+    slots = []
+    for decl, spec in zip(decls, loaded.inputs, strict=True):
+        if decl.fast_key is None:
+            return []
+        planned = loaded.capacity[spec.index] if spec.planned else None
+        slots.append((spec.index, decl.fast_key[0], decl.fast_key[1], planned))
+    return slots
+
+
 # ---------------------------------------------------------------------- inputs
 
 
@@ -809,9 +824,27 @@ def check_install(inp: Input, decl: InputDecl, method: str) -> None:
 # --------------------------------------------------------------------- outputs
 
 
+# os.environ.get re-encodes the key on every call; outputs are converted on
+# every execute, so read the process environment's mapping directly where
+# CPython exposes it (os.environ stays the one source of truth).
+_ENV_DATA = getattr(os.environ, "_data", None)
+try:
+    _ENV_KEY = os.environ.encodekey(OUTPUT_ENV)  # type: ignore[attr-defined]
+    _ENV_DECODE = os.environ.decodevalue  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - not CPython's os._Environ
+    _ENV_DATA = None
+
+
+def _forced_output_kind() -> str | None:
+    if _ENV_DATA is None:  # pragma: no cover
+        return os.environ.get(OUTPUT_ENV)
+    raw = _ENV_DATA.get(_ENV_KEY)
+    return None if raw is None else _ENV_DECODE(raw)
+
+
 def tensor_output_kind() -> str:
     """``"torch"`` or ``"numpy"``: what tensor outputs are returned as."""
-    forced = os.environ.get(OUTPUT_ENV)
+    forced = _forced_output_kind()
     if forced:
         if forced not in ("torch", "numpy"):
             raise ValueError(f"{OUTPUT_ENV} must be either 'torch' or 'numpy', but was '{forced}'")
@@ -850,15 +883,21 @@ def convert_outputs(
     whose memory lies in a torch input is a view of that input.
     """
     torch = _torch_for_outputs() if tensor_output_kind() == "torch" else None
-    return [_output(v, clone, torch, inputs, method) for v in values]
+    if torch is None and not clone and all(type(v) is np.ndarray for v in values):
+        return list(values)
+    # Only torch inputs whose memory the method reads can hold an output.
+    borrowed = [(p, inp) for p, inp in enumerate(inputs) if inp.storage is not None]
+    return [_output(v, clone, torch, borrowed, method) for v in values]
 
 
-def _output(value: Any, clone: bool, torch: Any, inputs: Sequence[Input], method: str) -> Any:
+def _output(
+    value: Any, clone: bool, torch: Any, borrowed: Sequence[tuple[int, Input]], method: str
+) -> Any:
     if isinstance(value, np.ndarray):
         if torch is None:
             return value.copy(order="K") if clone else value
-        if not clone:
-            alias = _torch_alias(value, inputs, method)
+        if borrowed and not clone:
+            alias = _torch_alias(value, borrowed, method)
             if alias is not None:
                 return alias
         if clone or not value.flags.writeable:
@@ -867,17 +906,17 @@ def _output(value: Any, clone: bool, torch: Any, inputs: Sequence[Input], method
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, (list, tuple)):
-        return [_output(v, clone, torch, inputs, method) for v in value]
+        return [_output(v, clone, torch, borrowed, method) for v in value]
     return value
 
 
-def _torch_alias(out: np.ndarray, inputs: Sequence[Input], method: str) -> Any:
-    """A view of the torch input whose memory holds ``out``, or None."""
+def _torch_alias(out: np.ndarray, borrowed: Sequence[tuple[int, Input]], method: str) -> Any:
+    """A view of the torch input (position, input) whose memory holds ``out``, or None."""
     if out.size == 0:
         return None
     address, nbytes = _address(out), out.nbytes
-    for position, inp in enumerate(inputs):
-        if inp.storage is None or not _is_torch_tensor(inp.source):
+    for position, inp in borrowed:
+        if not _is_torch_tensor(inp.source):
             continue
         start, size = inp.storage
         if inp.value.dtype != out.dtype or not (

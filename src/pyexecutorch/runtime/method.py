@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
-from pyexecutorch.kernels.registry import get_kernel, get_specializer
+from pyexecutorch.kernels.registry import Const, Inline, get_kernel, get_specializer
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
@@ -370,6 +370,20 @@ class LoadedMethod:
                 return f"v[{j}] = _r; {targets or '_'} = _r" if items else f"v[{j}] = _r"
             return f"v[{j}] = _r"
 
+        def inline_call(fast: Inline, args: list[int], n_in: int) -> str:
+            def part(p: int | Const) -> str:
+                if isinstance(p, Const):
+                    return literal(p.value, ns)
+                i = p % len(args)
+                return expr(args[i]) if i < n_in else out_expr(args[i])
+
+            out = args[fast.out % len(args)]
+            parts = [part(p) for p in fast.parts]
+            if fast.keyword_out:
+                parts[-1] = f"out={parts[-1]}"
+            call = f"{ns.bind(fast.fn, 'f')}({', '.join(parts)})"
+            return f"{call}; v[{out}] = {out_expr(out)}"
+
         compiled = []
         for c, chain in enumerate(plan.chains):
             lines: list[Line] = []
@@ -379,8 +393,14 @@ class LoadedMethod:
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
                     args, outs = self._kernel_layout(k, a)
-                    fn = ns.bind(self._specialized(k, args, written, read), "k")
+                    fast = self._specialized(k, args, written, read)
                     n_in = len(args) - len(outs)
+                    if isinstance(fast, Inline) and isinstance(
+                        evalues[args[fast.out % len(args)]].val, Tensor
+                    ):
+                        lines.append(Line(inline_call(fast, args, n_in), pc))
+                        continue
+                    fn = ns.bind(fast, "k")
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
                     call = f"{fn}({', '.join(call_args)})"
                     if not outs:
@@ -517,6 +537,33 @@ class LoadedMethod:
         dst = cap if shape == cap.shape else fit(cap, shape)
         np.copyto(dst, value, casting="no")
         self.values[spec.index] = dst
+
+    def install_exact(
+        self, inputs: Sequence[Any], slots: Sequence[tuple[int, Any, Any, Any]]
+    ) -> bool:
+        """Install ``inputs`` when each is exactly what its slot declares, else change nothing.
+
+        ``slots`` hold (value index, dtype, shape, planned storage or None) per
+        input (see :func:`pyexecutorch.runtime.io.exact_slots`). A dense,
+        writable array of the declared dtype and static shape needs none of
+        the general conversions and checks; this is the common call.
+        """
+        if len(inputs) != len(slots):
+            return False
+        for x, (_, dtype, shape, _) in zip(inputs, slots, strict=True):
+            if type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape:
+                return False
+            flags = x.flags
+            if not (flags.c_contiguous and flags.writeable):
+                return False
+        v = self.values
+        for x, (index, _, _, planned) in zip(inputs, slots, strict=True):
+            if planned is None:
+                v[index] = x
+            else:
+                np.copyto(planned, x, casting="no")
+                v[index] = planned
+        return True
 
     def run(self) -> None:
         v = self.values

@@ -9,8 +9,10 @@ from typing import Any
 
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime.io import (
+    Input,
     check_install,
     convert_outputs,
+    exact_slots,
     input_decls,
     read_input,
 )
@@ -37,6 +39,7 @@ class Method:
         self._lock = threading.Lock()
         self._meta = MethodMeta(loaded.plan)
         self._decls = input_decls(loaded.plan)
+        self._exact = exact_slots(self._decls, loaded)
 
     @property
     def metadata(self) -> MethodMeta:
@@ -54,9 +57,22 @@ class Method:
         memory, valid until it runs again.
         """
         loaded = self._loaded
-        decls = self._decls
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
+        with self._lock:
+            if loaded.install_exact(inputs, self._exact):
+                converted = ()
+            else:
+                converted = self._install(inputs)
+            loaded.run()
+            return convert_outputs(
+                loaded.outputs(), clone=clone_outputs, inputs=converted, method=loaded.name
+            )
+
+    def _install(self, inputs: Sequence[Any]) -> list[Input]:
+        """The general input path: convert and check every input, then store them."""
+        loaded = self._loaded
+        decls = self._decls
         if len(inputs) != len(decls):
             raise ValueError(
                 f"method '{loaded.name}' takes {len(decls)} inputs, but got {len(inputs)}"
@@ -64,13 +80,9 @@ class Method:
         converted = [read_input(x, d, loaded.name) for x, d in zip(inputs, decls, strict=True)]
         for inp, decl in zip(converted, decls, strict=True):
             check_install(inp, decl, loaded.name)
-        with self._lock:
-            for i, inp in enumerate(converted):
-                loaded.set_input(i, inp.value)
-            loaded.run()
-            return convert_outputs(
-                loaded.outputs(), clone=clone_outputs, inputs=converted, method=loaded.name
-            )
+        for i, inp in enumerate(converted):
+            loaded.set_input(i, inp.value)
+        return converted
 
     __call__ = execute
 
