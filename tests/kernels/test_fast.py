@@ -153,3 +153,32 @@ def test_copy_fast_paths_read_an_input_other_than_the_loaded_one(name, build):
     np.testing.assert_array_equal(
         fast(args[0], *args[1:-1], args[-1]), get_kernel(name).fn(*args[:-1], args[-1].copy())
     )
+
+
+DYNAMIC_CASES = [
+    # (operator, arguments at the upper bound, arguments of one run at smaller sizes)
+    ("aten::add.out", [f32(8, 4), f32(4), 1, _out((8, 4))], [f32(3, 4), f32(4), 1]),
+    ("aten::mul.Scalar_out", [f32(8, 4), 3.0, _out((8, 4))], [f32(2, 4), 3.0]),
+    ("aten::relu.out", [f32(8, 4), _out((8, 4))], [f32(5, 4)]),
+    ("aten::sigmoid.out", [f32(8, 4), _out((8, 4))], [f32(1, 4)]),
+    ("aten::mm.out", [f32(8, 5), f32(5, 3), _out((8, 3))], [f32(2, 5), f32(5, 3)]),
+    (
+        "aten::addmm.out",
+        [f32(3), f32(8, 5), f32(5, 3), 1, 1, _out((8, 3))],
+        [f32(3), f32(6, 5), f32(5, 3), 1, 1],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name,bound_args,run_args", DYNAMIC_CASES, ids=[n for n, _, _ in DYNAMIC_CASES]
+)
+def test_dynamic_fast_paths_size_their_outputs_per_call(name, bound_args, run_args):
+    fast = get_specializer(name)(*bound_args, dynamic=True)
+    assert fast is not None
+    out = bound_args[-1]
+    got = fast(*run_args, out)
+    expected = get_kernel(name).fn(*run_args, out.copy())
+    assert got.shape == expected.shape
+    assert np.shares_memory(got, out)  # written into the planned storage
+    np.testing.assert_allclose(got, expected, rtol=2e-7, atol=0)

@@ -10,10 +10,12 @@ warnings are silenced once per method run by the runtime, not here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from pyexecutorch.kernels.common import broadcast_shape, fit
 from pyexecutorch.kernels.registry import Const, Inline, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -33,8 +35,49 @@ def _broadcasts_to(out: np.ndarray, *arrays: np.ndarray) -> bool:
         return False
 
 
+def _resizing(compute: Callable[..., Any], shape_of: Callable[..., tuple[int, ...]]):  # noqa: ANN202
+    """A fast path for dynamic-bound tensors: ``compute`` writes out viewed at the run's shape.
+
+    ``compute`` takes the kernel's arguments with that view as the output;
+    ``shape_of`` gives the output shape from the arguments.
+    """
+
+    # Views of the planned output by (its id, shape): a dynamic dim takes few
+    # sizes, and a view costs more than the small kernels it feeds. Each entry
+    # keeps its array alive, so an id is never reused while cached.
+    views: dict[tuple[int, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
+    if isinstance(compute, Inline):
+        compute = compute.function
+
+    def run(*args: Any) -> np.ndarray:
+        out = args[-1]
+        shape = shape_of(*args)
+        key = (id(out), shape)
+        cached = views.get(key)
+        if cached is None:
+            if len(views) >= _MAX_CACHED_VIEWS:
+                views.clear()
+            cached = views[key] = (out, fit(out, shape))
+        view = cached[1]
+        compute(*args[:-1], view)
+        return view
+
+    return run
+
+
+_MAX_CACHED_VIEWS = 256
+
+
+def _binary_shape(a: np.ndarray, b: np.ndarray, *rest: Any) -> tuple[int, ...]:
+    return broadcast_shape(a.shape, b.shape)
+
+
+def _unary_shape(a: np.ndarray, *rest: Any) -> tuple[int, ...]:
+    return a.shape
+
+
 def _binary(ufunc: np.ufunc, kinds: tuple[np.dtype, ...], keyword_out: bool = False):  # noqa: ANN202
-    def specialize(a: Any, b: Any, *rest: Any) -> Any:
+    def specialize(a: Any, b: Any, *rest: Any, dynamic: bool = False) -> Any:
         out = rest[-1]
         alpha = rest[0] if len(rest) == 2 else 1
         if alpha != 1 or isinstance(alpha, bool):
@@ -45,13 +88,14 @@ def _binary(ufunc: np.ufunc, kinds: tuple[np.dtype, ...], keyword_out: bool = Fa
             return None
         if not _same_dtype(a, b, out, kinds=kinds) or not _broadcasts_to(out, a, b):
             return None
-        return Inline(ufunc, (0, 1, -1), keyword_out=keyword_out)
+        fast = Inline(ufunc, (0, 1, -1), keyword_out=keyword_out)
+        return _resizing(fast, _binary_shape) if dynamic else fast
 
     return specialize
 
 
 def _binary_scalar(ufunc: np.ufunc):  # noqa: ANN202
-    def specialize(a: Any, b: Any, *rest: Any) -> Any:
+    def specialize(a: Any, b: Any, *rest: Any, dynamic: bool = False) -> Any:
         out = rest[-1]
         alpha = rest[0] if len(rest) == 2 else 1
         if alpha != 1 or isinstance(alpha, bool) or isinstance(b, bool):
@@ -61,7 +105,8 @@ def _binary_scalar(ufunc: np.ufunc):  # noqa: ANN202
         if not isinstance(b, (int, float)) or not _same_dtype(a, out) or a.shape != out.shape:
             return None
         # A Python scalar takes the float tensor's dtype, in torch and in numpy.
-        return Inline(ufunc, (0, Const(a.dtype.type(b)), -1))
+        fast = Inline(ufunc, (0, Const(a.dtype.type(b)), -1))
+        return _resizing(fast, _unary_shape) if dynamic else fast
 
     return specialize
 
@@ -79,14 +124,14 @@ specializer("aten::div.Scalar_out")(_binary_scalar(np.true_divide))
 
 
 def _unary(fn):  # noqa: ANN001, ANN202
-    def specialize(a: Any, out: Any) -> Any:
+    def specialize(a: Any, out: Any, dynamic: bool = False) -> Any:
         if (
             isinstance(a, np.ndarray)
             and isinstance(out, np.ndarray)
             and _same_dtype(a, out)
             and a.shape == out.shape
         ):
-            return fn
+            return _resizing(fn, _unary_shape) if dynamic else fn
         return None
 
     return specialize
@@ -170,8 +215,16 @@ def _expand(a: Any, size: Any, implicit: Any, out: Any) -> Any:
     return _COPY  # copyto broadcasts the input to out's shape
 
 
+def _mm_shape(a: np.ndarray, b: np.ndarray, *rest: Any) -> tuple[int, ...]:
+    return a.shape[:-1] + b.shape[-1:]
+
+
+def _addmm_shape(bias: np.ndarray, a: np.ndarray, b: np.ndarray, *rest: Any) -> tuple[int, ...]:
+    return (a.shape[0], b.shape[1])
+
+
 @specializer("aten::mm.out", "aten::bmm.out")
-def _mm(a: Any, b: Any, out: Any) -> Any:
+def _mm(a: Any, b: Any, out: Any, dynamic: bool = False) -> Any:
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or not _same_dtype(a, b, out):
         return None
     if (
@@ -182,11 +235,14 @@ def _mm(a: Any, b: Any, out: Any) -> Any:
         return None
     if a.shape[:-1] + b.shape[-1:] != out.shape:
         return None
-    return Inline(np.matmul, (0, 1, -1))
+    fast = Inline(np.matmul, (0, 1, -1))
+    return _resizing(fast, _mm_shape) if dynamic else fast
 
 
 @specializer("aten::addmm.out")
-def _addmm(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> Any:
+def _addmm(
+    bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any, dynamic: bool = False
+) -> Any:
     if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
         return None
     if not (
@@ -210,7 +266,7 @@ def _addmm(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> Any:
         out += bias
         return out
 
-    return addmm
+    return _resizing(addmm, _addmm_shape) if dynamic else addmm
 
 
 def _axis(dim: Any, ndim: int) -> int | None:

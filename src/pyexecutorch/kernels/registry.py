@@ -96,13 +96,27 @@ class Inline:
     out: int = -1
     keyword_out: bool = False  # pass the last part as ``out=`` (np.maximum wants it so)
 
-    def __call__(self, *args: Any) -> Any:
-        values = [p.value if isinstance(p, Const) else args[p] for p in self.parts]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "function", self._as_function())
+
+    def _as_function(self) -> Callable[..., Any]:
+        # A plain function with the kernel's signature, built once: the
+        # fallback when the call cannot be emitted in place.
+        names: dict[str, Any] = {"fn": self.fn}
+        parts = []
+        for i, p in enumerate(self.parts):
+            if isinstance(p, Const):
+                names[f"c{i}"] = p.value
+                parts.append(f"c{i}")
+            else:
+                parts.append(f"a[{int(p)}]")
         if self.keyword_out:
-            self.fn(*values[:-1], out=values[-1])
-        else:
-            self.fn(*values)
-        return args[self.out]
+            parts[-1] = f"out={parts[-1]}"
+        source = f"lambda *a: (fn({', '.join(parts)}), a[{int(self.out)}])[1]"
+        return eval(source, names)  # noqa: S307 - built from integers and bound names only
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*args)
 
 
 def specializer(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -110,8 +124,11 @@ def specializer(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any
 
     The runtime calls a specializer once per instruction, at load, with the
     instruction's arguments as they are then (output arrays included), but only
-    when every tensor argument has a static shape and no non-tensor argument
-    can change at run time. It returns a callable with the kernel's signature
+    when no non-tensor argument can change at run time, and when some tensor
+    has a dynamic-bound shape only if the specializer declares a keyword
+    parameter ``dynamic``: it then receives ``dynamic=True`` and the tensors at
+    their upper-bound shapes, and its fast path must size its outputs per call
+    (:func:`pyexecutorch.kernels.common.fit`) and return them. It returns a callable with the kernel's signature
     that may assume those dtypes, shapes and constants (an :class:`Inline`
     where one numpy call does the work), or ``None`` to keep the general
     kernel. A specializer must compute exactly what its kernel

@@ -182,18 +182,25 @@ def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
     return decls
 
 
-def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[tuple[int, Any, Any, Any]]:
-    """Per input of ``loaded`` (a LoadedMethod): (value index, dtype, shape, planned storage or None).
+def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[tuple[int, Any, Any, Any, bool]]:
+    """Per input of ``loaded`` (a LoadedMethod): (value index, dtype, shape, planned storage or
+    None, whether the shape is a dynamic upper bound).
 
-    Empty when some input has no exact form (a scalar, a dynamic shape, a
+    Empty when some input has no exact form (a scalar, an unbounded shape, a
     dim order numpy cannot hold): such methods always take the general path.
     """
     slots = []
     for decl, spec in zip(decls, loaded.inputs, strict=True):
-        if decl.fast_key is None:
+        dtype = SCALAR_TYPE_TO_DTYPE.get(decl.scalar_type)
+        bounded = decl.dynamism in (
+            TensorShapeDynamism.STATIC,
+            TensorShapeDynamism.DYNAMIC_BOUND,
+        )
+        if decl.tag != Tag.Tensor or not decl.contiguous_order or dtype is None or not bounded:
             return []
         planned = loaded.capacity[spec.index] if spec.planned else None
-        slots.append((spec.index, decl.fast_key[0], decl.fast_key[1], planned))
+        dynamic = decl.dynamism != TensorShapeDynamism.STATIC
+        slots.append((spec.index, dtype, decl.sizes, planned, dynamic))
     return slots
 
 

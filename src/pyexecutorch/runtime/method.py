@@ -436,11 +436,11 @@ class LoadedMethod:
         if special is None:
             return k.fn
         evalues = self.plan.values
+        dynamic = False
         for j in args:
             val = evalues[j].val
             if isinstance(val, Tensor):
-                if val.shape_dynamism != TensorShapeDynamism.STATIC:
-                    return k.fn
+                dynamic |= val.shape_dynamism != TensorShapeDynamism.STATIC
             elif isinstance(val, (TensorList, OptionalTensorList)):
                 for i in val.items:
                     item = evalues[i].val if i >= 0 else None
@@ -453,8 +453,14 @@ class LoadedMethod:
                 return k.fn
             elif isinstance(val, IntList) and any(i in written for i in val.items):
                 return k.fn
-        kwargs = {}
-        if "unused_outputs" in inspect.signature(special).parameters:
+        parameters = inspect.signature(special).parameters
+        kwargs: dict[str, Any] = {}
+        if dynamic:
+            # Only fast paths that size their outputs per call take dynamic shapes.
+            if "dynamic" not in parameters:
+                return k.fn
+            kwargs["dynamic"] = True
+        if "unused_outputs" in parameters:
             kwargs["unused_outputs"] = frozenset(
                 n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read
             )
@@ -539,30 +545,38 @@ class LoadedMethod:
         self.values[spec.index] = dst
 
     def install_exact(
-        self, inputs: Sequence[Any], slots: Sequence[tuple[int, Any, Any, Any]]
+        self, inputs: Sequence[Any], slots: Sequence[tuple[int, Any, Any, Any, bool]]
     ) -> bool:
         """Install ``inputs`` when each is exactly what its slot declares, else change nothing.
 
-        ``slots`` hold (value index, dtype, shape, planned storage or None) per
-        input (see :func:`pyexecutorch.runtime.io.exact_slots`). A dense,
-        writable array of the declared dtype and static shape needs none of
-        the general conversions and checks; this is the common call.
+        ``slots`` hold (value index, dtype, shape, planned storage or None,
+        dynamic) per input (see :func:`pyexecutorch.runtime.io.exact_slots`).
+        A dense, writable array of the declared dtype and shape (within its
+        bounds for a dynamic one) needs none of the general conversions and
+        checks; this is the common call.
         """
         if len(inputs) != len(slots):
             return False
-        for x, (_, dtype, shape, _) in zip(inputs, slots, strict=True):
-            if type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape:
+        for x, (_, dtype, shape, _, dynamic) in zip(inputs, slots, strict=True):
+            if type(x) is not np.ndarray or x.dtype != dtype:
+                return False
+            if x.shape != shape and not (
+                dynamic
+                and len(x.shape) == len(shape)
+                and all(n <= bound for n, bound in zip(x.shape, shape, strict=True))
+            ):
                 return False
             flags = x.flags
             if not (flags.c_contiguous and flags.writeable):
                 return False
         v = self.values
-        for x, (index, _, _, planned) in zip(inputs, slots, strict=True):
+        for x, (index, _, shape, planned, _) in zip(inputs, slots, strict=True):
             if planned is None:
                 v[index] = x
             else:
-                np.copyto(planned, x, casting="no")
-                v[index] = planned
+                dst = planned if x.shape == shape else fit(planned, x.shape)
+                np.copyto(dst, x, casting="no")
+                v[index] = dst
         return True
 
     def run(self) -> None:
