@@ -105,7 +105,9 @@ def _binary_scalar(ufunc: np.ufunc):  # noqa: ANN202
         if not isinstance(b, (int, float)) or not _same_dtype(a, out) or a.shape != out.shape:
             return None
         # A Python scalar takes the float tensor's dtype, in torch and in numpy.
-        fast = Inline(ufunc, (0, Const(a.dtype.type(b)), -1))
+        # A 0-d array of the tensor's dtype: what a Python scalar becomes in
+        # torch and numpy alike, and numpy's cheapest operand to broadcast.
+        fast = Inline(ufunc, (0, Const(np.array(b, dtype=a.dtype)), -1))
         return _resizing(fast, _unary_shape) if dynamic else fast
 
     return specialize
@@ -137,16 +139,31 @@ def _unary(fn):  # noqa: ANN001, ANN202
     return specialize
 
 
-def _sigmoid(a: np.ndarray, out: np.ndarray) -> np.ndarray:
-    np.negative(a, out=out)
-    np.exp(out, out=out)
-    out += 1
-    return np.reciprocal(out, out=out)
+@specializer("aten::sigmoid.out")
+def _sigmoid(a: Any, out: Any, dynamic: bool = False) -> Any:
+    if not isinstance(a, np.ndarray):
+        return None
+    one = np.ones((), dtype=a.dtype)  # a 0-d operand is numpy's cheapest
+
+    def sigmoid(a: np.ndarray, out: np.ndarray) -> np.ndarray:
+        # 1 / (1 + exp(-x)), torch's formula, in four passes over out
+        np.negative(a, out=out)
+        np.exp(out, out=out)
+        np.add(out, one, out=out)
+        return np.reciprocal(out, out=out)
+
+    return _unary(sigmoid)(a, out, dynamic)
 
 
-# maximum keeps NaN, as torch's relu does.
-specializer("aten::relu.out")(_unary(Inline(np.maximum, (0, Const(0), -1), keyword_out=True)))
-specializer("aten::sigmoid.out")(_unary(_sigmoid))
+@specializer("aten::relu.out")
+def _relu(a: Any, out: Any, dynamic: bool = False) -> Any:
+    # maximum keeps NaN, as torch's relu does; the zero has the tensor's dtype.
+    if not isinstance(a, np.ndarray):
+        return None
+    zero = Const(np.zeros((), dtype=a.dtype))
+    return _unary(Inline(np.maximum, (0, zero, -1), keyword_out=True))(a, out, dynamic)
+
+
 specializer("aten::tanh.out")(_unary(Inline(np.tanh, (0, -1))))
 specializer("aten::exp.out")(_unary(Inline(np.exp, (0, -1))))
 specializer("aten::neg.out")(_unary(Inline(np.negative, (0, -1))))
