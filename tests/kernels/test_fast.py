@@ -46,6 +46,18 @@ CASES = [
     ("aten::sqrt.out", lambda: [np.abs(f32(6, 7)), _out((6, 7))]),
     ("aten::clone.out", lambda: [f32(2, 3), None, _out((2, 3))]),
     ("dim_order_ops::_clone_dim_order.out", lambda: [f32(2, 3), False, None, _out((2, 3))]),
+    (
+        "dim_order_ops::_to_dim_order_copy.out",
+        lambda: [RNG.integers(-9, 9, (2, 3)), False, None, _out((2, 3))],
+    ),
+    (
+        "dim_order_ops::_to_dim_order_copy.out",
+        lambda: [f32(2, 3).astype(np.float64) * 1e30, False, None, _out((2, 3))],
+    ),
+    (
+        "dim_order_ops::_to_dim_order_copy.out",
+        lambda: [RNG.integers(0, 2, (4,)).astype(bool), False, None, _out((4,), np.int64)],
+    ),
     ("aten::permute_copy.out", lambda: [f32(2, 3, 4), (2, 0, 1), _out((4, 2, 3))]),
     ("aten::view_copy.out", lambda: [f32(2, 3, 4), (6, 4), _out((6, 4))]),
     ("aten::expand_copy.out", lambda: [f32(1, 4), (3, 4), False, _out((3, 4))]),
@@ -102,6 +114,10 @@ def test_fast_paths_decline_what_they_do_not_cover():
         is None
     )
     assert get_specializer("aten::add.out")(f32(3), f32(3), 2, _out((3,))) is None
+    # float to int truncates and anything to bool tests != 0: the general kernel's rules
+    to_copy = get_specializer("dim_order_ops::_to_dim_order_copy.out")
+    assert to_copy(f32(3), False, None, _out((3,), np.int32)) is None
+    assert to_copy(f32(3), False, None, _out((3,), np.bool_)) is None
     assert get_specializer("aten::mm.out")(f32(3, 5), f32(5, 2), _out((3, 3))) is None
     bias = _out((3, 2))
     assert get_specializer("aten::addmm.out")(bias, f32(3, 5), f32(5, 2), 1, 1, bias) is None

@@ -187,6 +187,7 @@ def _copy_from(view_of_input, loaded: np.ndarray):  # noqa: ANN001, ANN202
 
 
 _COPY = Inline(np.copyto, (-1, 0))
+_CAST = Inline(np.copyto, (-1, 0, Const("unsafe")))
 
 
 def _copy_like(a: Any, out: Any) -> bool:
@@ -204,6 +205,17 @@ def _clone(a: Any, memory_format: Any, out: Any) -> Any:
 def _clone_dim_order(a: Any, non_blocking: Any, dim_order: Any, out: Any) -> Any:
     if _copy_like(a, out) and a.shape == out.shape:
         return _COPY
+    if (
+        isinstance(a, np.ndarray)
+        and isinstance(out, np.ndarray)
+        and a.shape == out.shape
+        and a.dtype.kind in "biuf"
+        and out.dtype.kind in "iuf"
+        and np.can_cast(a.dtype, out.dtype, "same_kind")
+    ):
+        # Widening, int to float and float to narrower float round as torch
+        # does; casts to bool or from float to int keep the general kernel.
+        return _CAST
     return None
 
 

@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -182,15 +182,32 @@ def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
     return decls
 
 
-def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[tuple[int, Any, Any, Any, bool]]:
-    """Per input of ``loaded`` (a LoadedMethod): (value index, dtype, shape, planned storage or
-    None, whether the shape is a dynamic upper bound).
+class ExactSlot(NamedTuple):
+    """What one input must be to take the exact path (see LoadedMethod.install_exact)."""
 
-    Empty when some input has no exact form (a scalar, an unbounded shape, a
-    dim order numpy cannot hold): such methods always take the general path.
+    index: int  # value index
+    dtype: np.dtype | None  # a tensor's dtype; None for a scalar input
+    shape: tuple[int, ...]  # a tensor's shape, or its upper bound when dynamic
+    planned: np.ndarray | None  # a planned tensor's storage
+    dynamic: bool
+    scalar: Any = None  # a scalar input: the value it was exported with (its type too)
+
+
+_SCALAR_TAGS = (Tag.Int, Tag.Double, Tag.Bool)
+
+
+def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[ExactSlot]:
+    """The exact form of each input of ``loaded`` (a LoadedMethod).
+
+    Empty when some input has none (a string or None input, an unbounded
+    shape, a dim order numpy cannot hold): such methods always take the
+    general path.
     """
     slots = []
     for decl, spec in zip(decls, loaded.inputs, strict=True):
+        if decl.tag in _SCALAR_TAGS:
+            slots.append(ExactSlot(spec.index, None, (), None, False, decl.exported))
+            continue
         dtype = SCALAR_TYPE_TO_DTYPE.get(decl.scalar_type)
         bounded = decl.dynamism in (
             TensorShapeDynamism.STATIC,
@@ -200,7 +217,7 @@ def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[tuple[int, Any,
             return []
         planned = loaded.capacity[spec.index] if spec.planned else None
         dynamic = decl.dynamism != TensorShapeDynamism.STATIC
-        slots.append((spec.index, dtype, decl.sizes, planned, dynamic))
+        slots.append(ExactSlot(spec.index, dtype, decl.sizes, planned, dynamic))
     return slots
 
 
@@ -894,6 +911,15 @@ def convert_outputs(
         return list(values)
     # Only torch inputs whose memory the method reads can hold an output.
     borrowed = [(p, inp) for p, inp in enumerate(inputs) if inp.storage is not None]
+    if torch is not None and not clone and not borrowed:
+        # The common torch case, inlined: writable arrays wrap as they are.
+        from_numpy = torch.from_numpy
+        return [
+            from_numpy(v)
+            if type(v) is np.ndarray and v.flags.writeable
+            else _output(v, clone, torch, borrowed, method)
+            for v in values
+        ]
     return [_output(v, clone, torch, borrowed, method) for v in values]
 
 

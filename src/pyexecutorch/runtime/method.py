@@ -33,6 +33,7 @@ from pyexecutorch.runtime.errors import (
     MissingBackendError,
     MissingOperatorError,
 )
+from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.schema.program import (
     Bool,
@@ -544,20 +545,22 @@ class LoadedMethod:
         np.copyto(dst, value, casting="no")
         self.values[spec.index] = dst
 
-    def install_exact(
-        self, inputs: Sequence[Any], slots: Sequence[tuple[int, Any, Any, Any, bool]]
-    ) -> bool:
+    def install_exact(self, inputs: Sequence[Any], slots: Sequence[ExactSlot]) -> bool:
         """Install ``inputs`` when each is exactly what its slot declares, else change nothing.
 
-        ``slots`` hold (value index, dtype, shape, planned storage or None,
-        dynamic) per input (see :func:`pyexecutorch.runtime.io.exact_slots`).
         A dense, writable array of the declared dtype and shape (within its
-        bounds for a dynamic one) needs none of the general conversions and
-        checks; this is the common call.
+        bounds for a dynamic one), or for a scalar input the very value the
+        method was exported with, needs none of the general conversions and
+        checks (:func:`pyexecutorch.runtime.io.exact_slots`); this is the
+        common call.
         """
         if len(inputs) != len(slots):
             return False
-        for x, (_, dtype, shape, _, dynamic) in zip(inputs, slots, strict=True):
+        for x, (_, dtype, shape, _, dynamic, scalar) in zip(inputs, slots, strict=True):
+            if dtype is None:
+                if type(x) is not type(scalar) or x != scalar:
+                    return False
+                continue
             if type(x) is not np.ndarray or x.dtype != dtype:
                 return False
             if x.shape != shape and not (
@@ -570,7 +573,7 @@ class LoadedMethod:
             if not (flags.c_contiguous and flags.writeable):
                 return False
         v = self.values
-        for x, (index, _, shape, planned, _) in zip(inputs, slots, strict=True):
+        for x, (index, _, shape, planned, _, _) in zip(inputs, slots, strict=True):
             if planned is None:
                 v[index] = x
             else:
