@@ -58,6 +58,7 @@ CASES = [
         "dim_order_ops::_to_dim_order_copy.out",
         lambda: [RNG.integers(0, 2, (4,)).astype(bool), False, None, _out((4,), np.int64)],
     ),
+    ("aten::repeat.out", lambda: [f32(2, 3), (2, 1, 3), _out((2, 2, 9))]),
     ("aten::permute_copy.out", lambda: [f32(2, 3, 4), (2, 0, 1), _out((4, 2, 3))]),
     ("aten::view_copy.out", lambda: [f32(2, 3, 4), (6, 4), _out((6, 4))]),
     ("aten::expand_copy.out", lambda: [f32(1, 4), (3, 4), False, _out((3, 4))]),

@@ -252,6 +252,30 @@ def _addmm_shape(bias: np.ndarray, a: np.ndarray, b: np.ndarray, *rest: Any) -> 
     return (a.shape[0], b.shape[1])
 
 
+@specializer("aten::repeat.out")
+def _repeat(a: Any, repeats: Any, out: Any) -> Any:
+    if not _copy_like(a, out) or len(repeats) < a.ndim or min(repeats, default=0) < 1:
+        return None
+    shape = (1,) * (len(repeats) - a.ndim) + a.shape
+    if tuple(r * n for r, n in zip(repeats, shape, strict=True)) != out.shape:
+        return None
+    # Each output dim split into (repeats, size): the input broadcasts over it.
+    split = tuple(x for pair in zip(repeats, shape, strict=True) for x in pair)
+    spread = tuple(x for n in shape for x in (1, n))
+    try:
+        target = out.reshape(split, copy=False)
+    except ValueError:
+        return None
+    loaded_out = out
+    copy = _copy_from(lambda a: a.reshape(spread), a)
+
+    def repeat(a: np.ndarray, repeats: Any, out: np.ndarray) -> np.ndarray:
+        copy(a, target if out is loaded_out else out.reshape(split))
+        return out
+
+    return repeat
+
+
 @specializer("aten::mm.out", "aten::bmm.out")
 def _mm(a: Any, b: Any, out: Any, dynamic: bool = False) -> Any:
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or not _same_dtype(a, b, out):
