@@ -2,21 +2,33 @@
 
 Each kernel runs a handful of whole-array ufunc passes in the computation
 dtype (float32 for float16 inputs, as torch does), writing into the planned
-output: layer/group norm subtract the mean in place in the output and get
-the variance as a row-wise dot product (no squared temporary); inference
-batch norm folds weight, bias and running statistics into one per-channel
-scale and shift (cached for constant parameters) and costs two passes.
+output. Layer and group norm share one row normalizer, and softmax and
+log-softmax one core, built once per shape (:func:`row_normalizer`,
+:func:`softmax_core`); the load-time fast paths in
+:mod:`pyexecutorch.kernels.fast_norm` bind the same cores, so both give the
+same values. Short rows are summed by a small matrix product with a matrix of
+ones, which leaves each row's sum in every column and lets every later pass
+be a same-shape ufunc instead of a slow broadcast over many short rows.
+Inference batch norm folds weight, bias and running statistics into one
+per-channel scale and shift (cached for constant parameters) and costs two
+passes.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from collections.abc import Callable
 
 import numpy as np
 
 from pyexecutorch.kernels.common import fit, normalize_dim, quiet_fp
-from pyexecutorch.kernels.conv import derived, float_compute_dtype, scratch, view_as
+from pyexecutorch.kernels.conv import (
+    derived,
+    float_compute_dtype,
+    scratch,
+    scratch_object,
+    view_as,
+)
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 _F16 = np.dtype(np.float16)
@@ -32,38 +44,99 @@ def _check_param(op: str, name: str, a, shape: tuple[int, ...], dtype: np.dtype)
         raise KernelError(f"{op}: {name} must be floating point, got {a.dtype}")
 
 
-def _stat_buffer(out: np.ndarray, shape: tuple[int, ...], cdt: np.dtype):
-    """``(buffer, direct)``: ``out`` viewed as ``shape`` when it can take the
-    statistics directly, else a new array to copy from."""
-    if out.dtype == cdt and out.flags.c_contiguous:
-        return out.reshape(shape), True
-    return np.empty(shape, cdt), False
+def _is_pow2(k: int) -> bool:
+    return k > 0 and k & (k - 1) == 0
 
 
-def _normalize_rows(x2, t, mean, rstd, eps: float, cdt: np.dtype) -> None:
-    """Rows of ``x2 (M, K)`` minus their mean, times rstd, into ``t``.
+# Rows up to this long (and arrays up to this much work) are summed by one small
+# matrix product with a (k, k) matrix of ones, which leaves each row's sum in
+# every column of the row: the statistics come out full-shaped and every later
+# pass is a same-shape ufunc, several times cheaper than a broadcast over many
+# short rows. Longer rows use a matrix-vector product and per-row broadcasts.
+_SQUARE_MAX_K = 64
+_SQUARE_MAX_WORK = 1 << 15
 
-    ``mean`` is ``(M, 1)``, ``rstd`` is ``(M,)``; the variance is the biased
-    one, as a row-wise dot product of the centred rows (no squared temporary).
+
+def _square_sums(m: int, k: int) -> bool:
+    return k <= _SQUARE_MAX_K and m * k * k <= _SQUARE_MAX_WORK
+
+
+def _sum_matrix(k: int, cdt: np.dtype) -> tuple[np.ndarray, bool]:
+    """``(k, k)`` summing matrix and whether the caller still divides by ``k``.
+
+    For a power of two the matrix holds ``1/k``: scaling each term by a power
+    of two is exact, so it yields the sum divided by ``k`` in one product.
     """
-    k = x2.shape[1]
-    if k == 0:  # torch: mean 0, rstd NaN
-        mean[...] = 0
-        rstd[...] = np.nan
-        return
-    if x2.dtype == cdt and x2.flags.c_contiguous and mean.flags.c_contiguous:
-        np.matmul(x2, _ones(k, cdt.char), out=mean.reshape(-1))  # BLAS row sums
-    else:
-        np.add.reduce(x2, axis=1, keepdims=True, dtype=cdt, out=mean)
-    np.divide(mean, k, out=mean)
-    with quiet_fp():  # inf inputs give NaN rows, as in torch
-        np.subtract(x2, mean, out=t)
-        np.vecdot(t, t, out=rstd)
-        np.divide(rstd, k, out=rstd)
-        np.add(rstd, eps, out=rstd)
-        np.sqrt(rstd, out=rstd)
-        np.divide(1, rstd, out=rstd)
-        np.multiply(t, rstd.reshape(-1, 1), out=t)
+    if _is_pow2(k):
+        return np.full((k, k), 1 / k, cdt), False
+    return np.ones((k, k), cdt), True
+
+
+RowNormalizer = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def row_normalizer(m: int, k: int, cdt: np.dtype, eps: float) -> RowNormalizer:
+    """``norm(x2, t) -> (mean, std)`` for ``(m, k)`` rows (``m, k > 0``).
+
+    ``norm`` writes ``(x2 - mean) / std`` row-wise into ``t`` (``x2`` and ``t``
+    have dtype ``cdt`` and any strides; ``t`` may be ``x2`` itself, as every
+    pass that writes it reads ``x2`` elementwise or before) and returns the row means and ``std = sqrt(var + eps)`` (biased
+    variance, two-pass: the centred rows are squared) as ``(m, 1)`` views of
+    its own buffers, valid until the next call. Layer and group norm share it,
+    in their general kernels and their load-time fast paths, so both give the
+    same values for the same shapes.
+    """
+    kk = np.array(k, cdt)
+    e0 = np.array(eps, cdt)
+    if _square_sums(m, k):
+        ones, divide = _sum_matrix(k, cdt)
+        mean = np.empty((m, k), cdt)
+        sq = np.empty((m, k), cdt)
+        std = np.empty((m, k), cdt)
+        mean_col, std_col = mean[:, :1], std[:, :1]
+
+        def norm(x2: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            np.dot(x2, ones, mean)
+            if divide:
+                np.divide(mean, kk, mean)
+            np.subtract(x2, mean, t)
+            np.multiply(t, t, sq)
+            np.dot(sq, ones, std)
+            if divide:
+                np.divide(std, kk, std)
+            np.add(std, e0, std)
+            np.sqrt(std, std)
+            np.divide(t, std, t)
+            return mean_col, std_col
+
+        return norm
+
+    ones = np.ones(k, cdt)
+    # A ufunc whose operands all have one element, or that broadcasts a (1, 1)
+    # one, costs over twice a two-element one: a single row keeps its
+    # statistics in two-element buffers (the second entry is a harmless dummy)
+    # and broadcasts them as 0-dim views.
+    n = max(m, 2)
+    mean_v = np.ones(n, cdt)
+    std_v = np.ones(n, cdt)
+    mean_rows, std_rows = mean_v[:m], std_v[:m]
+    mean_col, std_col = mean_rows.reshape(m, 1), std_rows.reshape(m, 1)
+    mean_b, std_b = (
+        (mean_v[:1].reshape(()), std_v[:1].reshape(())) if m == 1 else (mean_col, std_col)
+    )
+
+    def norm_long(x2: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        np.dot(x2, ones, mean_rows)  # BLAS row sums
+        np.divide(mean_v, kk, mean_v)
+        np.subtract(x2, mean_b, t)
+        np.vecdot(t, t, std_rows)  # sum of squares without a squared temporary
+        np.divide(std_v, kk, std_v)
+        np.add(std_v, e0, std_v)
+        np.sqrt(std_v, std_v)
+        np.divide(t, std_b, t)
+        return mean_col, std_col
+
+    return norm_long
 
 
 _LN_SIGNATURES: dict[tuple, tuple] = {}
@@ -82,6 +155,29 @@ def _ln_signature(input, ns, weight, bias):
     _check_param(op, "bias", bias, ns, input.dtype)
     lead = input.shape[: input.ndim - nd]
     return math.prod(lead), math.prod(ns), lead + (1,) * nd, cdt
+
+
+def _cached_normalizer(m: int, k: int, cdt: np.dtype, eps: float) -> RowNormalizer:
+    def make():
+        square = _square_sums(m, k)
+        nbytes = (3 * m * k + k * k) if square else (2 * m + k)
+        return row_normalizer(m, k, cdt, eps), nbytes * cdt.itemsize
+
+    return scratch_object(("row-normalizer", m, k, cdt.char, float(eps)), make)
+
+
+def _store_stats(mean, std, mo, ro, shape, cdt) -> None:
+    """Means and ``1 / std`` (torch's rstd) into the statistics outputs."""
+    np.copyto(mo, mean.reshape(shape), casting="unsafe")
+    rstd = scratch("norm-rstd", std.shape, cdt)
+    np.divide(1, std, rstd)
+    np.copyto(ro, rstd.reshape(shape), casting="unsafe")
+
+
+def _empty_rows(mo, ro) -> None:
+    """Statistics of zero-length rows, as torch gives them: mean 0, rstd NaN."""
+    mo[...] = 0
+    ro[...] = np.nan
 
 
 @kernel("aten::native_layer_norm.out", n_outs=3)
@@ -106,22 +202,21 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps, out0, out1, ou
     ro = fit(out2, stat_shape)
     if m == 0:
         return o, mo, ro
-    x2 = input.reshape(m, k)
+    if k == 0:
+        _empty_rows(mo, ro)
+        return o, mo, ro
+    x2 = input.reshape(m, k).astype(cdt, copy=False)
     direct = o.dtype == cdt and o.flags.c_contiguous
     t = o.reshape(m, k) if direct else scratch("ln-out", (m, k), cdt)
-    mean, mean_direct = _stat_buffer(mo, (m, 1), cdt)
-    rstd, rstd_direct = _stat_buffer(ro, (m,), cdt)
-    _normalize_rows(x2, t, mean, rstd, eps, cdt)
-    if weight is not None:
-        np.multiply(t, weight.reshape(k), out=t)
-    if bias is not None:
-        np.add(t, bias.reshape(k), out=t)
+    with quiet_fp():  # inf inputs give NaN rows, as in torch
+        mean, std = _cached_normalizer(m, k, cdt, eps)(x2, t)
+        if weight is not None:
+            np.multiply(t, weight.reshape(k), t)
+        if bias is not None:
+            np.add(t, bias.reshape(k), t)
+        _store_stats(mean, std, mo, ro, stat_shape, cdt)
     if not direct:
         np.copyto(o, t.reshape(o.shape), casting="unsafe")
-    if not mean_direct:
-        np.copyto(mo, mean.reshape(stat_shape), casting="unsafe")
-    if not rstd_direct:
-        np.copyto(ro, rstd.reshape(stat_shape), casting="unsafe")
     return o, mo, ro
 
 
@@ -146,22 +241,23 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps, out0, out1, ou
     if N == 0 or C == 0:
         return o, mo, ro
     m, k = N * group, (C // group) * HxW
-    x2 = input.reshape(m, k)
+    if k == 0:
+        _empty_rows(mo, ro)
+        return o, mo, ro
+    x2 = input.reshape(m, k).astype(cdt, copy=False)
     o2 = view_as(o, (m, k)) if o.dtype == cdt else None
     t = o2 if o2 is not None else scratch("gn-out", (m, k), cdt)
-    mean = np.empty((m, 1), cdt)
-    rstd = np.empty(m, cdt)
-    _normalize_rows(x2, t, mean, rstd, eps, cdt)
-    if weight is not None or bias is not None:
-        t3 = t.reshape(N, C, HxW)
-        if weight is not None:
-            np.multiply(t3, weight.reshape(C, 1), out=t3, casting="unsafe")
-        if bias is not None:
-            np.add(t3, bias.reshape(C, 1), out=t3, casting="unsafe")
+    with quiet_fp():
+        mean, std = _cached_normalizer(m, k, cdt, eps)(x2, t)
+        if weight is not None or bias is not None:
+            t3 = t.reshape(N, C, HxW)
+            if weight is not None:
+                np.multiply(t3, weight.reshape(C, 1), out=t3, casting="unsafe")
+            if bias is not None:
+                np.add(t3, bias.reshape(C, 1), out=t3, casting="unsafe")
+        _store_stats(mean, std, mo, ro, (N, group), cdt)
     if t is not o2:
         np.copyto(o, t.reshape(o.shape), casting="unsafe")
-    np.copyto(mo, mean.reshape(N, group), casting="unsafe")
-    np.copyto(ro, rstd.reshape(N, group), casting="unsafe")
     return o, mo, ro
 
 
@@ -204,18 +300,22 @@ def _bn_apply(x, scale, shift, o, cdt):
 _BN_SIGNATURES: dict[tuple, np.dtype] = {}
 
 
+def bn_scale_shift(weight, bias, running_mean, running_var, eps: float, cdt: np.dtype, bshape):
+    """Inference batch norm's per-channel ``(scale, shift)``, shaped ``bshape``:
+    ``out = x * scale + shift``."""
+    with quiet_fp():
+        rv = running_var.astype(cdt)
+        invstd = 1 / np.sqrt(rv + cdt.type(eps))
+        scale, shift = _bn_affine(weight, bias, running_mean.astype(cdt), invstd, cdt)
+    return scale.reshape(bshape), shift.reshape(bshape)
+
+
 def _bn_inference(op, input, weight, bias, running_mean, running_var, eps, out, cdt):
     bshape = (input.shape[1],) + (1,) * (input.ndim - 2)
-
-    def make():
-        with quiet_fp():
-            rv = running_var.astype(cdt)
-            invstd = 1 / np.sqrt(rv + cdt.type(eps))
-            scale, shift = _bn_affine(weight, bias, running_mean.astype(cdt), invstd, cdt)
-        return scale.reshape(bshape), shift.reshape(bshape)
-
     scale, shift = derived(
-        ("bn", float(eps), cdt.char, len(bshape)), (weight, bias, running_mean, running_var), make
+        ("bn", float(eps), cdt.char, len(bshape)),
+        (weight, bias, running_mean, running_var),
+        lambda: bn_scale_shift(weight, bias, running_mean, running_var, eps, cdt, bshape),
     )
     o = fit(out, input.shape)
     if o.size:
@@ -342,82 +442,155 @@ def _softmax_setup(op, self, dim, half_to_float, out):
     return cdt, d, o
 
 
-# Inputs whose values all lie within this distance of zero (or of each
-# other) need no per-row maximum: exp cannot overflow, and no row's sum can
-# underflow, so one scalar shift (or none) replaces the row-wise maximum,
-# which numpy computes slowly for short rows. The result is the same softmax
-# up to float rounding.
+def softmax_layout(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
+    """``(a, k, b)``: the tensor as ``a`` blocks of ``k`` rows of ``b`` along ``dim``."""
+    if not shape:
+        return 1, 1, 1
+    return math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1 :])
+
+
+# With at most this many rows (or when the softmax dim is not the last), each
+# row's maximum is subtracted before exp, as torch does. More rows of the last
+# dim use one maximum for the whole tensor (numpy's per-row reductions cost
+# tens of nanoseconds a row): exp cannot overflow, and a row whose sum comes
+# out below _MIN_ROW_SUM (a row far below the maximum, NaN, infinities, a row
+# of -inf) sends the whole tensor through the per-row path. Results agree with
+# the per-row shift up to float rounding.
+_ROWMAX_MAX_ROWS = 16
+_MIN_ROW_SUM = 2.0**-32
+# A global maximum this close to zero needs no shift at all.
 _EXP_SAFE = 60.0
 
-
-def _shift(x: np.ndarray, d: int):
-    """What to subtract before exp: ``None``, a scalar, or the row maxima."""
-    hi = float(np.maximum.reduce(x, axis=None))
-    lo = float(np.minimum.reduce(x, axis=None))
-    if hi - lo < _EXP_SAFE:  # False for NaN and infinities
-        return None if -_EXP_SAFE < lo and hi < _EXP_SAFE else hi
-    return np.maximum.reduce(x, axis=d, keepdims=True)
+Softmax = Callable[[np.ndarray, np.ndarray], None]
 
 
-@lru_cache(maxsize=64)
-def _ones(k: int, char: str) -> np.ndarray:
-    a = np.ones(k, char)
-    a.flags.writeable = False
-    return a
+def softmax_core(a: int, k: int, b: int, cdt: np.dtype, log: bool) -> Softmax:
+    """``run(x, t)``: softmax (``log``: log-softmax) of ``x`` along its axis 1, into ``t``.
+
+    ``x`` and ``t`` are ``(a * b, k)`` when ``b == 1`` (the softmax dim is the
+    last), else ``(a, k, b)``; ``x`` has dtype ``cdt`` (any strides), ``t`` is
+    a ``cdt`` array that does not overlap ``x``. ``a, k, b > 0``. The general
+    kernels and the load-time fast paths share it, so both give the same values.
+    """
+    if b != 1:
+        return _softmax_inner(a, k, b, cdt, log)
+    m = a
+    e = np.empty((m, k), cdt) if log else None
+    if _square_sums(m, k):
+        # each row's sum in every column of the row (see _square_sums)
+        ones = np.ones((k, k), cdt)
+        s = sums = np.empty((m, k), cdt)
+        s_col = s[:, 0]
+    else:
+        ones = np.ones(k, cdt)
+        s_col = sums = np.empty(m, cdt)
+        s = s_col.reshape(m, 1)
+    row_max = np.empty((m, 1), cdt)
+    top = np.empty((), cdt)
+    # one row: its maximum is the maximum of all, and broadcasting a 0-dim view
+    # costs less than a (1, 1) array (see row_normalizer)
+    one_row = m == 1
+    if one_row and not _square_sums(m, k):
+        s = s_col.reshape(())
+
+    def by_row_max(x: np.ndarray, t: np.ndarray) -> None:
+        if one_row:
+            np.maximum.reduce(x, None, None, top)
+            np.subtract(x, top, t)
+        else:
+            np.maximum.reduce(x, 1, None, row_max, True)
+            np.subtract(x, row_max, t)
+        if log:
+            np.exp(t, e)
+            np.dot(e, ones, sums)
+            np.log(s, s)
+            np.subtract(t, s, t)
+        else:
+            np.exp(t, t)
+            np.dot(t, ones, sums)
+            np.divide(t, s, t)
+
+    if m <= _ROWMAX_MAX_ROWS:
+        return by_row_max
+
+    def by_top(x: np.ndarray, t: np.ndarray) -> None:
+        np.maximum.reduce(x, None, None, top)
+        base = x
+        if not -_EXP_SAFE < float(top) < _EXP_SAFE:  # also NaN and infinities
+            np.subtract(x, top, t)
+            base = t
+        ex = e if log else t
+        np.exp(base, ex)
+        np.dot(ex, ones, sums)
+        if not np.minimum.reduce(s_col) >= _MIN_ROW_SUM:
+            by_row_max(x, t)
+            return
+        if log:
+            np.log(s, s)
+            np.subtract(base, s, t)
+        else:
+            np.divide(t, s, t)
+
+    return by_top
 
 
-def _row_sums(e: np.ndarray, d: int) -> np.ndarray:
-    """Sums of ``e`` along ``d`` (kept as a size-1 dim); a BLAS mat-vec for the last dim."""
-    if d == e.ndim - 1 and e.flags.c_contiguous and e.dtype.kind == "f":
-        k = e.shape[-1]
-        s = np.matmul(e.reshape(-1, k), _ones(k, e.dtype.char))
-        return s.reshape(e.shape[:-1] + (1,))
-    return np.add.reduce(e, axis=d, keepdims=True)
+def _softmax_inner(a: int, k: int, b: int, cdt: np.dtype, log: bool) -> Softmax:
+    """Softmax along a dim that is not the last: per-row maxima and sums with keepdims."""
+    row_max = np.empty((a, 1, b), cdt)
+    s = np.empty((a, 1, b), cdt)
+    e = np.empty((a, k, b), cdt) if log else None
+
+    def run(x: np.ndarray, t: np.ndarray) -> None:
+        np.maximum.reduce(x, 1, None, row_max, True)
+        np.subtract(x, row_max, t)
+        ex = e if log else t
+        np.exp(t, ex)
+        np.add.reduce(ex, 1, None, s, True)
+        if log:
+            np.log(s, s)
+            np.subtract(t, s, t)
+        else:
+            np.divide(t, s, t)
+
+    return run
+
+
+def _cached_softmax(layout: tuple[int, int, int], cdt: np.dtype, log: bool) -> Softmax:
+    a, k, b = layout
+
+    def make():
+        return softmax_core(a, k, b, cdt, log), (4 if log else 3) * a * k * b * cdt.itemsize
+
+    return scratch_object(("softmax-core", layout, cdt.char, log), make)
+
+
+def _softmax_kernel(op: str, log: bool, self, dim, half_to_float, out):
+    cdt, d, o = _softmax_setup(op, self, dim, half_to_float, out)
+    if o.size == 0:
+        return o
+    layout = softmax_layout(self.shape, d)
+    a, k, b = layout
+    shape = (a, k) if b == 1 else layout
+    x = self.reshape(shape).astype(cdt, copy=False)
+    direct = o.dtype == cdt and o.flags.c_contiguous
+    t = o.reshape(shape) if direct else scratch("softmax-out", shape, cdt)
+    if np.may_share_memory(x, t):
+        x = x.copy()
+    with quiet_fp():  # rows of -inf give NaN, as in torch
+        _cached_softmax(layout, cdt, log)(x, t)
+    if not direct:
+        np.copyto(o, t.reshape(o.shape), casting="unsafe")
+    return o
 
 
 @kernel("aten::_softmax.out")
 def softmax(self, dim, half_to_float, out):
-    cdt, d, o = _softmax_setup("_softmax", self, dim, half_to_float, out)
-    if o.size == 0:
-        return o
-    x = self if self.ndim else self.reshape(1)
-    t = o if o.dtype == cdt and o.flags.c_contiguous else scratch("softmax", o.shape, cdt)
-    t1 = t if self.ndim else t.reshape(1)
-    m = _shift(x, d)
-    with quiet_fp():  # rows of -inf give NaN, as in torch
-        if m is None:
-            np.exp(x, out=t1, dtype=cdt)
-        else:
-            np.subtract(x, m, out=t1, dtype=cdt)
-            np.exp(t1, out=t1)
-        np.divide(t1, _row_sums(t1, d), out=t1)
-    if t is not o:
-        np.copyto(o, t, casting="unsafe")
-    return o
+    return _softmax_kernel("_softmax", False, self, dim, half_to_float, out)
 
 
 @kernel("aten::_log_softmax.out")
 def log_softmax(self, dim, half_to_float, out):
-    cdt, d, o = _softmax_setup("_log_softmax", self, dim, half_to_float, out)
-    if o.size == 0:
-        return o
-    x = self if self.ndim else self.reshape(1)
-    t = o if o.dtype == cdt and o.flags.c_contiguous else scratch("logsoftmax", o.shape, cdt)
-    t1 = t if self.ndim else t.reshape(1)
-    e = scratch("logsoftmax-exp", t1.shape, cdt)
-    m = _shift(x, d)
-    with quiet_fp():
-        if m is None:
-            np.copyto(t1, x, casting="unsafe")
-        else:
-            np.subtract(x, m, out=t1, dtype=cdt)
-        np.exp(t1, out=e)
-        s = _row_sums(e, d)
-        np.log(s, out=s)
-        np.subtract(t1, s, out=t1)
-    if t is not o:
-        np.copyto(o, t, casting="unsafe")
-    return o
+    return _softmax_kernel("_log_softmax", True, self, dim, half_to_float, out)
 
 
 # ---------------------------------------------------------------------------
