@@ -33,6 +33,7 @@ from pyexecutorch.runtime.errors import (
     MissingBackendError,
     MissingOperatorError,
 )
+from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.schema.program import (
@@ -292,7 +293,7 @@ class LoadedMethod:
                 a = instr.instr_args
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
-                    written.update(self._kernel_layout(k, a)[1])
+                    written.update(self.kernel_layout(k, a)[1])
                 elif isinstance(a, MoveCall):
                     written.add(a.move_to)
                 elif isinstance(a, DelegateCall):
@@ -301,7 +302,7 @@ class LoadedMethod:
                     written.add(a.value_index)
         return written
 
-    def _kernel_layout(self, k, call: KernelCall) -> tuple[list[int], list[int]]:  # noqa: ANN001
+    def kernel_layout(self, k, call: KernelCall) -> tuple[list[int], list[int]]:  # noqa: ANN001
         """(arguments passed to the kernel, output value indices) of a kernel call."""
         args = list(call.args)
         n_outs = k.n_outs
@@ -327,6 +328,7 @@ class LoadedMethod:
         plan = self.plan
         ns = Namespace()
         written = self._written_values()
+        folded = fold_constants(self, written)
         read = self._read_values()
         v = self.values
         evalues = plan.values
@@ -391,9 +393,11 @@ class LoadedMethod:
             jumps: dict[int, tuple[str, int]] = {}
             for pc, instr in enumerate(chain.instructions):
                 a = instr.instr_args
+                if c == 0 and pc in folded:
+                    continue
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
-                    args, outs = self._kernel_layout(k, a)
+                    args, outs = self.kernel_layout(k, a)
                     fast = self._specialized(k, args, written, read)
                     n_in = len(args) - len(outs)
                     if isinstance(fast, Inline) and isinstance(
@@ -466,7 +470,7 @@ class LoadedMethod:
                 n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read
             )
         try:
-            fast = special(*(self._load_time_value(j) for j in args), **kwargs)
+            fast = special(*(self.load_time_value(j) for j in args), **kwargs)
         except Exception:  # noqa: BLE001 - a fast path that cannot decide keeps the general kernel
             return k.fn
         return fast if fast is not None else k.fn
@@ -488,7 +492,7 @@ class LoadedMethod:
                 a = instr.instr_args
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
-                    args, outs = self._kernel_layout(k, a)
+                    args, outs = self.kernel_layout(k, a)
                     for j in args[: len(args) - len(outs)]:
                         add(j)
                     if k.n_outs == 0 and args:
@@ -502,7 +506,7 @@ class LoadedMethod:
                     add(a.cond_value_index)
         return read
 
-    def _load_time_value(self, j: int) -> Any:
+    def load_time_value(self, j: int) -> Any:
         """Value ``j`` as a specializer sees it: planned storage for tensors and lists of them."""
         val = self.plan.values[j].val
         if isinstance(val, Tensor):
