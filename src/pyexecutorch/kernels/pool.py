@@ -1,10 +1,14 @@
 """Pooling kernels: max pool (with indices and its backward), average pool, adaptive average pool.
 
-Windows are walked tap by tap: for each kernel offset, one strided slice of
-the input (only the rectangle of outputs whose input lies inside the image,
-so padding never materialises) is folded into the output with a ufunc.
-Max pooling takes the first maximum of each window in row-major order and
-propagates NaN (the index of a NaN window is its last NaN), as torch does.
+Window reductions run separably: a row pass folds the kernel's columns into a
+buffer of shape (..., rows, OW), then a column pass folds its rows into the
+output, so a k x k window costs 2(k-1) ufunc calls instead of k*k. Padding is
+a border of the identity (0 for sums, the lowest value for maxima) around a
+copy of the input. Max pooling takes the first maximum of each window in
+row-major order and propagates NaN (the index of a NaN window is its last NaN),
+as torch does; its indices are found tap by tap: for each kernel offset, one
+strided slice of the input (only the rectangle of outputs whose input lies
+inside the image) is compared with the maxima.
 """
 
 from __future__ import annotations
@@ -108,6 +112,56 @@ def _pool_plan(hw, k, s, p, d, ohw, with_index):
                 idx = rows[:, None] * w + cols[None, :]
             ops.append((dst, src, idx))
     return tuple(ops)
+
+
+@lru_cache(maxsize=256)
+def separable_geometry(hw, k, s, p, d, ohw):
+    """The padded extent and the tap slices of a separable window reduction.
+
+    Returns ``(hp, wp, padded, cols, rows)``: the padded image extent that
+    every window fits in, whether windows reach outside the image (then the
+    source is a padded copy, the image at offset ``p``), the column slice of
+    each kernel column for the row pass and the row slice of each kernel row
+    for the column pass.
+    """
+    (h, w), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = hw, k, s, p, d, ohw
+    hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
+    padded = (ph, pw) != (0, 0) or hp > h or wp > w
+    cols = tuple(slice(j * dw, j * dw + (ow - 1) * sw + 1, sw) for j in range(kw))
+    rows = tuple(slice(i * dh, i * dh + (oh - 1) * sh + 1, sh) for i in range(kh))
+    return hp, wp, padded, cols, rows
+
+
+def separable_steps(ufunc, src, cols, rows, tmp, out) -> tuple[list, np.ndarray]:
+    """The ``ufunc(a, b, out=o)`` calls that fold every window of ``src`` into ``out``
+    (a row pass into ``tmp``, then a column pass), as ``(a, b, o)`` triples, and the
+    view that holds the result: ``out``, or a view of ``src`` / ``tmp`` when the kernel
+    has a single row or column (nothing to fold: the caller copies it).
+
+    Each call is ``ufunc(later, earlier)``: np.maximum returns its second argument on
+    ties, so the first of equal maxima (row-major) wins, as in torch.
+    """
+    steps = []
+    if len(cols) == 1:
+        r = src[..., cols[0]]
+    else:
+        steps.append((src[..., cols[1]], src[..., cols[0]], tmp))
+        steps += [(src[..., c], tmp, tmp) for c in cols[2:]]
+        r = tmp
+    if len(rows) == 1:
+        return steps, r[..., rows[0], :]
+    steps.append((r[..., rows[1], :], r[..., rows[0], :], out))
+    steps += [(r[..., q, :], out, out) for q in rows[2:]]
+    return steps, out
+
+
+def separable_reduce(ufunc, src, cols, rows, tmp, out) -> np.ndarray:
+    """Run :func:`separable_steps`; returns the view that holds the result."""
+    steps, res = separable_steps(ufunc, src, cols, rows, tmp, out)
+    for a, b, o in steps:
+        ufunc(a, b, out=o)
+    return res
 
 
 @lru_cache(maxsize=256)
@@ -326,19 +380,18 @@ def avg_pool2d(
         if acc is not o:
             np.copyto(o, acc, casting="unsafe")
         return o
-    plan = _pool_plan(self.shape[-2:], k, s, p, (1, 1), ohw, False)
-    acc.fill(0)
-    x = self
-    for dst, src, _ in plan:
-        a = acc[..., dst[0], dst[1]]
-        np.add(a, x[..., src[0], src[1]], out=a, casting="unsafe")
     if divisor_override is not None:
         div = divisor_override
     else:
         div = _avg_divisor(self.shape[-2:], k, s, p, ohw, bool(count_include_pad), cdt.char)
     if cdt.kind == "f":
-        np.divide(acc, div, out=acc)
+        _avg_separable(self, k, s, p, ohw, div, acc)
     else:
+        plan = _pool_plan(self.shape[-2:], k, s, p, (1, 1), ohw, False)
+        acc.fill(0)
+        for dst, src, _ in plan:
+            a = acc[..., dst[0], dst[1]]
+            np.add(a, self[..., src[0], src[1]], out=a, casting="unsafe")
         # Integer average: C-style division (truncates toward zero).
         q = np.floor_divide(acc, div)
         r = acc - q * div
@@ -349,17 +402,59 @@ def avg_pool2d(
     return o
 
 
+def avg_pool_buffers(lead, hw, k, s, p, ohw, cdt, make=None):
+    """The padded copy (zero border) and the row-pass buffer of a separable average.
+
+    ``make(key, shape, dtype)`` returns a zeroed buffer (default: a fresh array); a
+    buffer keyed by the padded geometry keeps its zero border, since every user of
+    it writes the same interior.
+    """
+    make = make or (lambda key, shape, dt: np.zeros(shape, dt))
+    hp, wp, _, cols, _ = separable_geometry(hw, k, s, p, (1, 1), ohw)
+    key = ("avgpool-pad", hw, p)
+    xp = make(key, lead + (hp, wp), cdt)
+    tmp = make("avgpool-rows", lead + (hp, ohw[1]), cdt) if len(cols) > 1 else None
+    return xp, tmp
+
+
+def _avg_separable(x, k, s, p, ohw, div, acc) -> None:
+    """Window sums over a zero-padded copy of ``x``, divided by ``div``, into ``acc``."""
+    h, w = x.shape[-2:]
+    lead = x.shape[:-2]
+    _, _, _, cols, rows = separable_geometry((h, w), k, s, p, (1, 1), ohw)
+    xp, tmp = avg_pool_buffers(lead, (h, w), k, s, p, ohw, acc.dtype, scratch)
+    # (+ 0.0 also turns -0.0 into 0.0: torch's sums start from 0)
+    np.add(x, 0.0, out=xp[..., p[0] : p[0] + h, p[1] : p[1] + w])
+    r = separable_reduce(np.add, xp, cols, rows, tmp, acc)
+    np.divide(r, div, out=acc)
+
+
 @lru_cache(maxsize=128)
-def _adaptive_matrix(n_in: int, n_out: int, char: str) -> np.ndarray:
-    """(n_out, n_in) averaging matrix of adaptive pooling's windows."""
-    m = np.zeros((n_out, n_in), np.float64)
-    for o in range(n_out):
-        start = (o * n_in) // n_out
-        end = -((-(o + 1) * n_in) // n_out)
-        m[o, start:end] = 1.0 / (end - start)
-    m = m.astype(char)
-    m.flags.writeable = False
-    return m
+def _adaptive_windows(n_in: int, n_out: int) -> tuple[slice, ...]:
+    """The input window of each output of adaptive pooling along one axis."""
+    return tuple(slice((o * n_in) // n_out, -((-(o + 1) * n_in) // n_out)) for o in range(n_out))
+
+
+@lru_cache(maxsize=128)
+def adaptive_counts(hw: tuple[int, int], ohw: tuple[int, int], char: str) -> np.ndarray:
+    """(OH, OW) element count of each adaptive window."""
+    rows, cols = _adaptive_windows(hw[0], ohw[0]), _adaptive_windows(hw[1], ohw[1])
+    hs = np.array([r.stop - r.start for r in rows])
+    ws = np.array([c.stop - c.start for c in cols])
+    cnt = (hs[:, None] * ws[None, :]).astype(char)
+    cnt.flags.writeable = False
+    return cnt
+
+
+def adaptive_steps(x, tmp, t) -> list:
+    """The reductions summing each (overlapping, uneven) adaptive window of ``x`` into
+    ``t``: per output row, a sum over its input rows into ``tmp (..., OH, W)``, then
+    per output column a sum over its columns. Sums, not products with averaging
+    weights: a weight of 0 times inf would turn other windows NaN."""
+    (h, w), (oh, ow) = x.shape[-2:], t.shape[-2:]
+    steps = [(x[..., r, :], -2, tmp[..., i, :]) for i, r in enumerate(_adaptive_windows(h, oh))]
+    steps += [(tmp[..., c], -1, t[..., j]) for j, c in enumerate(_adaptive_windows(w, ow))]
+    return steps
 
 
 @kernel("aten::_adaptive_avg_pool2d.out")
@@ -383,7 +478,7 @@ def adaptive_avg_pool2d(self, output_size, out):
     x = self if self.dtype == cdt else self.astype(cdt)
     t = o if o.dtype == cdt else np.empty(shape, cdt)
     if (oh, ow) == (h, w):
-        t[...] = x
+        np.add(x, 0.0, out=t)  # (+ 0.0: -0.0 averages to 0.0, as torch's sums start from 0)
     elif oh == 1 and ow == 1:
         np.add.reduce(x, axis=(-2, -1), keepdims=True, out=t)
         np.divide(t, h * w, out=t)
@@ -392,9 +487,10 @@ def adaptive_avg_pool2d(self, output_size, out):
         np.add.reduce(xr, axis=(-3, -1), out=t)
         np.divide(t, (h // oh) * (w // ow), out=t)
     else:
-        ah = _adaptive_matrix(h, oh, cdt.char)
-        aw = _adaptive_matrix(w, ow, cdt.char)
-        np.matmul(ah, np.matmul(x, aw.T), out=t)
+        tmp = scratch("adaptive-rows", shape[:-1] + (w,), cdt)
+        for a, axis, dst in adaptive_steps(x, tmp, t):
+            np.add.reduce(a, axis=axis, out=dst)
+        np.divide(t, adaptive_counts((h, w), (oh, ow), cdt.char), out=t)
     if t is not o:
         np.copyto(o, t, casting="unsafe")
     return o

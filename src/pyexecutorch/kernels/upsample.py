@@ -121,7 +121,14 @@ def _linear_weights(n_in: int, n_out: int, align_corners: bool, scale, char: str
             real = ratio * np.arange(n_out, dtype=dt)
         else:
             ratio = _scale_value(scale, n_in, n_out, dt)
-            real = ratio * (np.arange(n_out, dtype=dt) + dt.type(0.5)) - dt.type(0.5)
+            if dt == _F32:
+                # torch's float kernel fuses this multiply-add (one rounding): the
+                # product is exact in float64, so only the sum rounds. (A lambda of 0
+                # instead of 1e-8 would turn an inf neighbour into NaN.)
+                half = np.arange(n_out, dtype=np.float64) + 0.5
+                real = (np.float64(ratio) * half - 0.5).astype(dt)
+            else:
+                real = ratio * (np.arange(n_out, dtype=dt) + dt.type(0.5)) - dt.type(0.5)
             real = np.maximum(real, dt.type(0))
         i0 = np.minimum(np.floor(real).astype(np.int64), n_in - 1)
         l1 = np.clip(real - i0.astype(dt), 0, 1).astype(dt)

@@ -1,0 +1,226 @@
+"""The convolution fast path (fast_conv.py) against its general kernel and torch eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pyexecutorch.kernels.fast_conv as fc
+from pyexecutorch.kernels import get_kernel
+from pyexecutorch.kernels.registry import get_specializer
+
+CONV = "aten::convolution.out"
+RNG = np.random.default_rng(0)
+
+
+def _torch_conv(x, w, b, s, p, d, groups, transposed):
+    args = [torch.from_numpy(x.copy()), torch.from_numpy(w.copy())]
+    args.append(None if b is None else torch.from_numpy(b.copy()))
+    if transposed:
+        f = F.conv_transpose1d if x.ndim == 3 else F.conv_transpose2d
+        return f(*args, s, p, 0, groups, d).numpy()
+    f = F.conv1d if x.ndim == 3 else F.conv2d
+    return f(*args, s, p, d, groups).numpy()
+
+
+def _case(n, c, size, oc, k, s, p, d, groups, bias, transposed=False, dtype=np.float32):
+    nd = len(size)
+    x = RNG.standard_normal((n, c, *size)).astype(dtype)
+    wshape = (c, oc // groups, *k) if transposed else (oc, c // groups, *k)
+    w = RNG.standard_normal(wshape).astype(dtype)
+    b = RNG.standard_normal(oc).astype(dtype) if bias else None
+    for a in (w, b):
+        if a is not None:
+            a.flags.writeable = False  # constants reach kernels read-only
+    params = ([s] * nd, [p] * nd, [d] * nd, transposed, [0] * nd, groups)
+    return x, w, b, params
+
+
+def _tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+
+
+def _check(x, w, b, params, expect_plan=None):
+    s, p, d, transposed, _, groups = params
+    expected = _torch_conv(x, w, b, s, p, d, groups, transposed)
+    out = np.full(expected.shape, 77, x.dtype)
+    fast = get_specializer(CONV)(x, w, b, *params, out)
+    assert fast is not None, "the fast path declined a case it covers"
+    if expect_plan is not None:
+        assert fast.__qualname__.startswith(expect_plan), fast.__qualname__
+    # Calls with other input arrays of the same shape (as a caller's input is), one of
+    # them laid out channels-last.
+    other = RNG.standard_normal(x.shape).astype(x.dtype)
+    order = (0, *range(2, x.ndim), 1)
+    strided = np.ascontiguousarray(other.transpose(order)).transpose(np.argsort(order))
+    for x_run in (x, other, strided):
+        want = _torch_conv(x_run, w, b, s, p, d, groups, transposed)
+        got = fast(x_run, w, b, *params, out)
+        assert got is out
+        np.testing.assert_allclose(got, want, **_tol(x.dtype))
+        general = get_kernel(CONV).fn(x_run, w, b, *params, np.zeros_like(out))
+        # Same products, summed in another order (columns laid out differently).
+        rtol = 1e-5 if x.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(got, general, rtol=rtol, atol=rtol)
+
+
+GEOMETRIES = [
+    # n, c, size, oc, k, s, p, d, groups, bias
+    (2, 4, (10,), 6, (3,), 1, 2, 2, 1, True),
+    (2, 8, (12, 12), 8, (3, 3), 2, 1, 1, 1, True),
+    (1, 8, (10, 10), 8, (3, 3), 2, 1, 1, 8, False),
+    (2, 3, (12, 12), 8, (3, 3), 1, 1, 1, 1, False),
+    (1, 16, (8, 8), 16, (3, 3), 1, 1, 1, 16, True),
+    (1, 6, (11, 9), 12, (3, 2), 1, 2, 2, 3, True),
+    (1, 32, (33, 31), 32, (3, 3), 2, 1, 1, 32, True),
+    (2, 3, (40, 37), 8, (5, 3), 3, 2, 1, 1, True),
+    (1, 4, (30, 30), 4, (2, 2), 2, 0, 1, 1, False),
+    (1, 4, (9, 9), 4, (1, 1), 2, 0, 1, 1, True),
+    (1, 64, (14, 14), 64, (3, 3), 1, 1, 1, 64, True),
+    (1, 4, (300,), 8, (5,), 2, 2, 1, 1, True),
+]
+
+
+@pytest.mark.parametrize("layout", ["_direct", "_flat"])
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
+def test_forward_matches_torch_and_general(monkeypatch, geom, layout):
+    big = 1 << 40
+    monkeypatch.setattr(fc, "_DIRECT_MAX", big if layout == "_direct" else 0)
+    monkeypatch.setattr(fc, "_DIRECT_ROWS", big if layout == "_direct" else 0)
+    x, w, b, params = _case(*geom)
+    _check(x, w, b, params, layout)
+
+
+@pytest.mark.parametrize(
+    "geom",
+    [
+        (1, 8, (5, 5), 16, (1, 1), 1, 0, 1, 1, True),
+        (2, 6, (4, 3), 4, (1, 1), 1, 0, 1, 2, False),
+        (2, 4, (7,), 6, (1,), 1, 0, 3, 1, True),
+    ],
+)
+def test_pointwise(geom):
+    x, w, b, params = _case(*geom)
+    _check(x, w, b, params, "_pointwise")
+
+
+def test_layout_choice():
+    # Few rows or strided and small: direct; else flat.
+    spec = get_specializer(CONV)
+    for geom, plan in [
+        ((2, 4, (10,), 6, (3,), 1, 2, 2, 1, True), "_direct"),
+        ((2, 8, (12, 12), 8, (3, 3), 2, 1, 1, 1, True), "_direct"),
+        ((2, 3, (12, 12), 8, (3, 3), 1, 1, 1, 1, False), "_flat"),
+        ((1, 32, (56, 56), 32, (3, 3), 2, 1, 1, 32, True), "_flat"),
+    ]:
+        x, w, b, params = _case(*geom)
+        out = np.zeros(_torch_conv(x, w, b, *params[:3], params[5], False).shape, np.float32)
+        assert spec(x, w, b, *params, out).__qualname__.startswith(plan)
+
+
+@pytest.mark.parametrize("chunk", [64, 4096, 1 << 16])
+@pytest.mark.parametrize(
+    "geom",
+    [
+        (1, 12, (17, 15), 12, (3, 3), 1, 1, 1, 12, True),  # depthwise: chunks of channels
+        (2, 4, (17, 15), 6, (3, 3), 2, 1, 1, 2, True),  # grouped, strided: phases
+        (1, 3, (23, 19), 5, (3, 3), 1, 1, 2, 1, False),  # one group: chunks of rows
+    ],
+)
+def test_flat_layout_in_small_chunks(monkeypatch, geom, chunk):
+    monkeypatch.setattr(fc, "_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(fc, "_DIRECT_MAX", 0)
+    x, w, b, params = _case(*geom)
+    _check(x, w, b, params, "_flat")
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_float64(monkeypatch, direct):
+    monkeypatch.setattr(fc, "_DIRECT_MAX", 1 << 30 if direct else 0)
+    monkeypatch.setattr(fc, "_DIRECT_ROWS", 1 << 30 if direct else 0)
+    x, w, b, params = _case(2, 4, (9, 8), 6, (3, 3), 2, 1, 1, 2, True, dtype=np.float64)
+    _check(x, w, b, params, "_direct" if direct else "_flat")
+
+
+@pytest.mark.parametrize(
+    "geom",
+    [
+        (1, 4, (5, 5), 4, (2, 2), 2, 1, True),
+        (2, 6, (3, 4), 9, (3, 1), (3, 1), 3, False),
+        (2, 4, (7,), 6, (2,), 2, 2, True),
+    ],
+)
+def test_transposed_without_overlap(geom):
+    n, c, size, oc, k, s, groups, bias = geom
+    nd = len(size)
+    x, w, b, params = _case(n, c, size, oc, k, 1, 0, 1, groups, bias, transposed=True)
+    stride = list(s) if isinstance(s, tuple) else [s] * nd
+    params = (stride, *params[1:])
+    _check(x, w, b, params, "_transposed")
+
+
+def test_special_values_match_torch():
+    # inf and NaN reach exactly the outputs whose windows hold them.
+    x, w, b, params = _case(1, 4, (9, 9), 4, (3, 3), 1, 1, 1, 4, True)
+    x = x.copy()
+    x[0, 1, 4, 4] = np.inf
+    x[0, 2, 0, 0] = np.nan
+    expected = _torch_conv(x, w, b, *params[:3], params[5], False)
+    out = np.zeros(expected.shape, np.float32)
+    got = get_specializer(CONV)(x, w, b, *params, out)(x, w, b, *params, out)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_computed_at_run_time_are_repacked():
+    x, w, b, params = _case(1, 3, (8, 8), 4, (3, 3), 1, 1, 1, 1, True)
+    w, b = w.copy(), b.copy()  # writable: produced by an earlier instruction
+    out = np.zeros((1, 4, 8, 8), np.float32)
+    fast = get_specializer(CONV)(x, w, b, *params, out)
+    fast(x, w, b, *params, out)
+    w *= -2
+    b += 1
+    got = fast(x, w, b, *params, out)
+    np.testing.assert_allclose(
+        got, _torch_conv(x, w, b, *params[:3], 1, False), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_another_out_runs_the_general_kernel():
+    x, w, b, params = _case(1, 3, (8, 8), 4, (3, 3), 1, 1, 1, 1, True)
+    out = np.zeros((1, 4, 8, 8), np.float32)
+    fast = get_specializer(CONV)(x, w, b, *params, out)
+    other = np.zeros(20 * 4 * 8 * 8, np.float32)  # a dynamic-bound planned output
+    got = fast(x, w, b, *params, other)
+    assert not np.shares_memory(got, out)
+    np.testing.assert_allclose(
+        got, _torch_conv(x, w, b, *params[:3], 1, False), rtol=1e-4, atol=1e-4
+    )
+
+
+def _declines(*args):
+    return get_specializer(CONV)(*args) is None
+
+
+def test_declines_what_it_does_not_cover():
+    x, w, b, params = _case(1, 2, (6, 6), 2, (3, 3), 1, 1, 1, 1, True)
+    out = np.zeros((1, 2, 6, 6), np.float32)
+    assert _declines(x.astype(np.float16), w.astype(np.float16), None, *params, out)
+    assert _declines(x, w, b, *params, np.zeros((1, 6, 6, 2), np.float32).transpose(0, 3, 1, 2))
+    assert _declines(x, w, b, *params, np.zeros((1, 2, 5, 6), np.float32))  # wrong shape
+    x3 = np.zeros((1, 2, 4, 4, 4), np.float32)
+    w3 = np.zeros((2, 2, 3, 3, 3), np.float32)
+    assert _declines(x3, w3, None, [1] * 3, [1] * 3, [1] * 3, False, [0] * 3, 1, np.zeros_like(x3))
+    # Transposed convolutions whose taps overlap, or with padding, keep the general kernel.
+    xt = np.zeros((1, 2, 4, 4), np.float32)
+    wt = np.zeros((2, 3, 3, 3), np.float32)
+    out_t = np.zeros((1, 3, 9, 9), np.float32)
+    assert _declines(xt, wt, None, [2, 2], [0, 0], [1, 1], True, [0, 0], 1, out_t)
+    wt2 = np.zeros((2, 3, 2, 2), np.float32)
+    out_t2 = np.zeros((1, 3, 6, 6), np.float32)
+    assert _declines(xt, wt2, None, [2, 2], [1, 1], [1, 1], True, [0, 0], 1, out_t2)
+    # Arguments the general kernel rejects.
+    assert _declines(x, w, b, [0, 0], [1, 1], [1, 1], False, [0, 0], 1, out)
