@@ -15,10 +15,12 @@ from pyexecutorch.kernels.elementwise import (
     BOOL,
     F64,
     FLOATS,
+    SMALL,
+    ScaledErf,
     blocked,
     check_out,
     compute_in_loop_dtype,
-    erf_block,
+    erf_f64,
     loop_dtype,
     quiet,
     sigmoid_into,
@@ -47,7 +49,7 @@ def relu(x, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
     dt = x.dtype
     if dt is o.dtype and dt in FLOATS:
-        np.maximum(x, 0, out=o)  # NaN propagates, as in torch
+        np.maximum(0, x, out=o)  # NaN propagates and -0.0 stays (x wins ties), as in torch
         return o
     return _relu_general(x, o)
 
@@ -57,7 +59,7 @@ def _relu_general(x, o):
     if x.dtype == BOOL:
         raise KernelError("relu is not supported for bool tensors")
     check_out(x.dtype, o)
-    np.maximum(x, 0, out=o, casting="unsafe")
+    np.maximum(0, x, out=o, casting="unsafe")
     return o
 
 
@@ -68,9 +70,10 @@ def leaky_relu(x, negative_slope, out):
     slope = float(negative_slope)
 
     def compute(v, dst):
-        # x > 0 ? x : x * slope
+        # x > 0 ? x : x * slope, each element read before it is written (the
+        # output may be the input's memory)
         positive = v > 0
-        np.multiply(v, slope, out=dst)
+        np.multiply(v, slope, out=dst, where=~positive)
         np.copyto(dst, v, where=positive)
 
     _floating(compute, x, o, "leaky_relu")
@@ -87,13 +90,14 @@ def elu(x, alpha, scale, input_scale, out):
 
     def compute(v, dst):
         # x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale, as the
-        # sum of two parts of which at most one is nonzero
-        neg = np.minimum(v, 0)
+        # sum of two parts of which at most one is nonzero (numpy's min and max
+        # return their second operand on ties: -0.0 stays -0.0, as in torch)
+        neg = np.minimum(0, v)
         if in_coef != 1.0:
             neg *= in_coef
         np.expm1(neg, out=neg)
         neg *= neg_coef
-        np.maximum(v, 0, out=dst)
+        np.maximum(0, v, out=dst)
         if pos_coef != 1.0:
             dst *= pos_coef
         dst += neg
@@ -103,42 +107,58 @@ def elu(x, alpha, scale, input_scale, out):
 
 
 _SQRT1_2 = math.sqrt(0.5)
-_TANH_BETA = math.sqrt(2.0 / math.pi)
-_TANH_KAPPA = 0.044715
+TANH_BETA = math.sqrt(2.0 / math.pi)
+TANH_BETA_KAPPA = TANH_BETA * 0.044715
 
 
-def _gelu_erf_block(accurate: bool) -> Callable[[np.ndarray, np.ndarray], None]:
-    def block(x, dst):
-        # x is a float64 block: 0.5 * x * (1 + erf(x / sqrt(2)))
-        e = x * _SQRT1_2
-        erf_block(e, e, accurate)
-        e += 1.0
-        e *= x
-        e *= 0.5
-        dst[...] = e
-
-    return block
+def _gelu_erf_block(x, dst):
+    # x is a float64 block: 0.5 * x * (1 + erf(x / sqrt(2)))
+    e = x * _SQRT1_2
+    erf_f64(e, e)
+    e += 1.0
+    e *= x
+    e *= 0.5
+    dst[...] = e
 
 
-_GELU_F64 = _gelu_erf_block(True)
-_GELU_F32 = _gelu_erf_block(False)
+# 0.5 * erf(x / sqrt(2)), rounded once to the output's dtype
+HALF_ERF = ScaledErf(_SQRT1_2, 0.5)
+
+
+def gelu_from_half_erf(x: np.ndarray, h: np.ndarray) -> None:
+    """h = gelu(x) given h = 0.5 * erf(x / sqrt(2)) rounded to h's dtype.
+
+    As in torch's float32 kernel, 1 + erf is formed after rounding erf, so the
+    tails where float32 erf rounds to -1 (x below about -5.54) give exactly -0.0.
+    """
+    h += 0.5
+    h *= x
 
 
 def _gelu_none(v, dst):
-    blocked(_GELU_F64 if v.dtype == F64 else _GELU_F32, v, dst)
+    if v.dtype == F64 and v.size > SMALL:
+        blocked(_gelu_erf_block, v, dst)
+        return
+    if dst is v or np.may_share_memory(v, dst):
+        v = v.copy()
+    HALF_ERF(v, dst)
+    gelu_from_half_erf(v, dst)
 
 
 def _gelu_tanh(v, dst):
-    # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
-    t = np.multiply(v, v)
-    t *= _TANH_KAPPA
-    t += 1.0
+    # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), with the inner
+    # polynomial as x * (beta + beta * kappa * x^2): one pass fewer
+    t = dst if not np.may_share_memory(v, dst) else np.empty_like(dst)
+    np.multiply(v, v, out=t)
+    t *= TANH_BETA_KAPPA
+    t += TANH_BETA
     t *= v
-    t *= _TANH_BETA
     np.tanh(t, out=t)
     t += 1.0
+    t *= v
     t *= 0.5
-    np.multiply(t, v, out=dst)
+    if t is not dst:
+        dst[...] = t
 
 
 @kernel("aten::gelu.out")
@@ -171,6 +191,8 @@ def glu(x, dim, out):
     check_out(x.dtype, o)
     lt = loop_dtype(x.dtype)
     v = x if x.dtype == lt else x.astype(lt)
+    if np.may_share_memory(v, o):
+        v = v.copy()  # the output may reuse the input's memory: keep the first half
     lead = (slice(None),) * d
     dst = o if o.dtype == lt else np.empty(shape, dtype=lt)
     # first half * sigmoid(second half)

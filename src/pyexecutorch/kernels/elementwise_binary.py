@@ -424,13 +424,35 @@ def pow_tensor_scalar(a, b, out):
     o = out if out.shape == a.shape else fit(out, a.shape)
     dt = a.dtype
     if dt is o.dtype and dt in FLOATS and type(b) in _SCALAR_TYPES:
-        if b == 2:
-            np.multiply(a, a, out=o)  # torch squares exactly
-        else:
-            np.power(a, b, out=o)
+        _pow_float_scalar(a, b, o)
         return o
     _pow(a, b, o)
     return o
+
+
+def _pow_float_scalar(a, b, o) -> None:
+    # torch computes these exponents with plain arithmetic, as these calls do
+    # (pow would differ for the roots at -0.0 and -inf, and by an ulp for the
+    # cube), the others with pow in the tensor's dtype
+    if b in (3, -0.5, -2) and np.may_share_memory(a, o):
+        a = a.copy()  # computed in two passes through o
+    if b == 2:
+        np.multiply(a, a, out=o)
+    elif b == 3:
+        np.multiply(a, a, out=o)
+        np.multiply(o, a, out=o)
+    elif b == 0.5:
+        np.sqrt(a, out=o)
+    elif b == -0.5:
+        np.sqrt(a, out=o)
+        np.divide(1, o, out=o)
+    elif b == -1:
+        np.divide(1, a, out=o)
+    elif b == -2:
+        np.multiply(a, a, out=o)
+        np.divide(1, o, out=o)
+    else:
+        np.power(a, b, out=o)
 
 
 @kernel("aten::pow.Scalar_out")
@@ -593,12 +615,14 @@ def _where_general(cond, a, b, o):
 
 
 def _clamp_into(x, lo, hi, o, lt) -> None:
-    # min(max(x, lo), hi): NaN in x or in a bound propagates, lo > hi gives hi
+    # min(max(x, lo), hi): NaN in x or in a bound propagates, lo > hi gives hi;
+    # numpy's min and max return their second operand on ties, so x goes
+    # second: clamping -0.0 at 0 keeps -0.0, as torch does
     if lo is not None:
-        np.maximum(x, lo, out=o, dtype=lt, casting="unsafe")
+        np.maximum(lo, x, out=o, dtype=lt, casting="unsafe")
         x = o
     if hi is not None:
-        np.minimum(x, hi, out=o, dtype=lt, casting="unsafe")
+        np.minimum(hi, x, out=o, dtype=lt, casting="unsafe")
     elif lo is None:
         np.copyto(o, x, casting="unsafe")
 
@@ -608,17 +632,18 @@ def clamp(x, lo, hi, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
     dt = x.dtype
     if dt is o.dtype and dt in FLOATS:
-        # min(max(x, lo), hi): NaN propagates, lo > hi gives hi, as in torch
+        # min(max(x, lo), hi): NaN propagates, lo > hi gives hi, ties keep x
+        # (-0.0), as in torch
         if type(lo) in _SCALAR_TYPES:
             if type(hi) in _SCALAR_TYPES:
-                np.maximum(x, lo, out=o)
-                np.minimum(o, hi, out=o)
+                np.maximum(lo, x, out=o)
+                np.minimum(hi, o, out=o)
                 return o
             if hi is None:
-                np.maximum(x, lo, out=o)
+                np.maximum(lo, x, out=o)
                 return o
         elif lo is None and type(hi) in _SCALAR_TYPES:
-            np.minimum(x, hi, out=o)
+            np.minimum(hi, x, out=o)
             return o
     return _clamp_general(x, lo, hi, o)
 
@@ -652,6 +677,8 @@ def clamp_tensor(x, lo, hi, out):
     check_out(ct, o)
     lo = None if lo is None else operand(lo, ct)
     hi = None if hi is None else operand(hi, ct)
+    if lo is not None and isinstance(hi, np.ndarray) and np.may_share_memory(hi, o):
+        hi = hi.copy()  # read after o is first written
     _clamp_into(operand(x, ct), lo, hi, o, loop_dtype(ct))
     return o
 
@@ -661,8 +688,8 @@ def hardtanh(x, lo, hi, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
     dt = x.dtype
     if dt is o.dtype and dt in FLOATS and type(lo) in _SCALAR_TYPES and type(hi) in _SCALAR_TYPES:
-        np.maximum(x, lo, out=o)
-        np.minimum(o, hi, out=o)
+        np.maximum(lo, x, out=o)  # x second: ties keep -0.0, as in torch
+        np.minimum(hi, o, out=o)
         return o
     return _hardtanh_general(x, lo, hi, o)
 
@@ -690,6 +717,8 @@ def masked_fill(x, mask, value, out):
     v = checked_scalar(value, x.dtype, "value")
     if o.dtype != x.dtype:
         v = o.dtype.type(v)
+    if np.may_share_memory(mask, o):
+        mask = mask.copy()  # read after o is written
     np.copyto(o, x, casting="unsafe")
     np.copyto(o, v, where=mask, casting="unsafe")
     return o
