@@ -157,11 +157,12 @@ def _sigmoid(a: Any, out: Any, dynamic: bool = False) -> Any:
 
 @specializer("aten::relu.out")
 def _relu(a: Any, out: Any, dynamic: bool = False) -> Any:
-    # maximum keeps NaN, as torch's relu does; the zero has the tensor's dtype.
+    # maximum keeps NaN as torch's relu does, and with the tensor second it
+    # keeps -0.0 too; the zero has the tensor's dtype.
     if not isinstance(a, np.ndarray):
         return None
     zero = Const(np.zeros((), dtype=a.dtype))
-    return _unary(Inline(np.maximum, (0, zero, -1), keyword_out=True))(a, out, dynamic)
+    return _unary(Inline(np.maximum, (zero, 0, -1), keyword_out=True))(a, out, dynamic)
 
 
 specializer("aten::tanh.out")(_unary(Inline(np.tanh, (0, -1))))
