@@ -58,6 +58,19 @@ CASES = [
         "dim_order_ops::_to_dim_order_copy.out",
         lambda: [RNG.integers(0, 2, (4,)).astype(bool), False, None, _out((4,), np.int64)],
     ),
+    ("aten::remainder.Tensor_out", lambda: [f32(3, 4) * 5, f32(4), _out((3, 4))]),
+    (
+        "aten::remainder.Tensor_out",
+        lambda: [
+            RNG.integers(-9, 9, (3, 4)),
+            RNG.integers(1, 5, (3, 4)) * [1, -1, 1, -1],
+            _out((3, 4), np.int64),
+        ],
+    ),
+    ("aten::remainder.Scalar_out", lambda: [RNG.integers(-9, 9, (5,)), -3, _out((5,), np.int64)]),
+    ("aten::remainder.Scalar_out", lambda: [f32(5) * 4, 0.75, _out((5,))]),
+    ("aten::fmod.Tensor_out", lambda: [f32(3, 4) * 5, f32(3, 4), _out((3, 4))]),
+    ("aten::fmod.Scalar_out", lambda: [RNG.integers(-9, 9, (5,)), 4, _out((5,), np.int64)]),
     ("aten::repeat.out", lambda: [f32(2, 3), (2, 1, 3), _out((2, 2, 9))]),
     ("aten::permute_copy.out", lambda: [f32(2, 3, 4), (2, 0, 1), _out((4, 2, 3))]),
     ("aten::view_copy.out", lambda: [f32(2, 3, 4), (6, 4), _out((6, 4))]),
@@ -201,3 +214,14 @@ def test_dynamic_fast_paths_size_their_outputs_per_call(name, bound_args, run_ar
     assert got.shape == expected.shape
     assert np.shares_memory(got, out)  # written into the planned storage
     np.testing.assert_allclose(got, expected, rtol=2e-7, atol=0)
+
+
+def test_integer_remainder_by_zero_raises_the_general_kernels_error():
+    from pyexecutorch.kernels import KernelError
+
+    a, b = RNG.integers(-9, 9, (4,)), np.array([1, 2, 0, 3])
+    fast = get_specializer("aten::remainder.Tensor_out")(a, b, _out((4,), np.int64))
+    with pytest.raises(KernelError, match="integer division by zero"):
+        fast(a, b, _out((4,), np.int64))
+    # a zero scalar divisor keeps the general kernel, which raises the same
+    assert get_specializer("aten::remainder.Scalar_out")(a, 0, _out((4,), np.int64)) is None

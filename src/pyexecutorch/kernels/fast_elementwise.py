@@ -399,3 +399,45 @@ def _atan2(a: Any, b: Any, out: Any) -> Any:
     if same_dtype(FLOATS, a, b, out) and broadcasts_to(out, a, b):
         return Inline(np.arctan2, (0, 1, -1))
     return None
+
+
+# ---------------------------------------------------------------------------
+# remainder (sign of the divisor) and fmod (sign of the dividend)
+
+
+def _remainder_like(ufunc: np.ufunc, name: str):  # noqa: ANN202
+    def tensor(a: Any, b: Any, out: Any) -> Any:
+        if not same_dtype(NUMERIC, a, b, out) or not broadcasts_to(out, a, b):
+            return None
+        if a.dtype.kind == "f":
+            return Inline(ufunc, (0, 1, -1))  # numpy's float loops are torch's
+        general = _general(f"{name}.Tensor_out")
+
+        def checked(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+            # An integer zero divisor is torch's ZeroDivisionError: the general
+            # kernel raises it with its message.
+            if not b.all():
+                return general(a, b, out)
+            return ufunc(a, b, out)
+
+        return checked
+
+    def scalar(a: Any, b: Any, out: Any) -> Any:
+        if not same_dtype(NUMERIC, a, out) or a.shape != out.shape or not fits(b, a.dtype):
+            return None
+        if a.dtype.kind != "f" and (type(b) is not int or b == 0):
+            return None
+        return Inline(ufunc, (0, Const(const(b, a.dtype)), -1))
+
+    specializer(f"{name}.Tensor_out")(tensor)
+    specializer(f"{name}.Scalar_out")(scalar)
+
+
+def _general(name: str) -> Any:
+    from pyexecutorch.kernels.registry import get_kernel  # noqa: PLC0415 - registered by now
+
+    return get_kernel(name).fn
+
+
+_remainder_like(np.remainder, "aten::remainder")
+_remainder_like(np.fmod, "aten::fmod")
