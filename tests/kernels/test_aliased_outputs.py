@@ -66,6 +66,7 @@ CASES: list[tuple[str, object]] = [
     ("aten::div.out_mode", lambda: [floats(), positive(), "floor"]),
     ("aten::div.out_mode", lambda: [floats(), positive(), "trunc"]),
     ("aten::div.out_mode", lambda: [ints(), nonzero_ints(), "floor"]),
+    ("aten::div.out_mode", lambda: [ints(), nonzero_ints(), "trunc"]),
     ("aten::maximum.out", lambda: [floats(), floats()]),
     ("aten::minimum.out", lambda: [floats(), floats()]),
     ("aten::atan2.out", lambda: [floats(), floats()]),

@@ -71,6 +71,24 @@ CASES = [
     ("aten::remainder.Scalar_out", lambda: [f32(5) * 4, 0.75, _out((5,))]),
     ("aten::fmod.Tensor_out", lambda: [f32(3, 4) * 5, f32(3, 4), _out((3, 4))]),
     ("aten::fmod.Scalar_out", lambda: [RNG.integers(-9, 9, (5,)), 4, _out((5,), np.int64)]),
+    (
+        "aten::div.out_mode",
+        lambda: [
+            RNG.integers(-50, 50, (3, 4)),
+            RNG.integers(1, 7, (3, 4)) * [1, -1, 1, -1],
+            "trunc",
+            _out((3, 4), np.int64),
+        ],
+    ),
+    (
+        "aten::div.out_mode",
+        lambda: [
+            RNG.integers(-50, 50, (3, 4)),
+            RNG.integers(1, 7, (4,)) * [1, -1, 1, -1],
+            "floor",
+            _out((3, 4), np.int64),
+        ],
+    ),
     ("aten::repeat.out", lambda: [f32(2, 3), (2, 1, 3), _out((2, 2, 9))]),
     ("aten::permute_copy.out", lambda: [f32(2, 3, 4), (2, 0, 1), _out((4, 2, 3))]),
     ("aten::view_copy.out", lambda: [f32(2, 3, 4), (6, 4), _out((6, 4))]),
@@ -225,3 +243,7 @@ def test_integer_remainder_by_zero_raises_the_general_kernels_error():
         fast(a, b, _out((4,), np.int64))
     # a zero scalar divisor keeps the general kernel, which raises the same
     assert get_specializer("aten::remainder.Scalar_out")(a, 0, _out((4,), np.int64)) is None
+
+    div = get_specializer("aten::div.out_mode")(a, b, "trunc", _out((4,), np.int64))
+    with pytest.raises(KernelError, match="integer division by zero"):
+        div(a, b, "trunc", _out((4,), np.int64))

@@ -376,9 +376,38 @@ def _divide_by(mode: Any) -> Any:
 
 @specializer("aten::div.out_mode")
 def _div_mode(a: Any, b: Any, mode: Any, out: Any) -> Any:
+    if same_dtype(_SIGNED, a, b, out) and broadcasts_to(out, a, b):
+        return _integer_divide_by(mode, out)
     if not same_dtype(FLOATS, a, b, out) or not broadcasts_to(out, a, b):
         return None
     return _divide_by(mode)
+
+
+def _integer_divide_by(mode: Any, out: np.ndarray) -> Any:
+    """Signed integer division rounding down or toward zero; a zero divisor keeps the
+    general kernel, which raises torch's error."""
+    if mode not in ("floor", "trunc"):
+        return None
+    general = _general("aten::div.out_mode")
+    if mode == "floor":
+
+        def floor(a: np.ndarray, b: np.ndarray, mode: Any, out: np.ndarray) -> np.ndarray:
+            if not b.all():
+                return general(a, b, mode, out)
+            return np.floor_divide(a, b, out)
+
+        return floor
+    whole = np.empty(out.shape, out.dtype)  # scratch: out may be a's or b's memory
+
+    def trunc(a: np.ndarray, b: np.ndarray, mode: Any, out: np.ndarray) -> np.ndarray:
+        if not b.all():
+            return general(a, b, mode, out)
+        # a - fmod(a, b) is an exact multiple of b: floor division of it truncates
+        np.fmod(a, b, whole)
+        np.subtract(a, whole, whole)
+        return np.floor_divide(whole, b, out)
+
+    return trunc
 
 
 @specializer("aten::div.Scalar_mode_out")
