@@ -906,11 +906,19 @@ def convert_outputs(
     method's memory, valid until the method runs again, and a torch output
     whose memory lies in a torch input is a view of that input.
     """
-    torch = _torch_for_outputs() if tensor_output_kind() == "torch" else None
+    forced = _forced_output_kind()
+    if forced is None:  # the usual case, decided without the checks below
+        torch = sys.modules.get("torch")
+        if torch is not None and not hasattr(torch, "from_numpy"):
+            torch = None  # blocked (sys.modules["torch"] = None) or not torch
+    else:
+        torch = _torch_for_outputs() if tensor_output_kind() == "torch" else None
     if torch is None and not clone and all(type(v) is np.ndarray for v in values):
         return list(values)
     # Only torch inputs whose memory the method reads can hold an output.
-    borrowed = [(p, inp) for p, inp in enumerate(inputs) if inp.storage is not None]
+    borrowed = (
+        [(p, inp) for p, inp in enumerate(inputs) if inp.storage is not None] if inputs else ()
+    )
     if torch is not None and not clone and not borrowed:
         # The common torch case, inlined: writable arrays wrap as they are.
         from_numpy = torch.from_numpy

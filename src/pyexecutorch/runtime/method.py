@@ -550,7 +550,7 @@ class LoadedMethod:
         self.values[spec.index] = dst
 
     def install_exact(self, inputs: Sequence[Any], slots: Sequence[ExactSlot]) -> bool:
-        """Install ``inputs`` when each is exactly what its slot declares, else change nothing.
+        """Install ``inputs`` when each is exactly what its slot declares; False if one is not.
 
         A dense, writable array of the declared dtype and shape (within its
         bounds for a dynamic one), or for a scalar input the very value the
@@ -560,30 +560,34 @@ class LoadedMethod:
         """
         if len(inputs) != len(slots):
             return False
-        for x, (_, dtype, shape, _, dynamic, scalar) in zip(inputs, slots, strict=True):
+        v = self.values
+        # One pass: an input that fails leaves the others installed, which is
+        # harmless since the general path then installs them all again.
+        for x, (index, dtype, shape, planned, dynamic, scalar) in zip(inputs, slots, strict=True):
             if dtype is None:
                 if type(x) is not type(scalar) or x != scalar:
                     return False
+                v[index] = x
                 continue
             if type(x) is not np.ndarray or x.dtype != dtype:
-                return False
-            if x.shape != shape and not (
-                dynamic
-                and len(x.shape) == len(shape)
-                and all(n <= bound for n, bound in zip(x.shape, shape, strict=True))
-            ):
                 return False
             flags = x.flags
             if not (flags.c_contiguous and flags.writeable):
                 return False
-        v = self.values
-        for x, (index, _, shape, planned, _, _) in zip(inputs, slots, strict=True):
+            if x.shape != shape:
+                if not (
+                    dynamic
+                    and len(x.shape) == len(shape)
+                    and all(n <= bound for n, bound in zip(x.shape, shape, strict=True))
+                ):
+                    return False
+                if planned is not None:
+                    planned = fit(planned, x.shape)
             if planned is None:
                 v[index] = x
             else:
-                dst = planned if x.shape == shape else fit(planned, x.shape)
-                np.copyto(dst, x, casting="no")
-                v[index] = dst
+                planned[...] = x  # same dtype and shape: a plain copy
+                v[index] = planned
         return True
 
     def run(self) -> None:
