@@ -184,6 +184,9 @@ def _copy_from(view_of_input, loaded: np.ndarray):  # noqa: ANN001, ANN202
         np.copyto(out, view if a is loaded else view_of_input(a))
         return out
 
+    # The runtime may bind the view itself when the input's memory stays intact
+    # while the copy is read (pyexecutorch.runtime.views).
+    run.view_of_input = view_of_input  # type: ignore[attr-defined]
     return run
 
 

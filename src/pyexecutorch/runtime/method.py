@@ -27,6 +27,7 @@ from pyexecutorch.runtime.codegen import (
     failing_instruction,
     literal,
 )
+from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -36,6 +37,7 @@ from pyexecutorch.runtime.errors import (
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
+from pyexecutorch.runtime.views import ViewElider, identity
 from pyexecutorch.schema.program import (
     Bool,
     BoolList,
@@ -328,7 +330,9 @@ class LoadedMethod:
         plan = self.plan
         ns = Namespace()
         written = self._written_values()
-        folded = fold_constants(self, written)
+        flow = Flow.of(self)
+        folded = fold_constants(self, written, flow)
+        elider = ViewElider(self, flow)
         read = self._read_values()
         v = self.values
         evalues = plan.values
@@ -400,6 +404,11 @@ class LoadedMethod:
                     args, outs = self.kernel_layout(k, a)
                     fast = self._specialized(k, args, written, read)
                     n_in = len(args) - len(outs)
+                    if c == 0 and (view := elider.view_for(pc, args, outs, fast)) is not None:
+                        source = expr(args[0])
+                        bound = source if view is identity else f"{ns.bind(view, 'w')}({source})"
+                        lines.append(Line(f"v[{outs[0]}] = {bound}", pc))
+                        continue
                     if isinstance(fast, Inline) and isinstance(
                         evalues[args[fast.out % len(args)]].val, Tensor
                     ):

@@ -1,0 +1,155 @@
+"""Who reads and writes which value, and where values live, for load-time rewrites.
+
+Only single-chain methods without jumps are analysed: there instruction order
+is execution order, so "between instruction p and q" means what it says.
+Static views are no instruction at all: the memory planner gives a view its
+base's bytes. So the values that read what an instruction writes are the value
+it writes and any other value on those bytes read before they are written
+again (:meth:`Flow.aliases_reading`). Delegate arguments count as both read
+and written, since a program does not say which are inputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from numpy.lib.array_utils import byte_bounds
+
+from pyexecutorch.schema.program import (
+    DelegateCall,
+    FreeCall,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    OptionalTensorList,
+    TensorList,
+)
+
+
+def _expand(evalues: Any, ids: Any) -> list[int]:
+    """Value indices with tensor lists replaced by their items."""
+    out = []
+    for j in ids:
+        val = evalues[j].val
+        if isinstance(val, (TensorList, OptionalTensorList)):
+            out.extend(i for i in val.items if i >= 0)
+        else:
+            out.append(j)
+    return out
+
+
+@dataclass
+class Flow:
+    """Reads, writes and memory of one method's values (see the module docstring)."""
+
+    instructions: list[Any]
+    reads: list[list[int]]  # per instruction
+    writes: list[list[int]]  # per instruction (an in-place op writes its first argument)
+    write_count: Counter  # writes per value; method inputs count as one
+    first_read: dict[int, int]  # the method's outputs are read after the last instruction
+    last_read: dict[int, int]
+    delegate_reads: set[int]
+    rebound: set[int]  # values a delegate or a move sets to an array of its choosing
+    bounds: dict[int, tuple[int, int]]  # bytes of each tensor in an arena
+    read_at: dict[int, list[int]] = field(default_factory=dict)  # value -> reading instructions
+
+    @staticmethod
+    def of(method: Any) -> Flow | None:
+        """The flow of ``method`` (a LoadedMethod), or None when it has chains or jumps."""
+        plan = method.plan
+        if len(plan.chains) != 1:
+            return None
+        instructions = [i.instr_args for i in plan.chains[0].instructions]
+        if any(isinstance(a, (JumpFalseCall, FreeCall)) for a in instructions):
+            return None
+        evalues = plan.values
+        reads, writes, delegate_reads, rebound = [], [], set(), set()
+        for a in instructions:
+            r: list[int] = []
+            w: list[int] = []
+            if isinstance(a, KernelCall):
+                k = method.kernels[a.op_index]
+                args, outs = method.kernel_layout(k, a)
+                r = _expand(evalues, args[: len(args) - len(outs)])
+                w = _expand(evalues, outs) if k.n_outs else args[:1]
+            elif isinstance(a, DelegateCall):
+                r = w = _expand(evalues, a.args)
+                delegate_reads.update(r)
+                rebound.update(w)
+            elif isinstance(a, MoveCall):
+                r, w = [a.move_from], [a.move_to]
+                rebound.update(w)
+            reads.append(r)
+            writes.append(w)
+        write_count = Counter(plan.inputs)
+        first_read: dict[int, int] = {}
+        last_read: dict[int, int] = {}
+        for pc, (r, w) in enumerate(zip(reads, writes, strict=True)):
+            write_count.update(w)
+            for j in r:
+                first_read.setdefault(j, pc)
+                last_read[j] = pc
+        end = len(instructions)
+        for j in plan.outputs:
+            first_read.setdefault(j, end)
+            last_read[j] = end
+        bounds = {
+            i: byte_bounds(cap)
+            for i, cap in method.capacity.items()
+            if i not in method.constant_values and cap.size
+        }
+        flow = Flow(
+            instructions,
+            reads,
+            writes,
+            write_count,
+            first_read,
+            last_read,
+            delegate_reads,
+            rebound,
+            bounds,
+        )
+        for pc, r in enumerate(reads):
+            for j in r:
+                flow.read_at.setdefault(j, []).append(pc)
+        for j in plan.outputs:
+            flow.read_at.setdefault(j, []).append(end)
+        return flow
+
+    def aliases_reading(self, pc: int, j: int) -> list[int]:
+        """Values other than ``j`` that read the bytes ``j`` gets at instruction ``pc``.
+
+        Such a value shares ``j``'s memory (a static view, or anything the
+        planner put there) and is read after ``pc`` before an instruction
+        overwrites all of its bytes.
+        """
+        region = self.bounds.get(j)
+        if region is None:
+            return []
+        lo, hi = region
+        found = []
+        for i, (a, b) in self.bounds.items():
+            if i == j or b <= lo or a >= hi:
+                continue
+            later = [r for r in self.read_at.get(i, ()) if r > pc]
+            if later and not any(self._covers(q, (a, b)) for q in range(pc + 1, later[0])):
+                found.append(i)
+        return found
+
+    def _covers(self, pc: int, region: tuple[int, int]) -> bool:
+        """Whether instruction ``pc`` writes a value spanning all of ``region``."""
+        lo, hi = region
+        bounds = self.bounds
+        return any(
+            j in bounds and bounds[j][0] <= lo and hi <= bounds[j][1]
+            for j in self.writes[pc]
+            if j not in self.delegate_reads  # a delegate argument may be only read
+        )
+
+    def writes_to(self, pc: int, region: tuple[int, int]) -> bool:
+        """Whether instruction ``pc`` writes any byte of ``region``."""
+        lo, hi = region
+        bounds = self.bounds
+        return any(j in bounds and bounds[j][0] < hi and lo < bounds[j][1] for j in self.writes[pc])
