@@ -15,7 +15,7 @@ from pyexecutorch.runtime import Runtime
 def _view_lines(method) -> list[str]:  # noqa: ANN001
     """Generated lines that bind a view instead of calling a copy kernel."""
     source = "".join(chain.source for chain in method._loaded.chains)
-    return re.findall(r"^\s+v\[\d+\] = (?:w\d+\()?v\[\d+\]\)?$", source, flags=re.M)
+    return re.findall(r"^\s+v\[\d+\] = (?:w\d+\()?(?:v\[\d+\]|C\d+)\)?$", source, flags=re.M)
 
 
 def _run_twice_against_eager(case, method) -> None:  # noqa: ANN001

@@ -337,11 +337,35 @@ class LoadedMethod:
         v = self.values
         evalues = plan.values
 
+        # First pass: what each kernel call becomes (a view, an inline numpy
+        # call, or a kernel call), so that values every writer of which is an
+        # inline call are known before any line is written (see _fixed_values).
+        decisions: dict[tuple[int, int], tuple[str, Any]] = {}
+        for c, chain in enumerate(plan.chains):
+            for pc, instr in enumerate(chain.instructions):
+                a = instr.instr_args
+                if not isinstance(a, KernelCall) or (c == 0 and pc in folded):
+                    continue
+                k = self.kernels[a.op_index]
+                args, outs = self.kernel_layout(k, a)
+                fast = self._specialized(k, args, written, read)
+                if c == 0 and (view := elider.view_for(pc, args, outs, fast)) is not None:
+                    decisions[c, pc] = ("view", view)
+                elif isinstance(fast, Inline) and isinstance(
+                    evalues[args[fast.out % len(args)]].val, Tensor
+                ):
+                    decisions[c, pc] = ("inline", fast)
+                else:
+                    decisions[c, pc] = ("call", fast)
+        fixed = self._fixed_values(flow, decisions)
+
         def expr(j: int) -> str:
             val = evalues[j].val
             if isinstance(val, Tensor):
                 if j in self.constant_values:
                     return ns.bind(v[j], "T")
+                if j in fixed:
+                    return ns.bind(self.capacity[j], "C")
                 return f"v[{j}]"
             if isinstance(val, IntList):
                 if any(i in written for i in val.items):
@@ -389,7 +413,7 @@ class LoadedMethod:
             if fast.keyword_out:
                 parts[-1] = f"out={parts[-1]}"
             call = f"{ns.bind(fast.fn, 'f')}({', '.join(parts)})"
-            return f"{call}; v[{out}] = {out_expr(out)}"
+            return call if out in fixed else f"{call}; v[{out}] = {out_expr(out)}"
 
         compiled = []
         for c, chain in enumerate(plan.chains):
@@ -402,16 +426,14 @@ class LoadedMethod:
                 if isinstance(a, KernelCall):
                     k = self.kernels[a.op_index]
                     args, outs = self.kernel_layout(k, a)
-                    fast = self._specialized(k, args, written, read)
+                    kind, fast = decisions[c, pc]
                     n_in = len(args) - len(outs)
-                    if c == 0 and (view := elider.view_for(pc, args, outs, fast)) is not None:
+                    if kind == "view":
                         source = expr(args[0])
-                        bound = source if view is identity else f"{ns.bind(view, 'w')}({source})"
+                        bound = source if fast is identity else f"{ns.bind(fast, 'w')}({source})"
                         lines.append(Line(f"v[{outs[0]}] = {bound}", pc))
                         continue
-                    if isinstance(fast, Inline) and isinstance(
-                        evalues[args[fast.out % len(args)]].val, Tensor
-                    ):
+                    if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
                         continue
                     fn = ns.bind(fast, "k")
@@ -443,6 +465,56 @@ class LoadedMethod:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
             compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
         return compiled
+
+    def _fixed_values(self, flow: Flow | None, decisions: dict[tuple[int, int], Any]) -> set[int]:
+        """Tensors whose array at run time is always their planned storage.
+
+        Such a value is read as a bound name rather than from the value list,
+        and its writers need not store it there: a static planned tensor of a
+        method :class:`Flow` follows, written only by inline numpy calls (which
+        fill their output in place) or in place, or a planned input.
+        """
+        if flow is None:
+            return set()
+        evalues = self.plan.values
+        inline_outs: dict[int, int] = {}
+        for (_, pc), (kind, fast) in decisions.items():
+            if kind == "inline":
+                args, _ = self.kernel_layout(
+                    self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
+                )
+                out = args[fast.out % len(args)]
+                inline_outs[out] = inline_outs.get(out, 0) + 1
+        in_place = {
+            pc: self.kernels[a.op_index].n_outs == 0
+            for pc, a in enumerate(flow.instructions)
+            if isinstance(a, KernelCall)
+        }
+        writers: dict[int, int] = {}
+        for pc, w in enumerate(flow.writes):
+            if in_place.get(pc):
+                continue  # mutates the array it is given: still the planned one
+            for j in w:
+                writers[j] = writers.get(j, 0) + 1
+        inputs = set(self.plan.inputs)
+        fixed = set()
+        for j, cap in self.capacity.items():
+            val = evalues[j].val
+            if (
+                j in self.constant_values
+                or j in flow.rebound
+                or not isinstance(val, Tensor)
+                or val.shape_dynamism != TensorShapeDynamism.STATIC
+                or val.allocation_info is None
+                or self.values[j] is not cap
+            ):
+                continue
+            if j in inputs:
+                if not writers.get(j):  # install puts a static planned input in its storage
+                    fixed.add(j)
+            elif writers.get(j) and writers[j] == inline_outs.get(j, 0):
+                fixed.add(j)
+        return fixed
 
     def _specialized(self, k, args: list[int], written: set[int], read: set[int]):  # noqa: ANN001, ANN202
         """The kernel's load-time fast path for these arguments, or the kernel itself."""
