@@ -652,9 +652,12 @@ class LoadedMethod:
                 continue
             if type(x) is not np.ndarray or x.dtype != dtype:
                 return False
-            flags = x.flags
-            if not (flags.c_contiguous and flags.writeable):
-                return False
+            if planned is None:
+                # The method reads the caller's array itself: it must be dense and
+                # writable as the general path would make it (a planned input is copied).
+                flags = x.flags
+                if not (flags.c_contiguous and flags.writeable):
+                    return False
             if x.shape != shape:
                 if not (
                     dynamic
@@ -675,12 +678,12 @@ class LoadedMethod:
         v = self.values
         # torch never warns about inf/nan arithmetic; silence numpy once per run.
         token = fp_warnings_off()
+        chain = None
         try:
-            for chain in self.chains:
-                try:
-                    chain.run(v)
-                except Exception as e:
-                    raise self._execution_error(e, chain) from e
+            for chain in self.chains:  # noqa: B007 - the failing chain names the error
+                chain.run(v)
+        except Exception as e:
+            raise self._execution_error(e, chain) from e
         finally:
             fp_warnings_restore(token)
 
