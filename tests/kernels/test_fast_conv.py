@@ -34,7 +34,8 @@ def _case(n, c, size, oc, k, s, p, d, groups, bias, transposed=False, dtype=np.f
     for a in (w, b):
         if a is not None:
             a.flags.writeable = False  # constants reach kernels read-only
-    params = ([s] * nd, [p] * nd, [d] * nd, transposed, [0] * nd, groups)
+    s, p, d = (list(v) if isinstance(v, tuple) else [v] * nd for v in (s, p, d))
+    params = (s, p, d, transposed, [0] * nd, groups)
     return x, w, b, params
 
 
@@ -83,14 +84,60 @@ GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize("layout", ["_direct", "_flat"])
+def _force(monkeypatch, layout):
+    """Make the specializer pick ``layout`` wherever that layout applies."""
+    big = 1 << 40
+    small = layout == "_direct"
+    monkeypatch.setattr(fc, "_DIRECT_MAX", big if small else 0)
+    monkeypatch.setattr(fc, "_DIRECT_ROWS", big if small else 0)
+    monkeypatch.setattr(fc, "_DIRECT_ROWS_STRIDED", big if small else 0)
+    if layout == "_flat":
+        monkeypatch.setattr(fc, "_wrapped", lambda *args: None)
+
+
+@pytest.mark.parametrize("layout", ["_direct", "_wrapped", "_flat"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
 def test_forward_matches_torch_and_general(monkeypatch, geom, layout):
-    big = 1 << 40
-    monkeypatch.setattr(fc, "_DIRECT_MAX", big if layout == "_direct" else 0)
-    monkeypatch.setattr(fc, "_DIRECT_ROWS", big if layout == "_direct" else 0)
+    _force(monkeypatch, layout)
     x, w, b, params = _case(*geom)
     _check(x, w, b, params, layout)
+
+
+# Geometries where taps reach past the rows' ends (the wrapped layout's fix-up):
+# paddings, dilations, strides and kernel widths that wrap by more than one column.
+WRAPPING = [
+    # n, c, size, oc, k, s, p, d, groups, bias
+    (1, 3, (9, 7), 4, (5, 5), 1, 2, 1, 1, True),
+    (2, 4, (8, 9), 6, (3, 3), 1, 2, 2, 2, True),
+    (1, 4, (9, 7), 6, (5, 3), 2, 2, 1, 1, True),
+    (1, 4, (13, 12), 4, (3, 3), 3, 1, 1, 4, True),
+    (1, 4, (10, 9), 4, (3, 3), 2, 2, 2, 1, False),
+    (1, 3, (7, 7), 4, (7, 7), 2, 3, 1, 1, True),
+    (1, 2, (5, 5), 3, (3, 3), 1, 3, 1, 1, True),  # wider padding than the kernel reaches
+    (1, 2, (4, 4), 3, (3, 3), 2, 2, 1, 1, True),
+    (1, 2, (2, 2), 3, (3, 3), 2, 1, 1, 1, True),  # a stride phase with no pixel
+    (1, 2, (6, 6), 3, (2, 2), 1, 1, 1, 1, True),  # even kernel: taps reach one side
+    (2, 4, (10,), 6, (3,), 1, 1, 1, 1, True),
+    (1, 4, (10,), 6, (5,), 2, 2, 1, 2, False),
+    (1, 4, (1, 9), 4, (1, 3), 1, (0, 1), 1, 4, True),
+    (1, 16, (40, 40), 16, (3, 3), 1, 1, 1, 16, True),
+]
+
+
+@pytest.mark.parametrize("geom", WRAPPING, ids=[str(i) for i in range(len(WRAPPING))])
+def test_wrapped_layout(monkeypatch, geom):
+    _force(monkeypatch, "_wrapped")
+    x, w, b, params = _case(*geom)
+    _check(x, w, b, params, "_wrapped")
+
+
+def test_wrapped_declines_when_image_pixels_would_wrap():
+    # Unpadded: the taps right of a row's last output read image pixels, not padding.
+    x, w, b, params = _case(1, 3, (10, 10), 4, (3, 3), 1, 0, 1, 1, True)
+    out = np.zeros((1, 4, 8, 8), np.float32)
+    s, p, d = ((1, 1),) * 3
+    assert fc._wrapped(x, w, b, s, (0, 0), d, 1, out, (10, 10), (3, 3), (8, 8)) is None
+    assert get_specializer(CONV)(x, w, b, *params, out).__qualname__.startswith("_flat")
 
 
 @pytest.mark.parametrize(
@@ -107,41 +154,43 @@ def test_pointwise(geom):
 
 
 def test_layout_choice():
-    # Few rows or strided and small: direct; else flat.
+    # Tiny copies: direct; padded: wrapped; unpadded and large: flat.
     spec = get_specializer(CONV)
     for geom, plan in [
         ((2, 4, (10,), 6, (3,), 1, 2, 2, 1, True), "_direct"),
-        ((2, 8, (12, 12), 8, (3, 3), 2, 1, 1, 1, True), "_direct"),
-        ((2, 3, (12, 12), 8, (3, 3), 1, 1, 1, 1, False), "_flat"),
-        ((1, 32, (56, 56), 32, (3, 3), 2, 1, 1, 32, True), "_flat"),
+        ((1, 8, (10, 10), 8, (3, 3), 2, 1, 1, 8, False), "_direct"),
+        ((2, 8, (12, 12), 8, (3, 3), 2, 1, 1, 1, True), "_wrapped"),
+        ((2, 3, (12, 12), 8, (3, 3), 1, 1, 1, 1, False), "_wrapped"),
+        ((1, 32, (56, 56), 32, (3, 3), 2, 1, 1, 32, True), "_wrapped"),
+        ((1, 8, (32, 32), 8, (3, 3), 1, 0, 1, 1, True), "_flat"),
     ]:
         x, w, b, params = _case(*geom)
         out = np.zeros(_torch_conv(x, w, b, *params[:3], params[5], False).shape, np.float32)
         assert spec(x, w, b, *params, out).__qualname__.startswith(plan)
 
 
+@pytest.mark.parametrize("layout", ["_wrapped", "_flat"])
 @pytest.mark.parametrize("chunk", [64, 4096, 1 << 16])
 @pytest.mark.parametrize(
     "geom",
     [
         (1, 12, (17, 15), 12, (3, 3), 1, 1, 1, 12, True),  # depthwise: chunks of channels
         (2, 4, (17, 15), 6, (3, 3), 2, 1, 1, 2, True),  # grouped, strided: phases
-        (1, 3, (23, 19), 5, (3, 3), 1, 1, 2, 1, False),  # one group: chunks of rows
+        (1, 3, (23, 19), 5, (3, 3), 1, 2, 2, 1, False),  # one group: chunks of rows
     ],
 )
-def test_flat_layout_in_small_chunks(monkeypatch, geom, chunk):
+def test_layouts_in_small_chunks(monkeypatch, geom, chunk, layout):
+    _force(monkeypatch, layout)
     monkeypatch.setattr(fc, "_CHUNK_BYTES", chunk)
-    monkeypatch.setattr(fc, "_DIRECT_MAX", 0)
     x, w, b, params = _case(*geom)
-    _check(x, w, b, params, "_flat")
+    _check(x, w, b, params, layout)
 
 
-@pytest.mark.parametrize("direct", [True, False])
-def test_float64(monkeypatch, direct):
-    monkeypatch.setattr(fc, "_DIRECT_MAX", 1 << 30 if direct else 0)
-    monkeypatch.setattr(fc, "_DIRECT_ROWS", 1 << 30 if direct else 0)
+@pytest.mark.parametrize("layout", ["_direct", "_wrapped", "_flat"])
+def test_float64(monkeypatch, layout):
+    _force(monkeypatch, layout)
     x, w, b, params = _case(2, 4, (9, 8), 6, (3, 3), 2, 1, 1, 2, True, dtype=np.float64)
-    _check(x, w, b, params, "_direct" if direct else "_flat")
+    _check(x, w, b, params, layout)
 
 
 @pytest.mark.parametrize(
@@ -161,18 +210,49 @@ def test_transposed_without_overlap(geom):
     _check(x, w, b, params, "_transposed")
 
 
-def test_special_values_match_torch():
-    # inf and NaN reach exactly the outputs whose windows hold them.
-    x, w, b, params = _case(1, 4, (9, 9), 4, (3, 3), 1, 1, 1, 4, True)
+@pytest.mark.parametrize("layout", ["_direct", "_wrapped", "_flat"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_special_values_match_torch(monkeypatch, layout, stride):
+    # inf and NaN reach exactly the outputs whose windows hold them, also on the rows'
+    # first and last pixels, which the wrapped layout's runs read past.
+    _force(monkeypatch, layout)
+    x, w, b, params = _case(1, 4, (9, 9), 4, (3, 3), stride, 1, 1, 4, True)
     x = x.copy()
     x[0, 1, 4, 4] = np.inf
     x[0, 2, 0, 0] = np.nan
+    x[0, 0, 3, 8] = np.nan
+    x[0, 3, 5, 0] = -np.inf
+    x[0, 3, 6, 8] = np.inf
     expected = _torch_conv(x, w, b, *params[:3], params[5], False)
     out = np.zeros(expected.shape, np.float32)
-    got = get_specializer(CONV)(x, w, b, *params, out)(x, w, b, *params, out)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    fast = get_specializer(CONV)(x, w, b, *params, out)
+    assert fast.__qualname__.startswith(layout)
+    for x_run in (x, x.copy()):  # the loaded input and another array
+        got = fast(x_run, w, b, *params, out)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["_direct", "_wrapped", "_flat", "_pointwise"])
+def test_the_loaded_input_is_read_at_each_call(monkeypatch, layout):
+    # The calls bound at load read the planned input's memory: new values written into
+    # it are seen, and a loaded input whose views would be copies is read per call.
+    _force(monkeypatch, "_wrapped" if layout == "_pointwise" else layout)
+    k = (1, 1) if layout == "_pointwise" else (3, 3)
+    p = 0 if layout == "_pointwise" else 1
+    for make in (np.ascontiguousarray, lambda a: np.asfortranarray(a)):
+        x, w, b, params = _case(1, 4, (6, 7), 5, k, 1, p, 1, 1, True)
+        x = make(x)
+        out = np.zeros((1, 5, 6, 7), np.float32)
+        fast = get_specializer(CONV)(x, w, b, *params, out)
+        assert fast.__qualname__.startswith(layout)
+        for _ in range(2):
+            x[...] = RNG.standard_normal(x.shape)
+            got = fast(x, w, b, *params, out)
+            np.testing.assert_allclose(
+                got, _torch_conv(x, w, b, *params[:3], 1, False), rtol=1e-4, atol=1e-4
+            )
 
 
 def test_weights_computed_at_run_time_are_repacked():

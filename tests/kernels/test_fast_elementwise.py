@@ -207,9 +207,11 @@ def test_div_mode(mode, dtype):
         same(got, torch.div(torch.from_numpy(a), scalar, rounding_mode=mode).numpy())
 
 
-def test_div_mode_declines_integers_and_unknown_modes():
+def test_div_mode_declines_unsigned_integers_and_unknown_modes():
+    u = np.arange(1, 4, dtype=np.uint8)
+    assert get_specializer("aten::div.out_mode")(u, u, "floor", np.empty_like(u)) is None
     i = np.arange(1, 4)
-    assert get_specializer("aten::div.out_mode")(i, i, "floor", np.empty_like(i)) is None
+    assert get_specializer("aten::div.out_mode")(i, i, "round", np.empty_like(i)) is None
     x = floats((3,))
     assert get_specializer("aten::div.out_mode")(x, x, "round", np.empty_like(x)) is None
 

@@ -131,6 +131,11 @@ MAX_CASES = [
     ((1, 2, 9, 9), (3, 2), (3, 2), (0, 1), (1, 2), True),
     ((2, 1, 5, 5), (1, 1), (2, 2), (0, 0), (1, 1), False),
     ((1, 1, 1, 7), (1, 4), (1, 3), (0, 2), (1, 1), True),
+    # unpadded, so the row pass runs over the flattened input itself
+    ((1, 2, 7, 9), (2, 3), (1, 2), (0, 0), (2, 1), False),
+    ((2, 2, 10, 12), (3, 3), (3, 3), (0, 0), (1, 2), False),
+    ((1, 3, 6, 5), (3, 1), (1, 1), (0, 0), (1, 1), False),
+    ((3, 4, 4), (2, 4), (2, 1), (0, 0), (1, 1), False),
 ]
 
 
@@ -156,6 +161,23 @@ def test_max_pool_values(case, dtype, special):
         assert got is out and got_idx is idx
         _identical(got, expected.numpy())  # first of equal maxima, as torch: -0.0 vs 0.0
     assert (idx == -5).all()  # indices nobody reads are left alone
+
+
+@pytest.mark.parametrize("case", [MAX_CASES[0], MAX_CASES[1], MAX_CASES[8]])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_max_pool_values_read_the_loaded_input_at_each_call(case, order):
+    # Views bound at load read the planned input's memory: values written into it
+    # between calls are seen, whatever the input's layout.
+    shape, k, s, p, d, ceil = case
+    params = (k, s, p, d, ceil)
+    x = np.asarray(_data(shape, "float32", "plain"), order=order)
+    out = np.zeros(torch.ops.aten.max_pool2d_with_indices(torch.from_numpy(x), *params)[0].shape)
+    out, idx = out.astype(np.float32), np.zeros(out.shape, np.int64)
+    fast = fast_pool.max_pool_values(x, *params, out, idx, unused_outputs=frozenset({1}))
+    for special in ("plain", "zeros", "nan"):
+        x[...] = _data(shape, "float32", special)
+        expected, _ = torch.ops.aten.max_pool2d_with_indices(torch.from_numpy(x.copy()), *params)
+        _identical(fast(x, *params, out, idx)[0], expected.numpy())
 
 
 def test_max_pool_values_declines_when_indices_are_read():

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.common import broadcast_shape, fit
+from pyexecutorch.kernels.fast_elementwise import bound
 from pyexecutorch.kernels.registry import Const, Inline, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -158,10 +159,12 @@ def _sigmoid(a: Any, out: Any, dynamic: bool = False) -> Any:
 @specializer("aten::relu.out")
 def _relu(a: Any, out: Any, dynamic: bool = False) -> Any:
     # maximum keeps NaN as torch's relu does, and with the tensor second it
-    # keeps -0.0 too; the zero has the tensor's dtype.
+    # keeps -0.0 too. The zero has the tensor's dtype and, for a static shape,
+    # its shape too where that is faster (numpy's maximum has no SIMD loop for
+    # a broadcast scalar).
     if not isinstance(a, np.ndarray):
         return None
-    zero = Const(np.zeros((), dtype=a.dtype))
+    zero = Const(np.zeros((), dtype=a.dtype) if dynamic else bound(0, a))
     return _unary(Inline(np.maximum, (zero, 0, -1), keyword_out=True))(a, out, dynamic)
 
 

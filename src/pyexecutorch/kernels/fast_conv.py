@@ -2,24 +2,28 @@
 transposed with non-overlapping taps).
 
 A forward convolution is one matrix product ``weight (OC, Cg*taps [+1]) @ columns`` whose
-column buffer is filled by one strided copy, so a call is a handful of numpy calls whatever
-the kernel size. At load the specializer allocates the buffers, builds every view of them
-and packs the weights (taps reordered to the buffer's order, the bias as an extra column
-that multiplies a row of ones kept in the buffer), so at run time only the copies and the
-product remain. Two layouts of the columns:
+column buffer is filled by a few strided copies, so a call is a handful of numpy calls
+whatever the kernel size. At load the specializer allocates the buffers, builds every view
+of them and packs the weights (taps reordered to the buffer's order, the bias as an extra
+column that multiplies a row of ones kept in the buffer); the calls then run as generated
+straight-line code (see :func:`_kernel`). Three layouts of the columns:
 
 * direct: the input is copied into a zero-padded buffer once, and one strided view of it,
   ``(N, G, Cg, kh, kw, OH, OW)``, is copied into the columns; the product lands in ``out``.
-  Fewest calls: best for small images.
-* flat: the padded image of each stride phase is a flat row per channel, so the tap
-  ``(i, j)`` of every output ``(oh, ow)`` sits at a fixed offset from ``oh*Wh + ow`` and a
-  tap's columns are one contiguous run (``Wh`` is the phase width; the ``Wh - OW`` extra
-  outputs per row are computed and dropped). Contiguous copies run several times faster
-  than the direct layout's short strided rows, and the columns are filled and multiplied
-  in chunks of outputs small enough to stay in cache. Best for large images.
+  Fewest calls: best for tiny images, whose copies are short anyway.
+* wrapped: the padded image of each stride phase has rows exactly ``OW`` wide, so the tap
+  ``(i, j)`` of every output ``(oh, ow)`` sits at a fixed offset from ``oh*OW + ow`` and a
+  tap's columns are one contiguous run that lands in ``out`` as is. Taps reaching past a
+  row's end read the next row's first pixels instead of padding; one strided fill zeroes
+  those few columns after the copy. Needs the image no wider than ``OW`` where taps reach
+  right of it (padded, "same"-like convolutions).
+* flat: as wrapped, but rows ``Wh`` wide with their padding (``Wh - OW`` extra outputs per
+  row are computed, then cropped): any geometry, such as unpadded ones.
 
-Anything else (float16, 3-D, overlapping transposed taps, empty tensors, a channels-last
-``out``) keeps the general kernel.
+Contiguous copies run several times faster than the direct layout's short strided rows;
+the wrapped and flat columns are filled and multiplied in chunks small enough to stay in
+cache. Anything else (float16, 3-D, overlapping transposed taps, empty tensors, a
+channels-last ``out``) keeps the general kernel.
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ from pyexecutorch.kernels.registry import KernelError, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
-# Column chunks of the flat layout are kept near this size so they stay in L2.
+# Column chunks of the wrapped and flat layouts are kept near this size so they stay in L2.
 _CHUNK_BYTES = 512 << 10
 # Below this many column elements the direct layout (fewer calls) wins.
 _DIRECT_MAX = 1 << 15
 # ... and, at stride 1, when its copy has at most this many rows.
 _DIRECT_ROWS = 128
+# Strided convolutions up to this many direct-layout rows keep the direct layout.
+_DIRECT_ROWS_STRIDED = 512
 
 
 def _tensor(a: Any) -> bool:
@@ -93,22 +99,100 @@ def _fallback(x, w, b, stride, padding, dilation, transposed, output_padding, gr
 
 
 class _PackedWeights:
-    """The weight matrix (and fused bias) a plan multiplies by, packed once for constants.
+    """The weight matrix (and fused bias) a plan multiplies by, packed once for constants
+    (the pointwise plan packs a pair: the matrix and the bias as a column).
 
     Constant tensors reach kernels read-only and are passed as the same objects every
     call; weights computed at run time are repacked on each call.
     """
 
-    def __init__(self, w: np.ndarray, b: np.ndarray | None, pack: Callable[..., np.ndarray]):
+    def __init__(self, w: np.ndarray, b: np.ndarray | None, pack: Callable[..., Any]):
         self.pack = pack
         self.w, self.b = w, b
         const = not w.flags.writeable and (b is None or not b.flags.writeable)
         self.packed = pack(w, b) if const else None
 
-    def get(self, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    def get(self, w: np.ndarray, b: np.ndarray | None) -> Any:
         if self.packed is not None and w is self.w and b is self.b:
             return self.packed
         return self.pack(w, b)
+
+
+# ---------------------------------------------------------------------------
+# A plan is a list of numpy calls on fixed buffers and views, ``(fn, args)``. Arguments
+# that depend on the call's input or weights are placeholders resolved per call, or once
+# at load for the arrays seen then (the planned input, constant weights), in which case
+# the calls run as generated straight-line code with no per-call Python work.
+
+
+class _OfX:
+    """An argument that is a view of the input: ``view(x)``."""
+
+    def __init__(self, view: Callable[[np.ndarray], np.ndarray]):
+        self.view = view
+
+
+class _OfW:
+    """An argument that is the packed weights, or the slice ``key`` of them."""
+
+    def __init__(self, key: Any = None):
+        self.key = key
+
+
+_PARAMS = "x, w, b, stride, padding, dilation, transposed, output_padding, groups, out"
+
+
+def _kernel(plan: str, calls: list, weights: _PackedWeights, x: Any, out: np.ndarray):  # noqa: ANN202
+    """The fast path running ``calls``: straight-line code for the loaded input and
+    constant weights, a loop resolving the placeholders otherwise."""
+    out0 = out
+
+    def resolve(a: Any, x: np.ndarray, wm: np.ndarray) -> Any:
+        if isinstance(a, _OfX):
+            return a.view(x)
+        if isinstance(a, _OfW):
+            return wm if a.key is None else wm[a.key]
+        return a
+
+    def general(x, w, b, stride, padding, dilation, transposed, output_padding, groups, out):  # noqa: ANN001, ANN202
+        if out is not out0:
+            return _fallback(
+                x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
+            )
+        wm = weights.get(w, b)
+        for fn, args in calls:
+            fn(*[resolve(a, x, wm) for a in args])
+        return out
+
+    general.__qualname__ = f"{plan}.<locals>.conv"
+    wm = weights.packed
+    if wm is None:
+        return general
+    ns: dict[str, Any] = {"general": general, "x0": x, "w0": weights.w, "b0": weights.b}
+    ns["out0"] = out
+    lines = []
+    for k, (fn, args) in enumerate(calls):
+        names = []
+        for m, a in enumerate(args):
+            if isinstance(a, _OfX):
+                a = a.view(x)
+                if not np.may_share_memory(a, x):
+                    return general  # a view of the input was a copy: it would go stale
+            else:
+                a = resolve(a, x, wm)
+            ns[f"a{k}_{m}"] = a
+            names.append(f"a{k}_{m}")
+        ns[f"f{k}"] = fn
+        lines.append(f"    f{k}({', '.join(names)})")
+    source = (
+        f"def conv({_PARAMS}):\n"
+        "    if x is not x0 or w is not w0 or b is not b0 or out is not out0:\n"
+        f"        return general({_PARAMS})\n" + "\n".join(lines) + "\n    return out\n"
+    )
+    exec(source, ns)  # noqa: S102 - built from bound names only
+    conv = ns["conv"]
+    conv.__qualname__ = f"{plan}.<locals>.conv"
+    return conv
 
 
 # ---------------------------------------------------------------------------
@@ -128,12 +212,18 @@ def _forward(x, w, b, s, p, d, groups, out):  # noqa: ANN001, ANN202
     taps = k_sp[0] * k_sp[1]
     if taps == 1 and s == (1, 1) and p == (0, 0):
         return _pointwise(x, w, b, groups, out)
-    # The direct layout's single copy walks N*C*taps*OH short rows; the flat layout's
-    # copies are contiguous but there are more of them (stride phases, the crop).
+    # The direct layout's single copy walks N*C*taps*OH short rows; the wrapped and flat
+    # layouts' copies are long contiguous runs, but they take more calls (a fill, the
+    # wrapped columns' fix-up, the flat layout's crop, a copy per stride phase).
     cols = n * (c * taps + groups * (b is not None)) * o_sp[0] * o_sp[1]
     rows = n * c * taps * o_sp[0]
-    small = cols <= _DIRECT_MAX and (s != (1, 1) or rows <= _DIRECT_ROWS)
-    build = _direct if small else _flat
+    small = cols <= _DIRECT_MAX
+    if small and rows <= (_DIRECT_ROWS if s == (1, 1) else _DIRECT_ROWS_STRIDED):
+        return _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp)
+    plan = _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp)
+    if plan is not None:
+        return plan
+    build = _direct if small and s != (1, 1) else _flat
     return build(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp)
 
 
@@ -163,28 +253,25 @@ def _pointwise(x, w, b, groups, out):  # noqa: ANN001, ANN202
     n, c = x.shape[:2]
     oc = w.shape[0]
     npix = math.prod(x.shape[2:])
-    weights = _PackedWeights(w, None, _pack_forward(groups, None))
-    out0 = out
-    if groups == 1 and n == 1:
-        xshape, o3 = (c, npix), out.reshape(oc, npix)
-    elif groups == 1:
-        xshape, o3 = (n, c, npix), out.reshape(n, oc, npix)
+    g = groups
+    if g == 1 and n == 1:
+        xshape, o3, prod = (c, npix), out.reshape(oc, npix), np.dot
+    elif g == 1:
+        xshape, o3, prod = (n, c, npix), out.reshape(n, oc, npix), np.matmul
     else:
-        xshape = (n, groups, c // groups, npix)
-        o3 = out.reshape(n, groups, oc // groups, npix)
-    bshape = (oc, 1) if groups == 1 else (groups, oc // groups, 1)
+        xshape, o3 = (n, g, c // g, npix), out.reshape(n, g, oc // g, npix)
+        prod = np.matmul
+    bshape = (oc, 1) if g == 1 else (g, oc // g, 1)
+    pack_w = _pack_forward(g, None)
 
-    def conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out):  # noqa: ANN001, ANN202
-        if out is not out0:
-            return _fallback(
-                x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out
-            )
-        np.matmul(weights.get(w, None), x.reshape(xshape), out=o3)
-        if b is not None:
-            np.add(o3, b.reshape(bshape), out=o3)
-        return out
+    def pack(w: np.ndarray, b: np.ndarray | None) -> tuple:
+        return pack_w(w, None), None if b is None else b.reshape(bshape)
 
-    return conv
+    weights = _PackedWeights(w, b, pack)
+    calls = [(prod, (_OfW(0), _OfX(lambda x: x.reshape(xshape)), o3))]
+    if b is not None:
+        calls.append((np.add, (o3, _OfW(1), o3)))
+    return _kernel("_pointwise", calls, weights, x, out)
 
 
 def _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
@@ -214,25 +301,231 @@ def _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, 
         writeable=False,
     )
     weights = _PackedWeights(w, b, _pack_forward(groups, None))
+    prod = np.matmul
     if g == 1 and n == 1:
-        lhs, o3 = col[0, 0], out.reshape(oc, oh * ow)
+        lhs, o3, prod = col[0, 0], out.reshape(oc, oh * ow), np.dot
     elif g == 1:
         lhs, o3 = col[:, 0], out.reshape(n, oc, oh * ow)
     else:
         lhs, o3 = col, out.reshape(n, g, ocg, oh * ow)
-    out0 = out
+    calls = [
+        (np.copyto, (interior, _OfX(lambda x: x))),
+        (np.copyto, (dst, src)),
+        (prod, (_OfW(), lhs, o3)),
+    ]
+    return _kernel("_direct", calls, weights, x, out)
 
-    def conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out):  # noqa: ANN001, ANN202
-        if out is not out0:
-            return _fallback(
-                x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out
+
+def _tap_axis(k: int, s: int, d: int, p: int, size: int):  # noqa: ANN202
+    """One axis of the wrapped layout: per tap its stride phase and its shift (in phase
+    pixels) from the output position; per phase the number of input pixels in it."""
+    phase = [(i * d - p) % s for i in range(k)]
+    shift = [(i * d - p) // s for i in range(k)]
+    count = {a: max(0, -(-(size - a) // s)) for a in set(phase)}
+    return phase, shift, count
+
+
+def _ranks(phase: list[int]) -> tuple[list[int], dict[int, list[int]]]:
+    """Taps ordered by phase (then index): each tap's rank, and each phase's taps."""
+    order = sorted(range(len(phase)), key=lambda i: (phase[i], i))
+    rank = [0] * len(phase)
+    for r, i in enumerate(order):
+        rank[i] = r
+    groups: dict[int, list[int]] = {}
+    for i in order:
+        groups.setdefault(phase[i], []).append(i)
+    return rank, groups
+
+
+def _step(values: list[int]) -> int | None:
+    """The common difference of ``values`` (0 for one value), or None if uneven."""
+    if len(values) < 2:
+        return 0
+    step = values[1] - values[0]
+    ok = all(b - a == step for a, b in zip(values, values[1:], strict=False))
+    return step if ok else None
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int, int]]:
+    """Sorted ``offsets`` cut greedily into arithmetic runs ``(start, step, length)``."""
+    runs: list[tuple[int, int, int]] = []
+    for o in sorted(offsets):
+        if runs:
+            start, step, length = runs[-1]
+            if length == 1 or o - start == step * length:
+                runs[-1] = (start, o - start if length == 1 else step, length + 1)
+                continue
+        runs.append((o, 0, 1))
+    return runs
+
+
+def _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202, C901
+    """Columns as contiguous runs of per-phase padded images whose rows are exactly OW
+    long, so the product lands in out with no crop.
+
+    With rows of OW pixels, a tap that reaches left or right of the image reads the
+    neighbouring row's pixel instead of padding (the run wraps around). Those columns
+    are few (for a 3x3, padding 1: the first and last of each row of two taps), always
+    padding, and are zeroed after the copy by one strided fill. Needs every pixel a tap
+    reads right of the row to be padding, so declines when an image row is wider than
+    OW and a tap reaches right of it (unpadded "valid" convolutions: the flat layout).
+    """
+    n, c = x.shape[:2]
+    oc = w.shape[0]
+    g, cg, ocg = groups, c // groups, oc // groups
+    (h, wd), (kh, kw), (oh, ow) = in_sp, k_sp, o_sp
+    taps = kh * kw
+    kg = cg * taps
+    e = int(b is not None)
+    dt = x.dtype
+    it = dt.itemsize
+    ph_h, u, m_h = _tap_axis(kh, s[0], d[0], p[0], h)
+    ph_w, v, m_w = _tap_axis(kw, s[1], d[1], p[1], wd)
+    if max(v) > ow or -min(v) > ow:
+        return None  # taps past the guard rows (paddings wider than the output)
+    rank_i, rows_of = _ranks(ph_h)
+    rank_j, cols_of = _ranks(ph_w)
+    for bb, js in cols_of.items():
+        if max(v[j] for j in js) > 0 and m_w[bb] > ow:
+            return None  # a tap reads image pixels right of the row: they would wrap
+    steps_i = {a: _step([u[i] for i in rows]) for a, rows in rows_of.items()}
+    steps_j = {bb: _step([v[j] for j in cols]) for bb, cols in cols_of.items()}
+    if None in steps_i.values() or None in steps_j.values():
+        return None
+
+    # Phase buffers: a guard row, ``top`` rows of padding, the phase image's rows (only
+    # those some tap reads), padding below and a guard row, each row OW wide.
+    top = max(0, -min(u))
+    nrows = top + 1 + oh + max(0, max(u)) + 1
+    lpair = nrows * ow
+    stored_h = {a: min(m_h[a], oh + max(u[i] for i in rows)) for a, rows in rows_of.items()}
+    stored_w = {bb: min(m_w[bb], ow) for bb in cols_of}
+    pairs = [(a, bb) for a in sorted(rows_of) for bb in sorted(cols_of)]
+    first = (top + 1) * ow
+
+    # Chunks: groups per chunk, then output rows per chunk (as in the flat layout).
+    per_group_row = n * (kg + e) * ow * it
+    gc = max(1, min(g, _CHUNK_BYTES // (per_group_row * oh)))
+    rc = oh if gc > 1 else max(1, min(oh, _CHUNK_BYTES // per_group_row))
+    rc = -(-oh // -(-oh // rc))  # even out the row chunks
+    cc = gc * cg
+    lnmax = rc * ow
+    buf = np.zeros((n, cc, len(pairs), lpair), dt)
+    col = np.zeros((n, gc, kg + e, lnmax), dt)
+    if e:
+        col[:, :, kg] = 1  # the row that multiplies the bias column
+    colv = col[:, :, :kg].reshape(n, gc, cg, kh, kw, lnmax)
+    flatcol = col.reshape(-1)
+
+    # The fills of one chunk of channels: one copy when every phase is there with the
+    # same size (always at stride 1; at stride 2 for even sizes), else one per phase.
+    sh, sw = s
+    nr = set(stored_h.values())
+    nc = set(stored_w.values())
+    single = (
+        len(pairs) == sh * sw
+        and len(nr) == 1
+        and len(nc) == 1
+        and sh * min(nr) <= h
+        and sw * min(nc) <= wd
+        and min(nr) > 0
+        and min(nc) > 0
+    )
+
+    def fills_of(c0: int, c1: int) -> list:
+        """Copies filling the phase buffers from the input's channels [c0, c1)."""
+        k = c1 - c0
+        # (A 1-D input is an image of height 1: its row index is a new axis.)
+        if single:
+            r, q = min(nr), min(nc)
+            dst = buf[:, :k, :, first : first + r * ow].reshape(n, k, sh, sw, r, ow)[..., :q]
+            if (c0, c1, sh * r, sw * q) == (0, c, h, wd) and sh == sw == 1:
+                # The whole input: the destination takes its shape.
+                return [(np.copyto, (dst.reshape(x.shape), _OfX(lambda x: x)))]
+            rows = slice(0, sh * r) if x.ndim == 4 else None
+            key = (slice(None), slice(c0, c1), rows, slice(0, sw * q))
+            shape, axes = (n, k, r, sh, q, sw), (0, 1, 3, 5, 2, 4)
+            view = _OfX(lambda x: x[key].reshape(shape).transpose(axes))
+            return [(np.copyto, (dst, view))]
+        copies = []
+        for pi, (a, bb) in enumerate(pairs):
+            r, q = stored_h[a], stored_w[bb]
+            if r <= 0 or q <= 0:
+                continue
+            dst = buf[:, :k, pi, first : first + r * ow].reshape(n, k, r, ow)[..., :q]
+            rows = slice(a, a + (r - 1) * sh + 1, sh) if x.ndim == 4 else None
+            key = (slice(None), slice(c0, c1), rows, slice(bb, bb + (q - 1) * sw + 1, sw))
+            copies.append((np.copyto, (dst, _OfX(lambda x, key=key: x[key]))))
+        return copies
+
+    # Tap copies of output rows [r0, r1) for gn groups: one strided copy per phase pair,
+    # into rows ordered by (row rank, column rank) so that each pair's taps are a block.
+    def copies_of(gn: int, r0: int, r1: int) -> tuple:
+        ln = (r1 - r0) * ow
+        copies = []
+        sn, sc = buf.strides[:2]
+        for pi, (a, bb) in enumerate(pairs):
+            rows, cols_ = rows_of[a], cols_of[bb]
+            off = (u[rows[0]] + top + 1) * ow + v[cols_[0]] + r0 * ow
+            src = as_strided(
+                buf[:, :, pi, off:],
+                (n, gn, cg, len(rows), len(cols_), ln),
+                (sn, cg * sc, sc, steps_i[a] * ow * it, steps_j[bb] * it, it),
+                writeable=False,
             )
-        np.copyto(interior, x)
-        np.copyto(dst, src)
-        np.matmul(weights.get(w, b), lhs, out=o3)
-        return out
+            ri, rj = rank_i[rows[0]], rank_j[cols_[0]]
+            dst = colv[:, :gn, :, ri : ri + len(rows), rj : rj + len(cols_), :ln]
+            copies.append((dst, src))
+        return tuple(copies)
 
-    return conv
+    # Columns that wrapped around a row: (column rank, output column) pairs.
+    bad = []
+    for j in range(kw):
+        if v[j] < 0:
+            bad += [rank_j[j] * lnmax + q for q in range(min(-v[j], ow))]
+        elif v[j] > 0:
+            bad += [rank_j[j] * lnmax + q for q in range(max(ow - v[j], 0), ow)]
+
+    def fixes_of(gn: int, r0: int, r1: int) -> tuple:
+        sn, sg = col.strides[:2]
+        return tuple(
+            as_strided(
+                flatcol[start:],
+                (n, gn, cg, kh, length, r1 - r0),
+                (sn, sg, taps * lnmax * it, kw * lnmax * it, step * it, ow * it),
+            )
+            for start, step, length in _runs(bad)
+        )
+
+    order = [0] * taps
+    for i in range(kh):
+        for j in range(kw):
+            order[rank_i[i] * kw + rank_j[j]] = i * kw + j
+    weights = _PackedWeights(w, b, _pack_forward(groups, order))
+
+    o3 = out.reshape(n, oc, oh * ow)
+    calls = []
+    for g0 in range(0, g, gc):
+        g1 = min(g, g0 + gc)
+        gn = g1 - g0
+        calls += fills_of(g0 * cg, g1 * cg)
+        for r0 in range(0, oh, rc):
+            r1 = min(oh, r0 + rc)
+            ln = (r1 - r0) * ow
+            calls += [(np.copyto, pair) for pair in copies_of(gn, r0, r1)]
+            calls += [(f.fill, (0,)) for f in fixes_of(gn, r0, r1)]
+            lhs = col[:, :gn, :, :ln]
+            tgt = o3[:, g0 * ocg : g1 * ocg, r0 * ow : r1 * ow]
+            if g == 1 and n == 1:
+                lhs, tgt = lhs[0, 0], tgt[0]
+            elif g == 1:
+                lhs = lhs[:, 0]
+            else:
+                tgt = tgt.reshape(n, gn, ocg, ln)
+            # np.dot's 2-D path costs less than matmul's (same BLAS call).
+            prod = np.dot if tgt.ndim == 2 and tgt.flags.c_contiguous else np.matmul
+            calls.append((prod, (_OfW(slice(g0, g1) if g > 1 else None), lhs, tgt)))
+    return _kernel("_wrapped", calls, weights, x, out)
 
 
 def _flat(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
@@ -339,51 +632,31 @@ def _flat(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, AN
             tgt = tgt.reshape(n, gn, ocg, ln)
         return tuple(copies), lhs, tgt, crop, (r0, r1)
 
-    chunks = []
+    calls = []
     for g0 in range(0, g, gc):
         g1 = min(g, g0 + gc)
         gn = g1 - g0
-        csl = slice(g0 * cg, g1 * cg)
-        gfills = tuple((dst[:, : gn * cg], (slice(None), csl, *key)) for dst, key in fills)
+        for dst, key in fills:
+            key = (slice(None), slice(g0 * cg, g1 * cg), *key)
+            calls.append((np.copyto, (dst[:, : gn * cg], _OfX(lambda x, key=key: x[key]))))
         osl = slice(g0 * ocg, g1 * ocg)
-        steps = []
+        wkey = slice(g0, g1) if g > 1 else None
         for r0 in range(0, oh, rc):
             r1 = min(oh, r0 + rc)
             copies, lhs, tgt, crop, _ = row_step(gn, r0, r1)
+            calls += [(np.copyto, pair) for pair in copies]
             if not direct_out:
-                tgt_out = o4[:, osl, r0:r1, :]
-                steps.append((copies, lhs, tgt, crop, tgt_out))
+                calls.append((np.matmul, (_OfW(wkey), lhs, tgt)))
+                calls.append((np.copyto, (o4[:, osl, r0:r1, :], crop)))
             else:
                 tgt = o3[:, osl, r0 * ow : r1 * ow]
                 if g == 1 and n == 1:
                     tgt = tgt[0]
                 elif g > 1:
                     tgt = tgt.reshape(n, gn, ocg, (r1 - r0) * ow)
-                steps.append((copies, lhs, tgt, None, None))
-        chunks.append((gfills, slice(g0, g1) if g > 1 else None, tuple(steps)))
-    chunks = tuple(chunks)
+                calls.append((np.matmul, (_OfW(wkey), lhs, tgt)))
     weights = _PackedWeights(w, b, _pack_forward(groups, order))
-    out0 = out
-
-    def conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out):  # noqa: ANN001, ANN202
-        if out is not out0:
-            return _fallback(
-                x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out
-            )
-        wm = weights.get(w, b)
-        for gfills, gsl, steps in chunks:
-            for dst, key in gfills:
-                np.copyto(dst, x[key])
-            wg = wm if gsl is None else wm[gsl]
-            for copies, lhs, tgt, crop, tgt_out in steps:
-                for dst, src in copies:
-                    np.copyto(dst, src)
-                np.matmul(wg, lhs, out=tgt)
-                if crop is not None:
-                    np.copyto(tgt_out, crop)
-        return out
-
-    return conv
+    return _kernel("_flat", calls, weights, x, out)
 
 
 # ---------------------------------------------------------------------------
@@ -430,19 +703,12 @@ def _transposed(x, w, b, s, p, d, output_padding, groups, out):  # noqa: ANN001,
     # tmp (N, OC, kh, kw, H, W) -> out (N, OC, H, kh, W, kw)
     spread = tmp.reshape(n, oc, kh, kw, h, wd).transpose(0, 1, 4, 2, 5, 3)
     o6 = out.reshape(n, oc, h, kh, wd, kw)
-    out0 = out
-
-    def conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out):  # noqa: ANN001, ANN202
-        if out is not out0:
-            return _fallback(
-                x, w, b, stride, padding, dilation, transposed, output_padding, groups_, out
-            )
-        if e:
-            np.copyto(xb_in, x.reshape(xin_shape))
-            np.matmul(weights.get(w, b), lhs, out=tgt)
-        else:
-            np.matmul(weights.get(w, None), x.reshape(xshape), out=tgt)
-        np.copyto(o6, spread)
-        return out
-
-    return conv
+    if e:
+        calls = [
+            (np.copyto, (xb_in, _OfX(lambda x: x.reshape(xin_shape)))),
+            (np.matmul, (_OfW(), lhs, tgt)),
+        ]
+    else:
+        calls = [(np.matmul, (_OfW(), _OfX(lambda x: x.reshape(xshape)), tgt))]
+    calls.append((np.copyto, (o6, spread)))
+    return _kernel("_transposed", calls, weights, x, out)

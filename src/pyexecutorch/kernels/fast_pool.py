@@ -127,6 +127,36 @@ def _avg_pool2d(
 # Max pooling, values only.
 
 
+def _window_steps(src: np.ndarray, cols, kw: int, dw: int, buf):  # noqa: ANN001, ANN202
+    """The row pass of :func:`pool.separable_steps` on a C-contiguous ``src``, as
+    ``(a, b, out)`` operands, run over the flattened image: ``buf[t] = f(src[t + dw],
+    src[t])`` for every flat position ``t`` is one long contiguous run (numpy's vector
+    loop; a strided run is several times slower), and the window starts are picked out
+    of ``buf`` by the column pass. Positions whose taps would cross into the next row
+    are never picked. Same operands in the same order: the same values. Returns the
+    view the column pass reads and the steps.
+    """
+    steps = []
+    if kw > 1:
+        sf, bf = src.reshape(-1), buf.reshape(-1)
+        m = src.size - (kw - 1) * dw
+        steps.append((sf[dw : dw + m], sf[:m], bf[:m]))
+        steps += [(sf[j * dw : j * dw + m], bf[:m], bf[:m]) for j in range(2, kw)]
+        r = buf[..., cols[0]]
+    else:
+        r = src[..., cols[0]]
+    return r, steps
+
+
+def _fold_rows(r: np.ndarray, rows, out: np.ndarray):  # noqa: ANN001, ANN202
+    """The column pass of :func:`pool.separable_steps` over ``r``; returns (steps, result)."""
+    if len(rows) == 1:
+        return [], r[..., rows[0], :]
+    steps = [(r[..., rows[1], :], r[..., rows[0], :], out)]
+    steps += [(r[..., q, :], out, out) for q in rows[2:]]
+    return steps, out
+
+
 @specializer("aten::max_pool2d_with_indices.out")
 def max_pool_values(
     x: Any,
@@ -141,8 +171,9 @@ def max_pool_values(
     unused_outputs: frozenset[int] = frozenset(),
 ) -> Callable[..., Any] | None:
     """A max-pool fast path for when nothing reads the indices: a separable running
-    maximum (2(k-1) calls for a k x k window) over the input, or over a copy padded
-    with the lowest value when windows reach outside it. ``indices`` is left as is.
+    maximum (2(k-1) calls for a k x k window, the row pass over the flattened image)
+    over the input, or over a copy padded with the lowest value when windows reach
+    outside it. ``indices`` is left as is.
     """
     if 1 not in unused_outputs or not _arrays(x, out) or out.dtype != x.dtype:
         return None
@@ -158,15 +189,16 @@ def max_pool_values(
         return None
     lead, (h, w) = x.shape[:-2], x.shape[-2:]
     hp, wp, padded, cols, rows = pool.separable_geometry((h, w), k, s, p, d, ohw)
-    tmp = np.empty(lead + (hp if padded else h, ohw[1]), x.dtype) if len(cols) > 1 else None
     out0 = out
     general = pool.max_pool2d_with_indices
 
     if padded:
         xp = np.full(lead + (hp, wp), pool._lowest(x.dtype), x.dtype)
         interior = xp[..., p[0] : p[0] + h, p[1] : p[1] + w]
-        steps, res = pool.separable_steps(np.maximum, xp, cols, rows, tmp, out)
-        fold = _bound(np.maximum, steps)
+        buf = np.empty_like(xp) if k[1] > 1 else None
+        r, steps = _window_steps(xp, cols, k[1], d[1], buf)
+        more, res = _fold_rows(r, rows, out)
+        fold = _bound(np.maximum, steps + more)
         copy_res = res is not out
 
         def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
@@ -180,17 +212,29 @@ def max_pool_values(
 
         return max_pool
 
-    # The views of the last input seen (the runtime passes the same planned array
-    # every call; another array gets its own views).
-    last: list = [None, None, None]
+    buf = np.empty(x.shape, x.dtype) if k[1] > 1 else None
+
+    def plan(x: np.ndarray) -> tuple:
+        # The flat row pass needs a C-contiguous source; another layout is copied.
+        src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        r, steps = _window_steps(src, cols, k[1], d[1], buf)
+        more, res = _fold_rows(r, rows, out0)
+        return tuple(steps + more), res
+
+    # The calls for the last input seen (the runtime passes the same planned array
+    # every call; another array gets its own).
+    last: list = [x, *plan(x)] if x.flags.c_contiguous else [None, None, None]
 
     def max_pool_unpadded(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
         if out is not out0:
             return general(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices)
-        if last[0] is not x:
-            steps, res = pool.separable_steps(np.maximum, x, cols, rows, tmp, out)
-            last[:] = x, tuple(steps), res
-        _, steps, res = last
+        if last[0] is x:
+            _, steps, res = last
+        elif x.flags.c_contiguous:
+            last[:] = x, *plan(x)
+            _, steps, res = last
+        else:
+            steps, res = plan(x)
         for a, b, o in steps:
             np.maximum(a, b, out=o)
         if res is not out:
