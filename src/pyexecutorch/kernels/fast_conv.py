@@ -274,16 +274,40 @@ def _pointwise(x, w, b, groups, out):  # noqa: ANN001, ANN202
     return _kernel("_pointwise", calls, weights, x, out)
 
 
-def _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
-    """Columns by one strided copy of a padded copy of the input; the product into out."""
+def _geometry(x, w, b, groups, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
+    """The sizes every layout planner starts from: batch, channels, groups (and channels
+    per group), image, kernel and output sizes, taps, columns per group, whether there
+    is a bias, and the dtype."""
     n, c = x.shape[:2]
     oc = w.shape[0]
-    g, cg, ocg = groups, c // groups, oc // groups
     (h, wd), (kh, kw), (oh, ow) = in_sp, k_sp, o_sp
     taps = kh * kw
-    kg = cg * taps
-    e = int(b is not None)
-    dt = x.dtype
+    cg = c // groups
+    return (
+        n,
+        c,
+        oc,
+        groups,
+        cg,
+        oc // groups,
+        h,
+        wd,
+        kh,
+        kw,
+        oh,
+        ow,
+        taps,
+        cg * taps,
+        int(b is not None),
+        x.dtype,
+    )
+
+
+def _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
+    """Columns by one strided copy of a padded copy of the input; the product into out."""
+    n, c, oc, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = _geometry(
+        x, w, b, groups, in_sp, k_sp, o_sp
+    )
     hp, wp = h + 2 * p[0], wd + 2 * p[1]
     xp = np.zeros((n, c, hp, wp), dt)
     interior = xp[:, :, p[0] : p[0] + h, p[1] : p[1] + wd]
@@ -370,14 +394,9 @@ def _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001,
     reads right of the row to be padding, so declines when an image row is wider than
     OW and a tap reaches right of it (unpadded "valid" convolutions: the flat layout).
     """
-    n, c = x.shape[:2]
-    oc = w.shape[0]
-    g, cg, ocg = groups, c // groups, oc // groups
-    (h, wd), (kh, kw), (oh, ow) = in_sp, k_sp, o_sp
-    taps = kh * kw
-    kg = cg * taps
-    e = int(b is not None)
-    dt = x.dtype
+    n, c, oc, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = _geometry(
+        x, w, b, groups, in_sp, k_sp, o_sp
+    )
     it = dt.itemsize
     ph_h, u, m_h = _tap_axis(kh, s[0], d[0], p[0], h)
     ph_w, v, m_w = _tap_axis(kw, s[1], d[1], p[1], wd)
@@ -536,14 +555,9 @@ def _flat(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, AN
     chunk-sized and the phase images hold one chunk of groups, so what a chunk touches
     stays in cache and buffers of layers run earlier are not read back from memory.
     """
-    n, c = x.shape[:2]
-    oc = w.shape[0]
-    g, cg, ocg = groups, c // groups, oc // groups
-    (h, wd), (kh, kw), (oh, ow) = in_sp, k_sp, o_sp
-    taps = kh * kw
-    kg = cg * taps
-    e = int(b is not None)
-    dt = x.dtype
+    n, c, oc, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = _geometry(
+        x, w, b, groups, in_sp, k_sp, o_sp
+    )
     it = dt.itemsize
     ph_h, u_h = _axis_phases(kh, s[0], d[0])
     ph_w, u_w = _axis_phases(kw, s[1], d[1])
