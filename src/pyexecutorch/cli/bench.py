@@ -32,14 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="one .npy per input, or one .npz (default: random)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument(
-        "--data",
-        nargs="+",
-        default=[],
-        metavar="PTD",
-        help="external data files (.ptd) the program needs",
-    )
+    common.add_seed_and_data_options(p)
 
 
 def latency_stats(times: list[float]) -> dict[str, float]:

@@ -347,6 +347,18 @@ def read_inputs(paths: Sequence[str], program: Any, method: str) -> list[Any]:
     return out
 
 
+def add_seed_and_data_options(p: Any) -> None:
+    """``--seed`` (of the random inputs :func:`method_inputs` makes) and ``--data`` (.ptd files)."""
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument(
+        "--data",
+        nargs="+",
+        default=[],
+        metavar="PTD",
+        help="external data files (.ptd) the program needs",
+    )
+
+
 def method_inputs(args: Any, program: Any, method: str) -> tuple[list[Any], str]:
     """``--inputs`` files, or random inputs; returns the inputs and where they came from."""
     if getattr(args, "inputs", None):

@@ -37,14 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="random inputs from the method's metadata (the default)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument(
-        "--data",
-        nargs="+",
-        default=[],
-        metavar="PTD",
-        help="external data files (.ptd) the program needs",
-    )
+    common.add_seed_and_data_options(p)
     p.add_argument(
         "--output", metavar="NPZ", help="save the outputs to this .npz (output_0, output_1, ...)"
     )
