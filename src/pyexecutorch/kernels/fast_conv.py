@@ -303,6 +303,16 @@ def _geometry(x, w, b, groups, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
     )
 
 
+def _product_operands(lhs, tgt, n, g, ocg):  # noqa: ANN001, ANN202
+    """The column chunk (N, G, K, L) and output chunk (N, G*OCg, L) shaped for one product:
+    2-D for one image and one group (np.dot's cheaper path), batched otherwise."""
+    if g == 1 and n == 1:
+        return lhs[0, 0], tgt[0]
+    if g == 1:
+        return lhs[:, 0], tgt
+    return lhs, tgt.reshape(n, lhs.shape[1], ocg, lhs.shape[3])
+
+
 def _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
     """Columns by one strided copy of a padded copy of the input; the product into out."""
     n, c, oc, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = _geometry(
@@ -533,14 +543,9 @@ def _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001,
             ln = (r1 - r0) * ow
             calls += [(np.copyto, pair) for pair in copies_of(gn, r0, r1)]
             calls += [(f.fill, (0,)) for f in fixes_of(gn, r0, r1)]
-            lhs = col[:, :gn, :, :ln]
-            tgt = o3[:, g0 * ocg : g1 * ocg, r0 * ow : r1 * ow]
-            if g == 1 and n == 1:
-                lhs, tgt = lhs[0, 0], tgt[0]
-            elif g == 1:
-                lhs = lhs[:, 0]
-            else:
-                tgt = tgt.reshape(n, gn, ocg, ln)
+            lhs, tgt = _product_operands(
+                col[:, :gn, :, :ln], o3[:, g0 * ocg : g1 * ocg, r0 * ow : r1 * ow], n, g, ocg
+            )
             # np.dot's 2-D path costs less than matmul's (same BLAS call).
             prod = np.dot if tgt.ndim == 2 and tgt.flags.c_contiguous else np.matmul
             calls.append((prod, (_OfW(slice(g0, g1) if g > 1 else None), lhs, tgt)))
@@ -638,12 +643,7 @@ def _flat(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, AN
         else:
             tgt = acc[:, : gn * ocg, :ln]
             crop = tgt.reshape(n, gn * ocg, r1 - r0, wh)[..., :ow]
-        if g == 1 and n == 1:
-            lhs, tgt = lhs[0, 0], tgt[0]
-        elif g == 1:
-            lhs = lhs[:, 0]
-        else:
-            tgt = tgt.reshape(n, gn, ocg, ln)
+        lhs, tgt = _product_operands(lhs, tgt, n, g, ocg)
         return tuple(copies), lhs, tgt, crop, (r0, r1)
 
     calls = []
