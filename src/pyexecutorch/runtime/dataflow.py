@@ -20,6 +20,7 @@ from numpy.lib.array_utils import byte_bounds
 from pyexecutorch.schema.program import (
     DelegateCall,
     FreeCall,
+    IntList,
     JumpFalseCall,
     KernelCall,
     MoveCall,
@@ -28,16 +29,40 @@ from pyexecutorch.schema.program import (
 )
 
 
-def _expand(evalues: Any, ids: Any) -> list[int]:
-    """Value indices with tensor lists replaced by their items."""
+def _with_items(evalues: Any, ids: Any) -> list[int]:
+    """Value indices, each list followed by its items."""
     out = []
     for j in ids:
-        val = evalues[j].val
-        if isinstance(val, (TensorList, OptionalTensorList)):
+        out.append(j)
+        val = evalues[j].val if 0 <= j < len(evalues) else None
+        if isinstance(val, (TensorList, OptionalTensorList, IntList)):
             out.extend(i for i in val.items if i >= 0)
-        else:
-            out.append(j)
     return out
+
+
+def accesses(method: Any, a: Any) -> tuple[list[int], list[int]]:
+    """(values read, values written) by one instruction of ``method`` (a LoadedMethod).
+
+    Lists come with their items. An in-place kernel reads and writes its first
+    argument; a delegate's arguments count as both, since a program does not
+    say which are inputs; a free rebinds its value to the planned storage.
+    """
+    evalues = method.plan.values
+    if isinstance(a, KernelCall):
+        k = method.kernels[a.op_index]
+        args, outs = method.kernel_layout(k, a)
+        reads = _with_items(evalues, args[: len(args) - len(outs)])
+        return reads, _with_items(evalues, outs) if k.n_outs else args[:1]
+    if isinstance(a, DelegateCall):
+        ids = _with_items(evalues, a.args)
+        return ids, ids
+    if isinstance(a, MoveCall):
+        return [a.move_from], [a.move_to]
+    if isinstance(a, FreeCall):
+        return [], [a.value_index]
+    if isinstance(a, JumpFalseCall):
+        return [a.cond_value_index], []
+    return [], []
 
 
 @dataclass
@@ -64,22 +89,12 @@ class Flow:
         instructions = [i.instr_args for i in plan.chains[0].instructions]
         if any(isinstance(a, (JumpFalseCall, FreeCall)) for a in instructions):
             return None
-        evalues = plan.values
         reads, writes, delegate_reads, rebound = [], [], set(), set()
         for a in instructions:
-            r: list[int] = []
-            w: list[int] = []
-            if isinstance(a, KernelCall):
-                k = method.kernels[a.op_index]
-                args, outs = method.kernel_layout(k, a)
-                r = _expand(evalues, args[: len(args) - len(outs)])
-                w = _expand(evalues, outs) if k.n_outs else args[:1]
-            elif isinstance(a, DelegateCall):
-                r = w = _expand(evalues, a.args)
+            r, w = accesses(method, a)
+            if isinstance(a, DelegateCall):
                 delegate_reads.update(r)
-                rebound.update(w)
-            elif isinstance(a, MoveCall):
-                r, w = [a.move_from], [a.move_to]
+            if isinstance(a, (DelegateCall, MoveCall)):
                 rebound.update(w)
             reads.append(r)
             writes.append(w)

@@ -27,7 +27,7 @@ from pyexecutorch.runtime.codegen import (
     failing_instruction,
     literal,
 )
-from pyexecutorch.runtime.dataflow import Flow
+from pyexecutorch.runtime.dataflow import Flow, accesses
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -292,16 +292,7 @@ class LoadedMethod:
         written = set(self.plan.inputs)
         for chain in self.plan.chains:
             for instr in chain.instructions:
-                a = instr.instr_args
-                if isinstance(a, KernelCall):
-                    k = self.kernels[a.op_index]
-                    written.update(self.kernel_layout(k, a)[1])
-                elif isinstance(a, MoveCall):
-                    written.add(a.move_to)
-                elif isinstance(a, DelegateCall):
-                    written.update(a.args)
-                elif isinstance(a, FreeCall):
-                    written.add(a.value_index)
+                written.update(accesses(self, instr.instr_args)[1])
         return written
 
     def kernel_layout(self, k, call: KernelCall) -> tuple[list[int], list[int]]:  # noqa: ANN001
@@ -559,32 +550,10 @@ class LoadedMethod:
     def _read_values(self) -> set[int]:
         """Values something reads: instruction inputs, method and chain outputs."""
         read = set(self.plan.outputs)
-        evalues = self.plan.values
-
-        def add(j: int) -> None:
-            read.add(j)
-            val = evalues[j].val if 0 <= j < len(evalues) else None
-            if isinstance(val, (TensorList, OptionalTensorList, IntList)):
-                read.update(i for i in val.items if i >= 0)
-
         for chain in self.plan.chains:
             read.update(chain.outputs)
             for instr in chain.instructions:
-                a = instr.instr_args
-                if isinstance(a, KernelCall):
-                    k = self.kernels[a.op_index]
-                    args, outs = self.kernel_layout(k, a)
-                    for j in args[: len(args) - len(outs)]:
-                        add(j)
-                    if k.n_outs == 0 and args:
-                        add(args[0])  # an in-place op reads what it mutates
-                elif isinstance(a, DelegateCall):
-                    for j in a.args:
-                        add(j)
-                elif isinstance(a, MoveCall):
-                    add(a.move_from)
-                elif isinstance(a, JumpFalseCall):
-                    add(a.cond_value_index)
+                read.update(accesses(self, instr.instr_args)[0])
         return read
 
     def load_time_value(self, j: int) -> Any:
