@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import pyexecutorch.kernels.conv as conv_mod
+import pyexecutorch.kernels.conv.conv as conv_mod
 from pyexecutorch.kernels import KernelError
 
 from ._nn_util import LAYOUTS, OUT_KINDS, SETTINGS, call, close, layout, planned, rand, readonly, t

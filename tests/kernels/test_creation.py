@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pyexecutorch.kernels import KernelError, get_kernel
-from pyexecutorch.kernels.creation import manual_seed
+from pyexecutorch.kernels.shape.creation import manual_seed
 
 from ._shape_testutil import DTYPES, OUT_KINDS, SETTINGS, call, planned, same, shapes
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from pyexecutorch.kernels import get_kernel
-from pyexecutorch.kernels.elementwise import ERF, SMALL
+from pyexecutorch.kernels.elementwise.unary import ERF, SMALL
 from pyexecutorch.kernels.registry import get_specializer
 
 RNG = np.random.default_rng(0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import pyexecutorch.kernels.fast_conv as fc
+import pyexecutorch.kernels.conv.fast as fc
 from pyexecutorch.kernels import get_kernel
 from pyexecutorch.kernels.registry import get_specializer
 

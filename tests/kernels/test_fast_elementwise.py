@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pyexecutorch.kernels import get_kernel
-from pyexecutorch.kernels.fast_elementwise import _WHERE_BITS_MIN
+from pyexecutorch.kernels.elementwise.fast import _WHERE_BITS_MIN
 from pyexecutorch.kernels.registry import get_specializer
 
 from .test_fast_activation import run_both, same, values

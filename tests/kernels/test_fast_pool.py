@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyexecutorch.kernels import fast_pool, get_kernel
+from pyexecutorch.kernels import get_kernel
+from pyexecutorch.kernels.pool import fast as fast_pool
 from pyexecutorch.kernels.registry import get_specializer
 
 RNG = np.random.default_rng(0)

@@ -1,8 +1,12 @@
 """Operator kernels in numpy, registered once under their program names.
 
-Every module in this package registers its kernels when imported; importing
-the package imports them all. See :mod:`pyexecutorch.kernels.registry` for
-the calling convention.
+One subpackage per operator family (``conv``, ``elementwise``, ``norm``,
+``pool``, ``reduce``, ``index``, ``shape``, ...), each holding its reference
+kernels and its load-time fast paths (``fast.py``). Every module registers
+its kernels when imported; importing this package imports them all, except
+the compiled (numba) forms, which the runtime imports only when numba is
+available. See :mod:`pyexecutorch.kernels.registry` for the calling
+convention.
 """
 
 import importlib
@@ -10,8 +14,11 @@ import pkgutil
 
 from pyexecutorch.kernels.registry import Kernel, KernelError, get_kernel, kernel, operator_names
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in {"registry", "common"}:
-        importlib.import_module(f"{__name__}.{_module.name}")
+_NOT_KERNELS = {"registry", "common"}
+
+for _module in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+    _leaf = _module.name.rsplit(".", 1)[-1]
+    if _leaf not in _NOT_KERNELS and not _leaf.startswith("compiled"):
+        importlib.import_module(_module.name)
 
 __all__ = ["Kernel", "KernelError", "get_kernel", "kernel", "operator_names"]

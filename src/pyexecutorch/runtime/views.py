@@ -7,7 +7,7 @@ read, a numpy view of the source computes the same thing for a fraction of the
 cost: the instruction then only binds the view. Kernels read any strided array,
 so consumers are unaffected.
 
-The copy fast paths in :mod:`pyexecutorch.kernels.fast` carry the view they
+The copy fast paths in :mod:`pyexecutorch.kernels.shape.fast` carry the view they
 copy (``view_of_input``); a plain same-shape copy is the identity view.
 """
 

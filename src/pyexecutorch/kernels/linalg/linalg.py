@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from pyexecutorch.kernels.common import fit
-from pyexecutorch.kernels.conv import derived, scratch, view_as
+from pyexecutorch.kernels.conv.conv import derived, scratch, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 _BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))

@@ -1,7 +1,7 @@
 """Elementwise kernels, part 1: torch's dtype rules and the unary math kernels.
 
 The helpers here (type promotion, scalar conversion, quiet floating-point
-errors, ``erf``) are shared with :mod:`elementwise_binary` and
+errors, ``erf``) are shared with :mod:`binary` and
 :mod:`activation`.
 
 Dtype rules follow torch eager:

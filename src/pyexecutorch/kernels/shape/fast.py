@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.common import broadcast_shape, fit
-from pyexecutorch.kernels.fast_elementwise import bound
+from pyexecutorch.kernels.elementwise.fast import bound
 from pyexecutorch.kernels.registry import Const, Inline, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

@@ -2,7 +2,7 @@
 argmax/argmin, any, cumsum and topk.
 
 Each specializer resolves at load what the general kernel in
-:mod:`pyexecutorch.kernels.reduce` works out on every call (axes, result
+:mod:`pyexecutorch.kernels.reduce.reduce` works out on every call (axes, result
 shape, accumulator dtype, error cases) and keeps only the numpy call that
 does the work, with the same arguments the general kernel passes so that the
 results are bit for bit the same. Anything unusual (complex numbers,
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.reduce import _dims, _plan, _promoted
+from pyexecutorch.kernels.reduce.reduce import _dims, _plan, _promoted
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, specializer
 
 _F16 = np.dtype(np.float16)

@@ -1,7 +1,7 @@
 """Load-time fast paths for indexing: embedding, index_select, index.Tensor,
 index_put, gather, scatter and masked_fill.
 
-The general kernels in :mod:`pyexecutorch.kernels.index` rebuild numpy index
+The general kernels in :mod:`pyexecutorch.kernels.index.index` rebuild numpy index
 tuples and check index values with two reductions on every call. Here the
 layout of the index tuple, flat offsets and lookup tables are built at load,
 and a call is one or two ``take``/``put`` calls whose own bounds check
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.elementwise import checked_scalar
-from pyexecutorch.kernels.fast_reduce import flat_offsets
+from pyexecutorch.kernels.elementwise.unary import checked_scalar
+from pyexecutorch.kernels.reduce.fast import flat_offsets
 from pyexecutorch.kernels.registry import KernelError, get_kernel, specializer
 
 _BOOL = np.dtype(np.bool_)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pyexecutorch.kernels.common import fit, normalize_dim
-from pyexecutorch.kernels.elementwise import (
+from pyexecutorch.kernels.elementwise.unary import (
     BOOL,
     F64,
     FLOATS,

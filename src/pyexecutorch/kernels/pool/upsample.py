@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from pyexecutorch.kernels.common import fit, quiet_fp
-from pyexecutorch.kernels.conv import float_compute_dtype, scratch, view_as
+from pyexecutorch.kernels.conv.conv import float_compute_dtype, scratch, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 _F16 = np.dtype(np.float16)

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels import pad as pad_mod
-from pyexecutorch.kernels import pool, upsample
+from pyexecutorch.kernels.pool import pad as pad_mod
+from pyexecutorch.kernels.pool import pool, upsample
 from pyexecutorch.kernels.registry import KernelError, specializer
-from pyexecutorch.kernels.shape import cast_scalar
+from pyexecutorch.kernels.shape.shape import cast_scalar
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # Bilinear resizes up to this many outputs gather all four neighbours at once.

@@ -12,7 +12,7 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.registry import KernelError, kernel
-from pyexecutorch.kernels.shape import assign, infer_size
+from pyexecutorch.kernels.shape.shape import assign, infer_size
 
 
 def _broadcast_to_self(self: np.ndarray, src: np.ndarray, op: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.elementwise import NUMPY_FLOAT_UFUNCS
+from pyexecutorch.kernels.elementwise.unary import NUMPY_FLOAT_UFUNCS
 from pyexecutorch.kernels.registry import Const, Inline, specializer
 
 F32 = np.dtype(np.float32)
@@ -136,7 +136,7 @@ def _inline_unary(fn: Any, kinds: tuple[np.dtype, ...] = FLOATS):  # noqa: ANN20
     return specialize
 
 
-# exp, sqrt and tanh have theirs in fast.py
+# exp, sqrt and tanh have theirs in shape/fast.py
 for _name, _ufunc in NUMPY_FLOAT_UFUNCS.items():
     if _name not in ("exp", "sqrt", "tanh", "reciprocal"):
         specializer(f"aten::{_name}.out")(_inline_unary(_ufunc))

@@ -2,8 +2,8 @@
 
 Each specializer checks once, at load, that an instruction's tensors have the
 dtypes and shapes it covers, then binds the computation of its general kernel
-(the same row normalizer and softmax cores of :mod:`pyexecutorch.kernels.norm`,
-the same reductions as :mod:`pyexecutorch.kernels.reduce`) to buffers, views
+(the same row normalizer and softmax cores of :mod:`pyexecutorch.kernels.norm.norm`,
+the same reductions as :mod:`pyexecutorch.kernels.reduce.reduce`) to buffers, views
 and constants made at load: no signature lookups, output fitting or
 temporaries per call. Where it pays, constant weights are tiled to the full
 row shape, because a same-shape ufunc costs a fraction of one that broadcasts
@@ -19,8 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.norm import bn_scale_shift, row_normalizer, softmax_core, softmax_layout
-from pyexecutorch.kernels.reduce import _dims, _plan
+from pyexecutorch.kernels.norm.norm import (
+    bn_scale_shift,
+    row_normalizer,
+    softmax_core,
+    softmax_layout,
+)
+from pyexecutorch.kernels.reduce.reduce import _dims, _plan
 from pyexecutorch.kernels.registry import KernelError, specializer
 
 _F16 = np.dtype(np.float16)

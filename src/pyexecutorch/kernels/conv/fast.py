@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pyexecutorch.kernels.conv import _signature, convolution
+from pyexecutorch.kernels.conv.conv import _signature, convolution
 from pyexecutorch.kernels.registry import KernelError, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

@@ -1,7 +1,7 @@
 """Tensor-creation kernels: empty, full, ones, zeros, arange, rand, randn.
 
 The output dtype is the planned output's. Scalar fill values are converted as
-torch's fill does (:func:`pyexecutorch.kernels.shape.cast_scalar`), and arange
+torch's fill does (:func:`pyexecutorch.kernels.shape.shape.cast_scalar`), and arange
 computes its length and values by torch's rules.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.registry import KernelError, kernel
-from pyexecutorch.kernels.shape import assign, cast_scalar, check_sizes
+from pyexecutorch.kernels.shape.shape import assign, cast_scalar, check_sizes
 
 _RNG = np.random.default_rng()
 

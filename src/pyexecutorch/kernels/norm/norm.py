@@ -5,7 +5,7 @@ dtype (float32 for float16 inputs, as torch does), writing into the planned
 output. Layer and group norm share one row normalizer, and softmax and
 log-softmax one core, built once per shape (:func:`row_normalizer`,
 :func:`softmax_core`); the load-time fast paths in
-:mod:`pyexecutorch.kernels.fast_norm` bind the same cores, so both give the
+:mod:`pyexecutorch.kernels.norm.fast` bind the same cores, so both give the
 same values. Short rows are summed by a small matrix product with a matrix of
 ones, which leaves each row's sum in every column and lets every later pass
 be a same-shape ufunc instead of a slow broadcast over many short rows.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pyexecutorch.kernels.common import fit, normalize_dim, quiet_fp
-from pyexecutorch.kernels.conv import (
+from pyexecutorch.kernels.conv.conv import (
     derived,
     float_compute_dtype,
     scratch,

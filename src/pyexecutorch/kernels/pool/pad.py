@@ -14,7 +14,7 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.registry import KernelError, kernel
-from pyexecutorch.kernels.shape import assign, cast_scalar
+from pyexecutorch.kernels.shape.shape import assign, cast_scalar
 
 _Index = tuple[slice, ...]
 _PLAN_LIMIT = 1024

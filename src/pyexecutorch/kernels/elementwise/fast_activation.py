@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.activation import HALF_ERF, TANH_BETA, TANH_BETA_KAPPA
-from pyexecutorch.kernels.elementwise import ERF, SMALL
-from pyexecutorch.kernels.fast_elementwise import (
+from pyexecutorch.kernels.elementwise.activation import HALF_ERF, TANH_BETA, TANH_BETA_KAPPA
+from pyexecutorch.kernels.elementwise.fast import (
     F64,
     FLOATS,
     NUMERIC,
@@ -31,6 +30,7 @@ from pyexecutorch.kernels.fast_elementwise import (
     same_memory,
     unary,
 )
+from pyexecutorch.kernels.elementwise.unary import ERF, SMALL
 from pyexecutorch.kernels.registry import Const, Inline, specializer
 
 

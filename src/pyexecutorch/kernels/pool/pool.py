@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from pyexecutorch.kernels.common import fit
-from pyexecutorch.kernels.conv import _tap_range, scratch
+from pyexecutorch.kernels.conv.conv import _tap_range, scratch
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 _F16 = np.dtype(np.float16)

@@ -4,7 +4,7 @@
 Every kernel has a fast path for the common case (operands and output of one
 dtype that numpy computes exactly like torch, or a float tensor with a Python
 scalar) and a general path that applies torch's promotion rules (see
-:mod:`pyexecutorch.kernels.elementwise`).
+:mod:`pyexecutorch.kernels.elementwise.unary`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pyexecutorch.kernels.common import broadcast_shape, fit
-from pyexecutorch.kernels.elementwise import (
+from pyexecutorch.kernels.elementwise.unary import (
     BOOL,
     F16,
     F32,

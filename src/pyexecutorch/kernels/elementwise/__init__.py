@@ -1,0 +1,1 @@
+"""Elementwise kernels: unary math, binary arithmetic and comparisons, activations, and their fast paths."""

@@ -1,0 +1,1 @@
+"""Indexing, gather/scatter and masking kernels (index.py) and their fast paths (fast.py)."""

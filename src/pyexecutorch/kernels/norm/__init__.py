@@ -1,0 +1,1 @@
+"""Normalizations, softmax and dropout (norm.py) and their fast paths (fast.py)."""

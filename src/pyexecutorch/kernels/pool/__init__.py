@@ -1,0 +1,1 @@
+"""Pooling, resampling and constant padding, and their fast paths (fast.py)."""

@@ -1,0 +1,1 @@
+"""Scalar (executorch_prim) kernels and tensor-to-scalar queries."""

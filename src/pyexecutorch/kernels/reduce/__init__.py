@@ -1,0 +1,1 @@
+"""Reductions (reduce.py) and their fast paths (fast.py)."""
