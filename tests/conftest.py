@@ -4,11 +4,20 @@ modules, and the official package's import-time noise is muted."""
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+# The suite runs on the numpy tier; the compiled tier's tests ask for it with
+# jit=True (tests/runtime/test_compiled_*.py, test_fusion.py). Its generated
+# code is cached across local runs (CI starts cold).
+os.environ.setdefault("PYEXECUTORCH_JIT", "0")
+os.environ.setdefault(
+    "PYEXECUTORCH_CACHE_DIR", os.path.join(tempfile.gettempdir(), "pyexecutorch-test-cache")
+)
 
 
 def pytest_configure(config):

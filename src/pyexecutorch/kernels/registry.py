@@ -154,6 +154,33 @@ def get_specializer(name: str) -> Callable[..., Any] | None:
     return _SPECIALIZERS.get(name)
 
 
+_COMPILED_FORMS: dict[str, Callable[..., Any]] = {}
+
+
+def compiled_form(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a load-time compiled (numba) form for the kernels ``names``.
+
+    It is called as a :func:`specializer` is, and only when the compiled tier
+    is on (its module, ``kernels/<family>/compiled.py``, imports numba and is
+    imported only then); it returns a callable with the kernel's signature, or
+    ``None`` to leave the instruction to the numpy fast path and kernel.
+    """
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            if name in _COMPILED_FORMS:
+                raise ValueError(f"compiled form {name!r} is registered twice")
+            _COMPILED_FORMS[name] = fn
+        return fn
+
+    return register
+
+
+def get_compiled_form(name: str) -> Callable[..., Any] | None:
+    """The compiled form registered for ``name`` (once the compiled tier loaded them), or None."""
+    return _COMPILED_FORMS.get(name)
+
+
 def _ensure_loaded() -> None:
     # The kernel modules register themselves on import; importing the package
     # imports them all exactly once.

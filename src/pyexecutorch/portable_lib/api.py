@@ -39,6 +39,7 @@ from pyexecutorch.runtime.io import (
 )
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.program import Program, Runtime, Verification
+from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.program import ExecutionPlan, Tensor
 
@@ -369,6 +370,7 @@ class ExecuTorchProgram:
                 plan,
                 named_data=program._named,
                 backend_options=program._backend_options,
+                jit=program.jit,
             )
             logger.debug("loaded method %r", method_name)
             return ExecuTorchMethod(loaded, program)
@@ -562,7 +564,6 @@ def _get_option(backend_name: str, options: dict[str, Any]) -> dict[str, bool | 
 
 # ------------------------------------------------------------------ threadpool
 
-_thread_limit: Any = None
 _THREAD_ENVIRONMENT = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -586,19 +587,8 @@ def _threadpool_get_thread_count() -> int:
 
 
 def _unsafe_reset_threadpool(num_threads: int) -> None:
-    """Set the number of threads numpy's BLAS uses (needs threadpoolctl)."""
-    global _thread_limit
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
-        raise TypeError(f"num_threads must be an int, got {type(num_threads).__name__}")
-    if num_threads < 1:
-        raise ValueError(f"num_threads must be at least 1, got {num_threads}")
-    try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415 - optional
-    except ImportError:
-        raise RuntimeError(
-            "resetting the thread pool needs threadpoolctl (pip install threadpoolctl)"
-        ) from None
-    _thread_limit = threadpool_limits(limits=num_threads, user_api="blas")
+    """Set the number of threads of numpy's BLAS and of the compiled loops (needs threadpoolctl)."""
+    set_threads(num_threads)
 
 
 # --------------------------------------------------------------------- profile

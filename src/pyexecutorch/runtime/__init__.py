@@ -6,6 +6,7 @@
 """
 
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
+from pyexecutorch.runtime.compiled import JitUnavailableError
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -28,6 +29,7 @@ __all__ = [
     "BackendRegistry",
     "ExecutionError",
     "InvalidProgramError",
+    "JitUnavailableError",
     "Method",
     "MethodMeta",
     "MissingBackendError",

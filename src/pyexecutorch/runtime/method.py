@@ -17,8 +17,15 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
-from pyexecutorch.kernels.registry import Const, Inline, get_kernel, get_specializer
+from pyexecutorch.kernels.registry import (
+    Const,
+    Inline,
+    get_compiled_form,
+    get_kernel,
+    get_specializer,
+)
 from pyexecutorch.runtime import backend as backends
+from pyexecutorch.runtime import compiled as compiled_tier
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
     Line,
@@ -35,6 +42,7 @@ from pyexecutorch.runtime.errors import (
     MissingOperatorError,
 )
 from pyexecutorch.runtime.fold import fold_constants
+from pyexecutorch.runtime.fusion import FusedCall, fuse
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.views import ViewElider, identity
@@ -91,8 +99,10 @@ class LoadedMethod:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        jit: bool = False,
     ) -> None:
         self.name = plan.name
+        self.jit = jit  # the compiled tier: fused loops and compiled kernel forms
         self.plan = plan
         self._pte = pte
         self._named_data = named_data or {}
@@ -348,6 +358,10 @@ class LoadedMethod:
                     decisions[c, pc] = ("inline", fast)
                 else:
                     decisions[c, pc] = ("call", fast)
+        if self.jit:
+            fuse(self, flow, decisions, written, elider.region)
+        # The fused runs (their instruction indices), for tests and profiles.
+        self.fused_runs = [fast.pcs for (kind, fast) in decisions.values() if kind == "fused"]
         fixed = self._fixed_values(flow, decisions)
 
         def expr(j: int) -> str:
@@ -406,6 +420,21 @@ class LoadedMethod:
             call = f"{ns.bind(fast.fn, 'f')}({', '.join(parts)})"
             return call if out in fixed else f"{call}; v[{out}] = {out_expr(out)}"
 
+        def fused_call(call: FusedCall) -> str:
+            exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
+            fn = call.dispatcher
+            if all(e[0] in "TC" for e in exprs):
+                # every argument is a bound array: its types are known now
+                arrays = [
+                    v[j] if j in self.constant_values else self.capacity[j] for j in call.inputs
+                ]
+                fn = compiled_tier.entry_point(
+                    fn, (*arrays, *(self.capacity[j] for j in call.outputs))
+                )
+            line = f"{ns.bind(fn, 'F')}({', '.join(exprs)})"
+            stores = [f"; v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
+            return line + "".join(stores)
+
         compiled = []
         for c, chain in enumerate(plan.chains):
             lines: list[Line] = []
@@ -426,6 +455,11 @@ class LoadedMethod:
                         continue
                     if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
+                        continue
+                    if kind == "skip":
+                        continue  # computed by the fused loop of a later instruction
+                    if kind == "fused":
+                        lines.append(Line(fused_call(fast), pc))
                         continue
                     fn = ns.bind(fast, "k")
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
@@ -470,7 +504,10 @@ class LoadedMethod:
         evalues = self.plan.values
         inline_outs: dict[int, int] = {}
         for (_, pc), (kind, fast) in decisions.items():
-            if kind == "inline":
+            if kind == "fused":
+                for out in fast.outputs:
+                    inline_outs[out] = inline_outs.get(out, 0) + 1
+            elif kind == "inline":
                 args, _ = self.kernel_layout(
                     self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
                 )
@@ -508,9 +545,15 @@ class LoadedMethod:
         return fixed
 
     def _specialized(self, k, args: list[int], written: set[int], read: set[int]):  # noqa: ANN001, ANN202
-        """The kernel's load-time fast path for these arguments, or the kernel itself."""
-        special = get_specializer(k.name)
-        if special is None:
+        """The kernel's load-time fast path for these arguments, or the kernel itself.
+
+        With the compiled tier on, the kernel's compiled form is asked first.
+        """
+        candidates = [get_specializer(k.name)]
+        if self.jit:
+            candidates.insert(0, get_compiled_form(k.name))
+        candidates = [c for c in candidates if c is not None]
+        if not candidates:
             return k.fn
         evalues = self.plan.values
         dynamic = False
@@ -530,22 +573,24 @@ class LoadedMethod:
                 return k.fn
             elif isinstance(val, IntList) and any(i in written for i in val.items):
                 return k.fn
-        parameters = inspect.signature(special).parameters
-        kwargs: dict[str, Any] = {}
-        if dynamic:
-            # Only fast paths that size their outputs per call take dynamic shapes.
-            if "dynamic" not in parameters:
-                return k.fn
-            kwargs["dynamic"] = True
-        if "unused_outputs" in parameters:
-            kwargs["unused_outputs"] = frozenset(
-                n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read
-            )
-        try:
-            fast = special(*(self.load_time_value(j) for j in args), **kwargs)
-        except Exception:  # noqa: BLE001 - a fast path that cannot decide keeps the general kernel
-            return k.fn
-        return fast if fast is not None else k.fn
+        unused = frozenset(n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read)
+        for special in candidates:
+            parameters = inspect.signature(special).parameters
+            kwargs: dict[str, Any] = {}
+            if dynamic:
+                # Only fast paths that size their outputs per call take dynamic shapes.
+                if "dynamic" not in parameters:
+                    continue
+                kwargs["dynamic"] = True
+            if "unused_outputs" in parameters:
+                kwargs["unused_outputs"] = unused
+            try:
+                fast = special(*(self.load_time_value(j) for j in args), **kwargs)
+            except Exception:  # noqa: BLE001 - a fast path that cannot decide keeps the general kernel
+                fast = None
+            if fast is not None:
+                return fast
+        return k.fn
 
     def _read_values(self) -> set[int]:
         """Values something reads: instruction inputs, method and chain outputs."""

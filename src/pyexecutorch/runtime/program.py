@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyexecutorch.runtime import backend as backends
+from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.io import (
     Input,
     check_install,
@@ -19,6 +20,7 @@ from pyexecutorch.runtime.io import (
 from pyexecutorch.runtime.loader import open_bytes
 from pyexecutorch.runtime.meta import MethodMeta
 from pyexecutorch.runtime.method import LoadedMethod
+from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.runtime.verify import verify_program
 from pyexecutorch.schema.pte import PteFile, decode_pte
 
@@ -100,8 +102,10 @@ class Program:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        jit: bool = False,
     ) -> None:
         self._pte = pte
+        self.jit = jit  # whether its methods use the compiled tier
         self._keepalive = keepalive
         self._named = dict(pte.named_data and {k: b.data for k, b in pte.named_data.items()} or {})
         if named_data:
@@ -135,6 +139,7 @@ class Program:
                     self._plan(name),
                     named_data=self._named,
                     backend_options=self._backend_options,
+                    jit=self.jit,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
@@ -197,8 +202,19 @@ class Runtime:
         verification: Verification = Verification.InternalConsistency,
         data_files: Sequence[Any] = (),
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        jit: bool | None = None,
+        threads: int | None = None,
     ) -> Program:
-        """Load a program from a path, bytes-like object or binary file object."""
+        """Load a program from a path, bytes-like object or binary file object.
+
+        ``jit``: use the compiled (numba) tier; by default when numba imports and
+        ``PYEXECUTORCH_JIT`` is not ``0``; ``True`` without numba raises
+        :class:`JitUnavailableError`. ``threads``: run BLAS and compiled loops on
+        that many threads (a process-wide setting, as ``_unsafe_reset_threadpool``).
+        """
+        use_jit = compiled.enabled(jit)
+        if threads is not None:
+            set_threads(threads)
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
@@ -209,5 +225,9 @@ class Runtime:
         if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):
             data_files = (data_files,)
         return Program(
-            pte, buf, named_data=_named_data_of(data_files), backend_options=backend_options
+            pte,
+            buf,
+            named_data=_named_data_of(data_files),
+            backend_options=backend_options,
+            jit=use_jit,
         )

@@ -1,0 +1,134 @@
+"""Each elementwise operator's scalar formula, written once: the table fused loops are built from.
+
+The compiled tier (:mod:`pyexecutorch.runtime.fusion`) reads this table to
+turn a run of elementwise instructions into one generated loop. A formula is a
+Python expression over one element of each tensor operand; it is written so
+that, computed in the operands' dtype, it gives what the numpy kernel gives:
+
+* ``{i}`` stands for argument ``i`` of the kernel (an element of a tensor
+  operand, or a constant argument as a literal of the loop's dtype);
+* ``T(...)`` rounds to the loop's dtype (every intermediate is rounded, as the
+  numpy kernels round each pass), ``math`` and ``np`` are the modules;
+* NaN, infinities and signed zeros follow the numpy kernel (comparisons are
+  written so that NaN takes the branch the kernel's ufunc takes), and integer
+  formulas wrap exactly as the numpy kernels do.
+
+Operators whose formula depends on a constant argument (``clamp``'s optional
+bounds, ``gelu``'s approximation, ``pow``'s exponent) give a function of their
+constant arguments returning the expression, or ``None`` where no formula
+matches the kernel exactly (the instruction then keeps its numpy kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_SQRT1_2 = math.sqrt(0.5)
+_TANH_BETA = math.sqrt(2.0 / math.pi)
+_TANH_BETA_KAPPA = _TANH_BETA * 0.044715
+
+
+@dataclass(frozen=True)
+class Formula:
+    """One operator's element formula and what it accepts."""
+
+    tensors: tuple[int, ...]  # argument positions read element by element
+    expr: str | Callable[..., str | None]  # over {i}; a callable gets the constant arguments
+    ints: bool = False  # exact for integer dtypes too (else floating only)
+    bool_tensors: tuple[int, ...] = ()  # tensor operands that are bool whatever the loop's dtype
+    passes: int = 1  # numpy passes the numpy kernel makes: fusing one op alone pays when > 1
+
+    def expression(self, constants: dict[int, object]) -> str | None:
+        """The formula for these constant arguments (position -> value), or None."""
+        if isinstance(self.expr, str):
+            return self.expr
+        return self.expr(constants)
+
+
+def _scaled(alpha: object, term: str) -> str:
+    return term if alpha == 1 else f"{{2}} * {term}"
+
+
+def _clamp(lo_at: int, hi_at: int) -> Callable[[dict[int, object]], str | None]:
+    # min(max(x, lo), hi) with NaN kept: a comparison with NaN is false
+    def expr(c: dict[int, object]) -> str | None:
+        lo, hi = c.get(lo_at), c.get(hi_at)
+        x = "{0}"
+        if lo is not None:
+            x = f"({{{lo_at}}} if {x} < {{{lo_at}}} else {x})"
+        if hi is not None:
+            x = f"({{{hi_at}}} if {x} > {{{hi_at}}} else {x})"
+        return x
+
+    return expr
+
+
+def _pow(c: dict[int, object]) -> str | None:
+    exponent = c.get(1)
+    if isinstance(exponent, bool):
+        return None
+    return {1: "{0}", 2: "{0} * {0}"}.get(exponent)  # type: ignore[call-overload]
+
+
+def _gelu(c: dict[int, object]) -> str | None:
+    return {
+        "none": f"{{0}} * (T(0.5) + T(0.5) * math.erf({{0}} * T({_SQRT1_2!r})))",
+        "tanh": (
+            "T(0.5) * {0} * (T(1) + math.tanh({0} * "
+            f"(T({_TANH_BETA!r}) + {{0}} * {{0}} * T({_TANH_BETA_KAPPA!r}))))"
+        ),
+    }.get(c.get(1))  # type: ignore[arg-type]
+
+
+def _elu(c: dict[int, object]) -> str | None:
+    alpha, scale, input_scale = (float(c[i]) for i in (1, 2, 3))  # type: ignore[arg-type]
+    return (
+        f"({{0}} * T({scale!r}) if {{0}} > T(0) "
+        f"else math.expm1({{0}} * T({input_scale!r})) * T({alpha * scale!r}))"
+    )
+
+
+def _unary(fn: str) -> Formula:
+    return Formula((0,), f"{fn}({{0}})")
+
+
+FORMULAS: dict[str, Formula] = {
+    "aten::add.out": Formula((0, 1), lambda c: "{0} + " + _scaled(c[2], "{1}"), ints=True),
+    "aten::add.Scalar_out": Formula((0,), lambda c: "{0} + " + _scaled(c[2], "{1}"), ints=True),
+    "aten::sub.out": Formula((0, 1), lambda c: "{0} - " + _scaled(c[2], "{1}"), ints=True),
+    "aten::sub.Scalar_out": Formula((0,), lambda c: "{0} - " + _scaled(c[2], "{1}"), ints=True),
+    "aten::rsub.Scalar_out": Formula((0,), lambda c: "{1} - " + _scaled(c[2], "{0}"), ints=True),
+    "aten::mul.out": Formula((0, 1), "{0} * {1}", ints=True),
+    "aten::mul.Scalar_out": Formula((0,), "{0} * {1}", ints=True),
+    "aten::div.out": Formula((0, 1), "{0} / {1}"),
+    "aten::div.Scalar_out": Formula((0,), "{0} / {1}"),
+    "aten::neg.out": Formula((0,), "-{0}", ints=True),
+    "aten::abs.out": Formula((0,), "abs({0})", ints=True),
+    "aten::relu.out": Formula((0,), "(T(0) if {0} < T(0) else {0})", ints=True),
+    "aten::sigmoid.out": Formula((0,), "T(1) / (T(1) + math.exp(-{0}))", passes=4),
+    "aten::reciprocal.out": Formula((0,), "T(1) / {0}"),
+    "aten::rsqrt.out": Formula((0,), "T(1) / math.sqrt({0})", passes=2),
+    "aten::exp.out": _unary("math.exp"),
+    "aten::expm1.out": _unary("math.expm1"),
+    "aten::log.out": _unary("math.log"),
+    "aten::log1p.out": _unary("math.log1p"),
+    "aten::sqrt.out": _unary("math.sqrt"),
+    "aten::tanh.out": _unary("math.tanh"),
+    "aten::sin.out": _unary("math.sin"),
+    "aten::cos.out": _unary("math.cos"),
+    "aten::erf.out": _unary("math.erf"),
+    "aten::floor.out": _unary("np.floor"),
+    "aten::ceil.out": _unary("np.ceil"),
+    "aten::trunc.out": _unary("np.trunc"),
+    "aten::pow.Tensor_Scalar_out": Formula((0,), _pow),
+    "aten::leaky_relu.out": Formula((0,), "({0} if {0} > T(0) else {0} * {1})", passes=2),
+    "aten::hardtanh.out": Formula((0,), _clamp(1, 2), passes=2),
+    "aten::clamp.out": Formula((0,), _clamp(1, 2), ints=True, passes=2),
+    "aten::elu.out": Formula((0,), _elu, passes=5),
+    "aten::gelu.out": Formula((0,), _gelu, passes=4),
+    "aten::where.self_out": Formula(
+        (0, 1, 2), "({1} if {0} else {2})", ints=True, bool_tensors=(0,)
+    ),
+}

@@ -1,0 +1,143 @@
+"""The compiled tier's switches: whether numba is used, its disk cache, its threads.
+
+The runtime uses numba when it imports, unless ``PYEXECUTORCH_JIT=0`` or a
+program is loaded with ``jit=False``; without numba everything runs on the
+numpy kernels as before. Generated code (fused loops) is written once to a
+file under the cache directory named by a hash of its source, and compiled
+with numba's ``cache=True``, so a second process finds both the source and the
+machine code there: the key is the generated source, numba's own index adds
+the argument types (dtypes, ranks, layouts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+JIT_ENV = "PYEXECUTORCH_JIT"
+CACHE_ENV = "PYEXECUTORCH_CACHE_DIR"
+
+_lock = threading.Lock()
+_numba: ModuleType | None = None
+_numba_checked = False
+_modules: dict[str, ModuleType] = {}
+_compiled_forms_loaded = False
+
+
+class JitUnavailableError(ImportError):
+    """``jit=True`` was asked for but numba does not import."""
+
+
+def numba_module() -> ModuleType | None:
+    """numba, imported once, or None when it is not installed."""
+    global _numba, _numba_checked
+    if not _numba_checked:
+        with _lock:
+            if not _numba_checked:
+                try:
+                    import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
+                except ImportError:
+                    numba = None
+                _numba = numba
+                _numba_checked = True
+    return _numba
+
+
+def enabled(requested: bool | None) -> bool:
+    """Whether a program loaded with ``jit=requested`` uses the compiled tier."""
+    if requested is False:
+        return False
+    if requested is None and os.environ.get(JIT_ENV, "").strip() == "0":
+        return False
+    if numba_module() is None:
+        if requested:
+            raise JitUnavailableError(
+                "jit=True needs numba, which does not import (pip install 'pyexecutorch[jit]')"
+            )
+        return False
+    load_compiled_forms()
+    return True
+
+
+def cache_dir() -> Path:
+    """Where generated code and its machine code are kept (``$PYEXECUTORCH_CACHE_DIR``)."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "pyexecutorch"
+
+
+def generated_module(source: str, tag: str) -> ModuleType:
+    """The module of generated ``source``: written once under the cache directory, imported once.
+
+    The file name is a hash of the source and of numba's version, so a changed
+    generator or numba never reads stale machine code.
+    """
+    numba = numba_module()
+    key = hashlib.sha256(f"{numba.__version__}\n{source}".encode()).hexdigest()[:20]
+    with _lock:
+        module = _modules.get(key)
+        if module is not None:
+            return module
+        folder = cache_dir() / "generated"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{tag}_{key}.py"
+        if not path.exists() or path.read_text() != source:
+            # Written atomically: another process may be importing the same file.
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        name = f"pyexecutorch_generated_{tag}_{key}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # numba's cache finds a function's globals by module name
+        spec.loader.exec_module(module)
+        _modules[key] = module
+        return module
+
+
+def load_compiled_forms() -> None:
+    """Import every kernel family's compiled forms (``kernels/<family>/compiled.py``), once."""
+    global _compiled_forms_loaded
+    if _compiled_forms_loaded:
+        return
+    with _lock:
+        if _compiled_forms_loaded:
+            return
+        import pyexecutorch.kernels as kernels  # noqa: PLC0415
+
+        for family in sorted(p.name for p in Path(kernels.__path__[0]).iterdir() if p.is_dir()):
+            if (Path(kernels.__path__[0]) / family / "compiled.py").exists():
+                importlib.import_module(f"pyexecutorch.kernels.{family}.compiled")
+        _compiled_forms_loaded = True
+
+
+def set_threads(n: int) -> None:
+    """Threads of the compiled loops (``prange``), capped at what numba started with."""
+    numba = numba_module()
+    if numba is not None:
+        numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+
+
+def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
+    """The compiled function of ``dispatcher`` for exactly these arguments' types.
+
+    Calling it skips the dispatcher's type resolution (about half a small
+    call); only valid when every call passes arguments of those same types.
+    """
+    numba = numba_module()
+    signature = tuple(numba.typeof(a) for a in arrays)
+    dispatcher.compile(signature)
+    return dispatcher.overloads[signature].entry_point

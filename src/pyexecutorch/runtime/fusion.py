@@ -1,0 +1,307 @@
+"""Fusion of elementwise instructions into one generated, compiled loop (the compiled tier).
+
+At load, runs of consecutive elementwise instructions of one dtype and one
+output shape (operands broadcasting to it) become one numba loop built from
+each operator's scalar formula (:data:`pyexecutorch.kernels.elementwise.formulas.FORMULAS`).
+An intermediate that nothing outside the run reads lives in a register only;
+the others are stored as they would have been. A run is kept on the numpy
+kernels when a stored output overlaps an input it does not match element for
+element (the fused loop would read bytes it already wrote).
+
+The generated source depends only on the formulas, the dtype, each operand's
+rank and which of its dimensions broadcast, never on sizes: the same loop (and
+its cached machine code) serves every model with that pattern.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
+from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.dataflow import Flow
+from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
+
+_FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64)}
+_INT_DTYPES = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
+
+
+@dataclass
+class _Member:
+    pc: int
+    out: int
+    formula: Formula
+    tensors: dict[int, int]  # argument position -> value index
+    constants: dict[int, Any]  # argument position -> value
+    expression: str
+
+
+@dataclass
+class FusedCall:
+    """One fused run: ``fn(*inputs, *outputs)`` computes every member instruction."""
+
+    pcs: list[int]
+    inputs: list[int]
+    outputs: list[int]
+    dispatcher: Any
+    source: str = field(repr=False)
+
+
+def _literal(value: Any, dtype: np.dtype) -> str | None:
+    """A constant as source in the loop's dtype, or None when it does not fit that dtype."""
+    if isinstance(value, bool):
+        value = int(value)
+    if dtype in _INT_DTYPES:
+        if not isinstance(value, int) or abs(value) >= 1 << 63:
+            return None
+        return f"T({value})"  # wrapped into the dtype as the numpy kernels wrap Python ints
+    if not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    if math.isnan(value):
+        return "T(math.nan)"
+    if math.isinf(value):
+        return "T(math.inf)" if value > 0 else "T(-math.inf)"
+    return f"T({value!r})"
+
+
+class Fuser:
+    """Finds the fusable runs of one single-chain method and builds their loops."""
+
+    def __init__(self, method: Any, flow: Flow, written: set[int], region: dict) -> None:
+        self.method = method
+        self.flow = flow
+        self.written = written
+        self.view_region = region  # where elided views read (ViewElider.region)
+        self.evalues = method.plan.values
+        self.outputs = set(method.plan.outputs)
+
+    # ---------------------------------------------------------------- members
+
+    def _static_tensor(self, j: int) -> bool:
+        val = self.evalues[j].val
+        return isinstance(val, Tensor) and val.shape_dynamism == TensorShapeDynamism.STATIC
+
+    def member(self, pc: int, k: Any, args: list[int], outs: list[int]) -> _Member | None:
+        """Instruction ``pc`` as a fusable member, or None."""
+        formula = FORMULAS.get(k.name)
+        if formula is None or len(outs) != 1:
+            return None
+        m = self.method
+        out = outs[0]
+        if not self._static_tensor(out) or out in m.constant_values:
+            return None
+        dtype = m.capacity[out].dtype
+        if dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES):
+            return None
+        shape = m.capacity[out].shape
+        if not shape or 0 in shape:
+            return None
+        n_in = len(args) - len(outs)
+        tensors, constants = {}, {}
+        for pos in range(n_in):
+            j = args[pos]
+            if pos in formula.tensors:
+                if not self._static_tensor(j):
+                    return None
+                arr = m.load_time_value(j)
+                want = np.dtype(np.bool_) if pos in formula.bool_tensors else dtype
+                if arr.dtype != want or len(arr.shape) > len(shape):
+                    return None
+                try:
+                    if np.broadcast_shapes(arr.shape, shape) != shape:
+                        return None
+                except ValueError:
+                    return None
+                tensors[pos] = j
+            else:
+                if j in self.written or isinstance(self.evalues[j].val, Tensor):
+                    return None
+                constants[pos] = m.values[j]
+        try:
+            expression = formula.expression(constants)
+        except (KeyError, TypeError, ValueError):
+            return None
+        if expression is None:
+            return None
+        literals = {}
+        for pos, value in constants.items():
+            if "{" + str(pos) + "}" in expression:
+                lit = _literal(value, dtype)
+                if lit is None:
+                    return None
+                literals[pos] = lit
+        member = _Member(pc, out, formula, tensors, constants, expression)
+        member.literals = literals  # type: ignore[attr-defined]
+        return member
+
+    # ------------------------------------------------------------------- runs
+
+    def runs(self, candidates: dict[int, _Member]) -> list[list[_Member]]:
+        """Consecutive members of one dtype and shape, worth fusing."""
+        runs: list[list[_Member]] = []
+        current: list[_Member] = []
+        cap = self.method.capacity
+        for pc in sorted(candidates):
+            mem = candidates[pc]
+            if current and (
+                pc != current[-1].pc + 1
+                or cap[mem.out].shape != cap[current[0].out].shape
+                or cap[mem.out].dtype != cap[current[0].out].dtype
+            ):
+                runs.append(current)
+                current = []
+            current.append(mem)
+        if current:
+            runs.append(current)
+        return [r for r in runs if sum(m.formula.passes for m in r) > 1]
+
+    def _stored(self, run: list[_Member]) -> list[int]:
+        """Outputs of the run that something outside it reads."""
+        flow = self.flow
+        pcs = {m.pc for m in run}
+        last_writer = {m.out: m.pc for m in run}
+        stored = []
+        for mem in run:
+            j = mem.out
+            if last_writer[j] != mem.pc:
+                continue  # rewritten later in the run: that member stores it if needed
+            outside = any(r not in pcs and r > mem.pc for r in flow.read_at.get(j, ()))
+            if (
+                outside
+                or j in self.outputs
+                or j in flow.delegate_reads
+                or flow.write_count[j] != 1
+                or flow.aliases_reading(mem.pc, j)
+            ):
+                stored.append(j)
+        return stored
+
+    def _safe(self, inputs: list[int], stored: list[int]) -> bool:
+        """Whether no stored output overlaps an input it does not match exactly."""
+        m = self.method
+        bounds = self.flow.bounds
+        for x in inputs:
+            if x in self.view_region:
+                region = self.view_region[x]
+                exact = False
+            else:
+                region = bounds.get(x)
+                exact = True
+            if region is None:
+                continue
+            for o in stored:
+                lo, hi = bounds.get(o, (0, 0))
+                if hi <= region[0] or lo >= region[1]:
+                    continue
+                a, b = m.capacity[x], m.capacity[o]
+                if not (
+                    exact
+                    and a.shape == b.shape
+                    and a.strides == b.strides
+                    and bounds[x] == bounds[o]
+                ):
+                    return False
+        return True
+
+    def build(self, run: list[_Member]) -> FusedCall | None:
+        """The fused loop of ``run``, or None when it cannot be fused safely."""
+        m = self.method
+        produced: dict[int, str] = {}
+        inputs: list[int] = []
+        input_names: dict[int, str] = {}
+        body: list[str] = []
+        out0 = run[0].out
+        shape = m.capacity[out0].shape
+        rank = len(shape)
+        dtype = m.capacity[out0].dtype
+        loads: list[str] = []
+        for n, mem in enumerate(run):
+            names: dict[int, str] = {}
+            for pos, j in mem.tensors.items():
+                if j in produced:
+                    names[pos] = produced[j]
+                    continue
+                if j not in input_names:
+                    name = f"x{len(inputs)}"
+                    input_names[j] = name
+                    inputs.append(j)
+                    loads.append(f"{name} = in{len(inputs) - 1}[{self._index(j, shape)}]")
+                names[pos] = input_names[j]
+            names.update(mem.literals)  # type: ignore[attr-defined]
+            expr = mem.expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
+            body.append(f"t{n} = T({expr})")
+            produced[mem.out] = f"t{n}"
+        stored = self._stored(run)
+        if not stored or not self._safe(inputs, stored):
+            return None
+        index = ", ".join(f"i{d}" for d in range(rank))
+        stores = [f"out{k}[{index}] = {produced[o]}" for k, o in enumerate(stored)]
+        params = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(stored))]
+        lines = [
+            "import math",
+            "import numpy as np",
+            "from numba import njit",
+            f"T = np.{dtype.name}",
+            "",
+            "",
+            '@njit(cache=True, error_model="numpy")',
+            f"def fused({', '.join(params)}):",
+        ]
+        indent = "    "
+        for d in range(rank):
+            lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
+            indent += "    "
+        lines.extend(indent + s for s in loads + body + stores)
+        source = "\n".join(lines) + "\n"
+        module = compiled.generated_module(source, "fused")
+        return FusedCall([mem.pc for mem in run], inputs, stored, module.fused, source)
+
+    def _index(self, j: int, shape: tuple[int, ...]) -> str:
+        """Index of input ``j`` at the loop's position: broadcast dimensions read element 0."""
+        in_shape = self.method.capacity[j].shape
+        if not in_shape:
+            return "()"
+        offset = len(shape) - len(in_shape)
+        parts = [
+            "0" if n == 1 and shape[offset + d] != 1 else f"i{offset + d}"
+            for d, n in enumerate(in_shape)
+        ]
+        return ", ".join(parts)
+
+
+def fuse(
+    method: Any,
+    flow: Flow | None,
+    decisions: dict[tuple[int, int], tuple[str, Any]],
+    written: set[int],
+    view_region: dict,
+) -> None:
+    """Replace fusable runs in ``decisions`` (chain 0): the last member becomes
+    ``("fused", FusedCall)``, the others ``("skip", None)``."""
+    if flow is None:
+        return
+    fuser = Fuser(method, flow, written, view_region)
+    candidates: dict[int, _Member] = {}
+    for (c, pc), (kind, _fast) in decisions.items():
+        if c != 0 or kind == "view":
+            continue
+        a = flow.instructions[pc]
+        if not isinstance(a, KernelCall):
+            continue
+        k = method.kernels[a.op_index]
+        args, outs = method.kernel_layout(k, a)
+        member = fuser.member(pc, k, args, outs)
+        if member is not None:
+            candidates[pc] = member
+    for run in fuser.runs(candidates):
+        call = fuser.build(run)
+        if call is None:
+            continue
+        for pc in call.pcs[:-1]:
+            decisions[0, pc] = ("skip", None)
+        decisions[0, call.pcs[-1]] = ("fused", call)

@@ -1,0 +1,26 @@
+"""One thread setting for both tiers: numpy's BLAS (through threadpoolctl) and numba's loops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyexecutorch.runtime import compiled
+
+_blas_limit: Any = None  # kept alive: threadpoolctl restores the old limit when it is collected
+
+
+def set_threads(num_threads: int) -> None:
+    """Run BLAS calls and compiled parallel loops on ``num_threads`` threads."""
+    global _blas_limit
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise TypeError(f"num_threads must be an int, got {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be at least 1, got {num_threads}")
+    try:
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415 - optional
+    except ImportError:
+        raise RuntimeError(
+            "setting the thread count needs threadpoolctl (pip install threadpoolctl)"
+        ) from None
+    _blas_limit = threadpool_limits(limits=num_threads, user_api="blas")
+    compiled.set_threads(num_threads)

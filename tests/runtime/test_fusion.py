@@ -1,0 +1,220 @@
+"""Fused elementwise loops (the compiled tier) compute what the numpy kernels and torch compute.
+
+Each program applies many operators side by side and returns every result, so
+one fused loop stores each operator's output and every formula of
+``kernels/elementwise/formulas.py`` is checked on its own: against the numpy
+tier's result (NaN where it has NaN, signed zeros as it has them, integers
+bit for bit) and against torch eager.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from pyexecutorch.exir import to_edge
+from pyexecutorch.kernels.elementwise.formulas import FORMULAS
+from pyexecutorch.runtime import Runtime
+
+pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+
+F = torch.nn.functional
+
+
+def _program(module: torch.nn.Module, inputs: tuple) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return to_edge(torch.export.export(module, inputs)).to_executorch().buffer
+
+
+def _both_tiers(module: torch.nn.Module, inputs: tuple):  # noqa: ANN202
+    buf = _program(module, inputs)
+    arrays = [x.numpy() for x in inputs]
+    numpy_tier = Runtime.get().load_program(buf, jit=False).load_method("forward")
+    compiled = Runtime.get().load_program(buf, jit=True).load_method("forward")
+    want = [np.asarray(o) for o in numpy_tier.execute(arrays)]
+    got = [np.asarray(o) for o in compiled.execute(arrays)]
+    with torch.no_grad():
+        result = module(*inputs)
+    eager = [o.numpy() for o in (result if isinstance(result, tuple) else (result,))]
+    return compiled, want, got, eager
+
+
+def _assert_same_floats(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.dtype == want.dtype, what
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    zeros = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=what)
+    # within one ulp or so; absolute where a formula cancels (gelu's tail)
+    np.testing.assert_allclose(got, want, rtol=4e-6, atol=1e-6, err_msg=what)
+
+
+class FloatOps(torch.nn.Module):
+    def forward(self, x, y, c):
+        return (
+            x + y,
+            torch.add(x, y, alpha=2.5),
+            x - y,
+            torch.sub(x, y, alpha=-0.5),
+            2.5 - x,
+            x * y,
+            x * 3.0,
+            x / y,
+            x / 0.0,
+            -x,
+            torch.abs(x),
+            torch.relu(x),
+            torch.sigmoid(x),
+            torch.reciprocal(x),
+            torch.rsqrt(x),
+            torch.exp(x),
+            torch.expm1(x),
+            torch.log(x),
+            torch.log1p(x),
+            torch.sqrt(x),
+            torch.tanh(x),
+            torch.sin(x),
+            torch.cos(x),
+            torch.erf(x),
+            torch.floor(x),
+            torch.ceil(x),
+            torch.trunc(x),
+            x**2,
+            F.leaky_relu(x, 0.1),
+            F.hardtanh(x, -1.0, 2.0),
+            torch.clamp(x, min=-0.5),
+            torch.clamp(x, max=0.5),
+            torch.clamp(x, -0.25, 0.75),
+            torch.clamp(x, 1.0, -1.0),
+            F.elu(x, 0.7),
+            F.gelu(x),
+            F.gelu(x, approximate="tanh"),
+            torch.where(c, x, y),
+        )
+
+
+def _edge_floats(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(dtype) * 3
+    flat = x.view(-1)
+    flat[:9] = torch.tensor(
+        [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-30, -1e30, 88.0, -104.0]
+    )
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_formulas_match_numpy_kernels_and_torch(dtype):
+    x = _edge_floats((5, 8), dtype)
+    y = torch.rand(1, 8, generator=torch.Generator().manual_seed(4)).to(dtype) + 0.5
+    c = torch.rand(5, 8, generator=torch.Generator().manual_seed(5)) > 0.5
+    compiled, want, got, eager = _both_tiers(FloatOps(), (x, y, c))
+    # one loop stores all outputs (a scalar op's constant tensor may stay outside)
+    fused = sum(len(run) for run in compiled._loaded.fused_runs)
+    assert fused >= len(want) - 2, compiled._loaded.chains[0].source
+    for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
+        _assert_same_floats(g, w, f"output {k}")
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=f"output {k} vs eager")
+
+
+class IntOps(torch.nn.Module):
+    def forward(self, x, y, c):
+        return (
+            x + y,
+            torch.add(x, y, alpha=3),
+            x - y,
+            x * y,
+            x * 7,
+            x + 2**31 - 1,
+            -x,
+            torch.abs(x),
+            torch.relu(x),
+            torch.clamp(x, -5, 9),
+            torch.where(c, x, y),
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_formulas_are_bit_exact(dtype):
+    info = torch.iinfo(dtype)
+    x = torch.randint(-50, 50, (4, 6), generator=torch.Generator().manual_seed(6), dtype=dtype)
+    x.view(-1)[:4] = torch.tensor([info.min, info.max, 0, -1], dtype=dtype)
+    y = torch.randint(-9, 9, (4, 1), generator=torch.Generator().manual_seed(7), dtype=dtype)
+    c = torch.rand(4, 6, generator=torch.Generator().manual_seed(8)) > 0.5
+    compiled, want, got, eager = _both_tiers(IntOps(), (x, y, c))
+    assert compiled._loaded.fused_runs
+    for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
+        assert g.dtype == w.dtype, k
+        np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
+        np.testing.assert_array_equal(g, e, err_msg=f"output {k} vs eager")
+
+
+class Chain(torch.nn.Module):
+    """A matmul feeding a chain: the chain's output may take the matmul's dying memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8, generator=torch.Generator().manual_seed(9)))
+
+    def forward(self, x):
+        h = x @ self.w
+        a = F.hardswish(h)  # add, clamp, mul, div: one loop
+        return torch.sigmoid(a) * h + 1.0
+
+
+def test_chain_intermediates_stay_in_registers_and_match():
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(10))
+    compiled, want, got, eager = _both_tiers(Chain(), (x,))
+    runs = compiled._loaded.fused_runs
+    assert len(runs) == 1 and len(runs[0]) >= 6, compiled._loaded.chains[0].source
+    _assert_same_floats(got[0], want[0], "chain")
+    np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=1e-6)
+
+
+def test_every_formula_is_exercised_here():
+    # the programs above reach every operator of the table
+    names = {
+        "aten::add.out",
+        "aten::add.Scalar_out",
+        "aten::sub.out",
+        "aten::sub.Scalar_out",
+        "aten::rsub.Scalar_out",
+        "aten::mul.out",
+        "aten::mul.Scalar_out",
+        "aten::div.out",
+        "aten::div.Scalar_out",
+    }
+    ops = set()
+    for module, inputs in (
+        (FloatOps(), (torch.randn(2, 3), torch.rand(1, 3) + 1, torch.rand(2, 3) > 0.5)),
+        (IntOps(), (torch.ones(2, 3, dtype=torch.int32),) * 2 + (torch.rand(2, 3) > 0.5,)),
+    ):
+        from pyexecutorch.schema.pte import decode_pte  # noqa: PLC0415
+
+        plan = decode_pte(_program(module, inputs)).program.execution_plan[0]
+        ops |= {op.qualified_name for op in plan.operators}
+    missing = set(FORMULAS) - ops - (names - ops)
+    assert not missing, f"formulas without a test: {sorted(missing)}"
+
+
+def test_jit_false_and_environment_keep_the_numpy_tier(monkeypatch):
+    buf = _program(Chain(), (torch.randn(3, 8),))
+    assert not Runtime.get().load_program(buf, jit=False).load_method("forward")._loaded.fused_runs
+    monkeypatch.setenv("PYEXECUTORCH_JIT", "0")
+    program = Runtime.get().load_program(buf)
+    assert not program.jit
+    assert not program.load_method("forward")._loaded.fused_runs
+    monkeypatch.setenv("PYEXECUTORCH_JIT", "1")
+    assert Runtime.get().load_program(buf).jit
+
+
+def test_jit_true_without_numba_raises(monkeypatch):
+    from pyexecutorch.runtime import JitUnavailableError, compiled  # noqa: PLC0415
+
+    monkeypatch.setattr(compiled, "numba_module", lambda: None)
+    buf = _program(Chain(), (torch.randn(3, 8),))
+    with pytest.raises(JitUnavailableError, match=r"jit=True needs numba"):
+        Runtime.get().load_program(buf, jit=True)
+    assert not Runtime.get().load_program(buf).jit  # the default falls back quietly
