@@ -1,0 +1,76 @@
+"""The compiled depthwise convolution equals the reference numpy kernel and torch eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pyexecutorch.kernels import get_kernel
+
+pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
+
+from pyexecutorch.kernels.conv import compiled  # noqa: E402
+from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
+
+REFERENCE = get_kernel("aten::convolution.out").fn
+COMPILED = get_compiled_form("aten::convolution.out")
+
+# (batch, channels, height, width, kernel, stride, padding, dilation, bias)
+CASES = [
+    (1, 8, 9, 9, 3, 1, 1, 1, True),
+    (1, 16, 8, 8, 5, 1, 2, 1, True),  # late-CNN: many channels, a small image
+    (2, 6, 10, 7, 5, 2, 2, 1, True),
+    (1, 4, 8, 8, 3, 1, 2, 2, False),  # dilated
+    (1, 3, 3, 3, 3, 1, 4, 1, True),  # padding larger than the image
+    (1, 5, 11, 6, 3, 3, 0, 1, True),  # stride larger than the overlap
+    (1, 7, 6, 6, 1, 1, 0, 1, True),
+]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a.flags.writeable = False  # as program constants reach kernels
+    return a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+def test_depthwise_matches_reference_and_torch(case, dtype):
+    n, c, h, w, k, s, p, d, has_bias = case
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    x[0, 0, 0, :2] = (-0.0, np.inf)  # non-finite inputs propagate as in the reference
+    weight = _read_only(rng.standard_normal((c, 1, k, k)).astype(dtype))
+    bias = _read_only(rng.standard_normal(c).astype(dtype)) if has_bias else None
+    args = (x, weight, bias, (s, s), (p, p), (d, d), False, (0, 0), c)
+    want = torch.nn.functional.conv2d(
+        torch.from_numpy(x),
+        torch.from_numpy(weight.copy()),
+        None if bias is None else torch.from_numpy(bias.copy()),
+        s,
+        p,
+        d,
+        c,
+    ).numpy()
+    reference = REFERENCE(*args, np.zeros(want.shape, dtype))
+    fast = COMPILED(*args, np.full(want.shape, np.nan, dtype))
+    assert fast is not None and fast.fn is compiled.depthwise2d
+    got = fast(*args, np.full(want.shape, np.nan, dtype))
+    assert got is not None
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    np.testing.assert_allclose(got, reference, **tol)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+def test_large_images_non_depthwise_and_transposed_are_left_to_numpy():
+    big_image = np.zeros((1, 4, 16, 16), np.float32)
+    depthwise = _read_only(np.zeros((4, 1, 3, 3), np.float32))
+    args = ((1, 1), (1, 1), (1, 1), False, (0, 0), 4, np.zeros((1, 4, 16, 16), np.float32))
+    assert COMPILED(big_image, depthwise, None, *args) is None
+    x = np.zeros((1, 4, 5, 5), np.float32)
+    grouped = np.zeros((4, 2, 3, 3), np.float32)  # groups=2: two channels per filter
+    out = np.zeros((1, 4, 3, 3), np.float32)
+    assert COMPILED(x, grouped, None, (1, 1), (0, 0), (1, 1), False, (0, 0), 2, out) is None
+    big = np.zeros((1, 4, 7, 7), np.float32)
+    assert COMPILED(x, depthwise, None, (1, 1), (0, 0), (1, 1), True, (0, 0), 4, big) is None
