@@ -21,15 +21,16 @@ from common import fmt_us, measure, ratio
 
 import models
 import official
-from pyexecutorch.runtime import Runtime
+from pyexecutorch.runtime import Runtime, compiled
 
 
 def _numpy_inputs(inputs):
     return [x.numpy() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _our_method(pte: bytes):
-    return Runtime.get().load_program(pte).load_method("forward")
+def _our_method(pte: bytes, jit: bool = False):
+    """Our runtime's forward method: the numpy tier, or with ``jit`` the compiled tier."""
+    return Runtime.get().load_program(pte, jit=jit).load_method("forward")
 
 
 def bench_case(case, budget: float) -> dict:
@@ -96,12 +97,17 @@ def bench_overhead(budget: float, n: int = 200) -> dict:
     method = _our_method(pte)
     xn = x.numpy()
     ours = measure(lambda: method.execute([xn], clone_outputs=False), budget_s=budget)["median"]
+    jit = None
+    if compiled.numba_module() is not None:
+        fused = _our_method(pte, jit=True)
+        jit = measure(lambda: fused.execute([xn], clone_outputs=False), budget_s=budget)["median"]
     a = np.zeros((4, 64), np.float32)
     numpy_call = measure(lambda: np.add(a, 1.0, out=a), budget_s=budget)["median"]
     n_instr = len(method._loaded.plan.chains[0].instructions)
     return {
         "instructions": n_instr,
         "ours_per_instruction": ours / n_instr,
+        "ours_jit_per_instruction": jit / n_instr if jit else None,
         "official_per_instruction": off / n_instr,
         "numpy_add_call": numpy_call,
     }

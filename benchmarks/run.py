@@ -11,7 +11,10 @@ benchmarks/models_large.py: a MobileNet-like CNN at 224x224, a 6-layer GPT at wi
   official portable .pte and on the official XNNPACK .pte (where it lowers), our
   runtime on our .pte, on the official portable .pte and on the official XNNPACK
   .pte (where our runtime has that backend),
-- whether our runtime on our .pte computes what eager does.
+- whether our runtime on our .pte computes what eager does,
+- our runtime's compiled tier (numba: fused elementwise loops, compiled kernels) on
+  our .pte: its latency, and its load_method time with a cold disk cache (compiling)
+  and a warm one (loading compiled code), against the numpy tier's load_method.
 
 Ratios are against the official portable and XNNPACK numbers of the same run. Writes
 benchmarks/results.json and benchmarks/results.png and prints a table.
@@ -44,6 +47,8 @@ from common import fmt_us, measure, ratio
 
 import models
 import official
+from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.threads import set_threads
 
 HERE = Path(__file__).resolve().parent
 # The most one check or one measurement of one runtime may take (a step past it is
@@ -68,6 +73,7 @@ LATENCY = [
     ("official_portable", "portable", "official portable"),
     ("official_xnnpack", "xnnpack", "official XNNPACK"),
     ("ours_on_ours", "ours", "ours on our .pte"),
+    ("ours_jit", "jit", "ours, compiled tier, on our .pte"),
     ("ours_on_official", "ours/off", "ours on official .pte"),
     ("ours_on_official_xnnpack", "ours/xnn", "ours on official XNNPACK .pte"),
 ]
@@ -139,11 +145,14 @@ def warm_up() -> None:
             fn(case)
         except Exception:  # noqa: BLE001 - the timed run reports failures
             pass
+    if compiled.numba_module() is not None:
+        # numba's one-time start-up (its typing and code-generation tables)
+        _our_method(export_ours(case), jit=True)
 
 
-def check_ours(case, pte: bytes) -> str:
+def check_ours(case, pte: bytes, jit: bool = False) -> str:
     """``"ok"`` when our runtime on ``pte`` matches eager over the case's calls."""
-    method = _our_method(pte)
+    method = _our_method(pte, jit=jit)
     expected = official.eager_call_outputs(case)
     for k, (inputs, exp) in enumerate(zip(case.call_sequence(), expected, strict=True)):
         got = method.execute(_numpy_inputs(inputs))
@@ -152,6 +161,37 @@ def check_ours(case, pte: bytes) -> str:
         except AssertionError as e:
             return "mismatch: " + str(e).strip().splitlines()[0][:200]
     return "ok"
+
+
+def _load_times(pte: bytes) -> dict[str, float]:
+    """load_method seconds: numpy tier, compiled tier with a cold cache, then warm from disk.
+
+    The cold load uses an empty cache directory of its own (this model's generated
+    loops compile); the warm one forgets what this process imported, so it reads
+    the generated modules and their machine code back from that directory, as a
+    second process would (numba's one-time start-up is not counted: warm_up pays it).
+    """
+    import tempfile  # noqa: PLC0415
+
+    out = {}
+    start = time.perf_counter()
+    _our_method(pte)
+    out["load_numpy_s"] = time.perf_counter() - start
+    previous = os.environ.get(compiled.CACHE_ENV)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ[compiled.CACHE_ENV] = cache
+        try:
+            for key in ("load_jit_cold_s", "load_jit_warm_s"):
+                compiled.forget_modules()
+                start = time.perf_counter()
+                _our_method(pte, jit=True)
+                out[key] = time.perf_counter() - start
+        finally:
+            if previous is None:
+                os.environ.pop(compiled.CACHE_ENV, None)
+            else:
+                os.environ[compiled.CACHE_ENV] = previous
+    return out
 
 
 def bench_model(case, budget: float) -> dict:
@@ -205,6 +245,16 @@ def bench_model(case, budget: float) -> dict:
             timeit("ours_on_ours", lambda: m.execute(np_inputs, clone_outputs=False))
         else:
             errors["ours_on_ours"] = row["ours_correct"]
+        if compiled.numba_module() is not None:
+            try:
+                with time_limit(STEP_LIMIT_S * 4):
+                    row.update(_load_times(ours))
+                    row["jit_correct"] = check_ours(case, ours, jit=True)
+                    mj = _our_method(ours, jit=True)
+                    row["jit_fused_instructions"] = sum(len(r) for r in mj._loaded.fused_runs)
+                timeit("ours_jit", lambda: mj.execute(np_inputs, clone_outputs=False))
+            except Exception as e:  # noqa: BLE001
+                errors["ours_jit"] = _error(e)
     try:
         m_off = _our_method(off)
         timeit("ours_on_official", lambda: m_off.execute(np_inputs, clone_outputs=False))
@@ -224,7 +274,13 @@ def bench_model(case, budget: float) -> dict:
                 errors["ours_on_official_xnnpack"] = _error(e)
         else:
             errors["ours_on_official_xnnpack"] = "our runtime has no XnnpackBackend yet"
-    for key, base in (("ours_on_ours", "official_portable"), ("ours_on_ours", "official_xnnpack")):
+    for key, base in (
+        ("ours_on_ours", "official_portable"),
+        ("ours_on_ours", "official_xnnpack"),
+        ("ours_jit", "official_portable"),
+        ("ours_jit", "official_xnnpack"),
+        ("ours_jit", "ours_on_ours"),
+    ):
         if row.get(key) and row.get(base):
             row[f"{key}_vs_{base}"] = row[key] / row[base]
     if row.get("ours_on_official") and row.get("official_portable"):
@@ -242,8 +298,9 @@ W = 10  # width of a latency column
 
 
 HEADER = (
-    f"{'model':<24}{'eager':>{W}}{'portable':>{W}}{'xnnpack':>{W}}{'ours':>{W}}{'ours/off':>{W}}"
-    f"{'ours/xnn':>{W}}{'÷port':>8}{'÷xnn':>8}{'exp ours':>9}{'exp off':>9}  check"
+    f"{'model':<24}{'eager':>{W}}{'portable':>{W}}{'xnnpack':>{W}}{'ours':>{W}}{'jit':>{W}}"
+    f"{'ours/off':>{W}}{'ours/xnn':>{W}}{'÷port':>7}{'÷xnn':>7}{'jit÷port':>9}{'jit÷xnn':>8}"
+    f"{'load np':>8}{'cold':>7}{'warm':>7}{'exp ours':>9}{'exp off':>8}  check"
 )
 
 
@@ -266,15 +323,25 @@ def table_row(row: dict) -> str:
             "official_portable",
             "official_xnnpack",
             "ours_on_ours",
+            "ours_jit",
             "ours_on_official",
             "ours_on_official_xnnpack",
         )
     )
+
+    def ms(key: str) -> str:
+        return f"{row[key] * 1e3:.0f}ms" if key in row else "-"
+
+    if row.get("jit_correct", "ok") != "ok":
+        check = f"{check}; jit {row['jit_correct']}"
     return (
         f"{row['model']:<24}{lat}"
-        f"{ratio(row.get('ours_on_ours'), row.get('official_portable')):>8}"
-        f"{ratio(row.get('ours_on_ours'), row.get('official_xnnpack')):>8}"
-        f"{exp('export_ours_s'):>9}{exp('export_official_s'):>9}  {check[:70]}"
+        f"{ratio(row.get('ours_on_ours'), row.get('official_portable')):>7}"
+        f"{ratio(row.get('ours_on_ours'), row.get('official_xnnpack')):>7}"
+        f"{ratio(row.get('ours_jit'), row.get('official_portable')):>9}"
+        f"{ratio(row.get('ours_jit'), row.get('official_xnnpack')):>8}"
+        f"{ms('load_numpy_s'):>8}{ms('load_jit_cold_s'):>7}{ms('load_jit_warm_s'):>7}"
+        f"{exp('export_ours_s'):>9}{exp('export_official_s'):>8}  {check[:70]}"
     )
 
 
@@ -296,6 +363,11 @@ def summarize(rows: list[dict]) -> dict:
         ("ours_on_official", "official_portable"),
         ("ours_on_official_xnnpack", "official_xnnpack"),
         ("ours_on_ours", "eager"),
+        ("ours_jit", "official_portable"),
+        ("ours_jit", "official_xnnpack"),
+        ("ours_jit", "ours_on_ours"),
+        ("ours_jit", "eager"),
+        ("load_jit_warm_s", "load_numpy_s"),
         ("export_ours_s", "export_official_s"),
     ):
         pairs = [r[key] / r[base] for r in ok if r.get(key) and r.get(base)]
@@ -344,6 +416,7 @@ def chart(rows: list[dict], meta: dict, path: Path) -> None:
         "official_portable": ("s", "tab:blue"),
         "official_xnnpack": ("D", "tab:orange"),
         "ours_on_ours": ("*", "tab:green"),
+        "ours_jit": ("P", "tab:olive"),
         "ours_on_official": ("x", "tab:red"),
         "ours_on_official_xnnpack": ("+", "tab:purple"),
     }
@@ -416,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         "--threads",
         type=int,
         default=1,
-        help="threads of torch eager and of numpy's BLAS (default 1)",
+        help="threads of torch eager, numpy's BLAS and the compiled tier's loops (default 1)",
     )
     parser.add_argument(
         "--max-minutes", type=float, default=13.5, help="skip the remaining models after this long"
@@ -447,12 +520,13 @@ def main(argv: list[str] | None = None) -> int:
     official.silence_noise()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
-    try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+    # numpy's BLAS and the compiled tier's parallel loops, for our runtime
+    set_threads(args.threads)
+    # the official runtime's thread pool (XNNPACK's), at the same count
+    official.silence_noise()
+    from executorch.extension.pybindings import portable_lib as official_lib  # noqa: PLC0415
 
-        threadpool_limits(args.threads)  # numpy's BLAS, for our runtime
-    except ImportError:
-        pass
+    official_lib._unsafe_reset_threadpool(args.threads)
     cases = select_cases(args)
     meta = machine()
     meta["threads"] = args.threads
@@ -496,9 +570,11 @@ def main(argv: list[str] | None = None) -> int:
 def preamble(meta: dict, n_models: int) -> str:
     return (
         f"{n_models} models; {meta['processor']}, {meta['cpus']} CPUs, {meta['threads']} thread(s) "
-        f"for torch eager and numpy, torch {meta['torch']}, executorch {meta['executorch']}\n"
+        f"for torch eager, numpy, numba and the official runtime, torch {meta['torch']}, executorch {meta['executorch']}\n"
         "latency: median in microseconds; ours/off, ours/xnn: our runtime on the official portable /\n"
         "XNNPACK .pte; ÷port, ÷xnn: ours on our .pte over the official portable / XNNPACK runtime\n"
+        "jit: our compiled tier on our .pte (jit÷port, jit÷xnn its ratios); load np / cold / warm:\n"
+        "load_method of the numpy tier, of the compiled tier compiling, and reading its disk cache\n"
         "export: seconds from nn.Module to .pte bytes (torch.export included)\n"
     )
 
@@ -513,6 +589,11 @@ def footer(result: dict) -> str:
             f"{overhead['official_per_instruction'] * 1e6:.2f} us, bare np.add(out=) "
             f"{overhead['numpy_add_call'] * 1e6:.2f} us"
         )
+        if overhead.get("ours_jit_per_instruction"):
+            out.append(
+                f"  compiled tier (the chain fused): "
+                f"{overhead['ours_jit_per_instruction'] * 1e6:.3f} us per instruction"
+            )
     out.append(
         f"\n{summary['ours_exported']}/{summary['models']} models exported by pyexecutorch, "
         f"{summary['ours_correct']} match eager"
@@ -529,6 +610,14 @@ def footer(result: dict) -> str:
             "ours on official XNNPACK .pte / official XNNPACK",
         ),
         ("geomean_ours_on_ours_vs_eager", "ours / torch eager"),
+        ("geomean_ours_jit_vs_official_portable", "compiled tier / official portable"),
+        ("geomean_ours_jit_vs_official_xnnpack", "compiled tier / official XNNPACK"),
+        ("geomean_ours_jit_vs_ours_on_ours", "compiled tier / numpy tier"),
+        ("geomean_ours_jit_vs_eager", "compiled tier / torch eager"),
+        (
+            "geomean_load_jit_warm_s_vs_load_numpy_s",
+            "warm compiled load_method / numpy load_method",
+        ),
         ("geomean_export_ours_s_vs_export_official_s", "our export time / official export time"),
     ):
         if summary.get(key):

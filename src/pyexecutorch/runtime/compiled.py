@@ -108,6 +108,12 @@ def generated_module(source: str, tag: str) -> ModuleType:
         return module
 
 
+def forget_modules() -> None:
+    """Forget the generated modules this process imported (benchmarks time loads from disk)."""
+    with _lock:
+        _modules.clear()
+
+
 def load_compiled_forms() -> None:
     """Import every kernel family's compiled forms (``kernels/<family>/compiled.py``), once."""
     global _compiled_forms_loaded
