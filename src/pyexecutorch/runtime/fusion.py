@@ -38,17 +38,69 @@ class _Member:
     tensors: dict[int, int]  # argument position -> value index
     constants: dict[int, Any]  # argument position -> value
     expression: str
+    literals: dict[int, str]  # argument position -> source of its constant value
 
 
 @dataclass
 class FusedCall:
-    """One fused run: ``fn(*inputs, *outputs)`` computes every member instruction."""
+    """One fused run: ``function(flat)(*inputs, *outputs)`` computes every member instruction.
+
+    The loop nest follows the output's rank, each input indexed with its own
+    broadcasting; the ``flat`` form (one loop over 1-D views) serves runs whose
+    arrays all have the output's shape and are C-contiguous, and vectorizes best.
+    """
 
     pcs: list[int]
     inputs: list[int]
     outputs: list[int]
-    dispatcher: Any
-    source: str = field(repr=False)
+    dtype: np.dtype
+    rank: int
+    loads: list[tuple[str, str]] = field(repr=False)  # (name, index expression) per input
+    body: list[str] = field(repr=False)
+    stores: list[str] = field(repr=False)  # the value each output stores
+    same_shape: bool = False  # no input broadcasts: the flat form may be used
+
+    def source(self, flat: bool, aliases: dict[int, int] | None = None) -> str:
+        """The loop's module; ``aliases`` maps inputs to the outputs whose memory they are.
+
+        An input that is an output's very memory is read through that output's
+        parameter: two parameters on one buffer would make the compiler's
+        vectorized loop fall back to its scalar one at run time.
+        """
+        aliases = aliases or {}
+        params = [f"in{k}" for k in range(len(self.inputs)) if k not in aliases]
+        params += [f"out{k}" for k in range(len(self.outputs))]
+        source_of = {
+            k: f"out{aliases[k]}" if k in aliases else f"in{k}" for k in range(len(self.inputs))
+        }
+        lines = [
+            "import math",
+            "import numpy as np",
+            "from numba import njit",
+            f"T = np.{self.dtype.name}",
+            "",
+            "",
+            '@njit(cache=True, error_model="numpy")',
+            f"def fused({', '.join(params)}):",
+        ]
+        if flat:
+            lines.append("    for i in range(out0.size):")
+            index, indent = "i", "        "
+            loads = [f"{name} = {source_of[k]}[i]" for k, (name, _) in enumerate(self.loads)]
+        else:
+            indent = "    "
+            for d in range(self.rank):
+                lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
+                indent += "    "
+            index = ", ".join(f"i{d}" for d in range(self.rank))
+            loads = [f"{name} = {source_of[k]}[{at}]" for k, (name, at) in enumerate(self.loads)]
+        stores = [f"out{k}[{index}] = {value}" for k, value in enumerate(self.stores)]
+        lines.extend(indent + s for s in loads + self.body + stores)
+        return "\n".join(lines) + "\n"
+
+    def function(self, flat: bool, aliases: dict[int, int] | None = None) -> Any:
+        """The compiled loop (a numba dispatcher), generated and imported on first use."""
+        return compiled.generated_module(self.source(flat, aliases), "fused").fused
 
 
 def _literal(value: Any, dtype: np.dtype) -> str | None:
@@ -103,6 +155,7 @@ class Fuser:
             return None
         n_in = len(args) - len(outs)
         tensors, constants = {}, {}
+        folded: dict[int, str] = {}  # one-element constant tensors, as literals
         for pos in range(n_in):
             j = args[pos]
             if pos in formula.tensors:
@@ -117,6 +170,14 @@ class Fuser:
                         return None
                 except ValueError:
                     return None
+                if j in m.constant_values and arr.size == 1:
+                    # a program's scalar operand (0-d constant): a literal, not an argument
+                    item = arr.reshape(()).item()
+                    lit = repr(bool(item)) if want.kind == "b" else _literal(item, dtype)
+                    if lit is None:
+                        return None
+                    folded[pos] = lit
+                    continue
                 tensors[pos] = j
             else:
                 if j in self.written or isinstance(self.evalues[j].val, Tensor):
@@ -135,9 +196,8 @@ class Fuser:
                 if lit is None:
                     return None
                 literals[pos] = lit
-        member = _Member(pc, out, formula, tensors, constants, expression)
-        member.literals = literals  # type: ignore[attr-defined]
-        return member
+        literals.update(folded)
+        return _Member(pc, out, formula, tensors, constants, expression, literals)
 
     # ------------------------------------------------------------------- runs
 
@@ -219,7 +279,7 @@ class Fuser:
         shape = m.capacity[out0].shape
         rank = len(shape)
         dtype = m.capacity[out0].dtype
-        loads: list[str] = []
+        loads: list[tuple[str, str]] = []
         for n, mem in enumerate(run):
             names: dict[int, str] = {}
             for pos, j in mem.tensors.items():
@@ -230,36 +290,19 @@ class Fuser:
                     name = f"x{len(inputs)}"
                     input_names[j] = name
                     inputs.append(j)
-                    loads.append(f"{name} = in{len(inputs) - 1}[{self._index(j, shape)}]")
+                    loads.append((name, self._index(j, shape)))
                 names[pos] = input_names[j]
-            names.update(mem.literals)  # type: ignore[attr-defined]
+            names.update(mem.literals)
             expr = mem.expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
             body.append(f"t{n} = T({expr})")
             produced[mem.out] = f"t{n}"
         stored = self._stored(run)
         if not stored or not self._safe(inputs, stored):
             return None
-        index = ", ".join(f"i{d}" for d in range(rank))
-        stores = [f"out{k}[{index}] = {produced[o]}" for k, o in enumerate(stored)]
-        params = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(stored))]
-        lines = [
-            "import math",
-            "import numpy as np",
-            "from numba import njit",
-            f"T = np.{dtype.name}",
-            "",
-            "",
-            '@njit(cache=True, error_model="numpy")',
-            f"def fused({', '.join(params)}):",
-        ]
-        indent = "    "
-        for d in range(rank):
-            lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
-            indent += "    "
-        lines.extend(indent + s for s in loads + body + stores)
-        source = "\n".join(lines) + "\n"
-        module = compiled.generated_module(source, "fused")
-        return FusedCall([mem.pc for mem in run], inputs, stored, module.fused, source)
+        same = all(m.capacity[j].shape == shape for j in inputs)
+        stores = [produced[o] for o in stored]
+        pcs = [mem.pc for mem in run]
+        return FusedCall(pcs, inputs, stored, dtype, rank, loads, body, stores, same)
 
     def _index(self, j: int, shape: tuple[int, ...]) -> str:
         """Index of input ``j`` at the loop's position: broadcast dimensions read element 0."""

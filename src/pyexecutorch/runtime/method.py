@@ -422,15 +422,27 @@ class LoadedMethod:
 
         def fused_call(call: FusedCall) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
-            fn = call.dispatcher
-            if all(e[0] in "TC" for e in exprs):
-                # every argument is a bound array: its types are known now
+            if not all(e[0] in "TC" for e in exprs):
+                fn = call.function(flat=False)  # some argument is read live: dispatch per call
+            else:
+                # Every argument is a bound array: its types are known now, and
+                # dense same-shape arrays run as one flat loop over 1-D views.
                 arrays = [
                     v[j] if j in self.constant_values else self.capacity[j] for j in call.inputs
                 ]
-                fn = compiled_tier.entry_point(
-                    fn, (*arrays, *(self.capacity[j] for j in call.outputs))
-                )
+                arrays += [self.capacity[j] for j in call.outputs]
+                flat = call.same_shape and all(a.flags.c_contiguous for a in arrays)
+                aliases: dict[int, int] = {}
+                if flat:
+                    arrays = [a.reshape(-1) for a in arrays]
+                    n_in = len(call.inputs)
+                    for k, a in enumerate(arrays[:n_in]):
+                        for o, b in enumerate(arrays[n_in:]):
+                            if a.ctypes.data == b.ctypes.data:
+                                aliases[k] = o  # the planner gave this output the input's memory
+                    arrays = [a for k, a in enumerate(arrays) if k not in aliases]
+                    exprs = [ns.bind(a, "C") for a in arrays]
+                fn = compiled_tier.entry_point(call.function(flat, aliases), tuple(arrays))
             line = f"{ns.bind(fn, 'F')}({', '.join(exprs)})"
             stores = [f"; v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
             return line + "".join(stores)
