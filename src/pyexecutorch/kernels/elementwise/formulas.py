@@ -52,14 +52,14 @@ def _scaled(alpha: object, term: str) -> str:
 
 
 def _clamp(lo_at: int, hi_at: int) -> Callable[[dict[int, object]], str | None]:
-    # min(max(x, lo), hi) with NaN kept: a comparison with NaN is false
+    # min(max(x, lo), hi) as numpy's maximum and minimum compute it: NaN kept, and on a
+    # tie the first operand (so -0.0 stays -0.0); each operand appears once, as a select
     def expr(c: dict[int, object]) -> str | None:
-        lo, hi = c.get(lo_at), c.get(hi_at)
         x = "{0}"
-        if lo is not None:
-            x = f"({{{lo_at}}} if {x} < {{{lo_at}}} else {x})"
-        if hi is not None:
-            x = f"({{{hi_at}}} if {x} > {{{hi_at}}} else {x})"
+        if c.get(lo_at) is not None:
+            x = f"np.maximum({x}, {{{lo_at}}})"
+        if c.get(hi_at) is not None:
+            x = f"np.minimum({x}, {{{hi_at}}})"
         return x
 
     return expr
