@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -74,7 +76,7 @@ def test_demo_reports_a_mismatch(cli, tmp_path, monkeypatch):
         path.write_bytes(b"x" * 100)
         return {"torch.export": 0.1, "to_edge": 0.1, "to_executorch": 0.1}
 
-    def fake_worker(pte, prompt, n):
+    def fake_worker(pte, prompt, n, jit=False):
         tokens, times, logits = greedy(eager_step(make_model(0)), prompt, n)
         tokens[2] = (tokens[2] + 1) % 256
         return {
@@ -96,8 +98,10 @@ def test_demo_reports_a_mismatch(cli, tmp_path, monkeypatch):
     assert "planned arena 1.0 KB" in r.out
 
 
-def test_demo_end_to_end(cli, tmp_path):
-    """Our exporter, then our runtime in a process without torch; tokens equal eager's."""
+def test_demo_end_to_end(cli, tmp_path, monkeypatch):
+    """Our exporter, then our runtime in a process without torch (numpy tier, then the
+    compiled tier where numba is installed); tokens equal eager's."""
+    monkeypatch.setenv("PYEXECUTORCH_JIT", "1")
     out = tmp_path / "gpt.pte"
     r = cli("demo", "-n", "8", "--out", out)
     assert r.rc == 0, r.err + r.out
@@ -108,6 +112,8 @@ def test_demo_end_to_end(cli, tmp_path):
     assert "           torch blocked in the runtime process: yes" in lines
     assert "  match: all 8 tokens equal" in r.out
     assert any(ln.startswith("  pyexecutorch runtime ") for ln in lines)
+    if importlib.util.find_spec("numba") is not None:
+        assert any(ln.startswith("  compiled tier (numba) ") for ln in lines), r.out
     assert out.stat().st_size > 100_000
     # The kept program works with the other commands.
     r = cli("inspect", out)

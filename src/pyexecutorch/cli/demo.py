@@ -93,8 +93,10 @@ def export_example(model: Any, path: Path) -> dict[str, float]:
     return times
 
 
-def run_worker(pte: Path, prompt: list[int], n: int, timeout: float = 600) -> dict[str, Any]:
-    """Generate in a subprocess where torch is blocked; its JSON result."""
+def run_worker(
+    pte: Path, prompt: list[int], n: int, jit: bool = False, timeout: float = 600
+) -> dict[str, Any]:
+    """Generate in a subprocess where torch is blocked (numpy tier, or ``jit``: compiled tier)."""
     import pyexecutorch  # noqa: PLC0415
 
     env = dict(os.environ)
@@ -109,6 +111,8 @@ def run_worker(pte: Path, prompt: list[int], n: int, timeout: float = 600) -> di
         ",".join(map(str, prompt)),
         "-n",
         str(n),
+        "--jit",
+        "1" if jit else "0",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
@@ -122,6 +126,17 @@ def run_worker(pte: Path, prompt: list[int], n: int, timeout: float = 600) -> di
         raise common.CLIError(
             f"the runtime process printed no result: {proc.stdout[-200:]!r}"
         ) from None
+
+
+def _jit_available() -> bool:
+    """Whether the runtime would use the compiled tier (numba installed, not switched off)."""
+    import importlib.util  # noqa: PLC0415
+
+    from pyexecutorch.runtime.compiled import JIT_ENV  # noqa: PLC0415
+
+    return (
+        os.environ.get(JIT_ENV, "").strip() != "0" and importlib.util.find_spec("numba") is not None
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             torch.set_num_threads(threads)
         result = run_worker(pte, prompt, args.tokens)
+        jit_result = run_worker(pte, prompt, args.tokens, jit=True) if _jit_available() else None
     ours_tokens = result["tokens"]
     arena = sum(result["arena_bytes"])
     print(
@@ -192,7 +208,20 @@ def run(args: argparse.Namespace) -> int:
     e_med, o_med = statistics.median(eager_times), statistics.median(result["step_seconds"])
     print(f"\nper-token latency, median over {calls} calls (one call per token)")
     print(f"  torch eager (1 thread) {hs(e_med):>10}")
-    print(f"  pyexecutorch runtime   {hs(o_med):>10}   ({o_med / e_med:.2f}x eager)")
+    print(f"  pyexecutorch runtime   {hs(o_med):>10}   ({o_med / e_med:.2f}x eager; numpy tier)")
+    if jit_result is None:
+        print("  compiled tier          off (numba is not installed, or PYEXECUTORCH_JIT=0)")
+    else:
+        j_med = statistics.median(jit_result["step_seconds"])
+        print(
+            f"  compiled tier (numba)  {hs(j_med):>10}   ({j_med / e_med:.2f}x eager, "
+            f"{j_med / o_med:.2f}x the numpy tier; loaded in {hs(jit_result['load_seconds'])}"
+            ", compiling what the disk cache lacks)"
+        )
+        if jit_result["tokens"] != eager_tokens:
+            raise common.CLIError(
+                f"the compiled tier's tokens differ from torch eager: {jit_result['tokens']}"
+            )
     print(
         f"\nexport {hs(total)}   .pte {common.human_bytes(size)}   arena {common.human_bytes(arena)}"
     )

@@ -61,11 +61,15 @@ def worker(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("model")
     parser.add_argument("--prompt", required=True, help="comma-separated token ids")
     parser.add_argument("-n", type=int, required=True, help="tokens to generate")
+    parser.add_argument(
+        "--jit", choices=("0", "1"), help="1: the compiled tier, 0: numpy only (default: auto)"
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415 - timed as part of loading
 
-    program = Runtime.get().load_program(args.model)
+    jit = None if args.jit is None else args.jit == "1"
+    program = Runtime.get().load_program(args.model, jit=jit)
     method = program.load_method("forward")
     load_s = time.perf_counter() - start
     meta = method.metadata
