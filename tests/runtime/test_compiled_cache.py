@@ -1,0 +1,99 @@
+"""The compiled tier's disk cache and thread setting.
+
+A first process compiles a program's fused loop into ``$PYEXECUTORCH_CACHE_DIR``
+(the generated source, named by its hash, and numba's machine code beside it);
+a second process with the same directory loads that machine code instead of
+compiling. ``threads=`` and ``_unsafe_reset_threadpool`` set numba's threads
+together with BLAS's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyexecutorch.exir import to_edge
+
+numba = pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+# Loads the program with the compiled tier and reports, for its fused loops, how
+# many signatures numba compiled and how many it read from the cache.
+CHILD = """
+import json, sys
+import numpy as np
+from pyexecutorch.runtime import Runtime
+method = Runtime.get().load_program(sys.argv[1], jit=True).load_method("forward")
+(out,) = method.execute([np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)])
+stats = [
+    m.fused.stats for name, m in sys.modules.items() if name.startswith("pyexecutorch_generated_")
+]
+print(json.dumps({
+    "fused": len(method._loaded.fused_runs),
+    "hits": sum(sum(s.cache_hits.values()) for s in stats),
+    "misses": sum(sum(s.cache_misses.values()) for s in stats),
+    "out": np.asarray(out).tolist(),
+}))
+"""
+
+
+class Activations(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.hardswish(x * 0.75 - 0.25)
+
+
+def _child(pte: Path, cache: Path) -> dict:
+    env = {"PYTHONPATH": SRC, "PYEXECUTORCH_CACHE_DIR": str(cache), "PYEXECUTORCH_JIT": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(pte)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_reads_the_compiled_loop_from_the_cache(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = torch.randn(4, 6)
+        pte = tmp_path / "act.pte"
+        pte.write_bytes(to_edge(torch.export.export(Activations(), (x,))).to_executorch().buffer)
+    cache = tmp_path / "cache"
+    cold = _child(pte, cache)
+    assert cold["fused"] == 1 and cold["misses"] >= 1 and cold["hits"] == 0
+    sources = list((cache / "generated").glob("fused_*.py"))
+    assert len(sources) == 1
+    assert list((cache / "generated" / "__pycache__").glob(f"{sources[0].stem}*.nbi"))
+    warm = _child(pte, cache)
+    assert warm["misses"] == 0 and warm["hits"] >= 1
+    assert warm["out"] == cold["out"]
+    want = Activations()(torch.linspace(-3, 3, 24).reshape(4, 6))
+    torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
+
+
+def test_threads_option_and_reset_set_numba_threads():
+    from pyexecutorch import portable_lib  # noqa: PLC0415
+    from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+
+    buf = to_edge(torch.export.export(Activations(), (torch.randn(2, 3),))).to_executorch().buffer
+    before = numba.get_num_threads()
+    try:
+        Runtime.get().load_program(buf, jit=True, threads=1)
+        assert numba.get_num_threads() == 1
+        assert portable_lib._threadpool_get_thread_count() == 1
+        portable_lib._unsafe_reset_threadpool(numba.config.NUMBA_NUM_THREADS)
+        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+        with pytest.raises(ValueError, match="num_threads must be at least 1, got 0"):
+            Runtime.get().load_program(buf, threads=0)
+    finally:
+        portable_lib._unsafe_reset_threadpool(before)
