@@ -454,7 +454,9 @@ class MethodEmitter:
                 ),
             )
             layout = TensorLayout(tensor.scalar_type, list(tensor.sizes), list(tensor.dim_order))
-            self.state.add_external(tag, fqn, data, layout)
+            tensor.extra_tensor_info.fully_qualified_name = self.state.add_external(
+                tag, fqn, data, layout
+            )
             return self._new(tensor)
         buffer_index = self.state.add_constant(data)
         return self._new(make_tensor(spec, data_buffer_idx=buffer_index, extra=extra))
