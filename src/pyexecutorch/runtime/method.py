@@ -69,6 +69,31 @@ _STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_sca
 
 
 @dataclass
+class SharedArenas:
+    """The arenas a program's methods share: memory ids 2 and up, where
+    ``share_mutable_buffers`` places the state every method reads and writes (sized to
+    the largest method's), and which initial states have been written."""
+
+    arenas: dict[int, np.ndarray]
+    initialized: set[tuple[int, int]]
+
+    @staticmethod
+    def of(plans: Sequence[ExecutionPlan]) -> SharedArenas | None:
+        sizes: dict[int, int] = {}
+        for plan in plans:
+            for mem_id, size in enumerate(plan.non_const_buffer_sizes):
+                if mem_id >= SHARED_FROM_MEMORY_ID:
+                    sizes[mem_id] = max(sizes.get(mem_id, 0), max(size, 0))
+        if not sizes:
+            return None
+        return SharedArenas({m: np.zeros(n, dtype=np.uint8) for m, n in sizes.items()}, set())
+
+
+# Memory id 1 holds each method's own activations; ids from 2 are shared state.
+SHARED_FROM_MEMORY_ID = 2
+
+
+@dataclass
 class InputSpec:
     """How one method input is accepted: a tensor of a dtype and (bound) shape, or a scalar."""
 
@@ -91,13 +116,18 @@ class LoadedMethod:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        shared: SharedArenas | None = None,
     ) -> None:
         self.name = plan.name
         self.plan = plan
         self._pte = pte
         self._named_data = named_data or {}
+        self._shared = shared
         self.arenas = [
-            np.zeros(max(size, 0), dtype=np.uint8) for size in plan.non_const_buffer_sizes
+            shared.arenas[mem_id]
+            if shared is not None and mem_id in shared.arenas
+            else np.zeros(max(size, 0), dtype=np.uint8)
+            for mem_id, size in enumerate(plan.non_const_buffer_sizes)
         ]
         self.values: list[Any] = [None] * len(plan.values)
         # Planned storage of each tensor value (upper-bound shape for dynamic ones).
@@ -139,7 +169,7 @@ class LoadedMethod:
                 )
             arr = view_of(arena, alloc.memory_offset, sizes, order, dtype)
             initial = self._initial_data(i, t, dtype, sizes, order)
-            if initial is not None:
+            if initial is not None and self._first_placement(alloc.memory_id, alloc.memory_offset):
                 arr[...] = initial
             return arr
         if extra is not None and extra.location == 1:  # TensorDataLocation.EXTERNAL
@@ -162,6 +192,18 @@ class LoadedMethod:
         if t.shape_dynamism == TensorShapeDynamism.DYNAMIC_UNBOUND:
             return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
         return np.zeros(sizes, dtype=dtype)
+
+    def _first_placement(self, mem_id: int, offset: int) -> bool:
+        """Whether a tensor's initial state may be written at (arena, offset): always in
+        this method's own arenas; in a shared one only by the first method to load, so
+        that loading a method does not reset state another method has written."""
+        shared = self._shared
+        if shared is None or mem_id not in shared.arenas:
+            return True
+        if (mem_id, offset) in shared.initialized:
+            return False
+        shared.initialized.add((mem_id, offset))
+        return True
 
     def _readonly_view(self, storage: Any, i: int, sizes, order, dtype) -> np.ndarray:  # noqa: ANN001
         view = memoryview(storage).cast("B")

@@ -18,7 +18,7 @@ from pyexecutorch.runtime.io import (
 )
 from pyexecutorch.runtime.loader import open_bytes
 from pyexecutorch.runtime.meta import MethodMeta
-from pyexecutorch.runtime.method import LoadedMethod
+from pyexecutorch.runtime.method import LoadedMethod, SharedArenas
 from pyexecutorch.runtime.verify import verify_program
 from pyexecutorch.schema.pte import PteFile, decode_pte
 
@@ -108,6 +108,8 @@ class Program:
             self._named.update(named_data)
         self._backend_options = backend_options
         self._plans = {plan.name: plan for plan in pte.program.execution_plan}
+        # State planned with share_mutable_buffers lives once for all methods.
+        self._shared = SharedArenas.of(pte.program.execution_plan)
         self._methods: dict[str, Method] = {}
         self._lock = threading.Lock()
 
@@ -135,6 +137,7 @@ class Program:
                     self._plan(name),
                     named_data=self._named,
                     backend_options=self._backend_options,
+                    shared=self._shared,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
