@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
 from pyexecutorch.runtime.io import (
@@ -35,7 +36,6 @@ from pyexecutorch.runtime.io import (
     input_decls,
     normalize_inputs,
     read_input,
-    tensor_output_kind,
 )
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.program import Program, Runtime, Verification
@@ -101,16 +101,32 @@ def _attribute(loaded: LoadedMethod, name: str) -> Any:
             if i in loaded.constant_values or not value.flags.writeable:
                 # Constant data is never handed out writable: numpy gets a
                 # read-only view, torch (whose tensors cannot be read-only) a copy.
-                if tensor_output_kind() == "torch":
-                    return convert_outputs([value], clone=True)[0]
+                if tensor_output() == "torch":
+                    return outputs_for_caller([value], clone=True)[0]
                 view = value.view()
                 view.flags.writeable = False
-                return view
-            return convert_outputs([value], clone=False)[0]
+                return outputs_for_caller([view], clone=False)[0]
+            return outputs_for_caller([value], clone=False)[0]
     raise RuntimeError(
         f"Failed to get attribute '{name}' for method '{loaded.name}', error: 0x{ERROR_NOT_FOUND:x}: "
         f"method '{loaded.name}' has no tensor named '{name}'"
     )
+
+
+def outputs_for_caller(
+    values: Sequence[Any],
+    *,
+    clone: bool = True,
+    inputs: Sequence[Input] = (),
+    method: str = "",
+) -> list[Any]:
+    """A method's outputs as torch tensors, ``ExecuTorchResult`` objects or numpy
+    arrays (see :func:`pyexecutorch.portable_lib.result.tensor_output`)."""
+    kind = tensor_output()
+    if kind == "torch":
+        return convert_outputs(values, clone=clone, inputs=inputs, method=method, kind="torch")
+    out = convert_outputs(values, clone=clone, inputs=inputs, method=method, kind="numpy")
+    return wrap_outputs(out) if kind == "executorch" else out
 
 
 class _Etdump:
@@ -195,7 +211,7 @@ class ExecuTorchModule:
             self._failed.discard(method_name)
             self._retained[method_name] = current
             _run(loaded)
-            return convert_outputs(
+            return outputs_for_caller(
                 loaded.outputs(), clone=clone_outputs, inputs=current, method=method_name
             )
 
@@ -305,7 +321,7 @@ class ExecuTorchMethod:
                     f"Method '{self._name}' has no outputs to return: it has not executed since its last "
                     "set_inputs(), or that execution failed. Call execute() first."
                 )
-            return convert_outputs(
+            return outputs_for_caller(
                 self._loaded.outputs(), clone=clone_outputs, inputs=self._inputs, method=self._name
             )
 

@@ -338,6 +338,9 @@ def read_input(value: Any, decl: InputDecl, method: str) -> Input:
             return Input(None)
         elif isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
             return Input(value)
+        elif hasattr(value, "__result_array__"):
+            # portable_lib's ExecuTorchResult: its numpy memory, any dtype included.
+            inp = _from_buffer(value.__result_array__(), decl, where)
         elif _prefers_dlpack(value):
             inp = _from_dlpack(value, decl, where)
         elif isinstance(value, (np.ndarray, np.generic)) or _has_buffer(value):
@@ -870,9 +873,12 @@ def tensor_output_kind() -> str:
     """``"torch"`` or ``"numpy"``: what tensor outputs are returned as."""
     forced = _forced_output_kind()
     if forced:
-        if forced not in ("torch", "numpy"):
-            raise ValueError(f"{OUTPUT_ENV} must be either 'torch' or 'numpy', but was '{forced}'")
-        return forced
+        if forced not in ("torch", "numpy", "executorch"):
+            raise ValueError(
+                f"{OUTPUT_ENV} must be either 'torch', 'executorch' or 'numpy', but was '{forced}'"
+            )
+        # The runtime's own API has no ExecuTorchResult: "executorch" is numpy here.
+        return "numpy" if forced == "executorch" else forced
     return "torch" if _loaded_torch() is not None else "numpy"
 
 
@@ -899,15 +905,19 @@ def convert_outputs(
     clone: bool = True,
     inputs: Sequence[Input] = (),
     method: str = "",
+    kind: str | None = None,
 ) -> list[Any]:
     """Outputs as the caller receives them.
 
     Tensors are copies with ``clone``; without it they are views of the
     method's memory, valid until the method runs again, and a torch output
-    whose memory lies in a torch input is a view of that input.
+    whose memory lies in a torch input is a view of that input. ``kind``
+    ("torch" or "numpy") overrides :func:`tensor_output_kind`.
     """
-    forced = _forced_output_kind()
-    if forced is None:  # the usual case, decided without the checks below
+    forced = _forced_output_kind() if kind is None else kind
+    if kind is not None:
+        torch = _torch_for_outputs() if kind == "torch" else None
+    elif forced is None:  # the usual case, decided without the checks below
         torch = sys.modules.get("torch")
         if torch is not None and not hasattr(torch, "from_numpy"):
             torch = None  # blocked (sys.modules["torch"] = None) or not torch
