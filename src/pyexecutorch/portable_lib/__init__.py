@@ -37,6 +37,7 @@ from pyexecutorch.portable_lib.api import (
     _is_available,
     _load_for_executorch,
     _load_for_executorch_from_buffer,
+    _load_for_executorch_from_data_loader,
     _load_program,
     _load_program_from_buffer,
     _reset_profile_results,
@@ -45,7 +46,13 @@ from pyexecutorch.portable_lib.api import (
     _unsafe_reset_threadpool,
 )
 from pyexecutorch.portable_lib.result import ExecuTorchResult, tensor_output
-from pyexecutorch.runtime import Verification
+from pyexecutorch.runtime import (
+    BufferDataLoader,
+    DataLoader,
+    FileDataLoader,
+    MmapDataLoader,
+    Verification,
+)
 
 _uses_aten = False
 
@@ -57,6 +64,10 @@ def __getattr__(name: str):  # noqa: ANN202 - module attribute hook
 
 
 __all__ = [
+    "BufferDataLoader",
+    "DataLoader",
+    "FileDataLoader",
+    "MmapDataLoader",
     "ExecuTorchMethod",
     "ExecuTorchResult",
     "ExecuTorchModule",
@@ -72,6 +83,7 @@ __all__ = [
     "_is_available",
     "_load_for_executorch",
     "_load_for_executorch_from_buffer",
+    "_load_for_executorch_from_data_loader",
     "_load_program",
     "_load_program_from_buffer",
     "_reset_profile_results",

@@ -23,6 +23,7 @@ import numpy as np
 from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
+from pyexecutorch.runtime.data_loader import is_data_loader
 from pyexecutorch.runtime.io import (
     ERROR_ACCESS_FAILED,
     ERROR_INVALID_ARGUMENT,
@@ -377,6 +378,7 @@ class ExecuTorchProgram:
         with self._lock:
             plan = self._plan_or_raise(method_name)
             program = self._program
+            program.ensure_segments(method_name)
             # A fresh method each time, with memory of its own, so that two
             # method objects never share state. (The runtime's Program caches
             # one method per name; these are loaded beside it.)
@@ -476,6 +478,24 @@ def _load_for_executorch_from_buffer(
         None if data_map_buffer is None else _owned_buffer(data_map_buffer, "data_map_buffer"),
         program_verification,
     )
+    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+
+
+def _load_for_executorch_from_data_loader(
+    loader: Any,
+    data_path: str | os.PathLike | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+) -> ExecuTorchModule:
+    """Load a program through a data loader (``FileDataLoader``, ``MmapDataLoader``,
+    ``BufferDataLoader`` or any object with ``size`` and ``load(offset, size)``);
+    segments are read when a method needs them."""
+    if not is_data_loader(loader):
+        raise TypeError(
+            "loader must be a data loader with size and load(offset, size), got "
+            f"{type(loader).__name__}"
+        )
+    program = _load(loader, None if data_path is None else os.fspath(data_path), 1)
     return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
 
 

@@ -6,6 +6,12 @@
 """
 
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
+from pyexecutorch.runtime.data_loader import (
+    BufferDataLoader,
+    DataLoader,
+    FileDataLoader,
+    MmapDataLoader,
+)
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -26,12 +32,16 @@ __all__ = [
     "BackendInitContext",
     "BackendInterface",
     "BackendRegistry",
+    "BufferDataLoader",
+    "DataLoader",
     "ExecutionError",
+    "FileDataLoader",
     "InvalidProgramError",
     "Method",
     "MethodMeta",
     "MissingBackendError",
     "MissingOperatorError",
+    "MmapDataLoader",
     "OperatorRegistry",
     "Program",
     "Runtime",
