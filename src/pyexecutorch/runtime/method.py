@@ -36,6 +36,7 @@ from pyexecutorch.runtime.errors import (
 )
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.io import ExactSlot
+from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.views import ViewElider, identity
 from pyexecutorch.schema.program import (
@@ -381,6 +382,10 @@ class LoadedMethod:
                     continue
                 k = self.kernels[a.op_index]
                 args, outs = self.kernel_layout(k, a)
+                low = self.widened_kernel(k, args, outs)
+                if low is not None:  # bfloat16 / float8: the reference kernel in float32
+                    decisions[c, pc] = ("call", low)
+                    continue
                 fast = self._specialized(k, args, written, read)
                 if c == 0 and (view := elider.view_for(pc, args, outs, fast)) is not None:
                     decisions[c, pc] = ("view", view)
@@ -548,6 +553,13 @@ class LoadedMethod:
             elif writers.get(j) and writers[j] == inline_outs.get(j, 0):
                 fixed.add(j)
         return fixed
+
+    def widened_kernel(self, k, args: list[int], outs: list[int]):  # noqa: ANN001, ANN202
+        """The kernel computing in float32 when the call touches bfloat16 or float8
+        tensors (see :mod:`pyexecutorch.runtime.low_precision`), else None."""
+        if not any(is_low(self.values[j]) for j in args if j < len(self.values)):
+            return None
+        return widened(k.fn, len(args) - len(outs), len(outs))
 
     def _specialized(self, k, args: list[int], written: set[int], read: set[int]):  # noqa: ANN001, ANN202
         """The kernel's load-time fast path for these arguments, or the kernel itself."""
