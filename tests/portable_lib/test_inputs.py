@@ -174,7 +174,8 @@ def test_raw_bfloat16_bytes():
     raw = bytearray(bits.tobytes())
     inp = read_input(raw, decl(ST.BFLOAT16), M)
     assert inp.scalar_type == ST.BFLOAT16 and inp.value.shape == (2, 3)
-    np.testing.assert_array_equal(inp.value.reshape(-1), bits)
+    # Read as ml_dtypes' bfloat16, bit for bit.
+    np.testing.assert_array_equal(inp.value.reshape(-1).view(np.uint16), bits)
     raw[0] = 99  # the bytes were copied
     assert inp.value[0, 0] == 0
     cl = read_input(bytes(bits.tobytes()), decl(ST.BFLOAT16, (1, 2, 1, 3), (0, 2, 3, 1)), M)
@@ -223,7 +224,10 @@ def test_torch_tensors():
     bf = t.to(torch.bfloat16)
     inp = read_input(bf, decl(ST.BFLOAT16), M)
     assert inp.scalar_type == ST.BFLOAT16
-    np.testing.assert_array_equal(inp.value, bf.view(torch.int16).numpy().view(np.uint16))
+    assert inp.value.dtype.name == "bfloat16"  # ml_dtypes, the same bits
+    np.testing.assert_array_equal(
+        inp.value.view(np.uint16), bf.view(torch.int16).numpy().view(np.uint16)
+    )
     with raises(
         ValueError, "Input 0 of method 'forward' has dtype BFloat16 but the method expects Float"
     ):

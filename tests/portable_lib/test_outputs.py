@@ -32,14 +32,15 @@ def test_environment_forces_the_kind(mlp, mlp_input, monkeypatch):
     assert isinstance(mlp.forward([mlp_input])[0], torch.Tensor)
     monkeypatch.setenv("PYEXECUTORCH_TENSOR_OUTPUT", "jax")
     with raises(
-        ValueError, "PYEXECUTORCH_TENSOR_OUTPUT must be either 'torch' or 'numpy', but was 'jax'"
+        ValueError,
+        "PYEXECUTORCH_TENSOR_OUTPUT must be either 'torch', 'executorch' or 'numpy', but was 'jax'",
     ):
         mlp.forward([mlp_input])
 
 
-def test_numpy_outputs_without_torch(tmp_path, mlp_pte, mlp_input, mlp_expected):
-    """Without torch imported, outputs are numpy arrays and torch is never imported,
-    whatever kind of input arrives."""
+def test_results_without_torch(tmp_path, mlp_pte, mlp_input, mlp_expected):
+    """Without torch imported, outputs are ExecuTorchResult objects (numpy arrays through
+    np.asarray) and torch is never imported, whatever kind of input arrives."""
     (tmp_path / "m.pte").write_bytes(mlp_pte)
     np.save(tmp_path / "x.npy", mlp_input)
     np.save(tmp_path / "e.npy", mlp_expected)
@@ -55,10 +56,11 @@ def test_numpy_outputs_without_torch(tmp_path, mlp_pte, mlp_input, mlp_expected)
             if isinstance(value, list):
                 value = memoryview(array.array("f", value)).cast("B").cast("f", x.shape)
             (out,) = m.forward([value])
-            assert type(out) is np.ndarray, type(out)
-            np.testing.assert_allclose(out, e, rtol=1e-5, atol=1e-6)
+            assert type(out) is pl.ExecuTorchResult, type(out)
+            np.testing.assert_allclose(np.asarray(out), e, rtol=1e-5, atol=1e-6)
         method = pl._load_program({str(tmp_path / "m.pte")!r}).load_method("forward")
-        assert type(method.call([x])[0]) is np.ndarray
+        assert type(method.call([x])[0]) is pl.ExecuTorchResult
+        assert pl._tensor_output == "executorch" and pl._uses_aten is False
         assert not any(n == "torch" or n.startswith("torch.") for n, v in sys.modules.items() if v is not None)
         print("ok")
         """

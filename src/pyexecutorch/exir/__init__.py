@@ -8,7 +8,12 @@ Mirrors ``executorch.exir``: an export script ports by changing the import::
         et.write_to_file(f)
 """
 
-from pyexecutorch.exir.config import EdgeCompileConfig, ExecutorchBackendConfig
+from pyexecutorch.exir.config import (
+    DynamicMemoryPlanningMode,
+    EdgeCompileConfig,
+    ExecutorchBackendConfig,
+    PropagateDeviceConfig,
+)
 from pyexecutorch.exir.dialects._ops import ops as exir_ops
 from pyexecutorch.exir.error import (
     DynamicShapeError,
@@ -17,7 +22,19 @@ from pyexecutorch.exir.error import (
     MissingKernelError,
     MissingOutVariantError,
 )
+from pyexecutorch.exir.legacy import (
+    ExecutorchProgram,
+    ExirExportedProgram,
+    lift_constant_tensor_pass,
+    transform_exported_program,
+)
 from pyexecutorch.exir.memory_planning import MemoryPlanningPass
+from pyexecutorch.exir.pass_manager import PassManager
+from pyexecutorch.exir.passes.executorch_passes import (
+    ToOutVarPass,
+    edge_to_executorch_passes,
+    pre_memory_planning_passes,
+)
 from pyexecutorch.exir.passes.sym_shape_eval import (
     ConstraintBasedSymShapeEvalPass,
     HintBasedSymShapeEvalPass,
@@ -33,20 +50,30 @@ from pyexecutorch.exir.tensor_spec import TensorSpec
 
 __all__ = [
     "ConstraintBasedSymShapeEvalPass",
+    "DynamicMemoryPlanningMode",
     "DynamicShapeError",
     "EdgeCompileConfig",
     "EdgeProgramManager",
     "ExecutorchBackendConfig",
+    "ExecutorchProgram",
     "ExecutorchProgramManager",
+    "ExirExportedProgram",
     "ExportError",
     "HintBasedSymShapeEvalPass",
     "IRValidityError",
     "MemoryPlanningPass",
     "MissingKernelError",
     "MissingOutVariantError",
+    "PassManager",
+    "PropagateDeviceConfig",
     "TensorSpec",
+    "ToOutVarPass",
+    "edge_to_executorch_passes",
     "exir_ops",
+    "lift_constant_tensor_pass",
+    "pre_memory_planning_passes",
     "to_edge",
     "to_edge_transform_and_lower",
     "to_edge_with_preserved_ops",
+    "transform_exported_program",
 ]

@@ -92,10 +92,39 @@ def meta_val(x: Any) -> Any:
     return pytree.tree_map_only(Node, lambda n: n.meta.get("val"), x)
 
 
+_VIEW_OF_COPY: dict[Any, Any] = {}
+
+
+def _view_of_copy(op: Any) -> Any:
+    """``aten.slice.Tensor`` for ``aten.slice_copy.Tensor``; None for other operators."""
+    if op not in _VIEW_OF_COPY:
+        found = None
+        if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten":
+            name = op._schema.name.split("::")[1]
+            packet = getattr(torch.ops.aten, name[: -len("_copy")], None)
+            if name.endswith("_copy") and packet is not None:
+                view = getattr(packet, op._overloadname, None)
+                args = view._schema.arguments if view is not None else ()
+                if args and args[0].alias_info is not None and not args[0].alias_info.is_write:
+                    found = view
+        _VIEW_OF_COPY[op] = found
+    return _VIEW_OF_COPY[op]
+
+
 def infer_val(fake_mode, target, args, kwargs) -> Any:
     """Run ``target`` on the fake values of its arguments."""
     a, k = meta_val((args, kwargs))
+    view = _view_of_copy(target)
     with fake_mode:
+        if view is not None:
+            # Some *_copy kernels read storage_offset(), which symbolic sizes forbid
+            # (slice_copy of a dynamic-batch input); the view then a contiguous copy
+            # is the same value.
+            return pytree.tree_map_only(
+                torch.Tensor,
+                lambda t: t.clone(memory_format=torch.contiguous_format),
+                view(*a, **k),
+            )
         return target(*a, **k)
 
 

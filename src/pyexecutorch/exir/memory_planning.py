@@ -671,11 +671,24 @@ def plan_memory(
 class MemoryPlanningPass(PassBase):
     """Plans each method's memory (see the module docstring).
 
-    ``memory_planning_algo``: a callable ``items -> Plan`` or a list of them
-    (all run, the smallest arena kept); defaults to ``greedy``, ``naive`` and
-    ``best_fit``.  ``reuse_in_place`` lets elementwise kernels write into an
-    input that dies at the call (same shape and dtype); turn it off for
-    runtimes whose kernels cannot take an output aliasing an input.
+    The official constructor and options:
+
+    - ``memory_planning_algo``: a callable ``items -> Plan`` or a list of them
+      (all run, the smallest arena kept); defaults to ``greedy``, ``naive`` and
+      ``best_fit``.
+    - ``allow_lifetime_and_storage_overlap``: accepted as in the official pass, where it
+      only relaxes a debug check; our plans are always verified without overlap.
+    - ``alloc_graph_input`` / ``alloc_graph_output`` / ``alloc_mutable_buffers``: plan
+      those tensors (otherwise the runtime's caller provides their memory).
+    - ``share_mutable_buffers``: the mutable buffers of every method live in one
+      arena (memory id 2) at the same offset in every method, so that one method's
+      writes are what another reads; the runtimes give a program's methods one copy
+      of that arena.
+    - ``alignment``: of every planned tensor.
+
+    ``reuse_in_place`` (ours) lets elementwise kernels write into an input that dies
+    at the call (same shape and dtype); turn it off for runtimes whose kernels cannot
+    take an output aliasing an input.
     """
 
     def __init__(
@@ -695,20 +708,29 @@ class MemoryPlanningPass(PassBase):
             algos = (memory_planning_algo,)
         else:
             algos = tuple(memory_planning_algo)
-        if share_mutable_buffers:
-            raise NotImplementedError("share_mutable_buffers is not supported yet")
+        if share_mutable_buffers and not alloc_mutable_buffers:
+            raise ValueError(
+                "share_mutable_buffers needs alloc_mutable_buffers=True (the shared "
+                "buffers are planned memory)"
+            )
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a power of two, got {alignment}")
         self.algorithms = algos
+        self.memory_planning_algo = memory_planning_algo
         self.allow_lifetime_and_storage_overlap = allow_lifetime_and_storage_overlap
         self.alloc_graph_input = alloc_graph_input
         self.alloc_graph_output = alloc_graph_output
         self.alloc_mutable_buffers = alloc_mutable_buffers
+        self.share_mutable_buffers = share_mutable_buffers
         self.alignment = alignment
         self.reuse_in_place = reuse_in_place
         self.last_report: dict[str, int] = {}
+        self._shared: list[tuple[GraphModule, ExportGraphSignature | None]] = []
 
     def run(
         self, graph_module: GraphModule, graph_signature: ExportGraphSignature | None = None
     ) -> PassResult:
+        share = self.share_mutable_buffers
         self.last_report = plan_memory(
             graph_module,
             graph_signature,
@@ -716,15 +738,61 @@ class MemoryPlanningPass(PassBase):
             alignment=self.alignment,
             alloc_graph_input=self.alloc_graph_input,
             alloc_graph_output=self.alloc_graph_output,
-            alloc_mutable_buffers=self.alloc_mutable_buffers,
+            alloc_mutable_buffers=self.alloc_mutable_buffers and not share,
             reuse_in_place=self.reuse_in_place,
         )
-        if self.alloc_graph_input and self.alloc_graph_output and self.alloc_mutable_buffers:
+        if share:
+            # Placed by run_multimethod once every method has been planned.
+            self._shared.append((graph_module, graph_signature))
+        elif self.alloc_graph_input and self.alloc_graph_output and self.alloc_mutable_buffers:
             verify_memory_plan(graph_module, graph_signature)
         return PassResult(graph_module, True)
 
+    def run_multimethod(self) -> None:
+        """Place the shared mutable buffers of every method ``run`` planned (memory id 2:
+        one offset per buffer name, the same in every method)."""
+        if not self.share_mutable_buffers:
+            return
+        offsets: dict[str, int] = {}
+        end = 0
+        for gm, _ in self._shared:
+            for spec in _mutable_buffer_specs(gm):
+                if spec.fqn not in offsets:
+                    offsets[spec.fqn] = end
+                    end += aligned(spec.nbytes(), self.alignment)
+        for gm, signature in self._shared:
+            for spec in _mutable_buffer_specs(gm):
+                spec.alignment = self.alignment
+                spec.mem_id, spec.mem_offset = SHARED_MEMORY_ID, offsets[spec.fqn]
+                spec.lifetime = [0, _FOREVER]  # state: alive across calls
+            for view in _all_specs(gm):
+                if view.storage_base is not None:
+                    base, offset = _root(view)
+                    if base.mem_id is not None and base.mem_offset is not None:
+                        view.mem_id, view.mem_offset = base.mem_id, base.mem_offset + offset
+            sizes = list(gm.meta["non_const_buffer_sizes"])
+            _set_buffer_sizes(gm, [*sizes, end])
+            if self.alloc_graph_input and self.alloc_graph_output:
+                verify_memory_plan(gm, signature)
+        self._shared = []
+
     def call(self, graph_module: GraphModule) -> PassResult:
         return self.run(graph_module)
+
+
+# Where share_mutable_buffers puts the state (the official exporter's choice).
+SHARED_MEMORY_ID = 2
+_FOREVER = 1 << 62
+
+
+def _mutable_buffer_specs(gm: GraphModule) -> list[TensorSpec]:
+    return [
+        s
+        for node in gm.graph.nodes
+        if node.op == "placeholder"
+        for s in _node_specs(node)
+        if s.is_mutable_buffer and s.fqn and s.storage_base is None
+    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -756,11 +824,12 @@ def verify_memory_plan(gm: GraphModule, signature: ExportGraphSignature | None =
     """Raise :class:`MemoryPlanError` if two tensors alive at the same time
     overlap in the arena, a tensor lies outside the arena, or a tensor an
     operator reads or writes was not planned."""
-    size = gm.meta.get("non_const_buffer_sizes", [0, 0])[1]
+    sizes = gm.meta.get("non_const_buffer_sizes", [0, 0])
     specs = planned_specs(gm)
     for s in specs:
+        size = sizes[s.mem_id] if 0 < s.mem_id < len(sizes) else -1
         if s.mem_offset is None or s.mem_offset < 0 or s.mem_offset + s.allocated_memory > size:
-            raise MemoryPlanError(f"{s} lies outside the arena of {size} bytes")
+            raise MemoryPlanError(f"{s} lies outside arena {s.mem_id} of {size} bytes")
         if s.mem_offset % s.alignment:
             raise MemoryPlanError(f"{s} is not aligned to {s.alignment}")
     by_start = sorted(specs, key=lambda s: s.lifetime[0])
@@ -768,7 +837,7 @@ def verify_memory_plan(gm: GraphModule, signature: ExportGraphSignature | None =
         for b in by_start[i + 1 :]:
             if b.lifetime[0] > a.lifetime[1]:
                 break
-            if (
+            if a.mem_id == b.mem_id and (
                 a.mem_offset < b.mem_offset + b.allocated_memory
                 and b.mem_offset < a.mem_offset + a.allocated_memory
             ):

@@ -27,6 +27,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
+from torch.fx.passes.infra.pass_manager import PassManager as FxPassManager
 
 from pyexecutorch.exir.config import EdgeCompileConfig, ExecutorchBackendConfig
 from pyexecutorch.exir.graph_utils import (
@@ -41,17 +42,20 @@ from pyexecutorch.exir.passes.const_fold import fold_constants
 from pyexecutorch.exir.passes.debug_handles import assign_debug_handles
 from pyexecutorch.exir.passes.decompose import decompose
 from pyexecutorch.exir.passes.dim_order import to_dim_order_ops
+from pyexecutorch.exir.passes.executorch_passes import (
+    RemoveGraphAssertsPass,
+    pre_memory_planning_passes,
+    run_pass,
+    sym_shape_eval_pass_for,
+)
 from pyexecutorch.exir.passes.fold_batch_norm import fold_batch_norm
 from pyexecutorch.exir.passes.ir_validity import check_ir_validity
 from pyexecutorch.exir.passes.kernel_check import check_kernels
 from pyexecutorch.exir.passes.lift_constants import lift_constants
 from pyexecutorch.exir.passes.matmul import bmm_to_mm
-from pyexecutorch.exir.passes.memory_view import replace_view_copies
 from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copies
-from pyexecutorch.exir.passes.out_variants import to_out_variants
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
-from pyexecutorch.exir.passes.sym_shape_eval import ConstraintBasedSymShapeEvalPass
 from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars_to_tensors
 from pyexecutorch.exir.passes.view_copy import replace_view_ops_with_view_copy
 from pyexecutorch.exir.passes.write_back import insert_write_back
@@ -116,7 +120,7 @@ def _generate_edge_program(
     scalars_to_tensors(gm, fake_mode)
     if not config._skip_type_promotion:
         promote_mixed_types(gm, fake_mode)
-    if not config._skip_dim_order:
+    if config._use_edge_ops and not config._skip_dim_order:
         to_dim_order_ops(gm)
     signature, constants = lift_constants(gm, ep.graph_signature, ep.constants, fake_mode)
     eliminate_dead_code(gm)
@@ -252,15 +256,17 @@ class EdgeProgramManager:
 
     def transform(
         self,
-        passes: Sequence[PassType] | Mapping[str, Sequence[PassType]],
+        passes: Sequence[PassType] | Mapping[str, Sequence[PassType]] | FxPassManager,
         compile_config: EdgeCompileConfig | None = None,
     ) -> EdgeProgramManager:
-        """A new manager with ``passes`` applied (to every method, or per method
-        when a dict); the result is checked again for IR validity."""
+        """A new manager with ``passes`` applied (a list or a ``PassManager``, to every
+        method, or per method when a dict); the result is checked again for IR validity."""
         config = compile_config or self.compile_config
         new: dict[str, ExportedProgram] = {}
         for name, ep in self._edge_programs.items():
             plist = passes.get(name) if isinstance(passes, Mapping) else passes
+            if isinstance(plist, FxPassManager):
+                plist = [plist]  # one pass that runs its own list
             if not plist:
                 new[name] = ep
                 continue
@@ -296,10 +302,25 @@ class EdgeProgramManager:
     ) -> ExecutorchProgramManager:
         """Lower every method to the executorch dialect, plan memory, emit and serialize."""
         config = config or ExecutorchBackendConfig()
+        config.check_supported()
+        planners = {
+            name: _per_method(config.memory_planning_pass, name, None) or MemoryPlanningPass()
+            for name in self._edge_programs
+        }
+        # Buffers a method mutates are state in every method that shares them.
+        shared_state = frozenset(
+            fqn
+            for ep in self._edge_programs.values()
+            for fqn in ep.graph_signature.buffers_to_mutate.values()
+            if any(getattr(p, "share_mutable_buffers", False) for p in planners.values())
+        )
         programs = {
-            name: _to_executorch_program(name, ep, config)
+            name: _to_executorch_program(name, ep, config, planners[name], shared_state)
             for name, ep in self._edge_programs.items()
         }
+        for planner in {id(p): p for p in planners.values()}.values():
+            if hasattr(planner, "run_multimethod"):
+                planner.run_multimethod()
         check_kernels(
             {n: ep.graph_module for n, ep in programs.items()}, strict=config.check_kernels
         )
@@ -312,32 +333,55 @@ def _per_method(value: Any, name: str, default: Any) -> Any:
     return value if value is not None else default
 
 
+_AUTO_FUNCTIONALIZED = tuple(
+    op
+    for op in (
+        getattr(torch.ops.higher_order, "auto_functionalized", None),
+        getattr(torch.ops.higher_order, "auto_functionalized_v2", None),
+    )
+    if op is not None
+)
+
+
+def _without_auto_functionalized(ep: ExportedProgram) -> ExportedProgram:
+    """Custom operators that mutate their inputs appear functionalized
+    (``auto_functionalized(_v2)``); the program calls the mutating operator itself, on
+    its inputs' memory, as the official exporter does."""
+    if not any(
+        node.target in _AUTO_FUNCTIONALIZED
+        for g in graph_modules(ep.graph_module)
+        for node in g.graph.nodes
+    ):
+        return ep
+    from torch.export._remove_auto_functionalized_pass import (
+        unsafe_remove_auto_functionalized_pass,
+    )
+
+    ep = copy.copy(ep)
+    ep._graph_module = copy_graph_module(ep.graph_module)
+    return unsafe_remove_auto_functionalized_pass(ep)
+
+
 def _to_executorch_program(
-    name: str, ep: ExportedProgram, config: ExecutorchBackendConfig
+    name: str,
+    ep: ExportedProgram,
+    config: ExecutorchBackendConfig,
+    planner: Any,
+    shared_state: frozenset[str] = frozenset(),
 ) -> ExportedProgram:
+    ep = _without_auto_functionalized(ep)
     gm = copy_graph_module(ep.graph_module)
     gm = _run_passes(gm, list(config.passes))
     fake_mode = fake_mode_of(gm)
     bmm_to_mm(gm, fake_mode)
     remove_redundant_copies(gm)
     signature = insert_write_back(ep, gm)
-    sym_eval = (
-        _per_method(config.sym_shape_eval_pass, name, None) or ConstraintBasedSymShapeEvalPass()
-    )
-    if not hasattr(sym_eval, "bound_shape"):
-        raise TypeError(
-            f"sym_shape_eval_pass for {name!r} must be a pyexecutorch sym-shape pass "
-            "(ConstraintBasedSymShapeEvalPass or HintBasedSymShapeEvalPass)"
-        )
-    propagate_specs(ep, gm, sym_eval)
-    remove_asserts(gm)
+    propagate_specs(ep, gm, sym_shape_eval_pass_for(config, name), shared_state)
+    gm = run_pass(RemoveGraphAssertsPass(), gm)
     signature = fold_batch_norm(gm, signature, fake_mode)
     signature = fold_constants(gm, signature, fake_mode)
-    if config.remove_view_copy:
-        replace_view_copies(gm)
-        eliminate_dead_code(gm)
-    to_out_variants(gm, method=name)
-    planner = _per_method(config.memory_planning_pass, name, None) or MemoryPlanningPass()
+    for p in pre_memory_planning_passes(config, name):
+        gm = run_pass(p, gm)
     if hasattr(planner, "run"):
         res = planner.run(gm, signature)
     else:
@@ -397,6 +441,29 @@ class ExecutorchProgramManager:
     @property
     def delegate_map(self) -> dict:
         return self._emitter_output.delegate_map
+
+    @property
+    def instruction_id_to_num_outs_map(self) -> dict[str, dict[int, int]]:
+        """{method: {delegate call's instruction index: its number of outputs}}."""
+        return self._emitter_output.instruction_id_to_num_outs_map
+
+    @property
+    def _tensor_data(self) -> dict[str, bytes]:
+        """The encoded ``.ptd`` files by file tag (empty when nothing is external)."""
+        from pyexecutorch.schema.flat_tensor import encode_ptd_chunks
+
+        align = self._config.segment_alignment
+        return {
+            tag: b"".join(encode_ptd_chunks(ptd, segment_alignment=align))
+            for tag, ptd in self.data_files.items()
+        }
+
+    def save(self, path: str) -> None:
+        """Write the ``.pte`` to ``path``, which must end with ``.pte``."""
+        if not str(path).endswith(".pte"):
+            raise ValueError(f"Path {path} does not end with .pte")
+        with open(path, "wb") as f:
+            self.write_to_file(f)
 
     @property
     def memory_plans(self) -> dict[str, dict[str, Any]]:

@@ -8,9 +8,12 @@ Switching from the official bindings is one import::
 
 Differences from the official bindings:
 
-- Tensor outputs are torch tensors when torch is already imported and numpy
-  arrays otherwise (the official bindings import torch themselves);
-  ``PYEXECUTORCH_TENSOR_OUTPUT=torch|numpy`` forces one.
+- Tensor outputs are torch tensors when torch is already imported and
+  ``ExecuTorchResult`` objects otherwise (the official bindings import torch
+  when it is installed); ``EXECUTORCH_PYBINDINGS_TENSOR_OUTPUT=torch|executorch``
+  forces one, as does our ``PYEXECUTORCH_TENSOR_OUTPUT=torch|executorch|numpy``
+  (``numpy``: plain numpy arrays). ``_tensor_output`` says which, ``_uses_aten``
+  is False.
 - ``clone_outputs=False`` returns views of the method's planned memory, valid
   until the method runs again.
 - ETDump is not implemented yet: ``enable_etdump=True`` is accepted, and
@@ -34,6 +37,7 @@ from pyexecutorch.portable_lib.api import (
     _is_available,
     _load_for_executorch,
     _load_for_executorch_from_buffer,
+    _load_for_executorch_from_data_loader,
     _load_program,
     _load_program_from_buffer,
     _reset_profile_results,
@@ -41,10 +45,31 @@ from pyexecutorch.portable_lib.api import (
     _threadpool_get_thread_count,
     _unsafe_reset_threadpool,
 )
-from pyexecutorch.runtime import Verification
+from pyexecutorch.portable_lib.result import ExecuTorchResult, tensor_output
+from pyexecutorch.runtime import (
+    BufferDataLoader,
+    DataLoader,
+    FileDataLoader,
+    MmapDataLoader,
+    Verification,
+)
+
+_uses_aten = False
+
+
+def __getattr__(name: str):  # noqa: ANN202 - module attribute hook
+    if name == "_tensor_output":  # read live: the environment may change
+        return tensor_output()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "BufferDataLoader",
+    "DataLoader",
+    "FileDataLoader",
+    "MmapDataLoader",
     "ExecuTorchMethod",
+    "ExecuTorchResult",
     "ExecuTorchModule",
     "ExecuTorchProgram",
     "MethodMeta",
@@ -58,6 +83,7 @@ __all__ = [
     "_is_available",
     "_load_for_executorch",
     "_load_for_executorch_from_buffer",
+    "_load_for_executorch_from_data_loader",
     "_load_program",
     "_load_program_from_buffer",
     "_reset_profile_results",

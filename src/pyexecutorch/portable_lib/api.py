@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
+from pyexecutorch.runtime.data_loader import is_data_loader
 from pyexecutorch.runtime.io import (
     ERROR_ACCESS_FAILED,
     ERROR_INVALID_ARGUMENT,
@@ -35,7 +37,6 @@ from pyexecutorch.runtime.io import (
     input_decls,
     normalize_inputs,
     read_input,
-    tensor_output_kind,
 )
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.program import Program, Runtime, Verification
@@ -102,16 +103,32 @@ def _attribute(loaded: LoadedMethod, name: str) -> Any:
             if i in loaded.constant_values or not value.flags.writeable:
                 # Constant data is never handed out writable: numpy gets a
                 # read-only view, torch (whose tensors cannot be read-only) a copy.
-                if tensor_output_kind() == "torch":
-                    return convert_outputs([value], clone=True)[0]
+                if tensor_output() == "torch":
+                    return outputs_for_caller([value], clone=True)[0]
                 view = value.view()
                 view.flags.writeable = False
-                return view
-            return convert_outputs([value], clone=False)[0]
+                return outputs_for_caller([view], clone=False)[0]
+            return outputs_for_caller([value], clone=False)[0]
     raise RuntimeError(
         f"Failed to get attribute '{name}' for method '{loaded.name}', error: 0x{ERROR_NOT_FOUND:x}: "
         f"method '{loaded.name}' has no tensor named '{name}'"
     )
+
+
+def outputs_for_caller(
+    values: Sequence[Any],
+    *,
+    clone: bool = True,
+    inputs: Sequence[Input] = (),
+    method: str = "",
+) -> list[Any]:
+    """A method's outputs as torch tensors, ``ExecuTorchResult`` objects or numpy
+    arrays (see :func:`pyexecutorch.portable_lib.result.tensor_output`)."""
+    kind = tensor_output()
+    if kind == "torch":
+        return convert_outputs(values, clone=clone, inputs=inputs, method=method, kind="torch")
+    out = convert_outputs(values, clone=clone, inputs=inputs, method=method, kind="numpy")
+    return wrap_outputs(out) if kind == "executorch" else out
 
 
 class _Etdump:
@@ -196,7 +213,7 @@ class ExecuTorchModule:
             self._failed.discard(method_name)
             self._retained[method_name] = current
             _run(loaded)
-            return convert_outputs(
+            return outputs_for_caller(
                 loaded.outputs(), clone=clone_outputs, inputs=current, method=method_name
             )
 
@@ -306,7 +323,7 @@ class ExecuTorchMethod:
                     f"Method '{self._name}' has no outputs to return: it has not executed since its last "
                     "set_inputs(), or that execution failed. Call execute() first."
                 )
-            return convert_outputs(
+            return outputs_for_caller(
                 self._loaded.outputs(), clone=clone_outputs, inputs=self._inputs, method=self._name
             )
 
@@ -362,6 +379,7 @@ class ExecuTorchProgram:
         with self._lock:
             plan = self._plan_or_raise(method_name)
             program = self._program
+            program.ensure_segments(method_name)
             # A fresh method each time, with memory of its own, so that two
             # method objects never share state. (The runtime's Program caches
             # one method per name; these are loaded beside it.)
@@ -462,6 +480,24 @@ def _load_for_executorch_from_buffer(
         None if data_map_buffer is None else _owned_buffer(data_map_buffer, "data_map_buffer"),
         program_verification,
     )
+    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+
+
+def _load_for_executorch_from_data_loader(
+    loader: Any,
+    data_path: str | os.PathLike | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+) -> ExecuTorchModule:
+    """Load a program through a data loader (``FileDataLoader``, ``MmapDataLoader``,
+    ``BufferDataLoader`` or any object with ``size`` and ``load(offset, size)``);
+    segments are read when a method needs them."""
+    if not is_data_loader(loader):
+        raise TypeError(
+            "loader must be a data loader with size and load(offset, size), got "
+            f"{type(loader).__name__}"
+        )
+    program = _load(loader, None if data_path is None else os.fspath(data_path), 1)
     return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
 
 

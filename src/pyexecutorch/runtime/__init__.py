@@ -7,6 +7,12 @@
 
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
 from pyexecutorch.runtime.compiled import JitUnavailableError
+from pyexecutorch.runtime.data_loader import (
+    BufferDataLoader,
+    DataLoader,
+    FileDataLoader,
+    MmapDataLoader,
+)
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -27,13 +33,17 @@ __all__ = [
     "BackendInitContext",
     "BackendInterface",
     "BackendRegistry",
+    "BufferDataLoader",
+    "DataLoader",
     "ExecutionError",
+    "FileDataLoader",
     "InvalidProgramError",
     "JitUnavailableError",
     "Method",
     "MethodMeta",
     "MissingBackendError",
     "MissingOperatorError",
+    "MmapDataLoader",
     "OperatorRegistry",
     "Program",
     "Runtime",

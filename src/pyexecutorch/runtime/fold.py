@@ -94,7 +94,8 @@ def fold_constants(method: Any, written: set[int], flow: Flow | None) -> set[int
         target = np.empty_like(capacity[j])  # same shape, dtype and dim order
         try:
             with quiet_fp():
-                result = k.fn(*(method.load_time_value(i) for i in args[:-1]), target)
+                fn = method.widened_kernel(k, args, outs) or k.fn
+                result = fn(*(method.load_time_value(i) for i in args[:-1]), target)
         except Exception:  # noqa: BLE001 - it then fails at run time, with the run's error
             continue
         if not isinstance(result, np.ndarray) or result.shape != target.shape:

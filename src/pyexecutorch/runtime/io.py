@@ -34,8 +34,10 @@ import numpy as np
 from pyexecutorch.runtime.meta import Tag, scalar_type_name, tag_of
 from pyexecutorch.schema.program import ExecutionPlan, Tensor, TensorShapeDynamism
 from pyexecutorch.schema.scalar_type import (
+    DTYPE_TO_SCALAR_TYPE,
     SCALAR_TYPE_ITEMSIZE,
     SCALAR_TYPE_TO_DTYPE,
+    SCALAR_TYPE_TORCH_NAME,
     ScalarType,
 )
 
@@ -93,12 +95,33 @@ _TORCH_DTYPES: dict[str, ScalarType] = {
     "complex128": ST.COMPLEX128,
     "bool": ST.BOOL,
     "bfloat16": ST.BFLOAT16,
+    "float8_e5m2": ST.FLOAT8E5M2,
+    "float8_e4m3fn": ST.FLOAT8E4M3FN,
+    "float8_e5m2fnuz": ST.FLOAT8E5M2FNUZ,
+    "float8_e4m3fnuz": ST.FLOAT8E4M3FNUZ,
     "uint16": ST.UINT16,
     "uint32": ST.UINT32,
     "uint64": ST.UINT64,
 }
 # Types numpy cannot hold are carried as raw bits of the same width.
-_RAW_BITS = {ST.BFLOAT16: np.dtype(np.uint16), ST.COMPLEX32: np.dtype(np.uint32)}
+_RAW_BITS = {ST.COMPLEX32: np.dtype(np.uint32)}
+# torch dtypes numpy lacks (ml_dtypes holds them) cross over as integers of their width.
+_TORCH_BITS = {1: "uint8", 2: "int16", 4: "int32"}
+
+
+def _torch_view(torch: Any, t: Any, dtype: np.dtype) -> np.ndarray:
+    """The numpy array of a torch tensor whose dtype numpy only has through ml_dtypes."""
+    return t.view(getattr(torch, _TORCH_BITS[dtype.itemsize])).numpy().view(dtype)
+
+
+def torch_from_array(torch: Any, arr: np.ndarray) -> Any:
+    """A torch tensor sharing ``arr``'s memory (ml_dtypes arrays included)."""
+    if arr.dtype.kind != "V":
+        return torch.from_numpy(arr)
+    name = SCALAR_TYPE_TORCH_NAME[DTYPE_TO_SCALAR_TYPE[arr.dtype]]
+    bits = arr.view(np.dtype(_TORCH_BITS[arr.dtype.itemsize]))
+    return torch.from_numpy(bits).view(getattr(torch, name))
+
 
 # DLPack (type code, bits) -> scalar type.
 _DLPACK_DTYPES: dict[tuple[int, int], ScalarType] = {
@@ -338,6 +361,9 @@ def read_input(value: Any, decl: InputDecl, method: str) -> Input:
             return Input(None)
         elif isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
             return Input(value)
+        elif hasattr(value, "__result_array__"):
+            # portable_lib's ExecuTorchResult: its numpy memory, any dtype included.
+            inp = _from_buffer(value.__result_array__(), decl, where)
         elif _prefers_dlpack(value):
             inp = _from_dlpack(value, decl, where)
         elif isinstance(value, (np.ndarray, np.generic)) or _has_buffer(value):
@@ -471,10 +497,9 @@ def _from_torch(t: Any, decl: InputDecl, where: str) -> Input:
         dtype = _RAW_BITS.get(scalar_type) or SCALAR_TYPE_TO_DTYPE[scalar_type]
         return Input(np.empty(shape, dtype=dtype), scalar_type)
     detached = t.detach()
-    raw = _RAW_BITS.get(scalar_type)
-    if raw is not None:
-        torch = sys.modules["torch"]
-        arr = detached.view({2: torch.int16, 4: torch.int32}[raw.itemsize]).numpy().view(raw)
+    raw = _RAW_BITS.get(scalar_type) or SCALAR_TYPE_TO_DTYPE[scalar_type]
+    if scalar_type in _RAW_BITS or raw.kind == "V":
+        arr = _torch_view(sys.modules["torch"], detached, raw)
     else:
         arr = detached.numpy()
     converted = _in_layout(arr, decl)
@@ -514,6 +539,8 @@ def _buffer_scalar_type(fmt: str, itemsize: int, where: str) -> ScalarType:
 def _array_scalar_type(arr: np.ndarray) -> ScalarType | None:
     """The scalar type of a native-order numeric array (None: read it through its buffer)."""
     dtype = arr.dtype
+    if dtype.kind == "V":
+        return DTYPE_TO_SCALAR_TYPE.get(dtype)  # bfloat16, float8 (ml_dtypes)
     if not dtype.isnative or dtype.kind not in "biufc":
         return None
     return _BY_KIND_AND_SIZE.get((dtype.kind, dtype.itemsize))
@@ -592,7 +619,7 @@ def _raw_bfloat16(arr: np.ndarray, strides: tuple[int, ...], decl: InputDecl, wh
             where,
             f"raw bfloat16 input has {arr.nbytes} bytes, but the method expects {decl.nbytes}",
         )
-    bits = arr.copy().view(np.uint16)
+    bits = arr.copy().view(SCALAR_TYPE_TO_DTYPE[ST.BFLOAT16])
     order = decl.dim_order
     memory = bits.reshape([decl.sizes[d] for d in order])
     return Input(memory.transpose(np.argsort(order)), ST.BFLOAT16)
@@ -870,9 +897,12 @@ def tensor_output_kind() -> str:
     """``"torch"`` or ``"numpy"``: what tensor outputs are returned as."""
     forced = _forced_output_kind()
     if forced:
-        if forced not in ("torch", "numpy"):
-            raise ValueError(f"{OUTPUT_ENV} must be either 'torch' or 'numpy', but was '{forced}'")
-        return forced
+        if forced not in ("torch", "numpy", "executorch"):
+            raise ValueError(
+                f"{OUTPUT_ENV} must be either 'torch', 'executorch' or 'numpy', but was '{forced}'"
+            )
+        # The runtime's own API has no ExecuTorchResult: "executorch" is numpy here.
+        return "numpy" if forced == "executorch" else forced
     return "torch" if _loaded_torch() is not None else "numpy"
 
 
@@ -899,15 +929,19 @@ def convert_outputs(
     clone: bool = True,
     inputs: Sequence[Input] = (),
     method: str = "",
+    kind: str | None = None,
 ) -> list[Any]:
     """Outputs as the caller receives them.
 
     Tensors are copies with ``clone``; without it they are views of the
     method's memory, valid until the method runs again, and a torch output
-    whose memory lies in a torch input is a view of that input.
+    whose memory lies in a torch input is a view of that input. ``kind``
+    ("torch" or "numpy") overrides :func:`tensor_output_kind`.
     """
-    forced = _forced_output_kind()
-    if forced is None:  # the usual case, decided without the checks below
+    forced = _forced_output_kind() if kind is None else kind
+    if kind is not None:
+        torch = _torch_for_outputs() if kind == "torch" else None
+    elif forced is None:  # the usual case, decided without the checks below
         torch = sys.modules.get("torch")
         if torch is not None and not hasattr(torch, "from_numpy"):
             torch = None  # blocked (sys.modules["torch"] = None) or not torch
@@ -924,7 +958,7 @@ def convert_outputs(
         from_numpy = torch.from_numpy
         return [
             from_numpy(v)
-            if type(v) is np.ndarray and v.flags.writeable
+            if type(v) is np.ndarray and v.flags.writeable and v.dtype.kind != "V"
             else _output(v, clone, torch, borrowed, method)
             for v in values
         ]
@@ -943,7 +977,7 @@ def _output(
                 return alias
         if clone or not value.flags.writeable:
             value = value.copy(order="K")  # torch tensors cannot be read-only
-        return torch.from_numpy(value)
+        return torch_from_array(torch, value)
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, (list, tuple)):

@@ -44,6 +44,7 @@ from pyexecutorch.runtime.errors import (
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.fusion import FusedCall, fuse
 from pyexecutorch.runtime.io import ExactSlot
+from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.views import ViewElider, identity
 from pyexecutorch.schema.program import (
@@ -77,6 +78,31 @@ _STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_sca
 
 
 @dataclass
+class SharedArenas:
+    """The arenas a program's methods share: memory ids 2 and up, where
+    ``share_mutable_buffers`` places the state every method reads and writes (sized to
+    the largest method's), and which initial states have been written."""
+
+    arenas: dict[int, np.ndarray]
+    initialized: set[tuple[int, int]]
+
+    @staticmethod
+    def of(plans: Sequence[ExecutionPlan]) -> SharedArenas | None:
+        sizes: dict[int, int] = {}
+        for plan in plans:
+            for mem_id, size in enumerate(plan.non_const_buffer_sizes):
+                if mem_id >= SHARED_FROM_MEMORY_ID:
+                    sizes[mem_id] = max(sizes.get(mem_id, 0), max(size, 0))
+        if not sizes:
+            return None
+        return SharedArenas({m: np.zeros(n, dtype=np.uint8) for m, n in sizes.items()}, set())
+
+
+# Memory id 1 holds each method's own activations; ids from 2 are shared state.
+SHARED_FROM_MEMORY_ID = 2
+
+
+@dataclass
 class InputSpec:
     """How one method input is accepted: a tensor of a dtype and (bound) shape, or a scalar."""
 
@@ -100,14 +126,19 @@ class LoadedMethod:
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         jit: bool = False,
+        shared: SharedArenas | None = None,
     ) -> None:
         self.name = plan.name
         self.jit = jit  # the compiled tier: fused loops and compiled kernel forms
         self.plan = plan
         self._pte = pte
         self._named_data = named_data or {}
+        self._shared = shared
         self.arenas = [
-            np.zeros(max(size, 0), dtype=np.uint8) for size in plan.non_const_buffer_sizes
+            shared.arenas[mem_id]
+            if shared is not None and mem_id in shared.arenas
+            else np.zeros(max(size, 0), dtype=np.uint8)
+            for mem_id, size in enumerate(plan.non_const_buffer_sizes)
         ]
         self.values: list[Any] = [None] * len(plan.values)
         # Planned storage of each tensor value (upper-bound shape for dynamic ones).
@@ -149,7 +180,7 @@ class LoadedMethod:
                 )
             arr = view_of(arena, alloc.memory_offset, sizes, order, dtype)
             initial = self._initial_data(i, t, dtype, sizes, order)
-            if initial is not None:
+            if initial is not None and self._first_placement(alloc.memory_id, alloc.memory_offset):
                 arr[...] = initial
             return arr
         if extra is not None and extra.location == 1:  # TensorDataLocation.EXTERNAL
@@ -172,6 +203,18 @@ class LoadedMethod:
         if t.shape_dynamism == TensorShapeDynamism.DYNAMIC_UNBOUND:
             return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
         return np.zeros(sizes, dtype=dtype)
+
+    def _first_placement(self, mem_id: int, offset: int) -> bool:
+        """Whether a tensor's initial state may be written at (arena, offset): always in
+        this method's own arenas; in a shared one only by the first method to load, so
+        that loading a method does not reset state another method has written."""
+        shared = self._shared
+        if shared is None or mem_id not in shared.arenas:
+            return True
+        if (mem_id, offset) in shared.initialized:
+            return False
+        shared.initialized.add((mem_id, offset))
+        return True
 
     def _readonly_view(self, storage: Any, i: int, sizes, order, dtype) -> np.ndarray:  # noqa: ANN001
         view = memoryview(storage).cast("B")
@@ -349,6 +392,10 @@ class LoadedMethod:
                     continue
                 k = self.kernels[a.op_index]
                 args, outs = self.kernel_layout(k, a)
+                low = self.widened_kernel(k, args, outs)
+                if low is not None:  # bfloat16 / float8: the reference kernel in float32
+                    decisions[c, pc] = ("call", low)
+                    continue
                 fast = self._specialized(k, args, written, read)
                 if c == 0 and (view := elider.view_for(pc, args, outs, fast)) is not None:
                     decisions[c, pc] = ("view", view)
@@ -555,6 +602,13 @@ class LoadedMethod:
             elif writers.get(j) and writers[j] == inline_outs.get(j, 0):
                 fixed.add(j)
         return fixed
+
+    def widened_kernel(self, k, args: list[int], outs: list[int]):  # noqa: ANN001, ANN202
+        """The kernel computing in float32 when the call touches bfloat16 or float8
+        tensors (see :mod:`pyexecutorch.runtime.low_precision`), else None."""
+        if not any(is_low(self.values[j]) for j in args if j < len(self.values)):
+            return None
+        return widened(k.fn, len(args) - len(outs), len(outs))
 
     def _specialized(self, k, args: list[int], written: set[int], read: set[int]):  # noqa: ANN001, ANN202
         """The kernel's load-time fast path for these arguments, or the kernel itself.

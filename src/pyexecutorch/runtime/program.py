@@ -9,6 +9,13 @@ from typing import Any
 
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.data_loader import (
+    LoadedBytes,
+    is_data_loader,
+    load_checked,
+    loader_size,
+    segments_for_method,
+)
 from pyexecutorch.runtime.io import (
     Input,
     check_install,
@@ -21,6 +28,7 @@ from pyexecutorch.runtime.loader import open_bytes
 from pyexecutorch.runtime.meta import MethodMeta
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.threads import set_threads
+from pyexecutorch.runtime.method import LoadedMethod, SharedArenas
 from pyexecutorch.runtime.verify import verify_program
 from pyexecutorch.schema.pte import PteFile, decode_pte
 
@@ -107,11 +115,15 @@ class Program:
         self._pte = pte
         self.jit = jit  # whether its methods use the compiled tier
         self._keepalive = keepalive
+        # A program read through a data loader reads segments as methods need them.
+        self._lazy = keepalive if isinstance(keepalive, LoadedBytes) else None
         self._named = dict(pte.named_data and {k: b.data for k, b in pte.named_data.items()} or {})
         if named_data:
             self._named.update(named_data)
         self._backend_options = backend_options
         self._plans = {plan.name: plan for plan in pte.program.execution_plan}
+        # State planned with share_mutable_buffers lives once for all methods.
+        self._shared = SharedArenas.of(pte.program.execution_plan)
         self._methods: dict[str, Method] = {}
         self._lock = threading.Lock()
 
@@ -134,16 +146,23 @@ class Program:
         with self._lock:
             method = self._methods.get(name)
             if method is None:
+                self.ensure_segments(name)
                 loaded = LoadedMethod(
                     self._pte,
                     self._plan(name),
                     named_data=self._named,
                     backend_options=self._backend_options,
                     jit=self.jit,
+                    shared=self._shared,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
             return method
+
+    def ensure_segments(self, name: str) -> None:
+        """Read the segments method ``name`` needs (a program read through a loader)."""
+        if self._lazy is not None:
+            self._lazy.ensure(segments_for_method(self._pte, self._plan(name)))
 
     def metadata(self, name: str) -> MethodMeta:
         return MethodMeta(self._plan(name))
@@ -156,7 +175,11 @@ def _named_data_of(data_files: Sequence[Any]) -> dict[str, Any]:
     from pyexecutorch.schema import flat_tensor  # noqa: PLC0415 - only programs with .ptd files need it
 
     for source in data_files:
-        buf = open_bytes(source, "data")
+        if is_data_loader(source):
+            total = loader_size(source)
+            buf = load_checked(source, 0, total, total)
+        else:
+            buf = open_bytes(source, "data")
         ptd = flat_tensor.decode_ptd(buf)
         for key, entry in ptd.entries.items():
             named[key] = entry.data
@@ -215,11 +238,18 @@ class Runtime:
         use_jit = compiled.enabled(jit)
         if threads is not None:
             set_threads(threads)
+        """Load a program from a path, bytes-like object, binary file object or data
+        loader (see :mod:`pyexecutorch.runtime.data_loader`); ``data_files`` (``.ptd``)
+        may be any of these too."""
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
-        buf = open_bytes(data)
+        lazy = LoadedBytes(data) if is_data_loader(data) else None
+        buf = lazy.buffer if lazy is not None else open_bytes(data)
         pte = decode_pte(buf)
+        if lazy is not None:
+            lazy.attach(pte)
+            buf = lazy
         if verification == Verification.InternalConsistency:
             verify_program(pte)
         if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):

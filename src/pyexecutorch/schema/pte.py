@@ -98,6 +98,20 @@ class NamedBlob:
 
 
 @dataclass
+class SegmentMap:
+    """Where a decoded file's segments were: ``spans[i]`` is segment ``i``'s (absolute
+    offset, size); the others name which segment holds the constants, the mutable
+    data, each entry of ``delegate_segments`` and each named blob. A loader that reads
+    segments on demand uses it; encoding ignores it."""
+
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    constants: int | None = None
+    mutable: int | None = None
+    delegates: list[int] = field(default_factory=list)
+    named: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class PteFile:
     """A decoded ``.pte``: the program and the data that lives in segments.
 
@@ -116,6 +130,7 @@ class PteFile:
     mutable_data: list[Any] | None = None
     named_data: dict[str, NamedBlob] = field(default_factory=dict)
     header: ExtendedHeader | None = None
+    segment_map: SegmentMap | None = None
 
 
 def _as_view(data: Any) -> memoryview:
@@ -157,6 +172,7 @@ def decode_pte(data: Any) -> PteFile:
     # The official serializer omits the header when all segments are empty
     # (a program without constants still lists one empty constant segment).
     segments: list[memoryview] = []
+    where = SegmentMap()
     for i, seg in enumerate(program.segments):
         if header is None:
             if seg.size:
@@ -171,6 +187,7 @@ def decode_pte(data: Any) -> PteFile:
                 f"segment {i} extends past the end of the file: offset {start} + size {seg.size} > {size}"
             )
         segments.append(view[start : start + seg.size])
+        where.spans.append((start, seg.size))
 
     def segment(index: int, what: str) -> memoryview:
         if index >= len(segments):
@@ -183,6 +200,7 @@ def decode_pte(data: Any) -> PteFile:
     cs = program.constant_segment
     if cs is not None and cs.offsets:
         blob = segment(cs.segment_index, "constant_segment")
+        where.constants = cs.segment_index
         program.constant_buffer = _split_subsegments(blob, cs.offsets, "constant_segment")
         _trim_to_tensors(program.constant_buffer, program, mutable=False)
     program.constant_segment = None
@@ -194,6 +212,7 @@ def decode_pte(data: Any) -> PteFile:
                 f"{len(program.mutable_data_segments)} mutable data segments; at most 1 is supported"
             )
         ms = program.mutable_data_segments[0]
+        where.mutable = ms.segment_index
         mutable = _split_subsegments(
             segment(ms.segment_index, "mutable_data_segments[0]"),
             ms.offsets,
@@ -215,6 +234,7 @@ def decode_pte(data: Any) -> PteFile:
                 if ref.index not in renumber:
                     renumber[ref.index] = len(delegate_segments)
                     delegate_segments.append(segment(ref.index, what))
+                    where.delegates.append(ref.index)
                 delegate.processed = BackendDelegateDataReference(
                     DataLocation.SEGMENT, renumber[ref.index]
                 )
@@ -232,9 +252,10 @@ def decode_pte(data: Any) -> PteFile:
         offset = program.segments[entry.segment_index].offset
         alignment = min(offset & -offset, _MAX_INFERRED_ALIGNMENT) if offset else 1
         named[entry.key] = NamedBlob(blob, alignment)
+        where.named[entry.key] = entry.segment_index
     program.named_data = None
     program.segments = []
-    return PteFile(program, delegate_segments, mutable, named, header)
+    return PteFile(program, delegate_segments, mutable, named, header, where)
 
 
 def _split_subsegments(blob: memoryview, offsets: list[int], what: str) -> list[Buffer]:

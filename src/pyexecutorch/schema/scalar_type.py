@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 
+import ml_dtypes
 import numpy as np
 
 
@@ -40,9 +41,15 @@ class ScalarType(enum.IntEnum):
     UINT64 = 29
 
 
-# Types without a numpy equivalent (bfloat16, float8, quantized) are absent:
-# callers raise a clear error naming the type instead of misreading bytes.
+# bfloat16 and the float8 types are ml_dtypes' numpy dtypes (the library JAX uses);
+# types without a numpy equivalent (complex32, quantized) are absent: callers raise a
+# clear error naming the type instead of misreading bytes.
 SCALAR_TYPE_TO_DTYPE: dict[ScalarType, np.dtype] = {
+    ScalarType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    ScalarType.FLOAT8E5M2: np.dtype(ml_dtypes.float8_e5m2),
+    ScalarType.FLOAT8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
+    ScalarType.FLOAT8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    ScalarType.FLOAT8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
     ScalarType.BYTE: np.dtype(np.uint8),
     ScalarType.CHAR: np.dtype(np.int8),
     ScalarType.SHORT: np.dtype(np.int16),
@@ -110,6 +117,42 @@ SCALAR_TYPE_NAME: dict[ScalarType, str] = {
     ScalarType.UINT32: "UInt32",
     ScalarType.UINT64: "UInt64",
 }
+
+
+# How torch spells each dtype (``str(torch_dtype)`` without ``torch.``).
+SCALAR_TYPE_TORCH_NAME: dict[ScalarType, str] = {
+    ScalarType.BYTE: "uint8",
+    ScalarType.CHAR: "int8",
+    ScalarType.SHORT: "int16",
+    ScalarType.INT: "int32",
+    ScalarType.LONG: "int64",
+    ScalarType.HALF: "float16",
+    ScalarType.FLOAT: "float32",
+    ScalarType.DOUBLE: "float64",
+    ScalarType.COMPLEX32: "complex32",
+    ScalarType.COMPLEX64: "complex64",
+    ScalarType.COMPLEX128: "complex128",
+    ScalarType.BOOL: "bool",
+    ScalarType.QINT8: "qint8",
+    ScalarType.QUINT8: "quint8",
+    ScalarType.QINT32: "qint32",
+    ScalarType.BFLOAT16: "bfloat16",
+    ScalarType.QUINT4X2: "quint4x2",
+    ScalarType.QUINT2X4: "quint2x4",
+    ScalarType.BITS16: "bits16",
+    ScalarType.FLOAT8E5M2: "float8_e5m2",
+    ScalarType.FLOAT8E4M3FN: "float8_e4m3fn",
+    ScalarType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    ScalarType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    ScalarType.UINT16: "uint16",
+    ScalarType.UINT32: "uint32",
+    ScalarType.UINT64: "uint64",
+}
+
+
+def torch_name_of(dtype: np.dtype) -> str:
+    """torch's spelling of a numpy dtype ("float32", "bfloat16"); ``TypeError`` otherwise."""
+    return SCALAR_TYPE_TORCH_NAME[scalar_type_of(dtype)]
 
 
 def dtype_of(scalar_type: int) -> np.dtype:

@@ -235,6 +235,7 @@ class MethodEmitter:
         self.emit_stacktrace = bool(getattr(config, "emit_stacktrace", False))
         self.emit_mutable_buffer_names = bool(getattr(config, "emit_mutable_buffer_names", False))
         self.external_constants = getattr(config, "external_constants", False)
+        self.external_mutable_weights = getattr(config, "external_mutable_weights", False)
 
         self.values: list[EValue] = []
         self._const_keys: dict[tuple, int] = {}
@@ -454,7 +455,9 @@ class MethodEmitter:
                 ),
             )
             layout = TensorLayout(tensor.scalar_type, list(tensor.sizes), list(tensor.dim_order))
-            self.state.add_external(tag, fqn, data, layout)
+            tensor.extra_tensor_info.fully_qualified_name = self.state.add_external(
+                tag, fqn, data, layout
+            )
             return self._new(tensor)
         buffer_index = self.state.add_constant(data)
         return self._new(make_tensor(spec, data_buffer_idx=buffer_index, extra=extra))
@@ -529,6 +532,10 @@ class MethodEmitter:
         self._params = sig.inputs_to_parameters
         self._buffers = sig.inputs_to_buffers
         self._lifted = sig.inputs_to_lifted_tensor_constants
+        # Weights the program trains (external_mutable_weights moves them to a .ptd).
+        self._trained = {
+            s.target for s in sig.output_specs if s.kind == OutputKind.GRADIENT_TO_PARAMETER
+        }
         self._mutated = set(sig.buffers_to_mutate.values())
         out_leaves = self._walk(gm, self._top_placeholder)
         outputs = self._top_outputs(out_leaves, sig)
@@ -744,7 +751,10 @@ class MethodEmitter:
                 result = self._spec_value(spec)
                 kernel_args.append(result)
         else:
+            # An operator returning nothing (a custom op mutating its inputs) still
+            # ends with a return slot, a None, as the official emitter writes it.
             result = None
+            kernel_args.append(self._null())
         index = self._kernel(info.name, info.overload, kernel_args, node)
         self._debug_handle(index, node)
         return result
@@ -830,6 +840,8 @@ class MethodEmitter:
             return self._mutable_buffer(node, spec, fqn, tensor)
 
         tag = None if target in self._lifted else self._external_tag(node)
+        if tag is None and self.external_mutable_weights and fqn in self._trained:
+            tag = DEFAULT_EXTERNAL_TAG
         if tag is None and is_external(spec_extra_info(spec)):
             tag = DEFAULT_EXTERNAL_TAG
         index = self._const_tensor(tensor, spec, external=(tag, fqn) if tag is not None else None)

@@ -92,16 +92,26 @@ class ProgramState:
     def add_mutable_initial(self, data: np.ndarray) -> int:
         return self.mutable.add(data)
 
-    def add_external(self, tag: str, key: str, data: Any, layout: TensorLayout | None) -> None:
+    def add_external(self, tag: str, key: str, data: Any, layout: TensorLayout | None) -> str:
+        """Store ``data`` under ``key`` in file ``tag``; returns the key it is stored under.
+
+        A name derived from weights (``l.weight:permute_copy``, see
+        ``passes.const_fold.derived_name``) that two different values share, as when
+        two methods fold one weight differently, gets a digest of its bytes appended.
+        """
         group = self.external.setdefault(tag, {})
         old = group.get(key)
         if old is not None:
-            if not np.array_equal(_as_bytes_array(old.data), _as_bytes_array(data)):
+            if np.array_equal(_as_bytes_array(old.data), _as_bytes_array(data)):
+                return key
+            if ":" not in key:
                 raise EmitError(
                     f"external data {key!r} (file tag {tag!r}) is given twice with different contents"
                 )
-            return
+            digest = hashlib.sha1(_as_bytes_array(data).tobytes()).hexdigest()[:8]
+            return self.add_external(tag, f"{key}@{digest}", data, layout)
         group[key] = PtdEntry(layout, data)
+        return key
 
     def ptd_files(self) -> dict[str, PtdFile]:
         return {tag: PtdFile(entries=dict(entries)) for tag, entries in self.external.items()}

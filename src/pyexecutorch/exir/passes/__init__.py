@@ -13,6 +13,12 @@ Edge -> executorch: :mod:`write_back`, :mod:`spec_prop` (with
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from pyexecutorch.exir.memory_planning import MemoryPlanningPass
+from pyexecutorch.exir.passes.executorch_passes import (
+    RemoveGraphAssertsPass,
+    ReplaceViewCopyWithViewPass,
+    SpecPropPass,
+    ToOutVarPass,
+)
 from pyexecutorch.exir.passes.sym_shape_eval import (
     ConstraintBasedSymShapeEvalPass,
     HintBasedSymShapeEvalPass,
@@ -24,4 +30,8 @@ __all__ = [
     "MemoryPlanningPass",
     "PassBase",
     "PassResult",
+    "RemoveGraphAssertsPass",
+    "ReplaceViewCopyWithViewPass",
+    "SpecPropPass",
+    "ToOutVarPass",
 ]

@@ -11,10 +11,11 @@ dropped from the method.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import torch
-from torch.export.graph_signature import ExportGraphSignature
+from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 from torch.utils import _pytree as pytree
 
@@ -52,9 +53,37 @@ def _foldable(target: Any) -> bool:
     return len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType)
 
 
+def _op_name(op: torch._ops.OpOverload) -> str:
+    name = op._schema.name.split("::")[-1]
+    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+
+
+def lifted_names(signature: ExportGraphSignature) -> set[str]:
+    """Names of the lifted tensor constants (code-like values, never moved to a .ptd)."""
+    return {s.target for s in signature.input_specs if s.kind == InputKind.CONSTANT_TENSOR}
+
+
+def source_name(node: Any, lifted: set[str]) -> str | None:
+    """The weight name a constant node stands for (its parameter or buffer, or the name
+    a fold derived from them); None for lifted constants and compiler-made values."""
+    spec = node.meta.get("spec") if isinstance(node, Node) else None
+    fqn = getattr(spec, "fqn", None)
+    return fqn if fqn and fqn not in lifted else None
+
+
+def derived_name(sources: list[str], what: str) -> str | None:
+    """A stable name for a constant computed from the weights ``sources``
+    (``l.weight:permute_copy``): two exports of one model agree on it. The emitter
+    appends a digest where two different values would share one."""
+    if not sources:
+        return None
+    return f"{'+'.join(sources)}:{what}"
+
+
 class _Folder:
-    def __init__(self, fake_mode) -> None:
+    def __init__(self, fake_mode, lifted: set[str]) -> None:
         self.fake_mode = fake_mode
+        self.lifted = lifted
         self.folded = 0
         self.counter = 0
 
@@ -92,15 +121,21 @@ class _Folder:
             if not isinstance(result, torch.Tensor):
                 continue
             result = result.detach().contiguous().clone()
-            const = add_constant(gm, self._name(gm), result, self.fake_mode, before=node)
+            sources = [n for x in inputs if (n := source_name(x, self.lifted))]
+            fqn = derived_name(sorted(set(sources)), _op_name(node.target))
+            const = add_constant(
+                gm, self._name(gm, fqn), result, self.fake_mode, before=node, fqn=fqn
+            )
             node.replace_all_uses_with(const)
             gm.graph.erase_node(node)
             known[const] = result
             self.folded += 1
 
-    def _name(self, gm: GraphModule) -> str:
+    def _name(self, gm: GraphModule, fqn: str | None) -> str:
+        # Named after its weights, so that a tag function sees "weight" in node.name.
+        base = "_folded_" + re.sub(r"\W", "_", fqn) if fqn else "_folded_constant"
         while True:
-            name = f"_folded_constant{self.counter}"
+            name = f"{base}{self.counter}"
             self.counter += 1
             if not hasattr(gm, name):
                 return name
@@ -160,10 +195,19 @@ def _drop_unused_cond_operands(gm: GraphModule) -> None:
 
 
 def add_constant(
-    gm: GraphModule, name: str, value: torch.Tensor, fake_mode, *, before: Node
+    gm: GraphModule,
+    name: str,
+    value: torch.Tensor,
+    fake_mode,
+    *,
+    before: Node,
+    fqn: str | None = None,
 ) -> Node:
     """A new constant ``get_attr`` node for ``value`` (registered on ``gm`` as
-    ``name``), inserted before ``before`` and carrying its source metadata."""
+    ``name``), inserted before ``before`` and carrying its source metadata.
+
+    ``fqn`` names the weight it stands for (see :func:`derived_name`): with it the
+    constant is a weight that ``external_constants`` moves to the ``.ptd``."""
     gm.register_buffer(name, value, persistent=False)
     with gm.graph.inserting_before(before):
         const = gm.graph.get_attr(name)
@@ -176,6 +220,7 @@ def add_constant(
     )
     const.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
     const.meta["spec"] = TensorSpec.from_tensor(value, const=True)
+    const.meta["spec"].fqn = fqn
     return const
 
 
@@ -209,7 +254,7 @@ def fold_constants(
 ) -> ExportGraphSignature:
     """Fold in place; returns the signature without the inputs left unused."""
     known = constant_inputs(gm)
-    folder = _Folder(fake_mode)
+    folder = _Folder(fake_mode, lifted_names(signature))
     folder.run(gm, known)
     if not folder.folded:
         return signature

@@ -18,7 +18,14 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 from torch.fx import GraphModule, Node
 
-from pyexecutorch.exir.passes.const_fold import add_constant, constant_inputs, drop_unused_constants
+from pyexecutorch.exir.passes.const_fold import (
+    add_constant,
+    constant_inputs,
+    derived_name,
+    drop_unused_constants,
+    lifted_names,
+    source_name,
+)
 
 aten = torch.ops.aten
 
@@ -104,6 +111,7 @@ def fold_batch_norm(
 ) -> ExportGraphSignature:
     """Fold in place; returns the signature without the inputs left unused."""
     known = constant_inputs(gm)
+    lifted = lifted_names(signature)
     counter = 0
     fused = 0
     for bn in list(gm.graph.nodes):
@@ -151,10 +159,14 @@ def fold_batch_norm(
         if res is None:
             continue
         new_w, new_b = res
+        w_source = source_name(weight_node, lifted)
+        b_source = source_name(bias_node, lifted) or source_name(bn.args[2], lifted)
         name, counter = _free_name(gm, "_folded_bn_weight", counter)
-        w_const = add_constant(gm, name, new_w, fake_mode, before=conv)
+        w_fqn = derived_name([w_source] if w_source else [], "fold_batch_norm")
+        w_const = add_constant(gm, name, new_w, fake_mode, before=conv, fqn=w_fqn)
         name, counter = _free_name(gm, "_folded_bn_bias", counter)
-        b_const = add_constant(gm, name, new_b, fake_mode, before=conv)
+        b_fqn = derived_name([b_source] if b_source else [], "fold_batch_norm")
+        b_const = add_constant(gm, name, new_b, fake_mode, before=conv, fqn=b_fqn)
         known[w_const] = new_w
         known[b_const] = new_b
         conv.args = (conv.args[0], w_const, b_const, *conv.args[3:])

@@ -120,13 +120,21 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
 
 
 def propagate_specs(
-    ep: ExportedProgram, gm: GraphModule, sym_eval: SymShapeEvalPass | None = None
+    ep: ExportedProgram,
+    gm: GraphModule,
+    sym_eval: SymShapeEvalPass | None = None,
+    shared_state: frozenset[str] = frozenset(),
 ) -> None:
-    """Set ``node.meta['spec']`` on every node of ``gm`` (the graph of ``ep``)."""
+    """Set ``node.meta['spec']`` on every node of ``gm`` (the graph of ``ep``).
+
+    ``shared_state``: buffers another method mutates (``share_mutable_buffers``); they
+    are state here too, never constants, even where this method only reads them."""
     SpecPropagator(sym_eval).run_graph(gm)
     sig = ep.graph_signature
-    mutated = set(sig.buffers_to_mutate.values()) | set(
-        getattr(sig, "user_inputs_to_mutate", {}).values()
+    mutated = (
+        set(sig.buffers_to_mutate.values())
+        | set(getattr(sig, "user_inputs_to_mutate", {}).values())
+        | set(shared_state)
     )
     by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     for node in gm.graph.nodes:

@@ -71,6 +71,15 @@ def promote_mixed_types(gm: GraphModule, fake_mode) -> bool:
     return changed
 
 
+_OPMATH_FLOAT32 = {
+    torch.bfloat16,
+    torch.float8_e5m2,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2fnuz,
+    torch.float8_e4m3fnuz,
+}
+
+
 def _fold_constant_cast(g: GraphModule, node: Node, dtype: torch.dtype, fake_mode) -> bool:
     """Cast a scalar constant made by :func:`scalars_to_tensors` in place."""
     if (
@@ -79,6 +88,10 @@ def _fold_constant_cast(g: GraphModule, node: Node, dtype: torch.dtype, fake_mod
         or len(node.users) != 1
     ):
         return False
+    if dtype in _OPMATH_FLOAT32:
+        # Eager reads a Python scalar at float32 precision next to bfloat16/float8
+        # tensors (it is never rounded to their type), and so do the kernels.
+        dtype = torch.float32
     t = getattr(g, node.target).to(dtype)
     g.register_buffer(node.target, t, persistent=False)
     node.meta["val"] = fake_mode.from_tensor(t, static_shapes=True)
