@@ -111,7 +111,10 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
                 raise XnnpackError(f"value {i}: quantized value without a tensor")
             t: S.XNNTensorValue = u.tensor_value
             quant = load_quant(
-                i, t, u.quant_params, lambda k: _constant(g, k, payload, named_data, f"value {i}")
+                i,
+                t,
+                u.quant_params,
+                lambda k, i=i: _constant(g, k, payload, named_data, f"value {i}"),
             )
             dtype = QUANT_DTYPES.get(t.datatype)
         else:
