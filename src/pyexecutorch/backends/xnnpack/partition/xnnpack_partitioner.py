@@ -202,7 +202,8 @@ class XnnpackPartitioner(Partitioner):
                     keep.append(c.op)
 
         def accepts(node: Node) -> bool:
-            if node.op != "call_function":
+            # nodes inside control-flow branches are not partitioned: keep none whole there
+            if node.op != "call_function" or node.graph is not ep.graph:
                 return False
             return self.match(node, ep)[0] is not None
 
