@@ -201,9 +201,18 @@ class XnnpackPartitioner(Partitioner):
                 if c.keep_whole and c.op not in keep:
                     keep.append(c.op)
 
+        from pyexecutorch.exir.graph_utils import is_control_flow
+
+        # the filter also sees copies of the graphs: the top level is the one holding
+        # the control-flow nodes (where there are any)
+        has_branches = any(is_control_flow(n) for n in ep.graph.nodes)
+
+        def top_level(graph: torch.fx.Graph) -> bool:
+            return not has_branches or any(is_control_flow(n) for n in graph.nodes)
+
         def accepts(node: Node) -> bool:
             # nodes inside control-flow branches are not partitioned: keep none whole there
-            if node.op != "call_function" or node.graph is not ep.graph:
+            if node.op != "call_function" or not top_level(node.graph):
                 return False
             return self.match(node, ep)[0] is not None
 
