@@ -141,6 +141,21 @@ CASES = {
         lambda: (R(1, 3, 6, 6),),
         None,
     ),
+    "unfused_norm_max": (
+        lambda: Lambda(
+            lambda m, x: (
+                m[1](m[0](x) * 2),
+                m[2](x),
+                torch.max(m[0](x), dim=3, keepdim=True)[0],
+                torch.max(x, dim=2, keepdim=True).values,
+            ),
+            nn.Conv2d(3, 3, 1),
+            nn.BatchNorm2d(3),
+            nn.BatchNorm2d(3),
+        ),
+        lambda: (R(1, 3, 4, 5),),
+        None,
+    ),
     "bmm_attention": (
         lambda: Lambda(lambda m, q, k: torch.bmm(q, k.transpose(1, 2)).softmax(-1)),
         lambda: (R(2, 5, 8), R(2, 5, 8)),

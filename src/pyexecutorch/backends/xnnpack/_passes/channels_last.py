@@ -111,7 +111,7 @@ def _layout(ctx: PassContext, node: Node) -> bool:
     key = op_key(node.target)
     if key in _FOLLOW_FIRST:
         src = node.args[0]
-        return rank(node) == 4 and bool(src.meta.get(NHWC, False))
+        return rank(src) == 4 and bool(src.meta.get(NHWC, False))
     if key in _ELEMENTWISE:
         tensors = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
         computed = [a for a in tensors if not ctx.is_constant(a)]

@@ -108,6 +108,10 @@ class GraphBuilder:
             vid = self.constant_data(data, (node, want))
             self._ids[(node, want)] = vid
             return vid
+        if node.op != "placeholder" and (node, have) not in self._ids:
+            raise PreprocessError(
+                f"XnnpackBackend: {node.name} is read before any XNNPACK node defines it"
+            )
         if have != want:
             src = self.value(node, have)
             out = self.define(node, want)

@@ -311,7 +311,7 @@ def _batch_norm(b: GraphBuilder, node: Node) -> None:
         b.alias(r, out, layout)
 
 
-@register("_operator.getitem")
+@register(operator.getitem)
 def _getitem(b: GraphBuilder, node: Node) -> None:
     """Defined by the visitor of the node it reads from."""
 
@@ -356,6 +356,32 @@ def _ceil_extra(size: int, kernel: int, stride: int, pad: int, dilation: int) ->
     if (out - 1) * stride >= size + pad:  # the last window would start in the padding
         out -= 1
     return max(0, (out - 1) * stride - span)
+
+
+@register(aten.max.dim)
+def _max_dim(b: GraphBuilder, node: Node) -> None:
+    """Max over H or W (keepdim; the config takes no other form) as a max pooling whose
+    window spans that axis; only the values are read (the indices are not)."""
+    _, _, h, w = b.dims(node.args[0])
+    over_h = int(node.args[1]) % 4 == 2
+    x = b.value(node.args[0], True)
+    readers = [u for u in node.users if u.target is operator.getitem]
+    out = b.define(readers[0], True)
+    for r in readers[1:]:
+        b.alias(r, out, True)
+    b.emit(
+        xnode(
+            "XNNMaxPooling2d",
+            pooling_height=h if over_h else 1,
+            pooling_width=1 if over_h else w,
+            stride_height=h if over_h else 1,
+            stride_width=1 if over_h else w,
+            dilation_height=1,
+            dilation_width=1,
+            input_id=x,
+            output_id=out,
+        )
+    )
 
 
 @register(aten.avg_pool2d.default)

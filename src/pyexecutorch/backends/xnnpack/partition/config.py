@@ -378,8 +378,13 @@ def _max_dim(node: Node, ep: ExportedProgram) -> str | None:
     if rank(node.args[0]) != 4:
         return f"max.dim of a rank-{rank(node.args[0])} tensor (4-D only)"
     dim = node.args[1] % 4
-    if dim not in (2, 3) and False:
-        return f"max over dim {dim}"
+    # the official visitor raises on these at preprocess; here they stay portable
+    if dim not in (2, 3):
+        return f"max over dim {node.args[1]} (H or W only)"
+    if not bool(arg(node, 2, "keepdim", False)):
+        return "max.dim with keepdim=False"
+    if node.args[0].meta["val"].dtype not in FLOAT_DTYPES:
+        return f"input dtype {node.args[0].meta['val'].dtype}"
     if _first_getitems(node) is None:
         return "the indices of max.dim are read"
     return None
