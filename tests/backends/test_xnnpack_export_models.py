@@ -252,7 +252,7 @@ def format_table(rows: list[Row]) -> str:
 
 def _same_split(r: Row) -> str:
     a, b = r.official, r.ours
-    if (a.delegates, a.delegated_ops) == (b.delegates, b.delegated_ops):
+    if (a.delegates, a.delegated) == (b.delegates, b.delegated):
         return "yes"
     return "listed" if r.case in EXPECTED_DIFFERENCES else "NO"
 
@@ -306,8 +306,9 @@ def test_summary_counts_what_official_delegation_info_counts():
     assert s.portable_ops == info.num_non_delegated_nodes - (
         getitems.non_delegated if getitems else 0
     )
-    # batch norms survive into the delegated graph (fused only inside preprocess)
     assert s.delegated["aten.convolution.default"] == 4
+    # batch norms are delegated as nodes (preprocess fuses them into the convolutions)
+    assert s.delegated["aten._native_batch_norm_legit_no_training.default"] == 2
     assert s.backends == Counter({"XnnpackBackend": 1})
     assert official_summary(case).to_json() == s.to_json()
 
@@ -350,9 +351,14 @@ def test_our_xnnpack_program(case):
 
     row.our_runtime = "FAIL"
     row.our_runtime = check(ours, "our runtime on our .pte", expected)
+    assert set(row.ours.backends) <= {"XnnpackBackend"}, row.ours.backends
     if case.name in EXPECTED_DIFFERENCES:
         return
     assert (row.ours.delegates, row.ours.delegated_ops) == (
         row.official.delegates,
         row.official.delegated_ops,
     ), f"{case.name}: {_difference(row.official, row.ours)}"
+    # the same operators, not only as many
+    assert row.ours.delegated == row.official.delegated, (
+        f"{case.name}: {_difference(row.official, row.ours)}"
+    )
