@@ -53,6 +53,7 @@ from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
 from pyexecutorch.exir.passes.sym_shape_eval import ConstraintBasedSymShapeEvalPass
 from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars_to_tensors
+from pyexecutorch.exir.passes.unused_parameters import remove_unused_parameters
 from pyexecutorch.exir.passes.view_copy import replace_view_ops_with_view_copy
 from pyexecutorch.exir.passes.write_back import insert_write_back
 
@@ -108,6 +109,7 @@ def _generate_edge_program(
     ep = decompose(program, preserve_ops)
     gm = ep.graph_module
     fake_mode = fake_mode_of(gm)
+    signature = remove_unused_parameters(ep, gm)
     remove_asserts(gm, {aten._assert_tensor_metadata.default})
     if config._check_ir_validity:
         check_ir_validity(gm, [*config._core_aten_ops_exception_list, *preserve_ops], method=name)
@@ -118,7 +120,7 @@ def _generate_edge_program(
         promote_mixed_types(gm, fake_mode)
     if not config._skip_dim_order:
         to_dim_order_ops(gm)
-    signature, constants = lift_constants(gm, ep.graph_signature, ep.constants, fake_mode)
+    signature, constants = lift_constants(gm, signature, ep.constants, fake_mode)
     eliminate_dead_code(gm)
     assign_debug_handles(gm)
     _recompile(gm)

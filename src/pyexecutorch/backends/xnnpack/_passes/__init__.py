@@ -3,6 +3,8 @@
 Each pass is a function of one :class:`~.common.PassContext` (the partition's
 graph module and exported program) that rewrites the graph in place:
 
+0. :func:`fold_quantization`: quantize/dequantize pairs become the quantization
+   parameters of values (see :mod:`.quantized`).
 1. :func:`convert_to_linear`: ``addmm``/``mm`` on a transposed constant weight
    become ``linear`` (a fully connected node on the weight as stored).
 2. :func:`fuse_batch_norm`: an eval batch norm after a convolution or linear
@@ -24,8 +26,16 @@ from pyexecutorch.backends.xnnpack._passes.fold_constants import fold_constants
 from pyexecutorch.backends.xnnpack._passes.fuse_activation import fuse_activation
 from pyexecutorch.backends.xnnpack._passes.fuse_batch_norm import fuse_batch_norm
 from pyexecutorch.backends.xnnpack._passes.linear import convert_to_linear
+from pyexecutorch.backends.xnnpack._passes.quantized import fold_quantization
 
-PASSES = (convert_to_linear, fuse_batch_norm, fold_constants, fuse_activation, plan_layouts)
+PASSES = (
+    fold_quantization,
+    convert_to_linear,
+    fuse_batch_norm,
+    fold_constants,
+    fuse_activation,
+    plan_layouts,
+)
 
 
 def run_passes(ctx: PassContext) -> None:

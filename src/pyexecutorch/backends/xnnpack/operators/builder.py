@@ -20,6 +20,7 @@ from torch.fx import Node
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack._passes.channels_last import NHWC, TO_NCHW, TO_NHWC
 from pyexecutorch.backends.xnnpack._passes.common import PassContext, sources
+from pyexecutorch.backends.xnnpack._passes.quantized import XNN_QUANT
 from pyexecutorch.exir.backend import NamedDataStore, PreprocessError
 
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
@@ -105,7 +106,13 @@ class GraphBuilder:
                 raise PreprocessError(f"XnnpackBackend: no data for constant {node.name}")
             if want:
                 data = data.permute(*TO_NHWC)
-            vid = self.constant_data(data, (node, want))
+            spec = node.meta.get(XNN_QUANT)
+            if spec is not None:
+                vid = self.constant_data(
+                    data, (node, want), datatype=spec.datatype, quant=spec.params
+                )
+            else:
+                vid = self.constant_data(data, (node, want))
             self._ids[(node, want)] = vid
             return vid
         if node.op != "placeholder" and (node, have) not in self._ids:
@@ -122,17 +129,33 @@ class GraphBuilder:
             return out
         return self.define(node, want)
 
-    def define(self, node: Node, nhwc: bool | None = None) -> int:
+    def define(
+        self,
+        node: Node,
+        nhwc: bool | None = None,
+        *,
+        datatype: S.XNNDatatype | None = None,
+        quant: Any = None,
+    ) -> int:
         """A new value holding ``node``'s tensor (external where it is a delegate input or
-        output in NCHW)."""
+        output in NCHW). ``datatype``/``quant`` (an ``XNNQuantParams`` member) describe a
+        quantized value."""
         nhwc = self.nhwc(node) if nhwc is None else nhwc
         if (node, nhwc) in self._ids:
             return self._ids[(node, nhwc)]
+        spec = node.meta.get(XNN_QUANT)  # quantization the XNNPACK passes gave the value
+        if datatype is None and spec is not None:
+            datatype, quant = spec.datatype, spec.params
         ext_id, flags = S.INVALID_ID, 0
         if not nhwc and node in self._external:
             ext_id, flags = self._external[node]
         vid = self._tensor(
-            node.meta["val"].dtype, self.dims(node, nhwc), ext_id=ext_id, flags=flags
+            node.meta["val"].dtype,
+            self.dims(node, nhwc),
+            ext_id=ext_id,
+            flags=flags,
+            datatype=datatype,
+            quant=quant,
         )
         if flags == S.VALUE_FLAG_EXTERNAL_INPUT:
             self.graph.input_ids.append(vid)
@@ -158,8 +181,10 @@ class GraphBuilder:
         ext_id: int = S.INVALID_ID,
         flags: int = 0,
         buffer: int = 0,
+        datatype: S.XNNDatatype | None = None,
+        quant: Any = None,
     ) -> int:
-        datatype = _DATATYPES.get(dtype)
+        datatype = datatype if datatype is not None else _DATATYPES.get(dtype)
         if datatype is None:
             raise PreprocessError(f"XnnpackBackend: no XNNPACK datatype for {dtype}")
         vid = len(self.graph.xvalues)
@@ -172,12 +197,22 @@ class GraphBuilder:
             flags=flags,
             id_out=vid,
         )
-        self.graph.xvalues.append(S.XValue(tensor))
+        union = tensor if quant is None else S.XNNQuantizedTensorValue(tensor, quant)
+        self.graph.xvalues.append(S.XValue(union))
         return vid
 
-    def constant_data(self, data: torch.Tensor, key: Any = None) -> int:
+    def constant_data(
+        self,
+        data: torch.Tensor,
+        key: Any = None,
+        *,
+        datatype: S.XNNDatatype | None = None,
+        quant: Any = None,
+        dims: list[int] | None = None,
+    ) -> int:
         """A constant value holding ``data`` (float types other than float16/bfloat16
-        stored as float32), its bytes in the named data store."""
+        stored as float32), its bytes in the named data store. ``datatype``, ``quant``
+        and ``dims`` override what ``data`` says (quantized or packed weights)."""
         if key is not None and ("data", key) in self._ids:
             return self._ids[("data", key)]
         data = data.detach()
@@ -193,7 +228,8 @@ class GraphBuilder:
         self.graph.constant_data.append(
             S.ConstantDataOffset(offset=UINT64_MAX, size=len(raw), named_key=name)
         )
-        vid = self._tensor(data.dtype, list(data.shape) or [1], buffer=buffer)
+        shape = dims if dims is not None else (list(data.shape) or [1])
+        vid = self._tensor(data.dtype, shape, buffer=buffer, datatype=datatype, quant=quant)
         if key is not None:
             self._ids[("data", key)] = vid
         return vid
