@@ -379,7 +379,10 @@ def test_nothing_to_delegate_still_exports(caplog):
     ep = torch.export.export(module, args)
     with caplog.at_level(logging.DEBUG, logger="pyexecutorch.backends.xnnpack"):
         edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
-    assert "XnnpackPartitioner: nothing in this program can be delegated to XNNPACK" in caplog.text
+    assert (
+        "XnnpackPartitioner: nothing in this program can be delegated to XNNPACK; it runs on "
+        "the portable kernels (verbose=True says why, node by node)"
+    ) in caplog.text
     assert get_delegation_info(edge.exported_program().graph_module).num_delegated_subgraphs == 0
     pte = edge.to_executorch().buffer
     np.testing.assert_allclose(official.official_run(pte, args)[0], torch.cumsum(args[0], 0))

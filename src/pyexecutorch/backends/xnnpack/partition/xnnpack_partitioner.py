@@ -189,7 +189,10 @@ class XnnpackPartitioner(Partitioner):
             for group in groups:
                 _tag_constants(ep, group)
         if not tags:
-            logger.info("XnnpackPartitioner: nothing in this program can be delegated to XNNPACK")
+            logger.warning(
+                "XnnpackPartitioner: nothing in this program can be delegated to XNNPACK; "
+                "it runs on the portable kernels (verbose=True says why, node by node)"
+            )
         return PartitionResult(ep, {t: self.delegation_spec for t in tags})
 
     def ops_to_not_decompose(
