@@ -52,13 +52,14 @@ def _check_listing(out: str, path, verbose: bool) -> None:
         g = payload.graph
         text = _section(out, method, k)
         assert f"XNNPACK graph: {len(g.xnodes)} node" in text
-        constant = {v.tensor.constant_buffer_idx for v in g.xvalues if v.tensor.constant_buffer_idx}
-        nbytes = sum(
-            pte.named_data[g.constant_data[i].named_key].data.nbytes
-            if g.constant_data[i].named_key
-            else g.constant_data[i].size
-            for i in constant
-        )
+        stored = {}  # storage -> bytes: values sharing a named key count once
+        for v in g.xvalues:
+            entry = g.constant_data[v.tensor.constant_buffer_idx]
+            if v.tensor.constant_buffer_idx and entry.named_key:
+                stored[entry.named_key] = pte.named_data[entry.named_key].data.nbytes
+            elif v.tensor.constant_buffer_idx:
+                stored[entry.offset] = entry.size
+        nbytes = sum(stored.values())
         assert f"constant bytes: {nbytes} " in text
         node_lines = re.findall(r"^      (\d+): (XNN\w+)\(", text, re.M)
         assert [(int(i), t) for i, t in node_lines] == [
@@ -153,6 +154,7 @@ def _hand_built_payload() -> bytes:
             ),
             S.XValue(filt),
             S.XValue(t(S.XNNDatatype.fp32, 2, [2, 4], 0, 1, S.VALUE_FLAG_EXTERNAL_OUTPUT, 2)),
+            S.XValue(t(S.XNNDatatype.fp32, 1, [4], 1, S.INVALID_ID, 0, 3)),  # used by no node
         ],
         num_externs=2,
         input_ids=[0],
@@ -167,9 +169,10 @@ def test_inspect_hand_built_payload(cli, small_cnn_xnnpack, tmp_path):
     r = cli("inspect", path, "--verbose")
     text = _section(r.out, "forward", 0)
     assert (
-        "constant bytes: 12 (0 named keys, 1 in the payload; payload constant data 32 bytes)"
-        in text
+        "constant bytes: 12 stored: 0 named keys (0 bytes), 1 in the payload (12 bytes)\n" in text
     )
+    assert "  values no node uses: 1 (%3)\n" in text
+    assert "(1 external input, 1 external output, 2 constants)" in text
     assert (
         "      0: XNNFullyConnected(%0, filter %1 -> %2)  fused relu6 [0, 6]  [debug 7]\n" in text
     )

@@ -34,6 +34,7 @@ _GROUPED = [
     ("padding", ",", ("padding_top", "padding_right", "padding_bottom", "padding_left")),
     ("group_channels", "->", ("group_input_channels", "group_output_channels")),
 ]
+_MAX_LISTED = 16
 _QUANT_NAMES = {
     "PerTensorQuant": "per-tensor",
     "PerChannelQuant": "per-channel",
@@ -108,13 +109,39 @@ def _used_inputs(node: Any) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _references(node: Any) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(inputs, outputs) of a node as (role, value id): ``filter_id`` is ("filter", id),
+    ``input1_id`` ("", id); absent ones (INVALID_ID, a concatenation's unused slots) are
+    left out."""
+    inputs, outputs = [], []
+    concat_inputs = _used_inputs(node)
+    for f in dataclasses.fields(node):
+        if not f.name.endswith("_id"):
+            continue
+        v = getattr(node, f.name)
+        role = f.name[: -len("_id")]
+        m = re.fullmatch(r"input(\d*)", role)
+        if v == S.INVALID_ID or (
+            concat_inputs is not None and m and int(m.group(1) or 1) > concat_inputs
+        ):
+            continue
+        if role.startswith("output"):
+            outputs.append((role[len("output_") :], v))
+        else:
+            inputs.append(("" if m else role, v))
+    return inputs, outputs
+
+
 def _node_line(k: int, xnode: S.XNode, values: dict[int, S.XNNTensorValue]) -> str:
     node = xnode.xnode_union
     if node is None:
         return f"{k}: (empty node)"
-    inputs, outputs, params = [], [], []
-    concat_inputs = _used_inputs(node)
-    grouped = set()
+    inputs, outputs = _references(node)
+
+    def ref(role: str, v: int) -> str:
+        return f"{role + ' ' if role else ''}%{v}{'' if v in values else '(?)'}"
+
+    params, grouped = [], set()
     for name, sep, fields in _GROUPED:
         if all(hasattr(node, f) for f in fields):
             vals = [getattr(node, f) for f in fields]
@@ -122,30 +149,32 @@ def _node_line(k: int, xnode: S.XNode, values: dict[int, S.XNNTensorValue]) -> s
             if any(vals):
                 params.append(f"{name}={sep.join(map(str, vals))}")
     for f in dataclasses.fields(node):
-        if f.name in grouped:
-            continue
         v = getattr(node, f.name)
-        if f.name.endswith("_id"):
-            role = f.name[: -len("_id")]
-            m = re.fullmatch(r"input(\d*)", role)
-            if concat_inputs is not None and m and int(m.group(1) or 1) > concat_inputs:
-                continue
-            if v == S.INVALID_ID:
-                continue
-            ref = f"%{v}" + ("" if v in values else "(?)")
-            if role.startswith("output"):
-                outputs.append(ref if role == "output" else f"{role[len('output_') :]} {ref}")
-            else:
-                inputs.append(ref if m else f"{role} {ref}")
-        elif f.name == "flags":
+        if f.name in grouped or f.name.endswith("_id") or f.name == "num_dims":
+            continue
+        if f.name == "flags":
             if v:
                 params.append(f"flags=0x{v:x}")
-        elif f.name != "num_dims" and v not in (0, 0.0, [], None):
+        elif v not in (0, 0.0, [], None):
             params.append(f"{f.name}={v:g}" if isinstance(v, float) else f"{f.name}={v}")
-    text = f"{k}: {type(node).__name__}({', '.join(inputs)} -> {', '.join(outputs)})"
+    text = (
+        f"{k}: {type(node).__name__}({', '.join(ref(*r) for r in inputs)} -> "
+        f"{', '.join(ref(*r) for r in outputs)})"
+    )
     if params:
         text += "  " + " ".join(params)
     return text + _activation(xnode.output_min_max) + f"  [debug {xnode.debug_handle}]"
+
+
+def _storage(g: S.XNNGraph, idx: int) -> tuple[str, Any]:
+    """Where constant ``idx``'s bytes are stored: ("named", key), ("inline", offset) or
+    ("buffer", idx); values sharing storage share this key."""
+    if g.constant_data and idx < len(g.constant_data):
+        entry = g.constant_data[idx]
+        if entry.named_key:
+            return "named", entry.named_key
+        return "inline", entry.offset
+    return "buffer", idx
 
 
 def _value_line(t: S.XNNTensorValue, quant: Any, constants: _Constants) -> str:
@@ -184,22 +213,32 @@ def describe_payload(
     g = payload.graph
     values = _value_table(g)
     constants = _Constants(payload, named_data)
-    constant_ids = sorted({t.constant_buffer_idx for t in values.values() if t.constant_buffer_idx})
-    sizes = {idx: constants.where(idx)[1] for idx in constant_ids}
-    named = {
-        g.constant_data[idx].named_key
-        for idx in constant_ids
-        if idx < len(g.constant_data) and g.constant_data[idx].named_key
+    constant_values = [t for t in values.values() if t.constant_buffer_idx]
+    stored: dict[tuple[str, Any], int] = {}
+    for t in constant_values:
+        key = _storage(g, t.constant_buffer_idx)
+        stored[key] = constants.where(t.constant_buffer_idx)[1]
+    by_kind = {
+        kind: (
+            sum(1 for k in stored if k[0] == kind),
+            sum(n for k, n in stored.items() if k[0] == kind),
+        )
+        for kind in ("named", "inline", "buffer")
     }
     n_in = sum(1 for t in values.values() if t.flags & S.VALUE_FLAG_EXTERNAL_INPUT)
     n_out = sum(1 for t in values.values() if t.flags & S.VALUE_FLAG_EXTERNAL_OUTPUT)
     out = [
         f"XNNPACK graph: {_plural(len(g.xnodes), 'node')}, {_plural(len(g.xvalues), 'value')} "
         f"({_plural(n_in, 'external input')}, {_plural(n_out, 'external output')}, "
-        f"{_plural(len(constant_ids), 'constant')})",
-        f"  constant bytes: {sum(sizes.values())} ({len(named)} named keys, "
-        f"{len(constant_ids) - len(named)} in the payload; payload constant data "
-        f"{constants.inline_size} bytes)",
+        f"{_plural(len(constant_values), 'constant')})",
+        f"  constant bytes: {sum(stored.values())} stored: "
+        f"{_plural(by_kind['named'][0], 'named key')} ({by_kind['named'][1]} bytes), "
+        f"{by_kind['inline'][0]} in the payload ({by_kind['inline'][1]} bytes)"
+        + (
+            f", {by_kind['buffer'][0]} in the flatbuffer ({by_kind['buffer'][1]} bytes)"
+            if by_kind["buffer"][0]
+            else ""
+        ),
         f"  inputs {list(g.input_ids)}, outputs {list(g.output_ids)}",
     ]
     histogram = Counter(type(n.xnode_union).__name__ for n in g.xnodes if n.xnode_union is not None)
@@ -208,6 +247,23 @@ def describe_payload(
         if histogram
         else "  node types: none"
     )
+    used = {
+        v
+        for n in g.xnodes
+        if n.xnode_union is not None
+        for r in _references(n.xnode_union)
+        for _, v in r
+    }
+    unused = sorted(
+        vid
+        for vid, t in values.items()
+        if vid not in used
+        and not t.flags & (S.VALUE_FLAG_EXTERNAL_INPUT | S.VALUE_FLAG_EXTERNAL_OUTPUT)
+    )
+    if unused:
+        shown = ", ".join(f"%{v}" for v in unused[:_MAX_LISTED])
+        more = ", ..." if len(unused) > _MAX_LISTED else ""
+        out.append(f"  values no node uses: {len(unused)} ({shown}{more})")
     out.append("  nodes:")
     out += [f"    {line}" for line in (_node_line(k, n, values) for k, n in enumerate(g.xnodes))]
     if verbose:
