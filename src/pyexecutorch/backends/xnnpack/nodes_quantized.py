@@ -29,6 +29,7 @@ type and takes over when the node's operands are quantized.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,14 +149,39 @@ def qbounds(node: S.XNode, q: Quant) -> tuple[int, int]:
     return quantize_bound(lo, q), quantize_bound(hi, q)
 
 
-def requantize(acc: NDArray, scale: Any, zero_point: int, lo: int, hi: int, out: NDArray) -> None:
-    """``out = clamp(rint(float32(acc) * scale) + zero_point, lo, hi)``."""
-    f = acc.astype(_F32)
-    f *= scale
+def requantize(
+    acc: NDArray,
+    scale: Any,
+    zero_point: int,
+    lo: int,
+    hi: int,
+    out: NDArray,
+    f: NDArray | None = None,
+) -> None:
+    """``out = clamp(rint(float32(acc) * scale) + zero_point, lo, hi)``.
+
+    ``f`` is a float32 scratch of ``acc``'s shape (``acc`` itself when float32).
+    The clamp happens before the zero point joins, on integers, so it is exact.
+    """
+    if f is None:
+        f = acc.astype(_F32)
+    elif f is not acc:
+        np.copyto(f, acc, casting="unsafe")
+    np.multiply(f, scale, out=f)
     np.rint(f, out=f)
-    f += np.float32(zero_point)
-    np.clip(f, lo, hi, out=f)
-    np.copyto(out, f, casting="unsafe")
+    np.maximum(f, np.float32(lo - zero_point), out=f)
+    np.minimum(f, np.float32(hi - zero_point), out=f)
+    np.add(f, np.float32(zero_point), out=out, casting="unsafe")
+
+
+# float32 sums of integer products stay exact below 2**24
+_EXACT_F32 = 1 << 24
+
+
+def exact_dtype(k: int, zero_point_span: int, bias: NDArray | None) -> np.dtype:
+    """float32 when every partial sum of ``k`` products (and the bias) is an exact float32."""
+    top = k * zero_point_span * 128 + (0 if bias is None else int(np.abs(bias).max(initial=0)))
+    return _F32 if top < _EXACT_F32 else _F64
 
 
 def _quant(b: Builder, vid: int, kinds: tuple[str, ...]) -> Quant:
@@ -282,12 +308,19 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         scale = _channel_scales(xq, wq, yq, units)
         lo, hi = qbounds(node, yq)
         zx = float(xq.zero_point)
-        b64 = np.zeros(units, _F64) if bias is None else bias.astype(_F64)
+        cdt = exact_dtype(k, 255, bias)
+        wc = w64.astype(cdt)
+        bc = np.zeros(units, cdt) if bias is None else bias.astype(cdt)
+        xbuf = np.empty((m, k), cdt)
+        acc = np.empty((m, units), cdt)
+        f = acc if cdt == _F32 else np.empty((m, units), _F32)
+        zy = yq.zero_point
 
         def run() -> None:
-            acc = (x().reshape(m, k) - zx) @ w64
-            acc += b64
-            requantize(acc, scale, yq.zero_point, lo, hi, o().reshape(m, units))
+            np.subtract(x().reshape(m, k), zx, out=xbuf)
+            np.dot(xbuf, wc, out=acc)
+            np.add(acc, bc, out=acc)
+            requantize(acc, scale, zy, lo, hi, o().reshape(m, units), f)
 
         b.step(run)
         return
@@ -330,7 +363,7 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
 # ------------------------------------------------------------------ convolutions
 
 
-def _windows(b: Builder, n: S.Conv, xs: tuple[int, ...], kh: int, kw: int):
+def _windows(b: Builder, n: S.Conv, xs: tuple[int, ...], kh: int, kw: int, dtype: np.dtype):
     nb, h, w, c = xs
     pt, pr, pbm, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
     sh, sw = n.subsampling_height or 1, n.subsampling_width or 1
@@ -340,7 +373,7 @@ def _windows(b: Builder, n: S.Conv, xs: tuple[int, ...], kh: int, kw: int):
     ow = (wp - dw * (kw - 1) - 1) // sw + 1
     if oh <= 0 or ow <= 0:
         raise XnnpackError(f"{b.where}: the window does not fit the padded input {xs}")
-    padded = np.zeros((nb, hp, wp, c), _F64)
+    padded = np.zeros((nb, hp, wp, c), dtype)
     inner = padded[:, pt : pt + h, pl : pl + w]
     s = padded.strides
     view = as_strided(
@@ -366,46 +399,60 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
         raise XnnpackError(f"{b.where}: input {xs} must be NHWC")
     kh, kw = n.kernel_height, n.kernel_width
     cout = w.shape[3] if depthwise else w.shape[0]
-    inner, view, (nb, oh, ow) = _windows(b, n, xs, kh, kw)
+    k = kh * kw * (1 if depthwise else xs[3] // (n.groups or 1))
+    cdt = exact_dtype(k, 255, bias)
+    inner, view, (nb, oh, ow) = _windows(b, n, xs, kh, kw, cdt)
     b.out(n.output_id, (nb, oh, ow, cout))
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
     scale = _channel_scales(xq, wq, yq, cout)
     lo, hi = qbounds(node, yq)
-    zx = float(xq.zero_point)
-    b64 = np.zeros(cout, _F64) if bias is None else bias.astype(_F64)
+    zx, zy = float(xq.zero_point), yq.zero_point
+    bc = np.zeros(cout, cdt) if bias is None else bias.astype(cdt)
+    rows = nb * oh * ow
+    acc = np.empty((nb, oh, ow, cout), cdt)
+    f = acc if cdt == _F32 else np.empty(acc.shape, _F32)
     if depthwise:
         mult = cout // xs[3]
-        taps = w.reshape(kh, kw, cout).astype(_F64)
+        taps = w.reshape(kh, kw, cout).astype(cdt)
         chan = np.arange(cout) // mult
+        tmp = np.empty_like(acc)
+        tap_list = [(i, j, taps[i, j]) for i in range(kh) for j in range(kw)]
 
-        def compute() -> NDArray:
+        def compute() -> None:
             v = view if mult == 1 else view[..., chan]
-            acc = np.einsum("nhwijc,ijc->nhwc", v, taps, optimize=True)
-            return acc + b64
+            np.copyto(acc, bc)
+            for i, j, t in tap_list:
+                np.multiply(v[:, :, :, i, j], t, out=tmp)
+                np.add(acc, tmp, out=acc)
 
     else:
         groups = n.groups or 1
         cin = xs[3] // groups
         og = cout // groups
         wmats = [
-            np.ascontiguousarray(w[g * og : (g + 1) * og].reshape(og, -1).T, dtype=_F64)
+            np.ascontiguousarray(w[g * og : (g + 1) * og].reshape(og, -1).T, dtype=cdt)
             for g in range(groups)
         ]
-        rows = nb * oh * ow
+        flat = acc.reshape(rows, cout)
+        direct = kh == kw == 1 and view.shape[1:3] == inner.shape[1:3] and groups == 1
+        cols = None if direct else np.empty((rows, k * groups), cdt)
 
-        def compute() -> NDArray:
-            if groups == 1:
-                return view.reshape(rows, -1) @ wmats[0] + b64
-            parts = [
-                view[..., g * cin : (g + 1) * cin].reshape(rows, -1) @ wmats[g]
-                for g in range(groups)
-            ]
-            return np.concatenate(parts, axis=1) + b64
+        def compute() -> None:
+            if direct:  # a 1x1 convolution without stride or padding: one product
+                np.dot(inner.reshape(rows, -1), wmats[0], out=flat)
+            elif groups == 1:
+                np.copyto(cols.reshape(view.shape), view)
+                np.dot(cols, wmats[0], out=flat)
+            else:
+                for g in range(groups):
+                    part = view[..., g * cin : (g + 1) * cin].reshape(rows, -1)
+                    flat[:, g * og : (g + 1) * og] = part @ wmats[g]
+            np.add(flat, bc, out=flat)
 
     def run() -> None:
         np.subtract(x(), zx, out=inner)
-        acc = compute()
-        requantize(acc, scale, yq.zero_point, lo, hi, o().reshape(acc.shape))
+        compute()
+        requantize(acc, scale, zy, lo, hi, o(), f)
 
     b.step(run)
 
@@ -519,6 +566,54 @@ def _max_pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
     b.step(run)
 
 
+def _avg_pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
+    # The window's sum less count * zx, requantized per output pixel with
+    # x_scale / (y_scale * count); padded taps are not counted.
+    xq = _quant(b, n.input_id, ("tensor",))
+    yq = _quant(b, n.output_id, ("tensor",))
+    nb, h, w, c = b.shape(n.input_id)
+    kh, kw = n.pooling_height, n.pooling_width
+    pt, pr, pbm, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
+    sh, sw = n.stride_height or 1, n.stride_width or 1
+    hp, wp = h + pt + pbm, w + pl + pr
+    oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    padded = np.zeros((nb, hp, wp, c), np.int32)
+    inner = padded[:, pt : pt + h, pl : pl + w]
+    s = padded.strides
+    view = as_strided(
+        padded, (nb, oh, ow, kh, kw, c), (s[0], s[1] * sh, s[2] * sw, s[1], s[2], s[3]),
+        writeable=False,
+    )  # fmt: skip
+    ones = np.zeros((1, hp, wp, 1), np.int32)
+    ones[:, pt : pt + h, pl : pl + w] = 1
+    so = ones.strides
+    counts = as_strided(
+        ones, (1, oh, ow, kh, kw, 1), (so[0], so[1] * sh, so[2] * sw, so[1], so[2], so[3])
+    ).sum(axis=(3, 4))
+    scale = np.float32(xq.scale) / (np.float32(yq.scale) * counts.astype(_F32))
+    bias = counts * xq.zero_point
+    b.out(n.output_id, (nb, oh, ow, c))
+    lo, hi = qbounds(node, yq)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+    def run() -> None:
+        np.copyto(inner, x())
+        acc = view.sum(axis=(3, 4)) - bias
+        requantize(acc, scale, yq.zero_point, lo, hi, o())
+
+    b.step(run)
+
+
+def _pad(b: Builder, n: S.XNNStaticConstantPad, node: S.XNode) -> None:
+    # the float builder, with the padding value in the quantized domain
+    q = _same_params(b, n.input_id, n.output_id)
+    value = quantize_bound(float(n.padding_value), q)
+    _FLOAT_PAD(b, dataclasses.replace(n, padding_value=value), node)
+
+
+_FLOAT_PAD = BUILDERS["XNNStaticConstantPad"]
+
+
 def _global_avg_pool(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     xq = _quant(b, n.input_id, ("tensor",))
     yq = _quant(b, n.output_id, ("tensor",))
@@ -551,3 +646,5 @@ _in_front_of("XNNMultiply", _multiply, "output_id")
 _in_front_of("XNNClamp", _clamp, "output_id")
 _in_front_of("XNNMaxPooling2d", _max_pool, "output_id")
 _in_front_of("XNNGlobalAvgPooling2d", _global_avg_pool, "output_id")
+_in_front_of("XNNAvgPooling2d", _avg_pool, "output_id")
+_in_front_of("XNNStaticConstantPad", _pad, "output_id")
