@@ -412,3 +412,20 @@ def test_verbose_turns_debug_on():
         assert logger.level == logging.DEBUG
     finally:
         logger.setLevel(old)
+
+
+def test_configs_by_name_and_per_op_mode():
+    module, args, ep = _export("mlp")
+    only_linear = XnnpackPartitioner(configs=["LinearConfig"])
+    edge = to_edge_transform_and_lower(ep, partitioner=[only_linear])
+    info = get_delegation_info(edge.exported_program().graph_module)
+    # the linears and the relu fused into the first one; the softmax left out
+    assert (info.num_delegated_subgraphs, info.num_delegated_nodes) == (1, 3)
+    assert dict(info.non_delegated_ops) == {"aten._softmax.default": 1}
+    _, _, ep = _export("mlp")
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner(per_op_mode=True)])
+    info = get_delegation_info(edge.exported_program().graph_module)
+    assert (info.num_delegated_subgraphs, info.num_delegated_nodes) == (3, 4)
+    _check_outputs("per_op", edge.to_executorch().buffer, module, args)
+    with pytest.raises(ValueError, match="no op config named 'NoSuchConfig'"):
+        XnnpackPartitioner(configs=["NoSuchConfig"])

@@ -45,10 +45,12 @@ BACKEND_ID = "XnnpackBackend"
 class XnnpackPartitioner(Partitioner):
     """Delegates to ``XnnpackBackend`` every node an op config accepts.
 
-    - ``configs``: the :class:`OpConfig` table to use (default: every config).
+    - ``configs``: the :class:`OpConfig` entries to use, or the official config
+      class names (``["LinearConfig", "ReLUConfig"]``); default: every config.
     - ``config_precisions``: a :class:`ConfigPrecisionType` or a list of them;
       only configs of these precisions apply (default: all of them).
-    - ``per_op_mode``: one delegate per matched node group, never merged.
+    - ``per_op_mode``: one delegate per matched node (with the nodes its config
+      takes along), never merged with its neighbours.
     - ``verbose``: log why each node is not delegated (DEBUG level on).
     - ``force_non_static_weights_for_f32_linear``: leave float linear weights
       outside the delegate (as delegate inputs).
@@ -57,7 +59,7 @@ class XnnpackPartitioner(Partitioner):
 
     def __init__(
         self,
-        configs: Iterable[OpConfig] | None = None,
+        configs: Iterable[OpConfig | str] | None = None,
         config_precisions: ConfigPrecisionType | Sequence[ConfigPrecisionType] | None = None,
         per_op_mode: bool = False,
         verbose: bool = False,
@@ -69,12 +71,7 @@ class XnnpackPartitioner(Partitioner):
         super().__init__()
         if verbose:
             logger.setLevel(logging.DEBUG)
-        table = list(all_configs() if configs is None else configs)
-        for c in table:
-            if not isinstance(c, OpConfig):
-                raise TypeError(
-                    f"XnnpackPartitioner: configs must be OpConfig entries, got {type(c).__name__}"
-                )
+        table = all_configs() if configs is None else _resolve(configs)
         available = {c.precision for c in table}
         if config_precisions is None:
             wanted = available
@@ -153,8 +150,6 @@ class XnnpackPartitioner(Partitioner):
                 )
                 continue
             matches.append(group)
-        if self.per_op_mode:
-            return matches
         for group in matches:
             # constants shared between groups are copied, not merged through
             members = [n for n in group if not (is_constant(ep, n) and n in parent)]
@@ -173,15 +168,14 @@ class XnnpackPartitioner(Partitioner):
         groups = self._groups(ep)
         tags: list[str] = []
         if self.per_op_mode:
-            for group in groups:
+            # one delegate per group of overlapping matches, never merged with its neighbours
+            order = {n: i for i, n in enumerate(ep.graph.nodes)}
+            for group in sorted(groups, key=lambda g: min(order[n] for n in g)):
                 tag = f"tag{len(tags)}"
-                if any(DELEGATION_TAG in n.meta for n in group if n.op == "call_function"):
-                    raise ValueError(
-                        f"XnnpackPartitioner(per_op_mode=True): node {group[0].name} overlaps "
-                        "another match"
-                    )
                 for n in group:
-                    n.meta[DELEGATION_TAG] = tag
+                    if n.op == "call_function":
+                        n.meta[DELEGATION_TAG] = tag
+                _tag_constants(ep, group)
                 tags.append(tag)
         else:
             supported = {n for g in groups for n in g if n.op == "call_function"}
@@ -220,6 +214,29 @@ class XnnpackPartitioner(Partitioner):
             return self.match(node, ep)[0] is not None
 
         return keep, accepts
+
+
+def _resolve(configs: Iterable[OpConfig | str]) -> list[OpConfig]:
+    """OpConfig entries, with official config class names (``"LinearConfig"``) looked up."""
+    by_name: dict[str, list[OpConfig]] = {}
+    for c in all_configs():
+        by_name.setdefault(c.name, []).append(c)
+    out: list[OpConfig] = []
+    for c in configs:
+        if isinstance(c, str):
+            if c not in by_name:
+                raise ValueError(
+                    f"XnnpackPartitioner: no op config named {c!r} (known: {sorted(by_name)})"
+                )
+            out += by_name[c]
+        elif isinstance(c, OpConfig):
+            out.append(c)
+        else:
+            raise TypeError(
+                "XnnpackPartitioner: configs must be OpConfig entries or config names, "
+                f"got {type(c).__name__}"
+            )
+    return out
 
 
 _LINEARS = (torch.ops.aten.linear.default, torch.ops.aten.addmm.default, torch.ops.aten.mm.default)
