@@ -389,7 +389,14 @@ def test_nothing_to_delegate_still_exports(caplog):
 
 
 def test_unsupported_forms_are_logged_one_line_per_node(caplog):
-    module = Lambda(lambda m, x: (x.softmax(0), torch.add(x, x, alpha=2), x.pow(3))).eval()
+    module = Lambda(
+        lambda m, x: (
+            x.softmax(0),
+            torch.add(x, x, alpha=2),
+            x.pow(3),
+            F.gelu(x, approximate="tanh"),
+        )
+    ).eval()
     ep = torch.export.export(module, (R(3, 4),))
     with caplog.at_level(logging.DEBUG, logger="pyexecutorch.backends.xnnpack"):
         to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
@@ -400,6 +407,8 @@ def test_unsupported_forms_are_logged_one_line_per_node(caplog):
         "XNNPACK leaves add (aten::add.Tensor) to portable: AddConfig: alpha=2 (XNNPACK takes "
         "alpha=1 only)",
         "XNNPACK leaves pow_1 (aten::pow.Tensor_Scalar) to portable: PowConfig: power 3 (2 only)",
+        "XNNPACK leaves gelu (aten::gelu.default) to portable: GeluConfig: GELU "
+        "approximate='tanh' (XNNPACK has the erf form only)",
     ]
 
 
@@ -429,3 +438,24 @@ def test_configs_by_name_and_per_op_mode():
     _check_outputs("per_op", edge.to_executorch().buffer, module, args)
     with pytest.raises(ValueError, match="no op config named 'NoSuchConfig'"):
         XnnpackPartitioner(configs=["NoSuchConfig"])
+
+
+def test_float16_convolution_runs_in_the_official_runtime():
+    """float16 convolutions keep float32 filters and biases, as the official exporter
+    writes them. Our runtime's XNNPACK convolutions are float32 only so far: it refuses
+    the delegate by name."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)).half()
+    args = (R(1, 3, 6, 6).half(),)
+    ep = torch.export.export(module.eval(), args)
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    (payload,) = _payloads(edge.exported_program())
+    datatypes = [v.tensor.datatype for v in payload.graph.xvalues]
+    assert datatypes.count(S.XNNDatatype.fp32) == 2  # filter and bias
+    pte = edge.to_executorch().buffer
+    with torch.no_grad():
+        expected = official.flatten_outputs(module(*args))
+    got = official.official_run(pte, args)
+    official.assert_close("fp16_conv", got, expected, rtol=1e-2, atol=1e-2)
+    with pytest.raises(Exception, match="XNNConv2d.*float16; only float32 is supported here"):
+        _load_for_executorch_from_buffer(pte).run_method("forward", args)

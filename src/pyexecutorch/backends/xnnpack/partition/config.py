@@ -282,6 +282,11 @@ def _view_copy(node: Node, ep: ExportedProgram) -> str | None:
 def _gelu(node: Node, ep: ExportedProgram) -> str | None:
     if node.meta["val"].dtype == torch.float16:
         return "GELU in float16"
+    # XNNPACK computes the erf form only; the official partitioner takes the tanh form
+    # too and so computes something else than eager there
+    approximate = arg(node, 1, "approximate", "none")
+    if approximate != "none":
+        return f"GELU approximate={approximate!r} (XNNPACK has the erf form only)"
     return None
 
 
