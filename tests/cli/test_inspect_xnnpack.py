@@ -214,3 +214,28 @@ def test_describe_covers_every_node_table():
         assert line.startswith(f"0: {name}("), line
         assert "_id=" not in line, line
         assert "->" in line and re.search(r"-> .*%1\d\d", line), line
+
+
+def test_inspect_official_quantized_delegate(cli, tmp_path):
+    """Quantized values (per-token dynamic inputs, per-channel weights whose scales are
+    constants of their own) and every named-data byte counted once."""
+    from backends._quantized_programs import official_pte, quantize
+
+    path = tmp_path / "mlp_dynamic.pte"
+    path.write_bytes(official_pte(quantize("mlp", "dynamic"), "xnnpack"))
+    r = cli("inspect", path, "--verbose")
+    assert r.rc == 0, r.err
+    text = _section(r.out, "forward", 0)
+    pte = decode_pte(path.read_bytes())
+    named = sum(blob.data.nbytes for blob in pte.named_data.values())
+    assert (
+        f"constant bytes: {named} stored: {len(pte.named_data)} named keys ({named} bytes)" in text
+    )
+    assert re.search(r"^      %1: qdint8\[4, 64\]  per-token dynamic$", text, re.M)
+    assert re.search(
+        r"^      %2: qcint8\[96, 64\]  per-channel 96 scales on dim 0 \(in constant #2: named "
+        r"'scale_[0-9a-f]+\.\.\.', 384 bytes\)  constant #1 \(named '[0-9a-f.]+', 6144 bytes\)$",
+        text,
+        re.M,
+    )
+    assert "      1: XNNFullyConnected(%1, filter %2, bias %3 -> %4)  fused relu [0, inf]" in text

@@ -59,7 +59,6 @@ class _Constants:
     def __init__(self, payload: S.Payload, named_data: Mapping[str, Any] | None) -> None:
         self.graph = payload.graph
         self.named_data = named_data
-        self.inline_size = 0 if payload.constant_data is None else len(payload.constant_data)
 
     def where(self, idx: int) -> tuple[str, int]:
         """(description, bytes) of constant ``idx`` (> 0)."""
@@ -188,6 +187,9 @@ def _value_line(t: S.XNNTensorValue, quant: Any, constants: _Constants) -> str:
             name += f" {n} scales on dim {quant.channel_dim}"
             if isinstance(quant, S.PerChannelGroupQuant):
                 name += f", groups of {quant.group_size}"
+            if quant.scale_buffer_idx:
+                where, size = constants.where(quant.scale_buffer_idx)
+                name += f" (in constant #{quant.scale_buffer_idx}: {where}, {size} bytes)"
         parts.append(name)
     if t.dq_datatype != S.XNNDatatype.invalid:
         parts.append(f"quantized at run time to {t.dq_datatype.name}")
@@ -214,10 +216,15 @@ def describe_payload(
     values = _value_table(g)
     constants = _Constants(payload, named_data)
     constant_values = [t for t in values.values() if t.constant_buffer_idx]
+    # constants: the values' own data and the scales of per-channel quantized values
+    referenced = [t.constant_buffer_idx for t in constant_values]
+    for v in g.xvalues:
+        quant = getattr(v.xvalue_union, "quant_params", None)
+        if getattr(quant, "scale_buffer_idx", 0):
+            referenced.append(quant.scale_buffer_idx)
     stored: dict[tuple[str, Any], int] = {}
-    for t in constant_values:
-        key = _storage(g, t.constant_buffer_idx)
-        stored[key] = constants.where(t.constant_buffer_idx)[1]
+    for idx in referenced:
+        stored[_storage(g, idx)] = constants.where(idx)[1]
     by_kind = {
         kind: (
             sum(1 for k in stored if k[0] == kind),
