@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
 from torch.fx import Node
 
 from pyexecutorch.backends.xnnpack import schema as S

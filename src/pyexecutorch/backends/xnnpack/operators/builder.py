@@ -100,7 +100,7 @@ class GraphBuilder:
         if found is not None:
             return found
         if self.ctx.is_constant(node):
-            self._handles += [h for h in sources(node) if h not in self._handles]
+            self.note(node)
             data = self.ctx.constant(node)
             if data is None:
                 raise PreprocessError(f"XnnpackBackend: no data for constant {node.name}")
@@ -235,6 +235,10 @@ class GraphBuilder:
         return vid
 
     # ------------------------------------------------------------------ nodes
+
+    def note(self, node: Node) -> None:
+        """Nodes emitted from now on also stand for ``node`` (a constant read as data)."""
+        self._handles += [h for h in sources(node) if h not in self._handles]
 
     def begin(self, node: Node) -> None:
         """Nodes emitted from now on come from ``node``."""

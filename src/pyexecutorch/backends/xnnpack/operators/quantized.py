@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 
 import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
 from torch.fx import Node
 
 from pyexecutorch.backends.xnnpack import schema as S

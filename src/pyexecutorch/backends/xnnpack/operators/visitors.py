@@ -87,22 +87,32 @@ _UNARY = {
     aten.tanh.default: "XNNTanh",
     aten.pow.Tensor_Scalar: "XNNSquare",  # the config takes exponent 2 only
     aten._softmax.default: "XNNSoftmax",
-    aten.clone.default: "XNNCopy",
-    "dim_order_ops::_clone_dim_order.default": "XNNCopy",
-    "dim_order_ops::_to_dim_order_copy.default": "XNNCopy",
 }
-
-
-def _unary_name(node: Node) -> str:
-    name = _UNARY.get(node.target)
-    return name if name is not None else _UNARY[op_key(node.target)]
+_COPIES = (
+    aten.clone.default,
+    "dim_order_ops::_clone_dim_order.default",
+    "dim_order_ops::_to_dim_order_copy.default",
+)
 
 
 @register(*_UNARY)
 def _unary(b: GraphBuilder, node: Node) -> None:
     x = b.value(node.args[0], b.nhwc(node))
     out = b.define(node)
-    b.emit(xnode(_unary_name(node), input_id=x, output_id=out), _min_max(node))
+    b.emit(xnode(_UNARY[node.target], input_id=x, output_id=out), _min_max(node))
+
+
+@register(*_COPIES)
+def _copy(b: GraphBuilder, node: Node) -> None:
+    """Copies that keep the dim order (the configs take no other) are the same value,
+    except between a delegate input and output, where XNNPACK needs a node."""
+    src = node.args[0]
+    x = b.value(src, b.nhwc(node))
+    if node not in b.outputs:
+        b.alias(node, x)
+        return
+    out = b.define(node)
+    b.emit(xnode("XNNCopy", input_id=x, output_id=out))
 
 
 def _clamp_bounds(node: Node) -> tuple[float, float]:
@@ -222,11 +232,12 @@ def _convolution(b: GraphBuilder, node: Node) -> None:
         shape = weight.shape
         w = weight.reshape(g, shape[0] // g, *shape[1:]).transpose(1, 2)
         weight = w.reshape(shape[1] * g, shape[0] // g, *shape[2:])
+    b.note(w_node)
     filt = b.constant_data(weight.float().permute(*TO_NHWC), (w_node, "conv", depthwise))
     bias_id = S.INVALID_ID
     if bias_node is not None:
         bias_id = b.constant_data(b.ctx.constant(bias_node).float(), (bias_node, "conv"))
-        b.value(bias_node)  # debug handles of a folded bias
+        b.note(bias_node)
     if one_d:
         n, c, length = b.dims(x_node)
         flat = b.value(x_node, False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 
 import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
 from torch.export import ExportedProgram
 from torch.fx import Node
 
