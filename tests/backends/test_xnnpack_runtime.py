@@ -516,14 +516,35 @@ def _init(payload: bytes, named=None):
     )
 
 
-def test_refuses_quantized_values():
+def _quantized_value(g: GraphBuilder, datatype, dims, quant) -> int:
+    t = S.XNNTensorValue(datatype, len(dims), list(dims), 0, S.INVALID_ID, 0, len(g.values))
+    g.values.append(S.XValue(S.XNNQuantizedTensorValue(t, quant)))
+    return len(g.values) - 1
+
+
+def test_quantize_dequantize_round_trip():
+    # fp32 -> qint8 -> fp32 through two XNNConvert nodes: XNNPACK's rounding
+    # (ties to even) and saturation, then (q - zp) * scale.
+    g = GraphBuilder()
+    x = g.input((2, 5))
+    q = _quantized_value(g, S.XNNDatatype.qint8, (2, 5), S.PerTensorQuant(0.5, 3))
+    y = g.tensor((2, 5))
+    g.node(NODE["XNNConvert"](x, q, 0))
+    g.node(NODE["XNNConvert"](q, y, 0))
+    g.output_all(y)
+    xv = np.array([[0.25, 0.75, -0.25, 1.25, 100.0], [-100.0, 0.1, -0.76, 2.0, 0.0]], np.float32)
+    (got,) = g.run(xv)
+    expected = (np.clip(np.rint(xv / 0.5) + 3, -128, 127) - 3) * 0.5
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+
+
+def test_refuses_unsupported_quantized_values():
     g = GraphBuilder()
     x = g.input((2, 4))
-    q = S.XNNTensorValue(S.XNNDatatype.qint8, 2, [2, 4], 0, S.INVALID_ID, 0, 1)
-    g.values.append(S.XValue(S.XNNQuantizedTensorValue(q, S.PerTensorQuant(0.5, 0))))
-    g.node(NODE["XNNConvert"](x, 1, 0))
-    g.output_all(1)
-    with pytest.raises(NotImplementedError, match="quantized tensor value 1 .PerTensorQuant"):
+    q = _quantized_value(g, S.XNNDatatype.qpint8, (2, 4), S.PerTensorQuant(0.5, 0))
+    g.node(NODE["XNNConvert"](x, q, 0))
+    g.output_all(q)
+    with pytest.raises(NotImplementedError, match="value 1 has datatype qpint8"):
         _init(g.payload())
 
 

@@ -13,8 +13,10 @@ DESCRIPTION = """\
 Print what a program holds: each method with its inputs and outputs, the operators
 it calls, its delegates (backend and size) and planned arenas; the constant bytes
 and segments of the file; an operator histogram over all methods; and whether the
-program passes the runtime's verification. --verbose adds every value and every
-instruction. A .ptd (external data) file is listed key by key."""
+program passes the runtime's verification. Each XNNPACK delegate is decoded: its nodes
+(type, inputs, outputs, parameters, fused activation) and constant bytes. --verbose adds
+every value and every instruction (and every value of each XNNPACK graph: datatype,
+shape, external or constant). A .ptd (external data) file is listed key by key."""
 EXAMPLES = """\
 examples:
   pyexecutorch inspect model.pte
@@ -103,6 +105,46 @@ def _fallback_listing(pte) -> str:  # noqa: ANN001 - used only where the printer
     return "\n".join(lines) + "\n"
 
 
+def _delegate_bytes(pte, ref):  # noqa: ANN001, ANN202 - decoded tables
+    """The processed bytes a delegate refers to (a segment or inline data), or None."""
+    from pyexecutorch.schema.program import DataLocation  # noqa: PLC0415
+
+    if ref is None:
+        return None
+    if ref.location == DataLocation.SEGMENT:
+        segments = pte.delegate_segments
+        return segments[ref.index] if 0 <= ref.index < len(segments) else None
+    inline = pte.program.backend_delegate_data
+    return inline[ref.index].data if 0 <= ref.index < len(inline) else None
+
+
+def xnnpack_lines(pte, verbose: bool) -> tuple[list[str], bool]:  # noqa: ANN001
+    """The listing of every XNNPACK delegate of ``pte``, and whether all decoded."""
+    from pyexecutorch.backends.xnnpack.describe import describe_payload  # noqa: PLC0415
+    from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
+
+    out: list[str] = []
+    ok = True
+    for plan in pte.program.execution_plan:
+        for k, d in enumerate(plan.delegates):
+            if d.id != "XnnpackBackend":
+                continue
+            out.append(f"XNNPACK delegate {k} of method {plan.name!r}:")
+            data = _delegate_bytes(pte, d.processed)
+            if data is None:
+                out.append("  its data is missing from the file")
+                ok = False
+                continue
+            try:
+                lines = describe_payload(data, pte.named_data, verbose=verbose)
+            except FormatError as e:
+                out.append(f"  cannot be decoded: {common.first_line(e)}")
+                ok = False
+                continue
+            out += [f"  {line}" for line in lines]
+    return out, ok
+
+
 def run(args: argparse.Namespace) -> int:
     from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
 
@@ -132,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         listing = format_program(pte, verbose=args.verbose)
     print(listing, end="")
+    xnnpack, xnnpack_ok = xnnpack_lines(pte, args.verbose)
+    if xnnpack:
+        print()
+        print("\n".join(xnnpack))
     print()
     counts, delegate_calls = operator_histogram(pte.program)
     print("\n".join(_histogram_lines(counts, delegate_calls)))
@@ -143,4 +189,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nverification: FAILED: {common.first_line(e)}")
         return 1
     print("\nverification: ok")
-    return 0
+    return 0 if xnnpack_ok else 1

@@ -214,6 +214,10 @@ def copy_graph_module(gm: GraphModule) -> GraphModule:
         new_graph.output(out[0] if isinstance(out, tuple) else out)
     for old, new in val_map.items():
         new.meta = dict(old.meta)
+        # graph_copy renames nodes whose names shadow Python builtins (``input`` ->
+        # ``input_1``); the copy must keep the names the signature refers to.
+        if new.name != old.name:
+            new.name = old.name
     for old_out in gm.graph.nodes:
         if old_out.op == "output":
             for new_out in new_graph.nodes:

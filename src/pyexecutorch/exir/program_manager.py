@@ -57,6 +57,7 @@ from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copie
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
 from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars_to_tensors
+from pyexecutorch.exir.passes.unused_parameters import remove_unused_parameters
 from pyexecutorch.exir.passes.view_copy import replace_view_ops_with_view_copy
 from pyexecutorch.exir.passes.write_back import insert_write_back
 
@@ -112,6 +113,7 @@ def _generate_edge_program(
     ep = decompose(program, preserve_ops)
     gm = ep.graph_module
     fake_mode = fake_mode_of(gm)
+    signature = remove_unused_parameters(ep, gm)
     remove_asserts(gm, {aten._assert_tensor_metadata.default})
     if config._check_ir_validity:
         check_ir_validity(gm, [*config._core_aten_ops_exception_list, *preserve_ops], method=name)
@@ -122,7 +124,7 @@ def _generate_edge_program(
         promote_mixed_types(gm, fake_mode)
     if config._use_edge_ops and not config._skip_dim_order:
         to_dim_order_ops(gm)
-    signature, constants = lift_constants(gm, ep.graph_signature, ep.constants, fake_mode)
+    signature, constants = lift_constants(gm, signature, ep.constants, fake_mode)
     eliminate_dead_code(gm)
     assign_debug_handles(gm)
     _recompile(gm)

@@ -25,6 +25,7 @@ import numpy as np
 
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
+from pyexecutorch.backends.xnnpack.nodes_quantized import QUANT_DTYPES, Quant, load_quant
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
 from pyexecutorch.kernels.common import fit
 
@@ -50,6 +51,7 @@ class Value:
     const: NDArray | None
     external_id: int | None
     flags: int
+    quant: Quant | None = None  # quantization parameters of a quantized value
 
     @property
     def bound(self) -> bool:
@@ -103,15 +105,23 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
         u = xv.xvalue_union
         if u is None:
             raise XnnpackError(f"value {i} is empty")
+        quant = None
         if isinstance(u, S.XNNQuantizedTensorValue):
-            q = type(u.quant_params).__name__
-            raise NotImplementedError(
-                f"XNNPACK delegate: quantized tensor value {i} ({q}) is not supported by pyexecutorch"
+            if u.tensor_value is None:
+                raise XnnpackError(f"value {i}: quantized value without a tensor")
+            t: S.XNNTensorValue = u.tensor_value
+            quant = load_quant(
+                i,
+                t,
+                u.quant_params,
+                lambda k, i=i: _constant(g, k, payload, named_data, f"value {i}"),
             )
-        t: S.XNNTensorValue = u
+            dtype = QUANT_DTYPES.get(t.datatype)
+        else:
+            t = u
+            dtype = _DTYPES.get(t.datatype)
         if t.id_out != i:
             raise XnnpackError(f"value {i} has id_out {t.id_out}; ids must follow the value order")
-        dtype = _DTYPES.get(t.datatype)
         if dtype is None or t.dq_datatype != S.XNNDatatype.invalid:
             dt = t.datatype if t.dq_datatype == S.XNNDatatype.invalid else t.dq_datatype
             raise NotImplementedError(
@@ -122,15 +132,20 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
         if t.constant_buffer_idx:
             raw = _constant(g, t.constant_buffer_idx, payload, named_data, f"value {i}")
             n = math.prod(dims)
-            if len(raw) < n * dtype.itemsize:
+            packed = quant is not None and quant.packed4
+            need = math.prod(dims[:-1]) * ((dims[-1] + 1) // 2) if packed else n * dtype.itemsize
+            if len(raw) < need:
                 raise XnnpackError(
                     f"value {i}: constant holds {len(raw)} bytes, its {dtype.name}{list(dims)} needs "
-                    f"{n * dtype.itemsize}"
+                    f"{need}"
                 )
-            const = np.frombuffer(raw, dtype=dtype, count=n).reshape(dims)
+            if quant is not None and quant.packed4:
+                const = quant.unpack4(raw, dims, i)
+            else:
+                const = np.frombuffer(raw, dtype=dtype, count=n).reshape(dims)
         io = t.flags & (S.VALUE_FLAG_EXTERNAL_INPUT | S.VALUE_FLAG_EXTERNAL_OUTPUT)
         ext = t.external_id if io and t.external_id != S.INVALID_ID else None
-        values.append(Value(i, dtype, dims, const, ext, t.flags))
+        values.append(Value(i, dtype, dims, const, ext, t.flags, quant))
     for k, n in enumerate(g.xnodes):
         if n.xnode_union is None:
             raise XnnpackError(f"node {k} is empty")
@@ -163,6 +178,8 @@ class Builder:
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.steps: list[Step] = []
         self.rebound: set[int] = set()  # values whose array a step replaces on every call
+        # per-row parameters of dynamically quantized values, filled by their Convert
+        self.dynamic: dict[int, tuple[NDArray, NDArray]] = {}
         self.where = ""
         for v in graph.values:
             if v.const is not None:

@@ -19,6 +19,7 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 from torch.utils import _pytree as pytree
 
+from pyexecutorch.exir.dialects.quantized_ops import QUANT_NAMESPACES
 from pyexecutorch.exir.graph_utils import HOP_COND, HOP_MAP, HOP_WHILE, is_control_flow, submodules
 from pyexecutorch.exir.tensor_spec import TensorSpec
 
@@ -41,6 +42,9 @@ _NEVER = frozenset(
 
 def _foldable(target: Any) -> bool:
     if not isinstance(target, torch._ops.OpOverload) or target in _NEVER:
+        return False
+    if target.namespace in QUANT_NAMESPACES:
+        # A dequantized weight would grow the program; the official exporter keeps them too.
         return False
     schema = target._schema
     if schema.is_mutable or any(a.is_out for a in schema.arguments):

@@ -24,30 +24,43 @@ _TABLE: dict[Any, Any] | None = None
 _SPLITS: dict[Any, tuple[dict[Any, Any], dict[Any, Any]]] = {}
 
 
-def _quant_primitives() -> list[Any]:
-    ns = getattr(torch.ops, "quantized_decomposed", None)
-    if ns is None:
-        return []
-    out = []
-    for name in (
+# Quantization operators stay whole, as the official exporter keeps them: they
+# get out variants (pyexecutorch.exir.dialects.quantized_ops) or are delegated.
+_QUANT_OPS: dict[str, tuple[str, ...]] = {
+    "quantized_decomposed": (
         "quantize_per_tensor",
         "dequantize_per_tensor",
         "quantize_per_channel",
         "dequantize_per_channel",
         "choose_qparams",
-    ):
-        try:
-            packet = getattr(ns, name)
-        except (AttributeError, RuntimeError):
-            continue
-        for overload in packet.overloads():
-            out.append(getattr(packet, overload))
+        "choose_qparams_symmetric",
+        "choose_qparams_per_token",
+        "choose_qparams_per_token_asymmetric",
+        "quantize_per_token",
+        "dequantize_per_token",
+        "quantize_per_channel_group",
+        "dequantize_per_channel_group",
+    ),
+    "torchao": ("quantize_affine", "dequantize_affine", "choose_qparams_affine"),
+}
+
+
+def _quant_primitives() -> list[Any]:
+    out = []
+    for namespace, names in _QUANT_OPS.items():
+        ns = getattr(torch.ops, namespace)
+        for name in names:
+            try:
+                packet = getattr(ns, name)
+            except (AttributeError, RuntimeError):
+                continue
+            out += [getattr(packet, overload) for overload in packet.overloads()]
     return out
 
 
 def default_decomposition_table() -> dict[Any, Any]:
     """torch.export's default Core ATen table, plus ``linalg_vector_norm``
-    (as the official exporter), as a fresh dict."""
+    (as the official exporter), less the quantization operators, as a fresh dict."""
     global _TABLE
     if _TABLE is None:
         from torch._decomp import get_decompositions
@@ -55,10 +68,12 @@ def default_decomposition_table() -> dict[Any, Any]:
 
         table = dict(default_decompositions().items())
         table.update(get_decompositions([torch.ops.aten.linalg_vector_norm.default]))
-        for op in _quant_primitives():
-            table.pop(op, None)
         _TABLE = table
-    return dict(_TABLE)
+    table = dict(_TABLE)
+    # Looked up on each call: torchao registers its operators when it is imported.
+    for op in _quant_primitives():
+        table.pop(op, None)
+    return table
 
 
 def _is_default_cia_decomposition(op: Any, fn: Any) -> bool:

@@ -15,6 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from pyexecutorch.exir import memory
+from pyexecutorch.exir.dialects.quantized_ops import refresh_out_variants
 from pyexecutorch.exir.error import MissingOutVariantError, op_name, source_location
 from pyexecutorch.exir.graph_utils import is_control_flow, is_inplace, submodules
 from pyexecutorch.exir.tensor_spec import TensorSpec
@@ -87,6 +88,7 @@ def _alloc(graph: torch.fx.Graph, spec: Any, val: Any) -> Node:
 def to_out_variants(gm: GraphModule, owner: Node | None = None, method: str = "forward") -> None:
     """Rewrite ``gm`` (and control-flow submodules) to out variants, in place."""
     missing: dict[Any, str] = {}
+    refresh_out_variants()
     _convert(gm, owner, missing)
     if missing:
         lines = [

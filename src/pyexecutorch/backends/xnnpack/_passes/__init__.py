@@ -1,0 +1,58 @@
+"""The graph passes XNNPACK's ``preprocess`` runs on a partition before serializing.
+
+Each pass is a function of one :class:`~.common.PassContext` (the partition's
+graph module and exported program) that rewrites the graph in place:
+
+0. :func:`fold_quantization`: quantize/dequantize pairs become the quantization
+   parameters of values (see :mod:`.quantized`).
+1. :func:`convert_to_linear`: ``addmm``/``mm`` on a transposed constant weight
+   become ``linear`` (a fully connected node on the weight as stored).
+2. :func:`fuse_batch_norm`: an eval batch norm after a convolution or linear
+   is folded into that node's weight and bias.
+3. :func:`fold_constants`: nodes computed from constants only (permutes and
+   reshapes of weights) become constants.
+4. :func:`fuse_activation`: relu/hardtanh after a convolution, linear, add,
+   sub or mul become that node's ``output_min_max``.
+5. :func:`plan_layouts`: which values live channels-last (NHWC), so that a run
+   of convolutions has no transposes between them.
+
+Every node keeps ``meta["xnn_sources"]``, the debug handles of the edge nodes
+folded into it, from which ``debug_handle_map`` is written.
+"""
+
+from pyexecutorch.backends.xnnpack._passes.channels_last import plan_layouts
+from pyexecutorch.backends.xnnpack._passes.common import PassContext, sources
+from pyexecutorch.backends.xnnpack._passes.fold_constants import fold_constants
+from pyexecutorch.backends.xnnpack._passes.fuse_activation import fuse_activation
+from pyexecutorch.backends.xnnpack._passes.fuse_batch_norm import fuse_batch_norm
+from pyexecutorch.backends.xnnpack._passes.linear import convert_to_linear
+from pyexecutorch.backends.xnnpack._passes.quantized import fold_quantization
+
+PASSES = (
+    fold_quantization,
+    convert_to_linear,
+    fuse_batch_norm,
+    fold_constants,
+    fuse_activation,
+    plan_layouts,
+)
+
+
+def run_passes(ctx: PassContext) -> None:
+    """Every pass of :data:`PASSES`, in order."""
+    for p in PASSES:
+        p(ctx)
+    ctx.gm.graph.eliminate_dead_code()
+
+
+__all__ = [
+    "PASSES",
+    "PassContext",
+    "convert_to_linear",
+    "fold_constants",
+    "fuse_activation",
+    "fuse_batch_norm",
+    "plan_layouts",
+    "run_passes",
+    "sources",
+]

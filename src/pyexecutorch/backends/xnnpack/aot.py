@@ -1,0 +1,67 @@
+"""``XnnpackBackend``, ahead of time: a partition in, the official XNNPACK payload out.
+
+``preprocess`` runs the XNNPACK passes (:mod:`._passes`) on the partition,
+turns each edge node into XNNPACK nodes and values (:mod:`.operators`) and
+writes the payload described by :mod:`.schema`: the ``XH00`` header and the
+``XN01`` flatbuffer. Constants go to the program's named data under the
+SHA-256 of their bytes, as the official exporter stores them, so identical
+weights of several delegates are stored once. ``debug_handle_map`` maps each
+XNNPACK node's index (also its ``debug_handle`` field) to the debug handles
+of the edge nodes it came from.
+"""
+
+from __future__ import annotations
+
+from torch.export import ExportedProgram
+
+from pyexecutorch.backends.xnnpack import schema as S
+from pyexecutorch.backends.xnnpack._passes import PassContext, run_passes
+from pyexecutorch.backends.xnnpack.operators import GraphBuilder, visit
+from pyexecutorch.exir.backend import (
+    BackendDetails,
+    CompileSpec,
+    NamedDataStore,
+    PreprocessError,
+    PreprocessResult,
+)
+
+
+def _check_dim_order(ep: ExportedProgram) -> None:
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "placeholder" or not hasattr(val, "dim_order"):
+            continue
+        order = tuple(val.dim_order())
+        if order != tuple(range(val.dim())):
+            raise PreprocessError(
+                f"XnnpackBackend: input {node.name} has dim order {list(order)}; XNNPACK "
+                "delegates take contiguous inputs only"
+            )
+
+
+class XnnpackBackend(BackendDetails):
+    """Serializes a partition for the XNNPACK delegate (see the module doc)."""
+
+    @staticmethod
+    def preprocess(
+        edge_program: ExportedProgram, compile_specs: list[CompileSpec]
+    ) -> PreprocessResult:
+        _check_dim_order(edge_program)
+        ctx = PassContext(edge_program, edge_program.graph_module)
+        run_passes(ctx)
+        store = NamedDataStore()
+        builder = GraphBuilder(ctx, store)
+        for node in ctx.gm.graph.nodes:
+            if node.op == "call_function":
+                visit(builder, node)
+            elif node.op not in ("placeholder", "get_attr", "output"):
+                raise PreprocessError(f"XnnpackBackend cannot serialize {node.op} node {node.name}")
+        graph = builder.finish()
+        return PreprocessResult(
+            processed_bytes=S.encode_payload(graph),
+            debug_handle_map=builder.debug_handle_map,
+            data_store_output=store.get_named_data_store_output(),
+        )
+
+
+__all__ = ["XnnpackBackend"]

@@ -1,0 +1,650 @@
+"""Quantized XNNPACK values and the node types that compute on them.
+
+Quantized values carry :class:`Quant` parameters: per tensor (``qint8``
+activations), per channel (``qcint8`` weights, ``qcint32`` biases), per
+channel and group of input channels (``qbint4`` weights, scales stored as
+bfloat16), or per row decided at run time (``qdint8`` activations).
+
+The arithmetic is XNNPACK's:
+
+- convolutions and fully connected layers accumulate ``(x - zx) * w`` exactly
+  (float64 products of small integers, then int32), add the int32 bias and
+  requantize with the float32 scale ``x_scale * w_scale[c] / y_scale``:
+  ``y = clamp(rint(float(acc) * scale) + zy)``, ties to even;
+- ``add`` uses XNNPACK's fixed point: 21-bit multipliers of ``a_scale /
+  y_scale`` and ``b_scale / y_scale``, a rounding bias, an arithmetic shift;
+- ``multiply`` requantizes ``(a - za) * (b - zb)`` with ``a_scale * b_scale /
+  y_scale``; the global average pool the sum less ``n * zx`` with ``x_scale /
+  (y_scale * n)``;
+- fused output bounds become ``clamp(rint(bound / y_scale + zy), -128, 127)``;
+- dynamic rows get XNNPACK's asymmetric parameters: the multiplier ``255 /
+  (max - min)`` of a range widened to contain zero, the zero point from
+  whichever end has the smaller error; dynamic fully connected layers compute
+  ``float(acc) * x_scale[row] * w_scale[c] (+ bias)`` in float32 (4-bit
+  blockwise weights: one accumulator per block, scaled and summed).
+
+Each builder here is registered in front of the float builder of its node
+type and takes over when the node's operands are quantized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from pyexecutorch.backends.xnnpack import schema as S
+from pyexecutorch.backends.xnnpack.nodes import BUILDERS, bounds
+from pyexecutorch.backends.xnnpack.schema import XnnpackError
+
+if TYPE_CHECKING:
+    from pyexecutorch.backends.xnnpack.interpreter import Builder
+
+NDArray = np.ndarray
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_I8 = np.dtype(np.int8)
+_I64 = np.dtype(np.int64)
+_INF = float("inf")
+
+QUANT_DTYPES = {
+    S.XNNDatatype.qint8: _I8,
+    S.XNNDatatype.qcint8: _I8,
+    S.XNNDatatype.qdint8: _I8,
+    S.XNNDatatype.quint8: np.dtype(np.uint8),
+    S.XNNDatatype.qint32: np.dtype(np.int32),
+    S.XNNDatatype.qcint32: np.dtype(np.int32),
+    S.XNNDatatype.qbint4: _I8,  # unpacked at load
+    S.XNNDatatype.qcint4: _I8,
+}
+_PACKED4 = {S.XNNDatatype.qbint4, S.XNNDatatype.qcint4}
+
+
+@dataclass
+class Quant:
+    """The quantization of one value."""
+
+    kind: str  # "tensor", "channel", "group" or "token"
+    scale: Any = None  # float (tensor); float32 array (channel: (C,), group: (C, groups))
+    zero_point: int = 0
+    channel_dim: int = 0
+    packed4: bool = False
+
+    def unpack4(self, raw: memoryview, dims: tuple[int, ...], vid: int) -> NDArray:
+        """Two 4-bit values per byte along the last dimension, low nibble first, offset by 8."""
+        rows, cols = math.prod(dims[:-1]), dims[-1]
+        per_row = (cols + 1) // 2
+        b = np.frombuffer(raw, dtype=np.uint8, count=rows * per_row).reshape(rows, per_row)
+        out = np.empty((rows, per_row * 2), _I8)
+        out[:, 0::2] = b & 15
+        out[:, 1::2] = b >> 4
+        out -= 8
+        return np.ascontiguousarray(out[:, :cols]).reshape(dims)
+
+
+def _scales(qp: Any, constant: Callable[[int], memoryview], bf16: bool, vid: int) -> NDArray:
+    if qp.scale_buffer_idx:
+        raw = constant(qp.scale_buffer_idx)
+        n = qp.num_scales
+        if bf16:
+            bits = np.frombuffer(raw, dtype=np.uint16, count=n).astype(np.uint32) << 16
+            return bits.view(_F32)
+        return np.frombuffer(raw, dtype=_F32, count=n).copy()
+    if bf16 and qp.scale_bf16:
+        return (np.asarray(qp.scale_bf16, np.uint16).astype(np.uint32) << 16).view(_F32)
+    if not qp.scale:
+        raise XnnpackError(f"value {vid}: quantization parameters hold no scales")
+    return np.asarray(qp.scale, _F32)
+
+
+def load_quant(
+    vid: int, t: S.XNNTensorValue, qp: Any, constant: Callable[[int], memoryview]
+) -> Quant:
+    """The :class:`Quant` of a quantized value, its scales read from the payload."""
+    packed = t.datatype in _PACKED4
+    if isinstance(qp, S.PerTensorQuant):
+        return Quant("tensor", float(np.float32(qp.scale)), int(qp.zero_point))
+    if isinstance(qp, S.PerChannelQuant):
+        return Quant("channel", _scales(qp, constant, False, vid), 0, qp.channel_dim, packed)
+    if isinstance(qp, S.PerChannelGroupQuant):
+        dims = tuple(int(d) for d in t.dims)
+        if qp.channel_dim != 0 or len(dims) != 2 or qp.group_size <= 0:
+            raise NotImplementedError(
+                f"XNNPACK delegate: value {vid}: blockwise quantization of a {list(dims)} tensor "
+                f"along dim {qp.channel_dim} is not supported by pyexecutorch"
+            )
+        s = _scales(qp, constant, True, vid)
+        groups = -(-dims[1] // qp.group_size)
+        if s.size != dims[0] * groups:
+            raise XnnpackError(f"value {vid}: {s.size} scales for {dims[0]} x {groups} blocks")
+        return Quant("group", s.reshape(dims[0], groups), 0, 0, packed)
+    if isinstance(qp, S.PerTokenDynamicQuant):
+        return Quant("token", None, 0, int(qp.num_nonbatch_dims))
+    raise NotImplementedError(
+        f"XNNPACK delegate: value {vid} has quantization {type(qp).__name__}, "
+        "which pyexecutorch does not support"
+    )
+
+
+# ------------------------------------------------------------------ arithmetic
+
+
+def quantize_bound(value: float, q: Quant) -> int:
+    """A float output bound in the quantized domain, saturated to int8."""
+    if value == _INF:
+        return 127
+    if value == -_INF:
+        return -128
+    v = np.float32(value) / np.float32(q.scale) + np.float32(q.zero_point)
+    return int(np.rint(np.clip(v, -128.0, 127.0)))
+
+
+def qbounds(node: S.XNode, q: Quant) -> tuple[int, int]:
+    lo, hi = bounds(node)
+    return quantize_bound(lo, q), quantize_bound(hi, q)
+
+
+def requantize(
+    acc: NDArray,
+    scale: Any,
+    zero_point: int,
+    lo: int,
+    hi: int,
+    out: NDArray,
+    f: NDArray | None = None,
+) -> None:
+    """``out = clamp(rint(float32(acc) * scale) + zero_point, lo, hi)``.
+
+    ``f`` is a float32 scratch of ``acc``'s shape (``acc`` itself when float32).
+    The clamp happens before the zero point joins, on integers, so it is exact.
+    """
+    if f is None:
+        f = acc.astype(_F32)
+    elif f is not acc:
+        np.copyto(f, acc, casting="unsafe")
+    np.multiply(f, scale, out=f)
+    np.rint(f, out=f)
+    np.maximum(f, np.float32(lo - zero_point), out=f)
+    np.minimum(f, np.float32(hi - zero_point), out=f)
+    np.add(f, np.float32(zero_point), out=out, casting="unsafe")
+
+
+# float32 sums of integer products stay exact below 2**24
+_EXACT_F32 = 1 << 24
+
+
+def exact_dtype(k: int, zero_point_span: int, bias: NDArray | None) -> np.dtype:
+    """float32 when every partial sum of ``k`` products (and the bias) is an exact float32."""
+    top = k * zero_point_span * 128 + (0 if bias is None else int(np.abs(bias).max(initial=0)))
+    return _F32 if top < _EXACT_F32 else _F64
+
+
+def _quant(b: Builder, vid: int, kinds: tuple[str, ...]) -> Quant:
+    q = b.value(vid).quant
+    if q is None or q.kind not in kinds:
+        got = "a float value" if q is None else f"{q.kind} quantization"
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: value {vid} has {got}; pyexecutorch expects "
+            f"{' or '.join(kinds)} quantization here"
+        )
+    return q
+
+
+def _is_quantized(b: Builder, *vids: int) -> bool:
+    return any(b.value(v).quant is not None for v in vids)
+
+
+def _in_front_of(name: str, quantized: Callable[..., None], *fields: str) -> None:
+    """Register ``quantized`` for node type ``name`` when any of ``fields`` is quantized."""
+    fallback = BUILDERS.get(name)
+
+    def dispatch(b: Builder, n: Any, node: S.XNode) -> None:
+        if _is_quantized(b, *(getattr(n, f) for f in fields)):
+            quantized(b, n, node)
+        elif fallback is not None:
+            fallback(b, n, node)
+        else:
+            raise NotImplementedError(f"XNNPACK delegate: {b.where} is not supported")
+
+    BUILDERS[name] = dispatch
+
+
+# ------------------------------------------------------------------ convert
+
+
+def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
+    qi, qo = b.value(n.input_id).quant, b.value(n.output_id).quant
+    shape = b.shape(n.input_id)
+    b.out(n.output_id, shape)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+    if qi is None and qo.kind == "tensor":
+        inv = np.float32(1.0) / np.float32(qo.scale)
+        zp = qo.zero_point
+
+        def run() -> None:
+            requantize(x(), inv, zp, -128, 127, o())
+
+    elif qi is None and qo.kind == "token":
+        row = math.prod(shape[len(shape) - qo.channel_dim :]) if qo.channel_dim else shape[-1]
+        rows = math.prod(shape) // max(row, 1)
+        scales = np.empty(rows, _F32)
+        zps = np.empty(rows, _F32)
+        b.dynamic[n.output_id] = (scales, zps)
+
+        def run() -> None:
+            v = x().reshape(rows, row)
+            lo = np.minimum(v.min(axis=1), np.float32(0))
+            hi = np.maximum(v.max(axis=1), np.float32(0))
+            span = hi - lo
+            mult = np.where(
+                span == 0, np.float32(1), np.float32(255) / np.where(span == 0, 1, span)
+            )
+            below, above = lo * mult, hi * mult
+            zp = np.where(
+                (np.float32(-128) + below) + (np.float32(127) + above) > 0,
+                np.float32(-128) - below,
+                np.float32(127) - above,
+            )
+            np.rint(np.clip(zp, -128, 127), out=zps)
+            np.divide(np.float32(1), mult, out=scales)
+            f = v * mult[:, None]
+            np.rint(f, out=f)
+            f += zps[:, None]
+            np.clip(f, -128, 127, out=f)
+            np.copyto(o().reshape(rows, row), f, casting="unsafe")
+
+    elif qi is not None and qi.kind == "tensor" and qo is None:
+        scale, zp = np.float32(qi.scale), np.int32(qi.zero_point)
+
+        def run() -> None:
+            d = np.subtract(x(), zp, dtype=np.int32)
+            np.multiply(d, scale, out=o(), casting="unsafe")
+
+    else:
+        raise NotImplementedError(f"XNNPACK delegate: {b.where}: this conversion is not supported")
+    b.step(run)
+
+
+# ------------------------------------------------------------------ matmuls
+
+
+def _channel_scales(xq: Quant, wq: Quant, yq: Quant, units: int) -> NDArray:
+    s = np.asarray(wq.scale, _F32).reshape(-1)
+    if s.size == 1:
+        s = np.full(units, s[0], _F32)
+    if s.size != units:
+        raise XnnpackError(f"{s.size} weight scales for {units} output channels")
+    return (np.float32(xq.scale) * s) / np.float32(yq.scale)
+
+
+def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
+    xq = b.value(n.input1_id).quant
+    xs, w = b.shape(n.input1_id), b.const(n.filter_id)
+    if w is None:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: quantized weights must be constant"
+        )
+    wq = _quant(b, n.filter_id, ("channel", "group", "tensor"))
+    if n.flags & S.FLAG_TRANSPOSE_WEIGHTS:
+        w = w.T
+    units, k = w.shape
+    if xs[-1] != k:
+        raise XnnpackError(f"{b.where}: input {xs} has {xs[-1]} features, the filter takes {k}")
+    out_shape = xs[:-1] + (units,)
+    b.out(n.output_id, out_shape)
+    m = math.prod(xs[:-1])
+    x, o = b.getter(n.input1_id), b.getter(n.output_id)
+    bias = None if n.bias_id == S.INVALID_ID else b.const(n.bias_id)
+    if n.bias_id != S.INVALID_ID and bias is None:
+        raise NotImplementedError(f"XNNPACK delegate: {b.where}: the bias must be constant")
+    w64 = np.ascontiguousarray(w.T, dtype=_F64)
+    if xq.kind == "tensor":
+        yq = _quant(b, n.output_id, ("tensor",))
+        scale = _channel_scales(xq, wq, yq, units)
+        lo, hi = qbounds(node, yq)
+        zx = float(xq.zero_point)
+        cdt = exact_dtype(k, 255, bias)
+        wc = w64.astype(cdt)
+        bc = np.zeros(units, cdt) if bias is None else bias.astype(cdt)
+        xbuf = np.empty((m, k), cdt)
+        acc = np.empty((m, units), cdt)
+        f = acc if cdt == _F32 else np.empty((m, units), _F32)
+        zy = yq.zero_point
+
+        def run() -> None:
+            np.subtract(x().reshape(m, k), zx, out=xbuf)
+            np.dot(xbuf, wc, out=acc)
+            np.add(acc, bc, out=acc)
+            requantize(acc, scale, zy, lo, hi, o().reshape(m, units), f)
+
+        b.step(run)
+        return
+    # dynamically quantized rows: float output
+    scales, zps = b.dynamic.get(n.input1_id, (None, None))
+    if scales is None:
+        raise XnnpackError(f"{b.where}: dynamic input {n.input1_id} has no row parameters")
+    lo, hi = bounds(node)
+    fbias = None if bias is None else bias.astype(_F32)
+    if wq.kind == "group":
+        groups = wq.scale.shape[1]
+        g = -(-k // groups)
+        if g * groups != k:
+            raise NotImplementedError(f"XNNPACK delegate: {b.where}: {k} inputs in blocks of {g}")
+        w3 = w.reshape(units, groups, g).astype(_F64)
+        ws = wq.scale.astype(_F32)
+
+        def combine(d: NDArray) -> NDArray:
+            acc = np.einsum("mgk,ugk->mug", d.reshape(m, groups, g), w3).astype(_F32)
+            return (acc * ws).sum(axis=-1, dtype=_F32)
+
+    else:
+        ws_c = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
+
+        def combine(d: NDArray) -> NDArray:
+            return (d @ w64).astype(_F32) * ws_c
+
+    def run_dynamic() -> None:
+        d = x().reshape(m, k).astype(_F64) - zps[:, None]
+        y = combine(d)
+        y *= scales[:, None]
+        if fbias is not None:
+            y += fbias
+        out = o().reshape(m, units)
+        np.clip(y, lo, hi, out=out) if (lo, hi) != (-_INF, _INF) else np.copyto(out, y)
+
+    b.step(run_dynamic)
+
+
+# ------------------------------------------------------------------ convolutions
+
+
+def _windows(b: Builder, n: S.Conv, xs: tuple[int, ...], kh: int, kw: int, dtype: np.dtype):
+    nb, h, w, c = xs
+    pt, pr, pbm, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
+    sh, sw = n.subsampling_height or 1, n.subsampling_width or 1
+    dh, dw = n.dilation_height or 1, n.dilation_width or 1
+    hp, wp = h + pt + pbm, w + pl + pr
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise XnnpackError(f"{b.where}: the window does not fit the padded input {xs}")
+    padded = np.zeros((nb, hp, wp, c), dtype)
+    inner = padded[:, pt : pt + h, pl : pl + w]
+    s = padded.strides
+    view = as_strided(
+        padded,
+        (nb, oh, ow, kh, kw, c),
+        (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]),
+        writeable=False,
+    )
+    return inner, view, (nb, oh, ow)
+
+
+def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
+    depthwise = type(n).__name__ == "XNNDepthwiseConv2d"
+    xq = _quant(b, n.input1_id, ("tensor",))
+    yq = _quant(b, n.output_id, ("tensor",))
+    wq = _quant(b, n.filter_id, ("channel", "tensor"))
+    w = b.const(n.filter_id)
+    bias = None if n.bias_id == S.INVALID_ID else b.const(n.bias_id)
+    if w is None or (n.bias_id != S.INVALID_ID and bias is None):
+        raise NotImplementedError(f"XNNPACK delegate: {b.where}: weights and bias must be constant")
+    xs = b.shape(n.input1_id)
+    if len(xs) != 4:
+        raise XnnpackError(f"{b.where}: input {xs} must be NHWC")
+    kh, kw = n.kernel_height, n.kernel_width
+    cout = w.shape[3] if depthwise else w.shape[0]
+    k = kh * kw * (1 if depthwise else xs[3] // (n.groups or 1))
+    cdt = exact_dtype(k, 255, bias)
+    inner, view, (nb, oh, ow) = _windows(b, n, xs, kh, kw, cdt)
+    b.out(n.output_id, (nb, oh, ow, cout))
+    x, o = b.getter(n.input1_id), b.getter(n.output_id)
+    scale = _channel_scales(xq, wq, yq, cout)
+    lo, hi = qbounds(node, yq)
+    zx, zy = float(xq.zero_point), yq.zero_point
+    bc = np.zeros(cout, cdt) if bias is None else bias.astype(cdt)
+    rows = nb * oh * ow
+    acc = np.empty((nb, oh, ow, cout), cdt)
+    f = acc if cdt == _F32 else np.empty(acc.shape, _F32)
+    if depthwise:
+        mult = cout // xs[3]
+        taps = w.reshape(kh, kw, cout).astype(cdt)
+        chan = np.arange(cout) // mult
+        tmp = np.empty_like(acc)
+        tap_list = [(i, j, taps[i, j]) for i in range(kh) for j in range(kw)]
+
+        def compute() -> None:
+            v = view if mult == 1 else view[..., chan]
+            np.copyto(acc, bc)
+            for i, j, t in tap_list:
+                np.multiply(v[:, :, :, i, j], t, out=tmp)
+                np.add(acc, tmp, out=acc)
+
+    else:
+        groups = n.groups or 1
+        cin = xs[3] // groups
+        og = cout // groups
+        wmats = [
+            np.ascontiguousarray(w[g * og : (g + 1) * og].reshape(og, -1).T, dtype=cdt)
+            for g in range(groups)
+        ]
+        flat = acc.reshape(rows, cout)
+        direct = kh == kw == 1 and view.shape[1:3] == inner.shape[1:3] and groups == 1
+        cols = None if direct else np.empty((rows, k * groups), cdt)
+
+        def compute() -> None:
+            if direct:  # a 1x1 convolution without stride or padding: one product
+                np.dot(inner.reshape(rows, -1), wmats[0], out=flat)
+            elif groups == 1:
+                np.copyto(cols.reshape(view.shape), view)
+                np.dot(cols, wmats[0], out=flat)
+            else:
+                for g in range(groups):
+                    part = view[..., g * cin : (g + 1) * cin].reshape(rows, -1)
+                    flat[:, g * og : (g + 1) * og] = part @ wmats[g]
+            np.add(flat, bc, out=flat)
+
+    def run() -> None:
+        np.subtract(x(), zx, out=inner)
+        compute()
+        requantize(acc, scale, zy, lo, hi, o(), f)
+
+    b.step(run)
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def _add(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+    aq = _quant(b, n.input1_id, ("tensor",))
+    bq = _quant(b, n.input2_id, ("tensor",))
+    yq = _quant(b, n.output_id, ("tensor",))
+    shape = tuple(np.broadcast_shapes(b.shape(n.input1_id), b.shape(n.input2_id)))
+    b.out(n.output_id, shape)
+    a_out = np.float32(aq.scale) / np.float32(yq.scale)
+    b_out = np.float32(bq.scale) / np.float32(yq.scale)
+    exponent = int((np.maximum(a_out, b_out).view(np.uint32) >> 23) & 0xFF) - 127
+    shift = 20 - exponent
+    if not 12 <= shift <= 30:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: scale ratios {a_out}, {b_out} are outside XNNPACK's range"
+        )
+    am = int(np.rint(np.ldexp(a_out, shift)))
+    bm = int(np.rint(np.ldexp(b_out, shift)))
+    bias = (1 << (shift - 1)) - am * aq.zero_point - bm * bq.zero_point
+    lo, hi = qbounds(node, yq)
+    x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
+
+    def run() -> None:
+        acc = x().astype(_I64) * am + y().astype(_I64) * bm + bias
+        acc >>= shift
+        acc += yq.zero_point
+        np.clip(acc, lo, hi, out=acc)
+        np.copyto(o(), acc, casting="unsafe")
+
+    b.step(run)
+
+
+def _multiply(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+    aq = _quant(b, n.input1_id, ("tensor",))
+    bq = _quant(b, n.input2_id, ("tensor",))
+    yq = _quant(b, n.output_id, ("tensor",))
+    shape = tuple(np.broadcast_shapes(b.shape(n.input1_id), b.shape(n.input2_id)))
+    b.out(n.output_id, shape)
+    scale = (np.float32(aq.scale) * np.float32(bq.scale)) / np.float32(yq.scale)
+    lo, hi = qbounds(node, yq)
+    x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
+    za, zb = aq.zero_point, bq.zero_point
+
+    def run() -> None:
+        acc = (x().astype(np.int32) - za) * (y().astype(np.int32) - zb)
+        requantize(acc, scale, yq.zero_point, lo, hi, o())
+
+    b.step(run)
+
+
+def _same_params(b: Builder, i: int, o: int) -> Quant:
+    qi, qo = _quant(b, i, ("tensor",)), _quant(b, o, ("tensor",))
+    if (qi.scale, qi.zero_point) != (qo.scale, qo.zero_point):
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: input and output quantization differ "
+            f"({qi.scale}, {qi.zero_point}) vs ({qo.scale}, {qo.zero_point})"
+        )
+    return qo
+
+
+def _clamp(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
+    q = _same_params(b, n.input_id, n.output_id)
+    lo, hi = qbounds(node, q)
+    b.out(n.output_id, b.shape(n.input_id))
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+    def run() -> None:
+        np.clip(x(), lo, hi, out=o())
+
+    b.step(run)
+
+
+# ------------------------------------------------------------------ pooling
+
+
+def _max_pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
+    q = _same_params(b, n.input_id, n.output_id)
+    xs = b.shape(n.input_id)
+    nb, h, w, c = xs
+    kh, kw = n.pooling_height, n.pooling_width
+    pt, pr, pbm, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
+    sh, sw = n.stride_height or 1, n.stride_width or 1
+    dh, dw = n.dilation_height or 1, n.dilation_width or 1
+    hp, wp = h + pt + pbm, w + pl + pr
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    padded = np.full((nb, hp, wp, c), -128, _I8)
+    inner = padded[:, pt : pt + h, pl : pl + w]
+    s = padded.strides
+    view = as_strided(
+        padded,
+        (nb, oh, ow, kh, kw, c),
+        (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]),
+        writeable=False,
+    )
+    b.out(n.output_id, (nb, oh, ow, c))
+    lo, hi = qbounds(node, q)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+    def run() -> None:
+        np.copyto(inner, x())
+        out = o()
+        np.max(view, axis=(3, 4), out=out)
+        np.clip(out, lo, hi, out=out)
+
+    b.step(run)
+
+
+def _avg_pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
+    # The window's sum less count * zx, requantized per output pixel with
+    # x_scale / (y_scale * count); padded taps are not counted.
+    xq = _quant(b, n.input_id, ("tensor",))
+    yq = _quant(b, n.output_id, ("tensor",))
+    nb, h, w, c = b.shape(n.input_id)
+    kh, kw = n.pooling_height, n.pooling_width
+    pt, pr, pbm, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
+    sh, sw = n.stride_height or 1, n.stride_width or 1
+    hp, wp = h + pt + pbm, w + pl + pr
+    oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    padded = np.zeros((nb, hp, wp, c), np.int32)
+    inner = padded[:, pt : pt + h, pl : pl + w]
+    s = padded.strides
+    view = as_strided(
+        padded, (nb, oh, ow, kh, kw, c), (s[0], s[1] * sh, s[2] * sw, s[1], s[2], s[3]),
+        writeable=False,
+    )  # fmt: skip
+    ones = np.zeros((1, hp, wp, 1), np.int32)
+    ones[:, pt : pt + h, pl : pl + w] = 1
+    so = ones.strides
+    counts = as_strided(
+        ones, (1, oh, ow, kh, kw, 1), (so[0], so[1] * sh, so[2] * sw, so[1], so[2], so[3])
+    ).sum(axis=(3, 4))
+    scale = np.float32(xq.scale) / (np.float32(yq.scale) * counts.astype(_F32))
+    bias = counts * xq.zero_point
+    b.out(n.output_id, (nb, oh, ow, c))
+    lo, hi = qbounds(node, yq)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+
+    def run() -> None:
+        np.copyto(inner, x())
+        acc = view.sum(axis=(3, 4)) - bias
+        requantize(acc, scale, yq.zero_point, lo, hi, o())
+
+    b.step(run)
+
+
+def _pad(b: Builder, n: S.XNNStaticConstantPad, node: S.XNode) -> None:
+    # the float builder, with the padding value in the quantized domain
+    q = _same_params(b, n.input_id, n.output_id)
+    value = quantize_bound(float(n.padding_value), q)
+    _FLOAT_PAD(b, dataclasses.replace(n, padding_value=value), node)
+
+
+_FLOAT_PAD = BUILDERS["XNNStaticConstantPad"]
+
+
+def _global_avg_pool(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
+    xq = _quant(b, n.input_id, ("tensor",))
+    yq = _quant(b, n.output_id, ("tensor",))
+    xs = b.shape(n.input_id)
+    if len(xs) < 3:
+        raise XnnpackError(f"{b.where}: input {xs} must be at least 3-d (N..., H, W, C)")
+    declared = b.value(n.output_id).dims
+    keep = bool(n.flags & S.FLAG_KEEP_DIMS) or len(declared) == len(xs)
+    shape = xs[:-3] + (1, 1, xs[-1]) if keep else xs[:-3] + (xs[-1],)
+    b.out(n.output_id, shape)
+    area = xs[-3] * xs[-2]
+    scale = np.float32(xq.scale) / (np.float32(yq.scale) * np.float32(area))
+    lo, hi = qbounds(node, yq)
+    x, o = b.getter(n.input_id), b.getter(n.output_id)
+    bias = area * xq.zero_point
+
+    def run() -> None:
+        acc = x().sum(axis=(-3, -2), dtype=_I64) - bias
+        requantize(acc, scale, yq.zero_point, lo, hi, o().reshape(acc.shape))
+
+    b.step(run)
+
+
+_in_front_of("XNNConvert", _convert, "input_id", "output_id")
+_in_front_of("XNNFullyConnected", _fully_connected, "input1_id")
+_in_front_of("XNNConv2d", _conv, "input1_id")
+_in_front_of("XNNDepthwiseConv2d", _conv, "input1_id")
+_in_front_of("XNNAdd", _add, "output_id")
+_in_front_of("XNNMultiply", _multiply, "output_id")
+_in_front_of("XNNClamp", _clamp, "output_id")
+_in_front_of("XNNMaxPooling2d", _max_pool, "output_id")
+_in_front_of("XNNGlobalAvgPooling2d", _global_avg_pool, "output_id")
+_in_front_of("XNNAvgPooling2d", _avg_pool, "output_id")
+_in_front_of("XNNStaticConstantPad", _pad, "output_id")

@@ -1,0 +1,240 @@
+"""Visitors of quantized partitions (after :mod:`.._passes.quantized`).
+
+- quantizes and dequantizes left in the graph are ``XNNConvert`` nodes between
+  float and quantized values (to ``qdint8`` per token for dynamic ones);
+- ``choose_qparams`` nodes emit nothing (XNNPACK picks dynamic parameters);
+- convolutions and linears on quantized weights: ``qcint8`` per output channel
+  (``qbint4`` per group of 32.. input channels, two values a byte), biases
+  ``qcint32`` with the input scale times each weight scale where the
+  activations are static, float32 where they are dynamic.  Their scales live
+  in the program's named data under ``scale_<sha256>``, as the official
+  delegate stores them.  Float convolutions and linears keep their visitors.
+
+Every other operator (add, multiply, concatenation, pooling, clamps, reshapes)
+runs on quantized values with its float visitor: the builder gives each value
+the datatype and parameters the pass recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
+from torch.fx import Node
+
+from pyexecutorch.backends.xnnpack import schema as S
+from pyexecutorch.backends.xnnpack._passes.channels_last import TO_NHWC
+from pyexecutorch.backends.xnnpack._passes.fuse_activation import MIN_MAX
+from pyexecutorch.backends.xnnpack._passes.quantized import (
+    XNN_QUANT,
+    XNN_QWEIGHT,
+    WeightQuant,
+    dynamic_dequantizers,
+    dynamic_quantizers,
+    qparam_choosers,
+)
+from pyexecutorch.backends.xnnpack.operators.builder import UINT64_MAX, GraphBuilder, xnode
+from pyexecutorch.backends.xnnpack.operators.visitors import VISITORS, register
+from pyexecutorch.backends.xnnpack.partition.config import op_key
+from pyexecutorch.exir.backend import PreprocessError
+
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _convert(b: GraphBuilder, node: Node) -> None:
+    layout = b.nhwc(node)
+    x = b.value(node.args[0], layout)
+    out = b.define(node, layout)
+    b.emit(xnode("XNNConvert", input_id=x, output_id=out))
+
+
+def _nothing(b: GraphBuilder, node: Node) -> None:
+    """Emits no node: XNNPACK computes dynamic parameters itself."""
+
+
+def _unconsumed(b: GraphBuilder, node: Node) -> None:
+    raise PreprocessError(
+        f"XnnpackBackend: weight dequantization {node.name} is not read by a quantized "
+        "convolution or linear"
+    )
+
+
+def _register_quant_ops() -> None:
+    # Weight dequantizations are read through by the GEMMs (torchao's dequantize_affine
+    # also dequantizes activations: a convert where left).
+    register(qd.quantize_per_tensor.default, qd.dequantize_per_tensor.default)(_convert)
+    register(*dynamic_quantizers(), *dynamic_dequantizers())(_convert)
+    register(*qparam_choosers())(_nothing)
+    register(qd.dequantize_per_channel.default)(_unconsumed)
+
+
+# ------------------------------------------------------------------ weights
+
+
+def _scale_buffer(b: GraphBuilder, scales: torch.Tensor) -> int:
+    """The index of a constant-data entry holding ``scales`` (named ``scale_<sha256>``)."""
+    data = scales.detach().contiguous()
+    raw = (data.view(torch.int16) if data.dtype == torch.bfloat16 else data).numpy().tobytes()
+    name = "scale_" + hashlib.sha256(raw).hexdigest()
+    b.store.add_named_data(name, raw, 16)
+    b.graph.constant_data.append(
+        S.ConstantDataOffset(offset=UINT64_MAX, size=len(raw), named_key=name)
+    )
+    return len(b.graph.constant_data) - 1
+
+
+def _per_channel(b: GraphBuilder, scales: torch.Tensor, axis: int) -> S.PerChannelQuant:
+    flat = scales.reshape(-1).to(torch.float32)
+    return S.PerChannelQuant(
+        scale=[], channel_dim=axis, scale_buffer_idx=_scale_buffer(b, flat), num_scales=flat.numel()
+    )
+
+
+def pack_int4(values: torch.Tensor) -> torch.Tensor:
+    """Rows of int8 values in [-8, 7] as XNNPACK's 4-bit layout: +8, two a byte, the
+    first in the low nibble (odd row lengths padded with a zero)."""
+    if values.shape[-1] % 2:
+        values = torch.nn.functional.pad(values, (0, 1))
+    u = (values.to(torch.int16) + 8).to(torch.uint8).reshape(values.shape[0], -1, 2)
+    return (u[..., 1] << 4) | u[..., 0]
+
+
+def _weight(b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, axis: int) -> int:
+    """The filter value of a quantized GEMM (``data`` already in XNNPACK's layout)."""
+    w_node = node.args[1]
+    if wq.group_size:
+        if not wq.four_bit:
+            raise PreprocessError(
+                f"XnnpackBackend: {node.name}: groupwise weights must be 4-bit (XNNPACK qbint4)"
+            )
+        if wq.group_size % 32:
+            raise PreprocessError(
+                f"XnnpackBackend: {node.name}: group size {wq.group_size} is not a multiple of 32"
+            )
+        scales = wq.scales.to(torch.bfloat16)
+        quant = S.PerChannelGroupQuant(
+            scale=[],
+            channel_dim=0,
+            group_size=wq.group_size,
+            scale_buffer_idx=_scale_buffer(b, scales),
+            num_scales=scales.numel(),
+        )
+        return b.constant_data(
+            pack_int4(data),
+            (w_node, "qbint4"),
+            datatype=S.XNNDatatype.qbint4,
+            quant=quant,
+            dims=list(data.shape),
+        )
+    if wq.four_bit:
+        raise PreprocessError(
+            f"XnnpackBackend: {node.name}: 4-bit per-channel weights are not supported"
+        )
+    return b.constant_data(
+        data,
+        (w_node, "qcint8", axis),
+        datatype=S.XNNDatatype.qcint8,
+        quant=_per_channel(b, wq.scales, axis),
+    )
+
+
+def _bias(b: GraphBuilder, node: Node, wq: WeightQuant) -> int:
+    bias = node.args[2] if len(node.args) > 2 else None
+    if bias is None:
+        return S.INVALID_ID
+    x_spec = node.args[0].meta.get(XNN_QUANT)
+    if x_spec is None or x_spec.datatype != S.XNNDatatype.qint8:
+        return b.value(bias, False)  # dynamic activations: float bias
+    data = b.ctx.constant(bias)
+    scales = wq.scales * float(x_spec.params.scale)
+    zeros = torch.zeros(scales.shape, dtype=torch.int64)
+    q = qd.quantize_per_channel.default(
+        data.to(torch.float32), scales, zeros, 0, INT32_MIN, INT32_MAX, torch.int32
+    )
+    return b.constant_data(
+        q, (bias, "qcint32"), datatype=S.XNNDatatype.qcint32, quant=_per_channel(b, scales, 0)
+    )
+
+
+def _quantized_linear(b: GraphBuilder, node: Node) -> None:
+    wq: WeightQuant = node.meta[XNN_QWEIGHT]
+    x = b.value(node.args[0], False)
+    w = _weight(b, node, b.ctx.constant(node.args[1]), wq, 0)
+    bias_id = _bias(b, node, wq)
+    out = b.define(node, False)
+    b.emit(
+        xnode("XNNFullyConnected", input1_id=x, filter_id=w, bias_id=bias_id, output_id=out),
+        node.meta.get(MIN_MAX),
+    )
+
+
+def _pairs(values: object) -> list[int]:
+    values = [values] if isinstance(values, int) else list(values)
+    return values * 2 if len(values) == 1 else values
+
+
+def _quantized_conv(b: GraphBuilder, node: Node) -> None:
+    x_node, w_node, _, stride, padding, dilation, transposed, out_pad, groups = node.args
+    wq: WeightQuant = node.meta[XNN_QWEIGHT]
+    weight = b.ctx.constant(w_node)
+    if transposed or weight.dim() != 4:
+        raise PreprocessError(
+            f"XnnpackBackend: quantized convolution {node.name}: 2-D, not transposed, only"
+        )
+    stride, padding, dilation = _pairs(stride), _pairs(padding), _pairs(dilation)
+    groups = int(groups)
+    group_in, group_out = weight.shape[1], weight.shape[0] // groups
+    depthwise = group_in == 1 and group_out % group_in == 0
+    if depthwise:
+        # [out, 1, kh, kw] -> [1, kh, kw, out]: output channels last
+        data, axis = weight.permute(1, 2, 3, 0).contiguous(), 3
+    else:
+        data, axis = weight.permute(*TO_NHWC).contiguous(), 0
+    filt = _weight(b, node, data, wq, axis)
+    bias_id = _bias(b, node, wq)
+    x = b.value(x_node, True)
+    y = b.define(node, True)
+    b.emit(
+        xnode(
+            "XNNDepthwiseConv2d" if depthwise else "XNNConv2d",
+            padding_top=padding[0],
+            padding_right=padding[1],
+            padding_bottom=padding[0],
+            padding_left=padding[1],
+            kernel_height=weight.shape[2],
+            kernel_width=weight.shape[3],
+            subsampling_height=stride[0],
+            subsampling_width=stride[1],
+            dilation_height=dilation[0],
+            dilation_width=dilation[1],
+            group_input_channels=group_in,
+            group_output_channels=group_out,
+            groups=groups,
+            adjustment_height=0,
+            adjustment_width=0,
+            input1_id=x,
+            filter_id=filt,
+            bias_id=bias_id,
+            output_id=y,
+        ),
+        node.meta.get(MIN_MAX),
+    )
+
+
+def _with_quantized(target: object, quantized) -> None:
+    """``target``'s visitor takes the quantized path where the pass left weight scales."""
+    key = op_key(target)
+    float_visitor = VISITORS[key]
+
+    def visit(b: GraphBuilder, node: Node) -> None:
+        (quantized if XNN_QWEIGHT in node.meta else float_visitor)(b, node)
+
+    VISITORS[key] = visit
+
+
+_register_quant_ops()
+_with_quantized(aten.linear.default, _quantized_linear)
+_with_quantized(aten.convolution.default, _quantized_conv)

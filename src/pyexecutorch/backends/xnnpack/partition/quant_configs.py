@@ -1,0 +1,337 @@
+"""Quantized op configs: what XNNPACK takes from PT2E and torchao quantized graphs.
+
+Static quantization (``STATIC_QUANT``): int8 per-tensor quantize/dequantize
+nodes, per-channel int8 weight dequantizations, and convolutions/linears that
+read them.  Dynamic quantization (``DYNAMIC_QUANT``): the ``choose_qparams``,
+quantize and dequantize nodes of activations quantized at run time (int8 per
+tensor or per token), and linears on int8 per-channel or 4-bit groupwise
+weights.  The float configs take the ops between quantize/dequantize pairs
+(add, multiply, concatenation, pooling, clamps, reshapes); the XNNPACK passes
+then run them on the quantized values.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from pyexecutorch.backends.xnnpack.partition.config import (
+    ConfigPrecisionType,
+    OpConfig,
+    arg,
+    is_constant,
+    rank,
+    register_configs,
+)
+
+STATIC = ConfigPrecisionType.STATIC_QUANT
+DYNAMIC = ConfigPrecisionType.DYNAMIC_QUANT
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+_SUBCLASS_ACCESS = "export::access_subclass_inner_tensor"
+
+
+def _torchao(name: str):
+    try:
+        return getattr(torch.ops.torchao, name).default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _constant(ep: ExportedProgram, node: object) -> bool:
+    """A constant, or (before decomposition) a part of a constant tensor subclass."""
+    if is_constant(ep, node):
+        return True
+    return (
+        isinstance(node, Node)
+        and node.op == "call_function"
+        and getattr(node.target, "name", lambda: "")() == _SUBCLASS_ACCESS
+        and is_constant(ep, node.args[0])
+    )
+
+
+def _dtype_of(node: object) -> torch.dtype | None:
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return getattr(val, "dtype", None)
+
+
+def _int8_range(qmin: object, qmax: object) -> str | None:
+    if not (isinstance(qmin, int) and isinstance(qmax, int) and -128 <= qmin < qmax <= 127):
+        return f"quantization range [{qmin}, {qmax}] is not signed 8-bit"
+    return None
+
+
+# ------------------------------------------------------------------ static
+
+
+def _q_per_tensor(node: Node, ep: ExportedProgram) -> str | None:
+    if node.args[5] != torch.int8:
+        return f"quantizes to {node.args[5]} (XNNPACK takes signed int8)"
+    return _int8_range(node.args[3], node.args[4])
+
+
+def _dq_per_tensor(node: Node, ep: ExportedProgram) -> str | None:
+    if node.args[5] != torch.int8 or _dtype_of(node.args[0]) not in (torch.int8, None):
+        return f"dequantizes {node.args[5]} (XNNPACK takes signed int8)"
+    return _int8_range(node.args[3], node.args[4])
+
+
+def weight_problem(ep: ExportedProgram, dq: object) -> str | None:
+    """Why ``dq`` is not a dequantized constant weight XNNPACK can take."""
+    if not isinstance(dq, Node) or dq.op != "call_function":
+        return "weight is not dequantized"
+    if dq.target is qd.dequantize_per_channel.default:
+        if not (_constant(ep, dq.args[0]) and _constant(ep, dq.args[1])):
+            return "per-channel weight or scales are not constants"
+        if int(dq.args[3]) != 0:
+            return f"weight quantized along axis {dq.args[3]} (output channels only)"
+        if (dq.args[4], dq.args[5]) == (-8, 7):
+            return "4-bit per-channel weights"
+        return _int8_range(dq.args[4], dq.args[5])
+    if dq.target is _torchao("dequantize_affine"):
+        if not (_constant(ep, dq.args[0]) and _constant(ep, dq.args[2])):
+            return "affine weight or scales are not constants"
+        block = list(dq.args[1])
+        qmin, qmax = arg(dq, 5, "quant_min", -128), arg(dq, 6, "quant_max", 127)
+        if len(block) != 2 or block[0] != 1:
+            return f"weight block size {block} (one row of groups only)"
+        k = (dq.args[0].meta["val"].shape[1]) if "val" in dq.args[0].meta else block[1]
+        if (qmin, qmax) == (-8, 7):
+            if block[1] % 32 or k % block[1]:
+                return f"4-bit groups of {block[1]} (multiples of 32 that divide {k})"
+            return None
+        if block[1] < k:
+            return f"8-bit groups of {block[1]} (per channel only)"
+        return _int8_range(qmin, qmax)
+    return "weight is not dequantized per channel"
+
+
+def _weight_deps(node: Node) -> list[Node]:
+    dq = node.args[1]
+    return [dq, *dq.all_input_nodes] if isinstance(dq, Node) else []
+
+
+def _is_static_dq(node: object) -> bool:
+    return isinstance(node, Node) and node.target is qd.dequantize_per_tensor.default
+
+
+def _bias_problem(node: Node, ep: ExportedProgram) -> str | None:
+    bias = node.args[2] if len(node.args) > 2 else None
+    if bias is not None and not _constant(ep, bias):
+        return "bias is not a constant"
+    return None
+
+
+def _gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
+    bias = node.args[2] if len(node.args) > 2 else None
+    return _weight_deps(node) + ([bias] if isinstance(bias, Node) else [])
+
+
+def _static_gemm(node: Node, ep: ExportedProgram) -> str | None:
+    if not _is_static_dq(node.args[0]):
+        return "input is not dequantized per tensor"
+    return weight_problem(ep, node.args[1]) or _bias_problem(node, ep)
+
+
+def _static_conv(node: Node, ep: ExportedProgram) -> str | None:
+    if node.args[6]:
+        return "transposed quantized convolution"
+    if rank(node.args[1]) != 4:
+        return f"{rank(node.args[1]) - 2}-D quantized convolution (2-D only)"
+    if node.args[1].target is not qd.dequantize_per_channel.default:
+        return "convolution weight is not dequantized per channel"
+    return _static_gemm(node, ep)
+
+
+def _dq_per_channel(node: Node, ep: ExportedProgram) -> str | None:
+    users = list(node.users)
+    if not users or any(
+        u.target not in (aten.convolution.default, aten.linear.default) for u in users
+    ):
+        return "per-channel dequantization not read by a convolution or linear"
+    return weight_problem(ep, node)
+
+
+def _weight_constants(node: Node, ep: ExportedProgram) -> list[Node]:
+    return list(node.all_input_nodes)
+
+
+# ------------------------------------------------------------------ dynamic
+
+
+def _choose_qparams(node: Node, ep: ExportedProgram) -> str | None:
+    if _dtype_of(node.args[0]) != torch.float32:
+        return "choose_qparams of a non-float32 input"
+    if any(u.target is not operator.getitem for u in node.users):
+        return "choose_qparams results read directly"
+    return None
+
+
+def _getitems(node: Node, ep: ExportedProgram) -> list[Node]:
+    return list(node.users)
+
+
+def _scale_source(node: Node) -> Node | None:
+    scale = node.args[2] if node.target is _torchao("quantize_affine") else node.args[1]
+    if isinstance(scale, Node) and scale.target is operator.getitem:
+        return scale.args[0]
+    return None
+
+
+def _dynamic_q(node: Node, ep: ExportedProgram) -> str | None:
+    source = _scale_source(node)
+    if source is None or source.target not in _choosers():
+        return "scales are not chosen at run time"
+    if node.target is _torchao("quantize_affine"):
+        block, n = list(node.args[1]), rank(node.args[0])
+        if block[:-1] != [1] * (n - 1) or block[-1] != node.args[0].meta["val"].shape[-1]:
+            return f"dynamic block size {block} (per token only)"
+        if arg(node, 4, "output_dtype", None) != torch.int8:
+            return "dynamic quantization to a type other than int8"
+        return _int8_range(arg(node, 5, "quant_min", -128), arg(node, 6, "quant_max", 127))
+    return _int8_range(node.args[3], node.args[4])
+
+
+def _dynamic_deps(node: Node, ep: ExportedProgram) -> list[Node]:
+    return [n for n in node.all_input_nodes if n.target is operator.getitem]
+
+
+def _dynamic_dq(node: Node, ep: ExportedProgram) -> str | None:
+    src = node.args[0]
+    if not isinstance(src, Node) or src.target not in _dynamic_quantizers():
+        return "not the dequantization of a dynamic quantization"
+    return _dynamic_q(src, ep)
+
+
+def _dynamic_linear(node: Node, ep: ExportedProgram) -> str | None:
+    x = node.args[0]
+    if not isinstance(x, Node) or x.target not in _dynamic_dequantizers():
+        return "input is not dynamically quantized"
+    return weight_problem(ep, node.args[1]) or _bias_problem(node, ep)
+
+
+def _affine_dq(node: Node, ep: ExportedProgram) -> str | None:
+    """torchao's dequantize_affine: a weight (read by a linear) or a dynamic activation."""
+    if _constant(ep, node.args[0]):
+        if not node.users or any(u.target is not aten.linear.default for u in node.users):
+            return "affine weight dequantization not read by a linear"
+        return weight_problem(ep, node)
+    return _dynamic_dq(node, ep)
+
+
+def _choosers() -> tuple:
+    return tuple(op for op in (qd.choose_qparams.tensor, _torchao("choose_qparams_affine")) if op)
+
+
+def _dynamic_quantizers() -> tuple:
+    return tuple(op for op in (qd.quantize_per_tensor.tensor, _torchao("quantize_affine")) if op)
+
+
+def _dynamic_dequantizers() -> tuple:
+    return tuple(
+        op for op in (qd.dequantize_per_tensor.tensor, _torchao("dequantize_affine")) if op
+    )
+
+
+def quantized_configs() -> list[OpConfig]:
+    raw = dict(check_dtypes=False)
+    configs = [
+        OpConfig(
+            "QuantizedPerTensorConfig", qd.quantize_per_tensor.default, STATIC, _q_per_tensor, **raw
+        ),
+        OpConfig(
+            "DeQuantizedPerTensorConfig",
+            qd.dequantize_per_tensor.default,
+            STATIC,
+            _dq_per_tensor,
+            **raw,
+        ),
+        OpConfig(
+            "DeQuantizedPerChannelConfig",
+            qd.dequantize_per_channel.default,
+            STATIC,
+            _dq_per_channel,
+            _weight_constants,
+            **raw,
+        ),
+        OpConfig(
+            "QuantizedConvolutionConfig", aten.convolution.default, STATIC, _static_conv, _gemm_deps
+        ),
+        OpConfig(
+            "QuantizedLinearConfig",
+            aten.linear.default,
+            STATIC,
+            _static_gemm,
+            _gemm_deps,
+            keep_whole=True,
+        ),
+        OpConfig(
+            "DeQuantizedPerChannelConfig",
+            qd.dequantize_per_channel.default,
+            DYNAMIC,
+            _dq_per_channel,
+            _weight_constants,
+            **raw,
+        ),
+        OpConfig(
+            "ChooseQParamsConfig",
+            qd.choose_qparams.tensor,
+            DYNAMIC,
+            _choose_qparams,
+            _getitems,
+            **raw,
+        ),
+        OpConfig(
+            "QuantizeDynamicConfig",
+            qd.quantize_per_tensor.tensor,
+            DYNAMIC,
+            _dynamic_q,
+            _dynamic_deps,
+            **raw,
+        ),
+        OpConfig(
+            "DeQuantizeDynamicConfig",
+            qd.dequantize_per_tensor.tensor,
+            DYNAMIC,
+            _dynamic_dq,
+            _dynamic_deps,
+            **raw,
+        ),
+        OpConfig(
+            "DynamicQuantizedLinearConfig",
+            aten.linear.default,
+            DYNAMIC,
+            _dynamic_linear,
+            _gemm_deps,
+            keep_whole=True,
+        ),
+    ]
+    chooser, quantizer, dequantizer = (
+        _torchao(n) for n in ("choose_qparams_affine", "quantize_affine", "dequantize_affine")
+    )
+    if chooser is not None:
+        configs += [
+            OpConfig(
+                "ChooseQParamsAffineConfig", chooser, DYNAMIC, _choose_qparams, _getitems, **raw
+            ),
+            OpConfig("QuantizeAffineConfig", quantizer, DYNAMIC, _dynamic_q, _dynamic_deps, **raw),
+            OpConfig(
+                "DeQuantizeAffineConfig", dequantizer, DYNAMIC, _affine_dq, _affine_deps, **raw
+            ),
+        ]
+    return configs
+
+
+def _affine_deps(node: Node, ep: ExportedProgram) -> list[Node]:
+    if _constant(ep, node.args[0]):
+        return list(node.all_input_nodes)
+    return _dynamic_deps(node, ep)
+
+
+register_configs(quantized_configs())
+
+__all__ = ["quantized_configs", "weight_problem"]
