@@ -114,23 +114,19 @@ def _attribute(loaded: LoadedMethod, name: str) -> Any:
 
 
 class _Etdump:
-    """ETDump is not implemented yet: loading with it enabled is accepted, writing it is refused."""
+    """The ETDump of a loaded program: its runtime EventTracer, when enabled."""
 
-    def __init__(self, enabled: bool, debug_buffer_size: int) -> None:
-        self.enabled = bool(enabled)
-        if self.enabled:
-            logger.warning(
-                "ETDump is not implemented in pyexecutorch yet: enable_etdump=True records nothing "
-                "(debug_buffer_size=%d is ignored)",
-                debug_buffer_size,
-            )
+    def __init__(self, program: Program) -> None:
+        self.tracer = program.event_tracer
+
+    @property
+    def enabled(self) -> bool:
+        return self.tracer is not None
 
     def write(self, path: str, debug_buffer_path: str | None) -> None:
-        if not self.enabled:
+        if self.tracer is None:
             raise RuntimeError("No etdump found")
-        raise NotImplementedError(
-            f"ETDump is not implemented in pyexecutorch yet, so there is no ETDump to write to {path!r}"
-        )
+        self.tracer.write(path, debug_buffer_path)
 
 
 class ExecuTorchModule:
@@ -369,6 +365,7 @@ class ExecuTorchProgram:
                 plan,
                 named_data=program._named,
                 backend_options=program._backend_options,
+                event_tracer=program.event_tracer,
             )
             logger.debug("loaded method %r", method_name)
             return ExecuTorchMethod(loaded, program)
@@ -413,6 +410,8 @@ def _load(
     data: Any,
     verification: Any,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
 ) -> Program:
     data_files = [] if data is None else list(data) if isinstance(data, (list, tuple)) else [data]
     try:
@@ -421,6 +420,8 @@ def _load(
             verification=_verification(verification),
             data_files=data_files,
             backend_options=backend_options or None,
+            enable_etdump=bool(enable_etdump),
+            debug_buffer_size=debug_buffer_size,
         )
     except OSError as e:
         raise RuntimeError(
@@ -442,8 +443,14 @@ def _load_for_executorch(
     program_verification: Verification = Verification.InternalConsistency,
 ) -> ExecuTorchModule:
     """Load the program at ``program_path`` (weights in ``data_path`` when they live apart)."""
-    program = _load(os.fspath(program_path), data_path, program_verification)
-    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        os.fspath(program_path),
+        data_path,
+        program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_for_executorch_from_buffer(
@@ -459,8 +466,10 @@ def _load_for_executorch_from_buffer(
         _owned_buffer(buffer, "buffer"),
         None if data_map_buffer is None else _owned_buffer(data_map_buffer, "data_map_buffer"),
         program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
     )
-    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_program(
@@ -472,8 +481,15 @@ def _load_program(
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExecuTorchProgram:
     options = _load_options(backend_options)
-    program = _load(os.fspath(path), data_path, program_verification, options)
-    return ExecuTorchProgram(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        os.fspath(path),
+        data_path,
+        program_verification,
+        options,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchProgram(program, _Etdump(program))
 
 
 def _load_program_from_buffer(
@@ -485,8 +501,15 @@ def _load_program_from_buffer(
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExecuTorchProgram:
     options = _load_options(backend_options)
-    program = _load(_owned_buffer(buffer, "buffer"), data_path, program_verification, options)
-    return ExecuTorchProgram(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        _owned_buffer(buffer, "buffer"),
+        data_path,
+        program_verification,
+        options,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchProgram(program, _Etdump(program))
 
 
 # -------------------------------------------------------------------- backends

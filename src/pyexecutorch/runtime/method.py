@@ -34,10 +34,12 @@ from pyexecutorch.runtime.errors import (
     MissingBackendError,
     MissingOperatorError,
 )
+from pyexecutorch.runtime.etdump import EventTracer, clock
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.views import ViewElider, identity
+from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
     Bool,
     BoolList,
@@ -91,7 +93,11 @@ class LoadedMethod:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        event_tracer: EventTracer | None = None,
     ) -> None:
+        start = clock()
+        # With a tracer the method compiles to an instrumented variant (see _traced_line).
+        self.tracer = event_tracer
         self.name = plan.name
         self.plan = plan
         self._pte = pte
@@ -108,6 +114,11 @@ class LoadedMethod:
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
         self.chains = self._compile()
+        if event_tracer is not None:
+            end = clock()
+            event_tracer.profile("Method::init", start, end)
+            event_tracer.profile("Program::load_method", start, end)
+            self.run = self._traced_run
 
     # ------------------------------------------------------------------ values
 
@@ -270,6 +281,7 @@ class LoadedMethod:
                 d,
                 self._named_data,
                 backends.effective_options(delegate.id, backend_options),
+                event_tracer=self.tracer,
             )
             try:
                 handle = backend.init(memoryview(processed).cast("B"), specs, context)
@@ -322,7 +334,8 @@ class LoadedMethod:
         ns = Namespace()
         written = self._written_values()
         flow = Flow.of(self)
-        folded = fold_constants(self, written, flow)
+        # Traced, every instruction runs (and is recorded) as in the official runtime.
+        folded = set() if self.tracer else fold_constants(self, written, flow)
         elider = ViewElider(self, flow)
         read = self._read_values()
         v = self.values
@@ -454,8 +467,50 @@ class LoadedMethod:
                     jumps[pc] = (f"v[{a.cond_value_index}]", a.destination_instruction)
                 else:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
+            if self.tracer is not None:
+                lines = [self._traced_line(c, line, ns, expr) for line in lines]
             compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
         return compiled
+
+    def _traced_line(self, c: int, line: Line, ns: Namespace, expr) -> Line:  # noqa: ANN001
+        """``line`` timed into the tracer's events (kernel and delegate calls), its outputs logged."""
+        tracer = self.tracer
+        pc = line.instruction
+        a = self.plan.chains[c].instructions[pc].instr_args
+        if isinstance(a, KernelCall):
+            k = self.kernels[a.op_index]
+            op = self.plan.operators[a.op_index]
+            prim = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
+            key = tracer.kernel_key(op.name, op.overload, c, pc, prim=prim)
+            logged = self.kernel_layout(k, a)[1]
+            before = ""
+        elif isinstance(a, DelegateCall):
+            key = tracer.key(ProfileEvent(name="DELEGATE_CALL", chain_index=c, instruction_id=pc))
+            logged = list(a.args)
+            before = f"{ns.bind(tracer, 'tr')}.instruction = ({c}, {pc}); "
+        else:
+            return line
+        clk = ns.bind(clock, "clk")
+        record = ns.bind(tracer.record, "ev")
+        source = f"_t = {clk}(); {before}{line.source}; {record}(({key}, _t, {clk}()))"
+        if tracer.logs_outputs and logged:
+            values = "".join(f"{expr(j)}, " for j in logged)
+            source += f"; {ns.bind(tracer.log_values, 'log')}({c}, {pc}, ({values}))"
+        return Line(source, pc)
+
+    def _traced_run(self) -> None:
+        """``run`` of a traced method: one ``Execute`` block per run, outputs logged."""
+        tracer = self.tracer
+        tracer.begin_block("Execute")
+        start = clock()
+        try:
+            LoadedMethod.run(self)
+        finally:
+            end = clock()
+            tracer.flush()
+        tracer.profile("Method::execute", start, end)
+        if tracer.logs_outputs:
+            tracer.log_run_outputs(self.outputs())
 
     def _fixed_values(self, flow: Flow | None, decisions: dict[tuple[int, int], Any]) -> set[int]:
         """Tensors whose array at run time is always their planned storage.

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyexecutorch.runtime import backend as backends
+from pyexecutorch.runtime.etdump import EventTracer
 from pyexecutorch.runtime.io import (
     Input,
     check_install,
@@ -100,8 +102,10 @@ class Program:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        event_tracer: EventTracer | None = None,
     ) -> None:
         self._pte = pte
+        self.event_tracer = event_tracer
         self._keepalive = keepalive
         self._named = dict(pte.named_data and {k: b.data for k, b in pte.named_data.items()} or {})
         if named_data:
@@ -135,6 +139,7 @@ class Program:
                     self._plan(name),
                     named_data=self._named,
                     backend_options=self._backend_options,
+                    event_tracer=self.event_tracer,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
@@ -142,6 +147,15 @@ class Program:
 
     def metadata(self, name: str) -> MethodMeta:
         return MethodMeta(self._plan(name))
+
+    def write_etdump_result_to_file(
+        self, etdump_path: str | os.PathLike, debug_buffer_path: str | os.PathLike | None = None
+    ) -> None:
+        """Write what the program recorded (loaded with ``enable_etdump=True``) as an ETDump."""
+        if self.event_tracer is None:
+            raise RuntimeError("No etdump found: load the program with enable_etdump=True")
+        with self._lock:
+            self.event_tracer.write(etdump_path, debug_buffer_path)
 
 
 def _named_data_of(data_files: Sequence[Any]) -> dict[str, Any]:
@@ -197,8 +211,15 @@ class Runtime:
         verification: Verification = Verification.InternalConsistency,
         data_files: Sequence[Any] = (),
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        enable_etdump: bool = False,
+        debug_buffer_size: int = 0,
     ) -> Program:
-        """Load a program from a path, bytes-like object or binary file object."""
+        """Load a program from a path, bytes-like object or binary file object.
+
+        With ``enable_etdump`` its methods record ETDump events (and, with
+        ``debug_buffer_size > 0``, intermediate outputs) for
+        :meth:`Program.write_etdump_result_to_file`.
+        """
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
@@ -209,5 +230,9 @@ class Runtime:
         if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):
             data_files = (data_files,)
         return Program(
-            pte, buf, named_data=_named_data_of(data_files), backend_options=backend_options
+            pte,
+            buf,
+            named_data=_named_data_of(data_files),
+            backend_options=backend_options,
+            event_tracer=EventTracer(debug_buffer_size) if enable_etdump else None,
         )
