@@ -21,6 +21,7 @@ Differences from the official bindings:
 """
 
 from pyexecutorch.portable_lib.api import (
+    BundledModule,
     ExecuTorchMethod,
     ExecuTorchModule,
     ExecuTorchProgram,
@@ -32,8 +33,10 @@ from pyexecutorch.portable_lib.api import (
     _get_option,
     _get_registered_backend_names,
     _is_available,
+    _load_bundled_program_from_buffer,
     _load_for_executorch,
     _load_for_executorch_from_buffer,
+    _load_for_executorch_from_bundled_program,
     _load_program,
     _load_program_from_buffer,
     _reset_profile_results,
@@ -44,6 +47,7 @@ from pyexecutorch.portable_lib.api import (
 from pyexecutorch.runtime import Verification
 
 __all__ = [
+    "BundledModule",
     "ExecuTorchMethod",
     "ExecuTorchModule",
     "ExecuTorchProgram",
@@ -56,8 +60,10 @@ __all__ = [
     "_get_option",
     "_get_registered_backend_names",
     "_is_available",
+    "_load_bundled_program_from_buffer",
     "_load_for_executorch",
     "_load_for_executorch_from_buffer",
+    "_load_for_executorch_from_bundled_program",
     "_load_program",
     "_load_program_from_buffer",
     "_reset_profile_results",

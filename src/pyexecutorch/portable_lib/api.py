@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.devtools.bundled_program.runtime import BundledModule
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
 from pyexecutorch.runtime.io import (
@@ -662,3 +663,38 @@ def _dump_profile_results() -> bytes:
 def _reset_profile_results() -> None:
     with _profile_lock:
         _profile_blocks.clear()
+
+
+# ------------------------------------------------------------ bundled programs
+
+
+def _load_bundled_program_from_buffer(
+    buffer: Any, non_const_pool_size: int = 16 * 1024
+) -> BundledModule:
+    """A bundled program (``.bpte`` bytes): its test cases and its program."""
+    try:
+        return BundledModule(_owned_buffer(buffer, "buffer"), non_const_pool_size)
+    except FormatError as e:
+        raise RuntimeError(
+            f"Failed to load bundled program, error: 0x{ERROR_INVALID_PROGRAM:x}: {e}"
+        ) from e
+
+
+def _load_for_executorch_from_bundled_program(
+    module: BundledModule,
+    data: Any = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+) -> ExecuTorchModule:
+    """The program inside ``module``, loaded as ``_load_for_executorch_from_buffer`` does;
+    ``data`` is the external data as a buffer or a path."""
+    if not isinstance(module, BundledModule):
+        raise TypeError(f"expected a BundledModule, got {type(module).__name__}")
+    program = _load(
+        module.program_bytes,
+        None if data is None else data if isinstance(data, str) else _owned_buffer(data, "data"),
+        Verification.InternalConsistency,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchModule(program, _Etdump(program))
