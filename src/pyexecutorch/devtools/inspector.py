@@ -275,7 +275,7 @@ def _blocks(etdump: ETDump, scale: float, debug_buffer: memoryview | None) -> li
                         delegate_debug_identifier=did,
                         is_delegated_op=did is not None,
                         delegate_debug_metadatas=[
-                            bytes(p.delegate_debug_metadata) for p in profiles[sig]
+                            bytes(p.delegate_debug_metadata or b"") for p in profiles[sig]
                         ],
                         debug_data=[read_value(d.debug_entry, debug_buffer) for d in logged],
                     )
@@ -380,8 +380,8 @@ class Inspector:
         for block in self.event_blocks:
             for event in block.events:
                 instruction = event.instruction_id
-                if instruction is None or str(instruction) not in handle_map:
-                    continue
+                if event.chain_index == -1 or str(instruction) not in handle_map:
+                    continue  # whole-method events (Method::execute) have no node
                 handles = handle_map[str(instruction)]
                 delegate = delegate_map.get(str(instruction)) or delegate_map.get(instruction)
                 if delegate is not None:
@@ -393,14 +393,12 @@ class Inspector:
                     handles = found if found is not None else handles
                 event.debug_handles = tuple(handles) if isinstance(handles, list) else handles
                 for h in handles if isinstance(handles, (list, tuple)) else [handles]:
-                    node = nodes.get(h)
-                    if node is None:
-                        continue
-                    event.op_types.append(node.target_name)
-                    if node.stack_trace:
-                        event.stack_traces[node.name] = node.stack_trace
-                    if enable_module_hierarchy and node.module_stack:
-                        event.module_hierarchy[node.name] = node.module_stack
+                    for node in nodes.get(h, []):
+                        event.op_types.append(node.target_name)
+                        if node.stack_trace:
+                            event.stack_traces[node.name] = node.stack_trace
+                        if enable_module_hierarchy and node.module_stack:
+                            event.module_hierarchy[node.name] = node.module_stack
 
     def get_exported_program(self, graph: str | None = None) -> Any:
         if self._etrecord is None:
