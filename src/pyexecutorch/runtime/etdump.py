@@ -48,7 +48,7 @@ from pyexecutorch.schema.etdump import (
     ValueType,
     encode_etdump,
 )
-from pyexecutorch.schema.scalar_type import scalar_type_of
+from pyexecutorch.schema.scalar_type import ScalarType, scalar_type_of
 
 clock = time.perf_counter_ns  # monotonic nanoseconds
 
@@ -59,8 +59,17 @@ class DebugBufferFullError(RuntimeError):
 
 @dataclass
 class _Block:
+    """One RunData's raw events, made into ETDump tables (in time order) only when written.
+
+    Items: ``(key, start, end)`` and ``(key, start, end, (chain, instruction))``
+    for registered events; ``("slots", keys, times)``, the calls of a
+    straight-line chain (call ``i`` from ``times[i]`` to ``times[i + 1]``);
+    ``("span", name, start, end)`` for whole-method events; ``(time, Event)``
+    for debug events.
+    """
+
     name: str
-    items: list[Any]  # (key, start, end[, (chain, instruction)]) tuples, or Event objects
+    items: list[Any]
 
 
 class EventTracer:
@@ -77,7 +86,12 @@ class EventTracer:
         # Bound once, so that generated code binds one name for each.
         self.record = self.pending.append
         self.log_values = self.log
-        self.debug_buffer = np.zeros(debug_buffer_size, np.uint8) if debug_buffer_size else None
+        self.debug_buffer = bytearray(debug_buffer_size) if debug_buffer_size else None
+        if self.debug_buffer is not None:
+            # Touch every page now (as the official runtime zeroes its buffer), not in the runs.
+            np.frombuffer(self.debug_buffer, np.uint8).fill(0)
+        self._debug_view = memoryview(self.debug_buffer) if debug_buffer_size else None
+        self._scalar_types: dict[np.dtype, int] = {}
         self.debug_used = 0
         # The instruction running now, set around delegate calls for the backend's events.
         self.instruction: tuple[int, int] = (0, UNSET)
@@ -124,10 +138,12 @@ class EventTracer:
 
     def profile(self, name: str, start: int, end: int) -> None:
         """A whole-method event (``Program::load_method``, ``Method::execute``) in the current block."""
-        event = ProfileEvent(name=name, chain_index=-1, instruction_id=0)
-        self.blocks[-1].items.append(
-            Event(profile_event=replace(event, start_time=start, end_time=end))
-        )
+        self.blocks[-1].items.append(("span", name, start, end))
+
+    def record_slots(self, keys: tuple[int, ...], times: list[int]) -> None:
+        """One run of a straight-line chain: call ``i`` (event ``keys[i]``) ran from
+        ``times[i]`` to ``times[i + 1]``."""
+        self.pending.append(("slots", keys, times.copy()))
 
     def discard_runs(self) -> None:
         """Forget the runs recorded so far (e.g. warm-up runs), keeping the load events."""
@@ -152,97 +168,101 @@ class EventTracer:
     ) -> None:
         """An intermediate output inside the delegate call now running."""
         chain, instruction = self.instruction
-        self.pending.append(
-            self._debug_event(
-                value,
-                chain,
-                instruction,
-                delegate_debug_id_int=UNSET if debug_id is None else debug_id,
-                delegate_debug_id_str=None if debug_id is not None else name,
-            )
-        )
+        ids = (UNSET, name) if debug_id is None else (debug_id, None)
+        self.pending.append(("debug", clock(), chain, instruction, *ids, False, self._value(value)))
 
     def log(self, chain: int, instruction: int, values: tuple[Any, ...]) -> None:
         """Outputs of one instruction, logged from the generated code."""
         append = self.pending.append
+        now = clock()
         for value in values:
-            append(self._debug_event(value, chain, instruction))
+            append(("debug", now, chain, instruction, UNSET, None, False, self._value(value)))
 
     def log_run_outputs(self, outputs: list[Any]) -> None:
         items = self.blocks[-1].items
+        now = clock()
         for value in outputs:
-            event = self._debug_event(value, OUTPUT_CHAIN, 0)
-            event.debug_event.debug_entry.output = Bool(True)
-            items.append(event)
+            items.append(("debug", now, OUTPUT_CHAIN, 0, UNSET, None, True, self._value(value)))
 
     # ------------------------------------------------------------- debug data
+    # Values are kept as tuples of plain numbers while recording (cheap, and
+    # untracked by the garbage collector) and become tables when written.
 
-    def _tensor(self, array: np.ndarray) -> Tensor:
-        buf = self.debug_buffer
+    def _tensor(self, array: np.ndarray) -> tuple:
+        view = self._debug_view
         data = np.ascontiguousarray(array)
         start = -self.debug_used // DEBUG_BUFFER_ALIGNMENT * -DEBUG_BUFFER_ALIGNMENT
         end = start + data.nbytes
-        if end > buf.size:
+        if end > len(view):
             raise DebugBufferFullError(
-                f"the {buf.size}-byte ETDump debug buffer is full: a {data.dtype.name}"
+                f"the {len(view)}-byte ETDump debug buffer is full: a {data.dtype.name}"
                 f"{list(data.shape)} output needs {data.nbytes} bytes at offset {start}; "
                 "load with a larger debug_buffer_size"
             )
-        buf[start:end] = data.reshape(-1).view(np.uint8)
+        view[start:end] = data.reshape(-1).view(np.uint8).data
         self.debug_used = end
         item = data.itemsize
-        return Tensor(
-            scalar_type=scalar_type_of(data.dtype),
-            sizes=list(data.shape),
-            strides=[s // item for s in data.strides] if data.size else [0] * data.ndim,
-            offset=start,
-        )
+        strides = tuple(s // item for s in data.strides) if data.size else (0,) * data.ndim
+        dtype = data.dtype
+        scalar_type = self._scalar_types.get(dtype)
+        if scalar_type is None:
+            scalar_type = self._scalar_types[dtype] = int(scalar_type_of(dtype))
+        return ("tensor", scalar_type, data.shape, strides, start)
 
-    def _value(self, value: Any) -> Value:
+    def _value(self, value: Any) -> tuple:
         if isinstance(value, np.ndarray):
-            return Value(val=ValueType.Tensor, tensor=self._tensor(value))
+            return self._tensor(value)
         if isinstance(value, (list, tuple)) and all(isinstance(x, np.ndarray) for x in value):
-            tensors = [self._tensor(x) for x in value]
-            return Value(val=ValueType.TensorList, tensor_list=TensorList(tensors))
+            return ("list", tuple(self._tensor(x) for x in value))
         if isinstance(value, (bool, np.bool_)):
-            return Value(val=ValueType.Bool, bool_value=Bool(bool(value)))
+            return ("bool", bool(value))
         if isinstance(value, (int, np.integer)):
-            return Value(val=ValueType.Int, int_value=Int(int(value)))
+            return ("int", int(value))
         if isinstance(value, (float, np.floating)):
-            return Value(val=ValueType.Double, double_value=Double(float(value)))
-        return Value(val=ValueType.Null)
-
-    def _debug_event(self, value: Any, chain: int, instruction: int, **ids: Any) -> Event:
-        return Event(
-            debug_event=DebugEvent(
-                chain_index=chain % (1 << 64),
-                instruction_id=instruction,
-                debug_entry=self._value(value),
-                **ids,
-            )
-        )
+            return ("double", float(value))
+        return ("null",)
 
     # ----------------------------------------------------------------- output
 
     def to_etdump(self) -> ETDump:
         """The recorded events as ETDump tables, one ``RunData`` per block."""
         self.flush()
-        templates = self.templates
-        runs = []
-        for block in self.blocks:
-            events: list[Event] = []
-            for item in block.items:
-                if type(item) is not tuple:
-                    events.append(item)
-                    continue
-                start, end = item[1], item[2]
-                for template in templates[item[0]]:
-                    event = replace(template, start_time=start, end_time=end)
-                    if len(item) == 4:
-                        event.chain_index, event.instruction_id = item[3]
-                    events.append(Event(profile_event=event))
-            runs.append(RunData(name=block.name, events=events))
+        runs = [RunData(name=block.name, events=self._events(block)) for block in self.blocks]
         return ETDump(version=0, run_data=runs)
+
+    def _events(self, block: _Block) -> list[Event]:
+        """A block's events in the order they ended, as the official runtime writes them."""
+        templates = self.templates
+        timed: list[tuple[int, int, Event]] = []
+
+        def add(end: int, event: Event) -> None:
+            timed.append((end, len(timed), event))
+
+        def profile(key: int, start: int, end: int, where: tuple[int, int] | None = None) -> None:
+            for template in templates[key]:
+                event = replace(template, start_time=start, end_time=end)
+                if where is not None:
+                    event.chain_index, event.instruction_id = where
+                add(end, Event(profile_event=event))
+
+        for item in block.items:
+            kind = item[0]
+            if kind == "slots":
+                _, keys, times = item
+                for i, key in enumerate(keys):
+                    profile(key, times[i], times[i + 1])
+            elif kind == "span":
+                _, name, start, end = item
+                event = ProfileEvent(
+                    name=name, chain_index=-1, instruction_id=0, start_time=start, end_time=end
+                )
+                add(end, Event(profile_event=event))
+            elif kind == "debug":
+                add(item[1], _debug_table(item))
+            else:
+                profile(*item)
+        timed.sort(key=lambda t: (t[0], t[1]))
+        return [event for _, _, event in timed]
 
     def etdump_bytes(self) -> bytes:
         return encode_etdump(self.to_etdump())
@@ -256,4 +276,41 @@ class EventTracer:
             f.write(data)
         if debug_buffer_path is not None and self.debug_buffer is not None:
             with open(debug_buffer_path, "wb") as f:
-                f.write(self.debug_buffer.tobytes())
+                f.write(self.debug_buffer)
+
+
+def _tensor_table(spec: tuple) -> Tensor:
+    _, scalar_type, sizes, strides, offset = spec
+    return Tensor(ScalarType(scalar_type), list(sizes), list(strides), offset)
+
+
+def _value_table(spec: tuple) -> Value:
+    kind = spec[0]
+    if kind == "tensor":
+        return Value(val=ValueType.Tensor, tensor=_tensor_table(spec))
+    if kind == "list":
+        tensors = [_tensor_table(t) for t in spec[1]]
+        return Value(val=ValueType.TensorList, tensor_list=TensorList(tensors))
+    if kind == "bool":
+        return Value(val=ValueType.Bool, bool_value=Bool(spec[1]))
+    if kind == "int":
+        return Value(val=ValueType.Int, int_value=Int(spec[1]))
+    if kind == "double":
+        return Value(val=ValueType.Double, double_value=Double(spec[1]))
+    return Value(val=ValueType.Null)
+
+
+def _debug_table(item: tuple) -> Event:
+    _, _, chain, instruction, did_int, did_str, output, spec = item
+    value = _value_table(spec)
+    if output:
+        value.output = Bool(True)
+    return Event(
+        debug_event=DebugEvent(
+            chain_index=chain % (1 << 64),
+            instruction_id=instruction,
+            debug_entry=value,
+            delegate_debug_id_int=did_int,
+            delegate_debug_id_str=did_str,
+        )
+    )

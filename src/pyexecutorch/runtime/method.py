@@ -96,8 +96,9 @@ class LoadedMethod:
         event_tracer: EventTracer | None = None,
     ) -> None:
         start = clock()
-        # With a tracer the method compiles to an instrumented variant (see _traced_line).
+        # With a tracer the method compiles to an instrumented variant (see _traced_lines).
         self.tracer = event_tracer
+        self._slot_times: list[tuple[tuple[int, ...], list[int]]] = []
         self.name = plan.name
         self.plan = plan
         self._pte = pte
@@ -468,35 +469,62 @@ class LoadedMethod:
                 else:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
             if self.tracer is not None:
-                lines = [self._traced_line(c, line, ns, expr) for line in lines]
+                lines = self._traced_lines(c, lines, jumps, ns, expr)
             compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
         return compiled
 
-    def _traced_line(self, c: int, line: Line, ns: Namespace, expr) -> Line:  # noqa: ANN001
-        """``line`` timed into the tracer's events (kernel and delegate calls), its outputs logged."""
+    def _traced_lines(
+        self, c: int, lines: list[Line], jumps: dict, ns: Namespace, expr
+    ) -> list[Line]:  # noqa: ANN001
+        """``lines`` with their kernel and delegate calls timed into the tracer.
+
+        A straight-line chain without a debug buffer takes one clock reading
+        per call into a list of times (a call ends when the next begins; the
+        list goes to the tracer after each run); otherwise each call appends
+        ``(key, start, end)`` and logs its outputs.
+        """
         tracer = self.tracer
-        pc = line.instruction
-        a = self.plan.chains[c].instructions[pc].instr_args
-        if isinstance(a, KernelCall):
-            k = self.kernels[a.op_index]
-            op = self.plan.operators[a.op_index]
-            prim = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
-            key = tracer.kernel_key(op.name, op.overload, c, pc, prim=prim)
-            logged = self.kernel_layout(k, a)[1]
-            before = ""
-        elif isinstance(a, DelegateCall):
-            key = tracer.key(ProfileEvent(name="DELEGATE_CALL", chain_index=c, instruction_id=pc))
-            logged = list(a.args)
-            before = f"{ns.bind(tracer, 'tr')}.instruction = ({c}, {pc}); "
-        else:
-            return line
         clk = ns.bind(clock, "clk")
-        record = ns.bind(tracer.record, "ev")
-        source = f"_t = {clk}(); {before}{line.source}; {record}(({key}, _t, {clk}()))"
-        if tracer.logs_outputs and logged:
-            values = "".join(f"{expr(j)}, " for j in logged)
-            source += f"; {ns.bind(tracer.log_values, 'log')}({c}, {pc}, ({values}))"
-        return Line(source, pc)
+        slots = not jumps and not tracer.logs_outputs
+        keys: list[int] = []
+        times: list[int] = []
+        out: list[Line] = []
+        for line in lines:
+            pc = line.instruction
+            a = self.plan.chains[c].instructions[pc].instr_args
+            if isinstance(a, KernelCall):
+                k = self.kernels[a.op_index]
+                op = self.plan.operators[a.op_index]
+                prim = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
+                key = tracer.kernel_key(op.name, op.overload, c, pc, prim=prim)
+                logged = self.kernel_layout(k, a)[1]
+                before = ""
+            elif isinstance(a, DelegateCall):
+                key = tracer.key(
+                    ProfileEvent(name="DELEGATE_CALL", chain_index=c, instruction_id=pc)
+                )
+                logged = list(a.args)
+                before = f"{ns.bind(tracer, 'tr')}.instruction = ({c}, {pc}); "
+            else:
+                out.append(line)
+                continue
+            if slots:
+                out.append(
+                    Line(f"{ns.bind(times, 'T')}[{len(keys)}] = {clk}(); {before}{line.source}", pc)
+                )
+                keys.append(key)
+                continue
+            record = ns.bind(tracer.record, "ev")
+            source = f"_t = {clk}(); {before}{line.source}; {record}(({key}, _t, {clk}()))"
+            if tracer.logs_outputs and logged:
+                values = "".join(f"{expr(j)}, " for j in logged)
+                source += f"; {ns.bind(tracer.log_values, 'log')}({c}, {pc}, ({values}))"
+            out.append(Line(source, pc))
+        if keys:
+            times.extend([0] * (len(keys) + 1))
+            out.append(Line(f"{ns.bind(times, 'T')}[{len(keys)}] = {clk}()", out[-1].instruction))
+            self._slot_times.append((tuple(keys), times))
+        return out
 
     def _traced_run(self) -> None:
         """``run`` of a traced method: one ``Execute`` block per run, outputs logged."""
@@ -507,6 +535,8 @@ class LoadedMethod:
             LoadedMethod.run(self)
         finally:
             end = clock()
+            for keys, times in self._slot_times:
+                tracer.record_slots(keys, times)
             tracer.flush()
         tracer.profile("Method::execute", start, end)
         if tracer.logs_outputs:
