@@ -12,7 +12,8 @@ HELP = "per-operator timings of a method (ETDump), inside delegates too"
 DESCRIPTION = """\
 Load a .pte with ETDump tracing on, run one method several times and print the
 time spent per operator: the calls per run, the total per run, the mean, median
-and 90th percentile per call, and the share of the run. Events inside delegates
+and 90th percentile per call, and the share of the run (totals and shares are
+medians over the runs, so that a few slow runs do not skew them). Events inside delegates
 (XNNPACK: one per node) are rows of their own, named <backend>:<node>; the time
 a delegate call spends outside its nodes is its '(call)' row. Times include the
 tracing itself (well under a microsecond per event)."""
@@ -48,9 +49,11 @@ class OpRow:
     operator: str
     calls: int = 0  # per run
     samples: list[float] = field(default_factory=list)  # microseconds, every call of every run
+    per_run: list[float] = field(default_factory=list)  # microseconds of all its calls, per run
 
     def total(self, runs: int) -> float:
-        return sum(self.samples) / runs
+        """Time per run: the median over the runs (robust to a few slow ones)."""
+        return _percentile(self.per_run, 50) if self.per_run else 0.0
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -76,6 +79,10 @@ def operator_rows(inspector: Any, plan: Any) -> tuple[list[OpRow], list[float], 
         row = rows.setdefault(name, OpRow(name))
         row.calls += 1
         row.samples.extend(raw)
+        if len(row.per_run) < len(raw):
+            row.per_run.extend([0.0] * (len(raw) - len(row.per_run)))
+        for r, t in enumerate(raw):
+            row.per_run[r] += t
 
     for event in block.events:
         raw = [t * 1000.0 for t in event.perf_data.raw] if event.perf_data else []
@@ -101,12 +108,12 @@ def operator_rows(inspector: Any, plan: Any) -> tuple[list[OpRow], list[float], 
         nodes = inside.get(i, [0.0] * len(raw))
         add(f"{backend} (call)", [max(t - n, 0.0) for t, n in zip(raw, nodes, strict=False)])
     runs = max(len(execute), 1)
-    ordered = sorted(rows.values(), key=lambda r: -sum(r.samples))
+    ordered = sorted(rows.values(), key=lambda r: -r.total(runs))
     return ordered, execute, runs
 
 
 def format_table(rows: list[OpRow], execute: list[float], runs: int, top: int) -> str:
-    per_run = sum(execute) / len(execute) if execute else sum(r.total(runs) for r in rows)
+    per_run = _percentile(execute, 50) if execute else sum(r.total(runs) for r in rows)
     head = ("operator", "calls", "total us", "mean us", "p50 us", "p90 us", "share")
     body = []
     for r in rows[:top]:
