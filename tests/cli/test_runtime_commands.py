@@ -326,13 +326,52 @@ def test_latency_stats():
     assert s == {"min": 1.0, "median": 5.5, "p90": 10.0, "runs": 10}
 
 
-def test_profile_is_not_available_yet(cli, ptes):
-    r = cli("profile", ptes["mlp"])
-    assert r.rc == 1
-    assert r.out == ""
-    assert r.err == (
-        "pyexecutorch profile: error: not available yet: needs ETDump support "
-        "(use 'pyexecutorch bench' for method latency)\n"
+def test_profile(cli, ptes, tmp_path):
+    from pyexecutorch.schema.etdump import decode_etdump
+
+    png, etdp = tmp_path / "p.png", tmp_path / "p.etdp"
+    r = cli(
+        "profile", str(ptes["mlp_xnnpack"]), "-n", "3", "--plot", str(png), "--etdump", str(etdp)
+    )
+    assert r.rc == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0].startswith("method 'forward' of ") and "3 traced run(s)" in lines[0]
+    assert lines[1].split() == [
+        "operator",
+        "calls",
+        "total",
+        "us",
+        "mean",
+        "us",
+        "p50",
+        "us",
+        "p90",
+        "us",
+        "share",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[2:] if line.startswith("Xnnpack")}
+    # Inside the delegate: one row per node type, and the call's own time.
+    assert "XnnpackBackend:XNNFullyConnected" in rows and "XnnpackBackend" in rows
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = decode_etdump(etdp.read_bytes()).run_data
+    assert [run.name for run in runs] == ["Default"] + ["Execute"] * 3  # the warm-up run is dropped
+
+
+def test_profile_portable_top(cli, ptes):
+    r = cli("profile", str(ptes["mlp"]), "-n", "2", "--top", "1")
+    assert r.rc == 0, r.err
+    lines = r.out.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("aten::")
+    assert lines[3].startswith("... ") and "more operators" in lines[3]
+    share = float(lines[2].split()[-1].rstrip("%"))
+    assert 0 < share <= 100
+
+
+def test_profile_bad_runs(cli, ptes):
+    r = cli("profile", str(ptes["mlp"]), "-n", "0")
+    assert (r.rc, r.err) == (
+        1,
+        "pyexecutorch profile: error: -n/--runs must be at least 1, got 0\n",
     )
 
 
@@ -347,6 +386,7 @@ def test_profile_is_not_available_yet(cli, ptes):
         ("run", "{scalar_input}"),
         ("inspect", "{mlp}", "--verbose"),
         ("bench", "{mlp}", "-n", "3"),
+        ("profile", "{mlp_xnnpack}", "-n", "2"),
         ("export", "--help"),
         ("demo", "--help"),
         ("--help",),

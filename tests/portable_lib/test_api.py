@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 
 import numpy as np
@@ -14,6 +13,7 @@ from pyexecutorch import portable_lib as pl
 from pyexecutorch.runtime import ExecutionError
 from pyexecutorch.runtime import MethodMeta as RuntimeMethodMeta
 from pyexecutorch.runtime import backend as backends
+from pyexecutorch.schema.etdump import decode_etdump
 
 
 def raises(cls, message):
@@ -212,21 +212,20 @@ def test_method_meta_of_scalar_methods(case_pte):
 # ---------------------------------------------------------------------- etdump
 
 
-def test_etdump(mlp_pte, tmp_path, caplog):
+def test_etdump(mlp_pte, mlp_input, tmp_path):
     module = pl._load_for_executorch_from_buffer(mlp_pte)
     assert not module.has_etdump()
     with raises(RuntimeError, "No etdump found"):
         module.write_etdump_result_to_file(str(tmp_path / "x.etdp"))
-    with caplog.at_level(logging.WARNING, logger="pyexecutorch"):
-        traced = pl._load_program_from_buffer(mlp_pte, enable_etdump=True, debug_buffer_size=1024)
-    assert [r.name for r in caplog.records] == ["pyexecutorch"]
-    assert "ETDump is not implemented" in caplog.records[0].getMessage()
+    traced = pl._load_program_from_buffer(mlp_pte, enable_etdump=True, debug_buffer_size=1 << 16)
     assert traced.has_etdump()
-    with pytest.raises(
-        NotImplementedError, match="ETDump is not implemented in pyexecutorch yet"
-    ) as info:
-        traced.write_etdump_result_to_file(str(tmp_path / "x.etdp"), str(tmp_path / "debug.bin"))
-    assert isinstance(info.value, RuntimeError)
+    traced.load_method("forward").call([mlp_input])
+    traced.write_etdump_result_to_file(str(tmp_path / "x.etdp"), str(tmp_path / "debug.bin"))
+    etdump = decode_etdump((tmp_path / "x.etdp").read_bytes())
+    assert [r.name for r in etdump.run_data] == ["Default", "Execute"]
+    names = [e.profile_event.name for e in etdump.run_data[1].events if e.profile_event]
+    assert names[-1] == "Method::execute" and "OPERATOR_CALL" in names
+    assert (tmp_path / "debug.bin").stat().st_size == 1 << 16
 
 
 def test_no_output_on_file_descriptors(mlp_pte, mlp_input, capfd):

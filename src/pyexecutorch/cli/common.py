@@ -220,8 +220,10 @@ def parse_dynamic(text: str) -> DynamicDim:
 # Programs and inputs (runtime side: numpy only)
 
 
-def load_program(path: str, data_files: Sequence[str] = ()) -> Any:
-    """Load ``path`` in our runtime, turning the loader's failures into one-line errors."""
+def load_program(path: str, data_files: Sequence[str] = (), **options: Any) -> Any:
+    """Load ``path`` in our runtime, turning the loader's failures into one-line errors.
+
+    ``options`` go to ``Runtime.load_program`` (``enable_etdump=True``, ...)."""
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415
     from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
 
@@ -236,7 +238,7 @@ def load_program(path: str, data_files: Sequence[str] = ()) -> Any:
         if not Path(d).is_file():
             raise CLIError(f"data file not found: {d}")
     try:
-        return Runtime.get().load_program(str(p), data_files=list(data_files))
+        return Runtime.get().load_program(str(p), data_files=list(data_files), **options)
     except FormatError as e:
         raise CLIError(f"{path} is not a valid program: {e}") from e
 

@@ -135,9 +135,11 @@ def to_edge(
     programs: ExportedProgram | Mapping[str, ExportedProgram],
     constant_methods: Mapping[str, Any] | None = None,
     compile_config: EdgeCompileConfig | None = None,
+    generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
     """Lower ATen ``ExportedProgram``s (one, named ``forward``, or a dict by
-    method name) to the edge dialect."""
+    method name) to the edge dialect. With ``generate_etrecord`` the programs
+    are recorded for ``ExecutorchProgramManager.get_etrecord()``."""
     config = compile_config or EdgeCompileConfig()
     constant_methods = _check_constant_methods(constant_methods)
     aten_programs = _as_dict(programs, "to_edge")
@@ -145,7 +147,16 @@ def to_edge(
         name: _generate_edge_program(name, program, config, config.preserve_ops)
         for name, program in aten_programs.items()
     }
-    return EdgeProgramManager(edge, constant_methods, config)
+    manager = EdgeProgramManager(edge, constant_methods, config)
+    if generate_etrecord:
+        manager._etrecord = _record(aten_programs, edge)
+    return manager
+
+
+def _record(aten: Mapping[str, ExportedProgram], edge: Mapping[str, ExportedProgram]) -> Any:
+    from pyexecutorch.devtools.etrecord import record_programs  # noqa: PLC0415 - devtools
+
+    return record_programs(dict(aten), dict(edge))
 
 
 def to_edge_with_preserved_ops(
@@ -167,10 +178,12 @@ def to_edge_transform_and_lower(
     partitioner: Any = None,
     constant_methods: Mapping[str, Any] | None = None,
     compile_config: EdgeCompileConfig | None = None,
+    generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
     """``to_edge``, then ``transform(transform_passes)``, then ``to_backend`` with each
     partitioner.  Operators a partitioner asks to keep (``ops_to_not_decompose``)
-    are not decomposed."""
+    are not decomposed. With ``generate_etrecord`` the transformed edge programs
+    (before delegation) are recorded for ``ExecutorchProgramManager.get_etrecord()``."""
     config = compile_config or EdgeCompileConfig()
     aten_programs = _as_dict(programs, "to_edge_transform_and_lower")
     if partitioner is None:
@@ -199,11 +212,13 @@ def to_edge_transform_and_lower(
     manager = EdgeProgramManager(edge, _check_constant_methods(constant_methods), config)
     if transform_passes is not None:
         manager = manager.transform(transform_passes)
+    record = _record(aten_programs, manager._edge_programs) if generate_etrecord else None
     # Partitioners apply in order: the first of every method, then the second, ...
     for i in range(max((len(v) for v in partitioners.values()), default=0)):
         manager = manager.to_backend({n: ps[i] for n, ps in partitioners.items() if i < len(ps)})
     for name, plist in partitioners.items():
         check_preserved_ops_consumed(name, manager.exported_program(name), plist)
+    manager._etrecord = record
     return manager
 
 
@@ -236,6 +251,7 @@ class EdgeProgramManager:
             edge_programs, "EdgeProgramManager"
         )
         self._config_methods = _check_constant_methods(constant_methods)
+        self._etrecord: Any = None  # the ETRecord begun by generate_etrecord=True
         clash = sorted(set(self._config_methods or {}) & set(self._edge_programs))
         if clash:
             raise ValueError(f"constant methods {clash} have the same names as methods")
@@ -279,7 +295,9 @@ class EdgeProgramManager:
                 )
             _recompile(gm)
             new[name] = rebuild(ep, gm)
-        return EdgeProgramManager(new, copy.deepcopy(self._config_methods), config)
+        manager = EdgeProgramManager(new, copy.deepcopy(self._config_methods), config)
+        manager._etrecord = self._etrecord
+        return manager
 
     def to_backend(self, partitioner: Any) -> EdgeProgramManager:
         """Delegate the parts each partitioner tags (one for all methods, or a dict)."""
@@ -297,7 +315,9 @@ class EdgeProgramManager:
                 new[name] = to_backend(ep, partitioner)
         config = copy.copy(self.compile_config)
         config._check_ir_validity = False
-        return EdgeProgramManager(new, copy.deepcopy(self._config_methods), config)
+        manager = EdgeProgramManager(new, copy.deepcopy(self._config_methods), config)
+        manager._etrecord = self._etrecord
+        return manager
 
     def to_executorch(
         self, config: ExecutorchBackendConfig | None = None
@@ -326,7 +346,9 @@ class EdgeProgramManager:
         check_kernels(
             {n: ep.graph_module for n, ep in programs.items()}, strict=config.check_kernels
         )
-        return ExecutorchProgramManager(programs, self._config_methods, config)
+        manager = ExecutorchProgramManager(programs, self._config_methods, config)
+        manager._etrecord = self._etrecord
+        return manager
 
 
 def _per_method(value: Any, name: str, default: Any) -> Any:
@@ -414,6 +436,17 @@ class ExecutorchProgramManager:
             self._execution_programs, self._config_methods, self._config
         )
         self._buffer: bytes | None = None
+        self._etrecord: Any = None
+
+    def get_etrecord(self) -> Any:
+        """The ETRecord of this compilation (``generate_etrecord=True`` in ``to_edge``)."""
+        if self._etrecord is None:
+            raise RuntimeError(
+                "no ETRecord: pass generate_etrecord=True to to_edge or to_edge_transform_and_lower"
+            )
+        from pyexecutorch.devtools.etrecord import complete  # noqa: PLC0415 - devtools
+
+        return complete(self._etrecord, self)
 
     @property
     def methods(self) -> set[str]:

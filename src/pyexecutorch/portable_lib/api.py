@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
+from pyexecutorch.devtools.bundled_program.runtime import BundledModule
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
 from pyexecutorch.runtime.data_loader import is_data_loader
@@ -132,23 +133,19 @@ def outputs_for_caller(
 
 
 class _Etdump:
-    """ETDump is not implemented yet: loading with it enabled is accepted, writing it is refused."""
+    """The ETDump of a loaded program: its runtime EventTracer, when enabled."""
 
-    def __init__(self, enabled: bool, debug_buffer_size: int) -> None:
-        self.enabled = bool(enabled)
-        if self.enabled:
-            logger.warning(
-                "ETDump is not implemented in pyexecutorch yet: enable_etdump=True records nothing "
-                "(debug_buffer_size=%d is ignored)",
-                debug_buffer_size,
-            )
+    def __init__(self, program: Program) -> None:
+        self.tracer = program.event_tracer
+
+    @property
+    def enabled(self) -> bool:
+        return self.tracer is not None
 
     def write(self, path: str, debug_buffer_path: str | None) -> None:
-        if not self.enabled:
+        if self.tracer is None:
             raise RuntimeError("No etdump found")
-        raise NotImplementedError(
-            f"ETDump is not implemented in pyexecutorch yet, so there is no ETDump to write to {path!r}"
-        )
+        self.tracer.write(path, debug_buffer_path)
 
 
 class ExecuTorchModule:
@@ -389,6 +386,7 @@ class ExecuTorchProgram:
                 named_data=program._named,
                 backend_options=program._backend_options,
                 jit=program.jit,
+                event_tracer=program.event_tracer,
             )
             logger.debug("loaded method %r", method_name)
             return ExecuTorchMethod(loaded, program)
@@ -433,6 +431,8 @@ def _load(
     data: Any,
     verification: Any,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
 ) -> Program:
     data_files = [] if data is None else list(data) if isinstance(data, (list, tuple)) else [data]
     try:
@@ -441,6 +441,8 @@ def _load(
             verification=_verification(verification),
             data_files=data_files,
             backend_options=backend_options or None,
+            enable_etdump=bool(enable_etdump),
+            debug_buffer_size=debug_buffer_size,
         )
     except OSError as e:
         raise RuntimeError(
@@ -462,8 +464,14 @@ def _load_for_executorch(
     program_verification: Verification = Verification.InternalConsistency,
 ) -> ExecuTorchModule:
     """Load the program at ``program_path`` (weights in ``data_path`` when they live apart)."""
-    program = _load(os.fspath(program_path), data_path, program_verification)
-    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        os.fspath(program_path),
+        data_path,
+        program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_for_executorch_from_buffer(
@@ -479,8 +487,10 @@ def _load_for_executorch_from_buffer(
         _owned_buffer(buffer, "buffer"),
         None if data_map_buffer is None else _owned_buffer(data_map_buffer, "data_map_buffer"),
         program_verification,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
     )
-    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_for_executorch_from_data_loader(
@@ -510,8 +520,15 @@ def _load_program(
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExecuTorchProgram:
     options = _load_options(backend_options)
-    program = _load(os.fspath(path), data_path, program_verification, options)
-    return ExecuTorchProgram(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        os.fspath(path),
+        data_path,
+        program_verification,
+        options,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchProgram(program, _Etdump(program))
 
 
 def _load_program_from_buffer(
@@ -523,8 +540,15 @@ def _load_program_from_buffer(
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExecuTorchProgram:
     options = _load_options(backend_options)
-    program = _load(_owned_buffer(buffer, "buffer"), data_path, program_verification, options)
-    return ExecuTorchProgram(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        _owned_buffer(buffer, "buffer"),
+        data_path,
+        program_verification,
+        options,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchProgram(program, _Etdump(program))
 
 
 # -------------------------------------------------------------------- backends
@@ -665,3 +689,38 @@ def _dump_profile_results() -> bytes:
 def _reset_profile_results() -> None:
     with _profile_lock:
         _profile_blocks.clear()
+
+
+# ------------------------------------------------------------ bundled programs
+
+
+def _load_bundled_program_from_buffer(
+    buffer: Any, non_const_pool_size: int = 16 * 1024
+) -> BundledModule:
+    """A bundled program (``.bpte`` bytes): its test cases and its program."""
+    try:
+        return BundledModule(_owned_buffer(buffer, "buffer"), non_const_pool_size)
+    except FormatError as e:
+        raise RuntimeError(
+            f"Failed to load bundled program, error: 0x{ERROR_INVALID_PROGRAM:x}: {e}"
+        ) from e
+
+
+def _load_for_executorch_from_bundled_program(
+    module: BundledModule,
+    data: Any = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+) -> ExecuTorchModule:
+    """The program inside ``module``, loaded as ``_load_for_executorch_from_buffer`` does;
+    ``data`` is the external data as a buffer or a path."""
+    if not isinstance(module, BundledModule):
+        raise TypeError(f"expected a BundledModule, got {type(module).__name__}")
+    program = _load(
+        module.program_bytes,
+        None if data is None else data if isinstance(data, str) else _owned_buffer(data, "data"),
+        Verification.InternalConsistency,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchModule(program, _Etdump(program))

@@ -30,6 +30,9 @@ class BackendInitContext:
     delegate_index: int
     named_data: Mapping[str, memoryview]
     options: Mapping[str, OptionValue] = field(default_factory=dict)
+    # The method's pyexecutorch.runtime.etdump.EventTracer when ETDump is on: a
+    # backend that sees one may record events from inside its delegate.
+    event_tracer: Any = None
 
 
 class BackendInterface:

@@ -41,12 +41,14 @@ from pyexecutorch.runtime.errors import (
     MissingBackendError,
     MissingOperatorError,
 )
+from pyexecutorch.runtime.etdump import EventTracer, clock
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.fusion import FusedCall, fuse
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.views import ViewElider, identity
+from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
     Bool,
     BoolList,
@@ -127,7 +129,12 @@ class LoadedMethod:
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         jit: bool = False,
         shared: SharedArenas | None = None,
+        event_tracer: EventTracer | None = None,
     ) -> None:
+        start = clock()
+        # With a tracer the method compiles to an instrumented variant (see _traced_lines).
+        self.tracer = event_tracer
+        self._slot_times: list[tuple[tuple[int, ...], list[int]]] = []
         self.name = plan.name
         self.jit = jit  # the compiled tier: fused loops and compiled kernel forms
         self.plan = plan
@@ -149,6 +156,11 @@ class LoadedMethod:
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
         self.chains = self._compile()
+        if event_tracer is not None:
+            end = clock()
+            event_tracer.profile("Method::init", start, end)
+            event_tracer.profile("Program::load_method", start, end)
+            self.run = self._traced_run
 
     # ------------------------------------------------------------------ values
 
@@ -323,6 +335,7 @@ class LoadedMethod:
                 d,
                 self._named_data,
                 backends.effective_options(delegate.id, backend_options),
+                event_tracer=self.tracer,
             )
             try:
                 handle = backend.init(memoryview(processed).cast("B"), specs, context)
@@ -375,7 +388,8 @@ class LoadedMethod:
         ns = Namespace()
         written = self._written_values()
         flow = Flow.of(self)
-        folded = fold_constants(self, written, flow)
+        # Traced, every instruction runs (and is recorded) as in the official runtime.
+        folded = set() if self.tracer else fold_constants(self, written, flow)
         elider = ViewElider(self, flow)
         read = self._read_values()
         v = self.values
@@ -547,8 +561,79 @@ class LoadedMethod:
                     jumps[pc] = (f"v[{a.cond_value_index}]", a.destination_instruction)
                 else:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
+            if self.tracer is not None:
+                lines = self._traced_lines(c, lines, jumps, ns, expr)
             compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
         return compiled
+
+    def _traced_lines(
+        self, c: int, lines: list[Line], jumps: dict, ns: Namespace, expr
+    ) -> list[Line]:  # noqa: ANN001
+        """``lines`` with their kernel and delegate calls timed into the tracer.
+
+        A straight-line chain without a debug buffer takes one clock reading
+        per call into a list of times (a call ends when the next begins; the
+        list goes to the tracer after each run); otherwise each call appends
+        ``(key, start, end)`` and logs its outputs.
+        """
+        tracer = self.tracer
+        clk = ns.bind(clock, "clk")
+        slots = not jumps and not tracer.logs_outputs
+        keys: list[int] = []
+        times: list[int] = []
+        out: list[Line] = []
+        for line in lines:
+            pc = line.instruction
+            a = self.plan.chains[c].instructions[pc].instr_args
+            if isinstance(a, KernelCall):
+                k = self.kernels[a.op_index]
+                op = self.plan.operators[a.op_index]
+                prim = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
+                key = tracer.kernel_key(op.name, op.overload, c, pc, prim=prim)
+                logged = self.kernel_layout(k, a)[1]
+                before = ""
+            elif isinstance(a, DelegateCall):
+                key = tracer.key(
+                    ProfileEvent(name="DELEGATE_CALL", chain_index=c, instruction_id=pc)
+                )
+                logged = list(a.args)
+                before = f"{ns.bind(tracer, 'tr')}.instruction = ({c}, {pc}); "
+            else:
+                out.append(line)
+                continue
+            if slots:
+                out.append(
+                    Line(f"{ns.bind(times, 'T')}[{len(keys)}] = {clk}(); {before}{line.source}", pc)
+                )
+                keys.append(key)
+                continue
+            record = ns.bind(tracer.record, "ev")
+            source = f"_t = {clk}(); {before}{line.source}; {record}(({key}, _t, {clk}()))"
+            if tracer.logs_outputs and logged:
+                values = "".join(f"{expr(j)}, " for j in logged)
+                source += f"; {ns.bind(tracer.log_values, 'log')}({c}, {pc}, ({values}))"
+            out.append(Line(source, pc))
+        if keys:
+            times.extend([0] * (len(keys) + 1))
+            out.append(Line(f"{ns.bind(times, 'T')}[{len(keys)}] = {clk}()", out[-1].instruction))
+            self._slot_times.append((tuple(keys), times))
+        return out
+
+    def _traced_run(self) -> None:
+        """``run`` of a traced method: one ``Execute`` block per run, outputs logged."""
+        tracer = self.tracer
+        tracer.begin_block("Execute")
+        start = clock()
+        try:
+            LoadedMethod.run(self)
+        finally:
+            end = clock()
+            for keys, times in self._slot_times:
+                tracer.record_slots(keys, times)
+            tracer.flush()
+        tracer.profile("Method::execute", start, end)
+        if tracer.logs_outputs:
+            tracer.log_run_outputs(self.outputs())
 
     def _fixed_values(self, flow: Flow | None, decisions: dict[tuple[int, int], Any]) -> set[int]:
         """Tensors whose array at run time is always their planned storage.

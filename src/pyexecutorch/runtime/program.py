@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from pyexecutorch.runtime.data_loader import (
     loader_size,
     segments_for_method,
 )
+from pyexecutorch.runtime.etdump import EventTracer
 from pyexecutorch.runtime.io import (
     Input,
     check_install,
@@ -114,6 +116,10 @@ class Program:
     ) -> None:
         self._pte = pte
         self.jit = jit  # whether its methods use the compiled tier
+        event_tracer: EventTracer | None = None,
+    ) -> None:
+        self._pte = pte
+        self.event_tracer = event_tracer
         self._keepalive = keepalive
         # A program read through a data loader reads segments as methods need them.
         self._lazy = keepalive if isinstance(keepalive, LoadedBytes) else None
@@ -154,6 +160,7 @@ class Program:
                     backend_options=self._backend_options,
                     jit=self.jit,
                     shared=self._shared,
+                    event_tracer=self.event_tracer,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
@@ -166,6 +173,15 @@ class Program:
 
     def metadata(self, name: str) -> MethodMeta:
         return MethodMeta(self._plan(name))
+
+    def write_etdump_result_to_file(
+        self, etdump_path: str | os.PathLike, debug_buffer_path: str | os.PathLike | None = None
+    ) -> None:
+        """Write what the program recorded (loaded with ``enable_etdump=True``) as an ETDump."""
+        if self.event_tracer is None:
+            raise RuntimeError("No etdump found: load the program with enable_etdump=True")
+        with self._lock:
+            self.event_tracer.write(etdump_path, debug_buffer_path)
 
 
 def _named_data_of(data_files: Sequence[Any]) -> dict[str, Any]:
@@ -227,20 +243,24 @@ class Runtime:
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         jit: bool | None = None,
         threads: int | None = None,
+        enable_etdump: bool = False,
+        debug_buffer_size: int = 0,
     ) -> Program:
-        """Load a program from a path, bytes-like object or binary file object.
+        """Load a program from a path, bytes-like object, binary file object or data
+        loader (see :mod:`pyexecutorch.runtime.data_loader`); ``data_files`` (``.ptd``)
+        may be any of these too.
 
         ``jit``: use the compiled (numba) tier; by default when numba imports and
         ``PYEXECUTORCH_JIT`` is not ``0``; ``True`` without numba raises
         :class:`JitUnavailableError`. ``threads``: run BLAS and compiled loops on
         that many threads (a process-wide setting, as ``_unsafe_reset_threadpool``).
+        With ``enable_etdump`` its methods record ETDump events (and, with
+        ``debug_buffer_size > 0``, intermediate outputs) for
+        :meth:`Program.write_etdump_result_to_file`.
         """
         use_jit = compiled.enabled(jit)
         if threads is not None:
             set_threads(threads)
-        """Load a program from a path, bytes-like object, binary file object or data
-        loader (see :mod:`pyexecutorch.runtime.data_loader`); ``data_files`` (``.ptd``)
-        may be any of these too."""
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
@@ -260,4 +280,5 @@ class Runtime:
             named_data=_named_data_of(data_files),
             backend_options=backend_options,
             jit=use_jit,
+            event_tracer=EventTracer(debug_buffer_size) if enable_etdump else None,
         )

@@ -382,9 +382,12 @@ class Encoder:
                     getattr(b, SCALARS[kind][2])(spec.slot, int(value), int(spec.default))
         return b.EndObject()
 
-    def finish(self, root: Any, identifier: bytes | None) -> bytes:
+    def finish(self, root: Any, identifier: bytes | None, *, size_prefixed: bool = False) -> bytes:
         off = self.table(root)
-        self.builder.Finish(off, file_identifier=identifier)
+        if size_prefixed:
+            self.builder.FinishSizePrefixed(off, file_identifier=identifier)
+        else:
+            self.builder.Finish(off, file_identifier=identifier)
         return bytes(self.builder.Output())
 
 

@@ -82,6 +82,10 @@ class ExampleHandle:
     steps: list[tuple[Callable[..., np.ndarray], list[int], int, str]]
     options: dict[str, Any]
     trace: list[str] = field(default_factory=list)
+    # With ETDump on: the runtime EventTracer and each step's event key and op index
+    # (the key of the delegate's debug-handle map).
+    tracer: Any = None
+    step_events: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _check_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +138,8 @@ class ExampleBackend(BackendInterface):
             slots[vid] = arr.reshape(shape)
             constant.add(vid)
         steps = []
-        for op in header["ops"]:
+        step_ids = []
+        for index, op in enumerate(header["ops"]):
             fn = _kernel(op["op"], op.get("attrs", {}))
             args, out = list(op["args"]), op["out"]
             if all(a == -1 or a in constant for a in args):
@@ -145,6 +150,8 @@ class ExampleBackend(BackendInterface):
                 constant.add(out)
                 continue
             steps.append((fn, args, out, op["op"]))
+            step_ids.append(index)
+        tracer = context.event_tracer
         handle = ExampleHandle(
             inputs=list(header["inputs"]),
             outputs=list(header["outputs"]),
@@ -152,6 +159,13 @@ class ExampleBackend(BackendInterface):
             slots=slots,
             steps=steps,
             options=options,
+            tracer=tracer,
+            step_events=[
+                (tracer.delegate_key(index, metadata=name.encode()), index)
+                for index, (_, _, _, name) in zip(step_ids, steps, strict=True)
+            ]
+            if tracer is not None
+            else [],
         )
         self.handles.append(handle)
         return handle
@@ -171,10 +185,13 @@ class ExampleBackend(BackendInterface):
                 raise ValueError(f"{BACKEND_ID}: input of shape {a.shape}, compiled for {shape}")
             v[vid] = a
         trace = handle.trace if handle.options["trace"] else None
-        for fn, ins, out, name in handle.steps:
-            v[out] = fn(*[None if i == -1 else v[i] for i in ins])
-            if trace is not None:
-                trace.append(name)
+        if handle.tracer is not None:
+            self._run_traced(handle, v, trace)
+        else:
+            for fn, ins, out, name in handle.steps:
+                v[out] = fn(*[None if i == -1 else v[i] for i in ins])
+                if trace is not None:
+                    trace.append(name)
         replaced = False
         result = list(args)
         for k, vid in enumerate(handle.outputs):
@@ -195,6 +212,23 @@ class ExampleBackend(BackendInterface):
             result[n_in + k] = got
             replaced = True
         return result if replaced else None
+
+    @staticmethod
+    def _run_traced(handle: ExampleHandle, v: list[Any], trace: list[str] | None) -> None:
+        """The steps, each an ETDump event identified by its op index, its output logged."""
+        from pyexecutorch.runtime.etdump import clock  # noqa: PLC0415 - only when tracing
+
+        tracer = handle.tracer
+        for (fn, ins, out, name), (key, index) in zip(
+            handle.steps, handle.step_events, strict=True
+        ):
+            start = clock()
+            v[out] = fn(*[None if i == -1 else v[i] for i in ins])
+            tracer.record_delegate(key, start, clock())
+            if tracer.logs_outputs:
+                tracer.log_delegate_output(v[out], index)
+            if trace is not None:
+                trace.append(name)
 
     def destroy(self, handle: ExampleHandle) -> None:
         self.handles = [h for h in self.handles if h is not handle]

@@ -258,16 +258,67 @@ class Builder:
         self.steps.append(fn)
 
 
+def _output_ids(node: Any) -> list[int]:
+    """The values a node writes (for logging them as intermediate outputs)."""
+    if hasattr(node, "output_id"):
+        return [node.output_id]
+    if hasattr(node, "output_ids"):
+        return list(node.output_ids)
+    return [node.output_value_id]
+
+
+def _traced_steps(
+    b: Builder, spans: list[tuple[int, S.XNode, int, int]], tracer: Any
+) -> list[Step]:
+    """One step per node, timed into ``tracer`` (a runtime EventTracer), outputs logged.
+
+    A node is identified by its ``debug_handle`` (the key of the delegate's
+    debug-handle map) when it has one, else by its type and index.
+    """
+    from pyexecutorch.runtime.etdump import clock  # noqa: PLC0415 - only traced plans need it
+
+    env = b.env
+    traced: list[Step] = []
+    for k, node, first, end in spans:
+        kind = type(node.xnode_union).__name__
+        debug_id = node.debug_handle or None
+        label = f"{kind} #{k}"
+        key = tracer.delegate_key(debug_id, label, kind.encode())
+        outs = _output_ids(node.xnode_union) if tracer.logs_outputs else []
+
+        def step(
+            steps: tuple[Step, ...] = tuple(b.steps[first:end]),
+            key: int = key,
+            outs: list[int] = outs,
+            debug_id: int | None = debug_id,
+            label: str = label,
+        ) -> None:
+            start = clock()
+            for s in steps:
+                s()
+            tracer.record_delegate(key, start, clock())
+            for vid in outs:
+                tracer.log_delegate_output(env[vid], debug_id, label)
+
+        traced.append(step)
+    return traced
+
+
 class Plan:
     """The graph specialised to one set of input shapes."""
 
-    def __init__(self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...]) -> None:
+    def __init__(
+        self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...], tracer: Any = None
+    ) -> None:
         b = Builder(graph, input_shapes)
+        spans = []
         for k, node in enumerate(graph.nodes):
             name = type(node.xnode_union).__name__
             b.where = f"node {k} ({name})"
+            first = len(b.steps)
             BUILDERS[name](b, node.xnode_union, node)
-        self.steps = b.steps
+            spans.append((k, node, first, len(b.steps)))
+        self.steps = b.steps if tracer is None else _traced_steps(b, spans, tracer)
         self.env = b.env
         self.inputs = [(v.id, v.external_id, v.dtype) for v in graph.inputs]
         # (value, external id, shape, dtype, own buffer, may bind the caller's array)

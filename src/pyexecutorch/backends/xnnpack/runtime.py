@@ -21,8 +21,9 @@ MAX_PLANS = 8
 class Delegate:
     """One initialized delegate: its graph and its plans by input shapes."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, tracer: Any = None) -> None:
         self.graph = graph
+        self.tracer = tracer  # an ETDump EventTracer: plans then record one event per node
         self.plans: dict[tuple[tuple[int, ...], ...], Plan] = {}
         self.last_key: tuple[tuple[int, ...], ...] | None = None
         self.last_plan: Plan | None = None
@@ -36,7 +37,7 @@ class Delegate:
         if plan is None:
             if len(self.plans) >= MAX_PLANS:
                 self.plans.pop(next(iter(self.plans)))
-            plan = self.plans[key] = Plan(self.graph, key)
+            plan = self.plans[key] = Plan(self.graph, key, self.tracer)
         self.last_key, self.last_plan = key, plan
         return plan
 
@@ -46,10 +47,10 @@ class XnnpackBackend(BackendInterface):
         self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext
     ) -> Delegate:
         graph = load_graph(decode_payload(processed), context.named_data)
-        delegate = Delegate(graph)
+        delegate = Delegate(graph, context.event_tracer)
         # Build the plan for the declared shapes now, so that graph errors surface at load.
         delegate.plans[tuple(v.dims for v in graph.inputs)] = Plan(
-            graph, tuple(v.dims for v in graph.inputs)
+            graph, tuple(v.dims for v in graph.inputs), context.event_tracer
         )
         return delegate
 

@@ -1,0 +1,143 @@
+"""ETRecord: our file in the official layout, read by the official Inspector and by ours."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+import torch
+
+from pyexecutorch import portable_lib as pl
+from pyexecutorch.devtools import Inspector
+from pyexecutorch.devtools.etrecord import ETRecordError, parse_etrecord
+from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        return torch.sigmoid(torch.relu(self.fc(x)) + 1.0)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    d = tmp_path_factory.mktemp("etrecord")
+    x = torch.randn(2, 3)
+    manager = to_edge(torch.export.export(Net().eval(), (x,)), generate_etrecord=True)
+    et = manager.to_executorch()
+    et.get_etrecord().save(d / "net.etrecord")
+    module = pl._load_for_executorch_from_buffer(
+        et.buffer, enable_etdump=True, debug_buffer_size=1 << 16
+    )
+    module.forward([x.numpy()])
+    module.write_etdump_result_to_file(str(d / "net.etdp"), str(d / "net.bin"))
+    return d, et
+
+
+def test_layout(traced):
+    d, et = traced
+    names = zipfile.ZipFile(d / "net.etrecord").namelist()
+    assert names[0] == "ETRECORD_V0"
+    for base in ("exported_program", "edge_dialect_exported_program/forward"):
+        assert {base, f"{base}_state_dict", f"{base}_constants", f"{base}_example_inputs"} <= set(
+            names
+        )
+    assert {"debug_handle_map", "delegate_map", "instruction_id_to_num_outs_map"} <= set(names)
+    assert {"representative_inputs", "reference_outputs"} <= set(names)
+
+
+def test_official_inspector_maps_our_events_to_nodes(traced):
+    from executorch.devtools import Inspector as OfficialInspector
+    from executorch.devtools.etrecord import parse_etrecord as official_parse
+
+    d, et = traced
+    record = official_parse(str(d / "net.etrecord"))
+    assert record._debug_handle_map == {"forward": {"0": 1, "1": 2, "2": 3, "3": 4}}
+    theirs = OfficialInspector(
+        etdump_path=str(d / "net.etdp"),
+        etrecord=str(d / "net.etrecord"),
+        debug_buffer_path=str(d / "net.bin"),
+    )
+    ours = Inspector(
+        etdump_path=d / "net.etdp", etrecord=d / "net.etrecord", debug_buffer_path=d / "net.bin"
+    )
+    ops = {e.name: e.op_types for e in theirs.event_blocks[1].events if e.name.startswith("native")}
+    assert ops == {
+        "native_call_addmm.out": ["permute_copy.default", "addmm.default"],
+        "native_call_relu.out": ["relu.default"],
+        "native_call_add.out": ["add.Tensor"],
+        "native_call_sigmoid.out": ["sigmoid.default"],
+    }
+    mine = {e.name: e.op_types for e in ours.event_blocks[1].events if e.name.startswith("native")}
+    assert mine == ops
+    # Source lines of the nodes, from the recorded graph.
+    relu = next(e for e in ours.event_blocks[1].events if e.name == "native_call_relu.out")
+    assert any("torch.relu(self.fc(x))" in t for t in relu.stack_traces.values())
+
+
+def test_numeric_gap(traced):
+    d, _ = traced
+    insp = Inspector(
+        etdump_path=d / "net.etdp", etrecord=d / "net.etrecord", debug_buffer_path=d / "net.bin"
+    )
+    rows = insp.calculate_numeric_gap("MSE")
+    records = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    assert [r["runtime_ops"] for r in records] == [
+        ["native_call_addmm.out"],
+        ["native_call_relu.out"],
+        ["native_call_add.out"],
+        ["native_call_sigmoid.out"],
+    ]
+    assert all(r["gap"][0] < 1e-12 for r in records)
+    snr = insp.calculate_numeric_gap("SNR")
+    assert all(
+        g[0] > 100 for g in (snr["gap"] if hasattr(snr, "to_dict") else [r["gap"] for r in snr])
+    )
+    with pytest.raises(ValueError, match="unknown distance 'cosine'"):
+        insp.calculate_numeric_gap("cosine")
+
+
+def test_round_trip_and_errors(traced, tmp_path):
+    d, et = traced
+    record = parse_etrecord(d / "net.etrecord")
+    assert record._delegate_map == {"forward": {}}
+    nodes = [
+        n for n in record.edge_dialect_program.graph_module.graph.nodes if n.op == "call_function"
+    ]
+    assert [n.meta["debug_handle"] for n in nodes] == [1, 1, 2, 3, 4]
+    torch.testing.assert_close(
+        record._reference_outputs["forward"][0][0], Net().eval()(*record._representative_inputs)
+    )
+    (tmp_path / "bad.zip").write_bytes(b"not a zip")
+    with pytest.raises(ETRecordError, match="not an ETRecord file"):
+        parse_etrecord(tmp_path / "bad.zip")
+    with zipfile.ZipFile(tmp_path / "empty.zip", "w") as z:
+        z.writestr("x", "")
+    with pytest.raises(ETRecordError, match="no ETRECORD_V0 entry"):
+        parse_etrecord(tmp_path / "empty.zip")
+    plain = to_edge(torch.export.export(Net().eval(), (torch.randn(2, 3),))).to_executorch()
+    with pytest.raises(RuntimeError, match="no ETRecord: pass generate_etrecord=True"):
+        plain.get_etrecord()
+
+
+def test_delegated_program_records_the_graph_before_lowering(tmp_path):
+    from pyexecutorch.backends.example.aot import ExamplePartitioner
+
+    x = torch.randn(2, 3)
+    et = to_edge_transform_and_lower(
+        torch.export.export(Net().eval(), (x,)),
+        partitioner=[ExamplePartitioner()],
+        generate_etrecord=True,
+    ).to_executorch()
+    record = et.get_etrecord()
+    [(instruction, delegate)] = record._delegate_map["forward"].items()
+    assert delegate["name"] == "ExampleBackend" and delegate["delegate_map"]
+    record.save(tmp_path / "d.etrecord")
+    from executorch.devtools.etrecord import parse_etrecord as official_parse
+
+    again = official_parse(str(tmp_path / "d.etrecord"))
+    assert again._delegate_map["forward"][instruction]["delegate_map"] == delegate["delegate_map"]
