@@ -369,6 +369,7 @@ class ExecuTorchProgram:
                 plan,
                 named_data=program._named,
                 backend_options=program._backend_options,
+                limits=program.limits,
             )
             logger.debug("loaded method %r", method_name)
             return ExecuTorchMethod(loaded, program)

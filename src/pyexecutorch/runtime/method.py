@@ -19,6 +19,7 @@ import numpy as np
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.kernels.registry import Const, Inline, get_kernel, get_specializer
 from pyexecutorch.runtime import backend as backends
+from pyexecutorch.runtime.arity import check_kernel_call
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
     Line,
@@ -36,7 +37,14 @@ from pyexecutorch.runtime.errors import (
 )
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.io import ExactSlot
+from pyexecutorch.runtime.limits import (
+    DEFAULT_LIMITS,
+    InstructionBudgetError,
+    LoadLimits,
+    check_load_memory,
+)
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
+from pyexecutorch.runtime.verify import verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
 from pyexecutorch.schema.program import (
     Bool,
@@ -91,11 +99,17 @@ class LoadedMethod:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        limits: LoadLimits = DEFAULT_LIMITS,
+        verify: bool = True,
     ) -> None:
         self.name = plan.name
         self.plan = plan
         self._pte = pte
         self._named_data = named_data or {}
+        self.limits = limits
+        if verify:  # a program loaded with Verification.Minimal is checked method by method
+            verify_plan(pte, plan)
+        check_load_memory(plan, limits)
         self.arenas = [
             np.zeros(max(size, 0), dtype=np.uint8) for size in plan.non_const_buffer_sizes
         ]
@@ -247,6 +261,15 @@ class LoadedMethod:
             self.kernels.append(k)
         if missing:
             raise MissingOperatorError(self.name, sorted(set(missing)))
+        for c, chain in enumerate(self.plan.chains):
+            for pc, instr in enumerate(chain.instructions):
+                call = instr.instr_args
+                if isinstance(call, KernelCall):
+                    k = self.kernels[call.op_index]
+                    args, outs = self.kernel_layout(k, call)
+                    check_kernel_call(
+                        self.name, f"chain {c} instruction {pc}", k, args, outs, self.plan.values
+                    )
 
     def _init_delegates(self, backend_options) -> list[tuple[Any, Any]]:  # noqa: ANN001
         out = []
@@ -454,7 +477,11 @@ class LoadedMethod:
                     jumps[pc] = (f"v[{a.cond_value_index}]", a.destination_instruction)
                 else:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
-            compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
+            budget = self.limits.max_instructions
+            over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
+            compiled.append(
+                compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns, over)
+            )
         return compiled
 
     def _fixed_values(self, flow: Flow | None, decisions: dict[tuple[int, int], Any]) -> set[int]:
@@ -651,6 +678,8 @@ class LoadedMethod:
         try:
             for chain in self.chains:  # noqa: B007 - the failing chain names the error
                 chain.run(v)
+        except InstructionBudgetError:
+            raise
         except Exception as e:
             raise self._execution_error(e, chain) from e
         finally:

@@ -16,6 +16,7 @@ from pyexecutorch.runtime.io import (
     input_decls,
     read_input,
 )
+from pyexecutorch.runtime.limits import DEFAULT_LIMITS, LoadLimits
 from pyexecutorch.runtime.loader import open_bytes
 from pyexecutorch.runtime.meta import MethodMeta
 from pyexecutorch.runtime.method import LoadedMethod
@@ -100,8 +101,12 @@ class Program:
         *,
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        limits: LoadLimits = DEFAULT_LIMITS,
+        verified: bool = False,
     ) -> None:
         self._pte = pte
+        self.limits = limits
+        self.verified = verified  # every method was checked at load
         self._keepalive = keepalive
         self._named = dict(pte.named_data and {k: b.data for k, b in pte.named_data.items()} or {})
         if named_data:
@@ -135,6 +140,8 @@ class Program:
                     self._plan(name),
                     named_data=self._named,
                     backend_options=self._backend_options,
+                    limits=self.limits,
+                    verify=not self.verified,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
@@ -197,17 +204,32 @@ class Runtime:
         verification: Verification = Verification.InternalConsistency,
         data_files: Sequence[Any] = (),
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        max_arena_bytes: int | None = None,
+        max_instructions: int | None = None,
     ) -> Program:
-        """Load a program from a path, bytes-like object or binary file object."""
+        """Load a program from a path, bytes-like object or binary file object.
+
+        ``max_arena_bytes`` bounds the memory one method allocates when it loads
+        (default: the machine's physical memory); ``max_instructions`` bounds the
+        instructions one run of a chain with jumps executes (default: no bound).
+        See :mod:`pyexecutorch.runtime.limits`.
+        """
+        limits = LoadLimits(max_arena_bytes, max_instructions)
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
         buf = open_bytes(data)
         pte = decode_pte(buf)
-        if verification == Verification.InternalConsistency:
+        verified = verification == Verification.InternalConsistency
+        if verified:
             verify_program(pte)
         if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):
             data_files = (data_files,)
         return Program(
-            pte, buf, named_data=_named_data_of(data_files), backend_options=backend_options
+            pte,
+            buf,
+            named_data=_named_data_of(data_files),
+            backend_options=backend_options,
+            limits=limits,
+            verified=verified,
         )
