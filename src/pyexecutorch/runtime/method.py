@@ -301,6 +301,21 @@ class LoadedMethod:
                     f"method '{self.name}': backend {delegate.id!r} failed to initialize delegate {d}: {e}"
                 ) from e
             out.append((backend, handle))
+        for c, chain in enumerate(self.plan.chains):
+            for pc, instr in enumerate(chain.instructions):
+                call = instr.instr_args
+                if (
+                    isinstance(call, DelegateCall)
+                    and out[call.delegate_index][0].tensor_arguments_only
+                ):
+                    for j in call.args:
+                        if not isinstance(self.plan.values[j].val, Tensor):
+                            kind = type(self.plan.values[j].val).__name__
+                            raise self._fail(
+                                f"chain {c} instruction {pc} (delegate {call.delegate_index}, "
+                                f"{self.plan.delegates[call.delegate_index].id}) passes value {j}, "
+                                f"a {kind}; the backend takes tensors only"
+                            )
         return out
 
     def destroy(self) -> None:

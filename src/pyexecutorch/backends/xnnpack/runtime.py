@@ -47,6 +47,8 @@ class Delegate:
 
 
 class XnnpackBackend(BackendInterface):
+    tensor_arguments_only = True
+
     def init(
         self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext
     ) -> Delegate:
