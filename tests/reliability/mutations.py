@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from pyexecutorch.schema import decode_pte, encode_pte
+from pyexecutorch.schema import FormatError, decode_pte, encode_pte
 from pyexecutorch.schema.flatbuffer import SCALARS, Reader, fields_of
 from pyexecutorch.schema.program import (
     Bool,
@@ -106,7 +106,10 @@ def fields(pte: bytes) -> tuple[Field, ...]:
         out += [Field(12, "<I", "header.length"), Field(16, "<Q", "header.program_size")]
         out += [Field(24, "<Q", "header.segment_base_offset")]
         out += [Field(32, "<Q", "header.segment_data_size")]
-    _walk(reader, Program, reader.uoffset(0, "root"), "Program", out, set())
+    try:
+        _walk(reader, Program, reader.uoffset(0, "root"), "Program", out, set())
+    except (FormatError, struct.error, ValueError):
+        pass  # an already corrupt file: the fields found so far
     return tuple(out)
 
 
