@@ -125,6 +125,8 @@ class Program:
         return set(self._plans)
 
     def _plan(self, name: str):  # noqa: ANN202
+        if not isinstance(name, str):
+            raise TypeError(f"a method name is a str, got {type(name).__name__}: {name!r}")
         plan = self._plans.get(name)
         if plan is None:
             raise KeyError(f"no method named {name!r}; the program has {sorted(self._plans)}")
@@ -215,6 +217,14 @@ class Runtime:
         See :mod:`pyexecutorch.runtime.limits`.
         """
         limits = LoadLimits(max_arena_bytes, max_instructions)
+        try:
+            verification = Verification(verification)
+        except ValueError:
+            raise TypeError(f"verification must be a Verification, got {verification!r}") from None
+        if backend_options is not None and not isinstance(backend_options, Mapping):
+            raise TypeError(
+                f"backend_options must map backend names to options, got {type(backend_options).__name__}"
+            )
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
