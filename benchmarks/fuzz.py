@@ -57,6 +57,7 @@ def _report(engine: str, executions: int, seconds: float, outcomes, findings) ->
 
 
 def run_random(seconds: float, seed: int, out: Path) -> int:
+    from pyexecutorch.runtime import Verification
     from reliability.harness import Finding, check, seeds
     from reliability.mutations import (
         STRUCTURAL,
@@ -65,8 +66,6 @@ def run_random(seconds: float, seed: int, out: Path) -> int:
         structural_mutation,
         swap_offsets,
     )
-
-    from pyexecutorch.runtime import Verification
 
     corpus = seeds()
     rng = random.Random(seed)
@@ -110,12 +109,11 @@ def run_atheris(seconds: float, out: Path) -> int:
     import atheris
 
     with atheris.instrument_imports(include=["pyexecutorch"]):
-        from reliability.harness import CORPUS, attempt
-
         import pyexecutorch.backends.example.runtime  # noqa: F401
         import pyexecutorch.backends.xnnpack.runtime  # noqa: F401
         import pyexecutorch.kernels  # noqa: F401
         import pyexecutorch.runtime  # noqa: F401
+        from reliability.harness import CORPUS, attempt
 
     outcomes: collections.Counter = collections.Counter()
     state = {"n": 0, "start": time.monotonic()}

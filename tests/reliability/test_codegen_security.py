@@ -110,7 +110,7 @@ def _string_value(text: str):  # noqa: ANN202
 
 def _named_key(text: str):  # noqa: ANN202
     def edit(f):  # noqa: ANN001
-        f.named_data = {text: blob for blob in f.named_data.values()}
+        f.named_data = {text + str(n): blob for n, blob in enumerate(f.named_data.values())}
 
     return edit
 

@@ -254,3 +254,38 @@ def test_minimal_verification_still_checks_each_method_it_loads():
     program = Runtime.get().load_program(data, verification=Verification.Minimal)
     with pytest.raises(InvalidProgramError, match=r"instruction 1: operator index 77 out of range"):
         program.load_method("forward")
+
+
+@pytest.mark.parametrize("verification", list(Verification))
+def test_sizes_whose_product_overflows_beside_a_zero_dimension(verification):
+    # Found by the long campaign: sizes [0, 201328640, 67111680, 2048, 2048, 0] made numpy
+    # raise "array is too big" (a ValueError) from inside the loader.
+    data = (CORPUS.parent / "fuzz_regressions" / "zero_dim_overflowing_sizes.pte").read_bytes()
+    program = Runtime.get().load_program(data, verification=Verification.Minimal)
+    with pytest.raises(
+        InvalidProgramError,
+        match=r"method 'forward': value 2: sizes \[0, 201328640, 67111680, 2048, 2048, 0\] "
+        r"overflow a 64-bit byte count",
+    ):
+        if verification == Verification.Minimal:
+            program.load_method("forward")
+        else:
+            Runtime.get().load_program(data)
+
+
+def test_backend_handles_are_destroyed_with_their_method():
+    # Found by the soak: every load of a delegated method left its handle registered.
+    import gc
+
+    from pyexecutorch import portable_lib as pl
+    from pyexecutorch.runtime.backend import get_backend
+
+    example = get_backend("ExampleBackend")
+    gc.collect()
+    before = len(example.handles)
+    data = _seed("ours_example_mlp.pte")
+    for _ in range(5):
+        Runtime.get().load_program(data).load_method("forward")
+        pl._load_program_from_buffer(data).load_method("forward")
+    gc.collect()
+    assert len(example.handles) == before

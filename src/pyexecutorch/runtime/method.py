@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,12 @@ from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
 # argument and return its new value (no separate return slot).
 _STACK_STYLE_PREFIXES = ("executorch_prim::",)
 _STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
+
+
+def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
+    for backend, handle in delegates:
+        backend.destroy(handle)
+    delegates.clear()
 
 
 @dataclass
@@ -272,7 +279,9 @@ class LoadedMethod:
                     )
 
     def _init_delegates(self, backend_options) -> list[tuple[Any, Any]]:  # noqa: ANN001
-        out = []
+        out: list[tuple[Any, Any]] = []
+        # Handles are destroyed when the method goes away (or fails to load), once.
+        self._release = weakref.finalize(self, _destroy_delegates, out)
         program = self._pte.program
         for d, delegate in enumerate(self.plan.delegates):
             backend = backends.get_backend(delegate.id)
@@ -319,8 +328,7 @@ class LoadedMethod:
         return out
 
     def destroy(self) -> None:
-        for backend, handle in self._delegates:
-            backend.destroy(handle)
+        self._release()
         self._delegates = []
 
     # ----------------------------------------------------------------- compile
