@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.devtools.bundled_program.runtime import BundledModule
+from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
 from pyexecutorch.runtime.data_loader import is_data_loader
@@ -387,6 +387,7 @@ class ExecuTorchProgram:
                 backend_options=program._backend_options,
                 jit=program.jit,
                 event_tracer=program.event_tracer,
+                limits=program.limits,
             )
             logger.debug("loaded method %r", method_name)
             return ExecuTorchMethod(loaded, program)

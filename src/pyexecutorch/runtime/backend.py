@@ -38,6 +38,10 @@ class BackendInitContext:
 class BackendInterface:
     """Base class of runtime backends: ``init`` once per delegate, ``execute`` per call."""
 
+    # True: every argument of the backend's delegate calls must be a tensor, which
+    # loading checks (a corrupt call passing an int fails at load, not in ``execute``).
+    tensor_arguments_only: bool = False
+
     def is_available(self) -> bool:
         return True
 

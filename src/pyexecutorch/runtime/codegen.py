@@ -52,13 +52,18 @@ class Namespace:
 
 
 def literal(value: Any, ns: Namespace) -> str:
-    """Source for a constant argument: a literal where exact, else a bound name."""
-    if value is None or isinstance(value, bool):
-        return repr(value)
-    if isinstance(value, int) and abs(value) < 1 << 62:
-        return repr(value)
-    if isinstance(value, float) and value == value and abs(value) != float("inf"):
-        return repr(value)
+    """Source for a constant argument: a literal where exact, else a bound name.
+
+    Only exact ``None``/``bool``/``int``/``float`` become text (a subclass could
+    print anything); strings and everything else from a program are bound values.
+    """
+    kind = type(value)
+    if value is None or kind is bool:
+        return "True" if value is True else "False" if value is False else "None"
+    if kind is int and abs(value) < 1 << 62:
+        return int.__repr__(value)
+    if kind is float and value == value and abs(value) != float("inf"):
+        return float.__repr__(value)
     return ns.bind(value)
 
 
@@ -69,11 +74,14 @@ def compile_chain(
     jumps: dict[int, tuple[str, int]],
     n_instructions: int,
     ns: Namespace,
+    over_budget: tuple[int, Callable[[], None]] | None = None,
 ) -> CompiledChain:
     """Build the function(s) for one chain.
 
     ``lines`` hold one entry per instruction except jumps; ``jumps`` maps an
     instruction index to (condition expression, destination instruction).
+    ``over_budget`` (a chain with jumps only): (instruction budget, function
+    that raises) bounds the instructions one run executes, block by block.
     """
     filename = f"<pyexecutorch method {method!r} chain {chain_index} #{next(_counter)}>"
     src: list[str] = []
@@ -113,6 +121,18 @@ def compile_chain(
     emit(f"BLOCKS = ({', '.join(f'block{b}' for b in range(n_blocks))},)")
     emit("def run(v):")
     emit("    b = 0")
+    if over_budget is not None:
+        budget, raise_over = over_budget
+        sizes = [
+            (starts[b + 1] if b + 1 < n_blocks else n_instructions) - starts[b]
+            for b in range(n_blocks)
+        ]
+        emit(f"    n = {int(budget)}")
+        emit(f"    while b < {n_blocks}:")
+        emit(f"        n -= {ns.bind(tuple(sizes), 'S')}[b]")
+        emit(f"        if n < 0: {ns.bind(raise_over, 'E')}()")
+        emit("        b = BLOCKS[b](v)")
+        return _build(src, filename, line_map, ns)
     emit(f"    while b < {n_blocks}:")
     emit("        b = BLOCKS[b](v)")
     return _build(src, filename, line_map, ns)

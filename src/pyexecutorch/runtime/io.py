@@ -844,7 +844,8 @@ def check_install(inp: Input, decl: InputDecl, method: str) -> None:
             f"{where} was expected to have type {decl.tag} but was {tag}",
         )
     if tag in (Tag.Int, Tag.Double, Tag.Bool):
-        if inp.value != decl.exported:
+        both_nan = inp.value != inp.value and decl.exported != decl.exported  # NaN is NaN
+        if inp.value != decl.exported and not both_nan:
             raise InstallError(
                 decl.position,
                 ERROR_INVALID_ARGUMENT,

@@ -1,8 +1,14 @@
-"""Opening program and data files: memory-mapped, never copied."""
+"""Opening program and data files: read into memory once, never mapped.
+
+A memory-mapped file that is truncated or rewritten on disk while a program
+still uses it pulls its pages from under the process: the next read of a
+constant raises SIGBUS and kills the interpreter. Reading the file once gives
+the program bytes of its own, so that deleting, truncating or replacing the
+file afterwards changes nothing; decoding stays zero-copy from those bytes.
+"""
 
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -11,17 +17,17 @@ from pyexecutorch.schema.errors import FormatError
 
 
 def open_bytes(source: Any, what: str = "program") -> Any:
-    """A buffer over ``source``: a path (memory-mapped), bytes-like, or a binary file object."""
+    """The bytes of ``source``: a path (read whole), bytes-like, or a binary file object."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
-                    raise FormatError(f"{what} file {str(path)!r} is empty")
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                data = f.read()
         except FileNotFoundError:
             raise FileNotFoundError(f"{what} file not found: {str(path)!r}") from None
+        if not data:
+            raise FormatError(f"{what} file {str(path)!r} is empty")
+        return data
     if isinstance(source, (bytes, bytearray, memoryview)):
         return source
     if hasattr(source, "read"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from pyexecutorch.kernels.registry import (
 )
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import compiled as compiled_tier
+from pyexecutorch.runtime.arity import check_kernel_call
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
     Line,
@@ -45,8 +47,15 @@ from pyexecutorch.runtime.etdump import EventTracer, clock
 from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.fusion import FusedCall, fuse
 from pyexecutorch.runtime.io import ExactSlot
+from pyexecutorch.runtime.limits import (
+    DEFAULT_LIMITS,
+    InstructionBudgetError,
+    LoadLimits,
+    check_load_memory,
+)
 from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
+from pyexecutorch.runtime.verify import verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
 from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
@@ -77,6 +86,12 @@ from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
 # argument and return its new value (no separate return slot).
 _STACK_STYLE_PREFIXES = ("executorch_prim::",)
 _STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
+
+
+def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
+    for backend, handle in delegates:
+        backend.destroy(handle)
+    delegates.clear()
 
 
 @dataclass
@@ -130,6 +145,8 @@ class LoadedMethod:
         jit: bool = False,
         shared: SharedArenas | None = None,
         event_tracer: EventTracer | None = None,
+        limits: LoadLimits = DEFAULT_LIMITS,
+        verify: bool = True,
     ) -> None:
         start = clock()
         # With a tracer the method compiles to an instrumented variant (see _traced_lines).
@@ -141,6 +158,10 @@ class LoadedMethod:
         self._pte = pte
         self._named_data = named_data or {}
         self._shared = shared
+        self.limits = limits
+        if verify:  # a program loaded with Verification.Minimal is checked method by method
+            verify_plan(pte, plan)
+        check_load_memory(plan, limits)
         self.arenas = [
             shared.arenas[mem_id]
             if shared is not None and mem_id in shared.arenas
@@ -312,9 +333,20 @@ class LoadedMethod:
             self.kernels.append(k)
         if missing:
             raise MissingOperatorError(self.name, sorted(set(missing)))
+        for c, chain in enumerate(self.plan.chains):
+            for pc, instr in enumerate(chain.instructions):
+                call = instr.instr_args
+                if isinstance(call, KernelCall):
+                    k = self.kernels[call.op_index]
+                    args, outs = self.kernel_layout(k, call)
+                    check_kernel_call(
+                        self.name, f"chain {c} instruction {pc}", k, args, outs, self.plan.values
+                    )
 
     def _init_delegates(self, backend_options) -> list[tuple[Any, Any]]:  # noqa: ANN001
-        out = []
+        out: list[tuple[Any, Any]] = []
+        # Handles are destroyed when the method goes away (or fails to load), once.
+        self._release = weakref.finalize(self, _destroy_delegates, out)
         program = self._pte.program
         for d, delegate in enumerate(self.plan.delegates):
             backend = backends.get_backend(delegate.id)
@@ -344,11 +376,25 @@ class LoadedMethod:
                     f"method '{self.name}': backend {delegate.id!r} failed to initialize delegate {d}: {e}"
                 ) from e
             out.append((backend, handle))
+        for c, chain in enumerate(self.plan.chains):
+            for pc, instr in enumerate(chain.instructions):
+                call = instr.instr_args
+                if (
+                    isinstance(call, DelegateCall)
+                    and out[call.delegate_index][0].tensor_arguments_only
+                ):
+                    for j in call.args:
+                        if not isinstance(self.plan.values[j].val, Tensor):
+                            kind = type(self.plan.values[j].val).__name__
+                            raise self._fail(
+                                f"chain {c} instruction {pc} (delegate {call.delegate_index}, "
+                                f"{self.plan.delegates[call.delegate_index].id}) passes value {j}, "
+                                f"a {kind}; the backend takes tensors only"
+                            )
         return out
 
     def destroy(self) -> None:
-        for backend, handle in self._delegates:
-            backend.destroy(handle)
+        self._release()
         self._delegates = []
 
     # ----------------------------------------------------------------- compile
@@ -563,7 +609,11 @@ class LoadedMethod:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
             if self.tracer is not None:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
-            compiled.append(compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns))
+            budget = self.limits.max_instructions
+            over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
+            compiled.append(
+                compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns, over)
+            )
         return compiled
 
     def _traced_lines(
@@ -847,6 +897,8 @@ class LoadedMethod:
         try:
             for chain in self.chains:  # noqa: B007 - the failing chain names the error
                 chain.run(v)
+        except InstructionBudgetError:
+            raise
         except Exception as e:
             raise self._execution_error(e, chain) from e
         finally:

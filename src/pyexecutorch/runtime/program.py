@@ -26,11 +26,11 @@ from pyexecutorch.runtime.io import (
     input_decls,
     read_input,
 )
+from pyexecutorch.runtime.limits import DEFAULT_LIMITS, LoadLimits
 from pyexecutorch.runtime.loader import open_bytes
 from pyexecutorch.runtime.meta import MethodMeta
-from pyexecutorch.runtime.method import LoadedMethod
-from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.runtime.method import LoadedMethod, SharedArenas
+from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.runtime.verify import verify_program
 from pyexecutorch.schema.pte import PteFile, decode_pte
 
@@ -113,13 +113,15 @@ class Program:
         named_data: Mapping[str, Any] | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         jit: bool = False,
+        event_tracer: EventTracer | None = None,
+        limits: LoadLimits = DEFAULT_LIMITS,
+        verified: bool = False,
     ) -> None:
         self._pte = pte
         self.jit = jit  # whether its methods use the compiled tier
-        event_tracer: EventTracer | None = None,
-    ) -> None:
-        self._pte = pte
         self.event_tracer = event_tracer
+        self.limits = limits
+        self.verified = verified  # every method was checked at load
         self._keepalive = keepalive
         # A program read through a data loader reads segments as methods need them.
         self._lazy = keepalive if isinstance(keepalive, LoadedBytes) else None
@@ -142,6 +144,8 @@ class Program:
         return set(self._plans)
 
     def _plan(self, name: str):  # noqa: ANN202
+        if not isinstance(name, str):
+            raise TypeError(f"a method name is a str, got {type(name).__name__}: {name!r}")
         plan = self._plans.get(name)
         if plan is None:
             raise KeyError(f"no method named {name!r}; the program has {sorted(self._plans)}")
@@ -161,6 +165,8 @@ class Program:
                     jit=self.jit,
                     shared=self._shared,
                     event_tracer=self.event_tracer,
+                    limits=self.limits,
+                    verify=not self.verified,
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
@@ -245,6 +251,8 @@ class Runtime:
         threads: int | None = None,
         enable_etdump: bool = False,
         debug_buffer_size: int = 0,
+        max_arena_bytes: int | None = None,
+        max_instructions: int | None = None,
     ) -> Program:
         """Load a program from a path, bytes-like object, binary file object or data
         loader (see :mod:`pyexecutorch.runtime.data_loader`); ``data_files`` (``.ptd``)
@@ -257,10 +265,23 @@ class Runtime:
         With ``enable_etdump`` its methods record ETDump events (and, with
         ``debug_buffer_size > 0``, intermediate outputs) for
         :meth:`Program.write_etdump_result_to_file`.
+        ``max_arena_bytes`` bounds the memory one method allocates when it loads
+        (default: the machine's physical memory); ``max_instructions`` bounds the
+        instructions one run of a chain with jumps executes (default: no bound).
+        See :mod:`pyexecutorch.runtime.limits`.
         """
+        limits = LoadLimits(max_arena_bytes, max_instructions)
         use_jit = compiled.enabled(jit)
         if threads is not None:
             set_threads(threads)
+        try:
+            verification = Verification(verification)
+        except ValueError:
+            raise TypeError(f"verification must be a Verification, got {verification!r}") from None
+        if backend_options is not None and not isinstance(backend_options, Mapping):
+            raise TypeError(
+                f"backend_options must map backend names to options, got {type(backend_options).__name__}"
+            )
         for backend_name, options in (backend_options or {}).items():
             # Unknown backends and wrongly typed values fail here, not at first use.
             backends.check_options(backend_name, options)
@@ -270,7 +291,8 @@ class Runtime:
         if lazy is not None:
             lazy.attach(pte)
             buf = lazy
-        if verification == Verification.InternalConsistency:
+        verified = verification == Verification.InternalConsistency
+        if verified:
             verify_program(pte)
         if isinstance(data_files, (str, bytes)) or hasattr(data_files, "__fspath__"):
             data_files = (data_files,)
@@ -281,4 +303,6 @@ class Runtime:
             backend_options=backend_options,
             jit=use_jit,
             event_tracer=EventTracer(debug_buffer_size) if enable_etdump else None,
+            limits=limits,
+            verified=verified,
         )

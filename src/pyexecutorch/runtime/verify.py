@@ -162,6 +162,9 @@ def _verify_tensor(
         fail(f"value {i}: rank {len(t.sizes)} exceeds {_MAX_RANK}")
     if any(s < 0 for s in t.sizes):
         fail(f"value {i}: negative size in {t.sizes}")
+    if math.prod(s for s in t.sizes if s) * itemsize >= 1 << 63:
+        # numpy refuses such a shape even with a zero dimension among its sizes.
+        fail(f"value {i}: sizes {t.sizes} overflow a 64-bit byte count")
     if t.dim_order and sorted(t.dim_order) != list(range(len(t.sizes))):
         fail(
             f"value {i}: dim_order {t.dim_order} is not a permutation of {len(t.sizes)} dimensions"

@@ -107,6 +107,8 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
 class ExampleBackend(BackendInterface):
     """Runs example-backend programs with numpy. ``handles`` lists the live handles."""
 
+    tensor_arguments_only = True
+
     def __init__(self) -> None:
         self.handles: list[ExampleHandle] = []
 
@@ -126,7 +128,12 @@ class ExampleBackend(BackendInterface):
                     raise FormatError(
                         f"named data {c['key']!r} is not in the program or its data files"
                     )
-                raw = context.named_data[c["key"]]
+                raw = memoryview(context.named_data[c["key"]]).cast("B")
+                if len(raw) != 4 * int(np.prod(shape)):
+                    raise FormatError(
+                        f"named data {c['key']!r} holds {len(raw)} bytes, value {vid} needs "
+                        f"{4 * int(np.prod(shape))}"
+                    )
                 arr = np.frombuffer(raw, dtype=np.float32)
             else:
                 start, n = c["offset"], c["nbytes"]

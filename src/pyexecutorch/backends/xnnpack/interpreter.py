@@ -163,6 +163,11 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
         (v for v in values if v.flags & S.VALUE_FLAG_EXTERNAL_OUTPUT and v.external_id is not None),
         key=lambda v: v.external_id,
     )
+    externals = sorted(v.external_id for v in inputs + outputs)
+    if externals != list(range(len(externals))):
+        raise XnnpackError(
+            f"external ids {externals} of the delegate's inputs and outputs are not 0..{len(externals) - 1}"
+        )
     return Graph(values, list(g.xnodes), inputs, outputs)
 
 
@@ -172,8 +177,11 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
 class Builder:
     """Turns the graph's nodes into steps for one set of input shapes."""
 
-    def __init__(self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...]) -> None:
+    def __init__(
+        self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...], declared: bool = False
+    ) -> None:
         self.graph = graph
+        self.declared = declared  # the payload's own shapes: every value must get its dims
         self.env: list[Any] = [None] * len(graph.values)
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.steps: list[Step] = []
@@ -220,6 +228,12 @@ class Builder:
         if v.const is not None or vid in self.shapes:
             raise XnnpackError(f"{self.where}: value {vid} is written twice (or is a constant)")
         shape = tuple(int(d) for d in shape)
+        if self.declared and v.dims and shape != v.dims:
+            # Checked before allocating: a corrupt padding or size would otherwise
+            # ask for any amount of memory.
+            raise XnnpackError(
+                f"{self.where}: value {vid} would be {list(shape)}, but the payload declares {list(v.dims)}"
+            )
         self.shapes[vid] = shape
         buf = np.empty(shape, v.dtype)
         self.env[vid] = buf
@@ -308,9 +322,13 @@ class Plan:
     """The graph specialised to one set of input shapes."""
 
     def __init__(
-        self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...], tracer: Any = None
+        self,
+        graph: Graph,
+        input_shapes: tuple[tuple[int, ...], ...],
+        tracer: Any = None,
+        declared: bool = False,
     ) -> None:
-        b = Builder(graph, input_shapes)
+        b = Builder(graph, input_shapes, declared)
         spans = []
         for k, node in enumerate(graph.nodes):
             name = type(node.xnode_union).__name__

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyexecutorch.backends.xnnpack.interpreter import Graph, Plan, load_graph
-from pyexecutorch.backends.xnnpack.schema import decode_payload
+from pyexecutorch.backends.xnnpack.schema import XnnpackError, decode_payload
 from pyexecutorch.kernels.common import fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
 
@@ -28,8 +28,13 @@ class Delegate:
         self.last_key: tuple[tuple[int, ...], ...] | None = None
         self.last_plan: Plan | None = None
         self.input_ext = [v.external_id for v in graph.inputs]
+        self.n_args = len(graph.inputs) + len(graph.outputs)
 
     def plan_for(self, args: list[Any]) -> Plan:
+        if len(args) != self.n_args:
+            raise XnnpackError(
+                f"the delegate takes {self.n_args} arguments (inputs and outputs), the call passes {len(args)}"
+            )
         key = tuple(tuple(args[e].shape) for e in self.input_ext)
         if key == self.last_key:
             return self.last_plan
@@ -43,6 +48,8 @@ class Delegate:
 
 
 class XnnpackBackend(BackendInterface):
+    tensor_arguments_only = True
+
     def init(
         self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext
     ) -> Delegate:
@@ -50,7 +57,7 @@ class XnnpackBackend(BackendInterface):
         delegate = Delegate(graph, context.event_tracer)
         # Build the plan for the declared shapes now, so that graph errors surface at load.
         delegate.plans[tuple(v.dims for v in graph.inputs)] = Plan(
-            graph, tuple(v.dims for v in graph.inputs), context.event_tracer
+            graph, tuple(v.dims for v in graph.inputs), context.event_tracer, declared=True
         )
         return delegate
 

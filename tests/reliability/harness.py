@@ -1,0 +1,213 @@
+"""The fuzz harness: load and run one (possibly corrupt) program, and judge the outcome.
+
+Every input must end in one of two ways: the program loads and its methods run,
+or the runtime raises an exception of the families a caller can handle
+(``FormatError`` and its ``InvalidProgramError``, ``MissingOperatorError``,
+``MissingBackendError``, ``ExecutionError``; ``NotImplementedError`` for a valid
+dtype numpy cannot hold). Anything else (an ``IndexError`` from inside the
+runtime, a ``MemoryError``, a hang) is a finding. ``attempt`` returns an
+:class:`Outcome`; ``check`` raises :class:`Finding` for a forbidden one.
+
+Torch-free: the seeds are files in ``tests/data/fuzz_corpus`` (see
+``make_corpus.py``), loaded with numpy inputs made from each method's declarations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.runtime import (
+    ExecutionError,
+    MissingBackendError,
+    MissingOperatorError,
+    Runtime,
+    Verification,
+)
+from pyexecutorch.schema import FormatError
+from pyexecutorch.schema.program import Bool, Double, Int, Null, String, Tensor
+from pyexecutorch.schema.scalar_type import SCALAR_TYPE_TO_DTYPE, ScalarType
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "fuzz_corpus"
+
+# Runs under these limits: a file may not make a method allocate more, nor loop longer.
+MAX_ARENA_BYTES = 64 << 20
+MAX_INSTRUCTIONS = 20_000
+MAX_INPUT_ELEMENTS = 1 << 20
+TIME_LIMIT_S = 20.0
+
+ALLOWED = (
+    FormatError,
+    MissingOperatorError,
+    MissingBackendError,
+    ExecutionError,
+    NotImplementedError,
+)
+# An ExecutionError caused by one of these means a kernel met arguments the loader
+# should have refused; counted (``suspicious``) so a campaign reports them.
+SUSPICIOUS_CAUSES = (IndexError, KeyError, AttributeError, MemoryError, RecursionError, NameError)
+
+
+@dataclass(frozen=True)
+class Seed:
+    name: str
+    pte: bytes
+    data_files: tuple[bytes, ...] = ()
+
+
+def seeds() -> list[Seed]:
+    """The corpus, in name order."""
+    manifest = json.loads((CORPUS / "manifest.json").read_text())
+    return [
+        Seed(
+            name,
+            (CORPUS / name).read_bytes(),
+            tuple((CORPUS / d).read_bytes() for d in entry["data_files"]),
+        )
+        for name, entry in sorted(manifest.items())
+    ]
+
+
+class Finding(AssertionError):
+    """An outcome the runtime must never produce."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    phase: str  # "ok", "load", "method", "execute"
+    error: str = ""  # exception class name
+    message: str = ""
+    cause: str = ""  # an ExecutionError's cause, by class name
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What distinguishes outcomes: numbers and quoted names blanked out."""
+        template = re.sub(r"'[^']*'|\d+", "#", self.message)[:120]
+        return (self.phase, self.error, self.cause, template)
+
+    @property
+    def suspicious(self) -> bool:
+        return self.cause in {c.__name__ for c in SUSPICIOUS_CAUSES}
+
+
+class _Timeout(BaseException):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`Finding` when the block runs longer than ``seconds`` (main thread)."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _Timeout:
+        raise Finding(f"no result after {seconds} s (a hang?)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def inputs_for(plan: Any, rng: np.random.Generator) -> list[Any] | None:
+    """Inputs a method declares (tensors at their declared shapes), or None if it
+    declares something too large or of a kind this harness cannot make."""
+    out: list[Any] = []
+    for i in plan.inputs:
+        val = plan.values[i].val
+        if isinstance(val, Tensor):
+            try:
+                dtype = SCALAR_TYPE_TO_DTYPE.get(ScalarType(val.scalar_type))
+            except ValueError:
+                return None
+            shape = tuple(val.sizes)
+            if dtype is None or math.prod(shape) > MAX_INPUT_ELEMENTS:
+                return None
+            if dtype.kind == "f":
+                out.append(rng.standard_normal(shape).astype(dtype))
+            elif dtype.kind == "b":
+                out.append(rng.integers(0, 2, shape).astype(dtype))
+            elif dtype.kind in "iu":  # 1 and 2: valid indices and divisors
+                out.append(rng.integers(1, 3, shape).astype(dtype))
+            else:
+                out.append(np.zeros(shape, dtype))
+        elif isinstance(val, (Int, Double, Bool)):
+            out.append(getattr(val, type(val).__name__.lower() + "_val"))
+        elif isinstance(val, String):
+            out.append(val.string_val)
+        elif val is None or isinstance(val, Null):
+            out.append(None)
+        else:
+            return None
+    return out
+
+
+def _outcome(phase: str, e: BaseException) -> Outcome:
+    cause = e.__cause__
+    return Outcome(
+        phase, type(e).__name__, str(e)[:300], type(cause).__name__ if cause is not None else ""
+    )
+
+
+def attempt(
+    pte: bytes,
+    data_files: tuple[bytes, ...] = (),
+    *,
+    verification: Verification = Verification.InternalConsistency,
+    calls: int = 1,
+) -> Outcome:
+    """Load ``pte``, load every method, run each ``calls`` times; what happened."""
+    rng = np.random.default_rng(0)
+    phase = "load"
+    try:
+        program = Runtime.get().load_program(
+            pte,
+            verification=verification,
+            data_files=list(data_files),
+            max_arena_bytes=MAX_ARENA_BYTES,
+            max_instructions=MAX_INSTRUCTIONS,
+        )
+        plans = {p.name: p for p in program.pte_file.program.execution_plan}
+        for name in sorted(program.method_names):
+            phase = "method"
+            method = program.load_method(name)
+            inputs = inputs_for(plans[name], rng)
+            if inputs is None:
+                continue
+            phase = "execute"
+            for _ in range(calls):
+                method.execute(inputs)
+    except ALLOWED as e:
+        return _outcome(phase, e)
+    except (ValueError, TypeError, RuntimeError) as e:
+        # The input checks name the method and input: the harness's inputs came from a
+        # corrupt declaration (a program that loads but that no input fits).
+        if phase == "execute" and "input" in str(e):
+            return _outcome(phase, e)
+        raise Finding(f"{phase}: {type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - everything else is a finding
+        raise Finding(f"{phase}: {type(e).__name__}: {e}") from e
+    return Outcome("ok")
+
+
+def check(
+    pte: bytes,
+    data_files: tuple[bytes, ...] = (),
+    *,
+    verification: Verification = Verification.InternalConsistency,
+) -> Outcome:
+    """``attempt`` under the time limit; raises :class:`Finding` for a forbidden outcome."""
+    with time_limit(TIME_LIMIT_S):
+        return attempt(pte, data_files, verification=verification)
