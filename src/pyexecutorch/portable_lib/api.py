@@ -508,8 +508,14 @@ def _load_for_executorch_from_data_loader(
             "loader must be a data loader with size and load(offset, size), got "
             f"{type(loader).__name__}"
         )
-    program = _load(loader, None if data_path is None else os.fspath(data_path), 1)
-    return ExecuTorchModule(program, _Etdump(enable_etdump, debug_buffer_size))
+    program = _load(
+        loader,
+        None if data_path is None else os.fspath(data_path),
+        Verification.InternalConsistency,
+        enable_etdump=enable_etdump,
+        debug_buffer_size=debug_buffer_size,
+    )
+    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_program(
