@@ -158,3 +158,46 @@ def _out_dtype(name: str, args: list) -> np.dtype:
     # result dtype for every case above.
     operands = args[1:] if name.startswith("aten::where") else args
     return next(a for a in operands if isinstance(a, np.ndarray)).dtype
+
+
+@pytest.mark.parametrize("name,build", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_compiled_loop_with_output_in_an_input_memory(name, build):
+    # The compiled tier's loop of the operator (its formula in
+    # kernels/elementwise/formulas.py): the nested loop given out = the input
+    # array, and the flat loop reading that input through out's parameter.
+    pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+    from pyexecutorch.runtime.fusion import single_op_call  # noqa: PLC0415
+
+    args = build()
+    out_dtype = _out_dtype(name, args)
+    call = single_op_call(name, args, np.empty(SHAPE, out_dtype))
+    if call is None:
+        return  # no formula for these arguments: the numpy kernel runs
+    with np.errstate(all="ignore"):
+        expected = np.array(
+            get_kernel(name).fn(
+                *[a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                np.empty(SHAPE, out_dtype),
+            )
+        )
+    tensors = [args[p] for p in call.inputs]
+    for k, a in enumerate(tensors):
+        if a.shape != SHAPE or a.dtype != out_dtype:
+            continue
+        aliased = [t.copy() for t in tensors]
+        call.function(flat=False)(*aliased, aliased[k])
+        _assert_loop_result(aliased[k], expected, f"{name}: nested loop, out = input {k}")
+        flat = [t.copy().reshape(-1) for t in tensors]
+        out = flat[k]
+        call.function(flat=True, aliases={k: 0})(*(t for i, t in enumerate(flat) if i != k), out)
+        _assert_loop_result(out.reshape(SHAPE), expected, f"{name}: flat loop, out = input {k}")
+
+
+def _assert_loop_result(got: np.ndarray, expected: np.ndarray, what: str) -> None:
+    if expected.dtype.kind != "f":
+        np.testing.assert_array_equal(got, expected, err_msg=what)
+        return
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), err_msg=what)
+    zeros = expected == 0
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(expected[zeros]), err_msg=what)
+    np.testing.assert_allclose(got, expected, rtol=4e-6, atol=1e-6, err_msg=what)

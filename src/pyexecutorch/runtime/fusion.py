@@ -348,3 +348,46 @@ def fuse(
         for pc in call.pcs[:-1]:
             decisions[0, pc] = ("skip", None)
         decisions[0, call.pcs[-1]] = ("fused", call)
+
+
+def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | None:
+    """The loop of one operator on these arguments (numpy arrays and constants), or None.
+
+    What a run of that one instruction becomes: tests compare it with the
+    operator's numpy kernel, output aliasing an input included.
+    """
+    formula = FORMULAS.get(name)
+    dtype = out.dtype
+    if formula is None or (
+        dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
+    ):
+        return None
+    constants = {p: a for p, a in enumerate(args) if p not in formula.tensors}
+    expression = formula.expression(constants)
+    if expression is None:
+        return None
+    names: dict[int, str] = {}
+    loads: list[tuple[str, str]] = []
+    for pos in formula.tensors:
+        a = args[pos]
+        want = np.dtype(np.bool_) if pos in formula.bool_tensors else dtype
+        if not isinstance(a, np.ndarray) or a.dtype != want:
+            return None
+        offset = out.ndim - a.ndim
+        at = [
+            "0" if n == 1 and out.shape[offset + d] != 1 else f"i{offset + d}"
+            for d, n in enumerate(a.shape)
+        ]
+        names[pos] = f"x{len(loads)}"
+        loads.append((names[pos], ", ".join(at) or "()"))
+    for pos, value in constants.items():
+        if "{" + str(pos) + "}" in expression:
+            lit = _literal(value, dtype)
+            if lit is None:
+                return None
+            names[pos] = lit
+    expr = expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
+    same = all(args[p].shape == out.shape for p in formula.tensors)
+    return FusedCall(
+        [0], list(formula.tensors), [0], dtype, out.ndim, loads, [f"t0 = T({expr})"], ["t0"], same
+    )

@@ -38,7 +38,9 @@ class Formula:
     expr: str | Callable[..., str | None]  # over {i}; a callable gets the constant arguments
     ints: bool = False  # exact for integer dtypes too (else floating only)
     bool_tensors: tuple[int, ...] = ()  # tensor operands that are bool whatever the loop's dtype
-    passes: int = 1  # numpy passes the numpy kernel makes: fusing one op alone pays when > 1
+    # passes over memory of the numpy fast path: one op alone is compiled when > 1 (one
+    # np.clip or a max-and-copy pass is as fast as a loop, which also costs a dispatch)
+    passes: int = 1
 
     def expression(self, constants: dict[int, object]) -> str | None:
         """The formula for these constant arguments (position -> value), or None."""
@@ -123,9 +125,9 @@ FORMULAS: dict[str, Formula] = {
     "aten::ceil.out": _unary("np.ceil"),
     "aten::trunc.out": _unary("np.trunc"),
     "aten::pow.Tensor_Scalar_out": Formula((0,), _pow),
-    "aten::leaky_relu.out": Formula((0,), "({0} if {0} > T(0) else {0} * {1})", passes=2),
-    "aten::hardtanh.out": Formula((0,), _clamp(1, 2), passes=2),
-    "aten::clamp.out": Formula((0,), _clamp(1, 2), ints=True, passes=2),
+    "aten::leaky_relu.out": Formula((0,), "({0} if {0} > T(0) else {0} * {1})"),
+    "aten::hardtanh.out": Formula((0,), _clamp(1, 2)),
+    "aten::clamp.out": Formula((0,), _clamp(1, 2), ints=True),
     "aten::elu.out": Formula((0,), _elu, passes=5),
     "aten::gelu.out": Formula((0,), _gelu, passes=4),
     "aten::where.self_out": Formula(
