@@ -335,12 +335,14 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         g = -(-k // groups)
         if g * groups != k:
             raise NotImplementedError(f"XNNPACK delegate: {b.where}: {k} inputs in blocks of {g}")
-        w3 = w.reshape(units, groups, g).astype(_F64)
-        ws = wq.scale.astype(_F32)
+        # one exact product per block: (groups, g, units) weights against (groups, m, g) rows
+        w3 = np.ascontiguousarray(w.reshape(units, groups, g).transpose(1, 2, 0), dtype=_F64)
+        ws = np.ascontiguousarray(wq.scale.T.reshape(groups, 1, units), dtype=_F32)
 
         def combine(d: NDArray) -> NDArray:
-            acc = np.einsum("mgk,ugk->mug", d.reshape(m, groups, g), w3).astype(_F32)
-            return (acc * ws).sum(axis=-1, dtype=_F32)
+            acc = np.matmul(d.reshape(m, groups, g).transpose(1, 0, 2), w3).astype(_F32)
+            acc *= ws
+            return acc.sum(axis=0, dtype=_F32)
 
     else:
         ws_c = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
