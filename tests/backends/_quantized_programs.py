@@ -1,7 +1,7 @@
 """Small models quantized by the official tools and exported by the official exporter.
 
 Shared by the quantized kernel-program tests and the quantized XNNPACK runtime
-tests: a CNN and an MLP, quantized with the official ``XNNPACKQuantizer``
+tests: a CNN, an MLP and a patch embedding, quantized with the official ``XNNPACKQuantizer``
 (static int8 with per-channel weights; dynamic per-token int8) through
 torchao's PT2E flow, or with torchao's ``quantize_`` (int8 dynamic activations
 with 4-bit groupwise weights), then exported as a portable program or lowered
@@ -55,15 +55,28 @@ class SmallMLP(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+class PatchEmbed(nn.Module):
+    """A ViT's stem: patches by a strided convolution, then a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 32, 4, stride=4)
+        self.fc = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.fc(self.patch(x).flatten(2).transpose(1, 2))
+
+
 MODELS = {
     "cnn": (SmallCNN, (1, 3, 16, 16)),
     "mlp": (SmallMLP, (4, 64)),
+    "patch": (PatchEmbed, (2, 3, 16, 16)),
 }
 
 # recipe -> models it applies to
 RECIPES = {
     "static": ("cnn", "mlp"),
-    "dynamic": ("mlp",),
+    "dynamic": ("mlp", "patch"),
     "int4": ("mlp",),
 }
 

@@ -538,6 +538,31 @@ def test_quantize_dequantize_round_trip():
     np.testing.assert_array_equal(got, expected.astype(np.float32))
 
 
+def test_quantized_average_pool_and_pad():
+    # qint8 NHWC: pad by one pixel with 0.0 (the zero point), 2x2 average pool;
+    # XNNPACK sums the window less 4 * zp and requantizes with s / (s * 4).
+    scale, zp = 0.25, -3
+    g = GraphBuilder()
+    x = g.input((1, 4, 4, 2))
+    quant = S.PerTensorQuant(scale, zp)
+    q = _quantized_value(g, S.XNNDatatype.qint8, (1, 4, 4, 2), quant)
+    padded = _quantized_value(g, S.XNNDatatype.qint8, (1, 6, 6, 2), quant)
+    pooled = _quantized_value(g, S.XNNDatatype.qint8, (1, 3, 3, 2), quant)
+    y = g.tensor((1, 3, 3, 2))
+    g.node(NODE["XNNConvert"](x, q, 0))
+    g.node(NODE["XNNStaticConstantPad"]([0, 1, 1, 0], [0, 1, 1, 0], 0.0, q, padded, 0))
+    g.node(_pool_table(NODE["XNNAvgPooling2d"], padded, pooled, 2, 2, 0))
+    g.node(NODE["XNNConvert"](pooled, y, 0))
+    g.output_all(y)
+    xv = np.random.default_rng(0).uniform(-8, 8, (1, 4, 4, 2)).astype(np.float32)
+    (got,) = g.run(xv)
+    qx = np.clip(np.rint(xv / scale) + zp, -128, 127)
+    qp = np.pad(qx, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=zp)
+    sums = qp.reshape(1, 3, 2, 3, 2, 2).sum(axis=(2, 4)) - 4 * zp
+    expected = (np.clip(np.rint(sums / 4) + zp, -128, 127) - zp) * scale
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+
+
 def test_refuses_unsupported_quantized_values():
     g = GraphBuilder()
     x = g.input((2, 4))

@@ -335,12 +335,14 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         g = -(-k // groups)
         if g * groups != k:
             raise NotImplementedError(f"XNNPACK delegate: {b.where}: {k} inputs in blocks of {g}")
-        w3 = w.reshape(units, groups, g).astype(_F64)
-        ws = wq.scale.astype(_F32)
+        # one exact product per block: (groups, g, units) weights against (groups, m, g) rows
+        w3 = np.ascontiguousarray(w.reshape(units, groups, g).transpose(1, 2, 0), dtype=_F64)
+        ws = np.ascontiguousarray(wq.scale.T.reshape(groups, 1, units), dtype=_F32)
 
         def combine(d: NDArray) -> NDArray:
-            acc = np.einsum("mgk,ugk->mug", d.reshape(m, groups, g), w3).astype(_F32)
-            return (acc * ws).sum(axis=-1, dtype=_F32)
+            acc = np.matmul(d.reshape(m, groups, g).transpose(1, 0, 2), w3).astype(_F32)
+            acc *= ws
+            return acc.sum(axis=0, dtype=_F32)
 
     else:
         ws_c = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
@@ -387,11 +389,14 @@ def _windows(b: Builder, n: S.Conv, xs: tuple[int, ...], kh: int, kw: int, dtype
 
 def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     depthwise = type(n).__name__ == "XNNDepthwiseConv2d"
-    xq = _quant(b, n.input1_id, ("tensor",))
-    yq = _quant(b, n.output_id, ("tensor",))
+    xq = _quant(b, n.input1_id, ("tensor", "token"))
+    dynamic = xq.kind == "token"  # rows (images) quantized at run time, float output
+    yq = None if dynamic else _quant(b, n.output_id, ("tensor",))
     wq = _quant(b, n.filter_id, ("channel", "tensor"))
     w = b.const(n.filter_id)
     bias = None if n.bias_id == S.INVALID_ID else b.const(n.bias_id)
+    if dynamic and bias is not None:
+        bias = bias.astype(_F32)
     if w is None or (n.bias_id != S.INVALID_ID and bias is None):
         raise NotImplementedError(f"XNNPACK delegate: {b.where}: weights and bias must be constant")
     xs = b.shape(n.input1_id)
@@ -400,10 +405,12 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     kh, kw = n.kernel_height, n.kernel_width
     cout = w.shape[3] if depthwise else w.shape[0]
     k = kh * kw * (1 if depthwise else xs[3] // (n.groups or 1))
-    cdt = exact_dtype(k, 255, bias)
+    cdt = exact_dtype(k, 255, None if dynamic else bias)
     inner, view, (nb, oh, ow) = _windows(b, n, xs, kh, kw, cdt)
     b.out(n.output_id, (nb, oh, ow, cout))
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
+    if dynamic:
+        return _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w)
     scale = _channel_scales(xq, wq, yq, cout)
     lo, hi = qbounds(node, yq)
     zx, zy = float(xq.zero_point), yq.zero_point
@@ -453,6 +460,45 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
         np.subtract(x(), zx, out=inner)
         compute()
         requantize(acc, scale, zy, lo, hi, o(), f)
+
+    b.step(run)
+
+
+def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w) -> None:
+    # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float
+    scales, zps = b.dynamic.get(n.input1_id, (None, None))
+    nb = view.shape[0]
+    if scales is None or scales.size != nb:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: dynamic convolution input must be quantized per image"
+        )
+    if depthwise or (n.groups or 1) != 1:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: dynamic grouped convolutions are not supported"
+        )
+    rows = view.shape[0] * view.shape[1] * view.shape[2]
+    wmat = np.ascontiguousarray(w.reshape(cout, -1).T, dtype=cdt)
+    cols = np.empty((rows, wmat.shape[0]), cdt)
+    acc = np.empty((rows, cout), cdt)
+    ws = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (cout,)).copy()
+    lo, hi = bounds(node)
+    x, o = b.getter(n.input1_id), b.getter(n.output_id)
+    per_image = rows // nb
+
+    def run() -> None:
+        np.subtract(x(), zps.reshape(nb, 1, 1, 1), out=inner)
+        np.copyto(cols.reshape(view.shape), view)
+        np.dot(cols, wmat, out=acc)
+        y = acc.astype(_F32).reshape(nb, per_image, cout)
+        y *= scales.reshape(nb, 1, 1)
+        y *= ws
+        if bias is not None:
+            y += bias
+        out = o().reshape(y.shape)
+        if (lo, hi) != (-_INF, _INF):
+            np.clip(y, lo, hi, out=out)
+        else:
+            np.copyto(out, y)
 
     b.step(run)
 

@@ -5,6 +5,7 @@ graph module and exported program) that rewrites the graph in place:
 
 0. :func:`fold_quantization`: quantize/dequantize pairs become the quantization
    parameters of values (see :mod:`.quantized`).
+   :func:`remove_copies`: clones that keep the dim order are dropped.
 1. :func:`convert_to_linear`: ``addmm``/``mm`` on a transposed constant weight
    become ``linear`` (a fully connected node on the weight as stored).
 2. :func:`fuse_batch_norm`: an eval batch norm after a convolution or linear
@@ -27,9 +28,11 @@ from pyexecutorch.backends.xnnpack._passes.fuse_activation import fuse_activatio
 from pyexecutorch.backends.xnnpack._passes.fuse_batch_norm import fuse_batch_norm
 from pyexecutorch.backends.xnnpack._passes.linear import convert_to_linear
 from pyexecutorch.backends.xnnpack._passes.quantized import fold_quantization
+from pyexecutorch.backends.xnnpack._passes.remove_copies import remove_copies
 
 PASSES = (
     fold_quantization,
+    remove_copies,
     convert_to_linear,
     fuse_batch_norm,
     fold_constants,
@@ -53,6 +56,7 @@ __all__ = [
     "fuse_activation",
     "fuse_batch_norm",
     "plan_layouts",
+    "remove_copies",
     "run_passes",
     "sources",
 ]

@@ -104,13 +104,8 @@ def _unary(b: GraphBuilder, node: Node) -> None:
 
 @register(*_COPIES)
 def _copy(b: GraphBuilder, node: Node) -> None:
-    """Copies that keep the dim order (the configs take no other) are the same value,
-    except between a delegate input and output, where XNNPACK needs a node."""
-    src = node.args[0]
-    x = b.value(src, b.nhwc(node))
-    if node not in b.outputs:
-        b.alias(node, x)
-        return
+    """The copies :func:`.._passes.remove_copies` kept (a delegate input to an output)."""
+    x = b.value(node.args[0], b.nhwc(node))
     out = b.define(node)
     b.emit(xnode("XNNCopy", input_id=x, output_id=out))
 
