@@ -74,6 +74,21 @@ def test_official_inspector_maps_our_events_to_nodes(traced):
     }
     mine = {e.name: e.op_types for e in ours.event_blocks[1].events if e.name.startswith("native")}
     assert mine == ops
+    # With the ETRecord, the same events as for the official runtime's trace of the program.
+    from executorch.extension.pybindings import portable_lib as official_pl
+
+    pte = bytes(et.buffer)
+    module = official_pl._load_for_executorch_from_buffer(pte, enable_etdump=True)
+    module.forward([torch.randn(2, 3)])
+    module.write_etdump_result_to_file(str(d / "official.etdp"))
+    official = OfficialInspector(
+        etdump_path=str(d / "official.etdp"), etrecord=str(d / "net.etrecord")
+    )
+
+    def listing(insp):
+        return [(b.name, e.name, e.op_types) for b in insp.event_blocks for e in b.events]
+
+    assert listing(theirs) == listing(official)
     # Source lines of the nodes, from the recorded graph.
     relu = next(e for e in ours.event_blocks[1].events if e.name == "native_call_relu.out")
     assert any("torch.relu(self.fc(x))" in t for t in relu.stack_traces.values())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import official
 from pyexecutorch.backends.example import runtime as example_runtime
 from pyexecutorch.backends.example.aot import ExamplePartitioner
 from pyexecutorch.cli.main import main
@@ -78,10 +79,9 @@ def wrong_relu_in_delegate(monkeypatch):
     monkeypatch.setattr(example_runtime, "_kernel", kernel)
 
 
-def test_matches_when_right(net):
+def test_matches_when_right(net, portable_pte):
     _, model, x = net
-    pte = to_edge(torch.export.export(model, (x,))).to_executorch().buffer
-    result = compare(model, pte, [x])
+    result = compare(model, portable_pte, [x])
     assert result.first_divergence is None
     assert [r.operator for r in result.rows] == [
         "aten::addmm.out",
@@ -94,10 +94,9 @@ def test_matches_when_right(net):
     assert str(result).endswith("every output is within rtol 1e-05, atol 1e-06")
 
 
-def test_wrong_kernel_is_the_first_divergence(net, wrong_relu_kernel):
+def test_wrong_kernel_is_the_first_divergence(net, portable_pte, wrong_relu_kernel):
     _, model, x = net
-    pte = to_edge(torch.export.export(model, (x,))).to_executorch().buffer
-    result = compare(model, pte, [x], rtol=1e-5, atol=1e-6)
+    result = compare(model, portable_pte, [x], rtol=1e-5, atol=1e-6)
     first = result.first_divergence
     assert (first.instruction, first.operator, first.graph_nodes) == (
         1,
@@ -129,26 +128,85 @@ def test_wrong_op_inside_a_delegate(net, wrong_relu_in_delegate):
     assert first.source == "net.py:12: h = torch.relu(self.fc1(x))"
 
 
-def test_official_xnnpack_delegate_without_a_map(net):
-    """The official exporter's XNNPACK delegates have an empty debug-handle map: said, and the
-    delegate's outputs are still compared."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower as official_lower
+@pytest.fixture(scope="module")
+def official_xnnpack(net):
+    """The official exporter's XNNPACK program of the model and its ETRecord file (cached:
+    exporting with the official tools takes tens of seconds)."""
+    import hashlib
 
+    d, model, x = net
+    key = hashlib.sha256(
+        (MODEL + official.executorch_version() + torch.__version__).encode()
+    ).hexdigest()[:16]
+    pte_path = official.cache_dir() / f"devtools-numeric.xnnpack.{key}.pte"
+    record_path = official.cache_dir() / f"devtools-numeric.xnnpack.{key}.etrecord"
+    if not (pte_path.exists() and record_path.exists()):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower as official_lower
+
+        et = official_lower(
+            torch.export.export(model, (x,)),
+            partitioner=[XnnpackPartitioner()],
+            generate_etrecord=True,
+        ).to_executorch()
+        tmp = d / "official.etrecord"
+        et.get_etrecord().save(tmp)
+        official._write_atomic(record_path, tmp.read_bytes())
+        official._write_atomic(pte_path, et.buffer)
+    return pte_path.read_bytes(), record_path
+
+
+@pytest.fixture(scope="module")
+def portable_pte(net):
     _, model, x = net
-    et = official_lower(
-        torch.export.export(model, (x,)), partitioner=[XnnpackPartitioner()], generate_etrecord=True
-    ).to_executorch()
-    result = compare(model, et.buffer, [x], etrecord=et.get_etrecord())
-    assert (
-        result.notes
-        and "XnnpackBackend delegate at instruction 0 has an empty debug-handle map"
-        in result.notes[0]
+    return to_edge(torch.export.export(model, (x,))).to_executorch().buffer
+
+
+@pytest.fixture
+def wrong_multiply_in_xnnpack(monkeypatch):
+    from pyexecutorch.backends.xnnpack import nodes
+
+    build = nodes.BUILDERS["XNNMultiply"]
+
+    def wrong(b, node, xnode):
+        build(b, node, xnode)
+        out = b.env[node.output_id]
+        b.step(lambda: np.add(out, np.float32(1e-2), out=out))
+
+    monkeypatch.setitem(nodes.BUILDERS, "XNNMultiply", wrong)
+
+
+def test_official_xnnpack_delegate_without_a_map(net, official_xnnpack):
+    """The official exporter's XNNPACK delegates have an empty debug-handle map, which the
+    report says; their nodes carry graph debug handles, by which each op is still compared
+    (a fused activation's handle goes with the node it was fused into)."""
+    _, model, x = net
+    pte, etrecord = official_xnnpack
+    # The official ETRecord file, read by our parse_etrecord (its edge operators, schema 5.4).
+    result = compare(model, pte, [x], etrecord=etrecord)
+    assert result.notes == [
+        "XnnpackBackend delegate at instruction 0 has an empty debug-handle map: its ops are "
+        "matched by the graph debug handles written in its nodes"
+    ]
+    assert [(r.operator, r.graph_nodes) for r in result.rows] == [
+        ("XnnpackBackend:XNNFullyConnected", ["linear.default", "relu.default"]),
+        ("XnnpackBackend:XNNFullyConnected", ["linear.default"]),
+        ("XnnpackBackend:XNNMultiply", ["mul.Tensor"]),
+        ("XnnpackBackend:XNNTanh", ["tanh.default"]),
+    ]
+    assert result.first_divergence is None
+
+
+def test_wrong_op_inside_an_xnnpack_delegate(net, official_xnnpack, wrong_multiply_in_xnnpack):
+    _, model, x = net
+    pte, etrecord = official_xnnpack
+    first = compare(model, pte, [x], etrecord=etrecord).first_divergence
+    assert (first.operator, first.graph_nodes) == (
+        "XnnpackBackend:XNNMultiply",
+        ["mul.Tensor"],
     )
-    inside = [r for r in result.rows if r.operator.startswith("XnnpackBackend:")]
-    assert inside and all(r.note == "not in the delegate's debug-handle map" for r in inside)
-    [output] = [r for r in result.rows if r.operator == "XnnpackBackend output 0"]
-    assert output.within_tolerance and output.max_abs_error < 1e-5
+    assert first.max_abs_error == pytest.approx(1e-2, rel=1e-4)
+    assert first.source == "net.py:13: return torch.tanh(self.fc2(h) * 2.0)"
 
 
 def test_unknown_handles_are_refused(net):
@@ -166,10 +224,10 @@ def test_unknown_handles_are_refused(net):
         compare(model, pte, [x])
 
 
-def test_debug_cli(net, tmp_path, capsys, wrong_relu_kernel):
+def test_debug_cli(net, portable_pte, tmp_path, capsys, wrong_relu_kernel):
     d, model, x = net
     pte = tmp_path / "net.pte"
-    pte.write_bytes(to_edge(torch.export.export(model, (x,))).to_executorch().buffer)
+    pte.write_bytes(portable_pte)
     np.save(tmp_path / "x.npy", x.numpy())
     rc = main(
         ["debug", str(pte), "--against", f"{d / 'net.py'}:Net", "--inputs", str(tmp_path / "x.npy")]

@@ -129,8 +129,10 @@ class NodeInfo:
 
 
 def _target_name(node: torch.fx.Node) -> str:
-    # As the official Inspector names them: "add.Tensor", "relu.default".
-    return getattr(node.target, "__name__", str(node.target))
+    # As the official Inspector names torch's operators: "add.Tensor", "relu.default"
+    # (the official exporter's edge operators call themselves "aten.add.Tensor").
+    name = getattr(node.target, "__name__", str(node.target))
+    return name.removeprefix("aten.")
 
 
 def nodes_by_debug_handle(program: Any) -> dict[int, list[NodeInfo]]:

@@ -246,9 +246,13 @@ def match(
     comparison = Comparison([], rtol, atol)
     events = runtime_events(pte, inputs, method)
     inside: dict[int, int] = {}
+    by_own_handle: set[int] = set()
+    node_ids: dict[int, set[int]] = {}  # per delegate call: the integer ids of its events
     for e in events:
         if e.is_delegated_op:
             inside[e.instruction_id] = inside.get(e.instruction_id, 0) + 1
+            if isinstance(e.delegate_debug_identifier, int):
+                node_ids.setdefault(e.instruction_id, set()).add(e.delegate_debug_identifier)
 
     def row(
         instruction: int,
@@ -287,7 +291,22 @@ def match(
             backend = plan.delegates[args.delegate_index].id
             inner = (delegate_map.get(str(i)) or {}).get("delegate_map") or {}
             did = e.delegate_debug_identifier
-            handles = _handles(inner.get(str(did), inner.get(did)))
+            found = inner.get(str(did), inner.get(did))
+            handles, note = _handles(found), ""
+            if found is None:
+                own = sorted(set(_handles(handle_map.get(str(i)))))
+                if isinstance(did, int) and did in own:
+                    # No map entry, but the node carries a graph debug handle of this
+                    # delegate (the official XNNPACK exporter writes them): match by it.
+                    # Handles up to the next node's were fused into this node (a trailing
+                    # activation), so its output is the last of them.
+                    later = [h for h in node_ids.get(i, ()) if h > did]
+                    stop = min(later) if later else math.inf
+                    handles = tuple(h for h in own if did <= h < stop)
+                    note = "matched by the node's own debug handle"
+                    by_own_handle.add(i)
+                else:
+                    note = "not in the delegate's debug-handle map"
             meta = e.delegate_debug_metadatas[0] if e.delegate_debug_metadatas else b""
             op = meta.decode("utf-8", "replace") if isinstance(meta, bytes) and meta else str(did)
             want = _pick(eager.get(handles[-1]), got) if handles else None
@@ -297,7 +316,7 @@ def match(
                 handles,
                 got,
                 want,
-                "" if handles else "not in the delegate's debug-handle map",
+                note,
             )
         elif e.name == "OPERATOR_CALL" and isinstance(args, KernelCall):
             handles = _handles(handle_map.get(str(i)))
@@ -308,6 +327,12 @@ def match(
             inner = (delegate_map.get(str(i)) or {}).get("delegate_map") or {}
             if inner and inside.get(i):
                 continue  # its ops are rows of their own
+            if i in by_own_handle:
+                comparison.notes.append(
+                    f"{backend} delegate at instruction {i} has an empty debug-handle map: its ops "
+                    "are matched by the graph debug handles written in its nodes"
+                )
+                continue
             counted = num_outs.get(str(i))
             n_out = int(counted) if counted is not None else _delegate_outputs(plan, args)
             outs = e.debug_data[-n_out:] if n_out > 0 else []
