@@ -471,3 +471,14 @@ def test_dynamic_batch_runs_at_other_sizes():
     for batch in (1, 5, 8):
         args = (R(batch, 8),)
         _check_outputs("dynamic_batch", pte, module, args)
+
+
+def test_to_backend_whole_program_refuses_what_xnnpack_lacks():
+    from pyexecutorch.exir.backend import PreprocessError
+
+    ep = torch.export.export(Lambda(lambda m, x: torch.cumsum(x, 0) + 1).eval(), (R(3, 4),))
+    with pytest.raises(PreprocessError) as err:
+        to_backend("XnnpackBackend", to_edge(ep).exported_program(), [])
+    assert str(err.value) == (
+        "XnnpackBackend cannot serialize node cumsum (aten::cumsum.default): no XNNPACK visitor"
+    )
