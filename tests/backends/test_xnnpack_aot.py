@@ -459,3 +459,26 @@ def test_float16_convolution_runs_in_the_official_runtime():
     official.assert_close("fp16_conv", got, expected, rtol=1e-2, atol=1e-2)
     with pytest.raises(Exception, match="XNNConv2d.*float16; only float32 is supported here"):
         _load_for_executorch_from_buffer(pte).run_method("forward", args)
+
+
+def test_dynamic_batch_runs_at_other_sizes():
+    """Values carry the upper bounds; both runtimes resize to the batch given."""
+    module, _, ep = _export("dynamic_batch")
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    (payload,) = _payloads(edge.exported_program())
+    assert payload.graph.xvalues[payload.graph.input_ids[0]].tensor.dims == [8, 8]
+    pte = edge.to_executorch().buffer
+    for batch in (1, 5, 8):
+        args = (R(batch, 8),)
+        _check_outputs("dynamic_batch", pte, module, args)
+
+
+def test_to_backend_whole_program_refuses_what_xnnpack_lacks():
+    from pyexecutorch.exir.backend import PreprocessError
+
+    ep = torch.export.export(Lambda(lambda m, x: torch.cumsum(x, 0) + 1).eval(), (R(3, 4),))
+    with pytest.raises(PreprocessError) as err:
+        to_backend("XnnpackBackend", to_edge(ep).exported_program(), [])
+    assert str(err.value) == (
+        "XnnpackBackend cannot serialize node cumsum (aten::cumsum.default): no XNNPACK visitor"
+    )

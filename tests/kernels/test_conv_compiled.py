@@ -55,12 +55,24 @@ def test_depthwise_matches_reference_and_torch(case, dtype):
     ).numpy()
     reference = REFERENCE(*args, np.zeros(want.shape, dtype))
     fast = COMPILED(*args, np.full(want.shape, np.nan, dtype))
-    assert fast is not None and fast.fn is compiled.depthwise2d
+    assert fast is not None and fast.fn in (compiled.depthwise2d, compiled.depthwise2d_parallel)
     got = fast(*args, np.full(want.shape, np.nan, dtype))
     assert got is not None
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
     np.testing.assert_allclose(got, reference, **tol)
     np.testing.assert_allclose(got, want, **tol)
+
+
+def test_parallel_form_matches_the_serial_one():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 12, 7, 7)).astype(np.float32)
+    wt = rng.standard_normal((3, 3, 12)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    outs = []
+    for fn in (compiled.depthwise2d, compiled.depthwise2d_parallel):
+        xt, ot = np.empty((2, 7, 7, 12), np.float32), np.empty((2, 4, 4, 12), np.float32)
+        outs.append(fn(x, wt, b, xt, ot, np.empty((2, 12, 4, 4), np.float32), 2, 2, 1, 1, 1, 1))
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 def test_large_images_non_depthwise_and_transposed_are_left_to_numpy():

@@ -185,6 +185,17 @@ def test_choose_qparams_tensor(spread, offset):
     assert (s[0], z[0]) == (scale.item(), zp.item())
 
 
+@pytest.mark.parametrize("dtype, qrange", [(torch.int8, (-128, 127)), (torch.uint8, (0, 255))])
+@pytest.mark.parametrize("spread", [1.0, 1e-9, 0.0])
+def test_choose_qparams_symmetric(dtype, qrange, spread):
+    x = torch.randn(29, generator=torch.Generator().manual_seed(4)) * spread - 0.3 * spread
+    scale, zp = QD.choose_qparams_symmetric.tensor(x, *qrange, 1e-7, dtype)
+    s, z = ours("quantized_decomposed::choose_qparams_symmetric.Tensor_out")(
+        x.numpy(), *qrange, 1e-7, ST[dtype], np.empty(1), np.empty(1, np.int64)
+    )
+    assert (s[0], z[0]) == (scale.item(), zp.item())
+
+
 @EXAMPLES
 @given(
     st.integers(1, 4),

@@ -11,10 +11,11 @@ compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
@@ -22,8 +23,7 @@ from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_f
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
+def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
     """out = bias + depthwise conv of x (NCHW), through channels-last copies xt and ot.
 
     wt is the weight as (kh, kw, channels): the innermost loop runs over
@@ -37,7 +37,7 @@ def depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN0
             for h in range(height):
                 for w in range(width):
                     xt[n, h, w, c] = x[n, c, h, w]
-    for row in prange(n_batch * out_h):
+    for row in prange(n_batch * out_h):  # noqa: B020 - prange is range when serial
         n = row // out_h
         oh = row - n * out_h
         for ow in range(out_w):
@@ -61,6 +61,22 @@ def depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN0
                 for w in range(out_w):
                     out[n, c, h, w] = ot[n, h, w, c]
     return out
+
+
+# One source, two compilations: the parallel one only where the work pays for waking
+# threads (a parallel region costs tens of microseconds, far more on a busy machine).
+def _named(fn: Any, name: str) -> Any:
+    # A copy under its own name: numba names its cache files by the function's name.
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name)
+    copy.__qualname__ = name
+    return copy
+
+
+depthwise2d = njit(cache=True, error_model="numpy")(_named(_depthwise2d, "depthwise2d"))
+depthwise2d_parallel = njit(cache=True, parallel=True, error_model="numpy")(
+    _named(_depthwise2d, "depthwise2d_parallel")
+)
+PARALLEL_MACS = 2_000_000
 
 
 # Above this many output pixels per channel the numpy fast path's shifted
@@ -116,4 +132,6 @@ def _convolution(
     xt = np.empty((n, input.shape[2], input.shape[3], channels), dt)
     ot = np.empty((n, shape[2], shape[3], channels), dt)
     consts = (Const(wt), Const(b), Const(xt), Const(ot))
-    return Inline(depthwise2d, (0, *consts, -1, *(Const(int(v)) for v in (*s, *p, *d))))
+    macs = out.size * weight.shape[2] * weight.shape[3]
+    fn = depthwise2d_parallel if macs >= PARALLEL_MACS and get_num_threads() > 1 else depthwise2d
+    return Inline(fn, (0, *consts, -1, *(Const(int(v)) for v in (*s, *p, *d))))

@@ -346,6 +346,31 @@ def choose_qparams_tensor(input, quant_min, quant_max, eps, dtype, scale_out, ze
     return scale_out, zero_point_out
 
 
+@kernel("quantized_decomposed::choose_qparams_symmetric.Tensor_out", n_outs=2)
+def choose_qparams_symmetric_tensor(
+    input, quant_min, quant_max, eps, dtype, scale_out, zero_point_out
+):
+    # torch's symmetric rule in float32: the larger magnitude over half the
+    # range, floored at eps; zero point 0 (128 for uint8).
+    op = "choose_qparams_symmetric.tensor"
+    _check_float(op, "input", input)
+    qdtype = scalar_dtype(op, "dtype", dtype)
+    check_qrange(op, int(quant_min), int(quant_max), qdtype)
+    if scale_out.size != 1 or zero_point_out.size != 1:
+        raise KernelError(f"{op}: scale_out and zero_point_out must have one element each")
+    if input.size == 0:
+        scale, zp = 1.0, 0
+    else:
+        x = input.astype(_F32, copy=False)
+        top = max(-min(np.float32(x.min()), np.float32(0)), max(np.float32(x.max()), np.float32(0)))
+        half = np.float32((int(quant_max) - int(quant_min)) / 2)
+        scale = max(np.float32(top) / half, np.float32(eps))
+        zp = 128 if qdtype == np.dtype(np.uint8) else 0
+    scale_out.reshape(-1)[0] = scale
+    zero_point_out.reshape(-1)[0] = zp
+    return scale_out, zero_point_out
+
+
 # ----------------------------------------------------------------------- per group
 
 

@@ -488,9 +488,16 @@ def propagate_annotation(gm: GraphModule) -> None:
 
 
 def scalars_to_attrs(gm: GraphModule) -> GraphModule:
-    """Scalar operands of add/mul become float buffers, so that they can be observed."""
+    """Scalar operands of float add/mul become float buffers, so that they can be observed.
+
+    Integer arithmetic (position ids, index math) keeps its scalars: the official
+    quantizer converts those too, which turns the ids into floats and breaks the model
+    (an embedding then refuses its float indices)."""
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in (aten.add.Tensor, aten.mul.Tensor):
+            continue
+        val = node.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and val.is_floating_point()):
             continue
         args = []
         for arg in node.args:
