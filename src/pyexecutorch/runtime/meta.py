@@ -28,6 +28,7 @@ from pyexecutorch.schema.program import (
 from pyexecutorch.schema.scalar_type import (
     SCALAR_TYPE_ITEMSIZE,
     SCALAR_TYPE_NAME,
+    SCALAR_TYPE_TORCH_NAME,
     ScalarType,
 )
 
@@ -73,36 +74,6 @@ def tag_of(value: object) -> Tag:
     return _TAG_OF.get(type(value), Tag.None_)
 
 
-# torch's spelling of each dtype, which ``TensorInfo.dtype_name`` reports.
-TORCH_DTYPE_NAME: dict[ScalarType, str] = {
-    ScalarType.BYTE: "uint8",
-    ScalarType.CHAR: "int8",
-    ScalarType.SHORT: "int16",
-    ScalarType.INT: "int32",
-    ScalarType.LONG: "int64",
-    ScalarType.HALF: "float16",
-    ScalarType.FLOAT: "float32",
-    ScalarType.DOUBLE: "float64",
-    ScalarType.COMPLEX32: "complex32",
-    ScalarType.COMPLEX64: "complex64",
-    ScalarType.COMPLEX128: "complex128",
-    ScalarType.BOOL: "bool",
-    ScalarType.QINT8: "qint8",
-    ScalarType.QUINT8: "quint8",
-    ScalarType.QINT32: "qint32",
-    ScalarType.BFLOAT16: "bfloat16",
-    ScalarType.QUINT4X2: "quint4x2",
-    ScalarType.QUINT2X4: "quint2x4",
-    ScalarType.BITS16: "bits16",
-    ScalarType.FLOAT8E5M2: "float8_e5m2",
-    ScalarType.FLOAT8E4M3FN: "float8_e4m3fn",
-    ScalarType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
-    ScalarType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
-    ScalarType.UINT16: "uint16",
-    ScalarType.UINT32: "uint32",
-    ScalarType.UINT64: "uint64",
-}
-
 
 def scalar_type_name(scalar_type: int) -> str:
     """The runtime's name of a scalar type (``Float``), or its number when unknown."""
@@ -137,7 +108,7 @@ class TensorInfo:
     def dtype_name(self) -> str:
         """torch's name of the dtype (``float32``)."""
         try:
-            return TORCH_DTYPE_NAME[ScalarType(self._tensor.scalar_type)]
+            return SCALAR_TYPE_TORCH_NAME[ScalarType(self._tensor.scalar_type)]
         except (KeyError, ValueError):
             return scalar_type_name(self._tensor.scalar_type)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyexecutorch.schema.flatbuffer import decode_root, encode_root
-from pyexecutorch.schema.program import Union, _list, fb
+from pyexecutorch.schema.program import Bool, Double, Int, Union, _list, fb
 from pyexecutorch.schema.scalar_type import ScalarType
 
 FILE_IDENTIFIER = b"BP08"
@@ -27,21 +27,6 @@ class Tensor:
     sizes: list[int] = fb(("vector", "int32"), factory=_list())
     data: Any = fb("bytes", b"")  # in dim_order's memory order
     dim_order: list[int] = fb(("vector", "uint8"), factory=_list())
-
-
-@dataclass
-class Int:
-    int_val: int = fb("int64", 0)
-
-
-@dataclass
-class Bool:
-    bool_val: bool = fb("bool", False)
-
-
-@dataclass
-class Double:
-    double_val: float = fb("float64", 0.0)
 
 
 ValueUnion = Union("ValueUnion", [Tensor, Int, Bool, Double])

@@ -17,7 +17,7 @@ from typing import Any
 
 from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.flatbuffer import Encoder, decode_root
-from pyexecutorch.schema.program import _list, fb
+from pyexecutorch.schema.program import Bool, Double, Int, _list, fb
 from pyexecutorch.schema.scalar_type import ScalarType
 
 FILE_IDENTIFIER = b"ED00"
@@ -48,23 +48,8 @@ class Tensor:
 
 
 @dataclass
-class Int:
-    int_val: int = fb("int64", 0)
-
-
-@dataclass
-class Bool:
-    bool_val: bool = fb("bool", False)
-
-
-@dataclass
 class Float:
     float_val: float = fb("float32", 0.0)
-
-
-@dataclass
-class Double:
-    double_val: float = fb("float64", 0.0)
 
 
 @dataclass
