@@ -482,3 +482,22 @@ def test_to_backend_whole_program_refuses_what_xnnpack_lacks():
     assert str(err.value) == (
         "XnnpackBackend cannot serialize node cumsum (aten::cumsum.default): no XNNPACK visitor"
     )
+
+
+def test_convolution_weight_read_elsewhere_stays_portable(caplog):
+    """A conv weight that a portable node reads too cannot be the delegate's static
+    filter: that convolution stays portable (the rest is delegated), with the reason."""
+    module = _seeded(
+        Lambda(lambda m, x: (m[0](x).relu(), m[0].weight.cumsum(0)), nn.Conv2d(3, 3, 1))
+    )
+    args = (R(1, 3, 4, 4),)
+    ep = torch.export.export(module, args)
+    with caplog.at_level(logging.DEBUG, logger="pyexecutorch.backends.xnnpack"):
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    assert (
+        "XNNPACK leaves convolution (aten::convolution.default) to portable: its constant "
+        "p_mods_0_weight is also read outside this delegate"
+    ) in caplog.text
+    info = get_delegation_info(edge.exported_program().graph_module)
+    assert (info.num_delegated_subgraphs, info.num_delegated_nodes) == (1, 1)  # the relu
+    _check_outputs("shared_conv_weight", edge.to_executorch().buffer, module, args)

@@ -93,6 +93,8 @@ def _force(monkeypatch, layout):
     monkeypatch.setattr(fc, "_DIRECT_ROWS_STRIDED", big if small else 0)
     if layout == "_flat":
         monkeypatch.setattr(fc, "_wrapped", lambda *args: None)
+    # every tap kept, so that the layout sees the geometry as given
+    monkeypatch.setattr(fc, "_without_padding_taps", lambda *args: None)
 
 
 @pytest.mark.parametrize("layout", ["_direct", "_wrapped", "_flat"])
@@ -304,3 +306,16 @@ def test_declines_what_it_does_not_cover():
     assert _declines(xt, wt2, None, [2, 2], [1, 1], [1, 1], True, [0, 0], 1, out_t2)
     # Arguments the general kernel rejects.
     assert _declines(x, w, b, [0, 0], [1, 1], [1, 1], False, [0, 0], 1, out)
+
+
+@pytest.mark.parametrize(
+    "size,k,p,d,plan",
+    [
+        ((8, 8), (3, 3), 12, 12, "_without_padding_taps"),  # DeepLab's ASPP at 8x8: a 1x1
+        ((6, 6), (3, 3), 6, 6, "_without_padding_taps"),  # padding as wide as the image
+        ((4, 10), (3, 3), 5, 5, "_without_padding_taps"),  # rows trimmed, columns kept
+    ],
+)
+def test_taps_that_only_read_padding_are_dropped(size, k, p, d, plan):
+    x, w, b, params = _case(1, 6, size, 5, k, 1, p, d, 1, True)
+    _check(x, w, b, params, expect_plan=plan)

@@ -91,7 +91,52 @@ def _convolution(
         if not isinstance(output_padding, (list, tuple)):
             return None
         return _transposed(input, weight, bias, s, p, d, tuple(output_padding), groups, out)
+    trimmed = _without_padding_taps(input, weight, bias, s, p, d, groups, out)
+    if trimmed is not None:
+        return trimmed
     return _forward(input, weight, bias, s, p, d, groups, out)
+
+
+def _tap_span(size: int, k: int, stride: int, pad: int, dil: int, n_out: int) -> tuple[int, int]:
+    """The taps [first, last] of one axis that read the image for some output position."""
+    reads = [
+        t for t in range(k) if any(0 <= o * stride - pad + t * dil < size for o in range(n_out))
+    ]
+    return (reads[0], reads[-1]) if reads else (0, k - 1)
+
+
+def _without_padding_taps(x, w, b, s, p, d, groups, out):  # noqa: ANN001, ANN202
+    """A 2-D convolution whose outer taps only ever read padding, as the convolution of
+    the taps that read the image (a dilated 3x3 with padding wider than the image is a
+    1x1): the dropped taps multiply zeros. None when no tap drops or the weight is not
+    a constant; the result is the same, without the work on padding."""
+    if x.ndim != 4 or w.flags.writeable:
+        return None
+    spans = [
+        _tap_span(x.shape[2 + a], w.shape[2 + a], s[a], p[a], d[a], out.shape[2 + a])
+        for a in (0, 1)
+    ]
+    if all(lo == 0 and hi == w.shape[2 + a] - 1 for a, (lo, hi) in enumerate(spans)):
+        return None
+    (h0, h1), (w0, w1) = spans
+    pads = (p[0] - h0 * d[0], p[1] - w0 * d[1])
+    if min(pads) < 0:
+        return None  # the kept taps would need the image cropped: keep every tap
+    kept = np.ascontiguousarray(w[:, :, h0 : h1 + 1, w0 : w1 + 1])
+    kept.flags.writeable = False
+    for a, k in enumerate(kept.shape[2:]):
+        n_out = (x.shape[2 + a] + 2 * pads[a] - d[a] * (k - 1) - 1) // s[a] + 1
+        if n_out != out.shape[2 + a]:
+            return None  # the right side's padding would differ
+    inner = _forward(x, kept, b, s, pads, d, groups, out)
+    weight = w
+
+    def taps_on_image(x, w, b, stride, padding, dilation, transposed, output_padding, groups, out):  # noqa: ANN001, ANN202
+        # the kept taps of the weight, and the padding that goes with them
+        w = kept if w is weight else w[:, :, h0 : h1 + 1, w0 : w1 + 1]
+        return inner(x, w, b, stride, pads, dilation, transposed, output_padding, groups, out)
+
+    return taps_on_image
 
 
 def _fallback(x, w, b, stride, padding, dilation, transposed, output_padding, groups, out):  # noqa: ANN001, ANN202

@@ -179,9 +179,26 @@ class XnnpackPartitioner(Partitioner):
                 tags.append(tag)
         else:
             supported = {n for g in groups for n in g if n.op == "call_function"}
-            tags = tag_supported_nodes(ep.graph_module, supported.__contains__, "tag")
-            for group in groups:
-                _tag_constants(ep, group)
+            while True:
+                tags = tag_supported_nodes(ep.graph_module, supported.__contains__, "tag")
+                for group in groups:
+                    _tag_constants(ep, group)
+                unplaced = _shared_static_inputs(ep, supported)
+                if not unplaced:
+                    break
+                # a constant read elsewhere too stays outside the delegate: the nodes that
+                # need it as static data stay portable, and the rest is tagged again
+                for node, weight in unplaced.items():
+                    logger.debug(
+                        "XNNPACK leaves %s (%s) to portable: its constant %s is also read "
+                        "outside this delegate",
+                        node.name,
+                        op_key(node.target),
+                        weight.name,
+                    )
+                supported -= set(unplaced)
+                for n in ep.graph.nodes:
+                    n.meta.pop(DELEGATION_TAG, None)
         if not tags:
             logger.warning(
                 "XnnpackPartitioner: nothing in this program can be delegated to XNNPACK; "
@@ -236,6 +253,32 @@ def _resolve(configs: Iterable[OpConfig | str]) -> list[OpConfig]:
                 "XnnpackPartitioner: configs must be OpConfig entries or config names, "
                 f"got {type(c).__name__}"
             )
+    return out
+
+
+# Inputs XNNPACK needs as static data (serialized into the delegate), by operator.
+_STATIC_INPUTS = {
+    op_key(torch.ops.aten.convolution.default): (1, 2),
+    op_key(torch.ops.aten.prelu.default): (1,),
+    op_key(torch.ops.aten._native_batch_norm_legit_no_training.default): (1, 2, 3, 4),
+}
+
+
+def _shared_static_inputs(ep: ExportedProgram, supported: set[Node]) -> dict[Node, Node]:
+    """Tagged nodes whose static inputs did not join their delegate (read elsewhere too)."""
+    out: dict[Node, Node] = {}
+    for node in supported:
+        tag = node.meta.get(DELEGATION_TAG)
+        for i in _STATIC_INPUTS.get(op_key(node.target), ()):
+            arg = node.args[i] if len(node.args) > i else None
+            if (
+                isinstance(arg, Node)
+                and is_constant(ep, arg)
+                and arg.op == "placeholder"
+                and arg.meta.get(DELEGATION_TAG) != tag
+            ):
+                out[node] = arg
+                break
     return out
 
 
