@@ -49,6 +49,7 @@ from pyexecutorch.exir.passes.matmul import bmm_to_mm
 from pyexecutorch.exir.passes.memory_view import replace_view_copies
 from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copies
 from pyexecutorch.exir.passes.out_variants import to_out_variants
+from pyexecutorch.exir.passes.quant_fusion import fuse_quantized_embeddings
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
 from pyexecutorch.exir.passes.sym_shape_eval import ConstraintBasedSymShapeEvalPass
@@ -333,6 +334,8 @@ def _to_executorch_program(
         )
     propagate_specs(ep, gm, sym_eval)
     remove_asserts(gm)
+    if config.do_quant_fusion_and_const_prop:
+        signature = fuse_quantized_embeddings(gm, signature, fake_mode)
     signature = fold_batch_norm(gm, signature, fake_mode)
     signature = fold_constants(gm, signature, fake_mode)
     if config.remove_view_copy:
