@@ -32,7 +32,7 @@ CASES = ["mobilenet_v2-static", "resnet18-static", "gpt2-dynamic", "llama-llm4"]
 RATIO_GOAL, SIZE_GOAL = 1.05, 0.01
 
 
-def _ours(program, partitioned: bool) -> bytes:
+def _ours(program, partitioned: bool, fuse: bool = False) -> bytes:
     from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
 
@@ -40,7 +40,9 @@ def _ours(program, partitioned: bool) -> bytes:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
     else:
         edge = to_edge(program)
-    return edge.to_executorch().buffer
+    from pyexecutorch.exir import ExecutorchBackendConfig
+
+    return edge.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=fuse)).buffer
 
 
 def _our_runner(pte: bytes, inputs):
@@ -56,7 +58,7 @@ def bench(name: str, budget: float) -> dict:
 
     arch, recipe = name.rsplit("-", 1)
     q = quantized_case(arch, recipe)
-    ours = _ours(q.program(), True)
+    ours = _ours(q.program(), True, q.fuse)
     portable = _ours(q.program(), False)
     float_pte = _ours(torch.export.export(q.float_model, q.inputs), True)
     theirs = official_pte(q, "xnnpack")
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=2.0, help="seconds per side and model")
     args = parser.parse_args(argv)
     official.silence_noise()
+    import executorch.exir  # noqa: F401 - before ours define the same operators
     import executorch.kernels.quantized  # noqa: F401 - before ours define the out variants
     from executorch.extension.pybindings import portable_lib
 

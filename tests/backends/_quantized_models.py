@@ -34,6 +34,8 @@ class QuantizedCase:
     graph: torch.nn.Module  # the quantized graph, runnable eagerly
     inputs: tuple[torch.Tensor, ...]
     calibration: list[tuple[torch.Tensor, ...]]
+    # Quantized embeddings fused into embedding_byte/4bit (do_quant_fusion_and_const_prop).
+    fuse: bool = False
 
     def program(self) -> torch.export.ExportedProgram:
         """A fresh export (the official exporter changes the program it is given)."""
@@ -102,13 +104,16 @@ def quantized_case(arch: str, recipe: str) -> QuantizedCase:
         graph = _llm4(model)
     else:
         graph = _pt2e(model, inputs, calibration, dynamic=recipe == "dynamic")
-    return QuantizedCase(f"{arch}-{recipe}", model, graph, inputs, calibration)
+    fuse = recipe == "llm4"
+    return QuantizedCase(f"{arch}-{recipe}", model, graph, inputs, calibration, fuse)
 
 
 def _key(q: QuantizedCase, flavor: str) -> str:
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(Path(official.__file__).with_name("architectures.py").read_bytes())
-    h.update(f"{q.name}|{flavor}|{torch.__version__}|{official.executorch_version()}".encode())
+    h.update(
+        f"{q.name}|{flavor}|{q.fuse}|{torch.__version__}|{official.executorch_version()}".encode()
+    )
     return h.hexdigest()[:16]
 
 
@@ -119,8 +124,11 @@ def official_pte(q: QuantizedCase, flavor: str) -> bytes:
         return path.read_bytes()
     import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
 
+    exir = official._exir()
     partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
-    data = official.export_programs({"forward": q.program()}, partitioner=partitioner)
+    edge = exir.to_edge_transform_and_lower(q.program(), partitioner=partitioner)
+    config = exir.ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse)
+    data = edge.to_executorch(config).buffer
     official._write_atomic(path, data)
     return data
 

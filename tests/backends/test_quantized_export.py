@@ -26,12 +26,19 @@ import torch
 import official
 
 official.silence_noise()
-import executorch.kernels.quantized  # noqa: E402, F401 - before ours define the same out variants
+# The official package defines the quantized out variants and fused embedding operators
+# (and refuses to import once they exist): import it before ours define them.
+import executorch.exir  # noqa: E402, F401
+import executorch.kernels.quantized  # noqa: E402, F401
 
 from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import (  # noqa: E402
     XnnpackPartitioner,
 )
-from pyexecutorch.exir import to_edge, to_edge_transform_and_lower  # noqa: E402
+from pyexecutorch.exir import (  # noqa: E402
+    ExecutorchBackendConfig,
+    to_edge,
+    to_edge_transform_and_lower,
+)
 from pyexecutorch.runtime import Runtime  # noqa: E402
 
 from ._quantized_models import (  # noqa: E402
@@ -56,7 +63,7 @@ def _build(arch: str, recipe: str):
         q = quantized_case(arch, recipe)
         ours = to_edge_transform_and_lower(
             q.program(), partitioner=[XnnpackPartitioner()]
-        ).to_executorch()
+        ).to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse))
         portable = to_edge(q.program()).to_executorch()
         _BUILT[key] = (q, ours.buffer, portable.buffer, official_pte(q, "xnnpack"))
     return _BUILT[key]

@@ -78,9 +78,11 @@ class ExecutorchBackendConfig:
     - ``emit_mutable_buffer_names``: each mutable buffer's name in the program.
     - ``enable_non_cpu_memory_planning``: plan per device; every tensor is host
       memory here, so both values plan alike.
-    - ``do_quant_fusion_and_const_prop``, ``run_reinplace_pass``,
-      ``reinplace_extra_ops``: not implemented; setting them raises
-      ``NotImplementedError`` (constant propagation always runs).
+    - ``do_quant_fusion_and_const_prop``: quantized embeddings (dequantize then
+      ``embedding``) become ``quantized_decomposed::embedding_byte`` / ``embedding_4bit``
+      calls, as the official pass rewrites them (constant propagation always runs).
+    - ``run_reinplace_pass``, ``reinplace_extra_ops``: not implemented; setting them raises
+      ``NotImplementedError``.
 
     ``check_kernels`` is ours: when true, an operator without a pyexecutorch kernel is
     an error instead of a warning.
@@ -134,7 +136,6 @@ class ExecutorchBackendConfig:
 # Fields whose non-default values have no implementation: field -> accepted value test.
 _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "dynamic_memory_planning_mode": lambda v: v == DynamicMemoryPlanningMode.UPPER_BOUND,
-    "do_quant_fusion_and_const_prop": lambda v: not v,
     "run_reinplace_pass": lambda v: not v,
     "reinplace_extra_ops": lambda v: not v,
 }

@@ -54,6 +54,7 @@ from pyexecutorch.exir.passes.kernel_check import check_kernels
 from pyexecutorch.exir.passes.lift_constants import lift_constants
 from pyexecutorch.exir.passes.matmul import bmm_to_mm
 from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copies
+from pyexecutorch.exir.passes.quant_fusion import fuse_quantized_embeddings
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
 from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars_to_tensors
@@ -402,6 +403,8 @@ def _to_executorch_program(
     signature = insert_write_back(ep, gm)
     propagate_specs(ep, gm, sym_shape_eval_pass_for(config, name), shared_state)
     gm = run_pass(RemoveGraphAssertsPass(), gm)
+    if config.do_quant_fusion_and_const_prop:
+        signature = fuse_quantized_embeddings(gm, signature, fake_mode)
     signature = fold_batch_norm(gm, signature, fake_mode)
     signature = fold_constants(gm, signature, fake_mode)
     for p in pre_memory_planning_passes(config, name):

@@ -187,12 +187,23 @@ def _library(namespace: str) -> torch.library.Library:
     return lib
 
 
-def _has(namespace: str, name: str, overload: str) -> bool:
+def overload_names(qualified_name: str) -> list[str]:
+    """Overloads of ``ns::name`` registered now, the packet's first (a packet's
+    ``overloads()`` misses those a library loaded after the packet was first looked up)."""
+    namespace, name = qualified_name.split("::")
     try:
-        packet = getattr(getattr(torch.ops, namespace), name)
+        names = list(getattr(getattr(torch.ops, namespace), name).overloads())
     except (AttributeError, RuntimeError):
-        return False
-    return overload in packet.overloads()
+        names = []
+    for schema in torch._C._jit_get_schemas_for_operator(qualified_name):
+        overload = schema.overload_name or "default"
+        if overload not in names:
+            names.append(overload)
+    return names
+
+
+def _has(namespace: str, name: str, overload: str) -> bool:
+    return overload in overload_names(f"{namespace}::{name}")
 
 
 def _functional(namespace: str, qualified: str) -> torch._ops.OpOverload | None:
@@ -326,7 +337,7 @@ def ensure_embedding_ops() -> None:
                 impl,
             )
         packet = getattr(torch.ops.quantized_decomposed, name)
-        if "out" not in packet.overloads():
+        if not _has("quantized_decomposed", name, "out"):
             _define(
                 "quantized_decomposed",
                 name,
@@ -334,7 +345,7 @@ def ensure_embedding_ops() -> None:
                 f"({_EMBEDDING_ARGS}, {_ONE_OUT}",
                 _out_impl(packet.default, ("out",)),
             )
-        if "dtype_out" not in packet.overloads():
+        if not _has("quantized_decomposed", name, "dtype_out"):
             _define(
                 "quantized_decomposed",
                 name,

@@ -15,7 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from pyexecutorch.exir import memory
-from pyexecutorch.exir.dialects.quantized_ops import refresh_out_variants
+from pyexecutorch.exir.dialects.quantized_ops import overload_names, refresh_out_variants
 from pyexecutorch.exir.error import MissingOutVariantError, op_name, source_location
 from pyexecutorch.exir.graph_utils import is_control_flow, is_inplace, submodules
 from pyexecutorch.exir.tensor_spec import TensorSpec
@@ -58,7 +58,7 @@ def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple
     wants = (full, [s for s in full if s[0] not in _TENSOR_OPTIONS])
     n_returns = len(op._schema.returns)
     packet = op._overloadpacket
-    for name in packet.overloads():
+    for name in overload_names(op._schema.name):
         try:
             cand = getattr(packet, name)
         except (AttributeError, RuntimeError):
