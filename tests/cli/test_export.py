@@ -222,30 +222,33 @@ def test_export_errors(cli, model_file, tmp_path, args, rc, message):
     assert not (tmp_path / "x.pte").exists()
 
 
-def test_export_backend_not_available(cli, model_file, tmp_path):
+def test_export_with_the_xnnpack_backend(cli, model_file, tmp_path):
+    out = tmp_path / "xnn.pte"
+    r = cli("export", f"{model_file}:Net", "--inputs", "2x16", "--backend", "xnnpack", "-o", out)
+    assert r.rc == 0, r.err
+    assert re.fullmatch(r"\[3/5\] lowering      xnnpack  \S+ \S+", r.out.splitlines()[2])
+    assert r.out.splitlines()[-1].endswith(", delegated 100%")
+    x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x), _eager(model_file, x), rtol=1e-5, atol=1e-6)
+    r = cli("inspect", out)
+    assert r.rc == 0, r.err
+    assert "XnnpackBackend" in r.out
+    assert "XNNFullyConnected" in r.out
 
-    try:
-        from pyexecutorch.backends.xnnpack.aot import XnnpackPartitioner  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("the xnnpack backend has its ahead-of-time half now")
+
+def test_export_backend_that_does_not_exist_is_a_usage_error(cli, model_file, tmp_path):
     r = cli(
         "export",
         f"{model_file}:Net",
         "--inputs",
         "2x16",
         "--backend",
-        "xnnpack",
+        "npu",
         "-o",
         tmp_path / "x.pte",
     )
-    assert r.rc == 1
-    assert r.out.splitlines()[-1] == "[3/5] lowering      xnnpack  failed"
-    assert r.err == (
-        "pyexecutorch export: error: backend 'xnnpack' is not available yet: "
-        "pyexecutorch.backends.xnnpack.aot is missing\n"
-    )
+    assert r.rc == 2
+    assert "invalid choice: 'npu'" in r.err
 
 
 def test_export_external_constants(cli, model_file, tmp_path):
