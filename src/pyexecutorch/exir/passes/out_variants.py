@@ -58,7 +58,9 @@ def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple
     wants = (full, [s for s in full if s[0] not in _TENSOR_OPTIONS])
     n_returns = len(op._schema.returns)
     packet = op._overloadpacket
-    for name in overload_names(op._schema.name):
+    names = list(packet.overloads())
+    names += [n for n in overload_names(op._schema.name) if n not in names]
+    for name in names:
         try:
             cand = getattr(packet, name)
         except (AttributeError, RuntimeError):
