@@ -1,4 +1,5 @@
-"""The fuzz harness: load and run one (possibly corrupt) program, and judge the outcome.
+"""The fuzz harness: load and run one (possibly corrupt) program, bundled program or
+ETDump trace, and judge the outcome.
 
 Every input must end in one of two ways: the program loads and its methods run,
 or the runtime raises an exception of the families a caller can handle
@@ -8,16 +9,24 @@ dtype numpy cannot hold). Anything else (an ``IndexError`` from inside the
 runtime, a ``MemoryError``, a hang) is a finding. ``attempt`` returns an
 :class:`Outcome`; ``check`` raises :class:`Finding` for a forbidden one.
 
+A bundled program (``attempt_bundled``) is loaded with the bundled loader and
+each of its test cases run and verified: it may also fail with the loader's
+``RuntimeError`` (caused by a ``FormatError``) or a ``BundledVerificationError``.
+An ETDump (``attempt_etdump``) is read by the Inspector, with its debug buffer when
+it has one, and turned into tables: it may only fail with a ``FormatError``.
+
 Torch-free: the seeds are files in ``tests/data/fuzz_corpus`` (see
 ``make_corpus.py``), loaded with numpy inputs made from each method's declarations.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
 import signal
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch import portable_lib
+from pyexecutorch.devtools import Inspector
+from pyexecutorch.devtools.bundled_program.runtime import BundledModule, BundledVerificationError
 from pyexecutorch.runtime import (
     ExecutionError,
     MissingBackendError,
@@ -211,3 +223,102 @@ def check(
     """``attempt`` under the time limit; raises :class:`Finding` for a forbidden outcome."""
     with time_limit(TIME_LIMIT_S):
         return attempt(pte, data_files, verification=verification)
+
+
+# ---------------------------------------------------------------- bundled programs, ETDumps
+
+
+@dataclass(frozen=True)
+class TraceSeed:
+    name: str
+    etdump: bytes
+    debug_buffer: bytes | None
+
+
+def _devtools_listing() -> dict[str, dict]:
+    return json.loads((CORPUS / "devtools.json").read_text())
+
+
+def bundled_seeds() -> dict[str, bytes]:
+    """The bundled program seeds (``.bpte``), by name."""
+    return {name: (CORPUS / name).read_bytes() for name in sorted(_devtools_listing()["bundled"])}
+
+
+def etdump_seeds() -> list[TraceSeed]:
+    """The ETDump seeds, with their debug buffers, in name order."""
+    out = []
+    for name, entry in sorted(_devtools_listing()["etdump"].items()):
+        buffer = entry["debug_buffer"]
+        out.append(
+            TraceSeed(
+                name,
+                (CORPUS / name).read_bytes(),
+                (CORPUS / buffer).read_bytes() if buffer else None,
+            )
+        )
+    return out
+
+
+def attempt_bundled(bpte: bytes) -> Outcome:
+    """Load ``bpte`` with the bundled loader; run and verify each of its test cases."""
+    phase = "load"
+    try:
+        portable_lib._load_bundled_program_from_buffer(bpte)
+        # Again, under the harness's limits: a mutated program may declare huge arenas or
+        # loop forever.
+        bundled = BundledModule(
+            bpte, max_arena_bytes=MAX_ARENA_BYTES, max_instructions=MAX_INSTRUCTIONS
+        )
+        for method in bundled.method_names:
+            for index in range(bundled.num_test_cases(method)):
+                phase = "verify"
+                bundled.verify_result_with_bundled_expected_output(method, index)
+    except (*ALLOWED, BundledVerificationError) as e:
+        return _outcome(phase, e)
+    except (ValueError, TypeError, RuntimeError) as e:
+        # The loader's error wraps a FormatError; the input checks name the method and the
+        # input (a test case whose inputs the method does not take).
+        if phase == "load" and isinstance(e.__cause__, FormatError):
+            return _outcome(phase, e.__cause__)
+        if phase == "verify" and "input" in str(e).lower():
+            return _outcome(phase, e)
+        raise Finding(f"{phase}: {type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - everything else is a finding
+        raise Finding(f"{phase}: {type(e).__name__}: {e}") from e
+    return Outcome("ok")
+
+
+def attempt_etdump(etdump: bytes, debug_buffer: bytes | None = None) -> Outcome:
+    """Read ``etdump`` (and its debug buffer) with the Inspector; build its tables."""
+    phase = "load"
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+            if debug_buffer is not None:
+                f.write(debug_buffer)
+                f.flush()
+            inspector = Inspector(
+                etdump_data=etdump, debug_buffer_path=f.name if debug_buffer is not None else None
+            )
+        phase = "tables"
+        for block in inspector.event_blocks:
+            block.to_dataframe()
+        inspector.to_dataframe()
+        inspector.print_data_tabular(file=io.StringIO())
+        inspector.get_op_list()
+    except FormatError as e:
+        return _outcome(phase, e)
+    except Exception as e:  # noqa: BLE001 - everything else is a finding
+        raise Finding(f"{phase}: {type(e).__name__}: {e}") from e
+    return Outcome("ok")
+
+
+def check_bundled(bpte: bytes) -> Outcome:
+    """``attempt_bundled`` under the time limit; raises :class:`Finding` for a forbidden one."""
+    with time_limit(TIME_LIMIT_S):
+        return attempt_bundled(bpte)
+
+
+def check_etdump(etdump: bytes, debug_buffer: bytes | None = None) -> Outcome:
+    """``attempt_etdump`` under the time limit; raises :class:`Finding` for a forbidden one."""
+    with time_limit(TIME_LIMIT_S):
+        return attempt_etdump(etdump, debug_buffer)

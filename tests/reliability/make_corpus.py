@@ -7,6 +7,12 @@ Run from the repository root (needs torch and the official package)::
 The files land in ``tests/data/fuzz_corpus/`` and are committed: the fuzz tests read
 them without torch. Each ``.pte`` named ``<stem>.pte`` may have data files
 ``<stem>.<n>.ptd``; ``manifest.json`` lists them with what made them.
+
+Bundled programs (``.bpte``) and ETDump traces (``.etdp``, with an optional debug
+buffer ``<stem>.debug.bin``) are made from those programs; ``devtools.json`` lists
+them. ``--devtools`` writes only these, from the committed programs. Every profile
+event's timestamps are rewritten in place to fixed values, so the bytes are the
+same on every run.
 """
 
 from __future__ import annotations
@@ -73,7 +79,167 @@ def _external(ours: bool) -> tuple[bytes, list[bytes]]:
         return et.buffer, [p.read_bytes() for p in sorted(Path(d).glob("*.ptd"))]
 
 
+# Bundled seeds: (stem, program, serializer, test cases per method).
+BUNDLED = (
+    ("ours_mlp", "ours_mlp.pte", "ours", 2),
+    ("ours_scalar_input", "ours_scalar_input.pte", "ours", 1),
+    ("official_cond", "official_cond.pte", "official", 1),
+)
+# ETDump seeds: (stem, program, runtime, with a debug buffer).
+ETDUMPS = (
+    ("ours_mlp", "ours_mlp.pte", "ours", True),
+    ("ours_cond", "ours_cond.pte", "ours", False),
+    ("official_multi_method", "official_multi_method.pte", "official", True),
+    ("official_xnnpack_mlp", "official_xnnpack_mlp.pte", "official", False),
+)
+DEBUG_BUFFER_SIZE = 8 << 10
+
+
+def _test_inputs(pte: bytes, method: str, seed: int) -> list:
+    """Inputs for ``method`` of ``pte`` at its declared shapes, drawn from ``seed``."""
+    import numpy as np
+
+    from pyexecutorch.runtime import Runtime
+    from reliability.harness import inputs_for
+
+    program = Runtime.get().load_program(pte)
+    plans = {p.name: p for p in program.pte_file.program.execution_plan}
+    return inputs_for(plans[method], np.random.default_rng(seed))
+
+
+def _bundled(pte: bytes, serializer: str, cases: int) -> bytes:
+    """A bundled program of ``pte``: ``cases`` test cases per method, expected outputs from
+    the runtime of the same side as the serializer."""
+    from pyexecutorch.runtime import Runtime
+
+    program = Runtime.get().load_program(pte)
+    suites = {}
+    for method in sorted(program.method_names):
+        runs = []
+        for c in range(cases):
+            inputs = _test_inputs(pte, method, c)
+            runs.append((inputs, list(program.load_method(method).execute(inputs))))
+        suites[method] = runs
+    if serializer == "ours":
+        from pyexecutorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
+        from pyexecutorch.devtools.bundled_program.core import BundledProgram
+        from pyexecutorch.devtools.bundled_program.serialize import (
+            serialize_from_bundled_program_to_flatbuffer,
+        )
+
+        return serialize_from_bundled_program_to_flatbuffer(
+            BundledProgram(
+                pte,
+                [
+                    MethodTestSuite(m, [MethodTestCase(i, o) for i, o in runs])
+                    for m, runs in suites.items()
+                ],
+            )
+        )
+    from executorch.devtools import BundledProgram as OfficialBundledProgram
+    from executorch.devtools.bundled_program.config import MethodTestCase as Case
+    from executorch.devtools.bundled_program.config import MethodTestSuite as Suite
+    from executorch.devtools.bundled_program.serialize import (
+        serialize_from_bundled_program_to_flatbuffer as serialize,
+    )
+
+    def tensor(x):
+        return x if isinstance(x, (torch.Tensor, int, float, bool)) else torch.from_numpy(x.copy())
+
+    with tempfile.NamedTemporaryFile(suffix=".pte") as f:
+        f.write(pte)
+        f.flush()
+        return serialize(
+            OfficialBundledProgram(
+                None,
+                [
+                    Suite(
+                        m, [Case([tensor(x) for x in i], [tensor(y) for y in o]) for i, o in runs]
+                    )
+                    for m, runs in suites.items()
+                ],
+                pte_file_path=f.name,
+            )
+        )
+
+
+def _fixed_times(etdump: bytes) -> bytes:
+    """``etdump`` with every profile event's start and end times set to fixed values."""
+    import struct
+
+    from reliability.mutations import etdump_fields
+
+    out = bytearray(etdump)
+    clock = 1000
+    for f in etdump_fields(etdump):
+        if f.path.endswith(".start_time") or f.path.endswith(".end_time"):
+            clock += 250
+            struct.pack_into(f.fmt, out, f.offset, clock)
+    return bytes(out)
+
+
+def _etdump(pte: bytes, runtime: str, debug: bool) -> tuple[bytes, bytes | None]:
+    """The ETDump (and debug buffer) of two runs of every method of ``pte``."""
+    size = DEBUG_BUFFER_SIZE if debug else 0
+    with tempfile.TemporaryDirectory() as d:
+        trace, buffer = Path(d) / "trace.etdp", Path(d) / "debug.bin"
+        if runtime == "ours":
+            from pyexecutorch.runtime import Runtime
+
+            program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=size)
+            for method in sorted(program.method_names):
+                for seed in range(2):
+                    program.load_method(method).execute(_test_inputs(pte, method, seed))
+            program.write_etdump_result_to_file(trace, buffer if debug else None)
+        else:
+            from executorch.extension.pybindings import portable_lib as official_pl
+
+            module = official_pl._load_for_executorch_from_buffer(
+                pte, enable_etdump=True, debug_buffer_size=size
+            )
+            for method in sorted(module.method_names()):
+                for seed in range(2):
+                    inputs = [
+                        torch.from_numpy(x.copy()) if hasattr(x, "dtype") else x
+                        for x in _test_inputs(pte, method, seed)
+                    ]
+                    module.run_method(method, inputs)
+            module.write_etdump_result_to_file(str(trace), str(buffer) if debug else None)
+        return _fixed_times(trace.read_bytes()), buffer.read_bytes() if debug else None
+
+
+def write_devtools_seeds() -> None:
+    """The bundled program and ETDump seeds, from the committed programs."""
+    listing: dict[str, dict] = {"bundled": {}, "etdump": {}}
+    for old in [*CORPUS.glob("*.bpte"), *CORPUS.glob("*.etdp"), *CORPUS.glob("*.debug.bin")]:
+        old.unlink()
+    for stem, program, serializer, cases in BUNDLED:
+        data = _bundled((CORPUS / program).read_bytes(), serializer, cases)
+        (CORPUS / f"{stem}.bpte").write_bytes(data)
+        listing["bundled"][f"{stem}.bpte"] = {
+            "source": f"{serializer} serializer, {program}, {cases} test case(s) per method"
+        }
+        print(f"{stem}.bpte: {len(data)} bytes", file=sys.stderr)
+    for stem, program, runtime, debug in ETDUMPS:
+        trace, buffer = _etdump((CORPUS / program).read_bytes(), runtime, debug)
+        (CORPUS / f"{stem}.etdp").write_bytes(trace)
+        entry = {"source": f"{runtime} runtime, {program}, two runs of each method"}
+        entry["debug_buffer"] = None
+        if buffer is not None:
+            entry["debug_buffer"] = f"{stem}.debug.bin"
+            (CORPUS / entry["debug_buffer"]).write_bytes(buffer)
+        listing["etdump"][f"{stem}.etdp"] = entry
+        print(
+            f"{stem}.etdp: {len(trace)} bytes, debug buffer {buffer and len(buffer)}",
+            file=sys.stderr,
+        )
+    (CORPUS / "devtools.json").write_text(json.dumps(listing, indent=1, sort_keys=True) + "\n")
+
+
 def main() -> None:
+    if "--devtools" in sys.argv[1:]:
+        write_devtools_seeds()
+        return
     CORPUS.mkdir(parents=True, exist_ok=True)
     for old in CORPUS.iterdir():
         old.unlink()
@@ -121,6 +287,7 @@ def main() -> None:
         pte, ptds = _external(ours)
         save(f"{who}_external", pte, f"{who} exporter, linear with external constants", ptds)
     (CORPUS / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    write_devtools_seeds()
 
 
 if __name__ == "__main__":

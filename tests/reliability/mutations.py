@@ -1,4 +1,5 @@
-"""Mutations of program files: raw bytes, every flatbuffer field, and program structure.
+"""Mutations of program, bundled program and ETDump files: raw bytes, every flatbuffer
+field, and program structure.
 
 Three families, each a plain function of (file bytes, choices) so that hypothesis,
 a seeded random campaign and atheris can all drive them:
@@ -17,11 +18,14 @@ a seeded random campaign and atheris can all drive them:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from pyexecutorch.schema import FormatError, decode_pte, encode_pte
+from pyexecutorch.schema.bundled_program import BundledProgram
+from pyexecutorch.schema.etdump import ETDump
 from pyexecutorch.schema.flatbuffer import SCALARS, Reader, fields_of
 from pyexecutorch.schema.program import (
     Bool,
@@ -96,20 +100,49 @@ def _walk(reader: Reader, cls: type, table: int, path: str, out: list[Field], se
                 _walk(reader, member, reader.uoffset(value_at, what), what, out, seen)
 
 
+def _shifted(found: list[Field], base: int, prefix: str) -> list[Field]:
+    return [Field(f.offset + base, f.fmt, prefix + f.path, f.is_offset) for f in found]
+
+
+def _table_fields(data: bytes, root: type, base: int = 0) -> list[Field]:
+    """Every scalar of the flatbuffer at ``data[base:]`` whose root table is a ``root``."""
+    reader = Reader(memoryview(data)[base:])
+    reader.budget = 1 << 62
+    out = [Field(0, "<I", "root", True)]
+    try:
+        _walk(reader, root, reader.uoffset(0, "root"), root.__name__, out, set())
+    except (FormatError, struct.error, ValueError):
+        pass  # an already corrupt file: the fields found so far
+    return _shifted(out, base, "")
+
+
 @cache
 def fields(pte: bytes) -> tuple[Field, ...]:
     """Every scalar of the program flatbuffer of ``pte`` (and its extended header)."""
-    reader = Reader(pte)
-    reader.budget = 1 << 62
-    out = [Field(0, "<I", "root", True)]
+    out = []
     if pte[8:12] == b"eh00":
         out += [Field(12, "<I", "header.length"), Field(16, "<Q", "header.program_size")]
         out += [Field(24, "<Q", "header.segment_base_offset")]
         out += [Field(32, "<Q", "header.segment_data_size")]
-    try:
-        _walk(reader, Program, reader.uoffset(0, "root"), "Program", out, set())
-    except (FormatError, struct.error, ValueError):
-        pass  # an already corrupt file: the fields found so far
+    root, *walked = _table_fields(pte, Program)
+    return (root, *out, *walked)
+
+
+@cache
+def etdump_fields(etdump: bytes) -> tuple[Field, ...]:
+    """Every scalar of an ETDump (size-prefixed, as runtimes write it), and its size prefix."""
+    return (Field(0, "<I", "size_prefix"), *_table_fields(etdump, ETDump, base=4))
+
+
+@cache
+def bundled_fields(bpte: bytes) -> tuple[Field, ...]:
+    """Every scalar of a bundled program's tables and of the program embedded in it."""
+    out = _table_fields(bpte, BundledProgram)
+    count = next((f for f in out if f.path == "BundledProgram.program.count"), None)
+    if count is not None:
+        (size,) = struct.unpack_from("<I", bpte, count.offset)
+        start = count.offset + 4
+        out += _shifted(list(fields(bpte[start : start + size])), start, "program:")
     return tuple(out)
 
 
@@ -138,9 +171,12 @@ def set_field(pte: bytes, field: Field, value: int | float) -> bytes:
     return bytes(out)
 
 
-def field_mutation(pte: bytes, index: int, choice: int) -> bytes:
-    """The ``index``-th field (mod the count) set to its ``choice``-th boundary value."""
-    fs = fields(pte)
+def field_mutation(
+    pte: bytes, index: int, choice: int, walk: Callable[[bytes], tuple[Field, ...]] = fields
+) -> bytes:
+    """The ``index``-th field (mod the count) of ``walk(pte)`` set to its ``choice``-th
+    boundary value."""
+    fs = walk(pte)
     field = fs[index % len(fs)]
     fmt = "<B" if field.fmt == "<?" else field.fmt
     (original,) = struct.unpack_from(fmt, pte, field.offset)
@@ -148,9 +184,11 @@ def field_mutation(pte: bytes, index: int, choice: int) -> bytes:
     return set_field(pte, field, values[choice % len(values)])
 
 
-def swap_offsets(pte: bytes, a: int, b: int) -> bytes:
+def swap_offsets(
+    pte: bytes, a: int, b: int, walk: Callable[[bytes], tuple[Field, ...]] = fields
+) -> bytes:
     """Two child offsets exchanged (each re-aimed so it points where the other did)."""
-    offsets = [f for f in fields(pte) if f.is_offset]
+    offsets = [f for f in walk(pte) if f.is_offset]
     fa, fb = offsets[a % len(offsets)], offsets[b % len(offsets)]
     (va,) = struct.unpack_from("<I", pte, fa.offset)
     (vb,) = struct.unpack_from("<I", pte, fb.offset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import enum
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.etdump import (
     OUTPUT_CHAIN,
     UNSET,
@@ -28,6 +30,10 @@ from pyexecutorch.schema.etdump import (
 )
 from pyexecutorch.schema.scalar_type import dtype_of
 
+# The most dimensions a numpy array (and so a logged tensor) can have.
+MAX_DIMS = 64
+# The most bytes numpy can address: larger shapes are refused even when a zero size empties them.
+MAX_BYTES = (1 << 63) - 1
 # Events that only wrap another event of the same instruction (the official tools hide them too).
 EXCLUDED_EVENTS_WHEN_PRINTING = frozenset({"OPERATOR_CALL"})
 
@@ -170,33 +176,53 @@ def _table(rows: list[dict[str, Any]]) -> Any:
 # ------------------------------------------------------------------ reading values
 
 
+# Which field of a Value holds each kind, and how its Python value is read from it.
+_SCALAR_FIELDS = {
+    ValueType.Int: ("int_value", "int_val"),
+    ValueType.Bool: ("bool_value", "bool_val"),
+    ValueType.Float: ("float_value", "float_val"),
+    ValueType.Double: ("double_value", "double_val"),
+}
+
+
+def _member(value: Value, name: str) -> Any:
+    member = getattr(value, name)
+    if member is None:
+        raise FormatError(f"debug event value of kind {value.val.name} has no {name} table")
+    return member
+
+
 def read_value(value: Value, debug_buffer: memoryview | None) -> Any:
     """A logged value: a numpy array (copied out of the debug buffer), a list of them, or a scalar."""
     kind = value.val
     if kind == ValueType.Tensor:
-        return _tensor(value.tensor, debug_buffer)
+        return _tensor(_member(value, "tensor"), debug_buffer)
     if kind == ValueType.TensorList:
-        return [_tensor(t, debug_buffer) for t in value.tensor_list.tensors]
-    if kind == ValueType.Int:
-        return value.int_value.int_val
-    if kind == ValueType.Bool:
-        return value.bool_value.bool_val
-    if kind == ValueType.Float:
-        return value.float_value.float_val
-    if kind == ValueType.Double:
-        return value.double_value.double_val
+        return [_tensor(t, debug_buffer) for t in _member(value, "tensor_list").tensors]
+    if kind in _SCALAR_FIELDS:
+        table, field_name = _SCALAR_FIELDS[kind]
+        return getattr(_member(value, table), field_name)
     return None
 
 
 def _tensor(t: Any, debug_buffer: memoryview | None) -> Any:
-    dtype = dtype_of(t.scalar_type)
     shape = tuple(t.sizes)
+    try:
+        dtype = dtype_of(t.scalar_type)
+    except TypeError as e:
+        raise FormatError(f"debug event tensor of sizes {list(shape)}: {e}") from None
+    nonzero = math.prod(s for s in shape if s)
+    if any(s < 0 for s in shape) or len(shape) > MAX_DIMS or nonzero * dtype.itemsize > MAX_BYTES:
+        raise FormatError(
+            f"debug event tensor {dtype.name}{list(shape)}: sizes must be non-negative, "
+            f"at most {MAX_DIMS} of them, and span at most {MAX_BYTES} bytes"
+        )
     if debug_buffer is None:
         return None  # the values were not given: only their shapes are known
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     end = t.offset + count * dtype.itemsize
     if t.offset < 0 or end > len(debug_buffer):
-        raise ValueError(
+        raise FormatError(
             f"debug event tensor {dtype.name}{list(shape)} at offset {t.offset} lies outside "
             f"the {len(debug_buffer)}-byte debug buffer"
         )

@@ -104,14 +104,26 @@ class SharedArenas:
     initialized: set[tuple[int, int]]
 
     @staticmethod
-    def of(plans: Sequence[ExecutionPlan]) -> SharedArenas | None:
+    def of(plans: Sequence[ExecutionPlan], limits: LoadLimits) -> SharedArenas | None:
+        """The shared arenas of ``plans``; ``InvalidProgramError`` when they need more than
+        ``limits.max_arena_bytes`` (checked before anything is allocated)."""
         sizes: dict[int, int] = {}
+        owners: dict[int, str] = {}
         for plan in plans:
             for mem_id, size in enumerate(plan.non_const_buffer_sizes):
-                if mem_id >= SHARED_FROM_MEMORY_ID:
-                    sizes[mem_id] = max(sizes.get(mem_id, 0), max(size, 0))
+                if mem_id >= SHARED_FROM_MEMORY_ID and max(size, 0) >= sizes.get(mem_id, 0):
+                    sizes[mem_id], owners[mem_id] = max(size, 0), plan.name
         if not sizes:
             return None
+        limit = limits.arena_bytes
+        if sum(sizes.values()) > limit:
+            asked = ", ".join(
+                f"method '{owners[m]}' {n} bytes in memory id {m}" for m, n in sizes.items()
+            )
+            raise InvalidProgramError(
+                f"the program's shared arenas need {sum(sizes.values())} bytes ({asked}), more "
+                f"than the limit of {limit} bytes (max_arena_bytes={limits.max_arena_bytes})"
+            )
         return SharedArenas({m: np.zeros(n, dtype=np.uint8) for m, n in sizes.items()}, set())
 
 

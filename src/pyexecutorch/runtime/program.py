@@ -131,7 +131,7 @@ class Program:
         self._backend_options = backend_options
         self._plans = {plan.name: plan for plan in pte.program.execution_plan}
         # State planned with share_mutable_buffers lives once for all methods.
-        self._shared = SharedArenas.of(pte.program.execution_plan)
+        self._shared = SharedArenas.of(pte.program.execution_plan, limits)
         self._methods: dict[str, Method] = {}
         self._lock = threading.Lock()
 

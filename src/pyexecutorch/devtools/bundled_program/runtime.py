@@ -30,6 +30,8 @@ class BundledVerificationError(RuntimeError):
 def mismatch(got: Any, expected: Any, rtol: float, atol: float) -> str | None:
     """Why ``got`` is not close to ``expected`` (a sentence), or None when it is."""
     a, b = as_array(got), as_array(expected)
+    if (a is None) != (b is None):
+        return f"got {'a tensor' if b is None else 'a scalar'}, expected {expected!r}"
     if a is None or b is None:
         return None if got == expected else f"got {got!r}, expected {expected!r}"
     if a.dtype != b.dtype:
@@ -61,7 +63,17 @@ def mismatch(got: Any, expected: Any, rtol: float, atol: float) -> str | None:
 class BundledModule:
     """A loaded bundled program: its test cases, and its program to run them on."""
 
-    def __init__(self, buffer: Any, non_const_pool_size: int = 16 * 1024) -> None:
+    def __init__(
+        self,
+        buffer: Any,
+        non_const_pool_size: int = 16 * 1024,
+        *,
+        max_arena_bytes: int | None = None,
+        max_instructions: int | None = None,
+    ) -> None:
+        """``max_arena_bytes`` and ``max_instructions`` bound the embedded program as
+        :meth:`Runtime.load_program` does (for bundled programs from untrusted sources)."""
+        self._limits = {"max_arena_bytes": max_arena_bytes, "max_instructions": max_instructions}
         data = buffer if isinstance(buffer, bytes) else bytes(memoryview(buffer))
         if not is_bundled_program(data):
             raise FormatError(
@@ -116,7 +128,12 @@ class BundledModule:
         """Run one test case's inputs through the method; its outputs."""
         inputs = self.inputs(method_name, testset_idx)
         if self._program is None:
-            self._program = Runtime.get().load_program(self.program_bytes)
+            self._program = Runtime.get().load_program(self.program_bytes, **self._limits)
+        if method_name not in self._program.method_names:
+            raise FormatError(
+                f"bundled program has test cases for method {method_name!r}, which its program "
+                f"does not have (it has {sorted(self._program.method_names)})"
+            )
         return self._program.load_method(method_name).execute(inputs)
 
     def verify_result_with_bundled_expected_output(

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.schema.bundled_program import Bool, Double, Int, Tensor, Value
+from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.scalar_type import dtype_of, scalar_type_of
 
 
@@ -24,7 +25,7 @@ def to_value(x: Any, what: str) -> Value:
     """A test case input or output as a bundled ``Value``."""
     arr = as_array(x)
     if arr is not None:
-        data = np.ascontiguousarray(arr)
+        data = np.asarray(arr, order="C")  # keeps 0-dim (ascontiguousarray makes it 1-dim)
         return Value(
             Tensor(
                 scalar_type=scalar_type_of(data.dtype),
@@ -44,28 +45,36 @@ def to_value(x: Any, what: str) -> Value:
 
 
 def from_value(value: Value, what: str) -> Any:
-    """A bundled ``Value`` as a numpy array in logical (row-major) order, or a Python scalar."""
+    """A bundled ``Value`` as a numpy array in logical (row-major) order, or a Python scalar;
+    :class:`FormatError` names a tensor whose type, sizes, dim order or bytes disagree."""
     v = value.val
     if isinstance(v, Tensor):
-        dtype = dtype_of(v.scalar_type)
+        try:
+            dtype = dtype_of(v.scalar_type)
+        except TypeError as e:
+            raise FormatError(f"{what}: {e}") from None
         sizes = tuple(v.sizes)
+        if any(s < 0 for s in sizes):
+            raise FormatError(f"{what}: negative size in {list(sizes)}")
         order = list(v.dim_order) or list(range(len(sizes)))
         if sorted(order) != list(range(len(sizes))):
-            raise ValueError(f"{what}: dim_order {order} is not a permutation of {len(sizes)} dims")
+            raise FormatError(
+                f"{what}: dim_order {order} is not a permutation of {len(sizes)} dims"
+            )
         count = math.prod(sizes)
         if len(v.data) != count * dtype.itemsize:
-            raise ValueError(
+            raise FormatError(
                 f"{what}: {dtype.name}{list(sizes)} needs {count * dtype.itemsize} bytes, "
                 f"the bundled tensor holds {len(v.data)}"
             )
         physical = np.frombuffer(v.data, dtype=dtype, count=count).reshape(
             [sizes[d] for d in order]
         )
-        return np.ascontiguousarray(physical.transpose(np.argsort(order)))
+        return np.asarray(physical.transpose(np.argsort(order)), order="C")
     if isinstance(v, Int):
         return v.int_val
     if isinstance(v, Bool):
         return v.bool_val
     if isinstance(v, Double):
         return v.double_val
-    raise ValueError(f"{what}: empty value")
+    raise FormatError(f"{what}: empty value")
