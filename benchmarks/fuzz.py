@@ -2,6 +2,12 @@
 
     python benchmarks/fuzz.py --seconds 600                  # seeded structured mutations
     python benchmarks/fuzz.py --engine atheris --seconds 600 # coverage-guided (libFuzzer)
+    python benchmarks/fuzz.py --target bundled --seconds 300 # bundled programs (.bpte)
+    python benchmarks/fuzz.py --target etdump --seconds 300  # ETDumps read by the Inspector
+
+``--target``: ``program`` (``.pte``/``.ptd``, the default), ``bundled`` (loaded
+with the bundled loader, every test case run and verified) or ``etdump`` (read
+by the Inspector with its debug buffer, turned into tables).
 
 ``random``: the mutations of ``tests/reliability/mutations.py`` (raw bytes, every
 flatbuffer field at boundary values, swapped offsets, structural edits), drawn
@@ -28,14 +34,19 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
 
 
-def _save(out: Path, data: bytes, what: str, findings: list[dict]) -> None:
+SUFFIX = {"program": ".pte", "bundled": ".bpte", "etdump": ".etdp"}
+
+
+def _save(out: Path, data: bytes, what: str, findings: list[dict], suffix: str = ".pte") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(data).hexdigest()[:16] + ".pte"
+    name = hashlib.sha256(data).hexdigest()[:16] + suffix
     (out / name).write_bytes(data)
     findings.append({"file": str(out / name), "finding": what[:500]})
 
 
-def _report(engine: str, executions: int, seconds: float, outcomes, findings) -> None:
+def _report(
+    engine: str, executions: int, seconds: float, outcomes, findings, target: str = "program"
+) -> None:
     phases = collections.Counter()
     for key, n in outcomes.items():
         phases[f"{key[0]}:{key[1] or 'ok'}"] += n
@@ -43,6 +54,7 @@ def _report(engine: str, executions: int, seconds: float, outcomes, findings) ->
         json.dumps(
             {
                 "engine": engine,
+                "target": target,
                 "executions": executions,
                 "seconds": round(seconds, 1),
                 "executions_per_s": round(executions / max(seconds, 1e-9), 1),
@@ -105,32 +117,122 @@ def run_random(seconds: float, seed: int, out: Path) -> int:
     return 1 if findings else 0
 
 
-def run_atheris(seconds: float, out: Path) -> int:
+def _devtools_cases(target: str, rng: random.Random):
+    """Endless (data, judge) pairs: mutations of the bundled or ETDump seeds."""
+    from reliability.harness import bundled_seeds, check_bundled, check_etdump, etdump_seeds
+    from reliability.mutations import (
+        bundled_fields,
+        etdump_fields,
+        field_mutation,
+        raw_mutation,
+        swap_offsets,
+    )
+
+    if target == "bundled":
+        corpus = list(bundled_seeds().values())
+        walk, judge = bundled_fields, check_bundled
+    else:
+        traces = etdump_seeds()
+        walk, judge = etdump_fields, check_etdump
+    while True:
+        a, b = rng.randrange(1 << 31), rng.randrange(1 << 31)
+        family = rng.randrange(5)
+        if target == "bundled":
+            data, extra = rng.choice(corpus), ()
+        else:
+            seed = rng.choice(traces)
+            data, extra = seed.etdump, (seed.debug_buffer,)
+        if family == 0:
+            data = raw_mutation(data, rng.randrange(6), a, b)
+        elif family == 1:
+            data = field_mutation(data, a, rng.randrange(48), walk)
+        elif family == 2:
+            data = swap_offsets(data, a, b, walk)
+        elif family == 3:  # two edits in a row
+            data = raw_mutation(field_mutation(data, b, a, walk), rng.randrange(6), a, b)
+        elif extra and extra[0] is not None:  # the debug buffer
+            extra = (raw_mutation(extra[0], rng.randrange(6), a, b),)
+        else:
+            # Two fields of the seed (a walk of the once-edited file may go astray).
+            data = field_mutation(field_mutation(data, a, b, walk), b, a, lambda _, d=data: walk(d))
+        yield data, lambda data=data, extra=extra: judge(data, *extra)
+
+
+def run_devtools(target: str, seconds: float, seed: int, out: Path) -> int:
+    from reliability.harness import Finding
+
+    rng = random.Random(seed)
+    outcomes: collections.Counter = collections.Counter()
+    findings: list[dict] = []
+    start = time.monotonic()
+    n = 0
+    for data, judge in _devtools_cases(target, rng):
+        if time.monotonic() - start >= seconds:
+            break
+        n += 1
+        try:
+            outcomes[judge().key] += 1
+        except Finding as e:
+            _save(out, data, f"{target}: {e}", findings, SUFFIX[target])
+    _report("random", n, time.monotonic() - start, outcomes, findings, target)
+    return 1 if findings else 0
+
+
+def run_atheris(seconds: float, out: Path, target: str = "program") -> int:
     import atheris
 
     with atheris.instrument_imports(include=["pyexecutorch"]):
         import pyexecutorch.backends.example.runtime  # noqa: F401
         import pyexecutorch.backends.xnnpack.runtime  # noqa: F401
+        import pyexecutorch.devtools.bundled_program.runtime  # noqa: F401
+        import pyexecutorch.devtools.inspector  # noqa: F401
         import pyexecutorch.kernels  # noqa: F401
         import pyexecutorch.runtime  # noqa: F401
-        from reliability.harness import CORPUS, attempt
+        from reliability.harness import (
+            CORPUS,
+            attempt,
+            attempt_bundled,
+            attempt_etdump,
+            bundled_seeds,
+            etdump_seeds,
+        )
 
+    if target == "bundled":
+        seeds = bundled_seeds()
+        judge = attempt_bundled
+    elif target == "etdump":
+        traces = etdump_seeds()
+        seeds = {s.name: s.etdump for s in traces}
+        # One debug buffer for every input: offsets outside it are among the outcomes.
+        buffer = next(s.debug_buffer for s in traces if s.debug_buffer is not None)
+
+        def judge(data: bytes):
+            return attempt_etdump(data, buffer)
+    else:
+        seeds, judge = None, attempt
     outcomes: collections.Counter = collections.Counter()
     state = {"n": 0, "start": time.monotonic()}
 
     def one_input(data: bytes) -> None:
         state["n"] += 1
-        outcomes[attempt(data).key] += 1  # a Finding propagates: libFuzzer saves the input
+        outcomes[judge(data).key] += 1  # a Finding propagates: libFuzzer saves the input
         if state["n"] % 10_000 == 0:  # libFuzzer ends the process without running atexit
-            _report("atheris", state["n"], time.monotonic() - state["start"], outcomes, [])
+            elapsed = time.monotonic() - state["start"]
+            _report("atheris", state["n"], elapsed, outcomes, [], target)
 
     out.mkdir(parents=True, exist_ok=True)
-    work = out / "atheris_corpus"
+    work = out / f"atheris_{target}_corpus"
     work.mkdir(exist_ok=True)
+    seed_dir = CORPUS
+    if seeds is not None:
+        seed_dir = out / f"atheris_{target}_seeds"
+        seed_dir.mkdir(exist_ok=True)
+        for name, data in seeds.items():
+            (seed_dir / name).write_bytes(data)
     args = [
         sys.argv[0],
         str(work),
-        str(CORPUS),
+        str(seed_dir),
         f"-max_total_time={int(seconds)}",
         "-timeout=20",
         "-rss_limit_mb=4096",
@@ -148,13 +250,16 @@ SUSPICIOUS = {"IndexError", "KeyError", "AttributeError", "MemoryError", "Recurs
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", choices=("random", "atheris"), default="random")
+    p.add_argument("--target", choices=tuple(SUFFIX), default="program")
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=REPO / ".cache" / "fuzz")
     args = p.parse_args()
-    if args.engine == "random":
-        sys.exit(run_random(args.seconds, args.seed, args.out))
-    sys.exit(run_atheris(args.seconds, args.out))
+    if args.engine == "atheris":
+        sys.exit(run_atheris(args.seconds, args.out, args.target))
+    if args.target != "program":
+        sys.exit(run_devtools(args.target, args.seconds, args.seed, args.out))
+    sys.exit(run_random(args.seconds, args.seed, args.out))
 
 
 if __name__ == "__main__":

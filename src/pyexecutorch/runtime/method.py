@@ -118,7 +118,7 @@ class SharedArenas:
         limit = limits.arena_bytes
         if sum(sizes.values()) > limit:
             asked = ", ".join(
-                f"method '{owners[m]}' {n} bytes in memory id {m}" for m, n in sizes.items()
+                f"method '{owners[m]}' {n} bytes in memory id {m}" for m, n in sizes.items() if n
             )
             raise InvalidProgramError(
                 f"the program's shared arenas need {sum(sizes.values())} bytes ({asked}), more "
