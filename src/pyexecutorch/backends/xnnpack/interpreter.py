@@ -228,9 +228,11 @@ class Builder:
         if v.const is not None or vid in self.shapes:
             raise XnnpackError(f"{self.where}: value {vid} is written twice (or is a constant)")
         shape = tuple(int(d) for d in shape)
-        if self.declared and v.dims and shape != v.dims:
-            # Checked before allocating: a corrupt padding or size would otherwise
-            # ask for any amount of memory.
+        if self.declared and v.dims and math.prod(shape) != math.prod(v.dims):
+            # Checked before allocating: a corrupt padding or size would otherwise ask for
+            # any amount of memory. Sizes, not shapes: the official exporter declares some
+            # internal values in NCHW order that XNNPACK lays out as NHWC (a dynamically
+            # quantized convolution's converted input).
             raise XnnpackError(
                 f"{self.where}: value {vid} would be {list(shape)}, but the payload declares {list(v.dims)}"
             )
