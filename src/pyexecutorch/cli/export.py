@@ -52,7 +52,10 @@ STAGES = ("export", "to_edge", "lowering", "to_executorch", "write")
 
 # --backend NAME -> (module, partitioner class) in pyexecutorch.backends
 BACKENDS = {
-    "xnnpack": ("pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner"),
+    "xnnpack": (
+        "pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner",
+        "XnnpackPartitioner",
+    ),
     "example": ("pyexecutorch.backends.example.aot", "ExamplePartitioner"),
 }
 
