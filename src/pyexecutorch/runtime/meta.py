@@ -74,7 +74,6 @@ def tag_of(value: object) -> Tag:
     return _TAG_OF.get(type(value), Tag.None_)
 
 
-
 def scalar_type_name(scalar_type: int) -> str:
     """The runtime's name of a scalar type (``Float``), or its number when unknown."""
     try:
