@@ -35,7 +35,7 @@ from pyexecutorch.backends.xnnpack._passes.quantized import (
     qparam_choosers,
 )
 from pyexecutorch.backends.xnnpack.operators.builder import UINT64_MAX, GraphBuilder, xnode
-from pyexecutorch.backends.xnnpack.operators.visitors import VISITORS, register
+from pyexecutorch.backends.xnnpack.operators.visitors import VISITORS, conv_node, register
 from pyexecutorch.backends.xnnpack.partition.config import op_key
 from pyexecutorch.exir.backend import PreprocessError
 
@@ -198,27 +198,17 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
     x = b.value(x_node, True)
     y = b.define(node, True)
     b.emit(
-        xnode(
+        conv_node(
             "XNNDepthwiseConv2d" if depthwise else "XNNConv2d",
-            padding_top=padding[0],
-            padding_right=padding[1],
-            padding_bottom=padding[0],
-            padding_left=padding[1],
-            kernel_height=weight.shape[2],
-            kernel_width=weight.shape[3],
-            subsampling_height=stride[0],
-            subsampling_width=stride[1],
-            dilation_height=dilation[0],
-            dilation_width=dilation[1],
-            group_input_channels=group_in,
-            group_output_channels=group_out,
-            groups=groups,
-            adjustment_height=0,
-            adjustment_width=0,
-            input1_id=x,
-            filter_id=filt,
-            bias_id=bias_id,
-            output_id=y,
+            weight.shape,
+            padding,
+            stride,
+            dilation,
+            (group_in, group_out, groups),
+            x,
+            filt,
+            bias_id,
+            y,
         ),
         node.meta.get(MIN_MAX),
     )

@@ -9,7 +9,7 @@ own module and register themselves the same way).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.fx import Node
@@ -41,6 +41,47 @@ def register(*targets: object) -> Callable[[Visitor], Visitor]:
 
 def _min_max(node: Node) -> tuple[float, float] | None:
     return node.meta.get(MIN_MAX)
+
+
+def conv_node(
+    kind: str,
+    weight_shape: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    grouping: tuple[int, int, int],
+    x: int,
+    filt: int,
+    bias_id: int,
+    y: int,
+    adjustment: Sequence[int] = (0, 0),
+) -> S.XNode:
+    """A convolution node (``kind``: XNNConv2d, XNNDepthwiseConv2d, XNNConvTranspose2d) with
+    symmetric padding; ``grouping`` is (input channels per group, output channels per group,
+    groups), ``weight_shape`` the filter's torch shape (its last two are the kernel size)."""
+    group_in, group_out, groups = grouping
+    return xnode(
+        kind,
+        padding_top=padding[0],
+        padding_right=padding[1],
+        padding_bottom=padding[0],
+        padding_left=padding[1],
+        kernel_height=weight_shape[2],
+        kernel_width=weight_shape[3],
+        subsampling_height=stride[0],
+        subsampling_width=stride[1],
+        dilation_height=dilation[0],
+        dilation_width=dilation[1],
+        group_input_channels=group_in,
+        group_output_channels=group_out,
+        groups=groups,
+        adjustment_height=adjustment[0],
+        adjustment_width=adjustment[1],
+        input1_id=x,
+        filter_id=filt,
+        bias_id=bias_id,
+        output_id=y,
+    )
 
 
 def _phys_axis(b: GraphBuilder, node: Node, axis: int) -> int:
@@ -259,27 +300,18 @@ def _convolution(b: GraphBuilder, node: Node) -> None:
         "XNNDepthwiseConv2d" if depthwise else ("XNNConvTranspose2d" if transposed else "XNNConv2d")
     )
     b.emit(
-        xnode(
+        conv_node(
             kind,
-            padding_top=padding[0],
-            padding_right=padding[1],
-            padding_bottom=padding[0],
-            padding_left=padding[1],
-            kernel_height=weight.shape[2],
-            kernel_width=weight.shape[3],
-            subsampling_height=stride[0],
-            subsampling_width=stride[1],
-            dilation_height=dilation[0],
-            dilation_width=dilation[1],
-            group_input_channels=group_in,
-            group_output_channels=group_out,
-            groups=groups,
-            adjustment_height=out_pad[0],
-            adjustment_width=out_pad[1],
-            input1_id=x,
-            filter_id=filt,
-            bias_id=bias_id,
-            output_id=y,
+            weight.shape,
+            padding,
+            stride,
+            dilation,
+            (group_in, group_out, groups),
+            x,
+            filt,
+            bias_id,
+            y,
+            out_pad,
         ),
         _min_max(node),
     )
