@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 import threading
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -147,3 +148,35 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     signature = tuple(numba.typeof(a) for a in arrays)
     dispatcher.compile(signature)
     return dispatcher.overloads[signature].entry_point
+
+
+# A parallel region costs tens of microseconds (far more on a busy machine):
+# compiled kernels take their parallel variant only above this much work.
+PARALLEL_WORK = 1 << 18
+
+
+def serial_and_parallel(fn: Any, name: str) -> tuple[Any, Any]:
+    """``fn`` compiled twice, as ``name`` and ``name_parallel`` (its ``prange`` threaded).
+
+    Each copy gets its own name because numba names its cache files after the
+    function: two compilations of one function would overwrite each other's.
+    Neither uses fastmath, so NaN, infinity and -0.0 come out as numpy gives them.
+    """
+    import numba  # noqa: PLC0415 - only compiled-form modules, which need numba, call this
+
+    def named(label: str) -> Any:
+        copy = types.FunctionType(fn.__code__, fn.__globals__, label, fn.__defaults__)
+        copy.__qualname__ = label
+        return copy
+
+    serial = numba.njit(cache=True, error_model="numpy")(named(name))
+    parallel = numba.njit(cache=True, parallel=True, error_model="numpy")(named(f"{name}_parallel"))
+    return serial, parallel
+
+
+def pick(variants: tuple[Any, Any], work: int) -> Any:
+    """The serial or the parallel variant of :func:`serial_and_parallel` for ``work`` elements."""
+    import numba  # noqa: PLC0415
+
+    threads = numba.get_num_threads()
+    return variants[1] if work >= PARALLEL_WORK and threads > 1 else variants[0]
