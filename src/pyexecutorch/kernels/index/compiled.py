@@ -1,0 +1,112 @@
+"""Compiled (numba) forms of embedding lookups and index_select.
+
+numpy gathers rows in two ``take`` calls (one through a lookup table that
+turns bad indices into an error, one of the rows); here one loop checks every
+index and copies its row. Indices out of range copy nothing: the reference
+kernel is then called, and raises the error naming the bad index. Imported
+only by the compiled tier; ``index.py`` stays the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import prange
+
+from pyexecutorch.kernels.index.index import embedding_out, index_select_out
+from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+
+_VALUES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+_INDICES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _gather(src, index, out):  # noqa: ANN001, ANN201
+    """out[i, j, :] = src[i, index[j], :] for src (a, n, b); False (nothing written) if an
+    index is outside [0, n)."""
+    n = src.shape[1]
+    for j in range(index.shape[0]):
+        if index[j] < 0 or index[j] >= n:
+            return False
+    a, m, b = out.shape
+    for row in prange(a * m):  # noqa: B020 - prange is range when serial
+        i = row // m
+        j = row - i * m
+        r = index[j]
+        for t in range(b):
+            out[i, j, t] = src[i, r, t]
+    return True
+
+
+GATHER = serial_and_parallel(_gather, "gather_rows")
+
+
+def _planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    return (
+        isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape and a.flags.c_contiguous
+    )
+
+
+def _index(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype in _INDICES and a.size > 0
+
+
+@compiled_form("aten::embedding.out")
+def _embedding_form(
+    weight: Any, indices: Any, padding_idx: Any, scale_grad: Any, sparse: Any, out: Any
+) -> Any:
+    """Rows of a 2-D weight gathered by int32/int64 indices, or None."""
+    if not isinstance(weight, np.ndarray) or weight.dtype not in _VALUES or weight.ndim != 2:
+        return None
+    if not _index(indices) or not _planned(out, weight.dtype, indices.shape + weight.shape[1:]):
+        return None
+    n = indices.size
+    src_shape = (1, *weight.shape)
+    out_shape = (1, n, weight.shape[1])
+    kern = pick(GATHER, out.size)
+    w0, i0, o0 = weight, indices, out
+    wv, iv, ov = weight.reshape(src_shape), indices.reshape(n), out.reshape(out_shape)
+
+    def embedding(weight, indices, padding_idx, scale_grad, sparse, out):  # noqa: ANN001, ANN202
+        if kern(
+            wv if weight is w0 else np.ascontiguousarray(weight).reshape(src_shape),
+            iv if indices is i0 else np.ascontiguousarray(indices).reshape(n),
+            ov if out is o0 else out.reshape(out_shape),
+        ):
+            return out
+        return embedding_out(weight, indices, padding_idx, scale_grad, sparse, out)
+
+    return embedding
+
+
+@compiled_form("aten::index_select.out")
+def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
+    """Slices of ``a`` along ``dim`` picked by a 1-D int32/int64 index, or None."""
+    if not isinstance(a, np.ndarray) or a.dtype not in _VALUES or a.ndim == 0:
+        return None
+    if not _index(index) or index.ndim != 1 or not isinstance(dim, int):
+        return None
+    if not -a.ndim <= dim < a.ndim:
+        return None
+    axis = dim % a.ndim
+    if not _planned(out, a.dtype, a.shape[:axis] + index.shape + a.shape[axis + 1 :]):
+        return None
+    before, after = math.prod(a.shape[:axis]), math.prod(a.shape[axis + 1 :])
+    src_shape = (before, a.shape[axis], after)
+    out_shape = (before, index.size, after)
+    kern = pick(GATHER, out.size)
+    a0, i0, o0 = a, index, out
+    av, ov = a.reshape(src_shape), out.reshape(out_shape)
+
+    def index_select(a, dim, index, out):  # noqa: ANN001, ANN202
+        if kern(
+            av if a is a0 else np.ascontiguousarray(a).reshape(src_shape),
+            index if index is i0 else np.ascontiguousarray(index),
+            ov if out is o0 else out.reshape(out_shape),
+        ):
+            return out
+        return index_select_out(a, dim, index, out)
+
+    return index_select

@@ -1,0 +1,139 @@
+"""Compiled (numba) forms of small matrix products: mm, bmm, addmm.
+
+A BLAS call through numpy costs about a microsecond before it multiplies
+anything, and ``addmm`` adds the bias in a second call; on the matrices of
+tiny models (a few thousand multiply-adds) that is most of the time. Below
+:data:`MAX_MACS` multiply-adds a product is one loop here: each output row
+accumulates ``a[i, k] * b[k, :]`` over ``k`` (the inner loop runs along
+contiguous rows, which the compiler vectorizes without reordering any sum),
+then adds the bias, as the numpy kernel does. Larger products stay on BLAS.
+Imported only by the compiled tier; ``linalg.py`` stays the reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import prange
+
+from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Above this many multiply-adds BLAS's blocked kernels win over the loop below
+# (measured on float32, one thread; see the report of issue 14).
+MAX_MACS = 1 << 15
+
+
+def _matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
+    """out (batch, n, p) = a (batch, n, k) @ b (batch, k, p) [+ bias (n, p)]."""
+    batch, n, k = a.shape
+    p = b.shape[2]
+    for row in prange(batch * n):  # noqa: B020 - prange is range when serial
+        g = row // n
+        i = row - g * n
+        acc = out[g, i]  # accumulated in the output's dtype, as BLAS does
+        acc[:] = 0
+        for kk in range(k):
+            av = a[g, i, kk]
+            for j in range(p):
+                acc[j] += av * b[g, kk, j]
+        if has_bias:
+            for j in range(p):
+                acc[j] += bias[i, j]
+    return out
+
+
+MATMUL = serial_and_parallel(_matmul, "small_matmul")
+
+
+def _array(a: Any, dtype: np.dtype, ndim: int) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
+
+
+def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(shape)
+
+
+def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
+    """``(batch, n, k, p)`` of a small float product ``a @ b`` into planned ``out``, or None."""
+    if not isinstance(a, np.ndarray) or a.dtype not in _FLOATS:
+        return None
+    dt = a.dtype
+    if not (_array(a, dt, ndim) and _array(b, dt, ndim) and _array(out, dt, ndim)):
+        return None
+    if ndim == 3 and a.shape[0] != b.shape[0]:
+        return None
+    if a.shape[-1] != b.shape[-2] or out.shape != a.shape[:-1] + b.shape[-1:]:
+        return None
+    if not out.flags.c_contiguous or np.shares_memory(out, a) or np.shares_memory(out, b):
+        return None
+    batch = a.shape[0] if ndim == 3 else 1
+    n, k, p = a.shape[-2], a.shape[-1], b.shape[-1]
+    if batch * n * k * p > MAX_MACS or out.size == 0 or k == 0:
+        return None
+    return batch, n, k, p
+
+
+def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.ndarray | None):  # noqa: ANN202
+    """``run(a, b, out)`` calling the loop on 3-D views made at load for the planned arrays."""
+    batch, n, k, p = dims
+    sa, sb, so = (batch, n, k), (batch, k, p), (batch, n, p)
+    av, bv, ov = a0.reshape(sa), b0.reshape(sb), o0.reshape(so)
+    kern = pick(MATMUL, batch * n * k * p)
+    has_bias = bias is not None
+    bias = np.zeros((1, 1), a0.dtype) if bias is None else bias
+
+    def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+        kern(
+            av if a is a0 else _flat(a, sa),
+            bv if b is b0 else _flat(b, sb),
+            bias,
+            ov if out is o0 else out.reshape(so),
+            has_bias,
+        )
+        return out
+
+    return run
+
+
+@compiled_form("aten::mm.out")
+def _mm_form(a: Any, b: Any, out: Any) -> Any:
+    """A small float32/float64 2-D product, or None."""
+    dims = _product(a, b, out, 2)
+    return None if dims is None else _bind(a, b, out, dims, None)
+
+
+@compiled_form("aten::bmm.out")
+def _bmm_form(a: Any, b: Any, out: Any) -> Any:
+    """A small float32/float64 batched product, or None."""
+    dims = _product(a, b, out, 3)
+    return None if dims is None else _bind(a, b, out, dims, None)
+
+
+@compiled_form("aten::addmm.out")
+def _addmm_form(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> Any:
+    """``bias + a @ b`` for a small float product and a constant bias, or None."""
+    if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
+        return None
+    dims = _product(a, b, out, 2)
+    if dims is None or not isinstance(bias, np.ndarray) or bias.dtype != a.dtype:
+        return None
+    if bias.flags.writeable or np.shares_memory(out, bias):
+        return None  # a bias that can change is left to numpy
+    try:
+        full = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
+    except ValueError:
+        return None
+    run = _bind(a, b, out, dims, full)
+    bias0 = bias
+
+    def addmm(bias, a, b, beta, alpha, out):  # noqa: ANN001, ANN202
+        if bias is not bias0:
+            np.add(np.matmul(a, b, out=out), bias, out=out)
+            return out
+        return run(a, b, out)
+
+    return addmm

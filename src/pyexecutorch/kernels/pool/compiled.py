@@ -1,0 +1,255 @@
+"""Compiled (numba) forms of max, average and adaptive average pooling.
+
+numpy pools by one shifted maximum or sum over the whole tensor per window
+tap (and max pooling's indices by as many compares and masked copies again);
+here each output reads its window once, only the taps inside the image
+(padding, however wide, is never materialized). Window geometry, divisors and
+adaptive window bounds are computed at load by the reference kernels' own
+helpers. Window averages sum from 0.0 as torch does (a window of -0.0
+averages to 0.0); a global average (adaptive to 1x1) is a row sum over each
+plane with interleaved partial sums, as the reference's one reduction is. Max pooling propagates NaN and picks indices as the
+reference does: the first maximum in row-major order, the last NaN of a NaN
+window. Imported only by the compiled tier; ``pool.py`` stays the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from pyexecutorch.kernels.pool import pool
+from pyexecutorch.kernels.reduce.compiled import SUM_ROWS
+from pyexecutorch.kernels.registry import KernelError, compiled_form
+from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _first_inside(start, step):  # noqa: ANN001, ANN201
+    """The first tap position ``start + n * step`` (n >= 0) that is not negative."""
+    if start >= 0:
+        return start
+    return start + step * ((-start + step - 1) // step)
+
+
+_first_inside = njit(cache=True)(_first_inside)
+
+
+def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
+    """Max pooling of x (planes, h, w) into out and idx (planes, oh, ow); indices into h*w."""
+    planes, h, w = x.shape
+    oh_n, ow_n = out.shape[1], out.shape[2]
+    for p in prange(planes):  # noqa: B020 - prange is range when serial
+        for oh in range(oh_n):
+            h0 = oh * sh - ph
+            for ow in range(ow_n):
+                w0 = ow * sw - pw
+                best = -np.inf
+                at = _first_inside(h0, dh) * w + _first_inside(w0, dw)
+                for i in range(kh):
+                    ih = h0 + i * dh
+                    if ih < 0 or ih >= h:
+                        continue
+                    for j in range(kw):
+                        iw = w0 + j * dw
+                        if iw < 0 or iw >= w:
+                            continue
+                        v = x[p, ih, iw]
+                        if v > best or v != v:
+                            best = v
+                            at = ih * w + iw
+                out[p, oh, ow] = best
+                idx[p, oh, ow] = at
+    return out
+
+
+def _avg_pool(x, out, divisor, kh, kw, sh, sw, ph, pw):  # noqa: ANN001, ANN201
+    """Window sums of x (planes, h, w) over the taps inside the image, / divisor (oh, ow)."""
+    planes, h, w = x.shape
+    oh_n, ow_n = out.shape[1], out.shape[2]
+    for p in prange(planes):  # noqa: B020
+        for oh in range(oh_n):
+            h0 = oh * sh - ph
+            i0, i1 = max(h0, 0), min(h0 + kh, h)
+            for ow in range(ow_n):
+                w0 = ow * sw - pw
+                j0, j1 = max(w0, 0), min(w0 + kw, w)
+                acc = 0.0
+                for ih in range(i0, i1):
+                    for iw in range(j0, j1):
+                        acc += x[p, ih, iw]
+                out[p, oh, ow] = acc / divisor[oh, ow]
+    return out
+
+
+def _adaptive_avg_pool(x, out, rows, cols, counts):  # noqa: ANN001, ANN201
+    """Adaptive windows: output (oh, ow) averages rows[oh]..rows[oh+1] x cols[ow]..cols[ow+1]."""
+    planes = x.shape[0]
+    oh_n, ow_n = out.shape[1], out.shape[2]
+    for p in prange(planes):  # noqa: B020
+        for oh in range(oh_n):
+            for ow in range(ow_n):
+                acc = 0.0
+                for ih in range(rows[oh, 0], rows[oh, 1]):
+                    for iw in range(cols[ow, 0], cols[ow, 1]):
+                        acc += x[p, ih, iw]
+                out[p, oh, ow] = acc / counts[oh, ow]
+    return out
+
+
+MAX_POOL = serial_and_parallel(_max_pool, "max_pool")
+AVG_POOL = serial_and_parallel(_avg_pool, "avg_pool")
+ADAPTIVE_AVG_POOL = serial_and_parallel(_adaptive_avg_pool, "adaptive_avg_pool")
+
+
+def _array(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    return (
+        isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape and a.flags.c_contiguous
+    )
+
+
+def _planes(a: np.ndarray) -> tuple[int, int, int]:
+    return (math.prod(a.shape[:-2]), a.shape[-2], a.shape[-1])
+
+
+def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(shape)
+
+
+@compiled_form("aten::max_pool2d_with_indices.out")
+def _max_pool_form(
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: Any,
+    out: Any,
+    indices: Any,
+) -> Any:
+    """Max pooling of float32/float64 (C, H, W) or (N, C, H, W) tensors, or None."""
+    if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS:
+        return None
+    try:
+        k, s, p, d, ohw = pool._pool_geometry(
+            "max_pool2d_with_indices", x, kernel_size, stride, padding, dilation, ceil_mode, True
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
+    shape = x.shape[:-2] + ohw
+    if not (_array(out, x.dtype, shape) and _array(indices, np.dtype(np.int64), shape)):
+        return None
+    xs = _planes(x)
+    os_ = (xs[0], *ohw)
+    kern = pick(MAX_POOL, out.size * k[0] * k[1])
+    geometry = (*k, *s, *p, *d)
+    x0, o0, i0 = x, out, indices
+    xv, ov, iv = x.reshape(xs), out.reshape(os_), indices.reshape(os_)
+
+    def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
+        kern(
+            xv if x is x0 else _flat(x, xs),
+            ov if out is o0 else out.reshape(os_),
+            iv if indices is i0 else indices.reshape(os_),
+            *geometry,
+        )
+        return out, indices
+
+    return max_pool
+
+
+@compiled_form("aten::avg_pool2d.out")
+def _avg_pool_form(
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    ceil_mode: Any,
+    count_include_pad: Any,
+    divisor_override: Any,
+    out: Any,
+) -> Any:
+    """Average pooling of float32/float64 tensors, or None."""
+    if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS:
+        return None
+    if divisor_override is not None and (
+        not isinstance(divisor_override, int) or divisor_override == 0
+    ):
+        return None
+    try:
+        k, s, p, _, ohw = pool._pool_geometry(
+            "avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode, False
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
+    shape = x.shape[:-2] + ohw
+    if not _array(out, x.dtype, shape):
+        return None
+    if divisor_override is not None:
+        divisor = np.full(ohw, float(divisor_override))
+    else:
+        divisor = pool._avg_divisor(x.shape[-2:], k, s, p, ohw, bool(count_include_pad), "d")
+    xs = _planes(x)
+    os_ = (xs[0], *ohw)
+    kern = pick(AVG_POOL, out.size * k[0] * k[1])
+    x0, o0 = x, out
+    xv, ov = x.reshape(xs), out.reshape(os_)
+
+    def avg_pool(
+        x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out
+    ):  # noqa: ANN001, ANN202, E501
+        kern(
+            xv if x is x0 else _flat(x, xs),
+            ov if out is o0 else out.reshape(os_),
+            divisor,
+            *k,
+            *s,
+            *p,
+        )
+        return out
+
+    return avg_pool
+
+
+@compiled_form("aten::_adaptive_avg_pool2d.out")
+def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
+    """Adaptive average pooling of float32/float64 tensors, or None."""
+    if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or x.ndim not in (3, 4):
+        return None
+    try:
+        oh, ow = pool._pair(output_size, "output_size", "_adaptive_avg_pool2d")
+    except (KernelError, TypeError, ValueError):
+        return None
+    h, w = x.shape[-2:]
+    if oh <= 0 or ow <= 0 or h == 0 or w == 0 or x.size == 0:
+        return None
+    if not _array(out, x.dtype, x.shape[:-2] + (oh, ow)):
+        return None
+    planes = math.prod(x.shape[:-2])
+    x0, o0 = x, out
+    if (oh, ow) == (1, 1):
+        # A global average: each plane is one contiguous row.
+        kern = pick(SUM_ROWS, x.size)
+        xs, os_, consts = (planes, h * w), (planes,), (float(h * w),)
+    else:
+
+        def bounds(n_in: int, n_out: int) -> np.ndarray:
+            return np.array(
+                [(o * n_in // n_out, -(-(o + 1) * n_in // n_out)) for o in range(n_out)]
+            )
+
+        rows, cols = bounds(h, oh), bounds(w, ow)
+        counts = (rows[:, 1] - rows[:, 0])[:, None] * (cols[:, 1] - cols[:, 0])[None, :]
+        kern = pick(ADAPTIVE_AVG_POOL, x.size)
+        xs, os_ = (planes, h, w), (planes, oh, ow)
+        consts = (rows, cols, counts.astype(np.float64))
+    xv, ov = x.reshape(xs), out.reshape(os_)
+
+    def adaptive_avg_pool(x, output_size, out):  # noqa: ANN001, ANN202
+        kern(xv if x is x0 else _flat(x, xs), ov if out is o0 else out.reshape(os_), *consts)
+        return out
+
+    return adaptive_avg_pool

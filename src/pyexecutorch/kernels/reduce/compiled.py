@@ -1,0 +1,278 @@
+"""Compiled (numba) forms of softmax, log-softmax, mean, sum and amax.
+
+Every one of these reduces a run of consecutive axes, so the input is viewed
+as ``(a, k, b)`` (``k`` the reduced elements, ``b`` what follows them) and one
+loop per ``a`` walks it: softmax in three passes where numpy makes five to
+seven calls, a mean in one where numpy makes two. Sums accumulate in float64
+from the first element (numpy's reductions start there too, so a sum of -0.0
+stays -0.0); maxima propagate NaN as ``np.maximum`` does. Each pass reads an
+element before it writes the same element, so an output may alias its input.
+Imported only by the compiled tier; the kernels in ``reduce.py`` and
+``norm/norm.py`` stay the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_MAX_DTYPES = (*_FLOATS, np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _softmax(x, out, log):  # noqa: ANN001, ANN201
+    """Softmax (``log``: log-softmax) of x (a, k, b) along axis 1, into out."""
+    a, k, b = x.shape
+    if b == 1:  # the usual last-axis softmax: each row's statistics in scalars
+        for i in prange(a):  # noqa: B020 - prange is range when serial
+            top = x[i, 0, 0]
+            for kk in range(1, k):
+                v = x[i, kk, 0]
+                if v > top or v != v:
+                    top = v
+            total = 0.0
+            for kk in range(k):
+                e = np.exp(x[i, kk, 0] - top)
+                total += e
+                if not log:
+                    out[i, kk, 0] = e
+            if log:
+                shift = np.log(total)
+                for kk in range(k):
+                    out[i, kk, 0] = (x[i, kk, 0] - top) - shift
+            else:
+                for kk in range(k):
+                    out[i, kk, 0] = out[i, kk, 0] / total
+        return out
+    for i in prange(a):  # noqa: B020
+        top = np.empty(b, x.dtype)
+        total = np.zeros(b, np.float64)
+        for jb in range(b):
+            top[jb] = x[i, 0, jb]
+        for kk in range(1, k):
+            for jb in range(b):
+                v = x[i, kk, jb]
+                if v > top[jb] or v != v:
+                    top[jb] = v
+        for kk in range(k):
+            for jb in range(b):
+                e = np.exp(x[i, kk, jb] - top[jb])
+                total[jb] += e
+                if not log:
+                    out[i, kk, jb] = e
+        for kk in range(k):
+            for jb in range(b):
+                if log:
+                    out[i, kk, jb] = (x[i, kk, jb] - top[jb]) - np.log(total[jb])
+                else:
+                    out[i, kk, jb] = out[i, kk, jb] / total[jb]
+    return out
+
+
+def _row_sum(x, i):  # noqa: ANN001, ANN201
+    """The sum of row i of x (a, k) in float64, over eight interleaved partial sums.
+
+    One running sum waits for each addition to finish (about 4 cycles); eight
+    independent ones keep the adder busy, as numpy's pairwise sums do. Each
+    starts at -0.0, the exact identity of addition, so a row of -0.0 sums to -0.0.
+    """
+    k = x.shape[1]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float64(-0.0)
+    j = 0
+    while j + 8 <= k:
+        s0 += x[i, j]
+        s1 += x[i, j + 1]
+        s2 += x[i, j + 2]
+        s3 += x[i, j + 3]
+        s4 += x[i, j + 4]
+        s5 += x[i, j + 5]
+        s6 += x[i, j + 6]
+        s7 += x[i, j + 7]
+        j += 8
+    tail = np.float64(-0.0)
+    while j < k:
+        tail += x[i, j]
+        j += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail
+
+
+row_sum = njit(cache=True, error_model="numpy")(_row_sum)
+
+
+def _sum_rows(x, out, divisor):  # noqa: ANN001, ANN201
+    """out (a,) = the sums of the rows of x (a, k), divided by ``divisor`` unless 0."""
+    for i in prange(x.shape[0]):  # noqa: B020
+        acc = row_sum(x, i)
+        out[i] = acc / divisor if divisor != 0 else acc
+    return out
+
+
+def _sum(x, out, divisor):  # noqa: ANN001, ANN201
+    """out (a, b) = the sums of x (a, k, b) over axis 1, divided by ``divisor`` unless 0."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        acc = np.empty(b, np.float64)
+        for jb in range(b):
+            acc[jb] = x[i, 0, jb]
+        for kk in range(1, k):
+            for jb in range(b):
+                acc[jb] += x[i, kk, jb]
+        for jb in range(b):
+            out[i, jb] = acc[jb] / divisor if divisor != 0 else acc[jb]
+    return out
+
+
+def _amax(x, out):  # noqa: ANN001, ANN201
+    """out (a, b) = the maxima of x (a, k, b) over axis 1; NaN wins, as in np.maximum."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            out[i, jb] = x[i, 0, jb]
+        for kk in range(1, k):
+            for jb in range(b):
+                v = x[i, kk, jb]
+                m = out[i, jb]
+                if v > m or v != v:
+                    out[i, jb] = v
+    return out
+
+
+SOFTMAX = serial_and_parallel(_softmax, "softmax")
+SUM = serial_and_parallel(_sum, "sum")
+SUM_ROWS = serial_and_parallel(_sum_rows, "sum_rows")
+AMAX = serial_and_parallel(_amax, "amax")
+
+
+def axis_run(shape: tuple[int, ...], dims: Any) -> tuple[int, int, int] | None:
+    """``(a, k, b)`` viewing ``shape`` with the axes ``dims`` (consecutive) in the middle.
+
+    ``dims`` None or empty means every axis; None is returned when the axes
+    are not one consecutive run or not valid for ``shape``.
+    """
+    ndim = len(shape)
+    if dims is None or (not isinstance(dims, int) and len(dims) == 0):
+        return 1, math.prod(shape), 1
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if ndim == 0 or not all(isinstance(d, int) and -ndim <= d < ndim for d in dims):
+        return None
+    axes = sorted(d % ndim for d in dims)
+    if len(set(axes)) != len(axes) or axes[-1] - axes[0] != len(axes) - 1:
+        return None
+    first, last = axes[0], axes[-1] + 1
+    return math.prod(shape[:first]), math.prod(shape[first:last]), math.prod(shape[last:])
+
+
+def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(shape)
+
+
+def _planned(a: Any, dtype: np.dtype, size: int) -> bool:
+    return (
+        isinstance(a, np.ndarray) and a.dtype == dtype and a.size == size and a.flags.c_contiguous
+    )
+
+
+def _bind(kern: Any, x0: np.ndarray, o0: np.ndarray, x_shape: tuple, o_shape: tuple, *consts: Any):  # noqa: ANN202
+    """``run(x, out)``: ``kern`` on 3-D / 2-D views of x and out, made at load for the planned ones."""
+    xv, ov = x0.reshape(x_shape), o0.reshape(o_shape)
+
+    def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        kern(
+            xv if x is x0 else _flat(x, x_shape),
+            ov if out is o0 else out.reshape(o_shape),
+            *consts,
+        )
+        return out
+
+    return run
+
+
+def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divisor: float):  # noqa: ANN201
+    """``run(x, out)`` summing planned ``x`` over the middle of ``layout`` (``/ divisor``)."""
+    a, k, b = layout
+    if b == 1:
+        return _bind(pick(SUM_ROWS, x.size), x, out, (a, k), (a,), divisor)
+    return _bind(pick(SUM, x.size), x, out, layout, (a, b), divisor)
+
+
+def _softmax_form(log: bool):  # noqa: ANN202
+    def form(x: Any, dim: Any, half_to_float: Any, out: Any) -> Any:
+        """Softmax of a float32/float64 tensor along one axis, or None."""
+        if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or half_to_float:
+            return None
+        if not isinstance(dim, int) or x.ndim == 0 or x.size == 0:
+            return None
+        layout = axis_run(x.shape, dim)
+        if layout is None or not _planned(out, x.dtype, x.size) or out.shape != x.shape:
+            return None
+        run = _bind(pick(SOFTMAX, x.size), x, out, layout, layout, log)
+
+        def softmax(x, dim, half_to_float, out):  # noqa: ANN001, ANN202
+            return run(x, out)
+
+        return softmax
+
+    return form
+
+
+compiled_form("aten::_softmax.out")(_softmax_form(False))
+compiled_form("aten::_log_softmax.out")(_softmax_form(True))
+
+
+def _reduction(x: Any, dim: Any, out: Any, dtypes: tuple[np.dtype, ...]) -> tuple | None:
+    """``(a, k, b)`` of a reduction of ``x`` over ``dim`` into ``out``, or None."""
+    if not isinstance(x, np.ndarray) or x.dtype not in dtypes or x.size == 0:
+        return None
+    layout = axis_run(x.shape, dim)
+    if layout is None or not _planned(out, x.dtype, layout[0] * layout[2]):
+        return None
+    return layout
+
+
+@compiled_form("aten::mean.out")
+def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
+    """The mean of float32/float64 values over consecutive axes, or None."""
+    layout = _reduction(x, dim, out, _FLOATS)
+    if layout is None or (dtype is not None and out.dtype != x.dtype):
+        return None
+    run = sum_over(x, out, layout, float(layout[1]))
+
+    def mean(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
+        return run(x, out)
+
+    return mean
+
+
+@compiled_form("aten::sum.IntList_out")
+def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
+    """The sum of float32/float64 values over consecutive axes, or None (integers widen: numpy)."""
+    layout = _reduction(x, dim, out, _FLOATS)
+    if layout is None:
+        return None
+    run = sum_over(x, out, layout, 0.0)
+
+    def sum_(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
+        return run(x, out)
+
+    return sum_
+
+
+@compiled_form("aten::amax.out")
+def _amax_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
+    """The maximum over consecutive axes (floats and int32/int64), or None."""
+    layout = _reduction(x, dim, out, _MAX_DTYPES)
+    if layout is None:
+        return None
+    a, _, b = layout
+    run = _bind(pick(AMAX, x.size), x, out, layout, (a, b))
+
+    def amax(x, dim, keepdim, out):  # noqa: ANN001, ANN202
+        return run(x, out)
+
+    return amax
