@@ -1,0 +1,410 @@
+"""The compiled forms of norms, reductions, pooling, gathers and small products.
+
+Each form is checked against its numpy kernel and against torch eager on
+generated shapes (NaN, infinity and -0.0 among the inputs where torch and
+numpy agree on them), with an output aliasing its input where the kernel
+allows it; cases the forms leave to numpy return None; and a program loaded
+with the compiled tier runs them (they are what its generated code calls).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
+
+from pyexecutorch.exir import to_edge  # noqa: E402
+from pyexecutorch.kernels import get_kernel  # noqa: E402
+from pyexecutorch.kernels.registry import KernelError, get_compiled_form  # noqa: E402
+from pyexecutorch.runtime import Runtime  # noqa: E402
+from pyexecutorch.runtime import compiled as tier  # noqa: E402
+
+tier.enabled(True)  # imports every family's compiled forms
+
+F32, F64 = np.float32, np.float64
+TOL = {F32: {"rtol": 1e-5, "atol": 1e-5}, F64: {"rtol": 1e-12, "atol": 1e-12}}
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a.flags.writeable = False  # as program constants reach kernels
+    return a
+
+
+def _t(a):  # noqa: ANN001, ANN202
+    return torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a
+
+
+def _run(name: str, args: tuple, outs: list[np.ndarray], alias: int | None = None):  # noqa: ANN202
+    """(reference outputs, compiled outputs) of ``name``; ``alias``: out 0 is input ``alias``."""
+    reference = get_kernel(name).fn(*args, *[o.copy() for o in outs])
+    if alias is not None:
+        args = list(args)
+        args[alias] = args[alias].copy()
+        outs = [args[alias], *outs[1:]]
+    fast = get_compiled_form(name)(*args, *outs)
+    assert fast is not None, f"{name}: the compiled form declined"
+    got = fast(*args, *outs)
+    if not isinstance(reference, tuple):
+        reference, got = (reference,), (got,)
+    return reference, got
+
+
+def _check(name, args, outs, want, dtype, alias=None):  # noqa: ANN001, ANN202
+    reference, got = _run(name, args, outs, alias)
+    for r, g in zip(reference, got, strict=True):
+        np.testing.assert_allclose(g, r, **TOL[dtype])
+    np.testing.assert_allclose(got[0], want, **TOL[dtype])
+    return got
+
+
+def _x(shape, dtype, seed=0, special=True):  # noqa: ANN001, ANN202
+    x = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    if special:
+        x.reshape(-1)[:1] = -0.0
+    return x
+
+
+# ---------------------------------------------------------------------------
+# norms
+
+LAYER_NORM = [((2, 5, 16), (16,), True), ((3, 33), (33,), False), ((4, 3, 5), (3, 5), True)]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape,ns,affine", LAYER_NORM)
+def test_layer_norm(shape, ns, affine, dtype):
+    x = _x(shape, dtype)
+    w = _read_only(np.random.default_rng(1).uniform(0.5, 1.5, ns).astype(dtype)) if affine else None
+    b = _read_only(np.random.default_rng(2).standard_normal(ns).astype(dtype)) if affine else None
+    stat = shape[: len(shape) - len(ns)] + (1,) * len(ns)
+    outs = [np.full(shape, np.nan, dtype), np.zeros(stat, dtype), np.zeros(stat, dtype)]
+    want = F.layer_norm(_t(x), ns, _t(w), _t(b), 1e-5).numpy()
+    args = (x, ns, w, b, 1e-5)
+    _check("aten::native_layer_norm.out", args, outs, want, dtype)
+    _check("aten::native_layer_norm.out", args, outs, want, dtype, alias=0)
+
+
+def test_layer_norm_non_finite_rows_are_nan_as_in_torch():
+    x = _x((3, 8), F32)
+    x[1, 2], x[2, 0] = np.inf, np.nan
+    outs = [np.zeros((3, 8), F32), np.zeros((3, 1), F32), np.zeros((3, 1), F32)]
+    want = F.layer_norm(_t(x), (8,), eps=1e-5).numpy()
+    got = _check("aten::native_layer_norm.out", (x, (8,), None, None, 1e-5), outs, want, F32)
+    assert np.isnan(got[0][1:]).all() and np.isfinite(got[0][0]).all()
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape,groups", [((2, 8, 4, 4), 2), ((1, 6, 5), 3), ((3, 4, 2, 3), 4)])
+def test_group_norm(shape, groups, dtype):
+    n, c = shape[:2]
+    hw = int(np.prod(shape[2:]))
+    x = _x(shape, dtype)
+    w = _read_only(np.random.default_rng(1).uniform(0.5, 1.5, c).astype(dtype))
+    b = _read_only(np.random.default_rng(2).standard_normal(c).astype(dtype))
+    outs = [np.zeros(shape, dtype), np.zeros((n, groups), dtype), np.zeros((n, groups), dtype)]
+    want = F.group_norm(_t(x), groups, _t(w), _t(b), 1e-5).numpy()
+    args = (x, w, b, n, c, hw, groups, 1e-5)
+    _check("aten::native_group_norm.out", args, outs, want, dtype)
+    _check("aten::native_group_norm.out", args, outs, want, dtype, alias=0)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape", [(2, 8, 4, 4), (3, 5), (1, 3, 7)])
+def test_batch_norm_inference(shape, dtype):
+    c = shape[1]
+    rng = np.random.default_rng(3)
+    w, b, mean = (_read_only(rng.standard_normal(c).astype(dtype)) for _ in range(3))
+    var = _read_only(rng.uniform(0.5, 2.0, c).astype(dtype))
+    x = _x(shape, dtype)
+    x.reshape(-1)[1] = np.inf
+    want = F.batch_norm(_t(x), _t(mean), _t(var), _t(w), _t(b), False, 0.1, 1e-5).numpy()
+    outs = [np.zeros(shape, dtype), np.zeros(0, dtype), np.zeros(0, dtype)]
+    args = (x, w, b, mean, var, 0.1, 1e-5)
+    name = "aten::_native_batch_norm_legit_no_training.out"
+    _check(name, args, outs, want, dtype)
+    _check(name, args, outs, want, dtype, alias=0)
+
+
+# ---------------------------------------------------------------------------
+# softmax and reductions
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape,dim", [((4, 16), -1), ((3, 5, 7), 1), ((2, 3), 0), ((70,), 0)])
+def test_softmax(shape, dim, log, dtype):
+    x = _x(shape, dtype) * 4
+    x.reshape(-1)[-1] = -np.inf
+    name = "aten::_log_softmax.out" if log else "aten::_softmax.out"
+    want = (torch.log_softmax if log else torch.softmax)(_t(x), dim).numpy()
+    _check(name, (x, dim, False), [np.zeros(shape, dtype)], want, dtype)
+    _check(name, (x, dim, False), [np.zeros(shape, dtype)], want, dtype, alias=0)
+
+
+def test_softmax_of_a_row_of_minus_infinity_is_nan_as_in_torch():
+    x = np.array([[-np.inf] * 4, [0.0, 1.0, 2.0, np.inf], [1.0, np.nan, 0.0, 0.0]], F32)
+    want = torch.softmax(_t(x), -1).numpy()
+    got = _check("aten::_softmax.out", (x, -1, False), [np.zeros_like(x)], want, F32)
+    assert np.isnan(got[0][0]).all() and np.isnan(got[0][2]).all()
+
+
+REDUCTIONS = [((3, 7, 12), [1], False), ((2, 3, 8, 8), [-1, -2], True), ((4, 5), [0, 1], False)]
+REDUCTIONS += [((5, 9), [1], True), ((3, 4, 6), [0], False), ((2, 3, 20), [2], False)]
+
+
+def _reduced(shape, dims, keepdim):  # noqa: ANN001, ANN202
+    axes = {d % len(shape) for d in dims}
+    return tuple(1 if i in axes else s for i, s in enumerate(shape) if keepdim or i not in axes)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape,dims,keepdim", REDUCTIONS)
+def test_mean_and_sum(shape, dims, keepdim, dtype):
+    x = _x(shape, dtype)
+    out = np.zeros(_reduced(shape, dims, keepdim), dtype)
+    want = torch.mean(_t(x), dims, keepdim).numpy()
+    _check("aten::mean.out", (x, dims, keepdim, None), [out], want, dtype)
+    want = torch.sum(_t(x), dims, keepdim).numpy()
+    _check("aten::sum.IntList_out", (x, dims, keepdim, None), [out], want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
+@pytest.mark.parametrize("shape,dims,keepdim", REDUCTIONS)
+def test_amax(shape, dims, keepdim, dtype):
+    x = (_x(shape, F64) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x.reshape(-1)[3] = np.nan
+        x.reshape(-1)[-1] = np.inf
+    out = np.zeros(_reduced(shape, dims, keepdim), dtype)
+    want = torch.amax(_t(x), dims, keepdim).numpy()
+    reference, got = _run("aten::amax.out", (x, dims, keepdim), [out])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
+# ---------------------------------------------------------------------------
+# pooling
+
+ADAPTIVE = [
+    ((1, 32, 8, 8), (1, 1)),
+    ((2, 3, 8, 8), (2, 2)),
+    ((2, 3, 7, 9), (3, 5)),
+    ((3, 6, 6), (4, 4)),
+]  # noqa: E501
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape,size", ADAPTIVE)
+def test_adaptive_avg_pool(shape, size, dtype):
+    x = _x(shape, dtype)
+    x.reshape(-1)[5] = np.inf
+    want = F.adaptive_avg_pool2d(_t(x), size).numpy()
+    out = np.zeros(shape[:-2] + size, dtype)
+    _check("aten::_adaptive_avg_pool2d.out", (x, list(size)), [out], want, dtype)
+
+
+# (shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_POOL = [
+    ((2, 3, 8, 8), 3, 2, 1, False, True, None),
+    ((2, 3, 8, 8), 3, 2, 1, False, False, None),
+    ((1, 2, 7, 7), 2, 2, 0, True, True, None),
+    ((1, 2, 9, 6), 3, 1, 1, False, True, 5),
+    ((3, 5, 5), 2, 2, 1, True, False, None),
+]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("case", AVG_POOL, ids=[str(c) for c in AVG_POOL])
+def test_avg_pool(case, dtype):
+    shape, k, s, p, ceil, include, override = case
+    x = _x(shape, dtype)
+    want = F.avg_pool2d(_t(x), k, s, p, ceil, include, override).numpy()
+    args = (x, [k, k], [s, s], [p, p], ceil, include, override)
+    _check("aten::avg_pool2d.out", args, [np.zeros(want.shape, dtype)], want, dtype)
+
+
+# (shape, kernel, stride, padding, dilation, ceil_mode)
+MAX_POOL = [
+    ((2, 3, 8, 8), 2, 2, 0, 1, False),
+    ((2, 3, 8, 8), 3, 1, 1, 1, False),
+    ((1, 2, 9, 9), 3, 2, 1, 2, False),
+    ((1, 2, 7, 7), 2, 2, 1, 1, True),
+    ((3, 6, 5), 3, 2, 0, 1, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("case", MAX_POOL, ids=[str(c) for c in MAX_POOL])
+def test_max_pool_values_and_indices(case, dtype):
+    shape, k, s, p, d, ceil = case
+    x = _x(shape, dtype)
+    flat = x.reshape(-1)
+    flat[7], flat[8], flat[20] = np.nan, np.nan, -np.inf  # a window's last NaN is its index
+    flat[30:34] = 1.5  # ties: the first maximum's index
+    want, want_idx = F.max_pool2d(_t(x), k, s, p, d, ceil, return_indices=True)
+    args = (x, [k, k], [s, s], [p, p], [d, d], ceil)
+    outs = [np.zeros(want.shape, dtype), np.zeros(want.shape, np.int64)]
+    reference, got = _run("aten::max_pool2d_with_indices.out", args, outs)
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[1], reference[1])
+    np.testing.assert_array_equal(got[0], want.numpy())
+    np.testing.assert_array_equal(got[1], want_idx.numpy())
+
+
+# ---------------------------------------------------------------------------
+# gathers
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_embedding(dtype, index_dtype):
+    weight = _read_only(_x((50, 12), dtype))
+    idx = np.random.default_rng(4).integers(0, 50, (3, 7)).astype(index_dtype)
+    idx[0, 0], idx[0, 1] = 0, 49
+    want = F.embedding(_t(idx).long(), _t(weight)).numpy()
+    args = (weight, idx, -1, False, False)
+    reference, got = _run("aten::embedding.out", args, [np.zeros((3, 7, 12), dtype)])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
+def test_embedding_out_of_range_raises_the_reference_error():
+    weight = _read_only(_x((10, 4), F32))
+    idx = np.array([1, 2, 3], np.int64)
+    out = np.zeros((3, 4), F32)
+    fast = get_compiled_form("aten::embedding.out")(weight, idx, -1, False, False, out)
+    assert fast is not None
+    for bad in (10, -1):
+        idx[1] = bad
+        with pytest.raises(KernelError, match=f"embedding: index {bad} is out of range"):
+            fast(weight, idx, -1, False, False, out)
+
+
+@pytest.mark.parametrize("dtype", [F32, np.int64])
+@pytest.mark.parametrize(
+    "shape,dim,index", [((4, 6, 5), 1, [2, 0, 5, 5]), ((4, 6), 0, [3]), ((2, 3, 4), -1, [3, 1])]
+)  # noqa: E501
+def test_index_select(shape, dim, index, dtype):
+    x = (_x(shape, F64) * 10).astype(dtype)
+    idx = np.array(index, np.int64)
+    want = torch.index_select(_t(x), dim, _t(idx)).numpy()
+    reference, got = _run("aten::index_select.out", (x, dim, idx), [np.zeros(want.shape, dtype)])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+    idx[0] = shape[dim]
+    with pytest.raises(KernelError, match="index_select: index .* is out of bounds"):
+        get_compiled_form("aten::index_select.out")(x, dim, idx, np.zeros(want.shape, dtype))(
+            x, dim, idx, np.zeros(want.shape, dtype)
+        )
+
+
+# ---------------------------------------------------------------------------
+# small matrix products
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul")
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("n,k,p", [(4, 6, 5), (1, 16, 3), (7, 1, 9), (16, 24, 20)])
+def test_mm_bmm_addmm(n, k, p, dtype):
+    a, b = _x((n, k), dtype, 1), _x((k, p), dtype, 2)
+    a[0, 0] = np.inf
+    want = (_t(a) @ _t(b)).numpy()
+    _check("aten::mm.out", (a, b), [np.zeros((n, p), dtype)], want, dtype)
+    a3, b3 = _x((3, n, k), dtype, 3), _x((3, k, p), dtype, 4)
+    want = torch.bmm(_t(a3), _t(b3)).numpy()
+    _check("aten::bmm.out", (a3, b3), [np.zeros((3, n, p), dtype)], want, dtype)
+    for bias_shape in ((p,), (n, p), (1, p)):
+        bias = _read_only(_x(bias_shape, dtype, 5))
+        want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
+        _check("aten::addmm.out", (bias, a, b, 1, 1), [np.zeros((n, p), dtype)], want, dtype)
+
+
+# ---------------------------------------------------------------------------
+# what the forms leave to numpy
+
+
+def test_unusual_cases_are_left_to_numpy():
+    form = get_compiled_form
+    h = np.zeros((2, 8), np.float16)
+    assert form("aten::_softmax.out")(h, -1, False, np.zeros_like(h)) is None  # float16
+    x = np.zeros((2, 3, 4), F32)
+    assert form("aten::mean.out")(x, [0, 2], False, None, np.zeros(3, F32)) is None  # not a run
+    assert (
+        form("aten::sum.IntList_out")(
+            x.astype(np.int64), [1], False, None, np.zeros((2, 4), np.int64)
+        )
+        is None
+    )  # noqa: E501
+    big = np.zeros((64, 64), F32)
+    assert form("aten::mm.out")(big, big, np.zeros((64, 64), F32)) is None  # BLAS's size
+    bias = np.zeros(4, F32)  # writeable: an input, not a constant
+    small = np.zeros((4, 4), F32)
+    assert form("aten::addmm.out")(bias, small, small, 1, 1, np.zeros((4, 4), F32)) is None
+    assert form("aten::addmm.out")(_read_only(bias), small, small, 2, 1, small.copy()) is None
+    running = np.ones(3, F32)  # batch norm statistics that can change
+    bn = (np.zeros((1, 3, 2), F32), None, None, running, running, 0.1, 1e-5)
+    outs = (np.zeros((1, 3, 2), F32), np.zeros(0, F32), np.zeros(0, F32))
+    assert form("aten::_native_batch_norm_legit_no_training.out")(*bn, *outs) is None
+
+
+# ---------------------------------------------------------------------------
+# selected at load
+
+
+class _Everything(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 16)
+        self.ln = torch.nn.LayerNorm(16)
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.fc = torch.nn.Linear(16, 6)
+
+    def forward(self, idx, img):  # noqa: ANN001, ANN201
+        e = self.ln(self.emb(idx))  # [2, 5, 16]
+        att = torch.softmax(torch.bmm(e, e.transpose(1, 2)), -1)
+        y = self.fc(att.bmm(e).mean(1))
+        g = self.gn(img)
+        pooled = F.max_pool2d(g, 2) + F.avg_pool2d(g, 2)
+        return y, pooled, F.adaptive_avg_pool2d(g, 1), torch.amax(e, -1)
+
+
+def _bound_functions(method) -> set[str]:  # noqa: ANN001
+    """The source files (family/compiled.py) of the functions a method's generated code calls."""
+    files = set()
+    for chain in method._loaded.chains:
+        for value in chain.run.__globals__.values():
+            code = getattr(value, "__code__", None)
+            if code is not None and code.co_filename.endswith("compiled.py"):
+                files.add("/".join(Path(code.co_filename).parts[-2:]))
+    return files
+
+
+def test_a_program_on_the_compiled_tier_calls_the_compiled_forms():
+    torch.manual_seed(0)
+    module = _Everything().eval()
+    inputs = (torch.randint(0, 20, (2, 5)), torch.randn(1, 4, 6, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        edge = to_edge(torch.export.export(module, inputs))
+        pte = edge.to_executorch().buffer
+    want = module(*inputs)
+    for jit in (True, False):
+        program = Runtime.get().load_program(pte, jit=jit)
+        method = program.load_method("forward")
+        got = method.execute([t.numpy() for t in inputs])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w.detach().numpy(), rtol=1e-5, atol=1e-5)
+        files = _bound_functions(method)
+        families = {"norm/compiled.py", "reduce/compiled.py", "pool/compiled.py"}
+        families |= {"index/compiled.py", "linalg/compiled.py"}
+        if jit:
+            assert families <= files, f"not called: {families - files}"
+        else:
+            assert not files & families
