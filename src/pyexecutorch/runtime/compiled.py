@@ -174,9 +174,14 @@ def serial_and_parallel(fn: Any, name: str) -> tuple[Any, Any]:
     return serial, parallel
 
 
-def pick(variants: tuple[Any, Any], work: int) -> Any:
-    """The serial or the parallel variant of :func:`serial_and_parallel` for ``work`` elements."""
+def pick(variants: tuple[Any, Any], work: int, arguments: tuple[Any, ...]) -> Any:
+    """The compiled function of the serial or parallel variant (of :func:`serial_and_parallel`)
+    for ``work`` elements, for exactly the types of ``arguments`` (see :func:`entry_point`).
+
+    Callers pass C-contiguous arrays of those dtypes and ranks on every call.
+    """
     import numba  # noqa: PLC0415
 
     threads = numba.get_num_threads()
-    return variants[1] if work >= PARALLEL_WORK and threads > 1 else variants[0]
+    chosen = variants[1] if work >= PARALLEL_WORK and threads > 1 else variants[0]
+    return entry_point(chosen, arguments)

@@ -50,7 +50,12 @@ def _planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
 
 
 def _index(a: Any) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype in _INDICES and a.size > 0
+    return (
+        isinstance(a, np.ndarray)
+        and a.dtype in _INDICES
+        and a.size > 0
+        and a.flags.c_contiguous  # bound as a view at load: never a stale copy
+    )
 
 
 @compiled_form("aten::embedding.out")
@@ -65,9 +70,10 @@ def _embedding_form(
     n = indices.size
     src_shape = (1, *weight.shape)
     out_shape = (1, n, weight.shape[1])
-    kern = pick(GATHER, out.size)
     w0, i0, o0 = weight, indices, out
-    wv, iv, ov = weight.reshape(src_shape), indices.reshape(n), out.reshape(out_shape)
+    wv = np.ascontiguousarray(weight).reshape(src_shape)
+    iv, ov = indices.reshape(n), out.reshape(out_shape)
+    kern = pick(GATHER, out.size, (wv, iv, ov))
 
     def embedding(weight, indices, padding_idx, scale_grad, sparse, out):  # noqa: ANN001, ANN202
         if kern(
@@ -96,9 +102,9 @@ def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
     before, after = math.prod(a.shape[:axis]), math.prod(a.shape[axis + 1 :])
     src_shape = (before, a.shape[axis], after)
     out_shape = (before, index.size, after)
-    kern = pick(GATHER, out.size)
     a0, i0, o0 = a, index, out
-    av, ov = a.reshape(src_shape), out.reshape(out_shape)
+    av, ov = np.ascontiguousarray(a).reshape(src_shape), out.reshape(out_shape)
+    kern = pick(GATHER, out.size, (av, index, ov))
 
     def index_select(a, dim, index, out):  # noqa: ANN001, ANN202
         if kern(

@@ -22,9 +22,9 @@ from pyexecutorch.runtime.compiled import pick, serial_and_parallel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
-# Above this many multiply-adds BLAS's blocked kernels win over the loop below
+# Above this many multiply-adds one BLAS call costs less than the loop below
 # (measured on float32, one thread; see the report of issue 14).
-MAX_MACS = 1 << 15
+MAX_MACS = 1 << 10
 
 
 def _matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
@@ -50,7 +50,10 @@ MATMUL = serial_and_parallel(_matmul, "small_matmul")
 
 
 def _array(a: Any, dtype: np.dtype, ndim: int) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
+    # C-contiguous: views made at load are views, never stale copies
+    return (
+        isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous
+    )
 
 
 def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -81,10 +84,10 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
     """``run(a, b, out)`` calling the loop on 3-D views made at load for the planned arrays."""
     batch, n, k, p = dims
     sa, sb, so = (batch, n, k), (batch, k, p), (batch, n, p)
-    av, bv, ov = a0.reshape(sa), b0.reshape(sb), o0.reshape(so)
-    kern = pick(MATMUL, batch * n * k * p)
+    av, bv, ov = _flat(a0, sa), _flat(b0, sb), o0.reshape(so)
     has_bias = bias is not None
     bias = np.zeros((1, 1), a0.dtype) if bias is None else bias
+    kern = pick(MATMUL, batch * n * k * p, (av, bv, bias, ov, has_bias))
 
     def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(

@@ -101,6 +101,11 @@ def _array(a: Any, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> boo
     return isinstance(a, np.ndarray) and a.dtype == dtype and (shape is None or a.shape == shape)
 
 
+def _dense(a: Any) -> bool:
+    """A C-contiguous array: its load-time views are views, never stale copies."""
+    return isinstance(a, np.ndarray) and a.flags.c_contiguous
+
+
 def _planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
     return _array(a, dtype, shape) and a.flags.c_contiguous
 
@@ -137,7 +142,7 @@ def _layer_norm_form(
     unused_outputs: frozenset[int] = frozenset(),
 ) -> Any:
     """Layer norm of float32/float64 rows, or None."""
-    if not isinstance(input, np.ndarray) or input.dtype not in _FLOATS:
+    if not _dense(input) or input.dtype not in _FLOATS:
         return None
     dt = input.dtype
     ns = tuple(normalized_shape)
@@ -155,20 +160,21 @@ def _layer_norm_form(
     rstd0, use_rstd = _stats_out(out2, 2 not in unused_outputs, dt, stat_shape, m)
     if mean0 is None or rstd0 is None:
         return None
-    kern = pick(LAYER_NORM, m * k)
     x_load, x_rows = input, input.reshape(m, k)
     o_load, o_rows = out0, out0.reshape(m, k)
     w_load, b_load = weight, bias
     dummy = np.zeros(1, dt)
-    w_rows = dummy if weight is None else weight.reshape(k)
-    b_rows = dummy if bias is None else bias.reshape(k)
+    w_rows = dummy if weight is None else _rows(weight, (k,))
+    b_rows = dummy if bias is None else _rows(bias, (k,))
     has_w, has_b = weight is not None, bias is not None
+    load = (x_rows, w_rows, b_rows, o_rows, mean0, rstd0, eps, has_w, has_b)
+    kern = pick(LAYER_NORM, m * k, load)
 
     def layer_norm(input, normalized_shape, weight, bias, eps, out0, out1, out2):  # noqa: ANN001, ANN202
         kern(
             x_rows if input is x_load else _rows(input, (m, k)),
-            w_rows if weight is w_load else weight.reshape(k),
-            b_rows if bias is b_load else bias.reshape(k),
+            w_rows if weight is w_load else _rows(weight, (k,)),
+            b_rows if bias is b_load else _rows(bias, (k,)),
             o_rows if out0 is o_load else out0.reshape(m, k),
             out1.reshape(m) if use_mean else mean0,
             out2.reshape(m) if use_rstd else rstd0,
@@ -198,7 +204,7 @@ def _group_norm_form(
     unused_outputs: frozenset[int] = frozenset(),
 ) -> Any:
     """Group norm of float32/float64 (N, C, ...) tensors, or None."""
-    if not isinstance(input, np.ndarray) or input.dtype not in _FLOATS or input.ndim < 2:
+    if not _dense(input) or input.dtype not in _FLOATS or input.ndim < 2:
         return None
     dt = input.dtype
     if not all(isinstance(v, int) for v in (N, C, HxW, group)) or not isinstance(eps, float):
@@ -214,21 +220,22 @@ def _group_norm_form(
     rstd0, use_rstd = _stats_out(out2, 2 not in unused_outputs, dt, (N, group), rows)
     if mean0 is None or rstd0 is None:
         return None
-    kern = pick(GROUP_NORM, input.size)
     shape = (rows, cg, HxW)
     x_load, x_rows = input, input.reshape(shape)
     o_load, o_rows = out0, out0.reshape(shape)
     w_load, b_load = weight, bias
     dummy = np.zeros(1, dt)
-    w_flat = dummy if weight is None else weight.reshape(C)
-    b_flat = dummy if bias is None else bias.reshape(C)
+    w_flat = dummy if weight is None else _rows(weight, (C,))
+    b_flat = dummy if bias is None else _rows(bias, (C,))
     has_w, has_b = weight is not None, bias is not None
+    load = (x_rows, w_flat, b_flat, o_rows, mean0, rstd0, eps, group, has_w, has_b)
+    kern = pick(GROUP_NORM, input.size, load)
 
     def group_norm(input, weight, bias, N, C, HxW, group, eps, out0, out1, out2):  # noqa: ANN001, ANN202, N803
         kern(
             x_rows if input is x_load else _rows(input, shape),
-            w_flat if weight is w_load else weight.reshape(C),
-            b_flat if bias is b_load else bias.reshape(C),
+            w_flat if weight is w_load else _rows(weight, (C,)),
+            b_flat if bias is b_load else _rows(bias, (C,)),
             o_rows if out0 is o_load else out0.reshape(shape),
             out1.reshape(rows) if use_mean else mean0,
             out2.reshape(rows) if use_rstd else rstd0,
@@ -256,7 +263,7 @@ def _batch_norm_form(
     out2: Any,
 ) -> Any:
     """Inference batch norm with constant parameters: one scale-and-shift loop, or None."""
-    if not isinstance(input, np.ndarray) or input.dtype not in _FLOATS or input.ndim < 2:
+    if not _dense(input) or input.dtype not in _FLOATS or input.ndim < 2:
         return None
     dt, c = input.dtype, input.shape[1]
     if not isinstance(eps, float) or not _planned(out0, dt, input.shape) or input.size == 0:
@@ -273,9 +280,9 @@ def _batch_norm_form(
         return None
     scale, shift = bn_scale_shift(weight, bias, running_mean, running_var, eps, dt, (c,))
     shape = (input.shape[0], c, input.size // (input.shape[0] * c))
-    kern = pick(SCALE_SHIFT, input.size)
     x_load, x_rows = input, input.reshape(shape)
     o_load, o_rows = out0, out0.reshape(shape)
+    kern = pick(SCALE_SHIFT, input.size, (x_rows, scale, shift, o_rows))
 
     def batch_norm(input, weight, bias, running_mean, running_var, momentum, eps, out0, out1, out2):  # noqa: ANN001, ANN202
         kern(

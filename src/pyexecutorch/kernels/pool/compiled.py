@@ -111,6 +111,11 @@ def _array(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
     )
 
 
+def _dense(a: Any) -> bool:
+    """A C-contiguous array: its load-time views are views, never stale copies."""
+    return isinstance(a, np.ndarray) and a.flags.c_contiguous
+
+
 def _planes(a: np.ndarray) -> tuple[int, int, int]:
     return (math.prod(a.shape[:-2]), a.shape[-2], a.shape[-1])
 
@@ -131,7 +136,7 @@ def _max_pool_form(
     indices: Any,
 ) -> Any:
     """Max pooling of float32/float64 (C, H, W) or (N, C, H, W) tensors, or None."""
-    if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS:
+    if not _dense(x) or x.dtype not in _FLOATS:
         return None
     try:
         k, s, p, d, ohw = pool._pool_geometry(
@@ -144,10 +149,10 @@ def _max_pool_form(
         return None
     xs = _planes(x)
     os_ = (xs[0], *ohw)
-    kern = pick(MAX_POOL, out.size * k[0] * k[1])
     geometry = (*k, *s, *p, *d)
     x0, o0, i0 = x, out, indices
     xv, ov, iv = x.reshape(xs), out.reshape(os_), indices.reshape(os_)
+    kern = pick(MAX_POOL, out.size * k[0] * k[1], (xv, ov, iv, *geometry))
 
     def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
         kern(
@@ -173,7 +178,7 @@ def _avg_pool_form(
     out: Any,
 ) -> Any:
     """Average pooling of float32/float64 tensors, or None."""
-    if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS:
+    if not _dense(x) or x.dtype not in _FLOATS:
         return None
     if divisor_override is not None and (
         not isinstance(divisor_override, int) or divisor_override == 0
@@ -194,9 +199,9 @@ def _avg_pool_form(
         divisor = pool._avg_divisor(x.shape[-2:], k, s, p, ohw, bool(count_include_pad), "d")
     xs = _planes(x)
     os_ = (xs[0], *ohw)
-    kern = pick(AVG_POOL, out.size * k[0] * k[1])
     x0, o0 = x, out
     xv, ov = x.reshape(xs), out.reshape(os_)
+    kern = pick(AVG_POOL, out.size * k[0] * k[1], (xv, ov, divisor, *k, *s, *p))
 
     def avg_pool(
         x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out
@@ -217,7 +222,7 @@ def _avg_pool_form(
 @compiled_form("aten::_adaptive_avg_pool2d.out")
 def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
     """Adaptive average pooling of float32/float64 tensors, or None."""
-    if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or x.ndim not in (3, 4):
+    if not _dense(x) or x.dtype not in _FLOATS or x.ndim not in (3, 4):
         return None
     try:
         oh, ow = pool._pair(output_size, "output_size", "_adaptive_avg_pool2d")
@@ -232,7 +237,7 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
     x0, o0 = x, out
     if (oh, ow) == (1, 1):
         # A global average: each plane is one contiguous row.
-        kern = pick(SUM_ROWS, x.size)
+        variants = SUM_ROWS
         xs, os_, consts = (planes, h * w), (planes,), (float(h * w),)
     else:
 
@@ -243,10 +248,11 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
 
         rows, cols = bounds(h, oh), bounds(w, ow)
         counts = (rows[:, 1] - rows[:, 0])[:, None] * (cols[:, 1] - cols[:, 0])[None, :]
-        kern = pick(ADAPTIVE_AVG_POOL, x.size)
+        variants = ADAPTIVE_AVG_POOL
         xs, os_ = (planes, h, w), (planes, oh, ow)
         consts = (rows, cols, counts.astype(np.float64))
     xv, ov = x.reshape(xs), out.reshape(os_)
+    kern = pick(variants, x.size, (xv, ov, *consts))
 
     def adaptive_avg_pool(x, output_size, out):  # noqa: ANN001, ANN202
         kern(xv if x is x0 else _flat(x, xs), ov if out is o0 else out.reshape(os_), *consts)

@@ -172,15 +172,24 @@ def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(shape)
 
 
+def _dense(a: Any) -> bool:
+    """A C-contiguous array: its load-time views are views, never stale copies."""
+    return isinstance(a, np.ndarray) and a.flags.c_contiguous
+
+
 def _planned(a: Any, dtype: np.dtype, size: int) -> bool:
     return (
         isinstance(a, np.ndarray) and a.dtype == dtype and a.size == size and a.flags.c_contiguous
     )
 
 
-def _bind(kern: Any, x0: np.ndarray, o0: np.ndarray, x_shape: tuple, o_shape: tuple, *consts: Any):  # noqa: ANN202
-    """``run(x, out)``: ``kern`` on 3-D / 2-D views of x and out, made at load for the planned ones."""
+def _bind(
+    variants: tuple, x0: np.ndarray, o0: np.ndarray, x_shape: tuple, o_shape: tuple, *consts: Any
+):  # noqa: ANN202, E501
+    """``run(x, out)``: a kernel on views of x and out shaped ``x_shape``, ``o_shape`` (made
+    at load for the planned ones)."""
     xv, ov = x0.reshape(x_shape), o0.reshape(o_shape)
+    kern = pick(variants, x0.size, (xv, ov, *consts))
 
     def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
@@ -197,21 +206,21 @@ def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divis
     """``run(x, out)`` summing planned ``x`` over the middle of ``layout`` (``/ divisor``)."""
     a, k, b = layout
     if b == 1:
-        return _bind(pick(SUM_ROWS, x.size), x, out, (a, k), (a,), divisor)
-    return _bind(pick(SUM, x.size), x, out, layout, (a, b), divisor)
+        return _bind(SUM_ROWS, x, out, (a, k), (a,), divisor)
+    return _bind(SUM, x, out, layout, (a, b), divisor)
 
 
 def _softmax_form(log: bool):  # noqa: ANN202
     def form(x: Any, dim: Any, half_to_float: Any, out: Any) -> Any:
         """Softmax of a float32/float64 tensor along one axis, or None."""
-        if not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or half_to_float:
+        if not _dense(x) or x.dtype not in _FLOATS or half_to_float:
             return None
         if not isinstance(dim, int) or x.ndim == 0 or x.size == 0:
             return None
         layout = axis_run(x.shape, dim)
         if layout is None or not _planned(out, x.dtype, x.size) or out.shape != x.shape:
             return None
-        run = _bind(pick(SOFTMAX, x.size), x, out, layout, layout, log)
+        run = _bind(SOFTMAX, x, out, layout, layout, log)
 
         def softmax(x, dim, half_to_float, out):  # noqa: ANN001, ANN202
             return run(x, out)
@@ -227,7 +236,7 @@ compiled_form("aten::_log_softmax.out")(_softmax_form(True))
 
 def _reduction(x: Any, dim: Any, out: Any, dtypes: tuple[np.dtype, ...]) -> tuple | None:
     """``(a, k, b)`` of a reduction of ``x`` over ``dim`` into ``out``, or None."""
-    if not isinstance(x, np.ndarray) or x.dtype not in dtypes or x.size == 0:
+    if not _dense(x) or x.dtype not in dtypes or x.size == 0:
         return None
     layout = axis_run(x.shape, dim)
     if layout is None or not _planned(out, x.dtype, layout[0] * layout[2]):
@@ -270,7 +279,7 @@ def _amax_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
     if layout is None:
         return None
     a, _, b = layout
-    run = _bind(pick(AMAX, x.size), x, out, layout, (a, b))
+    run = _bind(AMAX, x, out, layout, (a, b))
 
     def amax(x, dim, keepdim, out):  # noqa: ANN001, ANN202
         return run(x, out)
