@@ -3,9 +3,10 @@
 numpy normalizes rows in eight to ten whole-array passes (sums by a matrix
 product, subtract, square, sum, sqrt, divide, scale, shift), each a call of
 0.3-1 us on the small rows of tiny models; here each row is one loop that
-reads it three times. Statistics accumulate in float64 (numpy's float32 passes
-round more), the row is normalized as ``(x - mean) / std`` as the numpy kernel
-does, and the weight and bias apply only when given (so -0.0 stays as numpy
+reads it three times. Layer norm sums each row in interleaved partial sums
+(short blocks in the input's dtype, added in float64) and normalizes it as
+``(x - mean) / std`` in the input's dtype as the numpy kernel does; group norm
+accumulates its statistics in float64; and the weight and bias apply only when given (so -0.0 stays as numpy
 gives it). Imported only by the compiled tier; ``norm.py`` stays the reference.
 """
 
@@ -15,28 +16,58 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
 from pyexecutorch.kernels.norm.norm import bn_scale_shift
+from pyexecutorch.kernels.reduce.compiled import row_sum
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import pick, serial_and_parallel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _layer_norm(x, w, b, out, mean, rstd, eps, has_w, has_b):  # noqa: ANN001, ANN201
-    """Rows of x (m, k) normalized into out; each row's mean and 1/std into mean, rstd."""
+def _row_squares(x, i, mu, zero):  # noqa: ANN001, ANN201
+    """The sum of (x[i, j] - mu)^2 over row i, as :func:`row_sum` adds (in x's dtype)."""
+    k = x.shape[1]
+    total = np.float64(-0.0)
+    for start in range(0, k, 128):
+        stop = min(start + 128, k)
+        s0 = s1 = s2 = s3 = zero
+        j = start
+        while j + 4 <= stop:
+            d0 = x[i, j] - mu
+            d1 = x[i, j + 1] - mu
+            d2 = x[i, j + 2] - mu
+            d3 = x[i, j + 3] - mu
+            s0 += d0 * d0
+            s1 += d1 * d1
+            s2 += d2 * d2
+            s3 += d3 * d3
+            j += 4
+        while j < stop:
+            d0 = x[i, j] - mu
+            s0 += d0 * d0
+            j += 1
+        total += (s0 + s1) + (s2 + s3)
+    return total
+
+
+row_squares = njit(cache=True, error_model="numpy")(_row_squares)
+
+
+def _layer_norm(x, w, b, out, mean, rstd, eps, has_w, has_b, zero):  # noqa: ANN001, ANN201
+    """Rows of x (m, k) normalized into out; each row's mean and 1/std into mean, rstd.
+
+    The mean and std are rounded to x's dtype (through the statistics outputs)
+    before they are used, as numpy's passes in that dtype do, so the last pass
+    is the reference's subtract, divide, scale and shift in x's dtype.
+    """
     m, k = x.shape
     for r in prange(m):  # noqa: B020 - prange is range when serial
-        s = 0.0
-        for j in range(k):
-            s += x[r, j]
-        mu = s / k
-        q = 0.0
-        for j in range(k):
-            d = x[r, j] - mu
-            q += d * d
-        std = np.sqrt(q / k + eps)
+        mean[r] = row_sum(x, r, zero) / k
+        mu = mean[r]
+        rstd[r] = np.sqrt(row_squares(x, r, mu, zero) / k + eps)
+        std = rstd[r]
         for j in range(k):
             y = (x[r, j] - mu) / std
             if has_w:
@@ -44,8 +75,7 @@ def _layer_norm(x, w, b, out, mean, rstd, eps, has_w, has_b):  # noqa: ANN001, A
             if has_b:
                 y = y + b[j]
             out[r, j] = y
-        mean[r] = mu
-        rstd[r] = 1.0 / std
+        rstd[r] = 1 / std
     return out
 
 
@@ -167,7 +197,8 @@ def _layer_norm_form(
     w_rows = dummy if weight is None else _rows(weight, (k,))
     b_rows = dummy if bias is None else _rows(bias, (k,))
     has_w, has_b = weight is not None, bias is not None
-    load = (x_rows, w_rows, b_rows, o_rows, mean0, rstd0, eps, has_w, has_b)
+    zero = dt.type(-0.0)
+    load = (x_rows, w_rows, b_rows, o_rows, mean0, rstd0, eps, has_w, has_b, zero)
     kern = pick(LAYER_NORM, m * k, load)
 
     def layer_norm(input, normalized_shape, weight, bias, eps, out0, out1, out2):  # noqa: ANN001, ANN202
@@ -181,6 +212,7 @@ def _layer_norm_form(
             eps,
             has_w,
             has_b,
+            zero,
         )
         return out0, out1, out2
 

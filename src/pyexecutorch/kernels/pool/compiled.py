@@ -38,8 +38,11 @@ def _first_inside(start, step):  # noqa: ANN001, ANN201
 _first_inside = njit(cache=True)(_first_inside)
 
 
-def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
-    """Max pooling of x (planes, h, w) into out and idx (planes, oh, ow); indices into h*w."""
+def _max_pool(x, out, idx, lowest, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
+    """Max pooling of x (planes, h, w) into out and idx (planes, oh, ow); indices into h*w.
+
+    ``lowest`` is -inf in x's dtype (a float64 one would make every compare convert).
+    """
     planes, h, w = x.shape
     oh_n, ow_n = out.shape[1], out.shape[2]
     for p in prange(planes):  # noqa: B020 - prange is range when serial
@@ -47,7 +50,7 @@ def _max_pool(x, out, idx, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN
             h0 = oh * sh - ph
             for ow in range(ow_n):
                 w0 = ow * sw - pw
-                best = -np.inf
+                best = lowest
                 at = _first_inside(h0, dh) * w + _first_inside(w0, dw)
                 for i in range(kh):
                     ih = h0 + i * dh
@@ -134,9 +137,14 @@ def _max_pool_form(
     ceil_mode: Any,
     out: Any,
     indices: Any,
+    *,
+    unused_outputs: frozenset[int] = frozenset(),
 ) -> Any:
-    """Max pooling of float32/float64 (C, H, W) or (N, C, H, W) tensors, or None."""
-    if not _dense(x) or x.dtype not in _FLOATS:
+    """Max pooling of float32/float64 (C, H, W) or (N, C, H, W) tensors, or None.
+
+    When nothing reads the indices numpy's separable running maximum is faster.
+    """
+    if 1 in unused_outputs or not _dense(x) or x.dtype not in _FLOATS:
         return None
     try:
         k, s, p, d, ohw = pool._pool_geometry(
@@ -149,7 +157,7 @@ def _max_pool_form(
         return None
     xs = _planes(x)
     os_ = (xs[0], *ohw)
-    geometry = (*k, *s, *p, *d)
+    geometry = (x.dtype.type(-np.inf), *k, *s, *p, *d)
     x0, o0, i0 = x, out, indices
     xv, ov, iv = x.reshape(xs), out.reshape(os_), indices.reshape(os_)
     kern = pick(MAX_POOL, out.size * k[0] * k[1], (xv, ov, iv, *geometry))
@@ -238,7 +246,7 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
     if (oh, ow) == (1, 1):
         # A global average: each plane is one contiguous row.
         variants = SUM_ROWS
-        xs, os_, consts = (planes, h * w), (planes,), (float(h * w),)
+        xs, os_, consts = (planes, h * w), (planes,), (float(h * w), x.dtype.type(-0.0))
     else:
 
         def bounds(n_in: int, n_out: int) -> np.ndarray:
