@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.norm.norm import bn_scale_shift
-from pyexecutorch.kernels.reduce.compiled import row_sum
+from pyexecutorch.kernels.reduce.compiled import MAX_ROW, row_sum
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import pick, serial_and_parallel
 
@@ -27,29 +27,25 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _row_squares(x, i, mu, zero):  # noqa: ANN001, ANN201
-    """The sum of (x[i, j] - mu)^2 over row i, as :func:`row_sum` adds (in x's dtype)."""
+    """The sum of (x[i, j] - mu)^2 over row i, in partial sums as :func:`row_sum` adds."""
     k = x.shape[1]
-    total = np.float64(-0.0)
-    for start in range(0, k, 128):
-        stop = min(start + 128, k)
-        s0 = s1 = s2 = s3 = zero
-        j = start
-        while j + 4 <= stop:
-            d0 = x[i, j] - mu
-            d1 = x[i, j + 1] - mu
-            d2 = x[i, j + 2] - mu
-            d3 = x[i, j + 3] - mu
-            s0 += d0 * d0
-            s1 += d1 * d1
-            s2 += d2 * d2
-            s3 += d3 * d3
-            j += 4
-        while j < stop:
-            d0 = x[i, j] - mu
-            s0 += d0 * d0
-            j += 1
-        total += (s0 + s1) + (s2 + s3)
-    return total
+    s0 = s1 = s2 = s3 = zero
+    j = 0
+    while j + 4 <= k:
+        d0 = x[i, j] - mu
+        d1 = x[i, j + 1] - mu
+        d2 = x[i, j + 2] - mu
+        d3 = x[i, j + 3] - mu
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+        j += 4
+    while j < k:
+        d0 = x[i, j] - mu
+        s0 += d0 * d0
+        j += 1
+    return np.float64((s0 + s1) + (s2 + s3))
 
 
 row_squares = njit(cache=True, error_model="numpy")(_row_squares)
@@ -181,7 +177,7 @@ def _layer_norm_form(
         return None
     k = math.prod(ns)
     m = input.size // k if k else 0
-    if m == 0 or k == 0 or not isinstance(eps, float):
+    if m == 0 or k == 0 or k > MAX_ROW or not isinstance(eps, float):
         return None
     if not (_param(weight, dt, k) and _param(bias, dt, k) and _planned(out0, dt, input.shape)):
         return None

@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.pool import pool
-from pyexecutorch.kernels.reduce.compiled import SUM_ROWS
+from pyexecutorch.kernels.reduce.compiled import MAX_ROW, SUM_ROWS
 from pyexecutorch.kernels.registry import KernelError, compiled_form
 from pyexecutorch.runtime.compiled import pick, serial_and_parallel
 
@@ -243,7 +243,7 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
         return None
     planes = math.prod(x.shape[:-2])
     x0, o0 = x, out
-    if (oh, ow) == (1, 1):
+    if (oh, ow) == (1, 1) and h * w <= MAX_ROW:
         # A global average: each plane is one contiguous row.
         variants = SUM_ROWS
         xs, os_, consts = (planes, h * w), (planes,), (float(h * w), x.dtype.type(-0.0))

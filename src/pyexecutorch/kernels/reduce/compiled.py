@@ -76,36 +76,35 @@ def _softmax(x, out, log):  # noqa: ANN001, ANN201
 
 
 def _row_sum(x, i, zero):  # noqa: ANN001, ANN201
-    """The sum of row i of x (a, k) in float64: blocks of 128 over eight interleaved partial
-    sums in x's dtype, the blocks added in float64.
+    """The sum of row i of x (a, k) over eight interleaved partial sums in x's dtype.
 
     One running sum waits for each addition to finish (about 4 cycles); eight
-    independent ones keep the adder busy and vectorize, and short blocks keep
-    the rounding of float32 sums as small as numpy's pairwise sums. ``zero``
-    is -0.0 in x's dtype, the exact identity of addition (a row of -0.0 sums
-    to -0.0, as in numpy).
+    independent ones keep the adder busy and vectorize. Rows are at most
+    :data:`MAX_ROW` long, so float32 partial sums round no more than numpy's
+    pairwise ones by much. ``zero`` is -0.0 in x's dtype, the exact identity
+    of addition (a row of -0.0 sums to -0.0, as in numpy).
     """
     k = x.shape[1]
-    total = np.float64(-0.0)
-    for start in range(0, k, 128):
-        stop = min(start + 128, k)
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
-        j = start
-        while j + 8 <= stop:
-            s0 += x[i, j]
-            s1 += x[i, j + 1]
-            s2 += x[i, j + 2]
-            s3 += x[i, j + 3]
-            s4 += x[i, j + 4]
-            s5 += x[i, j + 5]
-            s6 += x[i, j + 6]
-            s7 += x[i, j + 7]
-            j += 8
-        while j < stop:
-            s0 += x[i, j]
-            j += 1
-        total += ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    return total
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    j = 0
+    while j + 8 <= k:
+        s0 += x[i, j]
+        s1 += x[i, j + 1]
+        s2 += x[i, j + 2]
+        s3 += x[i, j + 3]
+        s4 += x[i, j + 4]
+        s5 += x[i, j + 5]
+        s6 += x[i, j + 6]
+        s7 += x[i, j + 7]
+        j += 8
+    while j < k:
+        s0 += x[i, j]
+        j += 1
+    return np.float64(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)))
+
+
+# Rows longer than this are summed by numpy (pairwise: its rounding grows more slowly).
+MAX_ROW = 1 << 13
 
 
 row_sum = njit(cache=True, error_model="numpy")(_row_sum)
@@ -209,8 +208,11 @@ def _bind(
 
 
 def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divisor: float):  # noqa: ANN201
-    """``run(x, out)`` summing planned ``x`` over the middle of ``layout`` (``/ divisor``)."""
+    """``run(x, out)`` summing planned ``x`` over the middle of ``layout`` (``/ divisor``),
+    or None for rows longer than :data:`MAX_ROW`."""
     a, k, b = layout
+    if b == 1 and k > MAX_ROW:
+        return None
     if b == 1:
         return _bind(SUM_ROWS, x, out, (a, k), (a,), divisor, x.dtype.type(-0.0))
     return _bind(SUM, x, out, layout, (a, b), divisor)
@@ -257,6 +259,8 @@ def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     if layout is None or (dtype is not None and out.dtype != x.dtype):
         return None
     run = sum_over(x, out, layout, float(layout[1]))
+    if run is None:
+        return None
 
     def mean(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
         return run(x, out)
@@ -271,6 +275,8 @@ def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     if layout is None:
         return None
     run = sum_over(x, out, layout, 0.0)
+    if run is None:
+        return None
 
     def sum_(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
         return run(x, out)
