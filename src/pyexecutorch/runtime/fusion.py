@@ -103,6 +103,27 @@ class FusedCall:
         return compiled.generated_module(self.source(flat, aliases), "fused").fused
 
 
+def same_elements(a: np.ndarray, out: np.ndarray) -> bool:
+    """Whether input ``a``, broadcast to ``out``'s shape, reads at each position the very
+    bytes ``out`` has there (a leading size-1 dimension more or less changes nothing)."""
+    if a.ctypes.data != out.ctypes.data or a.ndim > out.ndim:
+        return False
+    offset = out.ndim - a.ndim
+    for d, n in enumerate(out.shape):
+        if n == 1:
+            continue
+        k = d - offset
+        if k < 0 or a.shape[k] != n or a.strides[k] != out.strides[d]:
+            return False
+    return True
+
+
+def _dense_like(a_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether an operand of ``a_shape`` has ``shape``'s elements in order (leading 1s aside)."""
+    lead = len(shape) - len(a_shape)
+    return a_shape == shape[lead:] and all(n == 1 for n in shape[:lead])
+
+
 def _literal(value: Any, dtype: np.dtype) -> str | None:
     """A constant as source in the loop's dtype, or None when it does not fit that dtype."""
     if isinstance(value, bool):
@@ -258,13 +279,7 @@ class Fuser:
                 lo, hi = bounds.get(o, (0, 0))
                 if hi <= region[0] or lo >= region[1]:
                     continue
-                a, b = m.capacity[x], m.capacity[o]
-                if not (
-                    exact
-                    and a.shape == b.shape
-                    and a.strides == b.strides
-                    and bounds[x] == bounds[o]
-                ):
+                if not (exact and same_elements(m.capacity[x], m.capacity[o])):
                     return False
         return True
 
@@ -299,7 +314,7 @@ class Fuser:
         stored = self._stored(run)
         if not stored or not self._safe(inputs, stored):
             return None
-        same = all(m.capacity[j].shape == shape for j in inputs)
+        same = all(_dense_like(m.capacity[j].shape, shape) for j in inputs)
         stores = [produced[o] for o in stored]
         pcs = [mem.pc for mem in run]
         return FusedCall(pcs, inputs, stored, dtype, rank, loads, body, stores, same)
