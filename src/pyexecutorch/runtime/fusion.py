@@ -344,7 +344,14 @@ def fuse(
     if flow is None:
         return
     fuser = Fuser(method, flow, written, view_region)
+    from pyexecutorch.runtime.fusion_reductions import (  # noqa: PLC0415 - imports this module
+        build_group,
+        groups,
+        reduction_member,
+    )
+
     candidates: dict[int, _Member] = {}
+    reductions: dict[int, Any] = {}
     for (c, pc), (kind, _fast) in decisions.items():
         if c != 0 or kind == "view":
             continue
@@ -356,6 +363,17 @@ def fuse(
         member = fuser.member(pc, k, args, outs)
         if member is not None:
             candidates[pc] = member
+        elif (reduction := reduction_member(fuser, pc, k, args, outs)) is not None:
+            reductions[pc] = reduction
+    for group in groups(fuser, candidates, reductions):
+        reduced = build_group(fuser, group)
+        if reduced is None:
+            continue
+        for pc in reduced.pcs[:-1]:
+            decisions[0, pc] = ("skip", None)
+            candidates.pop(pc, None)
+        decisions[0, reduced.pcs[-1]] = ("fused", reduced)
+        candidates.pop(reduced.pcs[-1], None)
     for run in fuser.runs(candidates):
         call = fuser.build(run)
         if call is None:
