@@ -467,8 +467,7 @@ def build_group(fuser: Fuser, group: list[Any]) -> ReducedCall | None:
     stored = []
     flow = fuser.flow
     for mem in group:
-        outs = mem.outs if isinstance(mem, _ReductionMember) else [mem.out]
-        for j in outs:
+        for j in _outs(mem):
             outside = any(r not in pcs and r > mem.pc for r in flow.read_at.get(j, ()))
             if (
                 outside
@@ -512,6 +511,10 @@ def _safe(fuser: Fuser, b: _Builder, stored: list[int]) -> bool:
     return True
 
 
+def _outs(mem: Any) -> list[int]:
+    return mem.outs if isinstance(mem, _ReductionMember) else [mem.out]
+
+
 def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any]) -> list[list]:
     """Each reduction with its prologue and epilogue of consecutive elementwise candidates.
 
@@ -535,17 +538,24 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
                 break
             group.insert(0, mem)
             p -= 1
+        produced = {o for g in group for o in _outs(g)}
         p = pc + 1
         while p not in taken:
             mem = candidates.get(p) or reductions.get(p)
             if mem is None:
                 break
             if isinstance(mem, _ReductionMember):
-                if mem.full != red.full or mem.dims != red.dims:
+                if mem.full != red.full or mem.dims != red.dims or mem.x not in produced:
                     break
-            elif cap[mem.out].shape not in (red.full, row) or cap[mem.out].dtype != dtype:
+            elif (
+                cap[mem.out].shape not in (red.full, row)
+                or cap[mem.out].dtype != dtype
+                # a member on none of the group's values starts a chain of its own
+                or not produced.intersection(mem.tensors.values())
+            ):
                 break
             group.append(mem)
+            produced.update(_outs(mem))
             p += 1
         # the longest prefix that builds is tried by the caller; here the whole span
         if len(group) > 1:
