@@ -45,6 +45,9 @@ def _both_tiers(module: torch.nn.Module, inputs: tuple):  # noqa: ANN202
 
 def _assert_same_floats(got: np.ndarray, want: np.ndarray, what: str) -> None:
     assert got.dtype == want.dtype, what
+    if got.dtype == np.bool_:  # a comparison's result
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
     zeros = want == 0
     np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=what)
@@ -93,6 +96,17 @@ class FloatOps(torch.nn.Module):
             F.gelu(x),
             F.gelu(x, approximate="tanh"),
             torch.where(c, x, y),
+            x.masked_fill(c, -1.5),
+            x == y,
+            x == 1.5,
+            x != y,
+            x < y,
+            x < 0.25,
+            x >= -0.5,
+            x <= 0.0,
+            x > 0.5,
+            x >= y,
+            torch.where(x > y, x, y),  # a test's result in a register
         )
 
 
@@ -133,6 +147,13 @@ class IntOps(torch.nn.Module):
             torch.relu(x),
             torch.clamp(x, -5, 9),
             torch.where(c, x, y),
+            x.masked_fill(c, 4),
+            x == y,
+            x != 3,
+            x < y,
+            x <= y,
+            x > -2,
+            x >= y,
         )
 
 

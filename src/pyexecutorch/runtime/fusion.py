@@ -39,6 +39,7 @@ class _Member:
     constants: dict[int, Any]  # argument position -> value
     expression: str
     literals: dict[int, str]  # argument position -> source of its constant value
+    dtype: np.dtype  # the loop's dtype (a test's operands' dtype; its output is bool)
 
 
 @dataclass
@@ -169,6 +170,10 @@ class Fuser:
         if not self._static_tensor(out) or out in m.constant_values:
             return None
         dtype = m.capacity[out].dtype
+        if formula.bool_out:
+            if dtype != np.bool_ or not self._static_tensor(args[formula.tensors[0]]):
+                return None
+            dtype = m.capacity[args[formula.tensors[0]]].dtype
         if dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES):
             return None
         shape = m.capacity[out].shape
@@ -218,7 +223,7 @@ class Fuser:
                     return None
                 literals[pos] = lit
         literals.update(folded)
-        return _Member(pc, out, formula, tensors, constants, expression, literals)
+        return _Member(pc, out, formula, tensors, constants, expression, literals, dtype)
 
     # ------------------------------------------------------------------- runs
 
@@ -232,7 +237,7 @@ class Fuser:
             if current and (
                 pc != current[-1].pc + 1
                 or cap[mem.out].shape != cap[current[0].out].shape
-                or cap[mem.out].dtype != cap[current[0].out].dtype
+                or mem.dtype != current[0].dtype
             ):
                 runs.append(current)
                 current = []
@@ -293,7 +298,7 @@ class Fuser:
         out0 = run[0].out
         shape = m.capacity[out0].shape
         rank = len(shape)
-        dtype = m.capacity[out0].dtype
+        dtype = run[0].dtype
         loads: list[tuple[str, str]] = []
         for n, mem in enumerate(run):
             names: dict[int, str] = {}
@@ -309,7 +314,7 @@ class Fuser:
                 names[pos] = input_names[j]
             names.update(mem.literals)
             expr = mem.expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
-            body.append(f"t{n} = T({expr})")
+            body.append(f"t{n} = {expr}" if mem.formula.bool_out else f"t{n} = T({expr})")
             produced[mem.out] = f"t{n}"
         stored = self._stored(run)
         if not stored or not self._safe(inputs, stored):
@@ -375,12 +380,31 @@ def fuse(
         decisions[0, reduced.pcs[-1]] = ("fused", reduced)
         candidates.pop(reduced.pcs[-1], None)
     for run in fuser.runs(candidates):
-        call = fuser.build(run)
-        if call is None:
-            continue
-        for pc in call.pcs[:-1]:
-            decisions[0, pc] = ("skip", None)
-        decisions[0, call.pcs[-1]] = ("fused", call)
+        while run:
+            call = _longest_prefix(fuser, run)
+            if call is None:
+                run = run[1:]
+                continue
+            for pc in call.pcs[:-1]:
+                decisions[0, pc] = ("skip", None)
+            decisions[0, call.pcs[-1]] = ("fused", call)
+            run = run[len(call.pcs) :]
+
+
+_PREFIX_TRIES = 16  # shorter prefixes tried when a run cannot be fused whole
+
+
+def _longest_prefix(fuser: Fuser, run: list[_Member]) -> FusedCall | None:
+    """The loop of the longest prefix of ``run`` that fuses safely (a later member's store
+    may land on bytes an earlier one still reads), or None."""
+    for end in range(len(run), max(len(run) - _PREFIX_TRIES, 0), -1):
+        part = run[:end]
+        if sum(m.formula.passes for m in part) <= 1:
+            return None
+        call = fuser.build(part)
+        if call is not None:
+            return call
+    return None
 
 
 def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | None:
@@ -391,6 +415,9 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     """
     formula = FORMULAS.get(name)
     dtype = out.dtype
+    if formula is not None and formula.bool_out:
+        first = args[formula.tensors[0]]
+        dtype = first.dtype if isinstance(first, np.ndarray) else dtype
     if formula is None or (
         dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
     ):
@@ -421,6 +448,5 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
             names[pos] = lit
     expr = expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
     same = all(args[p].shape == out.shape for p in formula.tensors)
-    return FusedCall(
-        [0], list(formula.tensors), [0], dtype, out.ndim, loads, [f"t0 = T({expr})"], ["t0"], same
-    )
+    body = [f"t0 = {expr}" if formula.bool_out else f"t0 = T({expr})"]
+    return FusedCall([0], list(formula.tensors), [0], dtype, out.ndim, loads, body, ["t0"], same)

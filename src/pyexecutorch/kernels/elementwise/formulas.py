@@ -41,6 +41,7 @@ class Formula:
     # passes over memory of the numpy fast path: one op alone is compiled when > 1 (one
     # np.clip or a max-and-copy pass is as fast as a loop, which also costs a dispatch)
     passes: int = 1
+    bool_out: bool = False  # a test: bool output, computed in the operands' dtype
 
     def expression(self, constants: dict[int, object]) -> str | None:
         """The formula for these constant arguments (position -> value), or None."""
@@ -96,6 +97,24 @@ def _unary(fn: str) -> Formula:
     return Formula((0,), f"{fn}({{0}})")
 
 
+def _comparisons() -> dict[str, Formula]:
+    # NaN compares as numpy compares it: false, except for !=
+    table = {}
+    for name, op in (
+        ("eq", "=="),
+        ("ne", "!="),
+        ("lt", "<"),
+        ("le", "<="),
+        ("gt", ">"),
+        ("ge", ">="),
+    ):
+        table[f"aten::{name}.Tensor_out"] = Formula(
+            (0, 1), f"{{0}} {op} {{1}}", True, bool_out=True
+        )
+        table[f"aten::{name}.Scalar_out"] = Formula((0,), f"{{0}} {op} {{1}}", True, bool_out=True)
+    return table
+
+
 FORMULAS: dict[str, Formula] = {
     "aten::add.out": Formula((0, 1), lambda c: "{0} + " + _scaled(c[2], "{1}"), ints=True),
     "aten::add.Scalar_out": Formula((0,), lambda c: "{0} + " + _scaled(c[2], "{1}"), ints=True),
@@ -133,4 +152,5 @@ FORMULAS: dict[str, Formula] = {
     "aten::where.self_out": Formula(
         (0, 1, 2), "({1} if {0} else {2})", ints=True, bool_tensors=(0,)
     ),
+    **_comparisons(),
 }
