@@ -239,3 +239,32 @@ def test_jit_true_without_numba_raises(monkeypatch):
     with pytest.raises(JitUnavailableError, match=r"jit=True needs numba"):
         Runtime.get().load_program(buf, jit=True)
     assert not Runtime.get().load_program(buf).jit  # the default falls back quietly
+
+
+class Gates(torch.nn.Module):
+    """Gate arithmetic on equal chunks of one matmul, as GRU and LSTM cells export."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 12, generator=torch.Generator().manual_seed(11)))
+
+    def forward(self, x, h):
+        r, z, n = (x @ self.w).chunk(3, dim=-1)
+        return torch.sigmoid(r) * torch.tanh(n) + (1 - torch.sigmoid(z)) * h
+
+
+def test_split_pieces_are_read_by_the_loop_and_the_split_is_skipped():
+    g = torch.Generator().manual_seed(12)
+    x, h = torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 4, generator=g)
+    compiled, want, got, eager = _both_tiers(Gates(), (x, h))
+    loaded = compiled._loaded
+    instructions = loaded.plan.chains[0].instructions
+    (split,) = [
+        pc
+        for pc, i in enumerate(instructions)
+        if loaded.kernels[i.instr_args.op_index].name == "aten::split_with_sizes_copy.out"
+    ]
+    assert len(loaded.fused_runs) == 1 and len(loaded.fused_runs[0]) >= 6
+    assert split not in loaded.chains[0].line_to_instruction.values(), loaded.chains[0].source
+    _assert_same_floats(got[0], want[0], "gates")
+    np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=1e-6)

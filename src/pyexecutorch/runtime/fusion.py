@@ -24,10 +24,25 @@ import numpy as np
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
-from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
+from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorShapeDynamism
 
 _FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64)}
 _INT_DTYPES = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
+
+
+_SPLITS = {"aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out"}
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One output of a split into equal parts: ``src``'s part ``n`` along ``axis``."""
+
+    pc: int
+    src: int
+    n: int
+    axis: int
+    listed: int  # the split's output list
+    items: tuple[int, ...]  # every part
 
 
 @dataclass
@@ -56,10 +71,11 @@ class FusedCall:
     outputs: list[int]
     dtype: np.dtype
     rank: int
-    loads: list[tuple[str, str]] = field(repr=False)  # (name, index expression) per input
+    loads: list[tuple[str, str, int]] = field(repr=False)  # (name, index, input read) per load
     body: list[str] = field(repr=False)
     stores: list[str] = field(repr=False)  # the value each output stores
     same_shape: bool = False  # no input broadcasts: the flat form may be used
+    absorbed: list[int] = field(default_factory=list)  # splits whose pieces the loop reads itself
 
     def source(self, flat: bool, aliases: dict[int, int] | None = None) -> str:
         """The loop's module; ``aliases`` maps inputs to the outputs whose memory they are.
@@ -87,14 +103,14 @@ class FusedCall:
         if flat:
             lines.append("    for i in range(out0.size):")
             index, indent = "i", "        "
-            loads = [f"{name} = {source_of[k]}[i]" for k, (name, _) in enumerate(self.loads)]
+            loads = [f"{name} = {source_of[k]}[i]" for name, _, k in self.loads]
         else:
             indent = "    "
             for d in range(self.rank):
                 lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
                 indent += "    "
             index = ", ".join(f"i{d}" for d in range(self.rank))
-            loads = [f"{name} = {source_of[k]}[{at}]" for k, (name, at) in enumerate(self.loads)]
+            loads = [f"{name} = {source_of[k]}[{at}]" for name, at, k in self.loads]
         stores = [f"out{k}[{index}] = {value}" for k, value in enumerate(self.stores)]
         lines.extend(indent + s for s in loads + self.body + stores)
         return "\n".join(lines) + "\n"
@@ -153,6 +169,60 @@ class Fuser:
         self.view_region = region  # where elided views read (ViewElider.region)
         self.evalues = method.plan.values
         self.outputs = set(method.plan.outputs)
+        self.pieces: dict[int, _Piece] = {}  # an equal split's outputs (see split_pieces)
+
+    def split_pieces(self, pc: int, k: Any, args: list[int], outs: list[int]) -> None:
+        """Record the pieces of instruction ``pc`` if it splits a tensor into equal parts.
+
+        A fused loop may read such a piece straight from the split tensor (at
+        ``piece * extent`` along the split dimension, generic in sizes) and the
+        split is skipped when nothing else reads its pieces.
+        """
+        if k.name not in _SPLITS or len(outs) != 1:
+            return
+        m = self.method
+        src = args[0]
+        listed = self.evalues[outs[0]].val
+        if not self._static_tensor(src) or not isinstance(listed, TensorList):
+            return
+        items = list(listed.items)
+        dim = m.values[args[2]] if args[2] not in self.written else None
+        shape = m.capacity[src].shape
+        if not items or isinstance(dim, bool) or not isinstance(dim, int) or not shape:
+            return
+        if not -len(shape) <= dim < len(shape):
+            return
+        axis = dim % len(shape)
+        want = shape[:axis] + (shape[axis] // len(items),) + shape[axis + 1 :]
+        if shape[axis] % len(items):
+            return
+        for j in items:
+            if not self._static_tensor(j) or m.capacity[j].shape != want:
+                return
+            if m.capacity[j].dtype != m.capacity[src].dtype:
+                return
+        for n, j in enumerate(items):
+            self.pieces[j] = _Piece(pc, src, n, axis, outs[0], tuple(items))
+
+    def _piece_readable(self, j: int, pcs: set[int], first: int) -> _Piece | None:
+        """The split piece ``j`` if a loop over ``pcs`` may read it from the split tensor."""
+        piece = self.pieces.get(j)
+        if piece is None:
+            return None
+        flow = self.flow
+        for i in (piece.listed, *piece.items):
+            if i in self.outputs or i in flow.delegate_reads or flow.write_count[i] != 1:
+                return None
+            if any(r not in pcs for r in flow.read_at.get(i, ())):
+                return None
+            if i != piece.listed and flow.aliases_reading(piece.pc, i):
+                return None
+        region = self.view_region.get(piece.src) or flow.bounds.get(piece.src)
+        if region is not None and any(
+            flow.writes_to(p, region) for p in range(piece.pc + 1, first)
+        ):
+            return None  # the split tensor changes between the split and the loop
+        return piece
 
     # ---------------------------------------------------------------- members
 
@@ -300,6 +370,8 @@ class Fuser:
         rank = len(shape)
         dtype = run[0].dtype
         loads: list[tuple[str, str]] = []
+        pcs = {mem.pc for mem in run}
+        absorbed: set[int] = set()
         for n, mem in enumerate(run):
             names: dict[int, str] = {}
             for pos, j in mem.tensors.items():
@@ -307,10 +379,18 @@ class Fuser:
                     names[pos] = produced[j]
                     continue
                 if j not in input_names:
-                    name = f"x{len(inputs)}"
+                    name = f"x{len(loads)}"
                     input_names[j] = name
-                    inputs.append(j)
-                    loads.append((name, self._index(j, shape)))
+                    piece = self._piece_readable(j, pcs, run[0].pc)
+                    if piece is None:
+                        inputs.append(j)
+                        loads.append((name, self._index(j, shape), len(inputs) - 1))
+                    else:
+                        absorbed.add(piece.pc)
+                        if piece.src not in inputs:
+                            inputs.append(piece.src)
+                        at = self._piece_index(j, piece, shape)
+                        loads.append((name, at, inputs.index(piece.src)))
                 names[pos] = input_names[j]
             names.update(mem.literals)
             expr = mem.expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
@@ -319,10 +399,30 @@ class Fuser:
         stored = self._stored(run)
         if not stored or not self._safe(inputs, stored):
             return None
-        same = all(_dense_like(m.capacity[j].shape, shape) for j in inputs)
+        same = not absorbed and all(_dense_like(m.capacity[j].shape, shape) for j in inputs)
         stores = [produced[o] for o in stored]
-        pcs = [mem.pc for mem in run]
-        return FusedCall(pcs, inputs, stored, dtype, rank, loads, body, stores, same)
+        return FusedCall(
+            [mem.pc for mem in run],
+            inputs,
+            stored,
+            dtype,
+            rank,
+            loads,
+            body,
+            stores,
+            same,
+            sorted(absorbed),
+        )
+
+    def _piece_index(self, j: int, piece: _Piece, shape: tuple[int, ...]) -> str:
+        """Index into the split tensor of piece ``j`` at the loop's position."""
+        parts = self._index(j, shape).split(", ")
+        offset = len(shape) - self.method.capacity[j].ndim
+        loop_dim = offset + piece.axis
+        size = self.method.capacity[j].shape[piece.axis]
+        extent = "1" if size == 1 else f"out0.shape[{loop_dim}]"
+        parts[piece.axis] = f"{parts[piece.axis]} + {piece.n} * {extent}"
+        return ", ".join(parts)
 
     def _index(self, j: int, shape: tuple[int, ...]) -> str:
         """Index of input ``j`` at the loop's position: broadcast dimensions read element 0."""
@@ -365,6 +465,7 @@ def fuse(
             continue
         k = method.kernels[a.op_index]
         args, outs = method.kernel_layout(k, a)
+        fuser.split_pieces(pc, k, args, outs)
         member = fuser.member(pc, k, args, outs)
         if member is not None:
             candidates[pc] = member
@@ -385,7 +486,7 @@ def fuse(
             if call is None:
                 run = run[1:]
                 continue
-            for pc in call.pcs[:-1]:
+            for pc in call.pcs[:-1] + call.absorbed:
                 decisions[0, pc] = ("skip", None)
             decisions[0, call.pcs[-1]] = ("fused", call)
             run = run[len(call.pcs) :]
@@ -427,7 +528,7 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     if expression is None:
         return None
     names: dict[int, str] = {}
-    loads: list[tuple[str, str]] = []
+    loads: list[tuple[str, str, int]] = []
     for pos in formula.tensors:
         a = args[pos]
         want = np.dtype(np.bool_) if pos in formula.bool_tensors else dtype
@@ -439,7 +540,7 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
             for d, n in enumerate(a.shape)
         ]
         names[pos] = f"x{len(loads)}"
-        loads.append((names[pos], ", ".join(at) or "()"))
+        loads.append((names[pos], ", ".join(at) or "()", len(loads)))
     for pos, value in constants.items():
         if "{" + str(pos) + "}" in expression:
             lit = _literal(value, dtype)
