@@ -72,7 +72,16 @@ def _pow(c: dict[int, object]) -> str | None:
     exponent = c.get(1)
     if isinstance(exponent, bool):
         return None
-    return {1: "{0}", 2: "{0} * {0}"}.get(exponent)  # type: ignore[call-overload]
+    # the exponents the numpy kernel computes with plain arithmetic, rounded as it rounds
+    return {
+        1: "{0}",
+        2: "{0} * {0}",
+        3: "T({0} * {0}) * {0}",
+        0.5: "math.sqrt({0})",
+        -0.5: "T(1) / T(math.sqrt({0}))",
+        -1: "T(1) / {0}",
+        -2: "T(1) / T({0} * {0})",
+    }.get(exponent)  # type: ignore[call-overload]
 
 
 def _gelu(c: dict[int, object]) -> str | None:
