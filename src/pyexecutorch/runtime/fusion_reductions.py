@@ -557,7 +557,7 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
             group.append(mem)
             produced.update(_outs(mem))
             p += 1
-        # the longest prefix that builds is tried by the caller; here the whole span
+        # build_group cuts the span before a member that does not fit the loop nest
         if len(group) > 1:
             found.append(group)
             taken.update(g.pc for g in group)
