@@ -112,6 +112,8 @@ class FloatOps(torch.nn.Module):
             x > 0.5,
             x >= y,
             torch.where(x > y, x, y),  # a test's result in a register
+            torch.where(torch.logical_not(x > y), x, y),
+            torch.full_like(x, 0.5),
         )
 
 

@@ -195,3 +195,29 @@ def test_output_on_an_input_s_bytes():
     assert any(loaded.capacity[j].ctypes.data in addresses for j in writes)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=2e-6)
     np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=2e-6)
+
+
+class MaskedRows(torch.nn.Module):
+    """What scaled_dot_product_attention exports: rows all masked come out as zeros."""
+
+    def forward(self, scores):
+        s = torch.softmax(scores, dim=-1)
+        dead = torch.logical_not(torch.logical_not(scores == -torch.inf).any(-1, keepdim=True))
+        # the sum keeps the scores alive: else the planner may shift the result onto them
+        return torch.where(dead, torch.full_like(s, 0.0), s), scores.sum(0)
+
+
+def test_softmax_and_the_masked_row_test_are_one_loop():
+    scores = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(8))
+    scores[0, 1, 2, :] = -torch.inf  # a dead row: 0, where the softmax alone gives NaN
+    scores[1, 0, 3, 2:] = -torch.inf
+    ops = [
+        "aten::_softmax.out",
+        "aten::eq.Scalar_out",
+        "aten::logical_not.out",
+        "aten::any.out",
+        "aten::logical_not.out",
+        "aten::full_like.out",
+        "aten::where.self_out",
+    ]
+    _check(MaskedRows(), (scores,), [ops])

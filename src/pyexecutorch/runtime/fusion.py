@@ -54,7 +54,8 @@ class _Member:
     constants: dict[int, Any]  # argument position -> value
     expression: str
     literals: dict[int, str]  # argument position -> source of its constant value
-    dtype: np.dtype  # the loop's dtype (a test's operands' dtype; its output is bool)
+    dtype: np.dtype | None  # the loop's dtype (a test's operands'); None: bool in and out
+    shape_refs: tuple[int, ...] = ()  # values read for their shape only
 
 
 @dataclass
@@ -244,7 +245,11 @@ class Fuser:
             if dtype != np.bool_ or not self._static_tensor(args[formula.tensors[0]]):
                 return None
             dtype = m.capacity[args[formula.tensors[0]]].dtype
-        if dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES):
+            if dtype == np.bool_ and set(formula.tensors) == set(formula.bool_tensors):
+                dtype = None  # bool to bool: joins a loop of any dtype
+        if dtype is not None and (
+            dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
+        ):
             return None
         shape = m.capacity[out].shape
         if not shape or 0 in shape:
@@ -254,6 +259,10 @@ class Fuser:
         folded: dict[int, str] = {}  # one-element constant tensors, as literals
         for pos in range(n_in):
             j = args[pos]
+            if pos in formula.shape_only:
+                if not self._static_tensor(j) or m.capacity[j].shape != shape:
+                    return None
+                continue
             if pos in formula.tensors:
                 if not self._static_tensor(j):
                     return None
@@ -288,12 +297,15 @@ class Fuser:
         literals = {}
         for pos, value in constants.items():
             if "{" + str(pos) + "}" in expression:
+                if dtype is None:
+                    return None
                 lit = _literal(value, dtype)
                 if lit is None:
                     return None
                 literals[pos] = lit
         literals.update(folded)
-        return _Member(pc, out, formula, tensors, constants, expression, literals, dtype)
+        refs = tuple(args[p] for p in formula.shape_only)
+        return _Member(pc, out, formula, tensors, constants, expression, literals, dtype, refs)
 
     # ------------------------------------------------------------------- runs
 
@@ -302,16 +314,19 @@ class Fuser:
         runs: list[list[_Member]] = []
         current: list[_Member] = []
         cap = self.method.capacity
+        dtype = None
         for pc in sorted(candidates):
             mem = candidates[pc]
             if current and (
                 pc != current[-1].pc + 1
                 or cap[mem.out].shape != cap[current[0].out].shape
-                or mem.dtype != current[0].dtype
+                or (None not in (mem.dtype, dtype) and mem.dtype != dtype)
             ):
                 runs.append(current)
-                current = []
+                current, dtype = [], None
             current.append(mem)
+            if dtype is None:
+                dtype = mem.dtype
         if current:
             runs.append(current)
         return [r for r in runs if sum(m.formula.passes for m in r) > 1]
@@ -368,8 +383,10 @@ class Fuser:
         out0 = run[0].out
         shape = m.capacity[out0].shape
         rank = len(shape)
-        dtype = run[0].dtype
-        loads: list[tuple[str, str]] = []
+        dtype = next((mem.dtype for mem in run if mem.dtype is not None), None)
+        if dtype is None:
+            return None  # bool operators only: the numpy kernels are as fast
+        loads: list[tuple[str, str, int]] = []
         pcs = {mem.pc for mem in run}
         absorbed: set[int] = set()
         for n, mem in enumerate(run):

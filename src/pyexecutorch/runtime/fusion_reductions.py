@@ -57,10 +57,11 @@ class _Graph:
         self.nodes[name] = _Node(name, level, expr, deps, reduce)
         return name
 
-    def elem(self, expr: str, *deps: str) -> str:
-        """``expr`` over ``{0}``, ``{1}``... (the operands), rounded to the dtype."""
+    def elem(self, expr: str, *deps: str, rounded: bool = True) -> str:
+        """``expr`` over ``{0}``, ``{1}``... (the operands), rounded to the dtype unless a test."""
         level = FULL if any(self.nodes[d].level == FULL for d in deps) else ROW
-        return self.add(level, "T(" + expr.format(*deps) + ")", deps)
+        expr = expr.format(*deps)
+        return self.add(level, f"T({expr})" if rounded else expr, deps)
 
     def reduce(self, kind: str, x: str) -> str:
         return self.add(ROW, "", (x,), kind)
@@ -105,6 +106,10 @@ def _mean(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
     return {0: g.elem("{0} / " + n, g.reduce("sum", x))}
 
 
+def _any(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    return {0: g.reduce("any", x)}
+
+
 @dataclass(frozen=True)
 class Reduction:
     """How one reduction operator's arguments read, and its steps."""
@@ -114,6 +119,7 @@ class Reduction:
     tensors: tuple[int, ...] = ()  # optional tensor operands besides the input (position 0)
     keepdim_at: int | None = None  # the keepdim argument; None: outputs keep every dimension
     constant: Callable[[dict[int, Any]], bool] = lambda c: True  # accepted constant arguments
+    tests: bool = False  # bool in and out (any): only inside a group of a float reduction
 
 
 def _softmax_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
@@ -150,6 +156,7 @@ REDUCTIONS: dict[str, Reduction] = {
     "aten::sum.IntList_out": Reduction(
         _sum, _listed_dims, keepdim_at=2, constant=lambda c: c[3] is None
     ),
+    "aten::any.out": Reduction(_any, _softmax_dims, keepdim_at=2, tests=True),
 }
 
 
@@ -181,7 +188,7 @@ def reduction_member(fuser: Fuser, pc: int, k: Any, args: list[int], outs: list[
         return None
     dtype = m.capacity[x].dtype
     full = m.capacity[x].shape
-    if dtype not in _FLOAT_DTYPES or not full or 0 in full:
+    if dtype not in ({np.dtype(np.bool_)} if op.tests else _FLOAT_DTYPES) or not full or 0 in full:
         return None
     if any(m.capacity[o].dtype != dtype or o in m.constant_values for o in outs):
         return None
@@ -282,10 +289,13 @@ class _Builder:
                 names[pos] = "{" + str(len(deps)) + "}"
                 deps.append(node)
             names.update(mem.literals)
-            expr = mem.expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
-            self.produced[mem.out] = g.elem(expr, *deps)
+            top = max(names, default=-1)
+            expr = mem.expression.format(*(names.get(i, "None") for i in range(top + 1)))
+            self.produced[mem.out] = g.elem(expr, *deps, rounded=not mem.formula.bool_out)
             shape = self.m.capacity[mem.out].shape
             want = FULL if shape == self.full else ROW
+            if want == FULL and not deps:
+                g.nodes[self.produced[mem.out]].level = FULL  # a constant: computed per element
             return g.nodes[self.produced[mem.out]].level == want and (
                 want == FULL or shape == self.row_shape(True)
             )
@@ -410,7 +420,7 @@ class _Builder:
         for p in range(1, n_phases + 1):
             here = [r for r in reduces if phase[r] == p]
             for r in here:
-                start = "-math.inf" if nodes[r].reduce == "max" else "0.0"
+                start = {"max": "-math.inf", "sum": "0.0", "any": "False"}[nodes[r].reduce]
                 lines.append(f"{indent}{r} = {start}")
             inner = indent
             for d in self.dims:
@@ -423,10 +433,14 @@ class _Builder:
                 if nodes[r].reduce == "max":  # NaN sticks, as np.max propagates it
                     lines.append(f"{inner}if {x} > {r} or {x} != {x}:")
                     lines.append(f"{inner}    {r} = {x}")
+                elif nodes[r].reduce == "any":
+                    lines.append(f"{inner}if {x}:")
+                    lines.append(f"{inner}    {r} = True")
                 else:
                     lines.append(f"{inner}{r} += {x}")
             for r in here:
-                lines.append(f"{indent}{r} = T({r})")
+                if nodes[r].reduce != "any":
+                    lines.append(f"{indent}{r} = T({r})")
                 done.add(r)
             emit_row(p)
         for node, param, index in store_of:
@@ -528,17 +542,20 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
         if pc in taken:
             continue
         red = reductions[pc]
+        if red.op.tests:
+            continue  # a test's reduction joins the group of a float reduction before it
         dtype = cap[red.x].dtype
         row = tuple(1 if d in red.dims else n for d, n in enumerate(red.full))
         group = [red]
         p = pc - 1
         while p in candidates and p not in taken:
             mem = candidates[p]
-            if cap[mem.out].shape != red.full or cap[mem.out].dtype != dtype:
+            if cap[mem.out].shape != red.full or mem.dtype not in (None, dtype):
                 break
             group.insert(0, mem)
             p -= 1
-        produced = {o for g in group for o in _outs(g)}
+        # the values an epilogue member may build on: the group's, and what it reduces
+        produced = {o for g in group for o in _outs(g)} | {red.x}
         p = pc + 1
         while p not in taken:
             mem = candidates.get(p) or reductions.get(p)
@@ -549,9 +566,9 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
                     break
             elif (
                 cap[mem.out].shape not in (red.full, row)
-                or cap[mem.out].dtype != dtype
+                or mem.dtype not in (None, dtype)
                 # a member on none of the group's values starts a chain of its own
-                or not produced.intersection(mem.tensors.values())
+                or not produced.intersection((*mem.tensors.values(), *mem.shape_refs))
             ):
                 break
             group.append(mem)

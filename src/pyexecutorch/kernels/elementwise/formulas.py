@@ -42,6 +42,7 @@ class Formula:
     # np.clip or a max-and-copy pass is as fast as a loop, which also costs a dispatch)
     passes: int = 1
     bool_out: bool = False  # a test: bool output, computed in the operands' dtype
+    shape_only: tuple[int, ...] = ()  # tensor operands read for their shape only
 
     def expression(self, constants: dict[int, object]) -> str | None:
         """The formula for these constant arguments (position -> value), or None."""
@@ -161,5 +162,7 @@ FORMULAS: dict[str, Formula] = {
     "aten::where.self_out": Formula(
         (0, 1, 2), "({1} if {0} else {2})", ints=True, bool_tensors=(0,)
     ),
+    "aten::logical_not.out": Formula((0,), "not {0}", ints=True, bool_tensors=(0,), bool_out=True),
+    "aten::full_like.out": Formula((), "{1}", ints=True, shape_only=(0,)),
     **_comparisons(),
 }
