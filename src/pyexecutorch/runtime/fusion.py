@@ -24,10 +24,25 @@ import numpy as np
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
-from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
+from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorShapeDynamism
 
 _FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64)}
 _INT_DTYPES = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
+
+
+_SPLITS = {"aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out"}
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One output of a split into equal parts: ``src``'s part ``n`` along ``axis``."""
+
+    pc: int
+    src: int
+    n: int
+    axis: int
+    listed: int  # the split's output list
+    items: tuple[int, ...]  # every part
 
 
 @dataclass
@@ -39,6 +54,8 @@ class _Member:
     constants: dict[int, Any]  # argument position -> value
     expression: str
     literals: dict[int, str]  # argument position -> source of its constant value
+    dtype: np.dtype | None  # the loop's dtype (a test's operands'); None: bool in and out
+    shape_refs: tuple[int, ...] = ()  # values read for their shape only
 
 
 @dataclass
@@ -55,10 +72,11 @@ class FusedCall:
     outputs: list[int]
     dtype: np.dtype
     rank: int
-    loads: list[tuple[str, str]] = field(repr=False)  # (name, index expression) per input
+    loads: list[tuple[str, str, int]] = field(repr=False)  # (name, index, input read) per load
     body: list[str] = field(repr=False)
     stores: list[str] = field(repr=False)  # the value each output stores
     same_shape: bool = False  # no input broadcasts: the flat form may be used
+    absorbed: list[int] = field(default_factory=list)  # splits whose pieces the loop reads itself
 
     def source(self, flat: bool, aliases: dict[int, int] | None = None) -> str:
         """The loop's module; ``aliases`` maps inputs to the outputs whose memory they are.
@@ -86,14 +104,14 @@ class FusedCall:
         if flat:
             lines.append("    for i in range(out0.size):")
             index, indent = "i", "        "
-            loads = [f"{name} = {source_of[k]}[i]" for k, (name, _) in enumerate(self.loads)]
+            loads = [f"{name} = {source_of[k]}[i]" for name, _, k in self.loads]
         else:
             indent = "    "
             for d in range(self.rank):
                 lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
                 indent += "    "
             index = ", ".join(f"i{d}" for d in range(self.rank))
-            loads = [f"{name} = {source_of[k]}[{at}]" for k, (name, at) in enumerate(self.loads)]
+            loads = [f"{name} = {source_of[k]}[{at}]" for name, at, k in self.loads]
         stores = [f"out{k}[{index}] = {value}" for k, value in enumerate(self.stores)]
         lines.extend(indent + s for s in loads + self.body + stores)
         return "\n".join(lines) + "\n"
@@ -101,6 +119,27 @@ class FusedCall:
     def function(self, flat: bool, aliases: dict[int, int] | None = None) -> Any:
         """The compiled loop (a numba dispatcher), generated and imported on first use."""
         return compiled.generated_module(self.source(flat, aliases), "fused").fused
+
+
+def same_elements(a: np.ndarray, out: np.ndarray) -> bool:
+    """Whether input ``a``, broadcast to ``out``'s shape, reads at each position the very
+    bytes ``out`` has there (a leading size-1 dimension more or less changes nothing)."""
+    if a.ctypes.data != out.ctypes.data or a.ndim > out.ndim:
+        return False
+    offset = out.ndim - a.ndim
+    for d, n in enumerate(out.shape):
+        if n == 1:
+            continue
+        k = d - offset
+        if k < 0 or a.shape[k] != n or a.strides[k] != out.strides[d]:
+            return False
+    return True
+
+
+def _dense_like(a_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether an operand of ``a_shape`` has ``shape``'s elements in order (leading 1s aside)."""
+    lead = len(shape) - len(a_shape)
+    return a_shape == shape[lead:] and all(n == 1 for n in shape[:lead])
 
 
 def _literal(value: Any, dtype: np.dtype) -> str | None:
@@ -131,6 +170,60 @@ class Fuser:
         self.view_region = region  # where elided views read (ViewElider.region)
         self.evalues = method.plan.values
         self.outputs = set(method.plan.outputs)
+        self.pieces: dict[int, _Piece] = {}  # an equal split's outputs (see split_pieces)
+
+    def split_pieces(self, pc: int, k: Any, args: list[int], outs: list[int]) -> None:
+        """Record the pieces of instruction ``pc`` if it splits a tensor into equal parts.
+
+        A fused loop may read such a piece straight from the split tensor (at
+        ``piece * extent`` along the split dimension, generic in sizes) and the
+        split is skipped when nothing else reads its pieces.
+        """
+        if k.name not in _SPLITS or len(outs) != 1:
+            return
+        m = self.method
+        src = args[0]
+        listed = self.evalues[outs[0]].val
+        if not self._static_tensor(src) or not isinstance(listed, TensorList):
+            return
+        items = list(listed.items)
+        dim = m.values[args[2]] if args[2] not in self.written else None
+        shape = m.capacity[src].shape
+        if not items or isinstance(dim, bool) or not isinstance(dim, int) or not shape:
+            return
+        if not -len(shape) <= dim < len(shape):
+            return
+        axis = dim % len(shape)
+        want = shape[:axis] + (shape[axis] // len(items),) + shape[axis + 1 :]
+        if shape[axis] % len(items):
+            return
+        for j in items:
+            if not self._static_tensor(j) or m.capacity[j].shape != want:
+                return
+            if m.capacity[j].dtype != m.capacity[src].dtype:
+                return
+        for n, j in enumerate(items):
+            self.pieces[j] = _Piece(pc, src, n, axis, outs[0], tuple(items))
+
+    def _piece_readable(self, j: int, pcs: set[int], first: int) -> _Piece | None:
+        """The split piece ``j`` if a loop over ``pcs`` may read it from the split tensor."""
+        piece = self.pieces.get(j)
+        if piece is None:
+            return None
+        flow = self.flow
+        for i in (piece.listed, *piece.items):
+            if i in self.outputs or i in flow.delegate_reads or flow.write_count[i] != 1:
+                return None
+            if any(r not in pcs for r in flow.read_at.get(i, ())):
+                return None
+            if i != piece.listed and flow.aliases_reading(piece.pc, i):
+                return None
+        region = self.view_region.get(piece.src) or flow.bounds.get(piece.src)
+        if region is not None and any(
+            flow.writes_to(p, region) for p in range(piece.pc + 1, first)
+        ):
+            return None  # the split tensor changes between the split and the loop
+        return piece
 
     # ---------------------------------------------------------------- members
 
@@ -148,7 +241,15 @@ class Fuser:
         if not self._static_tensor(out) or out in m.constant_values:
             return None
         dtype = m.capacity[out].dtype
-        if dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES):
+        if formula.bool_out:
+            if dtype != np.bool_ or not self._static_tensor(args[formula.tensors[0]]):
+                return None
+            dtype = m.capacity[args[formula.tensors[0]]].dtype
+            if dtype == np.bool_ and set(formula.tensors) == set(formula.bool_tensors):
+                dtype = None  # bool to bool: joins a loop of any dtype
+        if dtype is not None and (
+            dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
+        ):
             return None
         shape = m.capacity[out].shape
         if not shape or 0 in shape:
@@ -158,6 +259,10 @@ class Fuser:
         folded: dict[int, str] = {}  # one-element constant tensors, as literals
         for pos in range(n_in):
             j = args[pos]
+            if pos in formula.shape_only:
+                if not self._static_tensor(j) or m.capacity[j].shape != shape:
+                    return None
+                continue
             if pos in formula.tensors:
                 if not self._static_tensor(j):
                     return None
@@ -192,12 +297,15 @@ class Fuser:
         literals = {}
         for pos, value in constants.items():
             if "{" + str(pos) + "}" in expression:
+                if dtype is None:
+                    return None
                 lit = _literal(value, dtype)
                 if lit is None:
                     return None
                 literals[pos] = lit
         literals.update(folded)
-        return _Member(pc, out, formula, tensors, constants, expression, literals)
+        refs = tuple(args[p] for p in formula.shape_only)
+        return _Member(pc, out, formula, tensors, constants, expression, literals, dtype, refs)
 
     # ------------------------------------------------------------------- runs
 
@@ -206,16 +314,19 @@ class Fuser:
         runs: list[list[_Member]] = []
         current: list[_Member] = []
         cap = self.method.capacity
+        dtype = None
         for pc in sorted(candidates):
             mem = candidates[pc]
             if current and (
                 pc != current[-1].pc + 1
                 or cap[mem.out].shape != cap[current[0].out].shape
-                or cap[mem.out].dtype != cap[current[0].out].dtype
+                or (None not in (mem.dtype, dtype) and mem.dtype != dtype)
             ):
                 runs.append(current)
-                current = []
+                current, dtype = [], None
             current.append(mem)
+            if dtype is None:
+                dtype = mem.dtype
         if current:
             runs.append(current)
         return [r for r in runs if sum(m.formula.passes for m in r) > 1]
@@ -258,13 +369,7 @@ class Fuser:
                 lo, hi = bounds.get(o, (0, 0))
                 if hi <= region[0] or lo >= region[1]:
                     continue
-                a, b = m.capacity[x], m.capacity[o]
-                if not (
-                    exact
-                    and a.shape == b.shape
-                    and a.strides == b.strides
-                    and bounds[x] == bounds[o]
-                ):
+                if not (exact and same_elements(m.capacity[x], m.capacity[o])):
                     return False
         return True
 
@@ -278,8 +383,12 @@ class Fuser:
         out0 = run[0].out
         shape = m.capacity[out0].shape
         rank = len(shape)
-        dtype = m.capacity[out0].dtype
-        loads: list[tuple[str, str]] = []
+        dtype = next((mem.dtype for mem in run if mem.dtype is not None), None)
+        if dtype is None:
+            return None  # bool operators only: the numpy kernels are as fast
+        loads: list[tuple[str, str, int]] = []
+        pcs = {mem.pc for mem in run}
+        absorbed: set[int] = set()
         for n, mem in enumerate(run):
             names: dict[int, str] = {}
             for pos, j in mem.tensors.items():
@@ -287,22 +396,50 @@ class Fuser:
                     names[pos] = produced[j]
                     continue
                 if j not in input_names:
-                    name = f"x{len(inputs)}"
+                    name = f"x{len(loads)}"
                     input_names[j] = name
-                    inputs.append(j)
-                    loads.append((name, self._index(j, shape)))
+                    piece = self._piece_readable(j, pcs, run[0].pc)
+                    if piece is None:
+                        inputs.append(j)
+                        loads.append((name, self._index(j, shape), len(inputs) - 1))
+                    else:
+                        absorbed.add(piece.pc)
+                        if piece.src not in inputs:
+                            inputs.append(piece.src)
+                        at = self._piece_index(j, piece, shape)
+                        loads.append((name, at, inputs.index(piece.src)))
                 names[pos] = input_names[j]
             names.update(mem.literals)
             expr = mem.expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
-            body.append(f"t{n} = T({expr})")
+            body.append(f"t{n} = {expr}" if mem.formula.bool_out else f"t{n} = T({expr})")
             produced[mem.out] = f"t{n}"
         stored = self._stored(run)
         if not stored or not self._safe(inputs, stored):
             return None
-        same = all(m.capacity[j].shape == shape for j in inputs)
+        same = not absorbed and all(_dense_like(m.capacity[j].shape, shape) for j in inputs)
         stores = [produced[o] for o in stored]
-        pcs = [mem.pc for mem in run]
-        return FusedCall(pcs, inputs, stored, dtype, rank, loads, body, stores, same)
+        return FusedCall(
+            [mem.pc for mem in run],
+            inputs,
+            stored,
+            dtype,
+            rank,
+            loads,
+            body,
+            stores,
+            same,
+            sorted(absorbed),
+        )
+
+    def _piece_index(self, j: int, piece: _Piece, shape: tuple[int, ...]) -> str:
+        """Index into the split tensor of piece ``j`` at the loop's position."""
+        parts = self._index(j, shape).split(", ")
+        offset = len(shape) - self.method.capacity[j].ndim
+        loop_dim = offset + piece.axis
+        size = self.method.capacity[j].shape[piece.axis]
+        extent = "1" if size == 1 else f"out0.shape[{loop_dim}]"
+        parts[piece.axis] = f"{parts[piece.axis]} + {piece.n} * {extent}"
+        return ", ".join(parts)
 
     def _index(self, j: int, shape: tuple[int, ...]) -> str:
         """Index of input ``j`` at the loop's position: broadcast dimensions read element 0."""
@@ -329,7 +466,14 @@ def fuse(
     if flow is None:
         return
     fuser = Fuser(method, flow, written, view_region)
+    from pyexecutorch.runtime.fusion_reductions import (  # noqa: PLC0415 - imports this module
+        build_group,
+        groups,
+        reduction_member,
+    )
+
     candidates: dict[int, _Member] = {}
+    reductions: dict[int, Any] = {}
     for (c, pc), (kind, _fast) in decisions.items():
         if c != 0 or kind == "view":
             continue
@@ -338,16 +482,47 @@ def fuse(
             continue
         k = method.kernels[a.op_index]
         args, outs = method.kernel_layout(k, a)
+        fuser.split_pieces(pc, k, args, outs)
         member = fuser.member(pc, k, args, outs)
         if member is not None:
             candidates[pc] = member
-    for run in fuser.runs(candidates):
-        call = fuser.build(run)
-        if call is None:
+        elif (reduction := reduction_member(fuser, pc, k, args, outs)) is not None:
+            reductions[pc] = reduction
+    for group in groups(fuser, candidates, reductions):
+        reduced = build_group(fuser, group)
+        if reduced is None:
             continue
-        for pc in call.pcs[:-1]:
+        for pc in reduced.pcs[:-1]:
             decisions[0, pc] = ("skip", None)
-        decisions[0, call.pcs[-1]] = ("fused", call)
+            candidates.pop(pc, None)
+        decisions[0, reduced.pcs[-1]] = ("fused", reduced)
+        candidates.pop(reduced.pcs[-1], None)
+    for run in fuser.runs(candidates):
+        while run:
+            call = _longest_prefix(fuser, run)
+            if call is None:
+                run = run[1:]
+                continue
+            for pc in call.pcs[:-1] + call.absorbed:
+                decisions[0, pc] = ("skip", None)
+            decisions[0, call.pcs[-1]] = ("fused", call)
+            run = run[len(call.pcs) :]
+
+
+_PREFIX_TRIES = 16  # shorter prefixes tried when a run cannot be fused whole
+
+
+def _longest_prefix(fuser: Fuser, run: list[_Member]) -> FusedCall | None:
+    """The loop of the longest prefix of ``run`` that fuses safely (a later member's store
+    may land on bytes an earlier one still reads), or None."""
+    for end in range(len(run), max(len(run) - _PREFIX_TRIES, 0), -1):
+        part = run[:end]
+        if sum(m.formula.passes for m in part) <= 1:
+            return None
+        call = fuser.build(part)
+        if call is not None:
+            return call
+    return None
 
 
 def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | None:
@@ -358,6 +533,9 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     """
     formula = FORMULAS.get(name)
     dtype = out.dtype
+    if formula is not None and formula.bool_out:
+        first = args[formula.tensors[0]]
+        dtype = first.dtype if isinstance(first, np.ndarray) else dtype
     if formula is None or (
         dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
     ):
@@ -367,7 +545,7 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     if expression is None:
         return None
     names: dict[int, str] = {}
-    loads: list[tuple[str, str]] = []
+    loads: list[tuple[str, str, int]] = []
     for pos in formula.tensors:
         a = args[pos]
         want = np.dtype(np.bool_) if pos in formula.bool_tensors else dtype
@@ -379,7 +557,7 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
             for d, n in enumerate(a.shape)
         ]
         names[pos] = f"x{len(loads)}"
-        loads.append((names[pos], ", ".join(at) or "()"))
+        loads.append((names[pos], ", ".join(at) or "()", len(loads)))
     for pos, value in constants.items():
         if "{" + str(pos) + "}" in expression:
             lit = _literal(value, dtype)
@@ -388,6 +566,5 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
             names[pos] = lit
     expr = expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
     same = all(args[p].shape == out.shape for p in formula.tensors)
-    return FusedCall(
-        [0], list(formula.tensors), [0], dtype, out.ndim, loads, [f"t0 = T({expr})"], ["t0"], same
-    )
+    body = [f"t0 = {expr}" if formula.bool_out else f"t0 = T({expr})"]
+    return FusedCall([0], list(formula.tensors), [0], dtype, out.ndim, loads, body, ["t0"], same)

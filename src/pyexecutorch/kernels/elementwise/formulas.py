@@ -41,6 +41,8 @@ class Formula:
     # passes over memory of the numpy fast path: one op alone is compiled when > 1 (one
     # np.clip or a max-and-copy pass is as fast as a loop, which also costs a dispatch)
     passes: int = 1
+    bool_out: bool = False  # a test: bool output, computed in the operands' dtype
+    shape_only: tuple[int, ...] = ()  # tensor operands read for their shape only
 
     def expression(self, constants: dict[int, object]) -> str | None:
         """The formula for these constant arguments (position -> value), or None."""
@@ -71,7 +73,16 @@ def _pow(c: dict[int, object]) -> str | None:
     exponent = c.get(1)
     if isinstance(exponent, bool):
         return None
-    return {1: "{0}", 2: "{0} * {0}"}.get(exponent)  # type: ignore[call-overload]
+    # the exponents the numpy kernel computes with plain arithmetic, rounded as it rounds
+    return {
+        1: "{0}",
+        2: "{0} * {0}",
+        3: "T({0} * {0}) * {0}",
+        0.5: "math.sqrt({0})",
+        -0.5: "T(1) / T(math.sqrt({0}))",
+        -1: "T(1) / {0}",
+        -2: "T(1) / T({0} * {0})",
+    }.get(exponent)  # type: ignore[call-overload]
 
 
 def _gelu(c: dict[int, object]) -> str | None:
@@ -94,6 +105,24 @@ def _elu(c: dict[int, object]) -> str | None:
 
 def _unary(fn: str) -> Formula:
     return Formula((0,), f"{fn}({{0}})")
+
+
+def _comparisons() -> dict[str, Formula]:
+    # NaN compares as numpy compares it: false, except for !=
+    table = {}
+    for name, op in (
+        ("eq", "=="),
+        ("ne", "!="),
+        ("lt", "<"),
+        ("le", "<="),
+        ("gt", ">"),
+        ("ge", ">="),
+    ):
+        table[f"aten::{name}.Tensor_out"] = Formula(
+            (0, 1), f"{{0}} {op} {{1}}", True, bool_out=True
+        )
+        table[f"aten::{name}.Scalar_out"] = Formula((0,), f"{{0}} {op} {{1}}", True, bool_out=True)
+    return table
 
 
 FORMULAS: dict[str, Formula] = {
@@ -133,4 +162,7 @@ FORMULAS: dict[str, Formula] = {
     "aten::where.self_out": Formula(
         (0, 1, 2), "({1} if {0} else {2})", ints=True, bool_tensors=(0,)
     ),
+    "aten::logical_not.out": Formula((0,), "not {0}", ints=True, bool_tensors=(0,), bool_out=True),
+    "aten::full_like.out": Formula((), "{1}", ints=True, shape_only=(0,)),
+    **_comparisons(),
 }

@@ -1,0 +1,581 @@
+"""Reductions fused with the elementwise chains around them (the compiled tier).
+
+A reduction (softmax, log-softmax, layer norm, mean, sum) over some
+dimensions of a "full" shape, the consecutive elementwise instructions of
+that shape before it (its prologue), and the consecutive elementwise
+instructions after it of that shape or of its kept-dimension shape (its
+epilogue, where RMSNorm's add/rsqrt/mul/mul lives) become one generated loop
+nest: outer loops over the kept dimensions, and per row one inner loop over
+the reduced dimensions for each reduction in turn, then one that computes and
+stores the full-shape results. Full-shape intermediates are recomputed in each
+inner loop rather than stored, so nothing but the instructions' stored outputs
+is written.
+
+Each reduction is written once as primitive steps (sum, max, elementwise
+formulas) in :data:`REDUCTIONS`. Sums accumulate in float64 and are rounded
+once to the dtype, within the kernel tests' tolerances of the numpy kernels'
+pairwise float32 sums; NaN and infinities propagate as there. Only float32 and
+float64 are fused. As with :mod:`pyexecutorch.runtime.fusion`, the source
+depends on ranks, dtypes, broadcasting and which dimensions reduce, never on
+sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.fusion import _FLOAT_DTYPES, Fuser, _literal, _Member, same_elements
+from pyexecutorch.schema.program import Tensor
+
+FULL, ROW = "full", "row"
+
+
+@dataclass
+class _Node:
+    name: str
+    level: str  # FULL: one value per element of the full shape; ROW: one per kept index
+    expr: str = ""  # elementwise: over operand names; a load: the array read
+    deps: tuple[str, ...] = ()
+    reduce: str | None = None  # "sum" or "max": a reduction of deps[0] over the reduced dims
+    load: bool = False
+
+
+class _Graph:
+    """The steps of one group, in order, and what it stores."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, _Node] = {}
+        self.stores: list[tuple[str, int, str]] = []  # (node, output param, index kind)
+
+    def add(self, level: str, expr: str, deps: tuple[str, ...], reduce: str | None = None) -> str:
+        name = f"t{len(self.nodes)}"
+        self.nodes[name] = _Node(name, level, expr, deps, reduce)
+        return name
+
+    def elem(self, expr: str, *deps: str, rounded: bool = True) -> str:
+        """``expr`` over ``{0}``, ``{1}``... (the operands), rounded to the dtype unless a test."""
+        level = FULL if any(self.nodes[d].level == FULL for d in deps) else ROW
+        expr = expr.format(*deps)
+        return self.add(level, f"T({expr})" if rounded else expr, deps)
+
+    def reduce(self, kind: str, x: str) -> str:
+        return self.add(ROW, "", (x,), kind)
+
+
+# ----------------------------------------------------------------- the table
+# Each builder gets the graph, the reduced input's node, the element count of one
+# row (a source expression), the constant arguments and the tensor operands' nodes
+# (position -> node or None), and returns the node of each output position.
+
+
+def _softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    m = g.reduce("max", x)
+    e = g.elem("math.exp({0} - {1})", x, m)
+    return {0: g.elem("{0} / {1}", e, g.reduce("sum", e))}
+
+
+def _log_softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    m = g.reduce("max", x)
+    s = g.reduce("sum", g.elem("math.exp({0} - {1})", x, m))
+    return {0: g.elem("({0} - {1}) - math.log({2})", x, m, s)}
+
+
+def _layer_norm(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    mean = g.elem("{0} / " + n, g.reduce("sum", x))
+    d = g.elem("{0} - {1}", x, mean)
+    var = g.elem("{0} / " + n, g.reduce("sum", g.elem("{0} * {0}", d)))
+    rstd = g.elem(f"T(1) / math.sqrt({{0}} + {c[4]})", var)
+    y = g.elem("{0} * {1}", d, rstd)
+    if t.get(2) is not None:
+        y = g.elem("{0} * {1}", y, t[2])
+    if t.get(3) is not None:
+        y = g.elem("{0} + {1}", y, t[3])
+    return {0: y, 1: mean, 2: rstd}
+
+
+def _sum(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    return {0: g.elem("{0}", g.reduce("sum", x))}
+
+
+def _mean(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    return {0: g.elem("{0} / " + n, g.reduce("sum", x))}
+
+
+def _any(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
+    return {0: g.reduce("any", x)}
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How one reduction operator's arguments read, and its steps."""
+
+    build: Callable[..., dict[int, str]]
+    dims: Callable[[dict[int, Any], int], tuple[int, ...] | None]  # constants, rank -> dims
+    tensors: tuple[int, ...] = ()  # optional tensor operands besides the input (position 0)
+    keepdim_at: int | None = None  # the keepdim argument; None: outputs keep every dimension
+    constant: Callable[[dict[int, Any]], bool] = lambda c: True  # accepted constant arguments
+    tests: bool = False  # bool in and out (any): only inside a group of a float reduction
+
+
+def _softmax_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
+    d = c[1]
+    if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
+        return None
+    return (d % rank,)
+
+
+def _listed_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
+    dims = c[1]
+    if dims is None or len(dims) == 0:
+        return tuple(range(rank))
+    if any(isinstance(d, bool) or not -rank <= d < rank for d in dims):
+        return None
+    out = tuple(sorted({d % rank for d in dims}))
+    return out if len(out) == len(dims) else None
+
+
+def _trailing_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
+    k = len(c[1])
+    return tuple(range(rank - k, rank)) if 0 < k <= rank else None
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "aten::_softmax.out": Reduction(_softmax, _softmax_dims, constant=lambda c: c[2] is False),
+    "aten::_log_softmax.out": Reduction(
+        _log_softmax, _softmax_dims, constant=lambda c: c[2] is False
+    ),
+    "aten::native_layer_norm.out": Reduction(
+        _layer_norm, _trailing_dims, tensors=(2, 3), constant=lambda c: isinstance(c[4], float)
+    ),
+    "aten::mean.out": Reduction(_mean, _listed_dims, keepdim_at=2, constant=lambda c: c[3] is None),
+    "aten::sum.IntList_out": Reduction(
+        _sum, _listed_dims, keepdim_at=2, constant=lambda c: c[3] is None
+    ),
+    "aten::any.out": Reduction(_any, _softmax_dims, keepdim_at=2, tests=True),
+}
+
+
+# ----------------------------------------------------------------- members
+
+
+@dataclass
+class _ReductionMember:
+    pc: int
+    op: Reduction
+    x: int  # the reduced input
+    tensors: dict[int, int]  # optional tensor operands: position -> value
+    constants: dict[int, Any]
+    outs: list[int]
+    full: tuple[int, ...]
+    dims: tuple[int, ...]
+    keepdim: bool
+
+
+def reduction_member(fuser: Fuser, pc: int, k: Any, args: list[int], outs: list[int]) -> Any:
+    """Instruction ``pc`` as a fusable reduction, or None."""
+    op = REDUCTIONS.get(k.name)
+    if op is None:
+        return None
+    m = fuser.method
+    n_in = len(args) - len(outs)
+    x = args[0]
+    if not fuser._static_tensor(x) or not all(fuser._static_tensor(o) for o in outs):
+        return None
+    dtype = m.capacity[x].dtype
+    full = m.capacity[x].shape
+    if dtype not in ({np.dtype(np.bool_)} if op.tests else _FLOAT_DTYPES) or not full or 0 in full:
+        return None
+    if any(m.capacity[o].dtype != dtype or o in m.constant_values for o in outs):
+        return None
+    tensors, constants = {}, {}
+    for pos in range(1, n_in):
+        j = args[pos]
+        if pos in op.tensors and isinstance(fuser.evalues[j].val, Tensor):
+            if not fuser._static_tensor(j) or m.capacity[j].dtype != dtype:
+                return None
+            tensors[pos] = j
+        elif j in fuser.written or isinstance(fuser.evalues[j].val, Tensor):
+            return None
+        else:
+            constants[pos] = m.values[j]
+    try:
+        if not op.constant(constants):
+            return None
+        dims = op.dims(constants, len(full))
+    except (KeyError, TypeError, IndexError):
+        return None
+    if dims is None:
+        return None
+    keepdim = True if op.keepdim_at is None else constants.get(op.keepdim_at)
+    if not isinstance(keepdim, bool):
+        return None
+    for j in tensors.values():
+        shape = m.capacity[j].shape
+        if len(shape) > len(full) or np.broadcast_shapes(shape, full) != full:
+            return None
+    return _ReductionMember(pc, op, x, tensors, constants, list(outs), full, dims, keepdim)
+
+
+# ----------------------------------------------------------------- the call
+
+
+@dataclass
+class ReducedCall:
+    """One fused group: ``function(False)(*inputs, *outputs)`` computes every member."""
+
+    pcs: list[int]
+    inputs: list[int]
+    outputs: list[int]
+    dtype: np.dtype
+    source_text: str = field(repr=False)
+    same_shape: bool = False  # never the flat form: rows need their own loops
+
+    def source(self, flat: bool = False, aliases: dict[int, int] | None = None) -> str:
+        return self.source_text
+
+    def function(self, flat: bool = False, aliases: dict[int, int] | None = None) -> Any:
+        return compiled.generated_module(self.source_text, "reduced").fused
+
+
+class _Builder:
+    """Turns one group (elementwise members and reductions, in order) into a ReducedCall."""
+
+    def __init__(self, fuser: Fuser, group: list[Any]) -> None:
+        self.fuser = fuser
+        self.m = fuser.method
+        self.group = group
+        red = next(g for g in group if isinstance(g, _ReductionMember))
+        self.full = red.full
+        self.dims = red.dims
+        self.dtype = self.m.capacity[red.x].dtype
+        self.g = _Graph()
+        self.produced: dict[int, str] = {}  # value -> node
+        self.dropped: set[int] = set()  # reduction outputs without their reduced dimensions
+        self.inputs: list[int] = []
+        self.input_node: dict[int, str] = {}
+
+    def _is_row(self, shape: tuple[int, ...]) -> bool:
+        offset = len(self.full) - len(shape)
+        return all(shape[d - offset] == 1 for d in self.dims if d - offset >= 0)
+
+    def operand(self, j: int) -> str | None:
+        if j in self.dropped:
+            return None
+        if j in self.produced:
+            return self.produced[j]
+        if j not in self.input_node:
+            shape = self.m.capacity[j].shape
+            level = ROW if self._is_row(shape) else FULL
+            name = self.g.add(level, f"in{len(self.inputs)}", ())
+            self.g.nodes[name].load = True
+            self.input_node[j] = name
+            self.inputs.append(j)
+        return self.input_node[j]
+
+    def add_member(self, mem: Any) -> bool:
+        g = self.g
+        if isinstance(mem, _Member):
+            names: dict[int, str] = {}
+            deps = []
+            for pos, j in mem.tensors.items():
+                node = self.operand(j)
+                if node is None:
+                    return False
+                names[pos] = "{" + str(len(deps)) + "}"
+                deps.append(node)
+            names.update(mem.literals)
+            top = max(names, default=-1)
+            expr = mem.expression.format(*(names.get(i, "None") for i in range(top + 1)))
+            self.produced[mem.out] = g.elem(expr, *deps, rounded=not mem.formula.bool_out)
+            shape = self.m.capacity[mem.out].shape
+            want = FULL if shape == self.full else ROW
+            if want == FULL and not deps:
+                g.nodes[self.produced[mem.out]].level = FULL  # a constant: computed per element
+            return g.nodes[self.produced[mem.out]].level == want and (
+                want == FULL or shape == self.row_shape(True)
+            )
+        if mem.full != self.full or mem.dims != self.dims:
+            return False
+        x = self.operand(mem.x)
+        if x is None or g.nodes[x].level != FULL:
+            return False
+        t = {}
+        for pos, j in mem.tensors.items():
+            t[pos] = self.operand(j)
+            if t[pos] is None:
+                return False
+        consts = {pos: _literal(v, self.dtype) for pos, v in mem.constants.items()}
+        count = "T(" + " * ".join(f"n{d}" for d in self.dims) + ")"
+        results = mem.op.build(g, x, count, consts, t)
+        for pos, o in enumerate(mem.outs):
+            self.produced[o] = results[pos]
+            if g.nodes[results[pos]].level == ROW and not mem.keepdim:
+                self.dropped.add(o)
+        return True
+
+    def row_shape(self, keepdim: bool) -> tuple[int, ...]:
+        if keepdim:
+            return tuple(1 if d in self.dims else n for d, n in enumerate(self.full))
+        return tuple(n for d, n in enumerate(self.full) if d not in self.dims)
+
+    # -------------------------------------------------------------- source
+
+    def _index(self, j: int, row: bool) -> str:
+        shape = self.m.capacity[j].shape
+        offset = len(self.full) - len(shape)
+        parts = []
+        for d, n in enumerate(shape):
+            at = offset + d
+            if (row and at in self.dims) or (n == 1 and self.full[at] != 1):
+                parts.append("0")
+            else:
+                parts.append(f"i{at}")
+        return ", ".join(parts) or "()"
+
+    def _extent(self, d: int, params: list[tuple[str, tuple[int, ...], int]]) -> str | None:
+        """Source of the full shape's extent along ``d``, read from some parameter."""
+        if self.full[d] == 1:
+            return "1"
+        for name, shape, offset in params:
+            k = d - offset
+            if 0 <= k < len(shape) and shape[k] == self.full[d]:
+                return f"{name}.shape[{k}]"
+        return None
+
+    def source(self, stored: list[int]) -> str | None:
+        g = self.g
+        nodes = g.nodes
+        rank = len(self.full)
+        kept = [d for d in range(rank) if d not in self.dims]
+        params = [
+            (f"in{k}", self.m.capacity[j].shape, rank - self.m.capacity[j].ndim)
+            for k, j in enumerate(self.inputs)
+        ]
+        store_of: list[tuple[str, str, str]] = []  # (node, param, index)
+        for k, o in enumerate(stored):
+            node = self.produced[o]
+            shape = self.m.capacity[o].shape
+            if nodes[node].level == FULL:
+                index = ", ".join(f"i{d}" for d in range(rank))
+                params.append((f"out{k}", shape, 0))
+            elif o in self.dropped:
+                index = ", ".join(f"i{d}" for d in kept) or "()"
+                params.append((f"out{k}", (), rank))  # read for no extent
+            else:
+                index = ", ".join("0" if d in self.dims else f"i{d}" for d in range(rank))
+                params.append((f"out{k}", shape, 0))
+            store_of.append((node, f"out{k}", index))
+        extents = [self._extent(d, params) for d in range(rank)]
+        if any(e is None for e in extents):
+            return None
+        # each reduction's phase: after every reduction it depends on
+        phase: dict[str, int] = {}
+        for name, node in nodes.items():
+            p = max((phase[d] for d in node.deps), default=0)
+            phase[name] = p + 1 if node.reduce else p
+        reduces = [n for n, node in nodes.items() if node.reduce]
+        n_phases = max((phase[r] for r in reduces), default=0)
+        lines = [
+            "import math",
+            "import numpy as np",
+            "from numba import njit",
+            f"T = np.{self.dtype.name}",
+            "",
+            "",
+            '@njit(cache=True, error_model="numpy")',
+            f"def fused({', '.join(p[0] for p in params)}):",
+        ]
+        for d in range(rank):
+            lines.append(f"    n{d} = {extents[d]}")
+        indent = "    "
+        for d in kept:
+            lines.append(f"{indent}for i{d} in range(n{d}):")
+            indent += "    "
+        done: set[str] = set()
+
+        def emit_row(limit: int) -> None:
+            # row-level steps available once the reductions before phase ``limit`` are done
+            for name, node in nodes.items():
+                if name in done or node.level != ROW or node.reduce or phase[name] > limit:
+                    continue
+                if all(d in done for d in node.deps):
+                    lines.append(indent + self._line(name, row=True))
+                    done.add(name)
+
+        def emit_full(name: str, seen: set[str], body: list[str], inner: str) -> None:
+            if name in done or name in seen:
+                return
+            node = nodes[name]
+            for d in node.deps:
+                emit_full(d, seen, body, inner)
+            seen.add(name)
+            body.append(inner + self._line(name, row=False))
+
+        emit_row(0)
+        for p in range(1, n_phases + 1):
+            here = [r for r in reduces if phase[r] == p]
+            for r in here:
+                start = {"max": "-math.inf", "sum": "0.0", "any": "False"}[nodes[r].reduce]
+                lines.append(f"{indent}{r} = {start}")
+            inner = indent
+            for d in self.dims:
+                lines.append(f"{inner}for i{d} in range(n{d}):")
+                inner += "    "
+            seen: set[str] = set()
+            for r in here:
+                x = nodes[r].deps[0]
+                emit_full(x, seen, lines, inner)
+                if nodes[r].reduce == "max":  # NaN sticks, as np.max propagates it
+                    lines.append(f"{inner}if {x} > {r} or {x} != {x}:")
+                    lines.append(f"{inner}    {r} = {x}")
+                elif nodes[r].reduce == "any":
+                    lines.append(f"{inner}if {x}:")
+                    lines.append(f"{inner}    {r} = True")
+                else:
+                    lines.append(f"{inner}{r} += {x}")
+            for r in here:
+                if nodes[r].reduce != "any":
+                    lines.append(f"{indent}{r} = T({r})")
+                done.add(r)
+            emit_row(p)
+        for node, param, index in store_of:
+            if nodes[node].level == ROW:
+                lines.append(f"{indent}{param}[{index}] = {node}")
+        full_stores = [s for s in store_of if nodes[s[0]].level == FULL]
+        if full_stores:
+            inner = indent
+            for d in self.dims:
+                lines.append(f"{inner}for i{d} in range(n{d}):")
+                inner += "    "
+            seen = set()
+            for node, param, index in full_stores:
+                emit_full(node, seen, lines, inner)
+                lines.append(f"{inner}{param}[{index}] = {node}")
+        return "\n".join(lines) + "\n"
+
+    def _line(self, name: str, row: bool) -> str:
+        node = self.g.nodes[name]
+        if node.load:
+            j = self.inputs[int(node.expr[2:])]
+            return f"{name} = {node.expr}[{self._index(j, row)}]"
+        return f"{name} = {node.expr.format(*node.deps)}"
+
+
+def build_group(fuser: Fuser, group: list[Any]) -> ReducedCall | None:
+    """The fused loop of ``group`` (consecutive members, one or more reductions), or None."""
+    b = _Builder(fuser, group)
+    for n, mem in enumerate(group):
+        if not b.add_member(mem):
+            # cut the group before the member that does not fit, if a chain is left
+            first = next(i for i, g in enumerate(group) if isinstance(g, _ReductionMember))
+            if n <= first or n == 1:
+                return None
+            return build_group(fuser, group[:n])
+    # what the elementwise machinery stores: outputs read outside the group
+    pcs = {mem.pc for mem in group}
+    stored = []
+    flow = fuser.flow
+    for mem in group:
+        for j in _outs(mem):
+            outside = any(r not in pcs and r > mem.pc for r in flow.read_at.get(j, ()))
+            if (
+                outside
+                or j in fuser.outputs
+                or j in flow.delegate_reads
+                or flow.write_count[j] != 1
+                or flow.aliases_reading(mem.pc, j)
+            ):
+                stored.append(j)
+    if not stored or not _safe(fuser, b, stored):
+        return None
+    source = b.source(stored)
+    if source is None:
+        return None
+    return ReducedCall(sorted(pcs), b.inputs, stored, b.dtype, source)
+
+
+def _safe(fuser: Fuser, b: _Builder, stored: list[int]) -> bool:
+    """No stored output overlaps another or an input, except a full-shape output on a
+    full-shape input's very elements (it is written after that element's last read)."""
+    m = fuser.method
+    bounds = fuser.flow.bounds
+    regions = []
+    for x in b.inputs:
+        exact = x not in fuser.view_region
+        region = fuser.view_region[x] if not exact else bounds.get(x)
+        if region is not None:
+            regions.append((x, region, exact))
+    for n, o in enumerate(stored):
+        lo, hi = bounds.get(o, (0, 0))
+        full_out = b.g.nodes[b.produced[o]].level == FULL
+        for x, region, exact in regions:
+            if hi <= region[0] or lo >= region[1]:
+                continue
+            if not (exact and full_out and same_elements(m.capacity[x], m.capacity[o])):
+                return False
+        for o2 in stored[n + 1 :]:
+            lo2, hi2 = bounds.get(o2, (0, 0))
+            if not (hi <= lo2 or lo >= hi2):
+                return False
+    return True
+
+
+def _outs(mem: Any) -> list[int]:
+    return mem.outs if isinstance(mem, _ReductionMember) else [mem.out]
+
+
+def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any]) -> list[list]:
+    """Each reduction with its prologue and epilogue of consecutive elementwise candidates.
+
+    A group needs at least one elementwise member: a reduction alone is the
+    standalone kernel's business.
+    """
+    cap = fuser.method.capacity
+    taken: set[int] = set()
+    found = []
+    for pc in sorted(reductions):
+        if pc in taken:
+            continue
+        red = reductions[pc]
+        if red.op.tests:
+            continue  # a test's reduction joins the group of a float reduction before it
+        dtype = cap[red.x].dtype
+        row = tuple(1 if d in red.dims else n for d, n in enumerate(red.full))
+        group = [red]
+        p = pc - 1
+        while p in candidates and p not in taken:
+            mem = candidates[p]
+            if cap[mem.out].shape != red.full or mem.dtype not in (None, dtype):
+                break
+            group.insert(0, mem)
+            p -= 1
+        # the values an epilogue member may build on: the group's, and what it reduces
+        produced = {o for g in group for o in _outs(g)} | {red.x}
+        p = pc + 1
+        while p not in taken:
+            mem = candidates.get(p) or reductions.get(p)
+            if mem is None:
+                break
+            if isinstance(mem, _ReductionMember):
+                if mem.full != red.full or mem.dims != red.dims or mem.x not in produced:
+                    break
+            elif (
+                cap[mem.out].shape not in (red.full, row)
+                or mem.dtype not in (None, dtype)
+                # a member on none of the group's values starts a chain of its own
+                or not produced.intersection((*mem.tensors.values(), *mem.shape_refs))
+            ):
+                break
+            group.append(mem)
+            produced.update(_outs(mem))
+            p += 1
+        # build_group cuts the span before a member that does not fit the loop nest
+        if len(group) > 1:
+            found.append(group)
+            taken.update(g.pc for g in group)
+    return found

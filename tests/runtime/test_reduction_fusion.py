@@ -1,0 +1,223 @@
+"""Reductions fused with their elementwise chains (the compiled tier) compute what the numpy
+kernels and torch compute, and the fusion happens: softmax after scale and mask, log-softmax
+over an inner dimension, RMSNorm as exported, layer norm with an activation after it, and sums
+and means of elementwise expressions, kept and dropped dimensions, float32 and float64.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from pyexecutorch.exir import to_edge
+from pyexecutorch.runtime import Runtime
+
+pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+
+F = torch.nn.functional
+
+
+def _program(module: torch.nn.Module, inputs: tuple) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return to_edge(torch.export.export(module, inputs)).to_executorch().buffer
+
+
+def _run(module: torch.nn.Module, inputs: tuple):  # noqa: ANN202
+    """(the compiled method's loaded form, its outputs, the numpy tier's, eager's)."""
+    buf = _program(module, inputs)
+    arrays = [x.numpy() for x in inputs]
+    numpy_tier = Runtime.get().load_program(buf, jit=False).load_method("forward")
+    compiled = Runtime.get().load_program(buf, jit=True).load_method("forward")
+    want = [np.asarray(o) for o in numpy_tier.execute(arrays)]
+    got = [np.asarray(o) for o in compiled.execute(arrays)]
+    with torch.no_grad():
+        result = module(*inputs)
+    eager = [o.numpy() for o in (result if isinstance(result, tuple) else (result,))]
+    return compiled._loaded, got, want, eager
+
+
+def _ops(loaded, run: list[int]) -> list[str]:  # noqa: ANN001
+    instructions = loaded.plan.chains[0].instructions
+    return [loaded.kernels[instructions[pc].instr_args.op_index].name for pc in run]
+
+
+def _check(module: torch.nn.Module, inputs: tuple, fused_ops: list[list[str]]) -> None:
+    loaded, got, want, eager = _run(module, inputs)
+    runs = [_ops(loaded, run) for run in loaded.fused_runs]
+    for ops in fused_ops:
+        assert ops in runs, runs
+    tol = 2e-6 if got[0].dtype == np.float32 else 1e-12
+    for g, w, e in zip(got, want, eager, strict=True):
+        assert g.dtype == w.dtype == e.dtype
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_allclose(g, w, rtol=tol * 4, atol=tol)
+        np.testing.assert_allclose(g, e, rtol=tol * 4, atol=tol)
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, mask):
+        scores = (q @ k.transpose(-1, -2)) * 0.125 + mask
+        return torch.softmax(scores, dim=-1)
+
+
+class InnerLogSoftmax(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.log_softmax(x - y, dim=1)
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(n) + 0.5)
+
+    def forward(self, x):
+        rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return x * rms * self.weight
+
+
+class LayerNormGelu(torch.nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(n)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x, r):
+        h = x + r
+        return F.gelu(self.norm(h)), h
+
+
+class Sums(torch.nn.Module):
+    def forward(self, x, y):
+        a = (x * y).sum(dim=(0, 2))
+        b = (x - y).abs().mean(dim=1, keepdim=True) * x
+        return a, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_with_scale_and_mask(dtype):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 5, 8, generator=g, dtype=dtype)
+    k = torch.randn(2, 3, 6, 8, generator=g, dtype=dtype)
+    mask = torch.zeros(5, 6, dtype=dtype)
+    mask[:, 4:] = -torch.inf  # masked columns: exactly zero after the softmax
+    _check(Attention(), (q, k, mask), [["aten::mul.out", "aten::add.out", "aten::_softmax.out"]])
+
+
+def test_log_softmax_over_an_inner_dimension():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(3, 7, 4, generator=g), torch.randn(7, 1, generator=g)
+    _check(InnerLogSoftmax(), (x, y), [["aten::sub.out", "aten::_log_softmax.out"]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rms_norm_as_exported_is_one_loop(dtype):
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    ops = [
+        "aten::pow.Tensor_Scalar_out",
+        "aten::mean.out",
+        "aten::add.out",
+        "aten::rsqrt.out",
+        "aten::mul.out",
+        "aten::mul.out",
+    ]
+    _check(RMSNorm(16).to(dtype), (x,), [ops])
+
+
+def test_layer_norm_with_residual_and_gelu():
+    g = torch.Generator().manual_seed(3)
+    x, r = torch.randn(2, 6, 24, generator=g), torch.randn(24, generator=g)
+    ops = ["aten::add.out", "aten::native_layer_norm.out", "aten::gelu.out"]
+    _check(LayerNormGelu(24), (x, r), [ops])
+
+
+def test_sum_and_mean_of_expressions_keep_and_drop_dimensions():
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(3, 4, 5, generator=g), torch.randn(4, 5, generator=g)
+    _check(
+        Sums(),
+        (x, y),
+        [
+            ["aten::mul.out", "aten::sum.IntList_out"],
+            ["aten::sub.out", "aten::abs.out", "aten::mean.out", "aten::mul.out"],
+        ],
+    )
+
+
+def test_nan_and_infinity_propagate_as_in_the_numpy_kernels():
+    x = torch.randn(2, 3, 5, 6, generator=torch.Generator().manual_seed(5))
+    k = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(6))
+    x[0, 0, 0, 0] = torch.nan
+    x[1, 2, 3, 1] = torch.inf
+    mask = torch.zeros(5, 6)
+    mask[4, :] = -torch.inf  # a row all masked: NaN, as in torch
+    loaded, got, want, eager = _run(Attention(), (x, k, mask))
+    assert loaded.fused_runs
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(eager[0]))
+    ok = ~np.isnan(want[0])
+    np.testing.assert_allclose(got[0][ok], want[0][ok], rtol=1e-5, atol=2e-6)
+
+
+class ResidualNorm(torch.nn.Module):
+    """The layer norm's output may be planned on the matmul's bytes, read in the same loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x, r):
+        return torch.relu(self.norm(self.lin(x) + r)) * 2.0
+
+
+def test_output_on_an_input_s_bytes():
+    g = torch.Generator().manual_seed(7)
+    x, r = torch.randn(4, 16, generator=g), torch.randn(4, 16, generator=g)
+    loaded, got, want, eager = _run(ResidualNorm(), (x, r))
+    (run,) = [
+        run for run in loaded.fused_runs if "aten::native_layer_norm.out" in _ops(loaded, run)
+    ]
+    reads, writes = set(), set()
+    for pc in run:
+        a = loaded.plan.chains[0].instructions[pc].instr_args
+        args, outs = loaded.kernel_layout(loaded.kernels[a.op_index], a)
+        reads.update(j for j in args[: len(args) - len(outs)] if j in loaded.capacity)
+        writes.update(outs)
+    reads -= writes
+    addresses = {loaded.capacity[j].ctypes.data for j in reads}
+    # the planner put a result of the loop on the bytes of an input the loop reads
+    assert any(loaded.capacity[j].ctypes.data in addresses for j in writes)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=2e-6)
+
+
+class MaskedRows(torch.nn.Module):
+    """What scaled_dot_product_attention exports: rows all masked come out as zeros."""
+
+    def forward(self, scores):
+        s = torch.softmax(scores, dim=-1)
+        dead = torch.logical_not(torch.logical_not(scores == -torch.inf).any(-1, keepdim=True))
+        # the sum keeps the scores alive: else the planner may shift the result onto them
+        return torch.where(dead, torch.full_like(s, 0.0), s), scores.sum(0)
+
+
+def test_softmax_and_the_masked_row_test_are_one_loop():
+    scores = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(8))
+    scores[0, 1, 2, :] = -torch.inf  # a dead row: 0, where the softmax alone gives NaN
+    scores[1, 0, 3, 2:] = -torch.inf
+    ops = [
+        "aten::_softmax.out",
+        "aten::eq.Scalar_out",
+        "aten::logical_not.out",
+        "aten::any.out",
+        "aten::logical_not.out",
+        "aten::full_like.out",
+        "aten::where.self_out",
+    ]
+    _check(MaskedRows(), (scores,), [ops])
