@@ -481,11 +481,30 @@ class LoadedMethod:
             fuse(self, flow, decisions, written, elider.region)
         # The fused runs (their instruction indices), for tests and profiles.
         self.fused_runs = [fast.pcs for (kind, fast) in decisions.values() if kind == "fused"]
+        # Copies that became views (chain 0's instruction indices); the ones made at load.
+        self.view_instructions = sorted(
+            pc for (_, pc), (kind, _) in decisions.items() if kind == "view"
+        )
+        self.load_time_views: list[int] = []
         fixed = self._fixed_values(flow, decisions)
+        # Views of arrays that are the same every run, made once here (see _resolve_view).
+        resolved: dict[int, np.ndarray] = {}
+
+        def bound_array(j: int) -> np.ndarray | None:
+            """The array value ``j`` is at every run, when it is known now."""
+            if j in resolved:
+                return resolved[j]
+            if j in self.constant_values:
+                return v[j]
+            if j in fixed:
+                return self.capacity[j]
+            return None
 
         def expr(j: int) -> str:
             val = evalues[j].val
             if isinstance(val, Tensor):
+                if j in resolved:
+                    return ns.bind(resolved[j], "C")
                 if j in self.constant_values:
                     return ns.bind(v[j], "T")
                 if j in fixed:
@@ -546,9 +565,7 @@ class LoadedMethod:
             else:
                 # Every argument is a bound array: its types are known now, and
                 # dense same-shape arrays run as one flat loop over 1-D views.
-                arrays = [
-                    v[j] if j in self.constant_values else self.capacity[j] for j in call.inputs
-                ]
+                arrays = [bound_array(j) for j in call.inputs]
                 arrays += [self.capacity[j] for j in call.outputs]
                 flat = call.same_shape and all(a.flags.c_contiguous for a in arrays)
                 aliases: dict[int, int] = {}
@@ -580,6 +597,15 @@ class LoadedMethod:
                     kind, fast = decisions[c, pc]
                     n_in = len(args) - len(outs)
                     if kind == "view":
+                        base = None if self.tracer is not None else bound_array(args[0])
+                        if base is not None:
+                            # The source is the same array every run: so is its view, and
+                            # the instruction costs nothing at run time.
+                            resolved[outs[0]] = v[outs[0]] = (
+                                base if fast is identity else fast(base)
+                            )
+                            self.load_time_views.append(pc)
+                            continue
                         source = expr(args[0])
                         bound = source if fast is identity else f"{ns.bind(fast, 'w')}({source})"
                         lines.append(Line(f"v[{outs[0]}] = {bound}", pc))
