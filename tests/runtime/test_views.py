@@ -58,3 +58,16 @@ def test_a_copy_whose_source_is_reused_stays_a_copy():
     method = Runtime.get().load_program(pte).load_method("forward")
     assert _views(method) == []
     _run_twice_against_eager(case, method)
+
+
+def test_views_of_planned_inputs_are_made_once_at_load():
+    # shape_ops slices its planned input: those views are the same arrays every run,
+    # made at load (no instruction left), and still follow each call's input.
+    case = models.CASES_BY_NAME["shape_ops"]
+    from pyexecutorch.exir import to_edge  # noqa: PLC0415
+
+    pte = to_edge(models.export(case)).to_executorch().buffer
+    method = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    loaded = method._loaded
+    assert loaded.load_time_views and set(loaded.load_time_views) <= set(_views(method))
+    _run_twice_against_eager(case, method)

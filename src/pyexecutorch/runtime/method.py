@@ -57,6 +57,13 @@ from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.verify import verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
+from pyexecutorch.runtime.whole_method import (
+    Step,
+    compile_steps,
+    copy_source_position,
+    copy_step,
+    elementwise_step,
+)
 from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
     Bool,
@@ -475,6 +482,8 @@ class LoadedMethod:
                     evalues[args[fast.out % len(args)]].val, Tensor
                 ):
                     decisions[c, pc] = ("inline", fast)
+                elif self.jit and c == 0 and flow is not None and self._plain_copy(k, args, outs):
+                    decisions[c, pc] = ("copy", outs[0])
                 else:
                     decisions[c, pc] = ("call", fast)
         if self.jit:
@@ -486,6 +495,7 @@ class LoadedMethod:
             pc for (_, pc), (kind, _) in decisions.items() if kind == "view"
         )
         self.load_time_views: list[int] = []
+        self.whole_source: str | None = None  # set when the chain became one compiled function
         fixed = self._fixed_values(flow, decisions)
         # Views of arrays that are the same every run, made once here (see _resolve_view).
         resolved: dict[int, np.ndarray] = {}
@@ -558,7 +568,11 @@ class LoadedMethod:
             call = f"{ns.bind(fast.fn, 'f')}({', '.join(parts)})"
             return call if out in fixed else f"{call}; v[{out}] = {out_expr(out)}"
 
-        def fused_call(call: FusedCall) -> str:
+        # Instructions that are one compiled call on bound arrays, with the stores
+        # after it: what a whole-method function is made of (see whole_method).
+        steps: dict[int, tuple[Step, list[str]]] = {}
+
+        def fused_call(call: FusedCall, pc: int) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
             if not all(e[0] in "TC" for e in exprs):
                 fn = call.function(flat=False)  # some argument is read live: dispatch per call
@@ -578,10 +592,59 @@ class LoadedMethod:
                                 aliases[k] = o  # the planner gave this output the input's memory
                     arrays = [a for k, a in enumerate(arrays) if k not in aliases]
                     exprs = [ns.bind(a, "C") for a in arrays]
-                fn = compiled_tier.entry_point(call.function(flat, aliases), tuple(arrays))
+                dispatcher = call.function(flat, aliases)
+                fn = compiled_tier.entry_point(dispatcher, tuple(arrays))
             line = f"{ns.bind(fn, 'F')}({', '.join(exprs)})"
-            stores = [f"; v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
-            return line + "".join(stores)
+            stores = [f"v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
+            if all(e[0] in "TC" for e in exprs):
+                steps[pc] = (Step(dispatcher, tuple(arrays)), stores)
+            return "; ".join([line, *stores])
+
+        whole_candidate = self.jit and self.tracer is None and len(plan.chains) == 1
+
+        def kernel_step(pc: int, name: str, args: list[int], outs: list[int]) -> None:
+            """Record instruction ``pc`` as a compiled step when it can be one."""
+            if len(outs) > 1:
+                return
+            arrays = []
+            for j in args[: len(args) - len(outs)]:
+                if isinstance(evalues[j].val, Tensor):
+                    arr = bound_array(j)
+                    if arr is None or arr.dtype.kind not in "biuf":
+                        return  # read live, or a dtype numba does not take (bfloat16)
+                    arrays.append(arr)
+                elif j in written or isinstance(evalues[j].val, (TensorList, OptionalTensorList)):
+                    return
+                else:
+                    arrays.append(v[j])
+            out = None
+            if outs:
+                if (
+                    not isinstance(evalues[outs[0]].val, Tensor)
+                    or evalues[outs[0]].val.shape_dynamism != TensorShapeDynamism.STATIC
+                ):
+                    return
+                out = self.capacity[outs[0]]
+            step = copy_step(name, arrays, out)
+            if step is None and out is not None:
+                step = elementwise_step(name, arrays, out)
+            if step is not None:
+                steps[pc] = (step, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
+
+        def plain_copy(source: int, out: int, pc: int) -> str:
+            """A copy into its planned storage: a compiled step when the source is bound."""
+            dst = self.capacity[out]
+            src = bound_array(source)
+            step = None if src is None else copy_step("aten::clone.out", [src], dst)
+            stores = [] if out in fixed else [f"v[{out}] = {out_expr(out)}"]
+            if step is None:
+                copy = ns.bind(np.copyto, "f")
+                line = f"{copy}({out_expr(out)}, {expr(source)}.reshape({dst.shape!r}))"
+            else:
+                fn = compiled_tier.entry_point(step.function, step.args)
+                line = f"{ns.bind(fn, 'F')}({', '.join(ns.bind(a, 'C') for a in step.args)})"
+                steps[pc] = (step, stores)
+            return "; ".join([line, *stores])
 
         compiled = []
         for c, chain in enumerate(plan.chains):
@@ -612,11 +675,16 @@ class LoadedMethod:
                         continue
                     if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
+                        if whole_candidate:
+                            kernel_step(pc, k.name, args, outs)
+                        continue
+                    if kind == "copy":
+                        lines.append(Line(plain_copy(args[0], outs[0], pc), pc))
                         continue
                     if kind == "skip":
                         continue  # computed by the fused loop of a later instruction
                     if kind == "fused":
-                        lines.append(Line(fused_call(fast), pc))
+                        lines.append(Line(fused_call(fast, pc), pc))
                         continue
                     fn = ns.bind(fast, "k")
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
@@ -632,6 +700,8 @@ class LoadedMethod:
                             parts.append(store(j).replace("_r", f"_r{n}"))
                         src = "; ".join(parts)
                     lines.append(Line(src, pc))
+                    if whole_candidate:
+                        kernel_step(pc, k.name, args, outs)
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
@@ -647,12 +717,52 @@ class LoadedMethod:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
             if self.tracer is not None:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
+            elif self.jit and len(plan.chains) == 1 and not jumps:
+                lines = self._whole_lines(lines, steps, ns)
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
             compiled.append(
                 compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns, over)
             )
         return compiled
+
+    def _plain_copy(self, k, args: list[int], outs: list[int]) -> bool:  # noqa: ANN001
+        """Whether a kernel call copies a static tensor's elements, in order, into another's
+        planned storage of the same dtype and size (so it can fill that storage in place)."""
+        if copy_source_position(k.name) != 0 or len(outs) != 1 or not args:
+            return False
+        src, out = args[0], outs[0]
+        for j in (src, out):
+            val = self.plan.values[j].val
+            if not isinstance(val, Tensor) or val.shape_dynamism != TensorShapeDynamism.STATIC:
+                return False
+        a, b = self.load_time_value(src), self.capacity[out]
+        return (
+            out not in self.constant_values
+            and self.values[out] is b
+            and a.dtype == b.dtype
+            and a.dtype.kind in "biuf"
+            and a.size == b.size
+            and b.flags.c_contiguous
+            and not np.shares_memory(a, b)
+        )
+
+    def _whole_lines(
+        self, lines: list[Line], steps: dict[int, tuple[Step, list[str]]], ns: Namespace
+    ) -> list[Line]:
+        """``lines`` as one call of a whole-method function when each is a compiled step.
+
+        Sets ``whole_source`` (the generated module) when it does; else ``lines`` as they are.
+        """
+        if len(lines) < 2 or any(line.instruction not in steps for line in lines):
+            return lines  # one compiled call already is one call
+        whole = compile_steps([steps[line.instruction][0] for line in lines])
+        if whole is None:
+            return lines
+        fn, arrays, self.whole_source = whole
+        stores = [s for line in lines for s in steps[line.instruction][1]]
+        call = f"{ns.bind(fn, 'W')}({', '.join(ns.bind(a, 'C') for a in arrays)})"
+        return [Line("; ".join([call, *stores]), lines[0].instruction)]
 
     def _traced_lines(
         self, c: int, lines: list[Line], jumps: dict, ns: Namespace, expr
@@ -739,6 +849,8 @@ class LoadedMethod:
             if kind == "fused":
                 for out in fast.outputs:
                     inline_outs[out] = inline_outs.get(out, 0) + 1
+            elif kind == "copy":
+                inline_outs[fast] = inline_outs.get(fast, 0) + 1
             elif kind == "inline":
                 args, _ = self.kernel_layout(
                     self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
@@ -772,7 +884,8 @@ class LoadedMethod:
             if j in inputs:
                 if not writers.get(j):  # install puts a static planned input in its storage
                     fixed.add(j)
-            elif writers.get(j) and writers[j] == inline_outs.get(j, 0):
+            elif writers.get(j, 0) == inline_outs.get(j, 0):
+                # (no writer at all: a static view the planner put on its base's bytes)
                 fixed.add(j)
         return fixed
 
