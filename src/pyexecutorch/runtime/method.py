@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,8 @@ class LoadedMethod:
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
         self.chains = self._compile()
+        if self.whole_source is not None:
+            self.run = self._run_whole
         if event_tracer is not None:
             end = clock()
             event_tracer.profile("Method::init", start, end)
@@ -1039,6 +1041,58 @@ class LoadedMethod:
                 planned[...] = x  # same dtype and shape: a plain copy
                 v[index] = planned
         return True
+
+    def exact_installer(self, slots: Sequence[ExactSlot]) -> Callable[[Sequence[Any]], bool]:
+        """:meth:`install_exact` for these ``slots``, generated once: a function of the inputs.
+
+        With static shapes every check is a comparison against a bound constant and
+        every planned input one copy; dynamic inputs use :meth:`install_exact`.
+        """
+        if not slots or any(s.dynamic for s in slots):
+            return lambda inputs: self.install_exact(inputs, slots)
+        ns = Namespace()
+        xs = [f"x{k}" for k in range(len(slots))]
+        src = [
+            "def install(inputs):",
+            f"    if len(inputs) != {len(slots)}: return False",
+            f"    {', '.join(xs)}, = inputs",
+        ]
+        stores = []
+        for x, (index, dtype, shape, planned, _, scalar) in zip(xs, slots, strict=True):
+            if dtype is None:
+                kind, value = ns.bind(type(scalar), "Y"), ns.bind(scalar, "S")
+                src.append(f"    if type({x}) is not {kind} or {x} != {value}: return False")
+                stores.append(f"    v[{index}] = {x}")
+                continue
+            array, dt = ns.bind(np.ndarray, "N"), ns.bind(dtype, "D")
+            src.append(
+                f"    if type({x}) is not {array} or {x}.dtype != {dt} or {x}.shape != "
+                f"{ns.bind(tuple(shape), 'S')}: return False"
+            )
+            if planned is None:
+                # read by the method itself: dense and writable, as the general path makes it
+                src.append(
+                    f"    if not ({x}.flags.c_contiguous and {x}.flags.writeable): return False"
+                )
+                stores.append(f"    v[{index}] = {x}")
+            else:
+                storage = ns.bind(planned, "P")
+                stores.append(f"    {storage}[...] = {x}; v[{index}] = {storage}")
+        src += [*stores, "    return True"]
+        namespace = {**ns.names, "v": self.values}
+        exec(
+            compile("\n".join(src) + "\n", f"<pyexecutorch inputs of {self.name!r}>", "exec"),
+            namespace,
+        )  # noqa: S102
+        return namespace["install"]
+
+    def _run_whole(self) -> None:
+        """``run`` of a method compiled whole: numba code raises no numpy warnings."""
+        chain = self.chains[0]
+        try:
+            chain.run(self.values)
+        except Exception as e:
+            raise self._execution_error(e, chain) from e
 
     def run(self) -> None:
         v = self.values

@@ -57,6 +57,7 @@ class Method:
         self._decls = input_decls(loaded.plan)
         self._exact = exact_slots(self._decls, loaded)
         self._views = OutputViews(len(loaded.plan.outputs))
+        self._install_exact = loaded.exact_installer(self._exact)
 
     @property
     def metadata(self) -> MethodMeta:
@@ -77,7 +78,7 @@ class Method:
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
         with self._lock:
-            if loaded.install_exact(inputs, self._exact):
+            if self._install_exact(inputs):
                 loaded.run()
                 if not clone_outputs:
                     return self._views.of(loaded.outputs(), loaded.name)
