@@ -572,7 +572,7 @@ class LoadedMethod:
 
         # Instructions that are one compiled call on bound arrays, with the stores
         # after it: what a whole-method function is made of (see whole_method).
-        steps: dict[int, tuple[Step, list[str]]] = {}
+        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]] = {}
 
         def fused_call(call: FusedCall, pc: int) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
@@ -627,11 +627,14 @@ class LoadedMethod:
                 ):
                     return
                 out = self.capacity[outs[0]]
-            step = copy_step(name, arrays, out)
-            if step is None and out is not None:
-                step = elementwise_step(name, arrays, out)
-            if step is not None:
-                steps[pc] = (step, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
+
+            def make() -> Step | None:  # built only for a method that may become whole
+                step = copy_step(name, arrays, out)
+                if step is None and out is not None:
+                    step = elementwise_step(name, arrays, out)
+                return step
+
+            steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
 
         def plain_copy(source: int, out: int, pc: int) -> str:
             """A copy into its planned storage: a compiled step when the source is bound."""
@@ -750,7 +753,10 @@ class LoadedMethod:
         )
 
     def _whole_lines(
-        self, lines: list[Line], steps: dict[int, tuple[Step, list[str]]], ns: Namespace
+        self,
+        lines: list[Line],
+        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]],
+        ns: Namespace,
     ) -> list[Line]:
         """``lines`` as one call of a whole-method function when each is a compiled step.
 
@@ -758,7 +764,14 @@ class LoadedMethod:
         """
         if len(lines) < 2 or any(line.instruction not in steps for line in lines):
             return lines  # one compiled call already is one call
-        whole = compile_steps([steps[line.instruction][0] for line in lines])
+        made = []
+        for line in lines:
+            step = steps[line.instruction][0]
+            step = step if isinstance(step, Step) else step()
+            if step is None:
+                return lines
+            made.append(step)
+        whole = compile_steps(made)
         if whole is None:
             return lines
         fn, arrays, self.whole_source = whole
