@@ -637,18 +637,17 @@ class LoadedMethod:
             steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
 
         def plain_copy(source: int, out: int, pc: int) -> str:
-            """A copy into its planned storage: a compiled step when the source is bound."""
+            """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
             dst = self.capacity[out]
             src = bound_array(source)
-            step = None if src is None else copy_step("aten::clone.out", [src], dst)
             stores = [] if out in fixed else [f"v[{out}] = {out_expr(out)}"]
-            if step is None:
-                copy = ns.bind(np.copyto, "f")
-                line = f"{copy}({out_expr(out)}, {expr(source)}.reshape({dst.shape!r}))"
+            copy = ns.bind(np.copyto, "f")
+            if src is not None and src.flags.c_contiguous:
+                # the same bytes every run: their view in the destination's shape, made now
+                line = f"{copy}({out_expr(out)}, {ns.bind(src.reshape(dst.shape), 'C')})"
+                steps[pc] = (lambda: copy_step("aten::clone.out", [src], dst), stores)
             else:
-                fn = compiled_tier.entry_point(step.function, step.args)
-                line = f"{ns.bind(fn, 'F')}({', '.join(ns.bind(a, 'C') for a in step.args)})"
-                steps[pc] = (step, stores)
+                line = f"{copy}({out_expr(out)}, {expr(source)}.reshape({dst.shape!r}))"
             return "; ".join([line, *stores])
 
         compiled = []
