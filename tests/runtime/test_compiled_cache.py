@@ -32,11 +32,16 @@ import numpy as np
 from pyexecutorch.runtime import Runtime
 method = Runtime.get().load_program(sys.argv[1], jit=True).load_method("forward")
 (out,) = method.execute([np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)])
-stats = [
-    m.fused.stats for name, m in sys.modules.items() if name.startswith("pyexecutorch_generated_")
+stats = [  # each compiled function defined (not imported) by a generated module
+    f.stats
+    for name, m in list(sys.modules.items())
+    if name.startswith("pyexecutorch_generated_")
+    for f in vars(m).values()
+    if getattr(getattr(f, "py_func", None), "__module__", None) == name
 ]
 print(json.dumps({
     "fused": len(method._loaded.fused_runs),
+    "whole": method._loaded.whole_source is not None,
     "hits": sum(sum(s.cache_hits.values()) for s in stats),
     "misses": sum(sum(s.cache_misses.values()) for s in stats),
     "out": np.asarray(out).tolist(),
@@ -78,6 +83,32 @@ def test_second_process_reads_the_compiled_loop_from_the_cache(tmp_path):
     assert warm["misses"] == 0 and warm["hits"] >= 1
     assert warm["out"] == cold["out"]
     want = Activations()(torch.linspace(-3, 3, 24).reshape(4, 6))
+    torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
+
+
+class WholeMethod(torch.nn.Module):
+    """Two fused loops around a reshape copy: compiled as one whole-method function."""
+
+    def forward(self, x):
+        h = torch.nn.functional.hardswish(x * 0.75 - 0.25)
+        return torch.relu(h.reshape(6, 4)) * 2.0
+
+
+def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pte = tmp_path / "whole.pte"
+        program = to_edge(torch.export.export(WholeMethod(), (torch.randn(4, 6),)))
+        pte.write_bytes(program.to_executorch().buffer)
+    cache = tmp_path / "cache"
+    cold = _child(pte, cache)
+    assert cold["whole"] and cold["misses"] >= 1
+    assert len(list((cache / "generated").glob("whole_*.py"))) == 1
+    warm = _child(pte, cache)
+    # the loops, the copy and the function calling them: all machine code from the cache
+    assert warm["whole"] and warm["misses"] == 0 and warm["hits"] >= 3
+    assert warm["out"] == cold["out"]
+    want = WholeMethod()(torch.linspace(-3, 3, 24).reshape(4, 6))
     torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
 
 

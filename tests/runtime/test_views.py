@@ -18,6 +18,13 @@ def _view_lines(method) -> list[str]:  # noqa: ANN001
     return re.findall(r"^\s+v\[\d+\] = (?:w\d+\()?(?:v\[\d+\]|C\d+)\)?$", source, flags=re.M)
 
 
+def _views(method) -> list[int]:  # noqa: ANN001
+    """Instructions that became views: a generated line each, or made once at load."""
+    loaded = method._loaded
+    assert len(_view_lines(method)) + len(loaded.load_time_views) == len(loaded.view_instructions)
+    return loaded.view_instructions
+
+
 def _run_twice_against_eager(case, method) -> None:  # noqa: ANN001
     # Two different inputs: a stale view would show the first call's data.
     for seed in (1, 2):
@@ -37,7 +44,7 @@ def _run_twice_against_eager(case, method) -> None:  # noqa: ANN001
 def test_official_lstm_slices_and_permutes_are_views():
     case = models.CASES_BY_NAME["lstm"]
     method = Runtime.get().load_program(official.official_export(case)).load_method("forward")
-    assert len(_view_lines(method)) >= 4
+    assert len(_views(method)) >= 4
     _run_twice_against_eager(case, method)
 
 
@@ -49,5 +56,18 @@ def test_a_copy_whose_source_is_reused_stays_a_copy():
 
     pte = to_edge(models.export(case)).to_executorch().buffer
     method = Runtime.get().load_program(pte).load_method("forward")
-    assert _view_lines(method) == []
+    assert _views(method) == []
+    _run_twice_against_eager(case, method)
+
+
+def test_views_of_planned_inputs_are_made_once_at_load():
+    # shape_ops slices its planned input: those views are the same arrays every run,
+    # made at load (no instruction left), and still follow each call's input.
+    case = models.CASES_BY_NAME["shape_ops"]
+    from pyexecutorch.exir import to_edge  # noqa: PLC0415
+
+    pte = to_edge(models.export(case)).to_executorch().buffer
+    method = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    loaded = method._loaded
+    assert loaded.load_time_views and set(loaded.load_time_views) <= set(_views(method))
     _run_twice_against_eager(case, method)

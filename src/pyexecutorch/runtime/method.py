@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,13 @@ from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.verify import verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
+from pyexecutorch.runtime.whole_method import (
+    Step,
+    compile_steps,
+    copy_source_position,
+    copy_step,
+    elementwise_step,
+)
 from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
     Bool,
@@ -189,6 +196,8 @@ class LoadedMethod:
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
         self.chains = self._compile()
+        if self.whole_source is not None:
+            self.run = self._run_whole
         if event_tracer is not None:
             end = clock()
             event_tracer.profile("Method::init", start, end)
@@ -475,17 +484,39 @@ class LoadedMethod:
                     evalues[args[fast.out % len(args)]].val, Tensor
                 ):
                     decisions[c, pc] = ("inline", fast)
+                elif self.jit and c == 0 and flow is not None and self._plain_copy(k, args, outs):
+                    decisions[c, pc] = ("copy", outs[0])
                 else:
                     decisions[c, pc] = ("call", fast)
         if self.jit:
             fuse(self, flow, decisions, written, elider.region)
         # The fused runs (their instruction indices), for tests and profiles.
         self.fused_runs = [fast.pcs for (kind, fast) in decisions.values() if kind == "fused"]
+        # Copies that became views (chain 0's instruction indices); the ones made at load.
+        self.view_instructions = sorted(
+            pc for (_, pc), (kind, _) in decisions.items() if kind == "view"
+        )
+        self.load_time_views: list[int] = []
+        self.whole_source: str | None = None  # set when the chain became one compiled function
         fixed = self._fixed_values(flow, decisions)
+        # Views of arrays that are the same every run, made once here (see _resolve_view).
+        resolved: dict[int, np.ndarray] = {}
+
+        def bound_array(j: int) -> np.ndarray | None:
+            """The array value ``j`` is at every run, when it is known now."""
+            if j in resolved:
+                return resolved[j]
+            if j in self.constant_values:
+                return v[j]
+            if j in fixed:
+                return self.capacity[j]
+            return None
 
         def expr(j: int) -> str:
             val = evalues[j].val
             if isinstance(val, Tensor):
+                if j in resolved:
+                    return ns.bind(resolved[j], "C")
                 if j in self.constant_values:
                     return ns.bind(v[j], "T")
                 if j in fixed:
@@ -539,16 +570,18 @@ class LoadedMethod:
             call = f"{ns.bind(fast.fn, 'f')}({', '.join(parts)})"
             return call if out in fixed else f"{call}; v[{out}] = {out_expr(out)}"
 
-        def fused_call(call: FusedCall) -> str:
+        # Instructions that are one compiled call on bound arrays, with the stores
+        # after it: what a whole-method function is made of (see whole_method).
+        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]] = {}
+
+        def fused_call(call: FusedCall, pc: int) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
             if not all(e[0] in "TC" for e in exprs):
                 fn = call.function(flat=False)  # some argument is read live: dispatch per call
             else:
                 # Every argument is a bound array: its types are known now, and
                 # dense same-shape arrays run as one flat loop over 1-D views.
-                arrays = [
-                    v[j] if j in self.constant_values else self.capacity[j] for j in call.inputs
-                ]
+                arrays = [bound_array(j) for j in call.inputs]
                 arrays += [self.capacity[j] for j in call.outputs]
                 flat = call.same_shape and all(a.flags.c_contiguous for a in arrays)
                 aliases: dict[int, int] = {}
@@ -561,10 +594,61 @@ class LoadedMethod:
                                 aliases[k] = o  # the planner gave this output the input's memory
                     arrays = [a for k, a in enumerate(arrays) if k not in aliases]
                     exprs = [ns.bind(a, "C") for a in arrays]
-                fn = compiled_tier.entry_point(call.function(flat, aliases), tuple(arrays))
+                dispatcher = call.function(flat, aliases)
+                fn = compiled_tier.entry_point(dispatcher, tuple(arrays))
             line = f"{ns.bind(fn, 'F')}({', '.join(exprs)})"
-            stores = [f"; v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
-            return line + "".join(stores)
+            stores = [f"v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
+            if all(e[0] in "TC" for e in exprs):
+                steps[pc] = (Step(dispatcher, tuple(arrays)), stores)
+            return "; ".join([line, *stores])
+
+        whole_candidate = self.jit and self.tracer is None and len(plan.chains) == 1
+
+        def kernel_step(pc: int, name: str, args: list[int], outs: list[int]) -> None:
+            """Record instruction ``pc`` as a compiled step when it can be one."""
+            if len(outs) > 1:
+                return
+            arrays = []
+            for j in args[: len(args) - len(outs)]:
+                if isinstance(evalues[j].val, Tensor):
+                    arr = bound_array(j)
+                    if arr is None or arr.dtype.kind not in "biuf":
+                        return  # read live, or a dtype numba does not take (bfloat16)
+                    arrays.append(arr)
+                elif j in written or isinstance(evalues[j].val, (TensorList, OptionalTensorList)):
+                    return
+                else:
+                    arrays.append(v[j])
+            out = None
+            if outs:
+                if (
+                    not isinstance(evalues[outs[0]].val, Tensor)
+                    or evalues[outs[0]].val.shape_dynamism != TensorShapeDynamism.STATIC
+                ):
+                    return
+                out = self.capacity[outs[0]]
+
+            def make() -> Step | None:  # built only for a method that may become whole
+                step = copy_step(name, arrays, out)
+                if step is None and out is not None:
+                    step = elementwise_step(name, arrays, out)
+                return step
+
+            steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
+
+        def plain_copy(source: int, out: int, pc: int) -> str:
+            """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
+            dst = self.capacity[out]
+            src = bound_array(source)
+            stores = [] if out in fixed else [f"v[{out}] = {out_expr(out)}"]
+            copy = ns.bind(np.copyto, "f")
+            if src is not None and src.flags.c_contiguous:
+                # the same bytes every run: their view in the destination's shape, made now
+                line = f"{copy}({out_expr(out)}, {ns.bind(src.reshape(dst.shape), 'C')})"
+                steps[pc] = (lambda: copy_step("aten::clone.out", [src], dst), stores)
+            else:
+                line = f"{copy}({out_expr(out)}, {expr(source)}.reshape({dst.shape!r}))"
+            return "; ".join([line, *stores])
 
         compiled = []
         for c, chain in enumerate(plan.chains):
@@ -580,17 +664,31 @@ class LoadedMethod:
                     kind, fast = decisions[c, pc]
                     n_in = len(args) - len(outs)
                     if kind == "view":
+                        base = None if self.tracer is not None else bound_array(args[0])
+                        if base is not None:
+                            # The source is the same array every run: so is its view, and
+                            # the instruction costs nothing at run time.
+                            resolved[outs[0]] = v[outs[0]] = (
+                                base if fast is identity else fast(base)
+                            )
+                            self.load_time_views.append(pc)
+                            continue
                         source = expr(args[0])
                         bound = source if fast is identity else f"{ns.bind(fast, 'w')}({source})"
                         lines.append(Line(f"v[{outs[0]}] = {bound}", pc))
                         continue
                     if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
+                        if whole_candidate:
+                            kernel_step(pc, k.name, args, outs)
+                        continue
+                    if kind == "copy":
+                        lines.append(Line(plain_copy(args[0], outs[0], pc), pc))
                         continue
                     if kind == "skip":
                         continue  # computed by the fused loop of a later instruction
                     if kind == "fused":
-                        lines.append(Line(fused_call(fast), pc))
+                        lines.append(Line(fused_call(fast, pc), pc))
                         continue
                     fn = ns.bind(fast, "k")
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
@@ -606,6 +704,8 @@ class LoadedMethod:
                             parts.append(store(j).replace("_r", f"_r{n}"))
                         src = "; ".join(parts)
                     lines.append(Line(src, pc))
+                    if whole_candidate:
+                        kernel_step(pc, k.name, args, outs)
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
@@ -621,12 +721,62 @@ class LoadedMethod:
                     raise self._fail(f"chain {c} instruction {pc}: unknown instruction")
             if self.tracer is not None:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
+            elif self.jit and len(plan.chains) == 1 and not jumps:
+                lines = self._whole_lines(lines, steps, ns)
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
             compiled.append(
                 compile_chain(self.name, c, lines, jumps, len(chain.instructions), ns, over)
             )
         return compiled
+
+    def _plain_copy(self, k, args: list[int], outs: list[int]) -> bool:  # noqa: ANN001
+        """Whether a kernel call copies a static tensor's elements, in order, into another's
+        planned storage of the same dtype and size (so it can fill that storage in place)."""
+        if copy_source_position(k.name) != 0 or len(outs) != 1 or not args:
+            return False
+        src, out = args[0], outs[0]
+        for j in (src, out):
+            val = self.plan.values[j].val
+            if not isinstance(val, Tensor) or val.shape_dynamism != TensorShapeDynamism.STATIC:
+                return False
+        a, b = self.load_time_value(src), self.capacity[out]
+        return (
+            out not in self.constant_values
+            and self.values[out] is b
+            and a.dtype == b.dtype
+            and a.dtype.kind in "biuf"
+            and a.size == b.size
+            and b.flags.c_contiguous
+            and not np.shares_memory(a, b)
+        )
+
+    def _whole_lines(
+        self,
+        lines: list[Line],
+        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]],
+        ns: Namespace,
+    ) -> list[Line]:
+        """``lines`` as one call of a whole-method function when each is a compiled step.
+
+        Sets ``whole_source`` (the generated module) when it does; else ``lines`` as they are.
+        """
+        if len(lines) < 2 or any(line.instruction not in steps for line in lines):
+            return lines  # one compiled call already is one call
+        made = []
+        for line in lines:
+            step = steps[line.instruction][0]
+            step = step if isinstance(step, Step) else step()
+            if step is None:
+                return lines
+            made.append(step)
+        whole = compile_steps(made)
+        if whole is None:
+            return lines
+        fn, arrays, self.whole_source = whole
+        stores = [s for line in lines for s in steps[line.instruction][1]]
+        call = f"{ns.bind(fn, 'W')}({', '.join(ns.bind(a, 'C') for a in arrays)})"
+        return [Line("; ".join([call, *stores]), lines[0].instruction)]
 
     def _traced_lines(
         self, c: int, lines: list[Line], jumps: dict, ns: Namespace, expr
@@ -713,6 +863,8 @@ class LoadedMethod:
             if kind == "fused":
                 for out in fast.outputs:
                     inline_outs[out] = inline_outs.get(out, 0) + 1
+            elif kind == "copy":
+                inline_outs[fast] = inline_outs.get(fast, 0) + 1
             elif kind == "inline":
                 args, _ = self.kernel_layout(
                     self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
@@ -746,7 +898,8 @@ class LoadedMethod:
             if j in inputs:
                 if not writers.get(j):  # install puts a static planned input in its storage
                     fixed.add(j)
-            elif writers.get(j) and writers[j] == inline_outs.get(j, 0):
+            elif writers.get(j, 0) == inline_outs.get(j, 0):
+                # (no writer at all: a static view the planner put on its base's bytes)
                 fixed.add(j)
         return fixed
 
@@ -900,6 +1053,58 @@ class LoadedMethod:
                 planned[...] = x  # same dtype and shape: a plain copy
                 v[index] = planned
         return True
+
+    def exact_installer(self, slots: Sequence[ExactSlot]) -> Callable[[Sequence[Any]], bool]:
+        """:meth:`install_exact` for these ``slots``, generated once: a function of the inputs.
+
+        With static shapes every check is a comparison against a bound constant and
+        every planned input one copy; dynamic inputs use :meth:`install_exact`.
+        """
+        if not slots or any(s.dynamic for s in slots):
+            return lambda inputs: self.install_exact(inputs, slots)
+        ns = Namespace()
+        xs = [f"x{k}" for k in range(len(slots))]
+        src = [
+            "def install(inputs):",
+            f"    if len(inputs) != {len(slots)}: return False",
+            f"    {', '.join(xs)}, = inputs",
+        ]
+        stores = []
+        for x, (index, dtype, shape, planned, _, scalar) in zip(xs, slots, strict=True):
+            if dtype is None:
+                kind, value = ns.bind(type(scalar), "Y"), ns.bind(scalar, "S")
+                src.append(f"    if type({x}) is not {kind} or {x} != {value}: return False")
+                stores.append(f"    v[{index}] = {x}")
+                continue
+            array, dt = ns.bind(np.ndarray, "N"), ns.bind(dtype, "D")
+            src.append(
+                f"    if type({x}) is not {array} or {x}.dtype != {dt} or {x}.shape != "
+                f"{ns.bind(tuple(shape), 'S')}: return False"
+            )
+            if planned is None:
+                # read by the method itself: dense and writable, as the general path makes it
+                src.append(
+                    f"    if not ({x}.flags.c_contiguous and {x}.flags.writeable): return False"
+                )
+                stores.append(f"    v[{index}] = {x}")
+            else:
+                storage = ns.bind(planned, "P")
+                stores.append(f"    {storage}[...] = {x}; v[{index}] = {storage}")
+        src += [*stores, "    return True"]
+        namespace = {**ns.names, "v": self.values}
+        exec(
+            compile("\n".join(src) + "\n", f"<pyexecutorch inputs of {self.name!r}>", "exec"),
+            namespace,
+        )  # noqa: S102
+        return namespace["install"]
+
+    def _run_whole(self) -> None:
+        """``run`` of a method compiled whole: numba code raises no numpy warnings."""
+        chain = self.chains[0]
+        try:
+            chain.run(self.values)
+        except Exception as e:
+            raise self._execution_error(e, chain) from e
 
     def run(self) -> None:
         v = self.values

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import compiled
@@ -20,6 +23,7 @@ from pyexecutorch.runtime.data_loader import (
 from pyexecutorch.runtime.etdump import EventTracer
 from pyexecutorch.runtime.io import (
     Input,
+    _forced_output_kind,
     check_install,
     convert_outputs,
     exact_slots,
@@ -52,6 +56,8 @@ class Method:
         self._meta = MethodMeta(loaded.plan)
         self._decls = input_decls(loaded.plan)
         self._exact = exact_slots(self._decls, loaded)
+        self._views = OutputViews(len(loaded.plan.outputs))
+        self._install_exact = loaded.exact_installer(self._exact)
 
     @property
     def metadata(self) -> MethodMeta:
@@ -72,11 +78,14 @@ class Method:
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
         with self._lock:
-            if loaded.install_exact(inputs, self._exact):
+            if self._install_exact(inputs):
+                loaded.run()
+                if not clone_outputs:
+                    return self._views.of(loaded.outputs(), loaded.name)
                 converted = ()
             else:
                 converted = self._install(inputs)
-            loaded.run()
+                loaded.run()
             return convert_outputs(
                 loaded.outputs(), clone=clone_outputs, inputs=converted, method=loaded.name
             )
@@ -100,6 +109,43 @@ class Method:
 
     def __repr__(self) -> str:
         return f"Method({self._meta!r})"
+
+
+class OutputViews:
+    """Torch views of a method's output arrays, kept from one call to the next.
+
+    Wrapping an array as a tensor (``torch.from_numpy``) costs more than many
+    small kernels; an output that is the same planned array as last call is
+    handed out as the same tensor, unless the caller changed that tensor (its
+    version counter moves with in-place data and metadata changes) or made it
+    require grad. Only for ``clone_outputs=False`` outputs of the exact input
+    path, where no output can be a view of a caller's torch input.
+    """
+
+    def __init__(self, n_outputs: int) -> None:
+        self._kept: list[tuple[Any, Any, int] | None] = [None] * n_outputs
+
+    def of(self, values: list[Any], method: str) -> list[Any]:
+        """``values`` as :func:`convert_outputs` returns them with ``clone=False``."""
+        torch = sys.modules.get("torch")
+        if _forced_output_kind() is not None or torch is None or not hasattr(torch, "from_numpy"):
+            return convert_outputs(values, clone=False, method=method)
+        kept = self._kept
+        out = []
+        for p, value in enumerate(values):
+            entry = kept[p]
+            if entry is not None and entry[0] is value:
+                tensor = entry[1]
+                if tensor._version == entry[2] and not tensor.requires_grad:
+                    out.append(tensor)
+                    continue
+            if type(value) is np.ndarray and value.flags.writeable and value.dtype.kind != "V":
+                tensor = torch.from_numpy(value)
+                kept[p] = (value, tensor, tensor._version)
+            else:
+                tensor = convert_outputs([value], clone=False, method=method)[0]
+            out.append(tensor)
+        return out
 
 
 class Program:

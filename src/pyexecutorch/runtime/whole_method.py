@@ -1,0 +1,207 @@
+"""Whole-method compilation (the compiled tier): one numba function runs a method's chain.
+
+When every instruction a chain runs is a compiled loop on arrays known at load
+(a fused elementwise run, or a compiled kernel offering a :class:`Step`), and
+the rest are no work at run time (views made at load, constants folded,
+members of a fused run), the chain becomes one generated ``@njit`` function
+calling those loops in order, and ``run`` calls it once: the Python call of
+each instruction disappears.
+
+The generated source names each loop by the module it was generated in and
+says which of the function's parameters each call takes; it depends on no
+size, so the disk cache (:mod:`pyexecutorch.runtime.compiled`) serves every
+method with the same pattern of loops, dtypes and ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.runtime import compiled
+
+
+@dataclass(frozen=True)
+class Step:
+    """One instruction as a compiled call: ``function(*args)`` does all its work.
+
+    ``function`` is a numba dispatcher defined at the top level of an importable
+    module (a generated one, or a kernel family's ``compiled.py``); ``args`` are
+    arrays that are the same objects at every run, and plain ints, floats or bools.
+    """
+
+    function: Any
+    args: tuple[Any, ...]
+
+
+def _module_name(function: Any) -> tuple[str, str] | None:
+    """(module, attribute) under which ``function`` can be imported, or None."""
+    py = getattr(function, "py_func", None)
+    module = getattr(py, "__module__", None)
+    name = getattr(py, "__name__", None)
+    if module is None or name is None:
+        return None
+    import sys  # noqa: PLC0415
+
+    owner = sys.modules.get(module)
+    if owner is None or getattr(owner, name, None) is not function:
+        return None
+    return module, name
+
+
+def _constant(value: Any) -> str | None:
+    """Source of a scalar argument, exact, or None when it has none."""
+    kind = type(value)
+    if kind is bool:
+        return repr(value)
+    if kind is int and abs(value) < 1 << 62:
+        return int.__repr__(value)
+    if kind is float and value == value and abs(value) != float("inf"):
+        return float.__repr__(value)
+    return None
+
+
+def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
+    """The generated module running ``steps`` in order, and its parameters' arrays.
+
+    None when some step's function cannot be imported by name or some argument
+    is neither an array nor an exact scalar.
+    """
+    imports: dict[tuple[str, str], str] = {}
+    params: list[np.ndarray] = []
+    param_of: dict[int, str] = {}
+    calls = []
+    for step in steps:
+        where = _module_name(step.function)
+        if where is None:
+            return None
+        fn = imports.setdefault(where, f"f{len(imports)}")
+        parts = []
+        for a in step.args:
+            if isinstance(a, np.ndarray):
+                name = param_of.get(id(a))
+                if name is None:
+                    name = param_of[id(a)] = f"a{len(params)}"
+                    params.append(a)
+                parts.append(name)
+            else:
+                text = _constant(a)
+                if text is None:
+                    return None
+                parts.append(text)
+        calls.append(f"    {fn}({', '.join(parts)})")
+    lines = [f"from {module} import {name} as {alias}" for (module, name), alias in imports.items()]
+    lines += [
+        "from numba import njit",
+        "",
+        "",
+        '@njit(cache=True, error_model="numpy")',
+        f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
+        *calls,
+        "",
+    ]
+    return "\n".join(lines), params
+
+
+def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] | None:
+    """(compiled function, its arguments, its source) running ``steps`` in one call, or None."""
+    if not steps:
+        return None
+    built = source_of(steps)
+    if built is None:
+        return None
+    source, params = built
+    whole = compiled.generated_module(source, "whole").whole
+    arrays = tuple(params)
+    return compiled.entry_point(whole, arrays), arrays, source
+
+
+# Copies whose source and destination hold the same elements in the same order
+# (argument position of the source; the destination is the out, or for the
+# in-place copy_ the first argument).
+_COPIES = {
+    "aten::view_copy.out": 0,
+    "aten::clone.out": 0,
+    "aten::_to_copy.out": 0,
+    "aten::alias_copy.out": 0,
+    "aten::squeeze_copy.dims_out": 0,
+    "aten::squeeze_copy.dim_out": 0,
+    "aten::unsqueeze_copy.out": 0,
+    "aten::_unsafe_view.out": 0,
+    "aten::copy_": 1,
+}
+
+_COPY_SOURCE = """from numba import njit
+
+
+@njit(cache=True, error_model="numpy")
+def copy_flat(src, dst):
+    for i in range(dst.size):
+        dst[i] = src[i]
+"""
+
+
+def copy_source_position(name: str) -> int | None:
+    """The argument a copy kernel reads its elements from, or None for other kernels."""
+    return _COPIES.get(name)
+
+
+def _overlap_unsafe(inputs: list[np.ndarray], out: np.ndarray) -> bool:
+    """Whether ``out`` shares memory with an input it does not match element for element."""
+    for a in inputs:
+        if np.shares_memory(a, out) and not (
+            a.ctypes.data == out.ctypes.data and a.shape == out.shape and a.strides == out.strides
+        ):
+            return True
+    return False
+
+
+def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None:
+    """A copy kernel call on bound arrays (``args`` as the kernel takes them) as a Step."""
+    at = _COPIES.get(name)
+    if at is None:
+        return None
+    if out is None:  # copy_: the destination is the first argument
+        out = args[0]
+    src = args[at]
+    if not (isinstance(src, np.ndarray) and isinstance(out, np.ndarray)):
+        return None
+    if (
+        src.dtype != out.dtype
+        or src.size != out.size
+        or out.size == 0
+        or not (src.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable)
+        or _overlap_unsafe([src], out)
+    ):
+        return None
+    core = compiled.generated_module(_COPY_SOURCE, "copy").copy_flat
+    return Step(core, (src.reshape(-1), out.reshape(-1)))
+
+
+def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
+    """A lone elementwise kernel call on bound arrays as the one-operator fused loop."""
+    from pyexecutorch.runtime.fusion import single_op_call  # noqa: PLC0415 - compiled tier only
+
+    if not out.flags.writeable or out.size == 0:
+        return None
+    try:
+        call = single_op_call(name, args, out)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if call is None:
+        return None
+    inputs = [args[p] for p in call.inputs]
+    if _overlap_unsafe(inputs, out):
+        return None
+    arrays = [*inputs, out]
+    flat = call.same_shape and all(a.flags.c_contiguous for a in arrays)
+    aliases: dict[int, int] = {}
+    if flat:
+        arrays = [a.reshape(-1) for a in arrays]
+        for k, a in enumerate(arrays[:-1]):
+            if a.ctypes.data == out.ctypes.data:
+                aliases[k] = 0  # read through the output's parameter (see FusedCall.source)
+        arrays = [a for k, a in enumerate(arrays) if k not in aliases]
+    return Step(call.function(flat, aliases), tuple(arrays))
