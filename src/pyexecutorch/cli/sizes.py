@@ -1,51 +1,54 @@
-"""Where the bytes of a ``.pte`` go, and how two ``.pte`` files differ, category by category.
+"""Where the bytes of a ``.pte`` go (``pyexecutorch inspect --sizes``), and how two files
+differ category by category (``--against``).
 
-Every byte of the file is attributed to exactly one category, so each side's column sums
-to its file size:
+Every byte of the file is attributed to exactly one category, so each column sums to its
+file size:
 
-- the program flatbuffer, walked table by table with the schema (EValues by type,
-  instructions by type, operators, delegate entries, segment and named-data tables,
-  vtables included; bytes no table, vector or string covers are its alignment padding);
+- the program flatbuffer, walked table by table with the schema: EValues by type,
+  instructions by type, operators, delegate entries, segment and named-data tables, vtables
+  included (a vtable two tables share counts once, for the first); the bytes no table,
+  vector or string covers are its alignment padding;
 - padding up to the first segment and between segments;
-- the constant segment (portable-remainder weights) and the mutable-data segment;
-- each XNNPACK delegate segment, split into its ``XH00`` header, its ``XNNGraph``
-  flatbuffer (nodes by node type, values by tensor and quantization kind, constant-data
-  entries, ...), paddings and the constants inside the payload; other delegates whole;
+- the constant segment (the portable program's weights) and the mutable-data segment;
+- each XNNPACK delegate segment: its ``XH00`` header, its ``XNNGraph`` flatbuffer (nodes by
+  node type, values by datatype, role and quantization), its paddings and the constants
+  inside the payload; other backends' segments whole;
 - named data (the XNNPACK weights and scales), whole.
 
-Identical delegate segments that a file shares between delegates are counted once, as
-stored. Named data and constant buffers are also matched between the two files by content,
-so the report says which blobs only one file holds.
-
-    python benchmarks/pte_sizes.py ours.pte official.pte
-    python benchmarks/pte_sizes.py model.pte            # one file
+A segment several delegates share is stored, and counted, once. Named data and constant
+tensors are also matched between the two files by content, so the comparison says which
+blobs only one of them holds. Torch-free: it reads the file with the schema decoders.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pyexecutorch.backends.xnnpack import schema as xnn
+from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.flatbuffer import NUMPY_OF, Reader, fields_of
 from pyexecutorch.schema.program import DataLocation, Program
 from pyexecutorch.schema.pte import HEADER_LENGTH, ExtendedHeader, decode_pte
 
 Path_ = tuple[Any, ...]  # field names, list indices and "field<Member>" union steps
+_MAX_DEPTH = 64
 
 
 # ------------------------------------------------------------------ flatbuffer walking
 
 
-def _spans(reader: Reader, cls: type, table: int, path: Path_, out: list) -> None:
+def _spans(reader: Reader, cls: type, table: int, path: Path_, out: list, depth: int = 0) -> None:
     """Append (start, end, path) for the table at ``table`` and everything it owns."""
-    vt, vt_size, _ = reader.vtable(table, str(path))
-    inline = reader.scalar("<H", 2, vt + 2, "vtable")
+    if depth > _MAX_DEPTH:
+        raise FormatError(f"{'.'.join(map(str, path))}: tables nested too deeply")
+    what = ".".join(map(str, path)) or cls.__name__
+    vt, vt_size, _ = reader.vtable(table, what)
+    inline = reader.scalar("<H", 2, vt + 2, f"{what} vtable")
     out.append((vt, vt + vt_size, path))
     out.append((table, table + inline, path))
     for spec in fields_of(cls):
@@ -56,44 +59,50 @@ def _spans(reader: Reader, cls: type, table: int, path: Path_, out: list) -> Non
         sub = (*path, spec.name)
         if isinstance(kind, str):
             if kind in ("string", "bytes"):
-                start, count = reader.vector(at, 1, spec.name, charge=False)
+                start, count = reader.vector(at, 1, f"{what}.{spec.name}", charge=False)
                 out.append((start - 4, start + count + (kind == "string"), sub))
             continue
         tag = kind[0]
         if tag == "vector":
             size = NUMPY_OF[kind[1]].itemsize
-            start, count = reader.vector(at, size, spec.name, charge=False)
+            start, count = reader.vector(at, size, f"{what}.{spec.name}", charge=False)
             out.append((start - 4, start + count * size, sub))
         elif tag == "table":
-            _spans(reader, kind[1], reader.uoffset(at, spec.name), sub, out)
+            child = reader.uoffset(at, f"{what}.{spec.name}")
+            _spans(reader, kind[1], child, sub, out, depth + 1)
         elif tag == "tables":
-            start, count = reader.vector(at, 4, spec.name, charge=False)
+            start, count = reader.vector(at, 4, f"{what}.{spec.name}", charge=False)
             out.append((start - 4, start + 4 * count, sub))
             for i in range(count):
-                _spans(reader, kind[1], reader.uoffset(start + 4 * i, spec.name), (*sub, i), out)
+                child = reader.uoffset(start + 4 * i, f"{what}.{spec.name}[{i}]")
+                _spans(reader, kind[1], child, (*sub, i), out, depth + 1)
         elif tag == "union":
             value_at = reader.field_offset(vt, vt_size, table, spec.slot + 1)
-            member = kind[1].member(reader.scalar("<B", 1, at, spec.name))
+            member = kind[1].member(reader.scalar("<B", 1, at, f"{what}.{spec.name}"))
             if member is not None and value_at:
                 step = f"{spec.name}<{member.__name__}>"
-                _spans(reader, member, reader.uoffset(value_at, spec.name), (*path, step), out)
+                child = reader.uoffset(value_at, f"{what}.{spec.name}")
+                _spans(reader, member, child, (*path, step), out, depth + 1)
 
 
-def _attribute(data: Any, cls: type, categorize, prefix: str) -> Counter:
+def _attribute(data: Any, cls: type, categorize: Any, prefix: str) -> Counter:
     """Bytes of the flatbuffer ``data`` per category; the first owner of a shared byte
-    (a vtable two tables share) keeps it, uncovered bytes are padding."""
+    (a vtable two tables share) keeps it, and uncovered bytes are padding."""
     reader = Reader(data)
     spans: list = []
-    _spans(reader, cls, reader.uoffset(0, "root"), (), spans)
-    owner = [None] * reader.size
+    _spans(reader, cls, reader.uoffset(0, "root table offset"), (), spans)
+    labels = ["padding (alignment)", "root offset and identifier"]
+    code_of = {label: k for k, label in enumerate(labels)}
+    owner = np.zeros(reader.size, dtype=np.int32)
+    owner[:8] = 1
     for start, end, path in spans:
         label = categorize(path)
-        for i in range(start, end):
-            if owner[i] is None:
-                owner[i] = label
-    owner[0:8] = ["root offset and identifier"] * 8
-    counts = Counter("padding (alignment)" if o is None else o for o in owner)
-    return Counter({f"{prefix}{k}": v for k, v in counts.items()})
+        code = code_of.setdefault(label, len(code_of))
+        span = owner[start:end]  # a view: unowned bytes of it take the label
+        span[span == 0] = code
+    names = sorted(code_of, key=code_of.get)
+    counts = np.bincount(owner, minlength=len(names))
+    return Counter({f"{prefix}{names[k]}": int(n) for k, n in enumerate(counts) if n})
 
 
 def _union_step(path: Path_, at: int) -> str | None:
@@ -175,8 +184,8 @@ def _xnnpack_payload(blob: memoryview, out: Breakdown) -> None:
     graph = payload.graph
     nodes = {i: type(n.xnode_union).__name__ for i, n in enumerate(graph.xnodes)}
     values = {i: _value_kind(v) for i, v in enumerate(graph.xvalues)}
-    out.counts.update(f"xnn nodes: {t}" for t in nodes.values())
-    out.counts.update(f"xnn values: {k}" for k in values.values())
+    out.counts.update(f"XNNPACK nodes: {t}" for t in nodes.values())
+    out.counts.update(f"XNNPACK values: {k}" for k in values.values())
     prefix = "xnn "
     if payload.constant_data is None:
         out.bytes += _attribute(blob, xnn.XNNGraph, _xnn_category(nodes, values), prefix)
@@ -230,14 +239,20 @@ def breakdown(data: bytes) -> Breakdown:
     named_segments = {seg: key for key, seg in where.named.items()}
     spans_by_start = {s: i for i, s in enumerate(where.spans)}
     cursor = program_size
+    seen_payloads: set[str] = set()
     for start, size in spans:
         out.bytes["padding between segments"] += start - cursor
         cursor = start + size
         index = spans_by_start[(start, size)]
         blob = view[start : start + size]
         role = roles.get(index)
-        if role == "xnnpack":
+        if role in ("xnnpack", "delegate segment (other backend)"):
             out.counts["delegate segments stored"] += 1
+            digest = _digest(blob)
+            if digest in seen_payloads:
+                out.counts["delegate segments repeating an earlier one (bytes)"] += size
+            seen_payloads.add(digest)
+        if role == "xnnpack":
             _xnnpack_payload(blob, out)
         elif index in named_segments:
             out.bytes["named data (delegate weights)"] += size
@@ -252,69 +267,65 @@ def breakdown(data: bytes) -> Breakdown:
     out.counts["constant tensors"] = len(out.constants)
     if sum(out.bytes.values()) != len(data):  # every byte has exactly one category
         raise RuntimeError(f"attributed {sum(out.bytes.values())} of {len(data)} bytes")
+    out.bytes = +out.bytes  # drop the empty rows
     return out
 
 
 # ------------------------------------------------------------------ printing
 
 
-def _section(name: str) -> int:
-    return 0 if name.startswith("program") else 1 if name.startswith("xnn") else 2
+def _section(name: str) -> tuple[int, str]:
+    """Rows in file order: the program, then segments, then the XNNPACK payloads."""
+    order = 0 if name.startswith("program") else 2 if name.startswith("xnn") else 1
+    return order, name
+
+
+def sizes_lines(b: Breakdown) -> list[str]:
+    """The breakdown of one file: bytes per category with its share, then the counts."""
+    rows = sorted((k for k, v in b.bytes.items() if v), key=_section)
+    width = max((len(r) for r in rows), default=5)
+    lines = [f"{'bytes':<{width}} {'':>10} {'share':>6}"]
+    lines += [f"{r:<{width}} {b.bytes[r]:>10} {100 * b.bytes[r] / b.size:5.1f}%" for r in rows]
+    lines.append(f"{'file':<{width}} {b.size:>10} 100.0%")
+    lines.append("")
+    lines += [f"{c}: {n}" for c, n in sorted(b.counts.items())]
+    return lines
+
+
+def _only_in(mine: Breakdown, theirs: Breakdown, who: str) -> list[str]:
+    other = {d for d, _ in theirs.named.values()}
+    only = [(k, s) for k, (d, s) in mine.named.items() if d not in other]
+    lines = [f"named data only in {who}: {len(only)} blob(s), {sum(s for _, s in only)} bytes"]
+    lines += [f"  {k}: {s}" for k, s in only]
+    left = Counter(d for d, _ in theirs.constants)
+    extra = []
+    for d, s in mine.constants:
+        if left[d]:
+            left[d] -= 1
+        else:
+            extra.append(s)
+    sizes = f" (sizes {sorted(extra, reverse=True)})" if extra else ""
+    lines.append(f"constant tensors only in {who}: {len(extra)}, {sum(extra)} bytes{sizes}")
+    return lines
 
 
 def compare_lines(a: Breakdown, b: Breakdown, names: tuple[str, str]) -> list[str]:
-    """The side-by-side table of two breakdowns, then the content differences."""
-    rows = sorted(set(a.bytes) | set(b.bytes), key=lambda k: (_section(k), k))
-    width = max(len(r) for r in rows)
+    """Two breakdowns side by side, then the counts and the blobs only one file holds."""
+    rows = sorted(
+        (k for k in set(a.bytes) | set(b.bytes) if a.bytes[k] or b.bytes[k]), key=_section
+    )
+    width = max((len(r) for r in rows), default=5)
     lines = [f"{'bytes':<{width}} {names[0]:>10} {names[1]:>10} {'diff':>8}"]
     for r in rows:
-        x, y = a.bytes.get(r, 0), b.bytes.get(r, 0)
-        if x or y:
-            lines.append(f"{r:<{width}} {x:>10} {y:>10} {x - y:>+8}")
+        x, y = a.bytes[r], b.bytes[r]
+        lines.append(f"{r:<{width}} {x:>10} {y:>10} {x - y:>+8}")
     lines.append(f"{'file':<{width}} {a.size:>10} {b.size:>10} {a.size - b.size:>+8}")
     lines.append("")
     counts = sorted(set(a.counts) | set(b.counts))
     cw = max((len(c) for c in counts), default=5)
     lines.append(f"{'counts':<{cw}} {names[0]:>10} {names[1]:>10}")
     for c in counts:
-        x, y = a.counts.get(c, 0), b.counts.get(c, 0)
-        mark = "" if x == y else "  *"
-        lines.append(f"{c:<{cw}} {x:>10} {y:>10}{mark}")
+        x, y = a.counts[c], b.counts[c]
+        lines.append(f"{c:<{cw}} {x:>10} {y:>10}{'' if x == y else '  *'}")
     lines.append("")
-    for mine, theirs in ((a, b), (b, a)):
-        other = {d for d, _ in theirs.named.values()}
-        only = [(k, s) for k, (d, s) in mine.named.items() if d not in other]
-        who = names[0] if mine is a else names[1]
-        lines.append(
-            f"named data only in {who}: {len(only)} blob(s), {sum(s for _, s in only)} bytes"
-            + "".join(f"\n  {k}: {s}" for k, s in only[:20])
-        )
-        other_c = Counter(d for d, _ in theirs.constants)
-        extra = []
-        for d, s in mine.constants:
-            if other_c[d]:
-                other_c[d] -= 1
-            else:
-                extra.append(s)
-        lines.append(
-            f"constant tensors only in {who}: {len(extra)}, {sum(extra)} bytes"
-            + (f" (sizes {sorted(extra, reverse=True)})" if extra else "")
-        )
-    return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", help="one .pte, or two to compare")
-    parser.add_argument("--names", default="ours,official", help="the two columns' titles")
-    args = parser.parse_args(argv)
-    parts = [breakdown(Path(f).read_bytes()) for f in args.files[:2]]
-    if len(parts) == 1:
-        parts.append(Breakdown(0))
-    names = (*args.names.split(","), "")[:2]
-    print("\n".join(compare_lines(parts[0], parts[1], (names[0], names[1]))))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return lines + _only_in(a, b, names[0]) + _only_in(b, a, names[1])
