@@ -80,6 +80,20 @@ def _time_ours(q, ours: bytes, budget: float, portable: bool) -> dict:
     return paired(fns, budget)
 
 
+def _time_official(ours: bytes, theirs: bytes, inputs: tuple, budget: float) -> dict:
+    """The official runtime on both files: the largest output difference, and timings."""
+    runners = {}
+    for side, pte in (("ours", ours), ("official", theirs)):
+        try:
+            runners[side] = official.official_runner(pte)
+            runners[side].run(inputs)
+        except Exception as e:
+            raise RuntimeError(f"the official runtime fails on the {side} .pte: {e}") from e
+    diff = _max_diff(runners["ours"].run(inputs), runners["official"].run(inputs))
+    fns = {side: (lambda r=r: r.run(inputs)) for side, r in runners.items()}
+    return {"diff": diff, "official_rt": paired(fns, budget, rounds=20)}
+
+
 def bench(name: str, budget: float, portable: bool, keep: Path | None) -> dict:
     """One case. Our runtime's columns are left out, with the error, where it fails."""
     from backends._quantized_models import official_pte, quantized_case
@@ -93,24 +107,18 @@ def bench(name: str, budget: float, portable: bool, keep: Path | None) -> dict:
         keep.mkdir(parents=True, exist_ok=True)
         (keep / f"{name}.ours.pte").write_bytes(ours)
         (keep / f"{name}.official.pte").write_bytes(theirs)
-    off_ours, off_theirs = official.official_runner(ours), official.official_runner(theirs)
-    inputs = tuple(q.inputs)
-    diff = _max_diff(off_ours.run(inputs), off_theirs.run(inputs))
-    official_times = paired(
-        {"ours": lambda: off_ours.run(inputs), "official": lambda: off_theirs.run(inputs)},
-        budget,
-        rounds=20,
-    )
+    result = {"name": name, "size": (len(ours), len(theirs))}
+    result["sizes"] = (breakdown(ours), breakdown(theirs))
+    try:
+        result.update(_time_official(ours, theirs, tuple(q.inputs), budget))
+    except Exception as e:  # noqa: BLE001 - the sizes still stand
+        return {**result, "official_error": _first_line(e), "seconds": time.perf_counter() - t0}
     try:
         our_times, our_error = _time_ours(q, ours, budget, portable), None
     except Exception as e:  # noqa: BLE001 - the official columns still stand
         our_times, our_error = {}, _first_line(e)
     return {
-        "name": name,
-        "official_rt": official_times,
-        "diff": diff,
-        "size": (len(ours), len(theirs)),
-        "sizes": (breakdown(ours), breakdown(theirs)),
+        **result,
         "our_rt": our_times,
         "our_error": our_error,
         "seconds": time.perf_counter() - t0,
@@ -131,10 +139,15 @@ def _ratio(r: dict) -> float:
 
 
 def row(r: dict, portable: bool) -> str:
+    size_ratio = r["size"][0] / r["size"][1]
+    if "official_error" in r:
+        return (
+            f"{r['name']:<20} {'':>49}  {r['size'][0]:>9} {r['size'][1]:>9} {size_ratio:6.3f}"
+            f"  {r['official_error']}"
+        )
     off, o = r["official_rt"], r["our_rt"]
     ratio = _ratio(r)
     wall = off["ours"]["min"] / off["official"]["min"]
-    size_ratio = r["size"][0] / r["size"][1]
     cpu = max(t["cpu_per_wall"] or 0 for t in (*off.values(), *o.values()))
     flags = ("" if ratio <= RATIO_GOAL else " time>goal") + (
         "" if abs(size_ratio - 1) <= SIZE_GOAL else " size>1%"
@@ -233,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         print(row(r, args.portable), flush=True)
     if results:
-        ratios = [_ratio(r) for r in results]
+        ratios = [_ratio(r) for r in results if "official_rt" in r] or [float("nan")]
         sizes = [r["size"][0] / r["size"][1] for r in results]
         print(
             f"\ngeomean: latency ratio {float(np.exp(np.mean(np.log(ratios)))):.3f},"
@@ -241,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.sizes:
         print(
-            "\nwhere the bytes differ (pyexecutorch inspect --sizes --against; counts over stored segments):"
+            "\nwhere the bytes differ (pyexecutorch inspect --sizes --against;"
+            " counts over stored segments):"
         )
         for r in results:
             print("\n".join(size_lines(r)))
