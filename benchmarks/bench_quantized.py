@@ -16,7 +16,8 @@ exporter and by the official one (cached). In one run, per case:
 Everything runs at one thread: the official threadpool and our BLAS and compiled loops are
 set to 1, and the table prints each side's measured CPU time over wall time.
 
-    python benchmarks/bench_quantized.py                          # ~4 minutes
+    python benchmarks/bench_quantized.py      # ~10 minutes on the shared 2-core machine,
+                                              # most of it torch.export's decompositions
     python benchmarks/bench_quantized.py --cases mobilenet_v2-static,llama-llm4 --sizes
 """
 
