@@ -16,12 +16,17 @@ and segments of the file; an operator histogram over all methods; and whether th
 program passes the runtime's verification. Each XNNPACK delegate is decoded: its nodes
 (type, inputs, outputs, parameters, fused activation) and constant bytes. --verbose adds
 every value and every instruction (and every value of each XNNPACK graph: datatype,
-shape, external or constant). A .ptd (external data) file is listed key by key."""
+shape, external or constant). A .ptd (external data) file is listed key by key.
+--sizes prints instead where every byte of the file goes (program tables, segments,
+XNNPACK nodes and values, padding); --against OTHER.pte puts a second file's bytes
+beside them, category by category."""
 EXAMPLES = """\
 examples:
   pyexecutorch inspect model.pte
   pyexecutorch inspect model.pte --verbose | less
   pyexecutorch inspect model.ptd
+  pyexecutorch inspect model.pte --sizes
+  pyexecutorch inspect ours.pte --sizes --against official.pte
 """
 
 
@@ -32,6 +37,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--verbose",
         action="store_true",
         help="print every value and instruction (the whole plan)",
+    )
+    p.add_argument(
+        "--sizes",
+        action="store_true",
+        help="print where the file's bytes go, category by category",
+    )
+    p.add_argument(
+        "--against",
+        metavar="OTHER",
+        help="with --sizes: a second .pte to put beside the first, category by category",
     )
 
 
@@ -145,9 +160,35 @@ def xnnpack_lines(pte, verbose: bool) -> tuple[list[str], bool]:  # noqa: ANN001
     return out, ok
 
 
+def _sizes(args: argparse.Namespace) -> int:
+    from pyexecutorch.cli.sizes import breakdown, compare_lines, sizes_lines  # noqa: PLC0415
+    from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
+
+    parts = []
+    for path in (args.model, args.against) if args.against else (args.model,):
+        data = _read(path)
+        if _is_ptd(data):
+            raise common.CLIError(f"--sizes reads programs; {path} is a .ptd data file")
+        try:
+            parts.append(breakdown(data))
+        except FormatError as e:
+            raise common.CLIError(f"{path} is not a valid program: {e}") from e
+    if len(parts) == 1:
+        print(f"{args.model}: {parts[0].size} bytes")
+        print("\n".join(sizes_lines(parts[0])))
+        return 0
+    print(f"A: {args.model} ({parts[0].size} bytes); B: {args.against} ({parts[1].size} bytes)")
+    print("\n".join(compare_lines(parts[0], parts[1], ("A", "B"))))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
 
+    if args.against and not args.sizes:
+        raise common.CLIError("--against compares sizes: use it with --sizes")
+    if args.sizes:
+        return _sizes(args)
     data = _read(args.model)
     if _is_ptd(data):
         from pyexecutorch.schema.flat_tensor import decode_ptd  # noqa: PLC0415

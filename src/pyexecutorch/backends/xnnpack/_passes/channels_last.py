@@ -16,12 +16,14 @@ from __future__ import annotations
 import operator
 
 import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
 from torch.fx import Node
 
 from pyexecutorch.backends.xnnpack._passes.common import PassContext
 from pyexecutorch.backends.xnnpack.partition.config import op_key, rank
 
 aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
 NHWC = "xnn_nhwc"
 
 # NCHW <-> NHWC permutations: NHWC dim j holds NCHW dim TO_NHWC[j].
@@ -78,6 +80,9 @@ _ELEMENTWISE = {
         aten.cos.default,
         aten.pow.Tensor_Scalar,
         aten.cat.default,
+        # static quantize/dequantize left as XNNConvert nodes (around a float op)
+        qd.quantize_per_tensor.default,
+        qd.dequantize_per_tensor.default,
     )
 }
 
