@@ -37,6 +37,7 @@ from pyexecutorch.runtime.codegen import (
     literal,
 )
 from pyexecutorch.runtime.dataflow import Flow, accesses
+from pyexecutorch.runtime.epilogue import fuse_epilogues
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -481,6 +482,10 @@ class LoadedMethod:
             fuse(self, flow, decisions, written, elider.region)
         # The fused runs (their instruction indices), for tests and profiles.
         self.fused_runs = [fast.pcs for (kind, fast) in decisions.values() if kind == "fused"]
+        # Convolutions that apply the fused run after them in place (their instruction indices).
+        self.conv_epilogues = (
+            fuse_epilogues(self, flow, decisions, written, read) if self.jit else []
+        )
         fixed = self._fixed_values(flow, decisions)
 
         def expr(j: int) -> str:
