@@ -1,9 +1,11 @@
 """The benchmark suite: latency and export time of pyexecutorch against the official
 ExecuTorch and torch eager, in one process.
 
-For every model (the compiler suite of tests/models.py plus the large models of
+For every model (the compiler suite of tests/models.py, the large models of
 benchmarks/models_large.py: a MobileNet-like CNN at 224x224, a 6-layer GPT at width
-256, the same GPT decoding with a KV cache):
+256, the same GPT decoding with a KV cache; and the real architectures of
+tests/architectures.py: ResNet-18, MobileNetV2/V3, EfficientNet, SqueezeNet,
+ShuffleNetV2, ConvNeXt, ViT, GPT-2, Llama, BERT), at each thread count asked for:
 
 - export time, from the nn.Module to .pte bytes (torch.export included), of our
   exporter (pyexecutorch.exir) and of the official one (portable kernels, fresh),
@@ -16,12 +18,17 @@ benchmarks/models_large.py: a MobileNet-like CNN at 224x224, a 6-layer GPT at wi
   our .pte: its latency, and its load_method time with a cold disk cache (compiling)
   and a warm one (loading compiled code), against the numpy tier's load_method.
 
-Ratios are against the official portable and XNNPACK numbers of the same run. Writes
-benchmarks/results.json and benchmarks/results.png and prints a table.
+Ratios are against the official portable and XNNPACK numbers of the same run and thread
+count. Every runtime is set to the same thread count (torch, numpy's BLAS, numba, the
+official XNNPACK thread pool), and the counts each really uses are read back and recorded.
+Writes benchmarks/results.json (one run per thread count, both tiers) and
+benchmarks/results.png and prints a table per thread count.
 
     python benchmarks/run.py            # the whole suite (< 15 minutes on 2 cores)
     python benchmarks/run.py --quick    # a few representative models (~2 minutes)
     python benchmarks/run.py --models mlp,gpt6_kv --budget 1.0
+    python benchmarks/run.py --tags conv --threads 1,2   # conv models at 1 and 2 threads
+    python benchmarks/run.py --from-json benchmarks/results.json --markdown  # README table
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from common import fmt_us, measure, ratio
 import models
 import official
 from pyexecutorch.runtime import compiled
-from pyexecutorch.runtime.threads import set_threads
+from pyexecutorch.runtime.threads import set_threads, thread_counts
 
 HERE = Path(__file__).resolve().parent
 # The most one check or one measurement of one runtime may take (a step past it is
@@ -194,6 +201,28 @@ def _load_times(pte: bytes) -> dict[str, float]:
     return out
 
 
+_EXPORTS: dict[str, tuple] = {}
+_CACHED_OFFICIAL = False  # --latency-only: the official portable .pte from the test cache
+
+
+def _export_both(case) -> tuple:
+    """(our .pte or None, the official portable .pte, their sizes, times and errors)."""
+    info: dict = {}
+    ours = None
+    try:
+        with time_limit(STEP_LIMIT_S * 4):
+            ours, info["export_ours_s"] = _timed(lambda: export_ours(case))
+        info["pte_ours_bytes"] = len(ours)
+    except Exception as e:  # noqa: BLE001 - our exporter may not handle every model yet
+        info["export_errors"] = {"export_ours": _error(e)}
+    if _CACHED_OFFICIAL:
+        off = official.official_export(case)  # from the test cache: not timed
+    else:
+        off, info["export_official_s"] = _timed(lambda: export_official(case))
+    info["pte_official_bytes"] = len(off)
+    return ours, off, info
+
+
 def bench_model(case, budget: float) -> dict:
     """One row: export times, latencies (median seconds) and the correctness check."""
     row: dict = {"model": case.name, "errors": {}, "stats": {}}
@@ -212,16 +241,13 @@ def bench_model(case, budget: float) -> dict:
     inputs = case.inputs()
     np_inputs = _numpy_inputs(inputs)
     t_inputs = list(inputs)
-    # Exports (fresh, timed).
-    ours = off = None
-    try:
-        with time_limit(STEP_LIMIT_S * 4):
-            ours, row["export_ours_s"] = _timed(lambda: export_ours(case))
-        row["pte_ours_bytes"] = len(ours)
-    except Exception as e:  # noqa: BLE001 - our exporter may not handle every model yet
-        errors["export_ours"] = _error(e)
-    off, row["export_official_s"] = _timed(lambda: export_official(case))
-    row["pte_official_bytes"] = len(off)
+    # Exports (fresh, timed), once per process: a later thread count reuses them.
+    export = _EXPORTS.get(case.name)
+    if export is None:
+        export = _EXPORTS[case.name] = _export_both(case)
+    ours, off, export_row = export
+    row.update({k: v for k, v in export_row.items() if k != "export_errors"})
+    errors.update(export_row.get("export_errors", {}))
     xnn = official.official_export_xnnpack(case)  # cached on disk: not timed
     # Latencies.
     module = case.make()
@@ -277,9 +303,11 @@ def bench_model(case, budget: float) -> dict:
     for key, base in (
         ("ours_on_ours", "official_portable"),
         ("ours_on_ours", "official_xnnpack"),
+        ("ours_on_ours", "eager"),
         ("ours_jit", "official_portable"),
         ("ours_jit", "official_xnnpack"),
         ("ours_jit", "ours_on_ours"),
+        ("ours_jit", "eager"),
     ):
         if row.get(key) and row.get(base):
             row[f"{key}_vs_{base}"] = row[key] / row[base]
@@ -393,23 +421,25 @@ def machine() -> dict:
     }
 
 
-def chart(rows: list[dict], meta: dict, path: Path) -> None:
-    """Latency of every runtime per model (one marker each, log scale), and the
-    export times of both exporters."""
+def chart(result: dict, path: Path) -> None:
+    """Latency of every runtime per model (one marker each, log scale), one panel per
+    thread count, and the export times of both exporters."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    rows = [r for r in rows if "fatal" not in r]
-    names = [r["model"] for r in rows]
-    y = np.arange(len(rows))
-    fig, (ax, ax2) = plt.subplots(
+    meta = result["machine"]
+    runs = [[r for r in run["models"] if "fatal" not in r] for run in result["runs"]]
+    names = list(dict.fromkeys(r["model"] for rows in runs for r in rows))
+    y = {name: k for k, name in enumerate(names)}
+    fig, axes = plt.subplots(
         1,
-        2,
-        figsize=(13, 0.27 * len(rows) + 1.8),
-        gridspec_kw={"width_ratios": [3, 1.4]},
+        len(runs) + 1,
+        figsize=(6.5 * len(runs) + 4, 0.27 * len(names) + 1.8),
+        gridspec_kw={"width_ratios": [3] * len(runs) + [1.4]},
         sharey=True,
+        squeeze=False,
     )
     markers = {
         "eager": ("o", "tab:gray"),
@@ -420,34 +450,40 @@ def chart(rows: list[dict], meta: dict, path: Path) -> None:
         "ours_on_official": ("x", "tab:red"),
         "ours_on_official_xnnpack": ("+", "tab:purple"),
     }
-    for key, _, label in LATENCY:
-        vals = np.array([r.get(key) or np.nan for r in rows], dtype=float) * 1e6
-        if np.isnan(vals).all():
-            continue
-        marker, color = markers[key]
-        size = 90 if marker == "*" else 36
-        ax.scatter(vals, y, marker=marker, color=color, s=size, label=label, zorder=3)
-    ax.set_xscale("log")
-    ax.set_yticks(y, names)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("latency per call, microseconds (log scale; lower is faster)")
-    ax.grid(axis="x", which="both", alpha=0.25)
-    ax.grid(axis="y", alpha=0.15)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    for ax, rows, run in zip(axes[0], runs, result["runs"], strict=False):
+        ys = [y[r["model"]] for r in rows]
+        for key, _, label in LATENCY:
+            vals = np.array([r.get(key) or np.nan for r in rows], dtype=float) * 1e6
+            if np.isnan(vals).all():
+                continue
+            marker, color = markers[key]
+            size = 90 if marker == "*" else 36
+            ax.scatter(vals, ys, marker=marker, color=color, s=size, label=label, zorder=3)
+        ax.set_xscale("log")
+        ax.set_title(f"{run['threads']} thread(s)", fontsize=10)
+        ax.set_xlabel("latency per call, microseconds (log scale; lower is faster)")
+        ax.grid(axis="x", which="both", alpha=0.25)
+        ax.grid(axis="y", alpha=0.15)
+        ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    ax0, ax2 = axes[0][0], axes[0][-1]
+    ax0.set_yticks(range(len(names)), names)
+    ax0.set_ylim(len(names) - 0.5, -0.5)
     exporters = (
         ("export_ours_s", "pyexecutorch.exir", "tab:green"),
         ("export_official_s", "official exir", "tab:blue"),
     )
+    first = {r["model"]: r for r in runs[0]} if runs else {}
     for k, (key, label, color) in enumerate(exporters):
-        vals = [r.get(key, np.nan) for r in rows]
-        ax2.barh(y + (k - 0.5) * 0.4, vals, height=0.4, label=label, color=color)
+        vals = [first.get(name, {}).get(key, np.nan) for name in names]
+        ax2.barh(
+            np.arange(len(names)) + (k - 0.5) * 0.4, vals, height=0.4, label=label, color=color
+        )
     ax2.set_xlabel("export time, nn.Module to .pte (s)")
     ax2.legend(loc="lower right", fontsize=8)
     ax2.grid(axis="x", alpha=0.25)
     fig.suptitle(
         f"pyexecutorch benchmarks: {meta['processor']}, {meta['cpus']} CPUs, "
-        f"{meta.get('threads', 1)} thread(s), torch {meta['torch']}, executorch {meta['executorch']}, "
-        f"{meta['date'][:10]}",
+        f"torch {meta['torch']}, executorch {meta['executorch']}, {meta['date'][:10]}",
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
@@ -458,13 +494,18 @@ def chart(rows: list[dict], meta: dict, path: Path) -> None:
 def select_cases(args) -> list:
     import models_large  # noqa: PLC0415
 
+    import architectures  # noqa: PLC0415
+
     suite = models.cases(official_exportable=True)
-    large = [] if args.no_large else list(models_large.LARGE_CASES)
-    every = {c.name: c for c in [*suite, *models_large.LARGE_CASES]}
+    large = [] if args.no_large else [*models_large.LARGE_CASES, *architectures.ARCH_CASES]
+    every = {c.name: c for c in [*suite, *models_large.LARGE_CASES, *architectures.ARCH_CASES]}
     if args.models:
         names = args.models.split(",")
     elif args.quick:
         names = QUICK
+    elif args.tags:
+        tags = set(args.tags.split(","))
+        return [c for c in [*large, *suite] if tags & c.tags]
     else:
         return large + suite  # large first: the time limit never drops them
     unknown = [n for n in names if n not in every]
@@ -486,13 +527,26 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of timing per measurement (default 0.3; 0.15 with --quick)",
     )
     parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="threads of torch eager, numpy's BLAS and the compiled tier's loops (default 1)",
+        "--tags", help="comma-separated tags (conv, transformer, ...): the models with any of them"
     )
     parser.add_argument(
-        "--max-minutes", type=float, default=13.5, help="skip the remaining models after this long"
+        "--threads",
+        type=_thread_list,
+        default=[1],
+        help="threads of torch eager, numpy's BLAS, the compiled tier's loops and the official "
+        "runtime's thread pool, or a comma-separated list to run each (default 1)",
+    )
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="do not time the official export (its .pte comes from the test cache): "
+        "latency runs of the large models in a few minutes",
+    )
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=13.5,
+        help="per thread count: skip the remaining models after this long",
     )
     parser.add_argument(
         "--json",
@@ -509,68 +563,116 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="measure nothing: print the table of an earlier results file and redraw its chart",
     )
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --from-json: print the README's table"
+    )
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
+        if args.markdown:
+            print(markdown(result))
+            return 0
         report(result)
-        chart(result["models"], result["machine"], Path(args.png))
+        chart(result, Path(args.png))
         print(f"wrote {args.png}")
         return 0
     budget = args.budget if args.budget is not None else (0.15 if args.quick else 0.3)
+    global _CACHED_OFFICIAL
+    _CACHED_OFFICIAL = args.latency_only
     official.silence_noise()
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads)
-    # numpy's BLAS and the compiled tier's parallel loops, for our runtime
-    set_threads(args.threads)
-    # the official runtime's thread pool (XNNPACK's), at the same count
-    official.silence_noise()
-    from executorch.extension.pybindings import portable_lib as official_lib  # noqa: PLC0415
-
-    official_lib._unsafe_reset_threadpool(args.threads)
     cases = select_cases(args)
     meta = machine()
     meta["threads"] = args.threads
-    print(preamble(meta, len(cases)))
     start = time.perf_counter()
-    warm_up()
-    print(HEADER, flush=True)
-    rows, skipped = [], []
-    for case in cases:
-        if time.perf_counter() - start > args.max_minutes * 60:
-            skipped.append(case.name)
-            continue
-        try:
-            row = bench_model(case, budget)
-        except Exception as e:  # noqa: BLE001 - report and go on with the other models
-            row = {
-                "model": case.name,
-                "fatal": _error(e),
-                "errors": {},
-                "traceback": traceback.format_exc(),
-            }
-        rows.append(row)
-        print(table_row(row), flush=True)
-    overhead = bench_overhead(budget) if not args.models else None
+    runs = []
+    for n_threads in args.threads:
+        counts = use_threads(n_threads)
+        print(preamble(meta, len(cases), n_threads, counts))
+        if not runs:
+            warm_up()
+        print(HEADER, flush=True)
+        rows, skipped = [], []
+        run_start = time.perf_counter()
+        for case in cases:
+            if time.perf_counter() - run_start > args.max_minutes * 60:
+                skipped.append(case.name)
+                continue
+            try:
+                row = bench_model(case, budget)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other models
+                row = {
+                    "model": case.name,
+                    "fatal": _error(e),
+                    "errors": {},
+                    "traceback": traceback.format_exc(),
+                }
+            row["threads"] = n_threads
+            rows.append(row)
+            print(table_row(row), flush=True)
+        overhead = bench_overhead(budget) if not (args.models or args.tags) else None
+        run = {
+            "threads": n_threads,
+            "thread_counts": counts,
+            "skipped": skipped,
+            "summary": summarize(rows),
+            "overhead": overhead,
+            "models": rows,
+        }
+        print(footer(run))
+        runs.append(run)
     result = {
         "machine": meta,
         "budget_s": budget,
         "elapsed_s": time.perf_counter() - start,
-        "skipped": skipped,
-        "summary": summarize(rows),
-        "overhead": overhead,
-        "models": rows,
+        "runs": runs,
+        # every row of every run, each with its "threads"
+        "models": [row for run in runs for row in run["models"]],
     }
-    print(footer(result))
+    print(f"total {result['elapsed_s'] / 60:.1f} minutes")
     Path(args.json).write_text(json.dumps(result, indent=1))
-    chart(rows, meta, Path(args.png))
+    chart(result, Path(args.png))
     print(f"wrote {args.json} and {args.png}")
     return 0
 
 
-def preamble(meta: dict, n_models: int) -> str:
+def _thread_list(text: str) -> list[int]:
+    try:
+        counts = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of thread counts: {text!r}") from None
+    if any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"thread counts must be at least 1: {text!r}")
+    return counts
+
+
+def use_threads(n: int) -> dict[str, int | None]:
+    """Set every runtime of the benchmark to ``n`` threads; the counts each then reports."""
+    set_threads(n)  # numpy's BLAS and the compiled tier's parallel loops, for our runtime
+    official.silence_noise()
+    from executorch.extension.pybindings import portable_lib as official_lib  # noqa: PLC0415
+
+    official_lib._unsafe_reset_threadpool(n)  # the official XNNPACK delegate's thread pool
+    # Last: starting numba's OpenMP thread pool (its first set_num_threads) sets torch's
+    # OpenMP threads back to every core.
+    torch.set_num_threads(n)
+    counts = {
+        **thread_counts(),
+        "torch": torch.get_num_threads(),
+        "official": official_lib._threadpool_get_thread_count(),
+    }
+    wrong = {k: v for k, v in counts.items() if v is not None and v != n}
+    if wrong:
+        # numba's pool cannot grow past the cores it started with, nor BLAS past its build
+        print(f"warning: asked for {n} threads, got {wrong}", file=sys.stderr)
+    return counts
+
+
+def preamble(meta: dict, n_models: int, threads: int, counts: dict) -> str:
+    used = ", ".join(f"{k} {v}" for k, v in counts.items() if v is not None)
     return (
-        f"{n_models} models; {meta['processor']}, {meta['cpus']} CPUs, {meta['threads']} thread(s) "
-        f"for torch eager, numpy, numba and the official runtime, torch {meta['torch']}, executorch {meta['executorch']}\n"
+        f"{n_models} models; {meta['processor']}, {meta['cpus']} CPUs, {threads} thread(s) "
+        f"(threads in use: {used}), torch {meta['torch']}, executorch {meta['executorch']}\n"
         "latency: median in microseconds; ours/off, ours/xnn: our runtime on the official portable /\n"
         "XNNPACK .pte; ÷port, ÷xnn: ours on our .pte over the official portable / XNNPACK runtime\n"
         "jit: our compiled tier on our .pte (jit÷port, jit÷xnn its ratios); load np / cold / warm:\n"
@@ -625,17 +727,62 @@ def footer(result: dict) -> str:
             out.append(f"geomean {label}: {summary[key]:.2f}x ({n} models)")
     if result["skipped"]:
         out.append(f"skipped (time limit): {', '.join(result['skipped'])}")
-    out.append(f"total {result['elapsed_s'] / 60:.1f} minutes")
     return "\n".join(out)
 
 
 def report(result: dict) -> None:
-    """The table of a results file, as the run printed it."""
-    print(preamble(result["machine"], len(result["models"])))
-    print(HEADER)
-    for row in result["models"]:
-        print(table_row(row))
-    print(footer(result))
+    """The tables of a results file, as the run printed them."""
+    for run in result["runs"]:
+        counts = run.get("thread_counts", {})
+        print(preamble(result["machine"], len(run["models"]), run["threads"], counts))
+        print(HEADER)
+        for row in run["models"]:
+            print(table_row(row))
+        print(footer(run))
+
+
+# The README's table: per model and thread count, the latencies of eager, the official
+# XNNPACK delegate and both tiers of ours, then our tiers' ratios.
+MARKDOWN_COLUMNS = [
+    ("eager", "eager"),
+    ("official_xnnpack", "official XNNPACK"),
+    ("ours_on_ours", "ours, numpy tier"),
+    ("ours_jit", "ours, compiled tier"),
+]
+MARKDOWN_RATIOS = [
+    ("ours_on_ours", "official_xnnpack", "numpy ÷ XNNPACK"),
+    ("ours_jit", "official_xnnpack", "compiled ÷ XNNPACK"),
+    ("ours_on_ours", "eager", "numpy ÷ eager"),
+    ("ours_jit", "eager", "compiled ÷ eager"),
+]
+
+
+def markdown(result: dict) -> str:
+    """The README's benchmark table (latencies in microseconds) of a results file."""
+    head = ["model", "threads", *(h for _, h in MARKDOWN_COLUMNS)]
+    head += [h for *_, h in MARKDOWN_RATIOS]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for row in sorted(result["models"], key=lambda r: (r["model"], r.get("threads", 1))):
+        if "fatal" in row:
+            continue
+        cells = [row["model"], str(row.get("threads", 1))]
+        cells += [_us(row.get(k)) for k, _ in MARKDOWN_COLUMNS]
+        cells += [ratio(row.get(a), row.get(b)) for a, b, _ in MARKDOWN_RATIOS]
+        lines.append("| " + " | ".join(cells) + " |")
+    for run in result["runs"]:
+        summary = run["summary"]
+        parts = [
+            f"{label} {summary[key]:.2f}x"
+            for key, label in (
+                ("geomean_ours_jit_vs_official_xnnpack", "compiled ÷ XNNPACK"),
+                ("geomean_ours_on_ours_vs_official_xnnpack", "numpy ÷ XNNPACK"),
+                ("geomean_ours_jit_vs_eager", "compiled ÷ eager"),
+                ("geomean_ours_jit_vs_official_portable", "compiled ÷ portable"),
+            )
+            if summary.get(key)
+        ]
+        lines.append(f"\nGeomeans at {run['threads']} thread(s): " + ", ".join(parts))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

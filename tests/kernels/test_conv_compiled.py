@@ -25,6 +25,8 @@ CASES = [
     (1, 3, 3, 3, 3, 1, 4, 1, True),  # padding larger than the image
     (1, 5, 11, 6, 3, 3, 0, 1, True),  # stride larger than the overlap
     (1, 7, 6, 6, 1, 1, 0, 1, True),
+    (1, 12, 16, 16, 3, 1, 1, 1, True),  # the largest image it takes (MAX_PIXELS)
+    (1, 12, 16, 16, 3, 2, 1, 1, False),
 ]
 
 
@@ -76,9 +78,10 @@ def test_parallel_form_matches_the_serial_one():
 
 
 def test_large_images_non_depthwise_and_transposed_are_left_to_numpy():
-    big_image = np.zeros((1, 4, 16, 16), np.float32)
+    side = int(compiled.MAX_PIXELS**0.5) + 1
+    big_image = np.zeros((1, 4, side, side), np.float32)
     depthwise = _read_only(np.zeros((4, 1, 3, 3), np.float32))
-    args = ((1, 1), (1, 1), (1, 1), False, (0, 0), 4, np.zeros((1, 4, 16, 16), np.float32))
+    args = ((1, 1), (1, 1), (1, 1), False, (0, 0), 4, np.zeros((1, 4, side, side), np.float32))
     assert COMPILED(big_image, depthwise, None, *args) is None
     x = np.zeros((1, 4, 5, 5), np.float32)
     grouped = np.zeros((4, 2, 3, 3), np.float32)  # groups=2: two channels per filter
@@ -86,3 +89,27 @@ def test_large_images_non_depthwise_and_transposed_are_left_to_numpy():
     assert COMPILED(x, grouped, None, (1, 1), (0, 0), (1, 1), False, (0, 0), 2, out) is None
     big = np.zeros((1, 4, 7, 7), np.float32)
     assert COMPILED(x, depthwise, None, (1, 1), (0, 0), (1, 1), True, (0, 0), 4, big) is None
+
+
+def test_large_weights_make_one_product_and_match_torch():
+    """Column chunks grow to the weights' size: a late-CNN 3x3 (weights far above the
+    cache-sized chunk) multiplies its weights once, not once per output row."""
+    from pyexecutorch.kernels.conv import fast  # noqa: PLC0415
+
+    assert fast._chunks(row_bytes=8641 * 8 * 4, weight_bytes=256 * 8641 * 4, g=1, oh=8) == (1, 8)
+    assert fast._chunks(row_bytes=1 << 18, weight_bytes=1 << 10, g=1, oh=8) == (1, 2)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 160, 6, 6)).astype(np.float32)
+    weight = _read_only(rng.standard_normal((128, 160, 3, 3)).astype(np.float32))
+    bias = _read_only(rng.standard_normal(128).astype(np.float32))
+    assert weight.nbytes > fast._CHUNK_BYTES
+    args = (x, weight, bias, (1, 1), (1, 1), (1, 1), False, (0, 0), 1)
+    out = np.zeros((1, 128, 6, 6), np.float32)
+    conv = fast._convolution(*args, out)
+    assert conv is not None
+    conv(*args, out)
+    want = torch.nn.functional.conv2d(
+        torch.from_numpy(x), torch.from_numpy(weight.copy()), torch.from_numpy(bias.copy()), 1, 1
+    ).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, REFERENCE(*args, np.zeros_like(out)), rtol=1e-4, atol=1e-4)

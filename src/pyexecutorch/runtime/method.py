@@ -37,6 +37,7 @@ from pyexecutorch.runtime.codegen import (
     literal,
 )
 from pyexecutorch.runtime.dataflow import Flow, accesses
+from pyexecutorch.runtime.epilogue import fuse_epilogues
 from pyexecutorch.runtime.errors import (
     ExecutionError,
     InvalidProgramError,
@@ -498,6 +499,10 @@ class LoadedMethod:
         )
         self.load_time_views: list[int] = []
         self.whole_source: str | None = None  # set when the chain became one compiled function
+        # Convolutions that apply the fused run after them in place (their instruction indices).
+        self.conv_epilogues = (
+            fuse_epilogues(self, flow, decisions, written, read) if self.jit else []
+        )
         fixed = self._fixed_values(flow, decisions)
         # Views of arrays that are the same every run, made once here (see _resolve_view).
         resolved: dict[int, np.ndarray] = {}

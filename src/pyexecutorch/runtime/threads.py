@@ -6,7 +6,7 @@ from typing import Any
 
 from pyexecutorch.runtime import compiled
 
-_blas_limit: Any = None  # kept alive: threadpoolctl restores the old limit when it is collected
+_blas_limit: Any = None  # the limiter of the last setting (threadpoolctl's handle on it)
 
 
 def set_threads(num_threads: int) -> None:
@@ -24,3 +24,21 @@ def set_threads(num_threads: int) -> None:
         ) from None
     _blas_limit = threadpool_limits(limits=num_threads, user_api="blas")
     compiled.set_threads(num_threads)
+
+
+def thread_counts() -> dict[str, int | None]:
+    """The threads each side really uses now: ``blas`` (the most of numpy's BLAS
+    libraries, read back through threadpoolctl) and ``numba`` (the compiled tier's
+    parallel loops); None for a side that is not installed."""
+    counts: dict[str, int | None] = {"blas": None, "numba": None}
+    try:
+        from threadpoolctl import threadpool_info  # noqa: PLC0415 - optional
+    except ImportError:
+        pass
+    else:
+        blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+        counts["blas"] = max(blas) if blas else None
+    numba = compiled.numba_module()
+    if numba is not None:
+        counts["numba"] = numba.get_num_threads()
+    return counts

@@ -1,0 +1,157 @@
+"""Convolution epilogues (compiled tier): the elementwise run after a convolution, in place.
+
+A convolution followed by a fused elementwise run that reads nothing but the
+convolution's output (bias is already in the product; ReLU, ReLU6/hardtanh,
+hardswish, SiLU, ... as the fusion code generated them) becomes one call: the
+convolution writes straight into the run's output and the run's loop then
+rewrites that buffer in place while it is still in cache. The convolution's
+own output buffer, and one pass over memory per layer, are no longer needed.
+
+Only where it is plainly safe: one static planned output of the same shape and
+dtype, the run immediately after the convolution (so the output's planned
+memory holds nothing else meanwhile), nobody else reading the convolution's
+output, and the run's output sharing no memory with the convolution's input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.dataflow import Flow
+from pyexecutorch.runtime.fusion import single_op_call
+from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
+
+CONVOLUTION = "aten::convolution.out"
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def fuse_epilogues(
+    method: Any,
+    flow: Flow | None,
+    decisions: dict[tuple[int, int], tuple[str, Any]],
+    written: set[int],
+    read: set[int],
+) -> list[int]:
+    """Fold each eligible run into the convolution before it (chain 0): the convolution
+    becomes ``("call", conv_then_epilogue)``, the run's last instruction ``("skip", None)``.
+    Returns the convolutions' instruction indices."""
+    done: list[int] = []
+    if flow is None or method.tracer:
+        return done
+    for (c, pc), (kind, _fast) in list(decisions.items()):
+        if c != 0 or kind not in ("call", "inline"):
+            continue
+        a = flow.instructions[pc]
+        if not isinstance(a, KernelCall) or method.kernels[a.op_index].name != CONVOLUTION:
+            continue
+        fused = _with_epilogue(method, flow, decisions, pc, written, read)
+        if fused is not None:
+            conv, last = fused
+            decisions[0, pc] = ("call", conv)
+            decisions[0, last] = ("skip", None)
+            done.append(pc)
+    return done
+
+
+def _planned(method: Any, j: int) -> np.ndarray | None:
+    """Value ``j``'s planned array when it is a static planned tensor bound at load."""
+    val = method.plan.values[j].val
+    cap = method.capacity.get(j)
+    if (
+        cap is None
+        or not isinstance(val, Tensor)
+        or val.shape_dynamism != TensorShapeDynamism.STATIC
+        or val.allocation_info is None
+        or method.values[j] is not cap
+    ):
+        return None
+    return cap
+
+
+def _run_after(method, flow, decisions, pc):  # noqa: ANN001, ANN202
+    """The elementwise run starting right after instruction ``pc``: its loop, its
+    instructions, and the values it reads and writes; or None.
+
+    Either a fused run (skipped members, then the fused last one) or a single
+    elementwise instruction, which the fusion code leaves to numpy but has a loop for.
+    """
+    last = pc + 1
+    while decisions.get((0, last), ("",))[0] == "skip":
+        last += 1
+    kind, fast = decisions.get((0, last), ("", None))
+    if kind == "fused":
+        if fast.pcs != list(range(pc + 1, last + 1)):
+            return None
+        return fast, fast.pcs, fast.inputs, fast.outputs
+    if kind not in ("inline", "call") or last != pc + 1:
+        return None
+    a = flow.instructions[last]
+    if not isinstance(a, KernelCall):
+        return None
+    k = method.kernels[a.op_index]
+    args, outs = method.kernel_layout(k, a)
+    if len(outs) != 1 or outs[0] not in method.capacity:
+        return None
+    ins = args[: len(args) - 1]
+    call = single_op_call(
+        k.name, [method.load_time_value(j) for j in ins], method.capacity[outs[0]]
+    )
+    if call is None:
+        return None
+    return call, [last], [ins[p] for p in call.inputs], outs
+
+
+def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001, ANN202
+    k = method.kernels[flow.instructions[pc].op_index]
+    args, outs = method.kernel_layout(k, flow.instructions[pc])
+    if len(outs) != 1:
+        return None
+    conv_out, x = outs[0], args[0]
+    run = _run_after(method, flow, decisions, pc)
+    if run is None:
+        return None
+    call, pcs, inputs, outputs = run
+    last = pcs[-1]
+    if inputs != [conv_out] or len(outputs) != 1 or not call.same_shape:
+        return None
+    if not set(flow.read_at.get(conv_out, ())) <= set(pcs):
+        return None
+    if (
+        flow.last_read.get(conv_out, -1) > last
+        or conv_out in flow.delegate_reads
+        or conv_out in flow.rebound
+        or flow.write_count[conv_out] != 1
+        or x in flow.rebound
+    ):
+        return None
+    if any(x in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc)):
+        return None  # the input is a view of another tensor at run time: its memory is unknown
+    target = _planned(method, outputs[0])
+    conv_cap, x_cap = _planned(method, conv_out), _planned(method, x)
+    if target is None or conv_cap is None or x_cap is None:
+        return None
+    if (
+        target.shape != conv_cap.shape
+        or target.dtype != conv_cap.dtype
+        or target.dtype not in _FLOATS
+        or not target.flags.c_contiguous
+        or np.may_share_memory(target, x_cap)
+    ):
+        return None
+    # The convolution specialized for writing into the run's output, and the run's
+    # loop reading and writing that one buffer.
+    conv = method._specialized(k, [*args[:-1], outputs[0]], written, read)
+    flat = target.reshape(-1)
+    loop = compiled.entry_point(call.function(True, {0: 0}), (flat,))
+
+    def conv_then_epilogue(
+        x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
+    ):  # noqa: ANN001, ANN202, E501
+        conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, target)
+        loop(flat)
+        return out
+
+    return conv_then_epilogue, last

@@ -1,0 +1,145 @@
+"""Convolution epilogues (compiled tier): the elementwise run after a convolution applied in
+place on the convolution's result, against torch eager and the numpy tier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+
+from pyexecutorch.exir import to_edge  # noqa: E402
+from pyexecutorch.runtime import Runtime  # noqa: E402
+
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "relu6": F.relu6,
+    "hardtanh": lambda t: F.hardtanh(t, -0.5, 0.75),
+    "hardswish": F.hardswish,
+    "silu": F.silu,
+    "sigmoid_mul": lambda t: t * torch.sigmoid(t),
+}
+
+# (in channels, out channels, kernel, stride, padding, groups, image)
+CONVS = {
+    "3x3": (4, 8, 3, 1, 1, 1, 9),
+    "3x3_stride2": (4, 8, 3, 2, 1, 1, 10),
+    "pointwise": (6, 10, 1, 1, 0, 1, 7),
+    "depthwise": (8, 8, 3, 1, 1, 8, 8),
+    "depthwise_5x5_large": (6, 6, 5, 1, 2, 6, 20),
+    "grouped": (8, 8, 3, 1, 1, 2, 6),
+}
+
+
+class ConvAct(nn.Module):
+    def __init__(self, conv: tuple, act: str):
+        super().__init__()
+        cin, cout, k, s, p, g, _ = conv
+        self.conv = nn.Conv2d(cin, cout, k, s, p, groups=g)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, x):
+        return self.act(self.conv(x)) * 2.0  # the run's output is read by another op
+
+
+def _methods(model: nn.Module, example: torch.Tensor):
+    pte = to_edge(torch.export.export(model, (example,))).to_executorch().buffer
+    jit = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    ref = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    return jit, ref
+
+
+def _check(model: nn.Module, shape: tuple, seed: int = 0) -> list[int]:
+    """Run two calls in both tiers against eager; the fused convolutions' instructions."""
+    torch.manual_seed(seed)
+    model.eval()
+    example = torch.randn(shape)
+    jit, ref = _methods(model, example)
+    for k in range(2):
+        x = torch.randn(shape) * (1 + k)
+        want = model(x).detach().numpy()
+        got = jit.execute([x.numpy()])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, ref.execute([x.numpy()])[0], rtol=1e-5, atol=1e-6)
+    return jit._loaded.conv_epilogues
+
+
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
+def test_activation_after_a_convolution_is_applied_in_place(act):
+    conv = CONVS["3x3"]
+    assert len(_check(ConvAct(conv, act), (1, conv[0], conv[6], conv[6]))) == 1
+
+
+@pytest.mark.parametrize("name", [n for n in CONVS if n != "3x3"])
+def test_every_convolution_path_takes_an_epilogue(name):
+    conv = CONVS[name]
+    assert len(_check(ConvAct(conv, "relu6"), (1, conv[0], conv[6], conv[6]))) == 1
+
+
+def test_special_values_propagate_as_in_eager():
+    model = ConvAct(CONVS["3x3"], "hardswish").eval()
+    x = torch.randn(1, 4, 9, 9)
+    x[0, 0, 2, 3] = float("nan")
+    x[0, 1, 5, 5] = float("inf")
+    jit, _ = _methods(model, x)
+    assert jit._loaded.conv_epilogues
+    np.testing.assert_allclose(jit.execute([x.numpy()])[0], model(x).detach().numpy(), atol=1e-5)
+
+
+class ReadTwice(nn.Module):
+    """The convolution's output is read by the activation and by the residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.relu(y) + y
+
+
+class OutputToo(nn.Module):
+    """The convolution's output is a method output besides feeding the activation."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y, torch.relu(y)
+
+
+class Chain(nn.Module):
+    """conv -> relu + 1 -> conv -> relu: two epilogues, the planner reusing buffers
+    (the second convolution's output lands in the method input's memory)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x)) + 1.0))
+
+
+def test_declines_when_the_output_is_read_elsewhere():
+    assert _check(ReadTwice(), (1, 4, 6, 6)) == []
+
+
+def test_declines_when_the_output_is_a_method_output():
+    torch.manual_seed(0)
+    model = OutputToo().eval()
+    x = torch.randn(1, 4, 6, 6)
+    jit, _ = _methods(model, x)
+    assert jit._loaded.conv_epilogues == []
+    got = jit.execute([x.numpy()])
+    for g, w in zip(got, model(x), strict=True):
+        np.testing.assert_allclose(g, w.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_chains_of_convolutions_each_take_their_epilogue():
+    assert _check(Chain(), (1, 4, 7, 7)) == [0, 3]
