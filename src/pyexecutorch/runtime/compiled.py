@@ -6,7 +6,9 @@ numpy kernels as before. Generated code (fused loops) is written once to a
 file under the cache directory named by a hash of its source, and compiled
 with numba's ``cache=True``, so a second process finds both the source and the
 machine code there: the key is the generated source, numba's own index adds
-the argument types (dtypes, ranks, layouts).
+the argument types (dtypes, ranks, layouts). numba's machine code, of the
+generated loops and of the kernels' compiled forms alike, goes to ``numba/``
+under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 JIT_ENV = "PYEXECUTORCH_JIT"
 CACHE_ENV = "PYEXECUTORCH_CACHE_DIR"
 
-_lock = threading.Lock()
+# Reentrant: importing the compiled forms under it may ask for numba_module() again.
+_lock = threading.RLock()
 _numba: ModuleType | None = None
 _numba_checked = False
 _modules: dict[str, ModuleType] = {}
@@ -41,6 +44,11 @@ def numba_module() -> ModuleType | None:
     if not _numba_checked:
         with _lock:
             if not _numba_checked:
+                # Every machine code numba caches for us (kernel forms included, wherever the
+                # package is installed) goes under our cache directory, unless the user chose
+                # numba's own; numba reads this setting when it first imports.
+                if "numba" not in sys.modules:
+                    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
                 try:
                     import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
                 except ImportError:
