@@ -40,3 +40,38 @@ def test_set_threads_reaches_blas_and_numba():
 def test_bad_thread_counts(value, error, message):
     with pytest.raises(error, match=message):
         set_threads(value)
+
+
+_TORCH_KEEPS_ITS_THREADS = """
+import torch
+torch.set_num_threads(1)
+from pyexecutorch.runtime.threads import set_threads
+from pyexecutorch.runtime import compiled
+if not compiled.enabled(None):
+    print("numba")
+else:
+    assert torch.get_num_threads() == 1  # torch's OpenMP state is set up before numba's pool
+    set_threads(1)
+    import numba
+    import numpy as np
+    # A parallel loop starts numba's OpenMP pool, which used to reset the count torch shares.
+    numba.njit(parallel=True)(lambda a: a.sum())(np.ones(10))
+    print(torch.get_num_threads())
+"""
+
+
+def test_setting_threads_leaves_torch_its_own_count():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TORCH_KEEPS_ITS_THREADS],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src, "PYEXECUTORCH_JIT": "1"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] in ("1", "numba")

@@ -143,7 +143,14 @@ def set_threads(n: int) -> None:
     """Threads of the compiled loops (``prange``), capped at what numba started with."""
     numba = numba_module()
     if numba is not None:
+        # Starting numba's OpenMP pool resets the OpenMP thread count torch shares, so a
+        # torch already imported by the caller gets its own setting back (torch is never
+        # imported here).
+        torch = sys.modules.get("torch")
+        torch_threads = torch.get_num_threads() if torch is not None else None
         numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+        if torch is not None and torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
 
 
 def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
