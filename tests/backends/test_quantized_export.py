@@ -19,6 +19,8 @@ official output's range.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
@@ -42,22 +44,46 @@ from pyexecutorch.exir import (  # noqa: E402
 from pyexecutorch.runtime import Runtime  # noqa: E402
 
 from ._quantized_models import (  # noqa: E402
+    QuantizedCase,
     official_pte,
     quantized_case,
     snr_db,
     top1_agreement,
 )
 
+# (architecture, recipe, SNR floor in dB, top-1 agreement floor, size bound over the
+# official exporter's .pte). The floors sit a few dB under what each case gives
+# today. ConvNeXt's SNR is low because its layer scales (1e-6) leave the output a small
+# signal next to the head's quantization step; its top-1 agreement is still 1.
 CASES = [
-    ("mobilenet_v2", "static", 20.0),
-    ("gpt2", "dynamic", 20.0),
-    ("llama", "llm4", 10.0),
+    ("resnet18", "static", 20.0, 0.99, 1.01),
+    ("mobilenet_v2", "static", 30.0, 0.99, 1.01),
+    ("mobilenet_v3", "static", 30.0, 0.99, 1.01),
+    ("efficientnet", "static", 30.0, 0.99, 1.04),
+    ("squeezenet", "static", 40.0, 0.99, 1.01),
+    ("shufflenet_v2", "static", 30.0, 0.99, 1.01),
+    ("convnext", "static", 6.0, 0.99, 1.01),
+    ("gpt2", "dynamic", 30.0, 0.9, 1.01),
+    ("llama", "llm4", 10.0, 0.5, 1.01),
 ]
 
-_BUILT: dict[str, tuple] = {}
+
+@dataclass
+class Built:
+    case: QuantizedCase
+    ours: bytes  # our exporter, XNNPACK-lowered
+    portable: bytes  # our exporter, no delegate
+    theirs: bytes  # the official exporter, XNNPACK-lowered
+    official_ours: np.ndarray  # the official runtime's output on ours
+    official_theirs: np.ndarray
+    quantum: float
 
 
-def _build(arch: str, recipe: str):
+_BUILT: dict[str, Built] = {}
+
+
+def _build(arch: str, recipe: str) -> Built:
+    """One quantization and the three programs of a case, shared by its tests."""
     key = f"{arch}-{recipe}"
     if key not in _BUILT:
         q = quantized_case(arch, recipe)
@@ -65,7 +91,17 @@ def _build(arch: str, recipe: str):
             q.program(), partitioner=[XnnpackPartitioner()]
         ).to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse))
         portable = to_edge(q.program()).to_executorch()
-        _BUILT[key] = (q, ours.buffer, portable.buffer, official_pte(q, "xnnpack"))
+        theirs = official_pte(q, "xnnpack")
+        official_theirs = official.official_run(theirs, q.inputs)[0]
+        _BUILT[key] = Built(
+            q,
+            ours.buffer,
+            portable.buffer,
+            theirs,
+            official.official_run(ours.buffer, q.inputs)[0],
+            official_theirs,
+            _output_quantum(q, official_theirs),
+        )
     return _BUILT[key]
 
 
@@ -84,25 +120,57 @@ def _output_quantum(q, reference: np.ndarray) -> float:
     return float(reference.max() - reference.min()) / 255
 
 
-@pytest.mark.parametrize("arch,recipe,min_snr", CASES, ids=[f"{a}-{r}" for a, r, _ in CASES])
-def test_quantized_architecture(arch, recipe, min_snr, capsys):
-    q, ours, portable, theirs = _build(arch, recipe)
-    x = q.inputs
-    official_ours = official.official_run(ours, x)[0]
-    official_theirs = official.official_run(theirs, x)[0]
-    quantum = _output_quantum(q, official_theirs)
-    # (a) our lowering computes what the official one does, in the official runtime
-    np.testing.assert_allclose(official_ours, official_theirs, rtol=0, atol=quantum * 1.001)
-    # (b) our runtime agrees with the official runtime on our program
-    np.testing.assert_allclose(_run_ours(ours, x), official_ours, rtol=0, atol=quantum * 1.001)
-    # (c) the portable program in our runtime computes the quantized graph
-    eager = q.graph(*x).detach().numpy()
-    np.testing.assert_allclose(_run_ours(portable, x), eager, rtol=0, atol=quantum * 1.001)
-    # (d) quantization error against the float model
-    reference = q.float_model(*x).detach().numpy()
-    snr = snr_db(reference, official_ours)
-    agree = top1_agreement(reference, official_ours)
+_IDS = [f"{c[0]}-{c[1]}" for c in CASES]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=_IDS)
+def case(request) -> tuple[Built, tuple]:
+    arch, recipe, *floors = request.param
+    return _build(arch, recipe), tuple(floors)
+
+
+def _quanta(got: np.ndarray, want: np.ndarray, quantum: float) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max()) / quantum
+
+
+def test_official_runtime_ours_vs_official_exporter(case):
+    """(a) our lowering computes what the official one does, in the official runtime."""
+    b, _ = case
+    diff = _quanta(b.official_ours, b.official_theirs, b.quantum)
+    print(f"\n{b.case.name} (a): {diff:.3g} quanta")
+    assert diff <= 1.001, f"{b.case.name}: {diff:.3g} quanta (quantum {b.quantum:.3g})"
+
+
+def test_our_runtime_vs_official_runtime(case):
+    """(b) our runtime agrees with the official runtime on our program."""
+    b, _ = case
+    diff = _quanta(_run_ours(b.ours, b.case.inputs), b.official_ours, b.quantum)
+    print(f"\n{b.case.name} (b): {diff:.3g} quanta")
+    assert diff <= 1.001, f"{b.case.name}: {diff:.3g} quanta (quantum {b.quantum:.3g})"
+
+
+def test_portable_program_vs_eager_quantized_graph(case):
+    """(c) the portable program in our runtime computes the quantized graph."""
+    b, _ = case
+    eager = b.case.graph(*b.case.inputs).detach().numpy()
+    diff = _quanta(_run_ours(b.portable, b.case.inputs), eager, b.quantum)
+    print(f"\n{b.case.name} (c): {diff:.3g} quanta")
+    assert diff <= 1.001, f"{b.case.name}: {diff:.3g} quanta (quantum {b.quantum:.3g})"
+
+
+def test_quantization_error_vs_float_model(case, capsys):
+    """(d) the quantized program stays near the float model; our .pte stays as small as
+    the official exporter's."""
+    b, (min_snr, min_agree, size_bound) = case
+    reference = b.case.float_model(*b.case.inputs).detach().numpy()
+    snr = snr_db(reference, b.official_ours)
+    agree = top1_agreement(reference, b.official_ours)
+    ratio = len(b.ours) / len(b.theirs)
     with capsys.disabled():
-        print(f"\n{q.name}: SNR {snr:.1f} dB, top-1 agreement {agree:.2f}, quantum {quantum:.3g}")
-    assert snr > min_snr, f"{q.name}: SNR {snr:.1f} dB"
-    assert len(ours) <= len(theirs) * 1.01 + 256, (len(ours), len(theirs))
+        print(
+            f"\n{b.case.name} (d): SNR {snr:.1f} dB, top-1 agreement {agree:.2f}, "
+            f"quantum {b.quantum:.3g}, size {ratio:.3f}x official"
+        )
+    assert snr > min_snr, f"{b.case.name}: SNR {snr:.1f} dB"
+    assert agree >= min_agree, f"{b.case.name}: top-1 agreement {agree:.2f}"
+    assert len(b.ours) <= len(b.theirs) * size_bound + 256, (len(b.ours), len(b.theirs))
