@@ -19,6 +19,7 @@ official output's range.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,3 +175,101 @@ def test_quantization_error_vs_float_model(case, capsys):
     assert snr > min_snr, f"{b.case.name}: SNR {snr:.1f} dB"
     assert agree >= min_agree, f"{b.case.name}: top-1 agreement {agree:.2f}"
     assert len(b.ours) <= len(b.theirs) * size_bound + 256, (len(b.ours), len(b.theirs))
+
+
+# --------------------------------------------------------------------------------------
+# A quantization operator we cannot handle fails at export, naming it and the model line.
+
+# A quantize with quantize_per_tensor's schema but no out variant or kernel anywhere,
+# standing for a quantization operator pyexecutorch does not cover.
+_UNSUPPORTED = "quantize_per_tensor_unsupported_for_test"
+_lib = torch.library.Library("quantized_decomposed", "FRAGMENT")  # noqa: TOR901
+_lib.define(
+    f"{_UNSUPPORTED}(Tensor input, float scale, int zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype) -> Tensor"
+)
+_lib.impl(
+    _UNSUPPORTED,
+    lambda x, scale, zp, qmin, qmax, dtype: torch.ops.quantized_decomposed.quantize_per_tensor(
+        x, scale, zp, qmin, qmax, dtype
+    ),
+    "CompositeExplicitAutograd",
+)
+_lib.impl(
+    _UNSUPPORTED, lambda x, scale, zp, qmin, qmax, dtype: torch.empty_like(x, dtype=dtype), "Meta"
+)
+
+
+class _QuantizesSelf(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.quantized_decomposed.quantize_per_tensor_unsupported_for_test(
+            x, 0.1, 0, -128, 127, torch.int8
+        )  # the line the error names
+
+
+class _OneLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x)  # the line the error names for the q/dq nodes of the linear
+
+
+def _line_of(cls, marker: str) -> str:
+    import inspect
+
+    lines, start = inspect.getsourcelines(cls.forward)
+    offset = next(i for i, text in enumerate(lines) if marker in text)
+    return f"{__file__}:{start + offset}"
+
+
+def test_unsupported_quantization_op_named_with_model_line():
+    """A quantization operator called in model code: the error names it and that line."""
+    from pyexecutorch.exir import UnsupportedQuantizedOperatorError
+
+    ep = torch.export.export(_QuantizesSelf(), (torch.randn(2, 8),))
+    edge = to_edge(ep)  # stays whole: the edge dialect keeps non-aten operators
+    with pytest.raises(UnsupportedQuantizedOperatorError) as info:
+        edge.to_executorch()
+    message = str(info.value)
+    assert f"quantized_decomposed.{_UNSUPPORTED}.default at " in message
+    # The call spans lines; torch records the statement's first line.
+    assert _line_of(_QuantizesSelf, "quantize_per_tensor_unsupported") in message
+
+
+def test_unsupported_quantize_from_convert_pt2e_names_the_quantized_op_line():
+    """convert_pt2e's q/dq nodes have no stack trace: the error names the line of the op
+    they quantize (here the linear), not a generated frame."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from pyexecutorch.backends.xnnpack.quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from pyexecutorch.exir import UnsupportedQuantizedOperatorError
+
+    x = (torch.randn(2, 8),)
+    captured = torch.export.export(_OneLinear().eval(), x).module()
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+    prepared = prepare_pt2e(captured, quantizer)
+    prepared(*x)
+    graph = convert_pt2e(prepared)
+    ep = torch.export.export(graph, x)
+    quantizes = [
+        n
+        for n in ep.graph.nodes
+        if n.target is torch.ops.quantized_decomposed.quantize_per_tensor.default
+    ]
+    assert quantizes, "the quantizer inserted no quantize node"
+    # The quantize of the model input: convert_pt2e gave it no stack trace.
+    out_q = next(n for n in quantizes if n.args[0].op == "placeholder")
+    assert not out_q.meta.get("stack_trace")
+    out_q.target = getattr(torch.ops.quantized_decomposed, _UNSUPPORTED).default
+    with pytest.raises(UnsupportedQuantizedOperatorError) as info:
+        to_edge(ep).to_executorch()
+    message = str(info.value)
+    assert f"quantized_decomposed.{_UNSUPPORTED}.default at " in message
+    assert _line_of(_OneLinear, "self.fc(x)") in message
+    # The node's name as to_edge left it, and the (decomposed) linear lending its line.
+    assert re.search(rf"\(node {_UNSUPPORTED}\w* quantizes (addmm|linear)\w*\)", message)
