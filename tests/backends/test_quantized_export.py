@@ -1,8 +1,9 @@
 """Quantized architectures through our exporter, in both runtimes.
 
-For static int8 CNNs (our XNNPACKQuantizer, per-channel weights), a dynamically
-quantized transformer and a Llama-shaped decoder with 4-bit groupwise linears
-and int8 embeddings (torchao ``quantize_``):
+For the static int8 CNNs of #11 (our XNNPACKQuantizer, per-channel weights), a
+dynamically quantized GPT-2 and a Llama-shaped decoder with 4-bit groupwise linears
+and int8 embeddings (torchao ``quantize_``), each quantized once and shared by its
+four tests:
 
 (a) our XNNPACK ``.pte`` in the official runtime matches the official exporter's
     ``.pte`` of the same quantized graph within one quantum of the output;
@@ -10,15 +11,21 @@ and int8 embeddings (torchao ``quantize_``):
 (c) our portable ``.pte`` (no delegate) in our runtime matches the quantized graph
     run eagerly;
 (d) the quantized outputs stay near the float model's (SNR in dB and top-1
-    agreement, printed; bounded loosely).
+    agreement, printed, with a floor per model), and our ``.pte`` is no bigger than
+    the official one (beyond a bound per model).
 
 The quantum of a statically quantized output is the scale of its last
 dequantize; of a float output (dynamic quantization) one int8 step over the
 official output's range.
+
+Last, a quantization operator we cannot export fails at ``to_executorch`` with
+``UnsupportedQuantizedOperatorError`` naming it and the model's source line, also
+for the q/dq nodes ``convert_pt2e`` inserts without a stack trace.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -88,10 +95,11 @@ def _build(arch: str, recipe: str) -> Built:
     key = f"{arch}-{recipe}"
     if key not in _BUILT:
         q = quantized_case(arch, recipe)
+        program = q.program()  # one export for both of ours (our exporter keeps its input)
         ours = to_edge_transform_and_lower(
-            q.program(), partitioner=[XnnpackPartitioner()]
+            copy.deepcopy(program), partitioner=[XnnpackPartitioner()]
         ).to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse))
-        portable = to_edge(q.program()).to_executorch()
+        portable = to_edge(program).to_executorch()
         theirs = official_pte(q, "xnnpack")
         official_theirs = official.official_run(theirs, q.inputs)[0]
         _BUILT[key] = Built(
@@ -200,6 +208,17 @@ _lib.impl(
 )
 
 
+# The same with an out variant, but no kernel in pyexecutorch (or the official runtime).
+_NO_KERNEL = "quantize_per_tensor_no_kernel_for_test"
+_SCHEMA_ARGS = "Tensor input, float scale, int zero_point, int quant_min, int quant_max"
+_lib.define(f"{_NO_KERNEL}({_SCHEMA_ARGS}, ScalarType dtype) -> Tensor")
+_lib.define(f"{_NO_KERNEL}.out({_SCHEMA_ARGS}, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")
+for _key in ("CompositeExplicitAutograd", "Meta"):
+    _lib.impl(
+        _NO_KERNEL, lambda x, scale, zp, qmin, qmax, dtype: torch.empty_like(x, dtype=dtype), _key
+    )
+
+
 class _QuantizesSelf(torch.nn.Module):
     def forward(self, x):
         return torch.ops.quantized_decomposed.quantize_per_tensor_unsupported_for_test(
@@ -236,6 +255,25 @@ def test_unsupported_quantization_op_named_with_model_line():
     assert f"quantized_decomposed.{_UNSUPPORTED}.default at " in message
     # The call spans lines; torch records the statement's first line.
     assert _line_of(_QuantizesSelf, "quantize_per_tensor_unsupported") in message
+
+
+class _QuantizesWithoutKernel(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.quantized_decomposed.quantize_per_tensor_no_kernel_for_test(
+            x, 0.1, 0, -128, 127, torch.int8
+        )  # the line the error names
+
+
+def test_quantization_op_without_kernel_fails_at_export():
+    """An out variant but no kernel: to_executorch raises (not a warning, not at load)."""
+    from pyexecutorch.exir import UnsupportedQuantizedOperatorError
+
+    ep = torch.export.export(_QuantizesWithoutKernel(), (torch.randn(2, 8),))
+    with pytest.raises(UnsupportedQuantizedOperatorError) as info:
+        to_edge(ep).to_executorch()
+    message = str(info.value)
+    assert f"quantized_decomposed::{_NO_KERNEL}.out (first used in forward: " in message
+    assert _line_of(_QuantizesWithoutKernel, "no_kernel_for_test") in message
 
 
 def test_unsupported_quantize_from_convert_pt2e_names_the_quantized_op_line():
