@@ -9,9 +9,13 @@ points included), and compute the same outputs.
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
+from pathlib import Path
 
 import pytest
 import torch
+import torchao
 from torch import nn
 
 import official
@@ -106,16 +110,34 @@ def test_same_annotations_as_official(how, kw, qat):
     ours = _quantize(
         _configure(XNNPACKQuantizer, get_symmetric_quantization_config, how, **kw), qat
     )
+    expected, expected_out = _official_result(how, kw, qat)
+    got = _qdq(ours)
+    assert got, "nothing was quantized"
+    assert got == expected
+    torch.testing.assert_close(ours(*X), expected_out, rtol=0, atol=0)
+
+
+def _official_result(how: str, kw: dict, qat: bool) -> tuple[list[tuple], torch.Tensor]:
+    """The official quantizer's q/dq list and output for a configuration, cached on disk
+    (a QAT prepare and convert costs a minute, mostly torchao's conv-bn pattern tracing,
+    whatever the model), keyed by this file and the package versions."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(f"{how}|{sorted(kw.items())}|{qat}|{torch.__version__}".encode())
+    h.update(f"{official.executorch_version()}|{torchao.__version__}".encode())
+    path = official.cache_dir() / f"quantizer-{how}-{h.hexdigest()[:16]}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False)
     theirs = _quantize(
         _configure(
             official_q.XNNPACKQuantizer, official_q.get_symmetric_quantization_config, how, **kw
         ),
         qat,
     )
-    got, expected = _qdq(ours), _qdq(theirs)
-    assert got, "nothing was quantized"
-    assert got == expected
-    torch.testing.assert_close(ours(*X), theirs(*X), rtol=0, atol=0)
+    result = (_qdq(theirs), theirs(*X).detach())
+    buffer = io.BytesIO()
+    torch.save(result, buffer)
+    official._write_atomic(path, buffer.getvalue())
+    return result
 
 
 def test_config_matches_official_fields():

@@ -21,6 +21,7 @@ from pyexecutorch.exir.error import (
     IRValidityError,
     MissingKernelError,
     MissingOutVariantError,
+    UnsupportedQuantizedOperatorError,
 )
 from pyexecutorch.exir.legacy import (
     ExecutorchProgram,
@@ -63,6 +64,7 @@ __all__ = [
     "IRValidityError",
     "MemoryPlanningPass",
     "MissingKernelError",
+    "UnsupportedQuantizedOperatorError",
     "MissingOutVariantError",
     "PassManager",
     "PropagateDeviceConfig",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 
@@ -18,6 +19,11 @@ class IRValidityError(ExportError):
 
 class MissingOutVariantError(ExportError):
     """A functional operator has no ``.out`` variant to call at run time."""
+
+
+class UnsupportedQuantizedOperatorError(MissingOutVariantError):
+    """A quantization operator (``quantized_decomposed``, ``torchao``) that pyexecutorch
+    cannot export: it has no ``.out`` variant, or no kernel, so no runtime could load it."""
 
 
 class DynamicShapeError(ExportError):
@@ -43,6 +49,10 @@ def source_location(node: torch.fx.Node | None, owner: torch.fx.Node | None = No
     if node is None:
         return "<unknown source>"
     trace = node.meta.get("stack_trace") or ""
+    if not _user_frames(trace) and _is_quantization(node):
+        lender = _quantized_node(node)
+        if lender is not None:
+            return f"{source_location(lender, owner)} (node {node.name} quantizes {lender.name})"
     frames = []  # (file, line, function, code), outermost first
     lines = trace.rstrip().splitlines()
     for i, line in enumerate(lines):
@@ -68,6 +78,44 @@ def source_location(node: torch.fx.Node | None, owner: torch.fx.Node | None = No
     if from_node:
         return f"<no stack trace; node {node.name} from {from_node[-1].name}>"
     return f"<no stack trace for node {node.name}>"
+
+
+def _user_frames(trace: str) -> bool:
+    return any(not m.group(1).startswith("<") for m in _FRAME.finditer(trace))
+
+
+def _is_quantization(node: torch.fx.Node) -> bool:
+    from pyexecutorch.exir.dialects.quantized_ops import is_quant_op
+
+    return node.op == "call_function" and is_quant_op(node.target)
+
+
+def _quantized_node(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The nearest node with a user stack trace that ``node`` quantizes or dequantizes.
+
+    ``convert_pt2e`` inserts quantize/dequantize/choose_qparams nodes without a stack
+    trace.  A dequantize stands for the op reading it, a quantize for the op producing
+    its input: search that way first, then the other, through the chain of
+    quantization nodes (a quantize of a model input leads through its dequantize to
+    the op that reads it)."""
+    readers_first = "dequantize" in node.target._schema.name
+    seen = {node}
+    frontier = [node]
+    while frontier:
+        step = []
+        for n in frontier:
+            producers = [a for a in n.all_input_nodes if a.op == "call_function"]
+            readers = list(n.users)
+            for m in (readers + producers) if readers_first else (producers + readers):
+                if m in seen:
+                    continue
+                seen.add(m)
+                if _is_quantization(m) or m.target is operator.getitem:
+                    step.append(m)  # dequantize -> its reader, choose_qparams -> its quantize
+                elif _user_frames(m.meta.get("stack_trace") or ""):
+                    return m
+        frontier = step
+    return None
 
 
 def op_name(target) -> str:

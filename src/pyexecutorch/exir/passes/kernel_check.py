@@ -17,7 +17,12 @@ import torch
 from torch.fx import GraphModule
 
 from pyexecutorch.exir import memory
-from pyexecutorch.exir.error import MissingKernelError, source_location
+from pyexecutorch.exir.dialects.quantized_ops import QUANT_NAMESPACES
+from pyexecutorch.exir.error import (
+    MissingKernelError,
+    UnsupportedQuantizedOperatorError,
+    source_location,
+)
 from pyexecutorch.exir.graph_utils import HOP_MAP, HOP_WHILE, nodes_with_owner
 from pyexecutorch.exir.tensor_spec import TensorSpec
 
@@ -96,6 +101,17 @@ def check_kernels(methods: dict[str, GraphModule], strict: bool = False) -> list
                 missing[name] = f"{method}: {where}"
     if not missing:
         return []
+    quantized = {n: w for n, w in missing.items() if n.split("::")[0] in QUANT_NAMESPACES}
+    if quantized:
+        # Always an error: a quantized program should fail here, never at load on a device.
+        lines = [
+            "the pyexecutorch runtime has no kernel for these quantization operators, so the "
+            "program could not be loaded:"
+        ]
+        lines += [
+            f"  - {name} (first used in {where})" for name, where in sorted(quantized.items())
+        ]
+        raise UnsupportedQuantizedOperatorError("\n".join(lines))
     lines = [
         f"the pyexecutorch runtime has no kernel for {len(missing)} operator(s) this program calls:"
     ]

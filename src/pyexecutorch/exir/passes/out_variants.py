@@ -15,8 +15,17 @@ import torch
 from torch.fx import GraphModule, Node
 
 from pyexecutorch.exir import memory
-from pyexecutorch.exir.dialects.quantized_ops import overload_names, refresh_out_variants
-from pyexecutorch.exir.error import MissingOutVariantError, op_name, source_location
+from pyexecutorch.exir.dialects.quantized_ops import (
+    is_quant_op,
+    overload_names,
+    refresh_out_variants,
+)
+from pyexecutorch.exir.error import (
+    MissingOutVariantError,
+    UnsupportedQuantizedOperatorError,
+    op_name,
+    source_location,
+)
 from pyexecutorch.exir.graph_utils import is_control_flow, is_inplace, submodules
 from pyexecutorch.exir.tensor_spec import TensorSpec
 
@@ -92,6 +101,19 @@ def to_out_variants(gm: GraphModule, owner: Node | None = None, method: str = "f
     missing: dict[Any, str] = {}
     refresh_out_variants()
     _convert(gm, owner, missing)
+    quantized = {op: where for op, where in missing.items() if is_quant_op(op)}
+    if quantized:
+        lines = [
+            f"method {method!r} calls quantization operators that pyexecutorch cannot export "
+            "(no out variant, so no runtime could load the program):"
+        ]
+        lines += [f"  - {op_name(op)} at {where}" for op, where in quantized.items()]
+        lines.append(
+            "Fix: quantize with a configuration whose operators pyexecutorch supports "
+            "(pyexecutorch.exir.dialects.quantized_ops lists them), or delegate the pattern "
+            "to a backend that consumes it (to_edge_transform_and_lower with a partitioner)."
+        )
+        raise UnsupportedQuantizedOperatorError("\n".join(lines))
     if missing:
         lines = [
             f"method {method!r} calls operators that have no out variant, so the runtime cannot run them:"

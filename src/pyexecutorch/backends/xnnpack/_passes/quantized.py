@@ -29,6 +29,7 @@ from torch.fx import Node
 
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack._passes.common import PassContext, absorb
+from pyexecutorch.backends.xnnpack.partition.config import op_key
 
 XNN_QUANT = "xnn_quant"
 XNN_QWEIGHT = "xnn_qweight"
@@ -70,6 +71,32 @@ def _ops(namespace: str, *names: str) -> tuple:
         except (AttributeError, RuntimeError):
             pass
     return tuple(found)
+
+
+# Ops XNNPACK runs on int8 values, as the official partitioner's configs with the
+# STATIC_QUANT precision; any other op between a dequantize and a quantize (hardswish,
+# sigmoid, div, ...) computes in float, its q/dq pairs staying converts.
+_STATIC_QUANT_OPS = frozenset(
+    {
+        op_key(o)
+        for o in (
+            *_GEMMS,
+            *_ACTIVATIONS,
+            aten.add.Tensor,
+            aten.mul.Tensor,
+            aten.cat.default,
+            aten.clamp.default,
+            aten.max_pool2d.default,
+            aten.max_pool2d_with_indices.default,
+            aten.mean.dim,
+            aten.permute_copy.default,
+            aten.view_copy.default,
+            aten.slice_copy.Tensor,
+            aten.unsqueeze_copy.default,
+        )
+    }
+    | {"dim_order_ops::_clone_dim_order.default", "dim_order_ops::_to_dim_order_copy.default"}
+)
 
 
 def torchao_ops() -> tuple:
@@ -154,7 +181,7 @@ def _quantized_op(ctx: PassContext, node: Node) -> bool:
     """An op computed between dequantizes and one quantize: every activation input is
     a static dequantize, weights are quantized constants, its output (through at most
     one relu/hardtanh) reaches a single quantize."""
-    if node.op != "call_function" or node.target in (*STATIC_Q, *STATIC_DQ, operator.getitem):
+    if node.op != "call_function" or op_key(node.target) not in _STATIC_QUANT_OPS:
         return False
     inputs = node.all_input_nodes
     if not inputs:

@@ -45,10 +45,22 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def _convert(b: GraphBuilder, node: Node) -> None:
+    source = node.args[0]
+    if isinstance(source, Node) and _is_per_token(source.meta.get(XNN_QUANT)):
+        # XNNPACK converts qdint8 only into a dynamic linear: the runtime would refuse it.
+        raise PreprocessError(
+            f"XnnpackBackend: dynamically quantized {source.name} is dequantized by "
+            f"{node.name} for a reader outside this delegate's dynamic linears; XNNPACK "
+            "cannot convert qdint8 back to float"
+        )
     layout = b.nhwc(node)
     x = b.value(node.args[0], layout)
     out = b.define(node, layout)
     b.emit(xnode("XNNConvert", input_id=x, output_id=out))
+
+
+def _is_per_token(spec: object) -> bool:
+    return getattr(spec, "datatype", None) == S.XNNDatatype.qdint8
 
 
 def _nothing(b: GraphBuilder, node: Node) -> None:
