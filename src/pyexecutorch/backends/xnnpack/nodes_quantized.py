@@ -33,6 +33,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -216,6 +217,72 @@ def _in_front_of(name: str, quantized: Callable[..., None], *fields: str) -> Non
 
 # ------------------------------------------------------------------ convert
 
+# (lower, upper) ends of the int8 range, as a column against (2, rows) arrays
+_QENDS = np.array([[-128.0], [127.0]], _F32)
+
+
+class DynamicRows:
+    """Rows of a float value quantized at run time with XNNPACK's asymmetric parameters.
+
+    Per row: the range ``[min(0, lo), max(0, hi)]``, the multiplier ``255 / span``
+    (1 for an all-zero row), the zero point from the end with the smaller error,
+    rounded; ``scales`` holds ``1 / multiplier``. ``centered`` keeps ``q - zero_point``
+    as float32 (exact integers) so that the matmuls reading it skip a conversion.
+    Small models spend their time in numpy's per-call cost, so the per-row steps run
+    on (2, rows) arrays against constant arrays (a Python scalar operand costs a
+    conversion per call), one call per step.
+    """
+
+    def __init__(self, rows: int, row: int) -> None:
+        self.rows, self.row = rows, row
+        self.scales = np.empty(rows, _F32)
+        self.zps = np.empty(rows, _F32)
+        self.centered = np.empty((rows, row), _F32)
+        f32 = partial(np.empty, dtype=_F32)
+        self._ends, self._work = f32((2, rows)), f32((2, rows))  # per row: (low, high) pairs
+        self._span, self._mult, self._bump = f32(rows), f32(rows), f32(rows)
+        self._zero, self._one, self._full = (np.full(rows, v, _F32) for v in (0, 1, 255))
+        self._qends = np.broadcast_to(_QENDS, (2, rows)).copy()
+        self._cond = np.empty(rows, bool)
+        self._views = (self._ends[0], self._ends[1], self._work[0], self._work[1])
+        self._qlow, self._qhigh = self._qends[0], self._qends[1]
+        self._mult_col, self._zps_col = self._mult[:, None], self.zps[:, None]
+        self._low_col, self._high_col = self._work[0][:, None], self._work[1][:, None]
+
+    def quantize(self, x: Callable[[], NDArray], o: Callable[[], NDArray]) -> None:
+        v = x().reshape(self.rows, self.row)
+        ends, work, span, mult, bump = self._ends, self._work, self._span, self._mult, self._bump
+        low, high, low_work, high_work = self._views
+        cond, qends, full, zero = self._cond, self._qends, self._full, self._zero
+        np.minimum.reduce(v, axis=1, out=low)
+        np.maximum.reduce(v, axis=1, out=high)
+        np.minimum(low, zero, out=low)
+        np.maximum(high, zero, out=high)
+        np.subtract(high, low, out=span)
+        # an all-zero row's span becomes 255, for a multiplier of 1
+        np.equal(span, zero, out=cond)
+        np.multiply(cond, full, out=bump)
+        np.add(span, bump, out=span)
+        np.divide(full, span, out=mult)
+        np.multiply(ends, mult, out=ends)  # min * mult, max * mult
+        np.add(ends, qends, out=work)  # the two zero points' errors
+        np.add(low_work, high_work, out=span)
+        np.greater(span, zero, out=cond)
+        np.subtract(qends, ends, out=work)  # the two candidate zero points
+        np.copyto(high_work, low_work, where=cond)
+        np.maximum(high_work, self._qlow, out=high_work)
+        np.minimum(high_work, self._qhigh, out=high_work)
+        np.rint(high_work, out=self.zps)
+        np.divide(self._one, mult, out=self.scales)
+        # q - zp = clamp(rint(v * mult), -128 - zp, 127 - zp): the clamp of q, less zp
+        c = self.centered
+        np.multiply(v, self._mult_col, out=c)
+        np.rint(c, out=c)
+        np.subtract(qends, self.zps, out=work)
+        np.maximum(c, self._low_col, out=c)
+        np.minimum(c, self._high_col, out=c)
+        np.add(c, self._zps_col, out=o().reshape(self.rows, self.row), casting="unsafe")
+
 
 def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     qi, qo = b.value(n.input_id).quant, b.value(n.output_id).quant
@@ -232,31 +299,9 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     elif qi is None and qo.kind == "token":
         row = math.prod(shape[len(shape) - qo.channel_dim :]) if qo.channel_dim else shape[-1]
         rows = math.prod(shape) // max(row, 1)
-        scales = np.empty(rows, _F32)
-        zps = np.empty(rows, _F32)
-        b.dynamic[n.output_id] = (scales, zps)
-
-        def run() -> None:
-            v = x().reshape(rows, row)
-            lo = np.minimum(v.min(axis=1), np.float32(0))
-            hi = np.maximum(v.max(axis=1), np.float32(0))
-            span = hi - lo
-            mult = np.where(
-                span == 0, np.float32(1), np.float32(255) / np.where(span == 0, 1, span)
-            )
-            below, above = lo * mult, hi * mult
-            zp = np.where(
-                (np.float32(-128) + below) + (np.float32(127) + above) > 0,
-                np.float32(-128) - below,
-                np.float32(127) - above,
-            )
-            np.rint(np.clip(zp, -128, 127), out=zps)
-            np.divide(np.float32(1), mult, out=scales)
-            f = v * mult[:, None]
-            np.rint(f, out=f)
-            f += zps[:, None]
-            np.clip(f, -128, 127, out=f)
-            np.copyto(o().reshape(rows, row), f, casting="unsafe")
+        rowsq = DynamicRows(rows, row)
+        b.dynamic[n.output_id] = rowsq
+        run = partial(rowsq.quantize, x, o)
 
     elif qi is not None and qi.kind == "tensor" and qo is None:
         scale, zp = np.float32(qi.scale), np.int32(qi.zero_point)
@@ -324,42 +369,75 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
 
         b.step(run)
         return
-    # dynamically quantized rows: float output
-    scales, zps = b.dynamic.get(n.input1_id, (None, None))
-    if scales is None:
+    b.step(_dynamic_fully_connected(b, n, node, w, wq, bias, m, units, k))
+
+
+def _dynamic_fully_connected(
+    b: Builder, n: S.XNNFullyConnected, node: S.XNode, w: NDArray, wq: Quant,
+    bias: NDArray | None, m: int, units: int, k: int,
+) -> Callable[[], None]:  # fmt: skip
+    """Rows quantized at run time against int8 per-channel or 4-bit blockwise weights.
+
+    ``float32(acc) * row_scale * w_scale[c] (+ bias)``, XNNPACK's order. The integer
+    product is exact: a float32 matmul when no partial sum can pass 2**24, else float64.
+    Blockwise weights are scaled at load into float64 weights (8-bit by 4-bit by float32
+    products are exact there), so that all blocks take one matmul, rounded once.
+    """
+    rowsq = b.dynamic.get(n.input1_id)
+    if rowsq is None:
         raise XnnpackError(f"{b.where}: dynamic input {n.input1_id} has no row parameters")
+    if rowsq.rows * rowsq.row != m * k or rowsq.rows != m:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: {rowsq.rows} dynamic rows of {rowsq.row} "
+            f"for {m} rows of {k} inputs"
+        )
     lo, hi = bounds(node)
+    clamp = (lo, hi) != (-_INF, _INF)
     fbias = None if bias is None else bias.astype(_F32)
+    centered, row_scales = rowsq.centered.reshape(m, k), rowsq.scales[:, None]
+    y = np.empty((m, units), _F32)
     if wq.kind == "group":
         groups = wq.scale.shape[1]
         g = -(-k // groups)
         if g * groups != k:
             raise NotImplementedError(f"XNNPACK delegate: {b.where}: {k} inputs in blocks of {g}")
-        # one exact product per block: (groups, g, units) weights against (groups, m, g) rows
-        w3 = np.ascontiguousarray(w.reshape(units, groups, g).transpose(1, 2, 0), dtype=_F64)
-        ws = np.ascontiguousarray(wq.scale.T.reshape(groups, 1, units), dtype=_F32)
-
-        def combine(d: NDArray) -> NDArray:
-            acc = np.matmul(d.reshape(m, groups, g).transpose(1, 0, 2), w3).astype(_F32)
-            acc *= ws
-            return acc.sum(axis=0, dtype=_F32)
-
+        scales = np.repeat(wq.scale.astype(_F64), g, axis=1)
+        wmat = np.ascontiguousarray((w.astype(_F64) * scales).T)
+        w_scales = None
     else:
-        ws_c = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
+        w_scales = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
+        largest = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max(initial=0))
+        wmat = np.ascontiguousarray(w.T, dtype=_F32 if largest < _EXACT_F32 else _F64)
+    if wmat.dtype == _F32:
+        product = partial(np.dot, centered, wmat, out=y)
+    else:
+        wide_rows, acc = np.empty((m, k), _F64), np.empty((m, units), _F64)
 
-        def combine(d: NDArray) -> NDArray:
-            return (d @ w64).astype(_F32) * ws_c
+        def product() -> None:
+            np.copyto(wide_rows, centered)
+            np.dot(wide_rows, wmat, out=acc)
+            np.copyto(y, acc, casting="same_kind")
 
-    def run_dynamic() -> None:
-        d = x().reshape(m, k).astype(_F64) - zps[:, None]
-        y = combine(d)
-        y *= scales[:, None]
-        if fbias is not None:
-            y += fbias
+    o = b.getter(n.output_id)  # the rows are read from their Convert's centered values
+
+    def run() -> None:
+        product()
         out = o().reshape(m, units)
-        np.clip(y, lo, hi, out=out) if (lo, hi) != (-_INF, _INF) else np.copyto(out, y)
+        if w_scales is None and fbias is None:
+            np.multiply(y, row_scales, out=out)
+        else:
+            np.multiply(y, row_scales, out=y)
+            if fbias is None:
+                np.multiply(y, w_scales, out=out)
+            elif w_scales is None:
+                np.add(y, fbias, out=out)
+            else:
+                np.multiply(y, w_scales, out=y)
+                np.add(y, fbias, out=out)
+        if clamp:
+            np.clip(out, lo, hi, out=out)
 
-    b.step(run_dynamic)
+    return run
 
 
 # ------------------------------------------------------------------ convolutions
@@ -466,12 +544,13 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
 
 def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w) -> None:
     # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float
-    scales, zps = b.dynamic.get(n.input1_id, (None, None))
+    rowsq = b.dynamic.get(n.input1_id)
     nb = view.shape[0]
-    if scales is None or scales.size != nb:
+    if rowsq is None or rowsq.rows != nb:
         raise NotImplementedError(
             f"XNNPACK delegate: {b.where}: dynamic convolution input must be quantized per image"
         )
+    scales, zps = rowsq.scales, rowsq.zps
     if depthwise or (n.groups or 1) != 1:
         raise NotImplementedError(
             f"XNNPACK delegate: {b.where}: dynamic grouped convolutions are not supported"
