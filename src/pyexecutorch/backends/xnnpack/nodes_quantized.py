@@ -64,6 +64,7 @@ QUANT_DTYPES = {
     S.XNNDatatype.qcint4: _I8,
 }
 _PACKED4 = {S.XNNDatatype.qbint4, S.XNNDatatype.qcint4}
+_INT8_RANGE = {S.XNNDatatype.qint8, S.XNNDatatype.qcint8, S.XNNDatatype.qdint8}
 
 
 @dataclass
@@ -108,8 +109,19 @@ def load_quant(
 ) -> Quant:
     """The :class:`Quant` of a quantized value, its scales read from the payload."""
     packed = t.datatype in _PACKED4
+    if t.datatype == S.XNNDatatype.quint8:
+        # 1.5.1's serializer writes uint8 quantization as qint8 (which XNNPACK then refuses
+        # for its zero point), so no program to check unsigned arithmetic against exists
+        raise NotImplementedError(
+            f"XNNPACK delegate: value {vid} is quint8, which pyexecutorch does not support"
+        )
     if isinstance(qp, S.PerTensorQuant):
-        return Quant("tensor", float(np.float32(qp.scale)), int(qp.zero_point))
+        zp = int(qp.zero_point)
+        if t.datatype in _INT8_RANGE and not -128 <= zp <= 127:
+            raise XnnpackError(
+                f"value {vid}: {t.datatype.name} zero point {zp} is outside [-128, 127]"
+            )
+        return Quant("tensor", float(np.float32(qp.scale)), zp)
     if isinstance(qp, S.PerChannelQuant):
         return Quant("channel", _scales(qp, constant, False, vid), 0, qp.channel_dim, packed)
     if isinstance(qp, S.PerChannelGroupQuant):
@@ -200,8 +212,12 @@ def _is_quantized(b: Builder, *vids: int) -> bool:
     return any(b.value(v).quant is not None for v in vids)
 
 
+_QUANTIZED_BUILDERS: set[str] = set()
+
+
 def _in_front_of(name: str, quantized: Callable[..., None], *fields: str) -> None:
     """Register ``quantized`` for node type ``name`` when any of ``fields`` is quantized."""
+    _QUANTIZED_BUILDERS.add(name)
     fallback = BUILDERS.get(name)
 
     def dispatch(b: Builder, n: Any, node: S.XNode) -> None:
@@ -585,7 +601,8 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
 # ------------------------------------------------------------------ elementwise
 
 
-def _add(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+def _add(b: Builder, n: S.Node2x1, node: S.XNode, sign: int = 1) -> None:
+    """``a + sign * b``: XNNPACK subtracts by negating the second multiplier."""
     aq = _quant(b, n.input1_id, ("tensor",))
     bq = _quant(b, n.input2_id, ("tensor",))
     yq = _quant(b, n.output_id, ("tensor",))
@@ -600,7 +617,7 @@ def _add(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
             f"XNNPACK delegate: {b.where}: scale ratios {a_out}, {b_out} are outside XNNPACK's range"
         )
     am = int(np.rint(np.ldexp(a_out, shift)))
-    bm = int(np.rint(np.ldexp(b_out, shift)))
+    bm = sign * int(np.rint(np.ldexp(b_out, shift)))
     bias = (1 << (shift - 1)) - am * aq.zero_point - bm * bq.zero_point
     lo, hi = qbounds(node, yq)
     x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
@@ -644,15 +661,44 @@ def _same_params(b: Builder, i: int, o: int) -> Quant:
 
 
 def _clamp(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
-    q = _same_params(b, n.input_id, n.output_id)
-    lo, hi = qbounds(node, q)
+    """Bounds in the output's domain; differing parameters are first converted."""
+    qi, qo = _quant(b, n.input_id, ("tensor",)), _quant(b, n.output_id, ("tensor",))
+    lo, hi = qbounds(node, qo)
     b.out(n.output_id, b.shape(n.input_id))
     x, o = b.getter(n.input_id), b.getter(n.output_id)
+    if (qi.scale, qi.zero_point) == (qo.scale, qo.zero_point):
 
-    def run() -> None:
-        np.clip(x(), lo, hi, out=o())
+        def run() -> None:
+            np.clip(x(), lo, hi, out=o())
+
+    else:
+        convert = int8_converter(qi, qo, b.where)
+        ends = (np.int32(lo), np.int32(hi))
+
+        def run() -> None:
+            np.copyto(o(), np.clip(convert(x()), *ends), casting="unsafe")
 
     b.step(run)
+
+
+def int8_converter(qi: Quant, qo: Quant, where: str) -> Callable[[NDArray], NDArray]:
+    """XNNPACK's int8 to int8 conversion: a Q8 fixed-point multiplier of the scale
+    ratio, ``(x * m + (zy << 8) - m * zx + 128) >> 8``, saturated to int8 (int32 out)."""
+    ratio = np.float32(qi.scale) / np.float32(qo.scale)
+    if not np.float32(1 / 256) <= ratio <= np.float32(128):
+        raise NotImplementedError(
+            f"XNNPACK delegate: {where}: scale ratio {ratio} is outside XNNPACK's conversion range"
+        )
+    mult = int(np.rint(np.float32(256) * ratio))
+    bias = (qo.zero_point << 8) - mult * qi.zero_point + 128
+
+    def convert(v: NDArray) -> NDArray:
+        acc = v.astype(np.int32) * np.int32(mult)
+        acc += np.int32(bias)
+        acc >>= 8
+        return np.clip(acc, -128, 127, out=acc)
+
+    return convert
 
 
 # ------------------------------------------------------------------ pooling
@@ -767,9 +813,58 @@ _in_front_of("XNNFullyConnected", _fully_connected, "input1_id")
 _in_front_of("XNNConv2d", _conv, "input1_id")
 _in_front_of("XNNDepthwiseConv2d", _conv, "input1_id")
 _in_front_of("XNNAdd", _add, "output_id")
+_in_front_of("XNNSubtract", partial(_add, sign=-1), "output_id")
 _in_front_of("XNNMultiply", _multiply, "output_id")
 _in_front_of("XNNClamp", _clamp, "output_id")
 _in_front_of("XNNMaxPooling2d", _max_pool, "output_id")
 _in_front_of("XNNGlobalAvgPooling2d", _global_avg_pool, "output_id")
 _in_front_of("XNNAvgPooling2d", _avg_pool, "output_id")
 _in_front_of("XNNStaticConstantPad", _pad, "output_id")
+
+
+# ------------------------------------------------------------------ the other node types
+
+# Node types that move values without computing on them: quantized, they need one set of
+# parameters in and out (XNNPACK refuses differing ones when it defines the node).
+_MOVES = {
+    "XNNCopy", "XNNStaticReshape", "XNNStaticSlice", "XNNStaticTranspose",
+    "XNNConcatenate2", "XNNConcatenate3", "XNNConcatenate4", "XNNConcatenate5",
+}  # fmt: skip
+
+
+def _tensor_ids(n: Any) -> list[int]:
+    return [
+        v
+        for f in dataclasses.fields(n)
+        if f.name.endswith("_id") and (v := getattr(n, f.name)) != S.INVALID_ID
+    ]
+
+
+def _refuse_quantized(name: str) -> None:
+    """Float builders compute on the stored numbers: a quantized operand must not reach them."""
+    fallback = BUILDERS[name]
+    moves = name in _MOVES
+
+    def build(b: Builder, n: Any, node: S.XNode) -> None:
+        ids = _tensor_ids(n)
+        quants = [b.value(v).quant for v in ids]
+        if any(q is not None for q in quants):
+            if not moves:
+                raise NotImplementedError(
+                    f"XNNPACK delegate: {b.where}: quantized operands are not supported "
+                    "by pyexecutorch for this node type"
+                )
+            params = {None if q is None else (q.kind, q.scale, q.zero_point) for q in quants}
+            if len(params) != 1:
+                raise XnnpackError(
+                    f"{b.where}: values {ids} are quantized differently "
+                    f"({', '.join(sorted(map(str, params)))}); XNNPACK needs one set of "
+                    "parameters across this node"
+                )
+        fallback(b, n, node)
+
+    BUILDERS[name] = build
+
+
+for _name in sorted(set(BUILDERS) - _QUANTIZED_BUILDERS):
+    _refuse_quantized(_name)
