@@ -559,22 +559,31 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
 
 
 def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w) -> None:
-    # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float
+    # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float; groups take
+    # their slice of the input channels and of the filters
     rowsq = b.dynamic.get(n.input1_id)
     nb = view.shape[0]
     if rowsq is None or rowsq.rows != nb:
         raise NotImplementedError(
             f"XNNPACK delegate: {b.where}: dynamic convolution input must be quantized per image"
         )
-    scales, zps = rowsq.scales, rowsq.zps
-    if depthwise or (n.groups or 1) != 1:
+    if depthwise:
         raise NotImplementedError(
-            f"XNNPACK delegate: {b.where}: dynamic grouped convolutions are not supported"
+            f"XNNPACK delegate: {b.where}: dynamic depthwise convolutions are not supported"
         )
+    scales, zps = rowsq.scales, rowsq.zps
+    groups = n.groups or 1
+    cin, og = view.shape[-1] // groups, cout // groups
     rows = view.shape[0] * view.shape[1] * view.shape[2]
-    wmat = np.ascontiguousarray(w.reshape(cout, -1).T, dtype=cdt)
-    cols = np.empty((rows, wmat.shape[0]), cdt)
+    wmats = [
+        np.ascontiguousarray(w[g * og : (g + 1) * og].reshape(og, -1).T, dtype=cdt)
+        for g in range(groups)
+    ]
+    cols = np.empty((rows, wmats[0].shape[0]), cdt)
+    cols_view = cols.reshape(view.shape[:-1] + (cin,))
     acc = np.empty((rows, cout), cdt)
+    parts = [(view[..., g * cin : (g + 1) * cin], wmats[g], acc[:, g * og : (g + 1) * og])
+             for g in range(groups)]  # fmt: skip
     ws = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (cout,)).copy()
     lo, hi = bounds(node)
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
@@ -582,8 +591,12 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
 
     def run() -> None:
         np.subtract(x(), zps.reshape(nb, 1, 1, 1), out=inner)
-        np.copyto(cols.reshape(view.shape), view)
-        np.dot(cols, wmat, out=acc)
+        for part, wmat, dest in parts:
+            np.copyto(cols_view, part)
+            if groups == 1:
+                np.dot(cols, wmat, out=acc)
+            else:
+                dest[...] = cols @ wmat
         y = acc.astype(_F32).reshape(nb, per_image, cout)
         y *= scales.reshape(nb, 1, 1)
         y *= ws
@@ -661,44 +674,35 @@ def _same_params(b: Builder, i: int, o: int) -> Quant:
 
 
 def _clamp(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
-    """Bounds in the output's domain; differing parameters are first converted."""
+    """Bounds in the output's domain; across differing parameters, a lookup table."""
     qi, qo = _quant(b, n.input_id, ("tensor",)), _quant(b, n.output_id, ("tensor",))
-    lo, hi = qbounds(node, qo)
     b.out(n.output_id, b.shape(n.input_id))
     x, o = b.getter(n.input_id), b.getter(n.output_id)
     if (qi.scale, qi.zero_point) == (qo.scale, qo.zero_point):
+        lo, hi = qbounds(node, qo)
 
         def run() -> None:
             np.clip(x(), lo, hi, out=o())
 
     else:
-        convert = int8_converter(qi, qo, b.where)
-        ends = (np.int32(lo), np.int32(hi))
+        flo, fhi = (np.float32(v) for v in bounds(node))
+        table = lookup_table(qi, qo, lambda v: np.clip(v, flo, fhi))
 
         def run() -> None:
-            np.copyto(o(), np.clip(convert(x()), *ends), casting="unsafe")
+            np.take(table, x().view(np.uint8), out=o())
 
     b.step(run)
 
 
-def int8_converter(qi: Quant, qo: Quant, where: str) -> Callable[[NDArray], NDArray]:
-    """XNNPACK's int8 to int8 conversion: a Q8 fixed-point multiplier of the scale
-    ratio, ``(x * m + (zy << 8) - m * zx + 128) >> 8``, saturated to int8 (int32 out)."""
-    ratio = np.float32(qi.scale) / np.float32(qo.scale)
-    if not np.float32(1 / 256) <= ratio <= np.float32(128):
-        raise NotImplementedError(
-            f"XNNPACK delegate: {where}: scale ratio {ratio} is outside XNNPACK's conversion range"
-        )
-    mult = int(np.rint(np.float32(256) * ratio))
-    bias = (qo.zero_point << 8) - mult * qi.zero_point + 128
+_CODES = np.arange(256, dtype=np.uint8).view(_I8)  # every int8, indexed by its byte
 
-    def convert(v: NDArray) -> NDArray:
-        acc = v.astype(np.int32) * np.int32(mult)
-        acc += np.int32(bias)
-        acc >>= 8
-        return np.clip(acc, -128, 127, out=acc)
 
-    return convert
+def lookup_table(qi: Quant, qo: Quant, f: Callable[[NDArray], NDArray]) -> NDArray:
+    """XNNPACK's quantized unary operators: ``f`` on each dequantized int8 code in
+    float32, requantized ``rint(y / y_scale) + zy`` and saturated; indexed by the byte."""
+    v = (_CODES.astype(_F32) - np.float32(qi.zero_point)) * np.float32(qi.scale)
+    y = np.rint(f(v).astype(_F32) / np.float32(qo.scale)) + np.float32(qo.zero_point)
+    return np.clip(y, -128, 127).astype(_I8)
 
 
 # ------------------------------------------------------------------ pooling
