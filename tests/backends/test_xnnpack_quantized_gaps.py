@@ -230,3 +230,62 @@ def test_dynamic_grouped_convolution_matches_official_runtime():
         x = (torch.randn(1, 8, 6, 6, generator=torch.Generator().manual_seed(seed)),)
         expected = official.official_run(pte, x)[0]
         np.testing.assert_allclose(_ours(pte, x), expected, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ our lowering
+
+
+class Linear3d(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Conv1d(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3, padding=1)
+        self.dw = nn.Conv1d(6, 6, 3, stride=2, groups=6)
+
+    def forward(self, x):
+        return self.dw(torch.relu(self.conv(x)))
+
+
+LOWERED = {"linear-rank3": (Linear3d, (2, 5, 16)), "conv1d": (Conv1d, (2, 4, 10))}
+
+
+@pytest.mark.parametrize("name", LOWERED)
+def test_static_lowering_matches_official_exporter(name):
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from pyexecutorch.exir import to_edge_transform_and_lower
+
+    cls, shape = LOWERED[name]
+    example = (torch.randn(shape, generator=torch.Generator().manual_seed(0)),)
+    torch.manual_seed(0)
+    model = cls().eval()
+    config = get_symmetric_quantization_config(is_per_channel=True)
+    prepared = prepare_pt2e(
+        torch.export.export(model, example).module(), XNNPACKQuantizer().set_global(config)
+    )
+    prepared(*example)
+    graph = convert_pt2e(prepared)
+    theirs = _lowered(f"static-{name}", graph, example)
+    ours = to_edge_transform_and_lower(
+        torch.export.export(graph, example), partitioner=[XnnpackPartitioner()]
+    ).to_executorch()
+    assert _node_types(ours.buffer) == _node_types(theirs)
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(1)),)
+    expected = official.official_run(theirs, x)[0]
+    quantum = float(graph.graph.output_node().args[0][0].args[1])
+    got = official.official_run(ours.buffer, x)[0]
+    assert float(np.abs(got - expected).max()) <= quantum * 1.0001
+    np.testing.assert_array_equal(_ours(ours.buffer, x), got)
