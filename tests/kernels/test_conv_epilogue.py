@@ -143,3 +143,55 @@ def test_declines_when_the_output_is_a_method_output():
 
 def test_chains_of_convolutions_each_take_their_epilogue():
     assert _check(Chain(), (1, 4, 7, 7)) == [0, 3]
+
+
+class Residual(nn.Module):
+    """Inverted-residual and ResNet tails: the convolution's output plus a skip tensor
+    (computed before the convolution), then optionally a ReLU."""
+
+    def __init__(self, relu: bool):
+        super().__init__()
+        self.expand = nn.Conv2d(6, 12, 1)
+        self.project = nn.Conv2d(12, 6, 3, padding=1)
+        self.relu = relu
+
+    def forward(self, x):
+        skip = x * 0.5
+        y = self.project(torch.relu(self.expand(x))) + skip
+        return torch.relu(y) if self.relu else y
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["add", "add_relu"])
+def test_a_residual_add_after_a_convolution_is_applied_in_place(relu):
+    assert len(_check(Residual(relu), (1, 6, 5, 5))) == 2
+
+
+class SkipIsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x) + x
+
+
+def test_a_residual_add_of_the_method_input():
+    _check(SkipIsInput(), (1, 4, 6, 6))  # numbers match eager whether or not it fused
+
+
+class SkipInTarget(nn.Module):
+    """The skip tensor's memory is free after the add: the planner may put the add's
+    output there, which the fused call must not do (the convolution writes it first)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 4, 3, padding=1)
+        self.b = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        skip = torch.relu(self.a(x))
+        return torch.relu(self.b(x * 2.0) + skip) * 3.0
+
+
+def test_a_skip_tensor_sharing_the_output_memory_still_gives_eager_numbers():
+    _check(SkipInTarget(), (1, 4, 6, 6))

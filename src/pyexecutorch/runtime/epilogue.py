@@ -7,10 +7,15 @@ convolution writes straight into the run's output and the run's loop then
 rewrites that buffer in place while it is still in cache. The convolution's
 own output buffer, and one pass over memory per layer, are no longer needed.
 
+The run may read other tensors of the output's shape besides the convolution's
+output (a residual add, an add-then-ReLU): those are bound at load, and must not
+share memory with the run's output, which the convolution overwrites first.
+
 Only where it is plainly safe: one static planned output of the same shape and
 dtype, the run immediately after the convolution (so the output's planned
 memory holds nothing else meanwhile), nobody else reading the convolution's
-output, and the run's output sharing no memory with the convolution's input.
+output, and the run's output sharing no memory with the convolution's input or
+with the run's other inputs.
 """
 
 from __future__ import annotations
@@ -115,7 +120,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         return None
     call, pcs, inputs, outputs = run
     last = pcs[-1]
-    if inputs != [conv_out] or len(outputs) != 1 or not call.same_shape:
+    if inputs.count(conv_out) != 1 or len(outputs) != 1 or not call.same_shape:
         return None
     if not set(flow.read_at.get(conv_out, ())) <= set(pcs):
         return None
@@ -127,8 +132,9 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         or x in flow.rebound
     ):
         return None
-    if any(x in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc)):
-        return None  # the input is a view of another tensor at run time: its memory is unknown
+    others = [j for j in inputs if j != conv_out]
+    if any(_viewed(flow, decisions, j, pc) for j in (x, *others)):
+        return None  # a view of another tensor at run time: its memory is unknown
     target = _planned(method, outputs[0])
     conv_cap, x_cap = _planned(method, conv_out), _planned(method, x)
     if target is None or conv_cap is None or x_cap is None:
@@ -141,17 +147,43 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         or np.may_share_memory(target, x_cap)
     ):
         return None
+    extra = [_other_input(method, flow, j, target) for j in others]
+    if any(a is None for a in extra):
+        return None
     # The convolution specialized for writing into the run's output, and the run's
-    # loop reading and writing that one buffer.
+    # loop reading the other inputs and reading and writing that one buffer.
     conv = method._specialized(k, [*args[:-1], outputs[0]], written, read)
     flat = target.reshape(-1)
-    loop = compiled.entry_point(call.function(True, {0: 0}), (flat,))
+    loop_args = (*(a.reshape(-1) for a in extra), flat)
+    loop = compiled.entry_point(call.function(True, {inputs.index(conv_out): 0}), loop_args)
 
     def conv_then_epilogue(
         x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
     ):  # noqa: ANN001, ANN202, E501
         conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, target)
-        loop(flat)
+        loop(*loop_args)
         return out
 
     return conv_then_epilogue, last
+
+
+def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:
+    """Whether an instruction before ``pc`` makes value ``j`` a view at run time."""
+    return any(j in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc))
+
+
+def _other_input(method: Any, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
+    """The array a run's input other than the convolution's output is at every run, when
+    the fused call may read it: bound at load, dense, of the output's shape and dtype, and
+    sharing no memory with the output (which the convolution writes before the run reads)."""
+    arr = method.values[j] if j in method.constant_values else _planned(method, j)
+    if (
+        not isinstance(arr, np.ndarray)
+        or j in flow.rebound
+        or arr.shape != target.shape
+        or arr.dtype != target.dtype
+        or not arr.flags.c_contiguous
+        or np.may_share_memory(arr, target)
+    ):
+        return None
+    return arr
