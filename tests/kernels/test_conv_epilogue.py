@@ -241,3 +241,25 @@ def test_squeeze_excite_gate_and_broadcast_multiply_fuse(gate, reuse):
         for g, n, w in zip(got, numpy_tier, want if reuse else [want], strict=True):
             np.testing.assert_allclose(g, w.detach().numpy(), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(g, n, rtol=1e-5, atol=1e-6)
+
+
+class InvertedResiduals(nn.Module):
+    """MobileNetV2's blocks: each ends in a projecting convolution plus the block's input,
+    whose memory the planner reuses for the sum (the loop then updates it in place)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(6, 12, 1), nn.ReLU6(), nn.Conv2d(12, 6, 3, padding=1))
+            for _ in range(3)
+        )
+
+    def forward(self, x):
+        y = x * 1.0
+        for block in self.blocks:
+            y = y + block(y)
+        return y * 2.0
+
+
+def test_residual_adds_over_the_skip_tensor_memory_are_applied_in_place():
+    assert len(_check(InvertedResiduals(), (1, 6, 5, 5))) == 6
