@@ -143,3 +143,123 @@ def test_declines_when_the_output_is_a_method_output():
 
 def test_chains_of_convolutions_each_take_their_epilogue():
     assert _check(Chain(), (1, 4, 7, 7)) == [0, 3]
+
+
+class Residual(nn.Module):
+    """Inverted-residual and ResNet tails: the convolution's output plus a skip tensor
+    (computed before the convolution), then optionally a ReLU."""
+
+    def __init__(self, relu: bool):
+        super().__init__()
+        self.expand = nn.Conv2d(6, 12, 1)
+        self.project = nn.Conv2d(12, 6, 3, padding=1)
+        self.relu = relu
+
+    def forward(self, x):
+        skip = x * 0.5
+        y = self.project(torch.relu(self.expand(x))) + skip
+        return torch.relu(y) if self.relu else y
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["add", "add_relu"])
+def test_a_residual_add_after_a_convolution_is_applied_in_place(relu):
+    assert len(_check(Residual(relu), (1, 6, 5, 5))) == 2
+
+
+class SkipIsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x) + x
+
+
+def test_a_residual_add_of_the_method_input():
+    _check(SkipIsInput(), (1, 4, 6, 6))  # numbers match eager whether or not it fused
+
+
+class SkipInTarget(nn.Module):
+    """The skip tensor's memory is free after the add: the planner may put the add's
+    output there, which the fused call must not do (the convolution writes it first)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 4, 3, padding=1)
+        self.b = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        skip = torch.relu(self.a(x))
+        return torch.relu(self.b(x * 2.0) + skip) * 3.0
+
+
+def test_a_skip_tensor_sharing_the_output_memory_still_gives_eager_numbers():
+    _check(SkipInTarget(), (1, 4, 6, 6))
+
+
+class SqueezeExcite(nn.Module):
+    """x * gate(conv(mean(x))): the gate's (N, C, 1, 1) elementwise ops and the broadcast
+    multiply into (N, C, H, W) are one loop. With ``reuse`` the gate is read again."""
+
+    def __init__(self, gate: str, reuse: bool = False):
+        super().__init__()
+        self.reduce = nn.Conv2d(8, 4, 1)
+        self.expand = nn.Conv2d(4, 8, 1)
+        self.gate = {"hardsigmoid": F.hardsigmoid, "sigmoid": torch.sigmoid}[gate]
+        self.reuse = reuse
+
+    def forward(self, x):
+        g = self.gate(self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True)))))
+        y = x * g
+        return (y, g + 1.0) if self.reuse else y
+
+
+def _mul_is_fused(jit) -> bool:
+    loaded = jit._loaded
+    fused = {pc for run in loaded.fused_runs for pc in run}
+    names = [
+        loaded.kernels[i.instr_args.op_index].name if hasattr(i.instr_args, "op_index") else ""
+        for i in loaded.plan.chains[0].instructions
+    ]
+    return any(n == "aten::mul.out" and pc in fused for pc, n in enumerate(names))
+
+
+@pytest.mark.parametrize("gate", ["hardsigmoid", "sigmoid"])
+@pytest.mark.parametrize("reuse", [False, True], ids=["gate_once", "gate_read_again"])
+def test_squeeze_excite_gate_and_broadcast_multiply_fuse(gate, reuse):
+    torch.manual_seed(0)
+    model = SqueezeExcite(gate, reuse).eval()
+    x = torch.randn(1, 8, 5, 6)
+    jit, ref = _methods(model, x)
+    # a gate read again is stored at its own shape: the multiply then runs on its own; a
+    # sigmoid (a library call) is not recomputed at each of the 30 pixels
+    assert _mul_is_fused(jit) is (not reuse and gate == "hardsigmoid")
+    for k in range(2):
+        x = torch.randn(1, 8, 5, 6) * (1 + k)
+        want = model(x)
+        got, numpy_tier = jit.execute([x.numpy()]), ref.execute([x.numpy()])
+        for g, n, w in zip(got, numpy_tier, want if reuse else [want], strict=True):
+            np.testing.assert_allclose(g, w.detach().numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(g, n, rtol=1e-5, atol=1e-6)
+
+
+class InvertedResiduals(nn.Module):
+    """MobileNetV2's blocks: each ends in a projecting convolution plus the block's input,
+    whose memory the planner reuses for the sum (the loop then updates it in place)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(6, 12, 1), nn.ReLU6(), nn.Conv2d(12, 6, 3, padding=1))
+            for _ in range(3)
+        )
+
+    def forward(self, x):
+        y = x * 1.0
+        for block in self.blocks:
+            y = y + block(y)
+        return y * 2.0
+
+
+def test_residual_adds_over_the_skip_tensor_memory_are_applied_in_place():
+    assert len(_check(InvertedResiduals(), (1, 6, 5, 5))) == 6

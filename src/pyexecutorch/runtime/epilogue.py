@@ -7,6 +7,12 @@ convolution writes straight into the run's output and the run's loop then
 rewrites that buffer in place while it is still in cache. The convolution's
 own output buffer, and one pass over memory per layer, are no longer needed.
 
+The run may read other tensors of the output's shape besides the convolution's
+output (a residual add, an add-then-ReLU): those are bound at load. When one of
+them is the run's output's very memory (the planner reuses a skip tensor's
+buffer for the add), the convolution keeps its own output and the run's loop
+updates that memory in place; any other overlap declines.
+
 Only where it is plainly safe: one static planned output of the same shape and
 dtype, the run immediately after the convolution (so the output's planned
 memory holds nothing else meanwhile), nobody else reading the convolution's
@@ -21,7 +27,7 @@ import numpy as np
 
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
-from pyexecutorch.runtime.fusion import single_op_call
+from pyexecutorch.runtime.fusion import same_elements, single_op_call
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
 
 CONVOLUTION = "aten::convolution.out"
@@ -115,7 +121,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         return None
     call, pcs, inputs, outputs = run
     last = pcs[-1]
-    if inputs != [conv_out] or len(outputs) != 1 or not call.same_shape:
+    if inputs.count(conv_out) != 1 or len(outputs) != 1 or not call.same_shape:
         return None
     if not set(flow.read_at.get(conv_out, ())) <= set(pcs):
         return None
@@ -127,8 +133,9 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         or x in flow.rebound
     ):
         return None
-    if any(x in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc)):
-        return None  # the input is a view of another tensor at run time: its memory is unknown
+    others = [j for j in inputs if j != conv_out]
+    if any(_viewed(flow, decisions, j, pc) for j in (x, *others)):
+        return None  # a view of another tensor at run time: its memory is unknown
     target = _planned(method, outputs[0])
     conv_cap, x_cap = _planned(method, conv_out), _planned(method, x)
     if target is None or conv_cap is None or x_cap is None:
@@ -141,17 +148,57 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         or np.may_share_memory(target, x_cap)
     ):
         return None
-    # The convolution specialized for writing into the run's output, and the run's
-    # loop reading and writing that one buffer.
-    conv = method._specialized(k, [*args[:-1], outputs[0]], written, read)
+    extra = {j: _other_input(method, flow, j, target) for j in others}
+    if any(a is None for a in extra.values()):
+        return None
+    in_place = [j for j, a in extra.items() if np.may_share_memory(a, target)]
+    if not in_place:
+        # The convolution writes the run's output, and the run's loop reads the other
+        # inputs and reads and rewrites that one buffer.
+        conv = method._specialized(k, [*args[:-1], outputs[0]], written, read)
+        into, alias = target, conv_out
+    elif (
+        len(in_place) == 1
+        and same_elements(extra[in_place[0]], target)
+        and not any(np.may_share_memory(conv_cap, a) for a in (target, *extra.values()))
+    ):
+        # The planner put the run's output over a skip tensor (a residual add's usual
+        # layout): the convolution keeps its own output and the loop updates the skip
+        # tensor's memory in place, element by element.
+        conv = method._specialized(k, args, written, read)
+        into, alias = conv_cap, in_place[0]
+        extra[conv_out] = conv_cap
+    else:
+        return None
     flat = target.reshape(-1)
-    loop = compiled.entry_point(call.function(True, {0: 0}), (flat,))
+    loop_args = (*(extra[j].reshape(-1) for j in inputs if j != alias), flat)
+    loop = compiled.entry_point(call.function(True, {inputs.index(alias): 0}), loop_args)
 
     def conv_then_epilogue(
         x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
     ):  # noqa: ANN001, ANN202, E501
-        conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, target)
-        loop(flat)
+        conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, into)
+        loop(*loop_args)
         return out
 
     return conv_then_epilogue, last
+
+
+def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:
+    """Whether an instruction before ``pc`` makes value ``j`` a view at run time."""
+    return any(j in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc))
+
+
+def _other_input(method: Any, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
+    """The array a run's input other than the convolution's output is at every run, when
+    the fused call may read it: bound at load, dense, of the output's shape and dtype."""
+    arr = method.values[j] if j in method.constant_values else _planned(method, j)
+    if (
+        not isinstance(arr, np.ndarray)
+        or j in flow.rebound
+        or arr.shape != target.shape
+        or arr.dtype != target.dtype
+        or not arr.flags.c_contiguous
+    ):
+        return None
+    return arr
