@@ -609,8 +609,22 @@ class LoadedMethod:
 
         whole_candidate = self.jit and self.tracer is None and len(plan.chains) == 1
 
-        def kernel_step(pc: int, name: str, args: list[int], outs: list[int]) -> None:
-            """Record instruction ``pc`` as a compiled step when it can be one."""
+        def kernel_step(pc: int, name: str, args: list[int], outs: list[int], fast: Any) -> None:
+            """Record instruction ``pc`` as a compiled step when it can be one.
+
+            A compiled form offers its call on the planned arrays as ``fast.step``
+            (dispatcher, arguments); it serves when the arrays bound here are those.
+            """
+            planned = getattr(fast, "step", None)
+            if planned is not None:
+                if all(
+                    bound_array(j) is self.load_time_value(j)
+                    for j in args
+                    if isinstance(evalues[j].val, Tensor)
+                ):
+                    stores = [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed]
+                    steps[pc] = (Step(*planned), stores)
+                return
             if len(outs) > 1:
                 return
             arrays = []
@@ -685,7 +699,7 @@ class LoadedMethod:
                     if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
                         if whole_candidate:
-                            kernel_step(pc, k.name, args, outs)
+                            kernel_step(pc, k.name, args, outs, fast)
                         continue
                     if kind == "copy":
                         lines.append(Line(plain_copy(args[0], outs[0], pc), pc))
@@ -698,8 +712,8 @@ class LoadedMethod:
                     fn = ns.bind(fast, "k")
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
                     call = f"{fn}({', '.join(call_args)})"
-                    if not outs:
-                        src = call
+                    if not outs or all(j in fixed for j in outs):
+                        src = call  # nothing to store: its outputs are their planned arrays
                     elif len(outs) == 1:
                         src = f"_r = {call}; {store(outs[0])}"
                     else:
@@ -710,7 +724,7 @@ class LoadedMethod:
                         src = "; ".join(parts)
                     lines.append(Line(src, pc))
                     if whole_candidate:
-                        kernel_step(pc, k.name, args, outs)
+                        kernel_step(pc, k.name, args, outs, fast)
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
@@ -876,6 +890,15 @@ class LoadedMethod:
                 )
                 out = args[fast.out % len(args)]
                 inline_outs[out] = inline_outs.get(out, 0) + 1
+            elif kind == "call" and getattr(fast, "fills_outputs", False):
+                # A fast path marked so writes the out arrays it is given and returns them.
+                _, outs = self.kernel_layout(
+                    self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
+                )
+                for j in outs:
+                    val = evalues[j].val
+                    for out in val.items if isinstance(val, TensorList) else (j,):
+                        inline_outs[out] = inline_outs.get(out, 0) + 1
         in_place = {
             pc: self.kernels[a.op_index].n_outs == 0
             for pc, a in enumerate(flow.instructions)

@@ -46,13 +46,27 @@ def _module_name(function: Any) -> tuple[str, str] | None:
     import sys  # noqa: PLC0415
 
     owner = sys.modules.get(module)
-    if owner is None or getattr(owner, name, None) is not function:
+    if owner is None:
         return None
-    return module, name
+    if getattr(owner, name, None) is function:
+        return module, name
+    # A serial or parallel variant kept in a module-level pair (serial_and_parallel)
+    for attr, held in vars(owner).items():
+        if isinstance(held, tuple) and not attr.startswith("_"):
+            for k, item in enumerate(held):
+                if item is function:
+                    return module, f"{attr}[{k}]"
+    return None
 
 
 def _constant(value: Any) -> str | None:
-    """Source of a scalar argument, exact, or None when it has none."""
+    """Source of a scalar argument, exact, or None when it has none.
+
+    A numpy scalar keeps its dtype (a kernel's accumulator type may follow it).
+    """
+    if isinstance(value, (np.floating, np.integer)) and value.dtype.kind in "fiu":
+        text = _constant(value.item())
+        return None if text is None else f"np.{value.dtype.name}({text})"
     kind = type(value)
     if kind is bool:
         return repr(value)
@@ -92,9 +106,18 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
                     return None
                 parts.append(text)
         calls.append(f"    {fn}({', '.join(parts)})")
-    lines = [f"from {module} import {name} as {alias}" for (module, name), alias in imports.items()]
+    lines = ["import numpy as np"]
+    pairs = []
+    for (module, name), alias in imports.items():
+        held, _, index = name.partition("[")
+        if index:  # a variant of a module-level pair: imported, then picked out
+            lines.append(f"from {module} import {held} as _{alias}")
+            pairs.append(f"{alias} = _{alias}[{index}")
+        else:
+            lines.append(f"from {module} import {name} as {alias}")
     lines += [
         "from numba import njit",
+        *pairs,
         "",
         "",
         '@njit(cache=True, error_model="numpy")',

@@ -18,7 +18,7 @@ import numpy as np
 from numba import prange
 
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -87,7 +87,8 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
     av, bv, ov = _flat(a0, sa), _flat(b0, sb), o0.reshape(so)
     has_bias = bias is not None
     bias = np.zeros((1, 1), a0.dtype) if bias is None else bias
-    kern = pick(MATMUL, batch * n * k * p, (av, bv, bias, ov, has_bias))
+    load = (av, bv, bias, ov, has_bias)
+    kern = pick(MATMUL, batch * n * k * p, load)
 
     def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
@@ -99,6 +100,8 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
         )
         return out
 
+    run.step = (choose(MATMUL, batch * n * k * p), load)  # the call on the planned arrays
+    run.fills_outputs = True
     return run
 
 
@@ -139,4 +142,6 @@ def _addmm_form(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> A
             return out
         return run(a, b, out)
 
+    addmm.step = run.step
+    addmm.fills_outputs = True
     return addmm

@@ -412,6 +412,7 @@ def _split(a: Any, sizes: Any, dim: Any, outs: Any) -> Any:
             np.copyto(outs[i], a[key])
         return outs
 
+    split.fills_outputs = True  # outputs stay the planned arrays (see runtime.method)
     return split
 
 
