@@ -96,6 +96,17 @@ _STACK_STYLE_PREFIXES = ("executorch_prim::",)
 _STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
 
 
+@dataclass(frozen=True, eq=False)
+class _EntryPoint:
+    """A fused loop's compiled function for bound arrays, loaded when a line keeps it."""
+
+    dispatcher: Any
+    arrays: tuple[np.ndarray, ...]
+
+    def load(self) -> Any:
+        return compiled_tier.entry_point(self.dispatcher, self.arrays)
+
+
 def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
     for backend, handle in delegates:
         backend.destroy(handle)
@@ -600,7 +611,10 @@ class LoadedMethod:
                     arrays = [a for k, a in enumerate(arrays) if k not in aliases]
                     exprs = [ns.bind(a, "C") for a in arrays]
                 dispatcher = call.function(flat, aliases)
-                fn = compiled_tier.entry_point(dispatcher, tuple(arrays))
+                # Its entry point is loaded only if the line is kept (not when the
+                # method becomes whole): reading machine code back costs milliseconds.
+                fn = _EntryPoint(dispatcher, tuple(arrays))
+                entry_points.append(fn)
             line = f"{ns.bind(fn, 'F')}({', '.join(exprs)})"
             stores = [f"v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
             if all(e[0] in "TC" for e in exprs):
@@ -608,6 +622,7 @@ class LoadedMethod:
             return "; ".join([line, *stores])
 
         whole_candidate = self.jit and self.tracer is None and len(plan.chains) == 1
+        entry_points: list[_EntryPoint] = []  # bound as placeholders until the lines are final
 
         def kernel_step(pc: int, name: str, args: list[int], outs: list[int], fast: Any) -> None:
             """Record instruction ``pc`` as a compiled step when it can be one.
@@ -742,6 +757,10 @@ class LoadedMethod:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
             elif self.jit and len(plan.chains) == 1 and not jumps:
                 lines = self._whole_lines(lines, steps, ns)
+            if self.whole_source is None:
+                for placeholder in entry_points:
+                    ns.names[ns.bind(placeholder)] = placeholder.load()
+            entry_points.clear()
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
             compiled.append(

@@ -332,7 +332,10 @@ def _addmm(
         np.add(out, bias, out)
         return out
 
-    return _resizing(addmm, _addmm_shape) if dynamic else addmm
+    if dynamic:
+        return _resizing(addmm, _addmm_shape)
+    addmm.fills_outputs = True  # out stays the planned array (see runtime.method)
+    return addmm
 
 
 def _axis(dim: Any, ndim: int) -> int | None:
