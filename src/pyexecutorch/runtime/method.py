@@ -64,6 +64,7 @@ from pyexecutorch.runtime.whole_method import (
     copy_source_position,
     copy_step,
     elementwise_step,
+    view_copy_step,
 )
 from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
@@ -105,6 +106,20 @@ class _EntryPoint:
 
     def load(self) -> Any:
         return compiled_tier.entry_point(self.dispatcher, self.arrays)
+
+
+def whole_form_step(name: str, args: list[Any]) -> Step | None:
+    """The Step of a compiled form that takes ``whole=True``: one it offers only inside a
+    whole method (there no per-call cost weighs against its loop), or None."""
+    form = get_compiled_form(name)
+    if form is None or "whole" not in inspect.signature(form).parameters:
+        return None
+    try:
+        fast = form(*args, whole=True)
+    except Exception:  # noqa: BLE001 - a form that cannot decide offers no step
+        return None
+    planned = getattr(fast, "step", None)
+    return None if planned is None else Step(*planned)
 
 
 def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
@@ -588,7 +603,7 @@ class LoadedMethod:
 
         # Instructions that are one compiled call on bound arrays, with the stores
         # after it: what a whole-method function is made of (see whole_method).
-        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]] = {}
+        steps: dict[int, tuple[Step | Callable[[], Step | list[Step] | None], list[str]]] = {}
 
         def fused_call(call: FusedCall, pc: int) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
@@ -630,6 +645,10 @@ class LoadedMethod:
             A compiled form offers its call on the planned arrays as ``fast.step``
             (dispatcher, arguments); it serves when the arrays bound here are those.
             """
+            pieces = getattr(fast, "pieces", None)
+            if pieces is not None:  # split / cat: one copy per piece, lazily made
+                piece_steps(pc, args, outs, pieces)
+                return
             planned = getattr(fast, "step", None)
             if planned is not None:
                 if all(
@@ -662,13 +681,44 @@ class LoadedMethod:
                     return
                 out = self.capacity[outs[0]]
 
+            view_of_input = getattr(fast, "view_of_input", None)
+
             def make() -> Step | None:  # built only for a method that may become whole
+                if view_of_input is not None and out is not None:
+                    return view_copy_step(view_of_input(arrays[0]), out)
+                if out is not None and (step := whole_form_step(name, [*arrays, out])):
+                    return step
                 step = copy_step(name, arrays, out)
                 if step is None and out is not None:
                     step = elementwise_step(name, arrays, out)
                 return step
 
             steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
+
+        def piece_steps(pc: int, args: list[int], outs: list[int], pieces: tuple) -> None:
+            """Split (into a list out) or cat (from a list in): each piece a view copy."""
+            lists = [j for j in args if isinstance(evalues[j].val, TensorList)]
+            if len(lists) != 1 or len(outs) != 1:
+                return
+            items = [bound_array(i) for i in evalues[lists[0]].val.items]
+            whole = bound_array(args[0] if lists[0] == outs[0] else outs[0])
+            if whole is None or any(a is None for a in items):
+                return
+            splits = lists[0] == outs[0]  # the list is the out: split's pieces are outputs
+
+            def make() -> list[Step] | None:
+                made = []
+                for i, key in pieces:
+                    pair = (whole[key], items[i]) if splits else (items[i], whole[key])
+                    step = view_copy_step(*pair)
+                    if step is None:
+                        return None
+                    made.append(step)
+                return made
+
+            # (a split's list value is stored; its items are their planned arrays)
+            stored = splits or outs[0] not in fixed
+            steps[pc] = (make, [f"v[{outs[0]}] = {out_expr(outs[0])}"] if stored else [])
 
         def plain_copy(source: int, out: int, pc: int) -> str:
             """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
@@ -792,7 +842,7 @@ class LoadedMethod:
     def _whole_lines(
         self,
         lines: list[Line],
-        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]],
+        steps: dict[int, tuple[Step | Callable[[], Step | list[Step] | None], list[str]]],
         ns: Namespace,
     ) -> list[Line]:
         """``lines`` as one call of a whole-method function when each is a compiled step.
@@ -801,13 +851,13 @@ class LoadedMethod:
         """
         if len(lines) < 2 or any(line.instruction not in steps for line in lines):
             return lines  # one compiled call already is one call
-        made = []
+        made: list[Step] = []
         for line in lines:
             step = steps[line.instruction][0]
             step = step if isinstance(step, Step) else step()
             if step is None:
                 return lines
-            made.append(step)
+            made.extend(step if isinstance(step, list) else [step])
         whole = compile_steps(made)
         if whole is None:
             return lines

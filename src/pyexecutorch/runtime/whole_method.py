@@ -163,6 +163,11 @@ _COPY_SOURCE = """from numba import njit
 def copy_flat(src, dst):
     for i in range(dst.size):
         dst[i] = src[i]
+
+
+@njit(cache=True, error_model="numpy")
+def copy_view(src, dst):
+    dst[...] = src
 """
 
 
@@ -201,6 +206,22 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         return None
     core = compiled.generated_module(_COPY_SOURCE, "copy").copy_flat
     return Step(core, (src.reshape(-1), out.reshape(-1)))
+
+
+def view_copy_step(src: Any, dst: Any) -> Step | None:
+    """Copying array ``src`` (any strides) into ``dst`` of its shape and dtype, as a Step."""
+    if not (isinstance(src, np.ndarray) and isinstance(dst, np.ndarray)):
+        return None
+    if (
+        src.dtype != dst.dtype
+        or src.dtype.kind not in "biuf"
+        or src.shape != dst.shape
+        or dst.size == 0
+        or not dst.flags.writeable
+        or np.shares_memory(src, dst)
+    ):
+        return None
+    return Step(compiled.generated_module(_COPY_SOURCE, "copy").copy_view, (src, dst))
 
 
 def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:

@@ -25,6 +25,9 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # Above this many multiply-adds one BLAS call costs less than the loop below
 # (measured on float32, one thread; see the report of issue 14).
 MAX_MACS = 1 << 10
+# Inside a whole compiled method a BLAS call would also cost its instruction's
+# Python call: the loop serves up to this many (forms called with ``whole=True``).
+WHOLE_MAX_MACS = 1 << 13
 
 
 def _matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
@@ -60,7 +63,7 @@ def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(shape)
 
 
-def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
+def _product(a: Any, b: Any, out: Any, ndim: int, whole: bool = False) -> tuple | None:
     """``(batch, n, k, p)`` of a small float product ``a @ b`` into planned ``out``, or None."""
     if not isinstance(a, np.ndarray) or a.dtype not in _FLOATS:
         return None
@@ -75,7 +78,7 @@ def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
         return None
     batch = a.shape[0] if ndim == 3 else 1
     n, k, p = a.shape[-2], a.shape[-1], b.shape[-1]
-    if batch * n * k * p > MAX_MACS or out.size == 0 or k == 0:
+    if batch * n * k * p > (WHOLE_MAX_MACS if whole else MAX_MACS) or out.size == 0 or k == 0:
         return None
     return batch, n, k, p
 
@@ -106,25 +109,27 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
 
 
 @compiled_form("aten::mm.out")
-def _mm_form(a: Any, b: Any, out: Any) -> Any:
+def _mm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
     """A small float32/float64 2-D product, or None."""
-    dims = _product(a, b, out, 2)
+    dims = _product(a, b, out, 2, whole)
     return None if dims is None else _bind(a, b, out, dims, None)
 
 
 @compiled_form("aten::bmm.out")
-def _bmm_form(a: Any, b: Any, out: Any) -> Any:
+def _bmm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
     """A small float32/float64 batched product, or None."""
-    dims = _product(a, b, out, 3)
+    dims = _product(a, b, out, 3, whole)
     return None if dims is None else _bind(a, b, out, dims, None)
 
 
 @compiled_form("aten::addmm.out")
-def _addmm_form(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> Any:
+def _addmm_form(
+    bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any, *, whole: bool = False
+) -> Any:
     """``bias + a @ b`` for a small float product and a constant bias, or None."""
     if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
         return None
-    dims = _product(a, b, out, 2)
+    dims = _product(a, b, out, 2, whole)
     if dims is None or not isinstance(bias, np.ndarray) or bias.dtype != a.dtype:
         return None
     if bias.flags.writeable or np.shares_memory(out, bias):
