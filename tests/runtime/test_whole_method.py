@@ -193,7 +193,9 @@ def test_torch_outputs_are_kept_unless_the_caller_changed_them():
         np.testing.assert_allclose(got.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["norms", "where_mask", "gru", "mlp", "matmuls"])
+@pytest.mark.parametrize(
+    "name", ["norms", "where_mask", "gru", "mlp", "matmuls", "embedding", "kv_cache"]
+)
 def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
     import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
     import official  # noqa: PLC0415
@@ -208,3 +210,39 @@ def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
         for g, r in zip(got, ref, strict=True):
             np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
         official.assert_close(case, got, official.eager_outputs(case, inputs), what=name)
+
+
+class Lookup(torch.nn.Module):
+    """An embedding and a cache-style index_put: checked steps in a whole method."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids, pos, cache):  # noqa: ANN001, ANN201
+        cache = cache * 1.0
+        cache[:, pos] = self.emb(ids) * 2.0
+        return cache
+
+
+def test_a_bad_index_in_a_whole_method_raises_the_kernel_error_naming_it():
+    from pyexecutorch.runtime.errors import ExecutionError  # noqa: PLC0415
+
+    module = Lookup()
+    example = (torch.tensor([[1, 2]]), torch.tensor([0, 3]), torch.zeros(1, 5, 4))
+    pte = _pte(module, example)
+    whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
+    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    assert whole._loaded.whole_source.count("        return ") == 2  # checked steps report
+    ids, pos, cache = (x.numpy() for x in example)
+    got = whole.execute([ids, pos, cache])[0]
+    np.testing.assert_array_equal(got.numpy(), numpy_tier.execute([ids, pos, cache])[0].numpy())
+    np.testing.assert_allclose(got.numpy(), module(*example).detach().numpy(), rtol=1e-6)
+    for bad_ids, bad_pos, what in (([[1, 10]], [0, 3], "embedding"), ([[1, 2]], [0, 5], "index")):
+        args = [np.array(bad_ids), np.array(bad_pos), cache]
+        with pytest.raises(ExecutionError) as whole_error:
+            whole.execute(args)
+        with pytest.raises(ExecutionError) as numpy_error:
+            numpy_tier.execute(args)
+        assert what in str(whole_error.value)
+        assert str(whole_error.value.__cause__) == str(numpy_error.value.__cause__)

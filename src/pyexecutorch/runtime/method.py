@@ -8,6 +8,7 @@ kernel, and the instructions are compiled to Python source (see
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import weakref
@@ -21,6 +22,7 @@ from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restor
 from pyexecutorch.kernels.registry import (
     Const,
     Inline,
+    KernelError,
     get_compiled_form,
     get_kernel,
     get_specializer,
@@ -106,6 +108,18 @@ class _EntryPoint:
 
     def load(self) -> Any:
         return compiled_tier.entry_point(self.dispatcher, self.arrays)
+
+
+def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
+    """What a whole method does with its function's result: -1 when every step ran; else
+    the index of a checked step that wrote nothing, whose reference kernel raises."""
+
+    def check(failed: int) -> None:
+        if failed >= 0:
+            references[failed]()
+            raise KernelError(f"a compiled step (step {failed}) refused arguments the kernel took")
+
+    return check
 
 
 def whole_form_step(name: str, args: list[Any]) -> Step | None:
@@ -638,8 +652,9 @@ class LoadedMethod:
 
         whole_candidate = self.jit and self.tracer is None and len(plan.chains) == 1
         entry_points: list[_EntryPoint] = []  # bound as placeholders until the lines are final
+        checks: dict[int, Callable[[], Any]] = {}  # checked steps' reference calls
 
-        def kernel_step(pc: int, name: str, args: list[int], outs: list[int], fast: Any) -> None:
+        def kernel_step(pc: int, k: Any, args: list[int], outs: list[int], fast: Any) -> None:
             """Record instruction ``pc`` as a compiled step when it can be one.
 
             A compiled form offers its call on the planned arrays as ``fast.step``
@@ -649,15 +664,23 @@ class LoadedMethod:
             if pieces is not None:  # split / cat: one copy per piece, lazily made
                 piece_steps(pc, args, outs, pieces)
                 return
+            name = k.name
             planned = getattr(fast, "step", None)
             if planned is not None:
-                if all(
-                    bound_array(j) is self.load_time_value(j)
-                    for j in args
-                    if isinstance(evalues[j].val, Tensor)
-                ):
+                tensors = [j for j in args if isinstance(evalues[j].val, Tensor)]
+                for j in args:
+                    if isinstance(evalues[j].val, (TensorList, OptionalTensorList)):
+                        tensors += [
+                            i for i in evalues[j].val.items if i >= 0 and i in self.capacity
+                        ]
+                if all(bound_array(j) is self.load_time_value(j) for j in tensors):
+                    step = Step(*planned)
+                    if step.checked:  # the reference kernel on the same arrays raises the error
+                        checks[pc] = functools.partial(
+                            k.fn, *(self.load_time_value(j) for j in args)
+                        )
                     stores = [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed]
-                    steps[pc] = (Step(*planned), stores)
+                    steps[pc] = (step, stores)
                 return
             if len(outs) > 1:
                 return
@@ -764,7 +787,7 @@ class LoadedMethod:
                     if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
                         if whole_candidate:
-                            kernel_step(pc, k.name, args, outs, fast)
+                            kernel_step(pc, k, args, outs, fast)
                         continue
                     if kind == "copy":
                         lines.append(Line(plain_copy(args[0], outs[0], pc), pc))
@@ -789,7 +812,7 @@ class LoadedMethod:
                         src = "; ".join(parts)
                     lines.append(Line(src, pc))
                     if whole_candidate:
-                        kernel_step(pc, k.name, args, outs, fast)
+                        kernel_step(pc, k, args, outs, fast)
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
@@ -806,7 +829,7 @@ class LoadedMethod:
             if self.tracer is not None:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
             elif self.jit and len(plan.chains) == 1 and not jumps:
-                lines = self._whole_lines(lines, steps, ns)
+                lines = self._whole_lines(lines, steps, checks, ns)
             if self.whole_source is None:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
@@ -843,6 +866,7 @@ class LoadedMethod:
         self,
         lines: list[Line],
         steps: dict[int, tuple[Step | Callable[[], Step | list[Step] | None], list[str]]],
+        checks: dict[int, Callable[[], Any]],
         ns: Namespace,
     ) -> list[Line]:
         """``lines`` as one call of a whole-method function when each is a compiled step.
@@ -852,11 +876,14 @@ class LoadedMethod:
         if len(lines) < 2 or any(line.instruction not in steps for line in lines):
             return lines  # one compiled call already is one call
         made: list[Step] = []
+        references: dict[int, Callable[[], Any]] = {}  # step index -> its reference call
         for line in lines:
             step = steps[line.instruction][0]
             step = step if isinstance(step, Step) else step()
             if step is None:
                 return lines
+            if line.instruction in checks:
+                references[len(made)] = checks[line.instruction]
             made.extend(step if isinstance(step, list) else [step])
         whole = compile_steps(made)
         if whole is None:
@@ -864,6 +891,8 @@ class LoadedMethod:
         fn, arrays, self.whole_source = whole
         stores = [s for line in lines for s in steps[line.instruction][1]]
         call = f"{ns.bind(fn, 'W')}({', '.join(ns.bind(a, 'C') for a in arrays)})"
+        if references:
+            call = f"{ns.bind(_checker(references), 'R')}({call})"
         return [Line("; ".join([call, *stores]), lines[0].instruction)]
 
     def _traced_lines(

@@ -34,6 +34,9 @@ class Step:
 
     function: Any
     args: tuple[Any, ...]
+    # The function returns False, having written nothing, where the reference kernel
+    # raises (an index out of range): the method then calls that kernel (see source_of).
+    checked: bool = False
 
 
 def _module_name(function: Any) -> tuple[str, str] | None:
@@ -87,7 +90,7 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
     params: list[np.ndarray] = []
     param_of: dict[int, str] = {}
     calls = []
-    for step in steps:
+    for index, step in enumerate(steps):
         where = _module_name(step.function)
         if where is None:
             return None
@@ -105,7 +108,11 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
                 if text is None:
                     return None
                 parts.append(text)
-        calls.append(f"    {fn}({', '.join(parts)})")
+        call = f"{fn}({', '.join(parts)})"
+        if step.checked:
+            calls += [f"    if not {call}:", f"        return {index}"]
+        else:
+            calls.append(f"    {call}")
     lines = ["import numpy as np"]
     pairs = []
     for (module, name), alias in imports.items():
@@ -123,6 +130,7 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
         '@njit(cache=True, error_model="numpy")',
         f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
         *calls,
+        "    return -1",
         "",
     ]
     return "\n".join(lines), params

@@ -325,6 +325,9 @@ def _batch_norm_form(
         )
         return out0, out1, out2
 
-    batch_norm.step = (choose(SCALE_SHIFT, input.size), (x_rows, scale, shift, o_rows))  # the call on the planned arrays
+    batch_norm.step = (
+        choose(SCALE_SHIFT, input.size),
+        (x_rows, scale, shift, o_rows),
+    )  # the call on the planned arrays
     batch_norm.fills_outputs = True
     return batch_norm
