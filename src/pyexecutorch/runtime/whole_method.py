@@ -7,6 +7,13 @@ members of a fused run), the chain becomes one generated ``@njit`` function
 calling those loops in order, and ``run`` calls it once: the Python call of
 each instruction disappears.
 
+Kernel fast paths take part through two attributes (read by runtime.method):
+``fills_outputs`` (it writes the out arrays it is given and returns them, so
+its outputs stay their planned arrays and later steps can bind them) and
+``step`` (``(dispatcher, args[, checked])``: its compiled call on the planned
+arrays). View copies, split/cat pieces and compiled forms taking ``whole=True``
+(products a little past the standalone loop's size) become steps too.
+
 The generated source names each loop by the module it was generated in and
 says which of the function's parameters each call takes; it depends on no
 size, so the disk cache (:mod:`pyexecutorch.runtime.compiled`) serves every
