@@ -305,6 +305,52 @@ def test_index_select(shape, dim, index, dtype):
         )
 
 
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("dtype", [F32, np.int64])
+@pytest.mark.parametrize(
+    "shape,axis,index,values_shape",
+    [
+        ((1, 6, 8), 1, [2], (1, 1, 8)),  # a KV cache update
+        ((1, 6, 8), 1, [4], (8,)),  # values broadcast over leading 1s
+        ((3, 5, 2), 1, [0, -1, 3, 0], (3, 4, 2)),  # negatives, a repeated row
+        ((4, 3), 0, [1, 3], (2, 3)),
+    ],
+)
+def test_index_put(shape, axis, index, values_shape, dtype, accumulate):
+    a = (_x(shape, F64) * 10).astype(dtype)
+    idx = np.array(index, np.int64)
+    values = (_x(values_shape, F64, 7) * 10).astype(dtype)
+    indices = [None] * axis + [idx]
+    if accumulate or len(set(i % shape[axis] for i in index)) == len(index):
+        want = torch.ops.aten.index_put(_t(a), [None] * axis + [_t(idx)], _t(values), accumulate)
+        want = want.numpy()
+    else:
+        want = None  # which of two writes to one row lands is unspecified in torch
+    aliased = a.copy()
+    for src, out in ((a, np.zeros(shape, dtype)), (aliased, aliased)):  # out apart, out is a
+        reference = get_kernel("aten::index_put.out").fn(
+            src.copy(), indices, values, accumulate, np.zeros(shape, dtype)
+        )
+        fast = get_compiled_form("aten::index_put.out")(src, indices, values, accumulate, out)
+        assert fast is not None
+        got = fast(src, indices, values, accumulate, out)
+        assert got is out
+        np.testing.assert_array_equal(got, reference)
+        if want is not None:
+            np.testing.assert_array_equal(got, want)
+
+
+def test_index_put_out_of_range_raises_the_reference_error():
+    a, values, out = np.zeros((1, 6, 8), F32), np.ones((1, 1, 8), F32), np.zeros((1, 6, 8), F32)
+    idx = np.array([2], np.int64)
+    fast = get_compiled_form("aten::index_put.out")(a, [None, idx], values, False, out)
+    for bad in (6, -7):
+        idx[0] = bad
+        with pytest.raises(KernelError, match="index_put"):
+            fast(a, [None, idx], values, False, out)
+        assert not out.any()  # nothing written
+
+
 # ---------------------------------------------------------------------------
 # small matrix products
 

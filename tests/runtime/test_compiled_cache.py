@@ -109,8 +109,9 @@ def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path)
     assert cold["whole"] and cold["misses"] >= 1
     assert len(list((cache / "generated").glob("whole_*.py"))) == 1
     warm = _child(pte, cache)
-    # the loops, the copy and the function calling them: all machine code from the cache
-    assert warm["whole"] and warm["misses"] == 0 and warm["hits"] >= 3
+    # only the function calling the loops and the copy is read back (its machine code holds
+    # theirs): the loops' own entry points are not loaded for a method compiled whole
+    assert warm["whole"] and warm["misses"] == 0 and warm["hits"] == 1
     assert warm["out"] == cold["out"]
     want = WholeMethod()(torch.linspace(-3, 3, 24).reshape(4, 6))
     torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)

@@ -195,8 +195,12 @@ def pick(variants: tuple[Any, Any], work: int, arguments: tuple[Any, ...]) -> An
 
     Callers pass C-contiguous arrays of those dtypes and ranks on every call.
     """
+    return entry_point(choose(variants, work), arguments)
+
+
+def choose(variants: tuple[Any, Any], work: int) -> Any:
+    """The dispatcher :func:`pick` compiles for ``work`` elements (the serial or parallel one)."""
     import numba  # noqa: PLC0415
 
     threads = numba.get_num_threads()
-    chosen = variants[1] if work >= PARALLEL_WORK and threads > 1 else variants[0]
-    return entry_point(chosen, arguments)
+    return variants[1] if work >= PARALLEL_WORK and threads > 1 else variants[0]

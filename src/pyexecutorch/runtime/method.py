@@ -8,6 +8,7 @@ kernel, and the instructions are compiled to Python source (see
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import weakref
@@ -21,6 +22,7 @@ from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restor
 from pyexecutorch.kernels.registry import (
     Const,
     Inline,
+    KernelError,
     get_compiled_form,
     get_kernel,
     get_specializer,
@@ -64,6 +66,7 @@ from pyexecutorch.runtime.whole_method import (
     copy_source_position,
     copy_step,
     elementwise_step,
+    view_copy_step,
 )
 from pyexecutorch.schema.etdump import ProfileEvent
 from pyexecutorch.schema.program import (
@@ -94,6 +97,43 @@ from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
 # argument and return its new value (no separate return slot).
 _STACK_STYLE_PREFIXES = ("executorch_prim::",)
 _STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
+
+
+@dataclass(frozen=True, eq=False)
+class _EntryPoint:
+    """A fused loop's compiled function for bound arrays, loaded when a line keeps it."""
+
+    dispatcher: Any
+    arrays: tuple[np.ndarray, ...]
+
+    def load(self) -> Any:
+        return compiled_tier.entry_point(self.dispatcher, self.arrays)
+
+
+def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
+    """What a whole method does with its function's result: -1 when every step ran; else
+    the index of a checked step that wrote nothing, whose reference kernel raises."""
+
+    def check(failed: int) -> None:
+        if failed >= 0:
+            references[failed]()
+            raise KernelError(f"a compiled step (step {failed}) refused arguments the kernel took")
+
+    return check
+
+
+def whole_form_step(name: str, args: list[Any]) -> Step | None:
+    """The Step of a compiled form that takes ``whole=True``: one it offers only inside a
+    whole method (there no per-call cost weighs against its loop), or None."""
+    form = get_compiled_form(name)
+    if form is None or "whole" not in inspect.signature(form).parameters:
+        return None
+    try:
+        fast = form(*args, whole=True)
+    except Exception:  # noqa: BLE001 - a form that cannot decide offers no step
+        return None
+    planned = getattr(fast, "step", None)
+    return None if planned is None else Step(*planned)
 
 
 def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
@@ -577,7 +617,7 @@ class LoadedMethod:
 
         # Instructions that are one compiled call on bound arrays, with the stores
         # after it: what a whole-method function is made of (see whole_method).
-        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]] = {}
+        steps: dict[int, tuple[Step | Callable[[], Step | list[Step] | None], list[str]]] = {}
 
         def fused_call(call: FusedCall, pc: int) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
@@ -600,7 +640,10 @@ class LoadedMethod:
                     arrays = [a for k, a in enumerate(arrays) if k not in aliases]
                     exprs = [ns.bind(a, "C") for a in arrays]
                 dispatcher = call.function(flat, aliases)
-                fn = compiled_tier.entry_point(dispatcher, tuple(arrays))
+                # Its entry point is loaded only if the line is kept (not when the
+                # method becomes whole): reading machine code back costs milliseconds.
+                fn = _EntryPoint(dispatcher, tuple(arrays))
+                entry_points.append(fn)
             line = f"{ns.bind(fn, 'F')}({', '.join(exprs)})"
             stores = [f"v[{j}] = {out_expr(j)}" for j in call.outputs if j not in fixed]
             if all(e[0] in "TC" for e in exprs):
@@ -608,9 +651,37 @@ class LoadedMethod:
             return "; ".join([line, *stores])
 
         whole_candidate = self.jit and self.tracer is None and len(plan.chains) == 1
+        entry_points: list[_EntryPoint] = []  # bound as placeholders until the lines are final
+        checks: dict[int, Callable[[], Any]] = {}  # checked steps' reference calls
 
-        def kernel_step(pc: int, name: str, args: list[int], outs: list[int]) -> None:
-            """Record instruction ``pc`` as a compiled step when it can be one."""
+        def kernel_step(pc: int, k: Any, args: list[int], outs: list[int], fast: Any) -> None:
+            """Record instruction ``pc`` as a compiled step when it can be one.
+
+            A compiled form offers its call on the planned arrays as ``fast.step``
+            (dispatcher, arguments); it serves when the arrays bound here are those.
+            """
+            pieces = getattr(fast, "pieces", None)
+            if pieces is not None:  # split / cat: one copy per piece, lazily made
+                piece_steps(pc, args, outs, pieces)
+                return
+            name = k.name
+            planned = getattr(fast, "step", None)
+            if planned is not None:
+                tensors = [j for j in args if isinstance(evalues[j].val, Tensor)]
+                for j in args:
+                    if isinstance(evalues[j].val, (TensorList, OptionalTensorList)):
+                        tensors += [
+                            i for i in evalues[j].val.items if i >= 0 and i in self.capacity
+                        ]
+                if all(bound_array(j) is self.load_time_value(j) for j in tensors):
+                    step = Step(*planned)
+                    if step.checked:  # the reference kernel on the same arrays raises the error
+                        checks[pc] = functools.partial(
+                            k.fn, *(self.load_time_value(j) for j in args)
+                        )
+                    stores = [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed]
+                    steps[pc] = (step, stores)
+                return
             if len(outs) > 1:
                 return
             arrays = []
@@ -633,13 +704,44 @@ class LoadedMethod:
                     return
                 out = self.capacity[outs[0]]
 
+            view_of_input = getattr(fast, "view_of_input", None)
+
             def make() -> Step | None:  # built only for a method that may become whole
+                if view_of_input is not None and out is not None:
+                    return view_copy_step(view_of_input(arrays[0]), out)
+                if out is not None and (step := whole_form_step(name, [*arrays, out])):
+                    return step
                 step = copy_step(name, arrays, out)
                 if step is None and out is not None:
                     step = elementwise_step(name, arrays, out)
                 return step
 
             steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
+
+        def piece_steps(pc: int, args: list[int], outs: list[int], pieces: tuple) -> None:
+            """Split (into a list out) or cat (from a list in): each piece a view copy."""
+            lists = [j for j in args if isinstance(evalues[j].val, TensorList)]
+            if len(lists) != 1 or len(outs) != 1:
+                return
+            items = [bound_array(i) for i in evalues[lists[0]].val.items]
+            whole = bound_array(args[0] if lists[0] == outs[0] else outs[0])
+            if whole is None or any(a is None for a in items):
+                return
+            splits = lists[0] == outs[0]  # the list is the out: split's pieces are outputs
+
+            def make() -> list[Step] | None:
+                made = []
+                for i, key in pieces:
+                    pair = (whole[key], items[i]) if splits else (items[i], whole[key])
+                    step = view_copy_step(*pair)
+                    if step is None:
+                        return None
+                    made.append(step)
+                return made
+
+            # (a split's list value is stored; its items are their planned arrays)
+            stored = splits or outs[0] not in fixed
+            steps[pc] = (make, [f"v[{outs[0]}] = {out_expr(outs[0])}"] if stored else [])
 
         def plain_copy(source: int, out: int, pc: int) -> str:
             """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
@@ -685,7 +787,7 @@ class LoadedMethod:
                     if kind == "inline":
                         lines.append(Line(inline_call(fast, args, n_in), pc))
                         if whole_candidate:
-                            kernel_step(pc, k.name, args, outs)
+                            kernel_step(pc, k, args, outs, fast)
                         continue
                     if kind == "copy":
                         lines.append(Line(plain_copy(args[0], outs[0], pc), pc))
@@ -698,8 +800,8 @@ class LoadedMethod:
                     fn = ns.bind(fast, "k")
                     call_args = [expr(j) for j in args[:n_in]] + [out_expr(j) for j in outs]
                     call = f"{fn}({', '.join(call_args)})"
-                    if not outs:
-                        src = call
+                    if not outs or all(j in fixed for j in outs):
+                        src = call  # nothing to store: its outputs are their planned arrays
                     elif len(outs) == 1:
                         src = f"_r = {call}; {store(outs[0])}"
                     else:
@@ -710,7 +812,7 @@ class LoadedMethod:
                         src = "; ".join(parts)
                     lines.append(Line(src, pc))
                     if whole_candidate:
-                        kernel_step(pc, k.name, args, outs)
+                        kernel_step(pc, k, args, outs, fast)
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
@@ -727,7 +829,11 @@ class LoadedMethod:
             if self.tracer is not None:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
             elif self.jit and len(plan.chains) == 1 and not jumps:
-                lines = self._whole_lines(lines, steps, ns)
+                lines = self._whole_lines(lines, steps, checks, ns)
+            if self.whole_source is None:
+                for placeholder in entry_points:
+                    ns.names[ns.bind(placeholder)] = placeholder.load()
+            entry_points.clear()
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
             compiled.append(
@@ -759,7 +865,8 @@ class LoadedMethod:
     def _whole_lines(
         self,
         lines: list[Line],
-        steps: dict[int, tuple[Step | Callable[[], Step | None], list[str]]],
+        steps: dict[int, tuple[Step | Callable[[], Step | list[Step] | None], list[str]]],
+        checks: dict[int, Callable[[], Any]],
         ns: Namespace,
     ) -> list[Line]:
         """``lines`` as one call of a whole-method function when each is a compiled step.
@@ -768,19 +875,24 @@ class LoadedMethod:
         """
         if len(lines) < 2 or any(line.instruction not in steps for line in lines):
             return lines  # one compiled call already is one call
-        made = []
+        made: list[Step] = []
+        references: dict[int, Callable[[], Any]] = {}  # step index -> its reference call
         for line in lines:
             step = steps[line.instruction][0]
             step = step if isinstance(step, Step) else step()
             if step is None:
                 return lines
-            made.append(step)
+            if line.instruction in checks:
+                references[len(made)] = checks[line.instruction]
+            made.extend(step if isinstance(step, list) else [step])
         whole = compile_steps(made)
         if whole is None:
             return lines
         fn, arrays, self.whole_source = whole
         stores = [s for line in lines for s in steps[line.instruction][1]]
         call = f"{ns.bind(fn, 'W')}({', '.join(ns.bind(a, 'C') for a in arrays)})"
+        if references:
+            call = f"{ns.bind(_checker(references), 'R')}({call})"
         return [Line("; ".join([call, *stores]), lines[0].instruction)]
 
     def _traced_lines(
@@ -876,6 +988,15 @@ class LoadedMethod:
                 )
                 out = args[fast.out % len(args)]
                 inline_outs[out] = inline_outs.get(out, 0) + 1
+            elif kind == "call" and getattr(fast, "fills_outputs", False):
+                # A fast path marked so writes the out arrays it is given and returns them.
+                _, outs = self.kernel_layout(
+                    self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
+                )
+                for j in outs:
+                    val = evalues[j].val
+                    for out in val.items if isinstance(val, TensorList) else (j,):
+                        inline_outs[out] = inline_outs.get(out, 0) + 1
         in_place = {
             pc: self.kernels[a.op_index].n_outs == 0
             for pc, a in enumerate(flow.instructions)

@@ -7,6 +7,13 @@ members of a fused run), the chain becomes one generated ``@njit`` function
 calling those loops in order, and ``run`` calls it once: the Python call of
 each instruction disappears.
 
+Kernel fast paths take part through two attributes (read by runtime.method):
+``fills_outputs`` (it writes the out arrays it is given and returns them, so
+its outputs stay their planned arrays and later steps can bind them) and
+``step`` (``(dispatcher, args[, checked])``: its compiled call on the planned
+arrays). View copies, split/cat pieces and compiled forms taking ``whole=True``
+(products a little past the standalone loop's size) become steps too.
+
 The generated source names each loop by the module it was generated in and
 says which of the function's parameters each call takes; it depends on no
 size, so the disk cache (:mod:`pyexecutorch.runtime.compiled`) serves every
@@ -34,6 +41,9 @@ class Step:
 
     function: Any
     args: tuple[Any, ...]
+    # The function returns False, having written nothing, where the reference kernel
+    # raises (an index out of range): the method then calls that kernel (see source_of).
+    checked: bool = False
 
 
 def _module_name(function: Any) -> tuple[str, str] | None:
@@ -46,13 +56,27 @@ def _module_name(function: Any) -> tuple[str, str] | None:
     import sys  # noqa: PLC0415
 
     owner = sys.modules.get(module)
-    if owner is None or getattr(owner, name, None) is not function:
+    if owner is None:
         return None
-    return module, name
+    if getattr(owner, name, None) is function:
+        return module, name
+    # A serial or parallel variant kept in a module-level pair (serial_and_parallel)
+    for attr, held in vars(owner).items():
+        if isinstance(held, tuple) and not attr.startswith("_"):
+            for k, item in enumerate(held):
+                if item is function:
+                    return module, f"{attr}[{k}]"
+    return None
 
 
 def _constant(value: Any) -> str | None:
-    """Source of a scalar argument, exact, or None when it has none."""
+    """Source of a scalar argument, exact, or None when it has none.
+
+    A numpy scalar keeps its dtype (a kernel's accumulator type may follow it).
+    """
+    if isinstance(value, (np.floating, np.integer)) and value.dtype.kind in "fiu":
+        text = _constant(value.item())
+        return None if text is None else f"np.{value.dtype.name}({text})"
     kind = type(value)
     if kind is bool:
         return repr(value)
@@ -73,7 +97,7 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
     params: list[np.ndarray] = []
     param_of: dict[int, str] = {}
     calls = []
-    for step in steps:
+    for index, step in enumerate(steps):
         where = _module_name(step.function)
         if where is None:
             return None
@@ -91,15 +115,29 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
                 if text is None:
                     return None
                 parts.append(text)
-        calls.append(f"    {fn}({', '.join(parts)})")
-    lines = [f"from {module} import {name} as {alias}" for (module, name), alias in imports.items()]
+        call = f"{fn}({', '.join(parts)})"
+        if step.checked:
+            calls += [f"    if not {call}:", f"        return {index}"]
+        else:
+            calls.append(f"    {call}")
+    lines = ["import numpy as np"]
+    pairs = []
+    for (module, name), alias in imports.items():
+        held, _, index = name.partition("[")
+        if index:  # a variant of a module-level pair: imported, then picked out
+            lines.append(f"from {module} import {held} as _{alias}")
+            pairs.append(f"{alias} = _{alias}[{index}")
+        else:
+            lines.append(f"from {module} import {name} as {alias}")
     lines += [
         "from numba import njit",
+        *pairs,
         "",
         "",
         '@njit(cache=True, error_model="numpy")',
         f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
         *calls,
+        "    return -1",
         "",
     ]
     return "\n".join(lines), params
@@ -140,6 +178,11 @@ _COPY_SOURCE = """from numba import njit
 def copy_flat(src, dst):
     for i in range(dst.size):
         dst[i] = src[i]
+
+
+@njit(cache=True, error_model="numpy")
+def copy_view(src, dst):
+    dst[...] = src
 """
 
 
@@ -178,6 +221,22 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         return None
     core = compiled.generated_module(_COPY_SOURCE, "copy").copy_flat
     return Step(core, (src.reshape(-1), out.reshape(-1)))
+
+
+def view_copy_step(src: Any, dst: Any) -> Step | None:
+    """Copying array ``src`` (any strides) into ``dst`` of its shape and dtype, as a Step."""
+    if not (isinstance(src, np.ndarray) and isinstance(dst, np.ndarray)):
+        return None
+    if (
+        src.dtype != dst.dtype
+        or src.dtype.kind not in "biuf"
+        or src.shape != dst.shape
+        or dst.size == 0
+        or not dst.flags.writeable
+        or np.shares_memory(src, dst)
+    ):
+        return None
+    return Step(compiled.generated_module(_COPY_SOURCE, "copy").copy_view, (src, dst))
 
 
 def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:

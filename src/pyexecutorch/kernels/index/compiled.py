@@ -1,4 +1,4 @@
-"""Compiled (numba) forms of embedding lookups and index_select.
+"""Compiled (numba) forms of embedding lookups, index_select and index_put.
 
 numpy gathers rows in two ``take`` calls (one through a lookup table that
 turns bad indices into an error, one of the rows); here one loop checks every
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from pyexecutorch.kernels.index.index import embedding_out, index_select_out
+from pyexecutorch.kernels.index.index import embedding_out, index_put_out, index_select_out
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _VALUES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 _INDICES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -41,6 +41,35 @@ def _gather(src, index, out):  # noqa: ANN001, ANN201
 
 
 GATHER = serial_and_parallel(_gather, "gather_rows")
+
+
+def _put_rows(src, index, values, out, accumulate, copy):  # noqa: ANN001, ANN201
+    """out = src, then out[i, index[j], :] = values[i, j, :] (``accumulate``: +=) for out
+    (a, n, b); False (nothing written) if an index is outside [-n, n)."""
+    a, n, b = out.shape
+    m = index.shape[0]
+    for j in range(m):
+        if index[j] < -n or index[j] >= n:
+            return False
+    if copy:
+        for i in range(a):
+            for r in range(n):
+                for t in range(b):
+                    out[i, r, t] = src[i, r, t]
+    for i in range(a):
+        for j in range(m):
+            r = index[j]
+            if r < 0:
+                r += n
+            for t in range(b):
+                if accumulate:
+                    out[i, r, t] += values[i, j, t]
+                else:
+                    out[i, r, t] = values[i, j, t]
+    return True
+
+
+PUT_ROWS = serial_and_parallel(_put_rows, "put_rows")
 
 
 def _planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
@@ -75,6 +104,9 @@ def _embedding_form(
     iv, ov = indices.reshape(n), out.reshape(out_shape)
     kern = pick(GATHER, out.size, (wv, iv, ov))
 
+    # in a whole method: False from the loop makes the runtime call the reference (it raises)
+    step = (choose(GATHER, out.size), (wv, iv, ov), True)
+
     def embedding(weight, indices, padding_idx, scale_grad, sparse, out):  # noqa: ANN001, ANN202
         if kern(
             wv if weight is w0 else np.ascontiguousarray(weight).reshape(src_shape),
@@ -84,7 +116,55 @@ def _embedding_form(
             return out
         return embedding_out(weight, indices, padding_idx, scale_grad, sparse, out)
 
+    embedding.fills_outputs = True  # the reference fallback writes the same out
+    embedding.step = step
     return embedding
+
+
+@compiled_form("aten::index_put.out")
+def _index_put_form(a: Any, indices: Any, values: Any, accumulate: Any, out: Any) -> Any:
+    """``out = a`` with rows along one axis (one 1-D int32/int64 index) put from values, or None."""
+    if not isinstance(a, np.ndarray) or a.dtype not in _VALUES or a.ndim == 0:
+        return None
+    if not isinstance(indices, list) or not 0 < len(indices) <= a.ndim:
+        return None
+    given = [p for p, ix in enumerate(indices) if ix is not None]
+    if len(given) != 1 or not isinstance(accumulate, bool) or not a.flags.c_contiguous:
+        return None
+    (axis,) = given
+    index = indices[axis]
+    if not _index(index) or index.ndim != 1 or a.shape[axis] == 0:
+        return None
+    region = a.shape[:axis] + index.shape + a.shape[axis + 1 :]
+    if not (_planned(values, a.dtype, values.shape) and _planned(out, a.dtype, a.shape)):
+        return None
+    try:
+        fits = np.broadcast_shapes(values.shape, region) == region
+    except ValueError:
+        return None
+    if not fits or values.size != math.prod(region):
+        return None  # values that repeat along some axis: numpy's assignment
+    if np.shares_memory(values, out) or np.shares_memory(index, out):
+        return None
+    same = a.ctypes.data == out.ctypes.data
+    if not same and np.shares_memory(a, out):
+        return None
+    before, after = math.prod(a.shape[:axis]), math.prod(a.shape[axis + 1 :])
+    a0, i0, v0, o0 = a, index, values, out
+    av = a.reshape(before, a.shape[axis], after)
+    vv, ov = values.reshape(before, index.size, after), out.reshape(av.shape)
+    load = (av, index, vv, ov, accumulate, not same)
+    kern = pick(PUT_ROWS, out.size, load)
+
+    def index_put(a, indices, values, accumulate, out):  # noqa: ANN001, ANN202
+        if a is a0 and indices[axis] is i0 and values is v0 and out is o0 and kern(*load):
+            return out
+        return index_put_out(a, indices, values, accumulate, out)
+
+    index_put.fills_outputs = True  # the reference writes the same out
+    # in a whole method: False from the loop makes the runtime call the reference (it raises)
+    index_put.step = (choose(PUT_ROWS, out.size), load, True)
+    return index_put
 
 
 @compiled_form("aten::index_select.out")
@@ -115,4 +195,5 @@ def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
             return out
         return index_select_out(a, dim, index, out)
 
+    index_select.fills_outputs = True  # the reference fallback writes the same out
     return index_select

@@ -18,13 +18,16 @@ import numpy as np
 from numba import prange
 
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Above this many multiply-adds one BLAS call costs less than the loop below
 # (measured on float32, one thread; see the report of issue 14).
 MAX_MACS = 1 << 10
+# Inside a whole compiled method a BLAS call would also cost its instruction's
+# Python call: the loop serves up to this many (forms called with ``whole=True``).
+WHOLE_MAX_MACS = 1 << 13
 
 
 def _matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
@@ -60,7 +63,7 @@ def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(shape)
 
 
-def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
+def _product(a: Any, b: Any, out: Any, ndim: int, whole: bool = False) -> tuple | None:
     """``(batch, n, k, p)`` of a small float product ``a @ b`` into planned ``out``, or None."""
     if not isinstance(a, np.ndarray) or a.dtype not in _FLOATS:
         return None
@@ -75,7 +78,7 @@ def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
         return None
     batch = a.shape[0] if ndim == 3 else 1
     n, k, p = a.shape[-2], a.shape[-1], b.shape[-1]
-    if batch * n * k * p > MAX_MACS or out.size == 0 or k == 0:
+    if batch * n * k * p > (WHOLE_MAX_MACS if whole else MAX_MACS) or out.size == 0 or k == 0:
         return None
     return batch, n, k, p
 
@@ -87,7 +90,8 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
     av, bv, ov = _flat(a0, sa), _flat(b0, sb), o0.reshape(so)
     has_bias = bias is not None
     bias = np.zeros((1, 1), a0.dtype) if bias is None else bias
-    kern = pick(MATMUL, batch * n * k * p, (av, bv, bias, ov, has_bias))
+    load = (av, bv, bias, ov, has_bias)
+    kern = pick(MATMUL, batch * n * k * p, load)
 
     def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
@@ -99,29 +103,33 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
         )
         return out
 
+    run.step = (choose(MATMUL, batch * n * k * p), load)  # the call on the planned arrays
+    run.fills_outputs = True
     return run
 
 
 @compiled_form("aten::mm.out")
-def _mm_form(a: Any, b: Any, out: Any) -> Any:
+def _mm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
     """A small float32/float64 2-D product, or None."""
-    dims = _product(a, b, out, 2)
+    dims = _product(a, b, out, 2, whole)
     return None if dims is None else _bind(a, b, out, dims, None)
 
 
 @compiled_form("aten::bmm.out")
-def _bmm_form(a: Any, b: Any, out: Any) -> Any:
+def _bmm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
     """A small float32/float64 batched product, or None."""
-    dims = _product(a, b, out, 3)
+    dims = _product(a, b, out, 3, whole)
     return None if dims is None else _bind(a, b, out, dims, None)
 
 
 @compiled_form("aten::addmm.out")
-def _addmm_form(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> Any:
+def _addmm_form(
+    bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any, *, whole: bool = False
+) -> Any:
     """``bias + a @ b`` for a small float product and a constant bias, or None."""
     if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
         return None
-    dims = _product(a, b, out, 2)
+    dims = _product(a, b, out, 2, whole)
     if dims is None or not isinstance(bias, np.ndarray) or bias.dtype != a.dtype:
         return None
     if bias.flags.writeable or np.shares_memory(out, bias):
@@ -139,4 +147,6 @@ def _addmm_form(bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any) -> A
             return out
         return run(a, b, out)
 
+    addmm.step = run.step
+    addmm.fills_outputs = True
     return addmm

@@ -21,7 +21,7 @@ from numba import njit, prange
 from pyexecutorch.kernels.norm.norm import bn_scale_shift
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, row_sum
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -212,6 +212,8 @@ def _layer_norm_form(
         )
         return out0, out1, out2
 
+    layer_norm.step = (choose(LAYER_NORM, m * k), load)  # the call on the planned arrays
+    layer_norm.fills_outputs = True
     return layer_norm
 
 
@@ -274,6 +276,8 @@ def _group_norm_form(
         )
         return out0, out1, out2
 
+    group_norm.step = (choose(GROUP_NORM, input.size), load)  # the call on the planned arrays
+    group_norm.fills_outputs = True
     return group_norm
 
 
@@ -321,4 +325,9 @@ def _batch_norm_form(
         )
         return out0, out1, out2
 
+    batch_norm.step = (
+        choose(SCALE_SHIFT, input.size),
+        (x_rows, scale, shift, o_rows),
+    )  # the call on the planned arrays
+    batch_norm.fills_outputs = True
     return batch_norm

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import pick, serial_and_parallel
+from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _MAX_DTYPES = (*_FLOATS, np.dtype(np.int32), np.dtype(np.int64))
@@ -194,7 +194,8 @@ def _bind(
     """``run(x, out)``: a kernel on views of x and out shaped ``x_shape``, ``o_shape`` (made
     at load for the planned ones)."""
     xv, ov = x0.reshape(x_shape), o0.reshape(o_shape)
-    kern = pick(variants, x0.size, (xv, ov, *consts))
+    load = (xv, ov, *consts)
+    kern = pick(variants, x0.size, load)
 
     def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
@@ -204,6 +205,7 @@ def _bind(
         )
         return out
 
+    run.step = (choose(variants, x0.size), load)  # the call on the planned arrays
     return run
 
 
@@ -233,6 +235,8 @@ def _softmax_form(log: bool):  # noqa: ANN202
         def softmax(x, dim, half_to_float, out):  # noqa: ANN001, ANN202
             return run(x, out)
 
+        softmax.step = run.step
+        softmax.fills_outputs = True
         return softmax
 
     return form
@@ -265,6 +269,8 @@ def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     def mean(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
         return run(x, out)
 
+    mean.step = run.step
+    mean.fills_outputs = True
     return mean
 
 
@@ -281,6 +287,8 @@ def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     def sum_(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
         return run(x, out)
 
+    sum_.step = run.step
+    sum_.fills_outputs = True
     return sum_
 
 
@@ -296,4 +304,6 @@ def _amax_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
     def amax(x, dim, keepdim, out):  # noqa: ANN001, ANN202
         return run(x, out)
 
+    amax.step = run.step
+    amax.fills_outputs = True
     return amax

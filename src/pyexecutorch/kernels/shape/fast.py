@@ -190,6 +190,7 @@ def _copy_from(view_of_input, loaded: np.ndarray):  # noqa: ANN001, ANN202
     # The runtime may bind the view itself when the input's memory stays intact
     # while the copy is read (pyexecutorch.runtime.views).
     run.view_of_input = view_of_input  # type: ignore[attr-defined]
+    run.fills_outputs = True  # type: ignore[attr-defined]  # out stays the planned array
     return run
 
 
@@ -332,7 +333,10 @@ def _addmm(
         np.add(out, bias, out)
         return out
 
-    return _resizing(addmm, _addmm_shape) if dynamic else addmm
+    if dynamic:
+        return _resizing(addmm, _addmm_shape)
+    addmm.fills_outputs = True  # out stays the planned array (see runtime.method)
+    return addmm
 
 
 def _axis(dim: Any, ndim: int) -> int | None:
@@ -412,6 +416,9 @@ def _split(a: Any, sizes: Any, dim: Any, outs: Any) -> Any:
             np.copyto(outs[i], a[key])
         return outs
 
+    split.fills_outputs = True  # outputs stay the planned arrays (see runtime.method)
+    # Each output as a copy of a view of the input: (output position, its key into the input)
+    split.pieces = tuple((i, key) for key, i in pairs)
     return split
 
 
@@ -441,4 +448,6 @@ def _cat(tensors: Any, dim: Any, out: Any) -> Any:
             out[key] = t
         return out
 
+    cat.fills_outputs = True  # out stays the planned array (see runtime.method)
+    cat.pieces = tuple(enumerate(keys))  # each input copied into its key of out
     return cat
