@@ -187,7 +187,7 @@ class Builder:
         self.steps: list[Step] = []
         self.rebound: set[int] = set()  # values whose array a step replaces on every call
         # per-row parameters of dynamically quantized values, filled by their Convert
-        self.dynamic: dict[int, tuple[NDArray, NDArray]] = {}
+        self.dynamic: dict[int, Any] = {}
         self.where = ""
         for v in graph.values:
             if v.const is not None:

@@ -33,6 +33,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +64,7 @@ QUANT_DTYPES = {
     S.XNNDatatype.qcint4: _I8,
 }
 _PACKED4 = {S.XNNDatatype.qbint4, S.XNNDatatype.qcint4}
+_INT8_RANGE = {S.XNNDatatype.qint8, S.XNNDatatype.qcint8, S.XNNDatatype.qdint8}
 
 
 @dataclass
@@ -107,8 +109,19 @@ def load_quant(
 ) -> Quant:
     """The :class:`Quant` of a quantized value, its scales read from the payload."""
     packed = t.datatype in _PACKED4
+    if t.datatype == S.XNNDatatype.quint8:
+        # 1.5.1's serializer writes uint8 quantization as qint8 (which XNNPACK then refuses
+        # for its zero point), so no program to check unsigned arithmetic against exists
+        raise NotImplementedError(
+            f"XNNPACK delegate: value {vid} is quint8, which pyexecutorch does not support"
+        )
     if isinstance(qp, S.PerTensorQuant):
-        return Quant("tensor", float(np.float32(qp.scale)), int(qp.zero_point))
+        zp = int(qp.zero_point)
+        if t.datatype in _INT8_RANGE and not -128 <= zp <= 127:
+            raise XnnpackError(
+                f"value {vid}: {t.datatype.name} zero point {zp} is outside [-128, 127]"
+            )
+        return Quant("tensor", float(np.float32(qp.scale)), zp)
     if isinstance(qp, S.PerChannelQuant):
         return Quant("channel", _scales(qp, constant, False, vid), 0, qp.channel_dim, packed)
     if isinstance(qp, S.PerChannelGroupQuant):
@@ -199,8 +212,12 @@ def _is_quantized(b: Builder, *vids: int) -> bool:
     return any(b.value(v).quant is not None for v in vids)
 
 
+_QUANTIZED_BUILDERS: set[str] = set()
+
+
 def _in_front_of(name: str, quantized: Callable[..., None], *fields: str) -> None:
     """Register ``quantized`` for node type ``name`` when any of ``fields`` is quantized."""
+    _QUANTIZED_BUILDERS.add(name)
     fallback = BUILDERS.get(name)
 
     def dispatch(b: Builder, n: Any, node: S.XNode) -> None:
@@ -215,6 +232,72 @@ def _in_front_of(name: str, quantized: Callable[..., None], *fields: str) -> Non
 
 
 # ------------------------------------------------------------------ convert
+
+# (lower, upper) ends of the int8 range, as a column against (2, rows) arrays
+_QENDS = np.array([[-128.0], [127.0]], _F32)
+
+
+class DynamicRows:
+    """Rows of a float value quantized at run time with XNNPACK's asymmetric parameters.
+
+    Per row: the range ``[min(0, lo), max(0, hi)]``, the multiplier ``255 / span``
+    (1 for an all-zero row), the zero point from the end with the smaller error,
+    rounded; ``scales`` holds ``1 / multiplier``. ``centered`` keeps ``q - zero_point``
+    as float32 (exact integers) so that the matmuls reading it skip a conversion.
+    Small models spend their time in numpy's per-call cost, so the per-row steps run
+    on (2, rows) arrays against constant arrays (a Python scalar operand costs a
+    conversion per call), one call per step.
+    """
+
+    def __init__(self, rows: int, row: int) -> None:
+        self.rows, self.row = rows, row
+        self.scales = np.empty(rows, _F32)
+        self.zps = np.empty(rows, _F32)
+        self.centered = np.empty((rows, row), _F32)
+        f32 = partial(np.empty, dtype=_F32)
+        self._ends, self._work = f32((2, rows)), f32((2, rows))  # per row: (low, high) pairs
+        self._span, self._mult, self._bump = f32(rows), f32(rows), f32(rows)
+        self._zero, self._one, self._full = (np.full(rows, v, _F32) for v in (0, 1, 255))
+        self._qends = np.broadcast_to(_QENDS, (2, rows)).copy()
+        self._cond = np.empty(rows, bool)
+        self._views = (self._ends[0], self._ends[1], self._work[0], self._work[1])
+        self._qlow, self._qhigh = self._qends[0], self._qends[1]
+        self._mult_col, self._zps_col = self._mult[:, None], self.zps[:, None]
+        self._low_col, self._high_col = self._work[0][:, None], self._work[1][:, None]
+
+    def quantize(self, x: Callable[[], NDArray], o: Callable[[], NDArray]) -> None:
+        v = x().reshape(self.rows, self.row)
+        ends, work, span, mult, bump = self._ends, self._work, self._span, self._mult, self._bump
+        low, high, low_work, high_work = self._views
+        cond, qends, full, zero = self._cond, self._qends, self._full, self._zero
+        np.minimum.reduce(v, axis=1, out=low)
+        np.maximum.reduce(v, axis=1, out=high)
+        np.minimum(low, zero, out=low)
+        np.maximum(high, zero, out=high)
+        np.subtract(high, low, out=span)
+        # an all-zero row's span becomes 255, for a multiplier of 1
+        np.equal(span, zero, out=cond)
+        np.multiply(cond, full, out=bump)
+        np.add(span, bump, out=span)
+        np.divide(full, span, out=mult)
+        np.multiply(ends, mult, out=ends)  # min * mult, max * mult
+        np.add(ends, qends, out=work)  # the two zero points' errors
+        np.add(low_work, high_work, out=span)
+        np.greater(span, zero, out=cond)
+        np.subtract(qends, ends, out=work)  # the two candidate zero points
+        np.copyto(high_work, low_work, where=cond)
+        np.maximum(high_work, self._qlow, out=high_work)
+        np.minimum(high_work, self._qhigh, out=high_work)
+        np.rint(high_work, out=self.zps)
+        np.divide(self._one, mult, out=self.scales)
+        # q - zp = clamp(rint(v * mult), -128 - zp, 127 - zp): the clamp of q, less zp
+        c = self.centered
+        np.multiply(v, self._mult_col, out=c)
+        np.rint(c, out=c)
+        np.subtract(qends, self.zps, out=work)
+        np.maximum(c, self._low_col, out=c)
+        np.minimum(c, self._high_col, out=c)
+        np.add(c, self._zps_col, out=o().reshape(self.rows, self.row), casting="unsafe")
 
 
 def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
@@ -232,31 +315,9 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     elif qi is None and qo.kind == "token":
         row = math.prod(shape[len(shape) - qo.channel_dim :]) if qo.channel_dim else shape[-1]
         rows = math.prod(shape) // max(row, 1)
-        scales = np.empty(rows, _F32)
-        zps = np.empty(rows, _F32)
-        b.dynamic[n.output_id] = (scales, zps)
-
-        def run() -> None:
-            v = x().reshape(rows, row)
-            lo = np.minimum(v.min(axis=1), np.float32(0))
-            hi = np.maximum(v.max(axis=1), np.float32(0))
-            span = hi - lo
-            mult = np.where(
-                span == 0, np.float32(1), np.float32(255) / np.where(span == 0, 1, span)
-            )
-            below, above = lo * mult, hi * mult
-            zp = np.where(
-                (np.float32(-128) + below) + (np.float32(127) + above) > 0,
-                np.float32(-128) - below,
-                np.float32(127) - above,
-            )
-            np.rint(np.clip(zp, -128, 127), out=zps)
-            np.divide(np.float32(1), mult, out=scales)
-            f = v * mult[:, None]
-            np.rint(f, out=f)
-            f += zps[:, None]
-            np.clip(f, -128, 127, out=f)
-            np.copyto(o().reshape(rows, row), f, casting="unsafe")
+        rowsq = DynamicRows(rows, row)
+        b.dynamic[n.output_id] = rowsq
+        run = partial(rowsq.quantize, x, o)
 
     elif qi is not None and qi.kind == "tensor" and qo is None:
         scale, zp = np.float32(qi.scale), np.int32(qi.zero_point)
@@ -324,42 +385,75 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
 
         b.step(run)
         return
-    # dynamically quantized rows: float output
-    scales, zps = b.dynamic.get(n.input1_id, (None, None))
-    if scales is None:
+    b.step(_dynamic_fully_connected(b, n, node, w, wq, bias, m, units, k))
+
+
+def _dynamic_fully_connected(
+    b: Builder, n: S.XNNFullyConnected, node: S.XNode, w: NDArray, wq: Quant,
+    bias: NDArray | None, m: int, units: int, k: int,
+) -> Callable[[], None]:  # fmt: skip
+    """Rows quantized at run time against int8 per-channel or 4-bit blockwise weights.
+
+    ``float32(acc) * row_scale * w_scale[c] (+ bias)``, XNNPACK's order. The integer
+    product is exact: a float32 matmul when no partial sum can pass 2**24, else float64.
+    Blockwise weights are scaled at load into float64 weights (8-bit by 4-bit by float32
+    products are exact there), so that all blocks take one matmul, rounded once.
+    """
+    rowsq = b.dynamic.get(n.input1_id)
+    if rowsq is None:
         raise XnnpackError(f"{b.where}: dynamic input {n.input1_id} has no row parameters")
+    if rowsq.rows * rowsq.row != m * k or rowsq.rows != m:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: {rowsq.rows} dynamic rows of {rowsq.row} "
+            f"for {m} rows of {k} inputs"
+        )
     lo, hi = bounds(node)
+    clamp = (lo, hi) != (-_INF, _INF)
     fbias = None if bias is None else bias.astype(_F32)
+    centered, row_scales = rowsq.centered.reshape(m, k), rowsq.scales[:, None]
+    y = np.empty((m, units), _F32)
     if wq.kind == "group":
         groups = wq.scale.shape[1]
         g = -(-k // groups)
         if g * groups != k:
             raise NotImplementedError(f"XNNPACK delegate: {b.where}: {k} inputs in blocks of {g}")
-        # one exact product per block: (groups, g, units) weights against (groups, m, g) rows
-        w3 = np.ascontiguousarray(w.reshape(units, groups, g).transpose(1, 2, 0), dtype=_F64)
-        ws = np.ascontiguousarray(wq.scale.T.reshape(groups, 1, units), dtype=_F32)
-
-        def combine(d: NDArray) -> NDArray:
-            acc = np.matmul(d.reshape(m, groups, g).transpose(1, 0, 2), w3).astype(_F32)
-            acc *= ws
-            return acc.sum(axis=0, dtype=_F32)
-
+        scales = np.repeat(wq.scale.astype(_F64), g, axis=1)
+        wmat = np.ascontiguousarray((w.astype(_F64) * scales).T)
+        w_scales = None
     else:
-        ws_c = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
+        w_scales = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
+        largest = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max(initial=0))
+        wmat = np.ascontiguousarray(w.T, dtype=_F32 if largest < _EXACT_F32 else _F64)
+    if wmat.dtype == _F32:
+        product = partial(np.dot, centered, wmat, out=y)
+    else:
+        wide_rows, acc = np.empty((m, k), _F64), np.empty((m, units), _F64)
 
-        def combine(d: NDArray) -> NDArray:
-            return (d @ w64).astype(_F32) * ws_c
+        def product() -> None:
+            np.copyto(wide_rows, centered)
+            np.dot(wide_rows, wmat, out=acc)
+            np.copyto(y, acc, casting="same_kind")
 
-    def run_dynamic() -> None:
-        d = x().reshape(m, k).astype(_F64) - zps[:, None]
-        y = combine(d)
-        y *= scales[:, None]
-        if fbias is not None:
-            y += fbias
+    o = b.getter(n.output_id)  # the rows are read from their Convert's centered values
+
+    def run() -> None:
+        product()
         out = o().reshape(m, units)
-        np.clip(y, lo, hi, out=out) if (lo, hi) != (-_INF, _INF) else np.copyto(out, y)
+        if w_scales is None and fbias is None:
+            np.multiply(y, row_scales, out=out)
+        else:
+            np.multiply(y, row_scales, out=y)
+            if fbias is None:
+                np.multiply(y, w_scales, out=out)
+            elif w_scales is None:
+                np.add(y, fbias, out=out)
+            else:
+                np.multiply(y, w_scales, out=y)
+                np.add(y, fbias, out=out)
+        if clamp:
+            np.clip(out, lo, hi, out=out)
 
-    b.step(run_dynamic)
+    return run
 
 
 # ------------------------------------------------------------------ convolutions
@@ -465,21 +559,31 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
 
 
 def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w) -> None:
-    # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float
-    scales, zps = b.dynamic.get(n.input1_id, (None, None))
+    # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float; groups take
+    # their slice of the input channels and of the filters
+    rowsq = b.dynamic.get(n.input1_id)
     nb = view.shape[0]
-    if scales is None or scales.size != nb:
+    if rowsq is None or rowsq.rows != nb:
         raise NotImplementedError(
             f"XNNPACK delegate: {b.where}: dynamic convolution input must be quantized per image"
         )
-    if depthwise or (n.groups or 1) != 1:
+    if depthwise:
         raise NotImplementedError(
-            f"XNNPACK delegate: {b.where}: dynamic grouped convolutions are not supported"
+            f"XNNPACK delegate: {b.where}: dynamic depthwise convolutions are not supported"
         )
+    scales, zps = rowsq.scales, rowsq.zps
+    groups = n.groups or 1
+    cin, og = view.shape[-1] // groups, cout // groups
     rows = view.shape[0] * view.shape[1] * view.shape[2]
-    wmat = np.ascontiguousarray(w.reshape(cout, -1).T, dtype=cdt)
-    cols = np.empty((rows, wmat.shape[0]), cdt)
+    wmats = [
+        np.ascontiguousarray(w[g * og : (g + 1) * og].reshape(og, -1).T, dtype=cdt)
+        for g in range(groups)
+    ]
+    cols = np.empty((rows, wmats[0].shape[0]), cdt)
+    cols_view = cols.reshape(view.shape[:-1] + (cin,))
     acc = np.empty((rows, cout), cdt)
+    parts = [(view[..., g * cin : (g + 1) * cin], wmats[g], acc[:, g * og : (g + 1) * og])
+             for g in range(groups)]  # fmt: skip
     ws = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (cout,)).copy()
     lo, hi = bounds(node)
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
@@ -487,8 +591,12 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
 
     def run() -> None:
         np.subtract(x(), zps.reshape(nb, 1, 1, 1), out=inner)
-        np.copyto(cols.reshape(view.shape), view)
-        np.dot(cols, wmat, out=acc)
+        for part, wmat, dest in parts:
+            np.copyto(cols_view, part)
+            if groups == 1:
+                np.dot(cols, wmat, out=acc)
+            else:
+                dest[...] = cols @ wmat
         y = acc.astype(_F32).reshape(nb, per_image, cout)
         y *= scales.reshape(nb, 1, 1)
         y *= ws
@@ -506,7 +614,8 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
 # ------------------------------------------------------------------ elementwise
 
 
-def _add(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
+def _add(b: Builder, n: S.Node2x1, node: S.XNode, sign: int = 1) -> None:
+    """``a + sign * b``: XNNPACK subtracts by negating the second multiplier."""
     aq = _quant(b, n.input1_id, ("tensor",))
     bq = _quant(b, n.input2_id, ("tensor",))
     yq = _quant(b, n.output_id, ("tensor",))
@@ -521,7 +630,7 @@ def _add(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
             f"XNNPACK delegate: {b.where}: scale ratios {a_out}, {b_out} are outside XNNPACK's range"
         )
     am = int(np.rint(np.ldexp(a_out, shift)))
-    bm = int(np.rint(np.ldexp(b_out, shift)))
+    bm = sign * int(np.rint(np.ldexp(b_out, shift)))
     bias = (1 << (shift - 1)) - am * aq.zero_point - bm * bq.zero_point
     lo, hi = qbounds(node, yq)
     x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
@@ -565,15 +674,35 @@ def _same_params(b: Builder, i: int, o: int) -> Quant:
 
 
 def _clamp(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
-    q = _same_params(b, n.input_id, n.output_id)
-    lo, hi = qbounds(node, q)
+    """Bounds in the output's domain; across differing parameters, a lookup table."""
+    qi, qo = _quant(b, n.input_id, ("tensor",)), _quant(b, n.output_id, ("tensor",))
     b.out(n.output_id, b.shape(n.input_id))
     x, o = b.getter(n.input_id), b.getter(n.output_id)
+    if (qi.scale, qi.zero_point) == (qo.scale, qo.zero_point):
+        lo, hi = qbounds(node, qo)
 
-    def run() -> None:
-        np.clip(x(), lo, hi, out=o())
+        def run() -> None:
+            np.clip(x(), lo, hi, out=o())
+
+    else:
+        flo, fhi = (np.float32(v) for v in bounds(node))
+        table = lookup_table(qi, qo, lambda v: np.clip(v, flo, fhi))
+
+        def run() -> None:
+            np.take(table, x().view(np.uint8), out=o())
 
     b.step(run)
+
+
+_CODES = np.arange(256, dtype=np.uint8).view(_I8)  # every int8, indexed by its byte
+
+
+def lookup_table(qi: Quant, qo: Quant, f: Callable[[NDArray], NDArray]) -> NDArray:
+    """XNNPACK's quantized unary operators: ``f`` on each dequantized int8 code in
+    float32, requantized ``rint(y / y_scale) + zy`` and saturated; indexed by the byte."""
+    v = (_CODES.astype(_F32) - np.float32(qi.zero_point)) * np.float32(qi.scale)
+    y = np.rint(f(v).astype(_F32) / np.float32(qo.scale)) + np.float32(qo.zero_point)
+    return np.clip(y, -128, 127).astype(_I8)
 
 
 # ------------------------------------------------------------------ pooling
@@ -688,9 +817,58 @@ _in_front_of("XNNFullyConnected", _fully_connected, "input1_id")
 _in_front_of("XNNConv2d", _conv, "input1_id")
 _in_front_of("XNNDepthwiseConv2d", _conv, "input1_id")
 _in_front_of("XNNAdd", _add, "output_id")
+_in_front_of("XNNSubtract", partial(_add, sign=-1), "output_id")
 _in_front_of("XNNMultiply", _multiply, "output_id")
 _in_front_of("XNNClamp", _clamp, "output_id")
 _in_front_of("XNNMaxPooling2d", _max_pool, "output_id")
 _in_front_of("XNNGlobalAvgPooling2d", _global_avg_pool, "output_id")
 _in_front_of("XNNAvgPooling2d", _avg_pool, "output_id")
 _in_front_of("XNNStaticConstantPad", _pad, "output_id")
+
+
+# ------------------------------------------------------------------ the other node types
+
+# Node types that move values without computing on them: quantized, they need one set of
+# parameters in and out (XNNPACK refuses differing ones when it defines the node).
+_MOVES = {
+    "XNNCopy", "XNNStaticReshape", "XNNStaticSlice", "XNNStaticTranspose",
+    "XNNConcatenate2", "XNNConcatenate3", "XNNConcatenate4", "XNNConcatenate5",
+}  # fmt: skip
+
+
+def _tensor_ids(n: Any) -> list[int]:
+    return [
+        v
+        for f in dataclasses.fields(n)
+        if f.name.endswith("_id") and (v := getattr(n, f.name)) != S.INVALID_ID
+    ]
+
+
+def _refuse_quantized(name: str) -> None:
+    """Float builders compute on the stored numbers: a quantized operand must not reach them."""
+    fallback = BUILDERS[name]
+    moves = name in _MOVES
+
+    def build(b: Builder, n: Any, node: S.XNode) -> None:
+        ids = _tensor_ids(n)
+        quants = [b.value(v).quant for v in ids]
+        if any(q is not None for q in quants):
+            if not moves:
+                raise NotImplementedError(
+                    f"XNNPACK delegate: {b.where}: quantized operands are not supported "
+                    "by pyexecutorch for this node type"
+                )
+            params = {None if q is None else (q.kind, q.scale, q.zero_point) for q in quants}
+            if len(params) != 1:
+                raise XnnpackError(
+                    f"{b.where}: values {ids} are quantized differently "
+                    f"({', '.join(sorted(map(str, params)))}); XNNPACK needs one set of "
+                    "parameters across this node"
+                )
+        fallback(b, n, node)
+
+    BUILDERS[name] = build
+
+
+for _name in sorted(set(BUILDERS) - _QUANTIZED_BUILDERS):
+    _refuse_quantized(_name)

@@ -169,9 +169,13 @@ class GraphBuilder:
         nhwc = self.nhwc(node) if nhwc is None else nhwc
         self._ids[(node, nhwc)] = vid
 
-    def temporary(self, dtype: torch.dtype, dims: list[int]) -> int:
-        """An internal value no edge node names (between the nodes of one visitor)."""
-        return self._tensor(dtype, dims)
+    def temporary(self, dtype: torch.dtype, dims: list[int], *, like: Node | None = None) -> int:
+        """An internal value no edge node names (between the nodes of one visitor), with
+        the quantization the XNNPACK passes gave ``like``, if any."""
+        spec = None if like is None else like.meta.get(XNN_QUANT)
+        if spec is None:
+            return self._tensor(dtype, dims)
+        return self._tensor(dtype, dims, datatype=spec.datatype, quant=spec.params)
 
     def _tensor(
         self,

@@ -24,7 +24,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_
 from torch.fx import Node
 
 from pyexecutorch.backends.xnnpack import schema as S
-from pyexecutorch.backends.xnnpack._passes.channels_last import TO_NHWC
+from pyexecutorch.backends.xnnpack._passes.channels_last import TO_NCHW, TO_NHWC
 from pyexecutorch.backends.xnnpack._passes.fuse_activation import MIN_MAX
 from pyexecutorch.backends.xnnpack._passes.quantized import (
     XNN_QUANT,
@@ -183,20 +183,29 @@ def _quantized_linear(b: GraphBuilder, node: Node) -> None:
     )
 
 
-def _pairs(values: object) -> list[int]:
-    values = [values] if isinstance(values, int) else list(values)
-    return values * 2 if len(values) == 1 else values
+def _listed(values: object) -> list[int]:
+    return [values] if isinstance(values, int) else list(values)
 
 
 def _quantized_conv(b: GraphBuilder, node: Node) -> None:
+    """A 2-D convolution, or a 1-D one as a 2-D convolution of height 1 between a
+    reshape and transposes (the official delegate's nodes), on quantized values."""
     x_node, w_node, _, stride, padding, dilation, transposed, out_pad, groups = node.args
     wq: WeightQuant = node.meta[XNN_QWEIGHT]
     weight = b.ctx.constant(w_node)
-    if transposed or weight.dim() != 4:
+    if transposed or weight.dim() not in (3, 4):
         raise PreprocessError(
-            f"XnnpackBackend: quantized convolution {node.name}: 2-D, not transposed, only"
+            f"XnnpackBackend: quantized convolution {node.name}: 1-D or 2-D, not transposed, only"
         )
-    stride, padding, dilation = _pairs(stride), _pairs(padding), _pairs(dilation)
+    one_d = weight.dim() == 3
+    stride, padding, dilation = (_listed(v) for v in (stride, padding, dilation))
+    if one_d:
+        weight = weight.unsqueeze(2)
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+    else:
+        stride, padding, dilation = (
+            v * 2 if len(v) == 1 else v for v in (stride, padding, dilation)
+        )
     groups = int(groups)
     group_in, group_out = weight.shape[1], weight.shape[0] // groups
     depthwise = group_in == 1 and group_out % group_in == 0
@@ -207,8 +216,10 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
         data, axis = weight.permute(*TO_NHWC).contiguous(), 0
     filt = _weight(b, node, data, wq, axis)
     bias_id = _bias(b, node, wq)
-    x = b.value(x_node, True)
-    y = b.define(node, True)
+    if one_d:
+        x, y = _rows_as_images(b, x_node, node)
+    else:
+        x, y = b.value(x_node, True), b.define(node, True)
     b.emit(
         conv_node(
             "XNNDepthwiseConv2d" if depthwise else "XNNConv2d",
@@ -223,6 +234,38 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
             y,
         ),
         node.meta.get(MIN_MAX),
+    )
+    if one_d:
+        _images_as_rows(b, y, node)
+
+
+def _rows_as_images(b: GraphBuilder, x_node: Node, node: Node) -> tuple[int, int]:
+    """The [N, C, L] input as an [N, 1, L, C] image, and the conv's [N, 1, L', C'] output."""
+    n, c, length = b.dims(x_node)
+    dtype = x_node.meta["val"].dtype
+    x4 = b.temporary(dtype, [n, c, 1, length], like=x_node)
+    b.emit(
+        xnode(
+            "XNNStaticReshape",
+            num_dims=4,
+            new_shape=[n, c, 1, length],
+            input_id=b.value(x_node, False),
+            output_id=x4,
+        )
+    )
+    x = b.temporary(dtype, [n, 1, length, c], like=x_node)
+    b.emit(xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NHWC), input_id=x4, output_id=x))
+    on, oc, olen = b.dims(node)
+    return x, b.temporary(node.meta["val"].dtype, [on, 1, olen, oc], like=node)
+
+
+def _images_as_rows(b: GraphBuilder, y: int, node: Node) -> None:
+    on, oc, olen = b.dims(node)
+    y4 = b.temporary(node.meta["val"].dtype, [on, oc, 1, olen], like=node)
+    b.emit(xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NCHW), input_id=y, output_id=y4))
+    out = b.define(node, False)
+    b.emit(
+        xnode("XNNStaticReshape", num_dims=3, new_shape=[on, oc, olen], input_id=y4, output_id=out)
     )
 
 

@@ -156,8 +156,8 @@ def _static_gemm(node: Node, ep: ExportedProgram) -> str | None:
 def _static_conv(node: Node, ep: ExportedProgram) -> str | None:
     if node.args[6]:
         return "transposed quantized convolution"
-    if rank(node.args[1]) != 4:
-        return f"{rank(node.args[1]) - 2}-D quantized convolution (2-D only)"
+    if rank(node.args[1]) not in (3, 4):
+        return f"{rank(node.args[1]) - 2}-D quantized convolution (1-D and 2-D only)"
     if node.args[1].target is not qd.dequantize_per_channel.default:
         return "convolution weight is not dequantized per channel"
     return _static_gemm(node, ep)
