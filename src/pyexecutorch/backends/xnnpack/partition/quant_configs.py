@@ -243,6 +243,16 @@ def _dynamic_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
     return [*_gemm_deps(node, ep), dq, q, *_dynamic_deps(q, ep), _scale_source(q)]
 
 
+def _dynamic_conv(node: Node, ep: ExportedProgram) -> str | None:
+    if node.args[6]:
+        return "transposed dynamically quantized convolution"
+    if rank(node.args[1]) != 4:
+        return f"{rank(node.args[1]) - 2}-D dynamically quantized convolution (2-D only)"
+    if node.args[1].target is not qd.dequantize_per_channel.default:
+        return "convolution weight is not dequantized per channel"
+    return _dynamic_linear(node, ep)
+
+
 def _affine_dq(node: Node, ep: ExportedProgram) -> str | None:
     """torchao's dequantize_affine: a weight (read by a linear) or a dynamic activation."""
     if _constant(ep, node.args[0]):
@@ -333,6 +343,13 @@ def quantized_configs() -> list[OpConfig]:
             _dynamic_dq,
             _dynamic_deps,
             **raw,
+        ),
+        OpConfig(
+            "DynamicQuantizedConvolutionConfig",
+            aten.convolution.default,
+            DYNAMIC,
+            _dynamic_conv,
+            _dynamic_gemm_deps,
         ),
         OpConfig(
             "DynamicQuantizedLinearConfig",
