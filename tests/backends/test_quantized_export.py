@@ -1,7 +1,9 @@
 """Quantized architectures through our exporter, in both runtimes.
 
-For the static int8 CNNs of #11 (our XNNPACKQuantizer, per-channel weights), a
-dynamically quantized GPT-2 and a Llama-shaped decoder with 4-bit groupwise linears
+For the static int8 CNNs of #11 (our XNNPACKQuantizer, per-channel weights), its
+transformers quantized dynamically (GPT-2, BERT, ViT with its patch convolution,
+Llama: int8 activations chosen at run time, per-channel int8 weights), and a
+Llama-shaped decoder with 4-bit groupwise linears
 and int8 embeddings (torchao ``quantize_``), each quantized once and shared by its
 four tests:
 
@@ -61,7 +63,8 @@ from ._quantized_models import (  # noqa: E402
 
 # (architecture, recipe, SNR floor in dB, top-1 agreement floor, size bound over the
 # official exporter's .pte). The floors sit a few dB under what each case gives
-# today. ConvNeXt's SNR is low because its layer scales (1e-6) leave the output a small
+# today. BERT's SNR is high because its small random-init layers add little to the
+# (float) embeddings its last hidden state carries. ConvNeXt's SNR is low because its layer scales (1e-6) leave the output a small
 # signal next to the head's quantization step; its top-1 agreement is still 1.
 CASES = [
     ("resnet18", "static", 20.0, 0.99, 1.01),
@@ -72,6 +75,9 @@ CASES = [
     ("shufflenet_v2", "static", 30.0, 0.99, 1.01),
     ("convnext", "static", 6.0, 0.99, 1.01),
     ("gpt2", "dynamic", 30.0, 0.9, 1.01),
+    ("bert", "dynamic", 70.0, 0.9, 1.01),
+    ("vit", "dynamic", 28.0, 0.9, 1.01),
+    ("llama", "dynamic", 36.0, 0.9, 1.01),
     ("llama", "llm4", 10.0, 0.5, 1.01),
 ]
 
