@@ -191,6 +191,36 @@ def test_quantization_error_vs_float_model(case, capsys):
     assert len(b.ours) <= len(b.theirs) * size_bound + 256, (len(b.ours), len(b.theirs))
 
 
+def _delegate_nodes(pte: bytes) -> tuple[list[str], list[tuple]]:
+    """Node types and quantized values (datatype, parameters kind, per-token rows) of the
+    program's first XNNPACK delegate."""
+    from pyexecutorch.backends.xnnpack import schema as S
+    from pyexecutorch.schema.pte import decode_pte
+
+    p = decode_pte(pte)
+    d = p.program.execution_plan[0].delegates[0]
+    g = S.decode_payload(p.delegate_segments[d.processed.index]).graph
+    values = [
+        (
+            v.xvalue_union.tensor_value.datatype,
+            type(v.xvalue_union.quant_params).__name__,
+            getattr(v.xvalue_union.quant_params, "num_nonbatch_dims", None),
+        )
+        for v in g.xvalues
+        if isinstance(v.xvalue_union, S.XNNQuantizedTensorValue)
+    ]
+    return [type(n.xnode_union).__name__ for n in g.xnodes], values
+
+
+def test_dynamic_convolution_lowered_as_the_official_delegate():
+    """ViT's patch convolution, dynamically quantized: the official delegate's nodes (a
+    transpose to NHWC, a convert to qdint8 per image, the convolution on qcint8 weights)."""
+    b = _build("vit", "dynamic")
+    ours, theirs = _delegate_nodes(b.ours), _delegate_nodes(b.theirs)
+    assert ours == theirs
+    assert ours[0][:3] == ["XNNStaticTranspose", "XNNConvert", "XNNConv2d"]
+
+
 # --------------------------------------------------------------------------------------
 # A quantization operator we cannot handle fails at export, naming it and the model line.
 
