@@ -191,15 +191,43 @@ def test_quantization_error_vs_float_model(case, capsys):
     assert len(b.ours) <= len(b.theirs) * size_bound + 256, (len(b.ours), len(b.theirs))
 
 
-def _delegate_nodes(pte: bytes) -> tuple[list[str], list[tuple]]:
-    """Node types and quantized values (datatype, parameters kind, per-token rows) of the
-    program's first XNNPACK delegate."""
+def _delegate_graphs(pte: bytes) -> list:
+    """The XNNPACK graphs of the program's delegates, in program order."""
     from pyexecutorch.backends.xnnpack import schema as S
     from pyexecutorch.schema.pte import decode_pte
 
     p = decode_pte(pte)
-    d = p.program.execution_plan[0].delegates[0]
-    g = S.decode_payload(p.delegate_segments[d.processed.index]).graph
+    return [
+        S.decode_payload(p.delegate_segments[d.processed.index]).graph
+        for d in p.program.execution_plan[0].delegates
+    ]
+
+
+_DYNAMIC = [arch for arch, recipe, *_ in CASES if recipe == "dynamic"]
+
+
+@pytest.mark.parametrize("arch", _DYNAMIC)
+def test_dynamic_delegates_as_the_official_partitioner_cuts_them(arch):
+    """Each shared run-time quantization stays with the linears reading it, and the
+    delegates hold what the official exporter's hold (node types, delegate by delegate)."""
+    import collections
+
+    def histograms(pte: bytes) -> list[collections.Counter]:
+        return [
+            collections.Counter(type(n.xnode_union).__name__ for n in g.xnodes)
+            for g in _delegate_graphs(pte)
+        ]
+
+    b = _build(arch, "dynamic")
+    assert histograms(b.ours) == histograms(b.theirs)
+
+
+def _delegate_nodes(pte: bytes) -> tuple[list[str], list[tuple]]:
+    """Node types and quantized values (datatype, parameters kind, per-token rows) of the
+    program's first XNNPACK delegate."""
+    from pyexecutorch.backends.xnnpack import schema as S
+
+    g = _delegate_graphs(pte)[0]
     values = [
         (
             v.xvalue_union.tensor_value.datatype,
