@@ -1,7 +1,9 @@
 """Quantized architectures through our exporter, in both runtimes.
 
-For the static int8 CNNs of #11 (our XNNPACKQuantizer, per-channel weights), a
-dynamically quantized GPT-2 and a Llama-shaped decoder with 4-bit groupwise linears
+For the static int8 CNNs of #11 (our XNNPACKQuantizer, per-channel weights), its
+transformers quantized dynamically (GPT-2, BERT, ViT with its patch convolution,
+Llama: int8 activations chosen at run time, per-channel int8 weights), and a
+Llama-shaped decoder with 4-bit groupwise linears
 and int8 embeddings (torchao ``quantize_``), each quantized once and shared by its
 four tests:
 
@@ -61,7 +63,8 @@ from ._quantized_models import (  # noqa: E402
 
 # (architecture, recipe, SNR floor in dB, top-1 agreement floor, size bound over the
 # official exporter's .pte). The floors sit a few dB under what each case gives
-# today. ConvNeXt's SNR is low because its layer scales (1e-6) leave the output a small
+# today. BERT's SNR is high because its small random-init layers add little to the
+# (float) embeddings its last hidden state carries. ConvNeXt's SNR is low because its layer scales (1e-6) leave the output a small
 # signal next to the head's quantization step; its top-1 agreement is still 1.
 CASES = [
     ("resnet18", "static", 20.0, 0.99, 1.01),
@@ -72,6 +75,9 @@ CASES = [
     ("shufflenet_v2", "static", 30.0, 0.99, 1.01),
     ("convnext", "static", 6.0, 0.99, 1.01),
     ("gpt2", "dynamic", 30.0, 0.9, 1.01),
+    ("bert", "dynamic", 70.0, 0.9, 1.01),
+    ("vit", "dynamic", 28.0, 0.9, 1.01),
+    ("llama", "dynamic", 36.0, 0.9, 1.01),
     ("llama", "llm4", 10.0, 0.5, 1.01),
 ]
 
@@ -183,6 +189,64 @@ def test_quantization_error_vs_float_model(case, capsys):
     assert snr > min_snr, f"{b.case.name}: SNR {snr:.1f} dB"
     assert agree >= min_agree, f"{b.case.name}: top-1 agreement {agree:.2f}"
     assert len(b.ours) <= len(b.theirs) * size_bound + 256, (len(b.ours), len(b.theirs))
+
+
+def _delegate_graphs(pte: bytes) -> list:
+    """The XNNPACK graphs of the program's delegates, in program order."""
+    from pyexecutorch.backends.xnnpack import schema as S
+    from pyexecutorch.schema.pte import decode_pte
+
+    p = decode_pte(pte)
+    return [
+        S.decode_payload(p.delegate_segments[d.processed.index]).graph
+        for d in p.program.execution_plan[0].delegates
+    ]
+
+
+_DYNAMIC = [arch for arch, recipe, *_ in CASES if recipe == "dynamic"]
+
+
+@pytest.mark.parametrize("arch", _DYNAMIC)
+def test_dynamic_delegates_as_the_official_partitioner_cuts_them(arch):
+    """Each shared run-time quantization stays with the linears reading it, and the
+    delegates hold what the official exporter's hold (node types, delegate by delegate)."""
+    import collections
+
+    def histograms(pte: bytes) -> list[collections.Counter]:
+        return [
+            collections.Counter(type(n.xnode_union).__name__ for n in g.xnodes)
+            for g in _delegate_graphs(pte)
+        ]
+
+    b = _build(arch, "dynamic")
+    assert histograms(b.ours) == histograms(b.theirs)
+
+
+def _delegate_nodes(pte: bytes) -> tuple[list[str], list[tuple]]:
+    """Node types and quantized values (datatype, parameters kind, per-token rows) of the
+    program's first XNNPACK delegate."""
+    from pyexecutorch.backends.xnnpack import schema as S
+
+    g = _delegate_graphs(pte)[0]
+    values = [
+        (
+            v.xvalue_union.tensor_value.datatype,
+            type(v.xvalue_union.quant_params).__name__,
+            getattr(v.xvalue_union.quant_params, "num_nonbatch_dims", None),
+        )
+        for v in g.xvalues
+        if isinstance(v.xvalue_union, S.XNNQuantizedTensorValue)
+    ]
+    return [type(n.xnode_union).__name__ for n in g.xnodes], values
+
+
+def test_dynamic_convolution_lowered_as_the_official_delegate():
+    """ViT's patch convolution, dynamically quantized: the official delegate's nodes (a
+    transpose to NHWC, a convert to qdint8 per image, the convolution on qcint8 weights)."""
+    b = _build("vit", "dynamic")
+    ours, theirs = _delegate_nodes(b.ours), _delegate_nodes(b.theirs)
+    assert ours == theirs
+    assert ours[0][:3] == ["XNNStaticTranspose", "XNNConvert", "XNNConv2d"]
 
 
 # --------------------------------------------------------------------------------------

@@ -113,6 +113,9 @@ def _layout(ctx: PassContext, node: Node) -> bool:
         return bool(node.args[0].meta.get(NHWC, False)) and rank(node) == 4
     if needs_nhwc(node):
         return True
+    if node.target is qd.quantize_per_tensor.tensor and node.users:
+        # a run-time quantization read by convolutions converts the NHWC image
+        return all(_is_conv2d(u) for u in node.users)
     key = op_key(node.target)
     if key in _FOLLOW_FIRST:
         src = node.args[0]

@@ -126,8 +126,9 @@ def per_tensor(scale: float, zero_point: int) -> QuantSpec:
     return QuantSpec(S.XNNDatatype.qint8, S.PerTensorQuant(float(scale), int(zero_point)))
 
 
-def per_token() -> QuantSpec:
-    return QuantSpec(S.XNNDatatype.qdint8, S.PerTokenDynamicQuant(num_nonbatch_dims=1))
+def per_token(nonbatch_dims: int = 1) -> QuantSpec:
+    """``qdint8`` with parameters chosen per row of the last ``nonbatch_dims`` dims."""
+    return QuantSpec(S.XNNDatatype.qdint8, S.PerTokenDynamicQuant(num_nonbatch_dims=nonbatch_dims))
 
 
 def _static_spec(q: Node) -> QuantSpec:
@@ -247,7 +248,8 @@ def fold_quantization(ctx: PassContext) -> None:
         if node.target in STATIC_Q:
             node.meta[XNN_QUANT] = _static_spec(node)  # a convert from float
         elif is_dynamic_quantize(ctx, node):
-            node.meta[XNN_QUANT] = per_token()
+            # a convolution's input is quantized per image (C, H, W), a linear's per row
+            node.meta[XNN_QUANT] = per_token(3 if _feeds_convolution(node) else 1)
         elif node.target in STATIC_DQ or (
             node.target in dynamic_dequantizers() and is_dynamic_quantize(ctx, node.args[0])
         ):
@@ -255,9 +257,20 @@ def fold_quantization(ctx: PassContext) -> None:
     graph.eliminate_dead_code()
 
 
+def _feeds_convolution(q: Node) -> bool:
+    return any(_is_conv(u) for dq in q.users for u in dq.users)
+
+
+def _is_conv(node: Node) -> bool:
+    return node.op == "call_function" and node.target is aten.convolution.default
+
+
 def _dynamic_gemm(ctx: PassContext, node: Node) -> bool:
-    """A linear on a dynamically quantized activation and a quantized constant weight."""
-    if node.op != "call_function" or node.target is not aten.linear.default:
+    """A linear or 2-D convolution on a dynamically quantized activation and a quantized
+    constant weight."""
+    if node.op != "call_function" or node.target not in _DYNAMIC_GEMMS:
+        return False
+    if _is_conv(node) and (node.args[6] or node.args[1].meta["val"].dim() != 4):
         return False
     x = node.args[0]
     return (
@@ -283,9 +296,10 @@ def _bypass_dequantize(ctx: PassContext, dq: Node, quantized: set[Node]) -> None
 
 
 def _reads_dynamic(user: Node, dq: Node) -> bool:
-    return (
-        user.op == "call_function" and user.target is aten.linear.default and (user.args[0] is dq)
-    )
+    return user.op == "call_function" and user.target in _DYNAMIC_GEMMS and user.args[0] is dq
+
+
+_DYNAMIC_GEMMS = (aten.linear.default, aten.convolution.default)
 
 
 __all__ = ["XNN_QUANT", "XNN_QWEIGHT", "QuantSpec", "WeightQuant", "fold_quantization"]

@@ -131,6 +131,22 @@ def _gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
     return _weight_deps(node) + ([bias] if isinstance(bias, Node) else [])
 
 
+def _static_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
+    """Weight and bias, the input's dequantize and the output's quantize (through a
+    fused activation): one group, never split across delegates."""
+    deps = [*_gemm_deps(node, ep), node.args[0]]
+    users = list(node.users)
+    if len(users) == 1 and users[0].target in _STATIC_GEMM_ACTS:
+        deps.append(users[0])
+        users = list(users[0].users)
+    if len(users) == 1 and users[0].target is qd.quantize_per_tensor.default:
+        deps.append(users[0])
+    return deps
+
+
+_STATIC_GEMM_ACTS = (aten.relu.default, aten.hardtanh.default)
+
+
 def _static_gemm(node: Node, ep: ExportedProgram) -> str | None:
     if not _is_static_dq(node.args[0]):
         return "input is not dequantized per tensor"
@@ -197,7 +213,12 @@ def _dynamic_q(node: Node, ep: ExportedProgram) -> str | None:
 
 
 def _dynamic_deps(node: Node, ep: ExportedProgram) -> list[Node]:
-    return [n for n in node.all_input_nodes if n.target is operator.getitem]
+    # the scale and zero point picked at run time, not a getitem quantized (a norm's output)
+    return [
+        n
+        for n in node.all_input_nodes
+        if n.target is operator.getitem and n.args[0].target in _choosers()
+    ]
 
 
 def _dynamic_dq(node: Node, ep: ExportedProgram) -> str | None:
@@ -212,6 +233,24 @@ def _dynamic_linear(node: Node, ep: ExportedProgram) -> str | None:
     if not isinstance(x, Node) or x.target not in _dynamic_dequantizers():
         return "input is not dynamically quantized"
     return weight_problem(ep, node.args[1]) or _bias_problem(node, ep)
+
+
+def _dynamic_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
+    """Weight and bias, and the run-time quantization of the input (choose_qparams, its
+    getitems, quantize, dequantize): one group, shared by every linear reading it."""
+    dq = node.args[0]
+    q = dq.args[0]
+    return [*_gemm_deps(node, ep), dq, q, *_dynamic_deps(q, ep), _scale_source(q)]
+
+
+def _dynamic_conv(node: Node, ep: ExportedProgram) -> str | None:
+    if node.args[6]:
+        return "transposed dynamically quantized convolution"
+    if rank(node.args[1]) != 4:
+        return f"{rank(node.args[1]) - 2}-D dynamically quantized convolution (2-D only)"
+    if node.args[1].target is not qd.dequantize_per_channel.default:
+        return "convolution weight is not dequantized per channel"
+    return _dynamic_linear(node, ep)
 
 
 def _affine_dq(node: Node, ep: ExportedProgram) -> str | None:
@@ -259,14 +298,18 @@ def quantized_configs() -> list[OpConfig]:
             **raw,
         ),
         OpConfig(
-            "QuantizedConvolutionConfig", aten.convolution.default, STATIC, _static_conv, _gemm_deps
+            "QuantizedConvolutionConfig",
+            aten.convolution.default,
+            STATIC,
+            _static_conv,
+            _static_gemm_deps,
         ),
         OpConfig(
             "QuantizedLinearConfig",
             aten.linear.default,
             STATIC,
             _static_gemm,
-            _gemm_deps,
+            _static_gemm_deps,
             keep_whole=True,
         ),
         OpConfig(
@@ -302,11 +345,18 @@ def quantized_configs() -> list[OpConfig]:
             **raw,
         ),
         OpConfig(
+            "DynamicQuantizedConvolutionConfig",
+            aten.convolution.default,
+            DYNAMIC,
+            _dynamic_conv,
+            _dynamic_gemm_deps,
+        ),
+        OpConfig(
             "DynamicQuantizedLinearConfig",
             aten.linear.default,
             DYNAMIC,
             _dynamic_linear,
-            _gemm_deps,
+            _dynamic_gemm_deps,
             keep_whole=True,
         ),
     ]

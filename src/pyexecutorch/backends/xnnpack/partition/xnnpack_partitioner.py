@@ -3,9 +3,9 @@
 Each call_function node is matched against the op configs of its operator
 (:mod:`.config`) at the enabled precisions; a config that accepts the node
 names the nodes delegated with it (weights, fused activations), and groups of
-matched nodes that touch are merged, as the official partitioner does. The
-largest pieces of matched nodes without a path out and back become the
-delegates. Why a node stays with the portable kernels is logged, one line per
+matched nodes that touch are merged, as the official partitioner does. Each
+group stays whole in one delegate; groups are merged greedily into larger
+delegates wherever no path leaves and re-enters one (:mod:`.grouping`). Why a node stays with the portable kernels is logged, one line per
 node, at DEBUG on the logger ``pyexecutorch.backends.xnnpack`` (``verbose=True``
 turns that level on).
 """
@@ -30,12 +30,12 @@ from pyexecutorch.backends.xnnpack.partition.config import (
     is_constant,
     op_key,
 )
+from pyexecutorch.backends.xnnpack.partition.grouping import delegate_groups
 from pyexecutorch.exir.backend import (
     DELEGATION_TAG,
     DelegationSpec,
     Partitioner,
     PartitionResult,
-    tag_supported_nodes,
 )
 
 logger = logging.getLogger("pyexecutorch.backends.xnnpack")
@@ -180,7 +180,15 @@ class XnnpackPartitioner(Partitioner):
         else:
             supported = {n for g in groups for n in g if n.op == "call_function"}
             while True:
-                tags = tag_supported_nodes(ep.graph_module, supported.__contains__, "tag")
+                # a matched group (a quantized linear with its input's quantization, a
+                # q/dq pair and its op) is never split across delegates
+                kept = [[n for n in g if n in supported or n.op != "call_function"] for g in groups]
+                tags = []
+                for nodes in delegate_groups(ep.graph, kept):
+                    tag = f"tag{len(tags)}"
+                    for n in nodes:
+                        n.meta[DELEGATION_TAG] = tag
+                    tags.append(tag)
                 for group in groups:
                     _tag_constants(ep, group)
                 unplaced = _shared_static_inputs(ep, supported)
