@@ -9,38 +9,17 @@ bit for bit) and against torch eager.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
+from _tiers import both_tiers, program
 
-from pyexecutorch.exir import to_edge
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS
 from pyexecutorch.runtime import Runtime
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
 
 F = torch.nn.functional
-
-
-def _program(module: torch.nn.Module, inputs: tuple) -> bytes:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return to_edge(torch.export.export(module, inputs)).to_executorch().buffer
-
-
-def _both_tiers(module: torch.nn.Module, inputs: tuple):  # noqa: ANN202
-    buf = _program(module, inputs)
-    arrays = [x.numpy() for x in inputs]
-    numpy_tier = Runtime.get().load_program(buf, jit=False).load_method("forward")
-    compiled = Runtime.get().load_program(buf, jit=True).load_method("forward")
-    want = [np.asarray(o) for o in numpy_tier.execute(arrays)]
-    got = [np.asarray(o) for o in compiled.execute(arrays)]
-    with torch.no_grad():
-        result = module(*inputs)
-    eager = [o.numpy() for o in (result if isinstance(result, tuple) else (result,))]
-    return compiled, want, got, eager
 
 
 def _assert_same_floats(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -131,7 +110,7 @@ def test_float_formulas_match_numpy_kernels_and_torch(dtype):
     x = _edge_floats((5, 8), dtype)
     y = torch.rand(1, 8, generator=torch.Generator().manual_seed(4)).to(dtype) + 0.5
     c = torch.rand(5, 8, generator=torch.Generator().manual_seed(5)) > 0.5
-    compiled, want, got, eager = _both_tiers(FloatOps(), (x, y, c))
+    compiled, want, got, eager = both_tiers(FloatOps(), (x, y, c))
     # one loop stores all outputs (a scalar op's constant tensor may stay outside)
     fused = sum(len(run) for run in compiled._loaded.fused_runs)
     assert fused >= len(want) - 2, compiled._loaded.chains[0].source
@@ -171,7 +150,7 @@ def test_integer_formulas_are_bit_exact(dtype):
     x.view(-1)[:4] = torch.tensor([info.min, info.max, 0, -1], dtype=dtype)
     y = torch.randint(-9, 9, (4, 1), generator=torch.Generator().manual_seed(7), dtype=dtype)
     c = torch.rand(4, 6, generator=torch.Generator().manual_seed(8)) > 0.5
-    compiled, want, got, eager = _both_tiers(IntOps(), (x, y, c))
+    compiled, want, got, eager = both_tiers(IntOps(), (x, y, c))
     assert compiled._loaded.fused_runs
     for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
         assert g.dtype == w.dtype, k
@@ -194,7 +173,7 @@ class Chain(torch.nn.Module):
 
 def test_chain_intermediates_stay_in_registers_and_match():
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(10))
-    compiled, want, got, eager = _both_tiers(Chain(), (x,))
+    compiled, want, got, eager = both_tiers(Chain(), (x,))
     runs = compiled._loaded.fused_runs
     assert len(runs) == 1 and len(runs[0]) >= 6, compiled._loaded.chains[0].source
     _assert_same_floats(got[0], want[0], "chain")
@@ -221,19 +200,19 @@ def test_every_formula_is_exercised_here():
     ):
         from pyexecutorch.schema.pte import decode_pte  # noqa: PLC0415
 
-        plan = decode_pte(_program(module, inputs)).program.execution_plan[0]
+        plan = decode_pte(program(module, inputs)).program.execution_plan[0]
         ops |= {op.qualified_name for op in plan.operators}
     missing = set(FORMULAS) - ops - (names - ops)
     assert not missing, f"formulas without a test: {sorted(missing)}"
 
 
 def test_jit_false_and_environment_keep_the_numpy_tier(monkeypatch):
-    buf = _program(Chain(), (torch.randn(3, 8),))
+    buf = program(Chain(), (torch.randn(3, 8),))
     assert not Runtime.get().load_program(buf, jit=False).load_method("forward")._loaded.fused_runs
     monkeypatch.setenv("PYEXECUTORCH_JIT", "0")
-    program = Runtime.get().load_program(buf)
-    assert not program.jit
-    assert not program.load_method("forward")._loaded.fused_runs
+    loaded = Runtime.get().load_program(buf)
+    assert not loaded.jit
+    assert not loaded.load_method("forward")._loaded.fused_runs
     monkeypatch.setenv("PYEXECUTORCH_JIT", "1")
     assert Runtime.get().load_program(buf).jit
 
@@ -242,7 +221,7 @@ def test_jit_true_without_numba_raises(monkeypatch):
     from pyexecutorch.runtime import JitUnavailableError, compiled  # noqa: PLC0415
 
     monkeypatch.setattr(compiled, "numba_module", lambda: None)
-    buf = _program(Chain(), (torch.randn(3, 8),))
+    buf = program(Chain(), (torch.randn(3, 8),))
     with pytest.raises(JitUnavailableError, match=r"jit=True needs numba"):
         Runtime.get().load_program(buf, jit=True)
     assert not Runtime.get().load_program(buf).jit  # the default falls back quietly
@@ -263,7 +242,7 @@ class Gates(torch.nn.Module):
 def test_split_pieces_are_read_by_the_loop_and_the_split_is_skipped():
     g = torch.Generator().manual_seed(12)
     x, h = torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 4, generator=g)
-    compiled, want, got, eager = _both_tiers(Gates(), (x, h))
+    compiled, want, got, eager = both_tiers(Gates(), (x, h))
     loaded = compiled._loaded
     instructions = loaded.plan.chains[0].instructions
     (split,) = [

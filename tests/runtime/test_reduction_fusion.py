@@ -6,37 +6,19 @@ and means of elementwise expressions, kept and dropped dimensions, float32 and f
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
-
-from pyexecutorch.exir import to_edge
-from pyexecutorch.runtime import Runtime
+from _tiers import both_tiers
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
 
 F = torch.nn.functional
 
 
-def _program(module: torch.nn.Module, inputs: tuple) -> bytes:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return to_edge(torch.export.export(module, inputs)).to_executorch().buffer
-
-
 def _run(module: torch.nn.Module, inputs: tuple):  # noqa: ANN202
     """(the compiled method's loaded form, its outputs, the numpy tier's, eager's)."""
-    buf = _program(module, inputs)
-    arrays = [x.numpy() for x in inputs]
-    numpy_tier = Runtime.get().load_program(buf, jit=False).load_method("forward")
-    compiled = Runtime.get().load_program(buf, jit=True).load_method("forward")
-    want = [np.asarray(o) for o in numpy_tier.execute(arrays)]
-    got = [np.asarray(o) for o in compiled.execute(arrays)]
-    with torch.no_grad():
-        result = module(*inputs)
-    eager = [o.numpy() for o in (result if isinstance(result, tuple) else (result,))]
+    compiled, want, got, eager = both_tiers(module, inputs)
     return compiled._loaded, got, want, eager
 
 

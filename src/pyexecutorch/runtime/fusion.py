@@ -359,7 +359,6 @@ class Fuser:
 
     def _stored(self, run: list[_Member]) -> list[int]:
         """Outputs of the run that something outside it reads."""
-        flow = self.flow
         pcs = {m.pc for m in run}
         last_writer = {m.out: m.pc for m in run}
         stored = []
@@ -367,16 +366,22 @@ class Fuser:
             j = mem.out
             if last_writer[j] != mem.pc:
                 continue  # rewritten later in the run: that member stores it if needed
-            outside = any(r not in pcs and r > mem.pc for r in flow.read_at.get(j, ()))
-            if (
-                outside
-                or j in self.outputs
-                or j in flow.delegate_reads
-                or flow.write_count[j] != 1
-                or flow.aliases_reading(mem.pc, j)
-            ):
+            if self.must_store(pcs, mem.pc, j):
                 stored.append(j)
         return stored
+
+    def must_store(self, pcs: set[int], pc: int, j: int) -> bool:
+        """Whether value ``j``, written by instruction ``pc`` of the group of instructions
+        ``pcs``, must reach memory: read after the group, a method output, read by a
+        delegate, written more than once, or read through an alias."""
+        flow = self.flow
+        return (
+            any(r not in pcs and r > pc for r in flow.read_at.get(j, ()))
+            or j in self.outputs
+            or j in flow.delegate_reads
+            or flow.write_count[j] != 1
+            or flow.aliases_reading(pc, j)
+        )
 
     def _safe(self, inputs: list[int], stored: list[int]) -> bool:
         """Whether no stored output overlaps an input it does not match exactly."""

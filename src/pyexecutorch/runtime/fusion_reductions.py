@@ -478,19 +478,7 @@ def build_group(fuser: Fuser, group: list[Any]) -> ReducedCall | None:
             return build_group(fuser, group[:n])
     # what the elementwise machinery stores: outputs read outside the group
     pcs = {mem.pc for mem in group}
-    stored = []
-    flow = fuser.flow
-    for mem in group:
-        for j in _outs(mem):
-            outside = any(r not in pcs and r > mem.pc for r in flow.read_at.get(j, ()))
-            if (
-                outside
-                or j in fuser.outputs
-                or j in flow.delegate_reads
-                or flow.write_count[j] != 1
-                or flow.aliases_reading(mem.pc, j)
-            ):
-                stored.append(j)
+    stored = [j for mem in group for j in _outs(mem) if fuser.must_store(pcs, mem.pc, j)]
     if not stored or not _safe(fuser, b, stored):
         return None
     source = b.source(stored)
