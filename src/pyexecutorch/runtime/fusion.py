@@ -91,16 +91,7 @@ class FusedCall:
         source_of = {
             k: f"out{aliases[k]}" if k in aliases else f"in{k}" for k in range(len(self.inputs))
         }
-        lines = [
-            "import math",
-            "import numpy as np",
-            "from numba import njit",
-            f"T = np.{self.dtype.name}",
-            "",
-            "",
-            '@njit(cache=True, error_model="numpy")',
-            f"def fused({', '.join(params)}):",
-        ]
+        lines = loop_header(self.dtype, params)
         if flat:
             lines.append("    for i in range(out0.size):")
             index, indent = "i", "        "
@@ -119,6 +110,21 @@ class FusedCall:
     def function(self, flat: bool, aliases: dict[int, int] | None = None) -> Any:
         """The compiled loop (a numba dispatcher), generated and imported on first use."""
         return compiled.generated_module(self.source(flat, aliases), "fused").fused
+
+
+def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
+    """The lines that open a generated loop module: its imports, ``T`` (the loop's
+    dtype) and the signature of its compiled function ``fused``."""
+    return [
+        "import math",
+        "import numpy as np",
+        "from numba import njit",
+        f"T = np.{dtype.name}",
+        "",
+        "",
+        '@njit(cache=True, error_model="numpy")',
+        f"def fused({', '.join(params)}):",
+    ]
 
 
 def same_elements(a: np.ndarray, out: np.ndarray) -> bool:

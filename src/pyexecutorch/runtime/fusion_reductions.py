@@ -29,7 +29,14 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.runtime import compiled
-from pyexecutorch.runtime.fusion import _FLOAT_DTYPES, Fuser, _literal, _Member, same_elements
+from pyexecutorch.runtime.fusion import (
+    _FLOAT_DTYPES,
+    Fuser,
+    _literal,
+    _Member,
+    loop_header,
+    same_elements,
+)
 from pyexecutorch.schema.program import Tensor
 
 FULL, ROW = "full", "row"
@@ -380,16 +387,7 @@ class _Builder:
             phase[name] = p + 1 if node.reduce else p
         reduces = [n for n, node in nodes.items() if node.reduce]
         n_phases = max((phase[r] for r in reduces), default=0)
-        lines = [
-            "import math",
-            "import numpy as np",
-            "from numba import njit",
-            f"T = np.{self.dtype.name}",
-            "",
-            "",
-            '@njit(cache=True, error_model="numpy")',
-            f"def fused({', '.join(p[0] for p in params)}):",
-        ]
+        lines = loop_header(self.dtype, [p[0] for p in params])
         for d in range(rank):
             lines.append(f"    n{d} = {extents[d]}")
         indent = "    "

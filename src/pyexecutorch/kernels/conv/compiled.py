@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
@@ -107,7 +106,7 @@ def _convolution(
     if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
         return None
     dt = input.dtype
-    if dt not in _FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim != 4:
+    if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim != 4:
         return None
     if bias is not None and (not _tensor(bias) or bias.dtype != dt):
         return None

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
+from pyexecutorch.kernels.compiled_arrays import planned
 from pyexecutorch.kernels.index.index import embedding_out, index_put_out, index_select_out
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
@@ -72,12 +73,6 @@ def _put_rows(src, index, values, out, accumulate, copy):  # noqa: ANN001, ANN20
 PUT_ROWS = serial_and_parallel(_put_rows, "put_rows")
 
 
-def _planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
-    return (
-        isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape and a.flags.c_contiguous
-    )
-
-
 def _index(a: Any) -> bool:
     return (
         isinstance(a, np.ndarray)
@@ -94,7 +89,7 @@ def _embedding_form(
     """Rows of a 2-D weight gathered by int32/int64 indices, or None."""
     if not isinstance(weight, np.ndarray) or weight.dtype not in _VALUES or weight.ndim != 2:
         return None
-    if not _index(indices) or not _planned(out, weight.dtype, indices.shape + weight.shape[1:]):
+    if not _index(indices) or not planned(out, weight.dtype, indices.shape + weight.shape[1:]):
         return None
     n = indices.size
     src_shape = (1, *weight.shape)
@@ -136,7 +131,7 @@ def _index_put_form(a: Any, indices: Any, values: Any, accumulate: Any, out: Any
     if not _index(index) or index.ndim != 1 or a.shape[axis] == 0:
         return None
     region = a.shape[:axis] + index.shape + a.shape[axis + 1 :]
-    if not (_planned(values, a.dtype, values.shape) and _planned(out, a.dtype, a.shape)):
+    if not (planned(values, a.dtype, values.shape) and planned(out, a.dtype, a.shape)):
         return None
     try:
         fits = np.broadcast_shapes(values.shape, region) == region
@@ -177,7 +172,7 @@ def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
     if not -a.ndim <= dim < a.ndim:
         return None
     axis = dim % a.ndim
-    if not _planned(out, a.dtype, a.shape[:axis] + index.shape + a.shape[axis + 1 :]):
+    if not planned(out, a.dtype, a.shape[:axis] + index.shape + a.shape[axis + 1 :]):
         return None
     before, after = math.prod(a.shape[:axis]), math.prod(a.shape[axis + 1 :])
     src_shape = (before, a.shape[axis], after)

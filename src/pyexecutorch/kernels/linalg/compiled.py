@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 from numba import prange
 
+from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Above this many multiply-adds one BLAS call costs less than the loop below
 # (measured on float32, one thread; see the report of issue 14).
@@ -59,13 +58,9 @@ def _array(a: Any, dtype: np.dtype, ndim: int) -> bool:
     )
 
 
-def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return np.ascontiguousarray(a).reshape(shape)
-
-
 def _product(a: Any, b: Any, out: Any, ndim: int, whole: bool = False) -> tuple | None:
     """``(batch, n, k, p)`` of a small float product ``a @ b`` into planned ``out``, or None."""
-    if not isinstance(a, np.ndarray) or a.dtype not in _FLOATS:
+    if not isinstance(a, np.ndarray) or a.dtype not in FLOATS:
         return None
     dt = a.dtype
     if not (_array(a, dt, ndim) and _array(b, dt, ndim) and _array(out, dt, ndim)):
@@ -87,7 +82,7 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
     """``run(a, b, out)`` calling the loop on 3-D views made at load for the planned arrays."""
     batch, n, k, p = dims
     sa, sb, so = (batch, n, k), (batch, k, p), (batch, n, p)
-    av, bv, ov = _flat(a0, sa), _flat(b0, sb), o0.reshape(so)
+    av, bv, ov = contiguous(a0, sa), contiguous(b0, sb), o0.reshape(so)
     has_bias = bias is not None
     bias = np.zeros((1, 1), a0.dtype) if bias is None else bias
     load = (av, bv, bias, ov, has_bias)
@@ -95,8 +90,8 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
 
     def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
-            av if a is a0 else _flat(a, sa),
-            bv if b is b0 else _flat(b, sb),
+            av if a is a0 else contiguous(a, sa),
+            bv if b is b0 else contiguous(b, sb),
             bias,
             ov if out is o0 else out.reshape(so),
             has_bias,

@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense, planned
 from pyexecutorch.kernels.norm.norm import bn_scale_shift
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, row_sum
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _row_squares(x, i, mu, zero):  # noqa: ANN001, ANN201
@@ -127,20 +126,6 @@ def _array(a: Any, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> boo
     return isinstance(a, np.ndarray) and a.dtype == dtype and (shape is None or a.shape == shape)
 
 
-def _dense(a: Any) -> bool:
-    """A C-contiguous array: its load-time views are views, never stale copies."""
-    return isinstance(a, np.ndarray) and a.flags.c_contiguous
-
-
-def _planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
-    return _array(a, dtype, shape) and a.flags.c_contiguous
-
-
-def _rows(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``a`` as a C-contiguous array of ``shape`` (a view when it already is one)."""
-    return np.ascontiguousarray(a).reshape(shape)
-
-
 def _param(p: Any, dtype: np.dtype, size: int) -> bool:
     return p is None or (_array(p, dtype) and p.size == size)
 
@@ -149,7 +134,7 @@ def _stats_out(a: Any, used: bool, dtype: np.dtype, shape: tuple[int, ...], m: i
     """The flat view a statistics output is written through, or scratch when nothing reads it."""
     if not used:
         return np.empty(m, dtype), False
-    if not _planned(a, dtype, shape):
+    if not planned(a, dtype, shape):
         return None, True
     return a.reshape(m), True
 
@@ -168,7 +153,7 @@ def _layer_norm_form(
     unused_outputs: frozenset[int] = frozenset(),
 ) -> Any:
     """Layer norm of float32/float64 rows, or None."""
-    if not _dense(input) or input.dtype not in _FLOATS:
+    if not dense(input) or input.dtype not in FLOATS:
         return None
     dt = input.dtype
     ns = tuple(normalized_shape)
@@ -179,7 +164,7 @@ def _layer_norm_form(
     m = input.size // k if k else 0
     if m == 0 or k == 0 or k > MAX_ROW or not isinstance(eps, float):
         return None
-    if not (_param(weight, dt, k) and _param(bias, dt, k) and _planned(out0, dt, input.shape)):
+    if not (_param(weight, dt, k) and _param(bias, dt, k) and planned(out0, dt, input.shape)):
         return None
     stat_shape = input.shape[: input.ndim - nd] + (1,) * nd
     mean0, use_mean = _stats_out(out1, 1 not in unused_outputs, dt, stat_shape, m)
@@ -190,8 +175,8 @@ def _layer_norm_form(
     o_load, o_rows = out0, out0.reshape(m, k)
     w_load, b_load = weight, bias
     dummy = np.zeros(1, dt)
-    w_rows = dummy if weight is None else _rows(weight, (k,))
-    b_rows = dummy if bias is None else _rows(bias, (k,))
+    w_rows = dummy if weight is None else contiguous(weight, (k,))
+    b_rows = dummy if bias is None else contiguous(bias, (k,))
     has_w, has_b = weight is not None, bias is not None
     zero = dt.type(-0.0)
     load = (x_rows, w_rows, b_rows, o_rows, mean0, rstd0, eps, has_w, has_b, zero)
@@ -199,9 +184,9 @@ def _layer_norm_form(
 
     def layer_norm(input, normalized_shape, weight, bias, eps, out0, out1, out2):  # noqa: ANN001, ANN202
         kern(
-            x_rows if input is x_load else _rows(input, (m, k)),
-            w_rows if weight is w_load else _rows(weight, (k,)),
-            b_rows if bias is b_load else _rows(bias, (k,)),
+            x_rows if input is x_load else contiguous(input, (m, k)),
+            w_rows if weight is w_load else contiguous(weight, (k,)),
+            b_rows if bias is b_load else contiguous(bias, (k,)),
             o_rows if out0 is o_load else out0.reshape(m, k),
             out1.reshape(m) if use_mean else mean0,
             out2.reshape(m) if use_rstd else rstd0,
@@ -234,7 +219,7 @@ def _group_norm_form(
     unused_outputs: frozenset[int] = frozenset(),
 ) -> Any:
     """Group norm of float32/float64 (N, C, ...) tensors, or None."""
-    if not _dense(input) or input.dtype not in _FLOATS or input.ndim < 2:
+    if not dense(input) or input.dtype not in FLOATS or input.ndim < 2:
         return None
     dt = input.dtype
     if not all(isinstance(v, int) for v in (N, C, HxW, group)) or not isinstance(eps, float):
@@ -243,7 +228,7 @@ def _group_norm_form(
         return None
     if group <= 0 or C % group:
         return None
-    if not (_param(weight, dt, C) and _param(bias, dt, C) and _planned(out0, dt, input.shape)):
+    if not (_param(weight, dt, C) and _param(bias, dt, C) and planned(out0, dt, input.shape)):
         return None
     rows, cg = N * group, C // group
     mean0, use_mean = _stats_out(out1, 1 not in unused_outputs, dt, (N, group), rows)
@@ -255,17 +240,17 @@ def _group_norm_form(
     o_load, o_rows = out0, out0.reshape(shape)
     w_load, b_load = weight, bias
     dummy = np.zeros(1, dt)
-    w_flat = dummy if weight is None else _rows(weight, (C,))
-    b_flat = dummy if bias is None else _rows(bias, (C,))
+    w_flat = dummy if weight is None else contiguous(weight, (C,))
+    b_flat = dummy if bias is None else contiguous(bias, (C,))
     has_w, has_b = weight is not None, bias is not None
     load = (x_rows, w_flat, b_flat, o_rows, mean0, rstd0, eps, group, has_w, has_b)
     kern = pick(GROUP_NORM, input.size, load)
 
     def group_norm(input, weight, bias, N, C, HxW, group, eps, out0, out1, out2):  # noqa: ANN001, ANN202, N803
         kern(
-            x_rows if input is x_load else _rows(input, shape),
-            w_flat if weight is w_load else _rows(weight, (C,)),
-            b_flat if bias is b_load else _rows(bias, (C,)),
+            x_rows if input is x_load else contiguous(input, shape),
+            w_flat if weight is w_load else contiguous(weight, (C,)),
+            b_flat if bias is b_load else contiguous(bias, (C,)),
             o_rows if out0 is o_load else out0.reshape(shape),
             out1.reshape(rows) if use_mean else mean0,
             out2.reshape(rows) if use_rstd else rstd0,
@@ -295,10 +280,10 @@ def _batch_norm_form(
     out2: Any,
 ) -> Any:
     """Inference batch norm with constant parameters: one scale-and-shift loop, or None."""
-    if not _dense(input) or input.dtype not in _FLOATS or input.ndim < 2:
+    if not dense(input) or input.dtype not in FLOATS or input.ndim < 2:
         return None
     dt, c = input.dtype, input.shape[1]
-    if not isinstance(eps, float) or not _planned(out0, dt, input.shape) or input.size == 0:
+    if not isinstance(eps, float) or not planned(out0, dt, input.shape) or input.size == 0:
         return None
     params = (weight, bias, running_mean, running_var)
     for i, p in enumerate(params):
@@ -318,7 +303,7 @@ def _batch_norm_form(
 
     def batch_norm(input, weight, bias, running_mean, running_var, momentum, eps, out0, out1, out2):  # noqa: ANN001, ANN202
         kern(
-            x_rows if input is x_load else _rows(input, shape),
+            x_rows if input is x_load else contiguous(input, shape),
             scale,
             shift,
             o_rows if out0 is o_load else out0.reshape(shape),

@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense, planned
 from pyexecutorch.kernels.pool import pool
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, SUM_ROWS
 from pyexecutorch.kernels.registry import KernelError, compiled_form
 from pyexecutorch.runtime.compiled import pick, serial_and_parallel
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _first_inside(start, step):  # noqa: ANN001, ANN201
@@ -108,23 +107,8 @@ AVG_POOL = serial_and_parallel(_avg_pool, "avg_pool")
 ADAPTIVE_AVG_POOL = serial_and_parallel(_adaptive_avg_pool, "adaptive_avg_pool")
 
 
-def _array(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
-    return (
-        isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape and a.flags.c_contiguous
-    )
-
-
-def _dense(a: Any) -> bool:
-    """A C-contiguous array: its load-time views are views, never stale copies."""
-    return isinstance(a, np.ndarray) and a.flags.c_contiguous
-
-
 def _planes(a: np.ndarray) -> tuple[int, int, int]:
     return (math.prod(a.shape[:-2]), a.shape[-2], a.shape[-1])
-
-
-def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return np.ascontiguousarray(a).reshape(shape)
 
 
 @compiled_form("aten::max_pool2d_with_indices.out")
@@ -144,7 +128,7 @@ def _max_pool_form(
 
     When nothing reads the indices numpy's separable running maximum is faster.
     """
-    if 1 in unused_outputs or not _dense(x) or x.dtype not in _FLOATS:
+    if 1 in unused_outputs or not dense(x) or x.dtype not in FLOATS:
         return None
     try:
         k, s, p, d, ohw = pool._pool_geometry(
@@ -153,7 +137,7 @@ def _max_pool_form(
     except (KernelError, TypeError, ValueError):
         return None
     shape = x.shape[:-2] + ohw
-    if not (_array(out, x.dtype, shape) and _array(indices, np.dtype(np.int64), shape)):
+    if not (planned(out, x.dtype, shape) and planned(indices, np.dtype(np.int64), shape)):
         return None
     xs = _planes(x)
     os_ = (xs[0], *ohw)
@@ -164,7 +148,7 @@ def _max_pool_form(
 
     def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
         kern(
-            xv if x is x0 else _flat(x, xs),
+            xv if x is x0 else contiguous(x, xs),
             ov if out is o0 else out.reshape(os_),
             iv if indices is i0 else indices.reshape(os_),
             *geometry,
@@ -186,7 +170,7 @@ def _avg_pool_form(
     out: Any,
 ) -> Any:
     """Average pooling of float32/float64 tensors, or None."""
-    if not _dense(x) or x.dtype not in _FLOATS:
+    if not dense(x) or x.dtype not in FLOATS:
         return None
     if divisor_override is not None and (
         not isinstance(divisor_override, int) or divisor_override == 0
@@ -199,7 +183,7 @@ def _avg_pool_form(
     except (KernelError, TypeError, ValueError):
         return None
     shape = x.shape[:-2] + ohw
-    if not _array(out, x.dtype, shape):
+    if not planned(out, x.dtype, shape):
         return None
     if divisor_override is not None:
         divisor = np.full(ohw, float(divisor_override))
@@ -215,7 +199,7 @@ def _avg_pool_form(
         x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out
     ):  # noqa: ANN001, ANN202, E501
         kern(
-            xv if x is x0 else _flat(x, xs),
+            xv if x is x0 else contiguous(x, xs),
             ov if out is o0 else out.reshape(os_),
             divisor,
             *k,
@@ -230,7 +214,7 @@ def _avg_pool_form(
 @compiled_form("aten::_adaptive_avg_pool2d.out")
 def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
     """Adaptive average pooling of float32/float64 tensors, or None."""
-    if not _dense(x) or x.dtype not in _FLOATS or x.ndim not in (3, 4):
+    if not dense(x) or x.dtype not in FLOATS or x.ndim not in (3, 4):
         return None
     try:
         oh, ow = pool._pair(output_size, "output_size", "_adaptive_avg_pool2d")
@@ -239,7 +223,7 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
     h, w = x.shape[-2:]
     if oh <= 0 or ow <= 0 or h == 0 or w == 0 or x.size == 0:
         return None
-    if not _array(out, x.dtype, x.shape[:-2] + (oh, ow)):
+    if not planned(out, x.dtype, x.shape[:-2] + (oh, ow)):
         return None
     planes = math.prod(x.shape[:-2])
     x0, o0 = x, out
@@ -263,7 +247,7 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
     kern = pick(variants, x.size, (xv, ov, *consts))
 
     def adaptive_avg_pool(x, output_size, out):  # noqa: ANN001, ANN202
-        kern(xv if x is x0 else _flat(x, xs), ov if out is o0 else out.reshape(os_), *consts)
+        kern(xv if x is x0 else contiguous(x, xs), ov if out is o0 else out.reshape(os_), *consts)
         return out
 
     return adaptive_avg_pool

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_MAX_DTYPES = (*_FLOATS, np.dtype(np.int32), np.dtype(np.int64))
+_MAX_DTYPES = (*FLOATS, np.dtype(np.int32), np.dtype(np.int64))
 
 
 def _softmax(x, out, log):  # noqa: ANN001, ANN201
@@ -173,15 +173,6 @@ def axis_run(shape: tuple[int, ...], dims: Any) -> tuple[int, int, int] | None:
     return math.prod(shape[:first]), math.prod(shape[first:last]), math.prod(shape[last:])
 
 
-def _flat(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return np.ascontiguousarray(a).reshape(shape)
-
-
-def _dense(a: Any) -> bool:
-    """A C-contiguous array: its load-time views are views, never stale copies."""
-    return isinstance(a, np.ndarray) and a.flags.c_contiguous
-
-
 def _planned(a: Any, dtype: np.dtype, size: int) -> bool:
     return (
         isinstance(a, np.ndarray) and a.dtype == dtype and a.size == size and a.flags.c_contiguous
@@ -199,7 +190,7 @@ def _bind(
 
     def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
-            xv if x is x0 else _flat(x, x_shape),
+            xv if x is x0 else contiguous(x, x_shape),
             ov if out is o0 else out.reshape(o_shape),
             *consts,
         )
@@ -207,6 +198,20 @@ def _bind(
 
     run.step = (choose(variants, x0.size), load)  # the call on the planned arrays
     return run
+
+
+def _as_kernel(run: Any, out_at: int) -> Any:
+    """``run(x, out)`` called as the kernel is: ``x`` first, its out array at ``out_at``.
+
+    The planned call (``step``) is ``run``'s, and the kernel fills its out array.
+    """
+
+    def call(*args: Any) -> Any:
+        return run(args[0], args[out_at])
+
+    call.step = run.step
+    call.fills_outputs = True
+    return call
 
 
 def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divisor: float):  # noqa: ANN201
@@ -223,21 +228,14 @@ def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divis
 def _softmax_form(log: bool):  # noqa: ANN202
     def form(x: Any, dim: Any, half_to_float: Any, out: Any) -> Any:
         """Softmax of a float32/float64 tensor along one axis, or None."""
-        if not _dense(x) or x.dtype not in _FLOATS or half_to_float:
+        if not dense(x) or x.dtype not in FLOATS or half_to_float:
             return None
         if not isinstance(dim, int) or x.ndim == 0 or x.size == 0:
             return None
         layout = axis_run(x.shape, dim)
         if layout is None or not _planned(out, x.dtype, x.size) or out.shape != x.shape:
             return None
-        run = _bind(SOFTMAX, x, out, layout, layout, log)
-
-        def softmax(x, dim, half_to_float, out):  # noqa: ANN001, ANN202
-            return run(x, out)
-
-        softmax.step = run.step
-        softmax.fills_outputs = True
-        return softmax
+        return _as_kernel(_bind(SOFTMAX, x, out, layout, layout, log), 3)
 
     return form
 
@@ -248,7 +246,7 @@ compiled_form("aten::_log_softmax.out")(_softmax_form(True))
 
 def _reduction(x: Any, dim: Any, out: Any, dtypes: tuple[np.dtype, ...]) -> tuple | None:
     """``(a, k, b)`` of a reduction of ``x`` over ``dim`` into ``out``, or None."""
-    if not _dense(x) or x.dtype not in dtypes or x.size == 0:
+    if not dense(x) or x.dtype not in dtypes or x.size == 0:
         return None
     layout = axis_run(x.shape, dim)
     if layout is None or not _planned(out, x.dtype, layout[0] * layout[2]):
@@ -259,37 +257,21 @@ def _reduction(x: Any, dim: Any, out: Any, dtypes: tuple[np.dtype, ...]) -> tupl
 @compiled_form("aten::mean.out")
 def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     """The mean of float32/float64 values over consecutive axes, or None."""
-    layout = _reduction(x, dim, out, _FLOATS)
+    layout = _reduction(x, dim, out, FLOATS)
     if layout is None or (dtype is not None and out.dtype != x.dtype):
         return None
     run = sum_over(x, out, layout, float(layout[1]))
-    if run is None:
-        return None
-
-    def mean(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
-        return run(x, out)
-
-    mean.step = run.step
-    mean.fills_outputs = True
-    return mean
+    return None if run is None else _as_kernel(run, 4)
 
 
 @compiled_form("aten::sum.IntList_out")
 def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     """The sum of float32/float64 values over consecutive axes, or None (integers widen: numpy)."""
-    layout = _reduction(x, dim, out, _FLOATS)
+    layout = _reduction(x, dim, out, FLOATS)
     if layout is None:
         return None
     run = sum_over(x, out, layout, 0.0)
-    if run is None:
-        return None
-
-    def sum_(x, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
-        return run(x, out)
-
-    sum_.step = run.step
-    sum_.fills_outputs = True
-    return sum_
+    return None if run is None else _as_kernel(run, 4)
 
 
 @compiled_form("aten::amax.out")
@@ -299,11 +281,4 @@ def _amax_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
     if layout is None:
         return None
     a, _, b = layout
-    run = _bind(AMAX, x, out, layout, (a, b))
-
-    def amax(x, dim, keepdim, out):  # noqa: ANN001, ANN202
-        return run(x, out)
-
-    amax.step = run.step
-    amax.fills_outputs = True
-    return amax
+    return _as_kernel(_bind(AMAX, x, out, layout, (a, b)), 3)

@@ -1,0 +1,30 @@
+"""What the compiled forms (``kernels/<family>/compiled.py``) ask of the arrays they bind.
+
+A compiled form makes its views of the planned arrays once, at load; that is only
+sound for C-contiguous arrays, whose reshapes are views rather than copies that
+would go stale. At run time an argument that is not the planned array is made
+contiguous in the kernel's shape first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the dtypes compiled loops compute
+
+
+def dense(a: Any) -> bool:
+    """A C-contiguous array: its load-time views are views, never stale copies."""
+    return isinstance(a, np.ndarray) and a.flags.c_contiguous
+
+
+def planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    """A C-contiguous array of exactly ``dtype`` and ``shape``."""
+    return dense(a) and a.dtype == dtype and a.shape == shape
+
+
+def contiguous(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` as a C-contiguous array of ``shape`` (a view when it already is one)."""
+    return np.ascontiguousarray(a).reshape(shape)
