@@ -24,7 +24,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_
 from torch.fx import Node
 
 from pyexecutorch.backends.xnnpack import schema as S
-from pyexecutorch.backends.xnnpack._passes.channels_last import TO_NCHW, TO_NHWC
+from pyexecutorch.backends.xnnpack._passes.channels_last import TO_NHWC
 from pyexecutorch.backends.xnnpack._passes.fuse_activation import MIN_MAX
 from pyexecutorch.backends.xnnpack._passes.quantized import (
     XNN_QUANT,
@@ -35,7 +35,13 @@ from pyexecutorch.backends.xnnpack._passes.quantized import (
     qparam_choosers,
 )
 from pyexecutorch.backends.xnnpack.operators.builder import UINT64_MAX, GraphBuilder, xnode
-from pyexecutorch.backends.xnnpack.operators.visitors import VISITORS, conv_node, register
+from pyexecutorch.backends.xnnpack.operators.visitors import (
+    VISITORS,
+    conv_node,
+    images_as_rows,
+    register,
+    rows_as_images,
+)
 from pyexecutorch.backends.xnnpack.partition.config import op_key
 from pyexecutorch.exir.backend import PreprocessError
 
@@ -217,7 +223,7 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
     filt = _weight(b, node, data, wq, axis)
     bias_id = _bias(b, node, wq)
     if one_d:
-        x, y = _rows_as_images(b, x_node, node)
+        x, y = rows_as_images(b, x_node, node)
     else:
         x, y = b.value(x_node, True), b.define(node, True)
     b.emit(
@@ -236,37 +242,7 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
         node.meta.get(MIN_MAX),
     )
     if one_d:
-        _images_as_rows(b, y, node)
-
-
-def _rows_as_images(b: GraphBuilder, x_node: Node, node: Node) -> tuple[int, int]:
-    """The [N, C, L] input as an [N, 1, L, C] image, and the conv's [N, 1, L', C'] output."""
-    n, c, length = b.dims(x_node)
-    dtype = x_node.meta["val"].dtype
-    x4 = b.temporary(dtype, [n, c, 1, length], like=x_node)
-    b.emit(
-        xnode(
-            "XNNStaticReshape",
-            num_dims=4,
-            new_shape=[n, c, 1, length],
-            input_id=b.value(x_node, False),
-            output_id=x4,
-        )
-    )
-    x = b.temporary(dtype, [n, 1, length, c], like=x_node)
-    b.emit(xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NHWC), input_id=x4, output_id=x))
-    on, oc, olen = b.dims(node)
-    return x, b.temporary(node.meta["val"].dtype, [on, 1, olen, oc], like=node)
-
-
-def _images_as_rows(b: GraphBuilder, y: int, node: Node) -> None:
-    on, oc, olen = b.dims(node)
-    y4 = b.temporary(node.meta["val"].dtype, [on, oc, 1, olen], like=node)
-    b.emit(xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NCHW), input_id=y, output_id=y4))
-    out = b.define(node, False)
-    b.emit(
-        xnode("XNNStaticReshape", num_dims=3, new_shape=[on, oc, olen], input_id=y4, output_id=out)
-    )
+        images_as_rows(b, y, node)
 
 
 def _with_quantized(target: object, quantized) -> None:

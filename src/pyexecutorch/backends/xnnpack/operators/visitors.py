@@ -43,6 +43,39 @@ def _min_max(node: Node) -> tuple[float, float] | None:
     return node.meta.get(MIN_MAX)
 
 
+def rows_as_images(b: GraphBuilder, x_node: Node, node: Node) -> tuple[int, int]:
+    """A 1-D convolution's [N, C, L] input as an [N, 1, L, C] image (reshape, transpose), and
+    the value for its [N, 1, L', C'] output; temporaries take the nodes' quantization."""
+    n, c, length = b.dims(x_node)
+    dtype = x_node.meta["val"].dtype
+    flat = b.value(x_node, False)
+    x4 = b.temporary(dtype, [n, c, 1, length], like=x_node)
+    b.emit(
+        xnode(
+            "XNNStaticReshape",
+            num_dims=4,
+            new_shape=[n, c, 1, length],
+            input_id=flat,
+            output_id=x4,
+        )
+    )
+    x = b.temporary(dtype, [n, 1, length, c], like=x_node)
+    b.emit(xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NHWC), input_id=x4, output_id=x))
+    on, oc, olen = b.dims(node)
+    return x, b.temporary(node.meta["val"].dtype, [on, 1, olen, oc], like=node)
+
+
+def images_as_rows(b: GraphBuilder, y: int, node: Node) -> None:
+    """The [N, 1, L', C'] image ``y`` back to the node's [N, C', L'] output."""
+    on, oc, olen = b.dims(node)
+    y4 = b.temporary(node.meta["val"].dtype, [on, oc, 1, olen], like=node)
+    b.emit(xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NCHW), input_id=y, output_id=y4))
+    out = b.define(node, False)
+    b.emit(
+        xnode("XNNStaticReshape", num_dims=3, new_shape=[on, oc, olen], input_id=y4, output_id=out)
+    )
+
+
 def conv_node(
     kind: str,
     weight_shape: Sequence[int],
@@ -275,24 +308,7 @@ def _convolution(b: GraphBuilder, node: Node) -> None:
         bias_id = b.constant_data(b.ctx.constant(bias_node).float(), (bias_node, "conv"))
         b.note(bias_node)
     if one_d:
-        n, c, length = b.dims(x_node)
-        flat = b.value(x_node, False)
-        x4 = b.temporary(x_node.meta["val"].dtype, [n, c, 1, length])
-        b.emit(
-            xnode(
-                "XNNStaticReshape",
-                num_dims=4,
-                new_shape=[n, c, 1, length],
-                input_id=flat,
-                output_id=x4,
-            )
-        )
-        x = b.temporary(x_node.meta["val"].dtype, [n, 1, length, c])
-        b.emit(
-            xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NHWC), input_id=x4, output_id=x)
-        )
-        on, oc, olen = b.dims(node)
-        y = b.temporary(node.meta["val"].dtype, [on, 1, olen, oc])
+        x, y = rows_as_images(b, x_node, node)
     else:
         x = b.value(x_node, True)
         y = b.define(node, True)
@@ -316,16 +332,7 @@ def _convolution(b: GraphBuilder, node: Node) -> None:
         _min_max(node),
     )
     if one_d:
-        y4 = b.temporary(node.meta["val"].dtype, [on, oc, 1, olen])
-        b.emit(
-            xnode("XNNStaticTranspose", num_dims=4, perm=list(TO_NCHW), input_id=y, output_id=y4)
-        )
-        out = b.define(node, False)
-        b.emit(
-            xnode(
-                "XNNStaticReshape", num_dims=3, new_shape=[on, oc, olen], input_id=y4, output_id=out
-            )
-        )
+        images_as_rows(b, y, node)
 
 
 @register(aten._native_batch_norm_legit_no_training.default)
