@@ -954,9 +954,17 @@ def convert_outputs(
     borrowed = (
         [(p, inp) for p, inp in enumerate(inputs) if inp.storage is not None] if inputs else ()
     )
-    if torch is not None and not clone and not borrowed:
-        # The common torch case, inlined: writable arrays wrap as they are.
+    if torch is not None and not borrowed:
+        # The common torch cases, inlined (a small model's outputs cost more here than
+        # its kernels): copies wrap as they are, and so do writable arrays without clone.
         from_numpy = torch.from_numpy
+        if clone:
+            return [
+                from_numpy(v.copy(order="K"))
+                if type(v) is np.ndarray and v.dtype.kind != "V"
+                else _output(v, clone, torch, borrowed, method)
+                for v in values
+            ]
         return [
             from_numpy(v)
             if type(v) is np.ndarray and v.flags.writeable and v.dtype.kind != "V"
