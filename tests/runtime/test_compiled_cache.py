@@ -117,6 +117,71 @@ def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path)
     torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
 
 
+# Reads a generated loop back from the cache (its machine code alone, see
+# compiled._read_lazily), then compiles a new function calling it: numba then
+# links the loop's bitcode into the caller, which the lazy reader parses on demand.
+LINKING_CHILD = """
+import json, sys
+import numpy as np
+from pyexecutorch.runtime import compiled
+compiled.enabled(True)
+loop = compiled.generated_module('''
+from numba import njit
+
+
+@njit(cache=True)
+def scale(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * 3.0 - 1.0
+''', "test_loop")
+x, out = np.linspace(-2, 2, 9), np.empty(9)
+compiled.entry_point(loop.scale, (x, out))(x, out)
+caller = compiled.generated_module(f'''
+from numba import njit
+from {loop.__name__} import scale
+
+
+@njit(cache=True)
+def twice(x, out):
+    scale(x, out)
+    scale(out, out)
+    return out[0] + {sys.argv[1]}
+''', "test_caller")
+first = float(caller.twice(x, out))
+print(json.dumps({
+    "loop_hits": sum(loop.scale.stats.cache_hits.values()),
+    "caller_misses": sum(caller.twice.stats.cache_misses.values()),
+    "first": first,
+    "out": out.tolist(),
+}))
+"""
+
+
+def _linking_child(cache: Path, constant: str) -> dict:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_CACHE_DIR"}
+    proc = subprocess.run(
+        [sys.executable, "-c", LINKING_CHILD, constant],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": SRC, "PYEXECUTORCH_CACHE_DIR": str(cache)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_loop_read_from_the_cache_links_into_a_new_caller(tmp_path):
+    cold = _linking_child(tmp_path, "0.5")
+    assert cold["loop_hits"] == 0
+    # a caller source of its own (another constant): it compiles, linking the cached loop
+    warm = _linking_child(tmp_path, "0.25")
+    assert warm["loop_hits"] == 1 and warm["caller_misses"] == 1
+    x = [-2 + 0.5 * i for i in range(9)]
+    want = [(v * 3.0 - 1.0) * 3.0 - 1.0 for v in x]
+    assert warm["out"] == cold["out"] == want
+    assert warm["first"] == want[0] + 0.25 and cold["first"] == want[0] + 0.5
+
+
 def test_threads_option_and_reset_set_numba_threads():
     from pyexecutorch import portable_lib  # noqa: PLC0415
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415

@@ -158,11 +158,130 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
 
     Calling it skips the dispatcher's type resolution (about half a small
     call); only valid when every call passes arguments of those same types.
+    Machine code read back from the disk cache is read without its linking
+    bitcode (see :func:`_read_lazily`).
     """
     numba = numba_module()
     signature = tuple(numba.typeof(a) for a in arrays)
-    dispatcher.compile(signature)
-    return dispatcher.overloads[signature].entry_point
+    overload = dispatcher.overloads.get(signature)
+    if overload is None:
+        _read_lazily(dispatcher)
+        dispatcher.compile(signature)
+        overload = dispatcher.overloads[signature]
+    return overload.entry_point
+
+
+# numba's cached machine code for one function comes with the LLVM bitcode of
+# the function and every callee it inlined, kept so that a later compilation can
+# link it into a caller. Reading it back parses all of that bitcode and walks every
+# symbol in it (most of a warm load_method: ~35 ms of ~40 for a small method
+# compiled whole), though only a function that some new compilation calls ever
+# needs it. The reader below installs the machine code alone and parses the
+# bitcode when numba first asks for it to link (the files on disk are numba's own).
+_lazy_impl: Any = None
+
+
+def _read_lazily(dispatcher: Any) -> None:
+    """Make ``dispatcher``'s disk cache read machine code without parsing its bitcode.
+
+    Leaves numba's own reader where this numba is not the one it was written
+    for (the cache files stay numba's format either way).
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    impl = getattr(cache, "_impl", None)
+    lazy = _lazy_cache_impl()
+    if lazy is not None and type(impl) is lazy.__base__:
+        impl.__class__ = lazy
+
+
+def _lazy_cache_impl() -> Any:
+    """The subclass of numba's cache reader that links lazily, made once (None: unsupported)."""
+    global _lazy_impl
+    if _lazy_impl is None:
+        with _lock:
+            if _lazy_impl is None:
+                _lazy_impl = _make_lazy_cache_impl() or False
+    return _lazy_impl or None
+
+
+def _make_lazy_cache_impl() -> Any:
+    from numba.core import caching, codegen, compiler  # noqa: PLC0415 - compiled tier only
+    from numba.core.codegen import JITCodeLibrary  # noqa: PLC0415
+
+    needed = (
+        hasattr(caching, "CompileResultCacheImpl")
+        and hasattr(JITCodeLibrary, "_set_compiled_object")
+        and hasattr(JITCodeLibrary, "_finalize_final_module")
+        and hasattr(codegen, "JitEngine")
+        and getattr(compiler, "CR_FIELDS", None) is not None
+        and "reload_init" in compiler.CR_FIELDS
+    )
+    if not needed:
+        return None
+    parse_bitcode = codegen.ll.parse_bitcode
+
+    class LazilyLinkedLibrary(JITCodeLibrary):
+        """A library made from cached machine code, its linking bitcode parsed on demand."""
+
+        @property
+        def _shared_module(self) -> Any:
+            held = self.__dict__
+            if held.get("_linking_module") is None and held.get("_linking_bitcode"):
+                module = parse_bitcode(held.pop("_linking_bitcode"))
+                self._codegen._engine._load_defined_symbols(module)  # as numba's reader does
+                held["_linking_module"] = module
+            return held.get("_linking_module")
+
+        @_shared_module.setter
+        def _shared_module(self, module: Any) -> None:
+            self.__dict__["_linking_module"] = module
+
+    class LazyLinkingCacheImpl(caching.CompileResultCacheImpl):
+        def rebuild(self, target_context: Any, payload: Any) -> Any:
+            libdata = payload[0]
+            codegen_ = target_context.codegen()
+            if (
+                len(payload) != 9
+                or not (isinstance(libdata, tuple) and len(libdata) == 3)
+                or libdata[1] != "object"
+                or codegen_._library_class is not JITCodeLibrary
+            ):
+                return super().rebuild(target_context, payload)
+            name, _, (object_code, linking_bitcode) = libdata
+            fndesc, env, signature, objectmode, lifted, typeann, reload_init, envs = payload[1:]
+            for init in reload_init:
+                init()
+            library = LazilyLinkedLibrary(codegen_, name)
+            library.enable_object_caching()
+            library._set_compiled_object(object_code)
+            library.__dict__["_linking_bitcode"] = linking_bitcode
+            library._finalize_final_module()
+            # The symbols this load looks up; the rest are known once the bitcode is parsed.
+            codegen_._engine._defined_symbols.update(
+                (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
+            )
+            result = compiler.CompileResult(
+                target_context=target_context,
+                typing_context=target_context.typing_context,
+                library=library,
+                environment=env,
+                entry_point=target_context.get_executable(library, fndesc, env),
+                fndesc=fndesc,
+                type_annotation=typeann,
+                signature=signature,
+                objectmode=objectmode,
+                lifted=lifted,
+                typing_error=None,
+                call_helper=None,
+                metadata=None,
+                reload_init=reload_init,
+                referenced_envs=envs,
+            )
+            for held in envs:
+                library.codegen.set_env(held.env_name, held)
+            return result
+
+    return LazyLinkingCacheImpl
 
 
 # A parallel region costs tens of microseconds (far more on a busy machine):
