@@ -11,6 +11,7 @@ and written, since a program does not say which are inputs.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,7 @@ class Flow:
     rebound: set[int]  # values a delegate or a move sets to an array of its choosing
     bounds: dict[int, tuple[int, int]]  # bytes of each tensor in an arena
     read_at: dict[int, list[int]] = field(default_factory=dict)  # value -> reading instructions
+    _written_ranges: list[list[tuple[int, int]]] | None = None  # see _covering_writes
 
     @staticmethod
     def of(method: Any) -> Flow | None:
@@ -145,23 +147,31 @@ class Flow:
             return []
         lo, hi = region
         found = []
+        read_at = self.read_at
+        covering = self._covering_writes()
         for i, (a, b) in self.bounds.items():
             if i == j or b <= lo or a >= hi:
                 continue
-            later = [r for r in self.read_at.get(i, ()) if r > pc]
-            if later and not any(self._covers(q, (a, b)) for q in range(pc + 1, later[0])):
+            reads = read_at.get(i)
+            if not reads:
+                continue
+            at = bisect_right(reads, pc)  # reads are in instruction order
+            if at == len(reads):
+                continue
+            if not any(c <= a and b <= d for q in range(pc + 1, reads[at]) for c, d in covering[q]):
                 found.append(i)
         return found
 
-    def _covers(self, pc: int, region: tuple[int, int]) -> bool:
-        """Whether instruction ``pc`` writes a value spanning all of ``region``."""
-        lo, hi = region
-        bounds = self.bounds
-        return any(
-            j in bounds and bounds[j][0] <= lo and hi <= bounds[j][1]
-            for j in self.writes[pc]
-            if j not in self.delegate_reads  # a delegate argument may be only read
-        )
+    def _covering_writes(self) -> list[list[tuple[int, int]]]:
+        """Per instruction, the byte ranges it writes whole (a delegate argument may be only
+        read); built once, on first use."""
+        if self._written_ranges is None:
+            bounds = self.bounds
+            self._written_ranges = [
+                [bounds[j] for j in w if j in bounds and j not in self.delegate_reads]
+                for w in self.writes
+            ]
+        return self._written_ranges
 
     def writes_to(self, pc: int, region: tuple[int, int]) -> bool:
         """Whether instruction ``pc`` writes any byte of ``region``."""
