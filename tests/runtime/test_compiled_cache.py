@@ -117,6 +117,46 @@ def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path)
     torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
 
 
+def _generated_stats() -> tuple[int, int, int]:
+    """(generated modules imported, numba cache hits, compilations) over this process's
+    generated functions."""
+    functions = [
+        f
+        for name, m in list(sys.modules.items())
+        if name.startswith("pyexecutorch_generated_")
+        for f in vars(m).values()
+        if getattr(getattr(f, "py_func", None), "__module__", None) == name
+    ]
+    hits = sum(sum(f.stats.cache_hits.values()) for f in functions)
+    misses = sum(sum(f.stats.cache_misses.values()) for f in functions)
+    return len(functions), hits, misses
+
+
+def test_a_second_load_in_process_reuses_the_compiled_code(tmp_path, monkeypatch):
+    import numpy as np  # noqa: PLC0415
+
+    from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = to_edge(torch.export.export(WholeMethod(), (torch.randn(4, 6),)))
+        buf = program.to_executorch().buffer
+    monkeypatch.setenv("PYEXECUTORCH_CACHE_DIR", str(tmp_path))
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    first = Runtime.get().load_program(buf, jit=True).load_method("forward")
+    assert first._loaded.whole_source is not None
+    before = _generated_stats()
+    second = Runtime.get().load_program(buf, jit=True).load_method("forward")
+    # no module imported again, nothing read from the disk cache or compiled
+    assert _generated_stats() == before
+    assert second._loaded.whole_source == first._loaded.whole_source
+    (a,) = first.execute([x])
+    (b,) = second.execute([x])
+    want = WholeMethod()(torch.from_numpy(x))
+    torch.testing.assert_close(torch.from_numpy(np.asarray(b)), want, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 # Reads a generated loop back from the cache (its machine code alone, see
 # compiled._read_lazily), then compiles a new function calling it: numba then
 # links the loop's bitcode into the caller, which the lazy reader parses on demand.
