@@ -122,11 +122,18 @@ def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
     return check
 
 
+@functools.cache
+def _parameters(fast_path: Callable[..., Any]) -> frozenset[str]:
+    """The parameter names of a kernel's fast path or compiled form (module-level
+    functions, asked once per instruction at every load)."""
+    return frozenset(inspect.signature(fast_path).parameters)
+
+
 def whole_form_step(name: str, args: list[Any]) -> Step | None:
     """The Step of a compiled form that takes ``whole=True``: one it offers only inside a
     whole method (there no per-call cost weighs against its loop), or None."""
     form = get_compiled_form(name)
-    if form is None or "whole" not in inspect.signature(form).parameters:
+    if form is None or "whole" not in _parameters(form):
         return None
     try:
         fast = form(*args, whole=True)
@@ -1067,7 +1074,7 @@ class LoadedMethod:
                 return k.fn
         unused = frozenset(n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read)
         for special in candidates:
-            parameters = inspect.signature(special).parameters
+            parameters = _parameters(special)
             kwargs: dict[str, Any] = {}
             if dynamic:
                 # Only fast paths that size their outputs per call take dynamic shapes.
