@@ -39,7 +39,18 @@ stats = [  # each compiled function defined (not imported) by a generated module
     for f in vars(m).values()
     if getattr(getattr(f, "py_func", None), "__module__", None) == name
 ]
+forms = [  # the kernels' compiled forms: serial and parallel variants of each loop
+    d
+    for name, m in list(sys.modules.items())
+    if name.startswith("pyexecutorch.kernels.") and name.endswith(".compiled")
+    for pair in vars(m).values()
+    if isinstance(pair, tuple)
+    for d in pair
+    if hasattr(d, "stats")
+]
 print(json.dumps({
+    "form_loads": sum(sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values())
+                      for d in forms),
     "fused": len(method._loaded.fused_runs),
     "whole": method._loaded.whole_source is not None,
     "hits": sum(sum(s.cache_hits.values()) for s in stats),
@@ -155,6 +166,81 @@ def test_a_second_load_in_process_reuses_the_compiled_code(tmp_path, monkeypatch
     want = WholeMethod()(torch.from_numpy(x))
     torch.testing.assert_close(torch.from_numpy(np.asarray(b)), want, rtol=1e-6, atol=1e-6)
     assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+class SmallProduct(torch.nn.Module):
+    """A product small enough for the compiled mm form, then elementwise work (or not)."""
+
+    def __init__(self, reduce: bool = False) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(-1, 1, 24).reshape(6, 4))
+        self.reduce = reduce
+
+    def forward(self, x):
+        y = torch.relu(x @ self.w) * 2.0
+        # max.dim has no compiled step: the method keeps one line per instruction
+        return torch.max(y, dim=1).values if self.reduce else y
+
+
+def _closure_cells(functions) -> list:
+    """Everything held in the closure cells of ``functions`` and the functions they hold."""
+    import types  # noqa: PLC0415
+
+    held, stack, seen = [], [f for f in functions if isinstance(f, types.FunctionType)], set()
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        for cell in f.__closure__ or ():
+            held.append(cell.cell_contents)
+            if isinstance(cell.cell_contents, types.FunctionType):
+                stack.append(cell.cell_contents)
+    return held
+
+
+def test_kept_compiled_forms_call_their_compiled_function_directly(tmp_path):
+    import numpy as np  # noqa: PLC0415
+
+    from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+    from pyexecutorch.runtime.compiled import PendingEntryPoint  # noqa: PLC0415
+
+    model = SmallProduct(reduce=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        buf = to_edge(torch.export.export(model, (torch.randn(4, 6),))).to_executorch().buffer
+    method = Runtime.get().load_program(buf, jit=True).load_method("forward")
+    assert method._loaded.whole_source is None
+    bound = method._loaded.chains[0].run.__globals__.values()
+    held = _closure_cells(bound)
+    # the mm form's function was loaded at load time and put in place of its placeholder
+    assert not any(isinstance(h, PendingEntryPoint) for h in held)
+    from pyexecutorch.kernels.linalg.compiled import MATMUL  # noqa: PLC0415
+
+    loaded = {id(o.entry_point) for variant in MATMUL for o in variant.overloads.values()}
+    assert any(id(h) in loaded for h in held)
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    (out,) = method.execute([x])
+    want = model(torch.from_numpy(x)).detach()
+    torch.testing.assert_close(torch.from_numpy(np.asarray(out)), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_method_compiled_whole_reads_no_compiled_form_back(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pte = tmp_path / "product.pte"
+        program = to_edge(torch.export.export(SmallProduct(), (torch.randn(4, 6),)))
+        pte.write_bytes(program.to_executorch().buffer)
+    cache = tmp_path / "cache"
+    cold = _child(pte, cache)
+    assert cold["whole"] and cold["form_loads"] >= 1  # the product's loop, compiled into it
+    warm = _child(pte, cache)
+    # the whole function's machine code holds the product's loop: the form's own is not read
+    assert warm["whole"] and warm["misses"] == 0 and warm["hits"] == 1
+    assert warm["form_loads"] == 0
+    assert warm["out"] == cold["out"]
+    want = SmallProduct()(torch.linspace(-3, 3, 24).reshape(4, 6)).detach()
+    torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
 
 
 # Reads a generated loop back from the cache (its machine code alone, see

@@ -13,6 +13,7 @@ under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -20,6 +21,7 @@ import py_compile
 import sys
 import threading
 import types
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -319,8 +321,87 @@ def pick(variants: tuple[Any, Any], work: int, arguments: tuple[Any, ...]) -> An
     for ``work`` elements, for exactly the types of ``arguments`` (see :func:`entry_point`).
 
     Callers pass C-contiguous arrays of those dtypes and ranks on every call.
+    Inside :func:`deferred_entry_points` a function not yet in memory comes as a
+    :class:`PendingEntryPoint` instead, loaded only if its call is kept.
     """
-    return entry_point(choose(variants, work), arguments)
+    dispatcher = choose(variants, work)
+    pending = getattr(_deferral, "pending", None)
+    if pending is None:
+        return entry_point(dispatcher, arguments)
+    numba = numba_module()
+    loaded = dispatcher.overloads.get(tuple(numba.typeof(a) for a in arguments))
+    if loaded is not None:
+        return loaded.entry_point
+    entry = PendingEntryPoint(dispatcher, arguments)
+    pending.append(entry)
+    return entry
+
+
+class PendingEntryPoint:
+    """A compiled form's function, read from the disk cache when first needed.
+
+    A method that may compile whole builds its kernels' compiled forms before it
+    knows whether any will be called on its own: inside a whole-method function
+    none is, and reading each one's machine code back costs milliseconds. Calling
+    one loads it (so a form called early stays correct); :func:`bind_entry_points`
+    loads the kept ones at load time and puts them in place of their placeholders.
+    """
+
+    __slots__ = ("arguments", "dispatcher", "function")
+
+    def __init__(self, dispatcher: Any, arguments: tuple[Any, ...]) -> None:
+        self.dispatcher = dispatcher
+        self.arguments = arguments
+        self.function: Any = None
+
+    def load(self) -> Any:
+        if self.function is None:
+            self.function = entry_point(self.dispatcher, self.arguments)
+        return self.function
+
+    def __call__(self, *args: Any) -> Any:
+        return self.load()(*args)
+
+
+_deferral = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_entry_points() -> Iterator[list[PendingEntryPoint]]:
+    """Within it (on this thread), :func:`pick` defers loading; the list collects what it deferred."""
+    outer = getattr(_deferral, "pending", None)
+    pending: list[PendingEntryPoint] = []
+    _deferral.pending = pending
+    try:
+        yield pending
+    finally:
+        _deferral.pending = outer
+
+
+def bind_entry_points(functions: Iterable[Any], pending: list[PendingEntryPoint]) -> None:
+    """Load every deferred entry point, and put each in the closure cells of ``functions``
+    (and of the functions they close over) that hold its placeholder, so that calls go
+    straight to the compiled function."""
+    if not pending:
+        return
+    for entry in pending:
+        entry.load()
+    stack = [f for f in functions if isinstance(f, types.FunctionType)]
+    seen: set[int] = set()
+    while stack:
+        function = stack.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        for cell in function.__closure__ or ():
+            try:
+                held = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            if type(held) is PendingEntryPoint:
+                cell.cell_contents = held.function
+            elif isinstance(held, types.FunctionType):
+                stack.append(held)
 
 
 def choose(variants: tuple[Any, Any], work: int) -> Any:

@@ -499,6 +499,15 @@ class LoadedMethod:
         return args, args[-n_outs:]
 
     def _compile(self) -> list[CompiledChain]:
+        if not (self.jit and self.tracer is None and len(self.plan.chains) == 1):
+            return self._compile_chains([])
+        # It may compile whole: its compiled forms' functions load only if their calls stay.
+        with compiled_tier.deferred_entry_points() as pending:
+            return self._compile_chains(pending)
+
+    def _compile_chains(self, pending: list[Any]) -> list[CompiledChain]:
+        """The chains' generated code; ``pending`` lists compiled forms' deferred functions
+        (see compiled.deferred_entry_points), loaded when the chain does not compile whole."""
         plan = self.plan
         ns = Namespace()
         written = self._written_values()
@@ -840,6 +849,7 @@ class LoadedMethod:
             if self.whole_source is None:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
+                compiled_tier.bind_entry_points(ns.names.values(), pending)
             entry_points.clear()
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
