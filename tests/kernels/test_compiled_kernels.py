@@ -373,6 +373,58 @@ def test_mm_bmm_addmm(n, k, p, dtype):
 
 
 # ---------------------------------------------------------------------------
+# the vectorizable exp, erf and tanh of float32 loops (kernels/compiled_math.py)
+
+
+def _special_inputs() -> np.ndarray:
+    edges = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-4, -1e-4, 88.72, 88.73]
+    edges += [-87.3, -103.9, -104.0, -150.0, 4.0, -4.0, 3.9, 20.0, -20.0, 1e30, -1e30]
+    grid = np.linspace(-110.0, 95.0, 20001)
+    rng = np.random.default_rng(7).standard_normal(20000) * 3
+    return np.concatenate([edges, grid, rng]).astype(F32)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Distance in float32 steps, for finite values of one sign (0 where both are equal)."""
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    g = got.view(np.int32).astype(np.int64)
+    w = want.view(np.int32).astype(np.int64)
+    return np.where(same, 0, np.abs(g - w))
+
+
+def test_compiled_exp_erf_tanh_round_as_the_float64_functions():
+    from numba import njit  # noqa: PLC0415
+
+    from pyexecutorch.kernels.compiled_math import erf_f64, exp_f64, tanh_f64  # noqa: PLC0415
+    from pyexecutorch.kernels.elementwise.unary import ERF  # noqa: PLC0415
+
+    @njit
+    def apply(x, out):  # noqa: ANN001, ANN202 - a float32 loop as the fused ones are
+        for i in range(x.size):
+            out[0, i] = F32(exp_f64(x[i]))
+            out[1, i] = F32(erf_f64(x[i]))
+            out[2, i] = F32(tanh_f64(x[i]))
+
+    x = _special_inputs()
+    got = np.empty((3, x.size), F32)
+    apply(x, got)
+    x64 = torch.from_numpy(x.astype(F64))
+    with np.errstate(over="ignore"):
+        exact = [torch.exp(x64), torch.erf(x64), torch.tanh(x64)]
+        exact = [e.numpy().astype(F32) for e in exact]  # correctly rounded or nearly
+    for name, g, want in zip(("exp", "erf", "tanh"), got, exact, strict=True):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(x), err_msg=name)
+        assert _ulps(g, want).max() <= 1, name
+        assert (np.signbit(g) == np.signbit(want))[~np.isnan(x)].all(), name
+    assert got[0][x == np.inf][0] == np.inf and got[0][x == F32(88.73)][0] == np.inf
+    assert got[0][x == F32(-104.0)][0] == 0.0
+    # erf is the numpy kernel's own float32 erf
+    reference = np.empty_like(x)
+    ERF(x, reference)
+    np.testing.assert_allclose(got[1], reference, rtol=2e-7, atol=0)
+
+
+# ---------------------------------------------------------------------------
 # what the forms leave to numpy
 
 
