@@ -82,13 +82,13 @@ class _Graph:
 
 def _softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
     m = g.reduce("max", x)
-    e = g.elem("math.exp({0} - {1})", x, m)
+    e = g.elem("EXP({0} - {1})", x, m)
     return {0: g.elem("{0} / {1}", e, g.reduce("sum", e))}
 
 
 def _log_softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
     m = g.reduce("max", x)
-    s = g.reduce("sum", g.elem("math.exp({0} - {1})", x, m))
+    s = g.reduce("sum", g.elem("EXP({0} - {1})", x, m))
     return {0: g.elem("({0} - {1}) - math.log({2})", x, m, s)}
 
 
