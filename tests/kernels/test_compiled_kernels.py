@@ -21,6 +21,7 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 
 from pyexecutorch.exir import to_edge  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
+from pyexecutorch.kernels.linalg import compiled as linalg_compiled  # noqa: E402
 from pyexecutorch.kernels.registry import KernelError, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import Runtime  # noqa: E402
 from pyexecutorch.runtime import compiled as tier  # noqa: E402
@@ -370,6 +371,56 @@ def test_mm_bmm_addmm(n, k, p, dtype):
         bias = _read_only(_x(bias_shape, dtype, 5))
         want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
         _check("aten::addmm.out", (bias, a, b, 1, 1), [np.zeros((n, p), dtype)], want, dtype)
+
+
+@pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_products_past_the_loop_are_one_blas_call(dtype):
+    n, k, p = 17, 48, 40  # past WHOLE_MAX_MACS: BLAS in whole methods, and for addmm always
+    a, b = _x((n, k), dtype, 1), _x((k, p), dtype, 2)
+    a[0, 0] = np.nan
+    form = get_compiled_form
+    assert form("aten::mm.out")(a, b, np.zeros((n, p), dtype)) is None  # numpy's np.dot
+    for bias_shape in ((p,), (1, p), (n, p), (n, 1)):
+        bias = _read_only(_x(bias_shape, dtype, 5))
+        want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
+        _check("aten::addmm.out", (bias, a, b, 1, 1), [np.zeros((n, p), dtype)], want, dtype)
+    whole = {"whole": True}
+    out = np.zeros((n, p), dtype)
+    fast = form("aten::mm.out")(a, b, out, **whole)
+    assert fast.step[0] is linalg_compiled.blas_matmul
+    fast(a, b, out)
+    np.testing.assert_allclose(out, (_t(a) @ _t(b)).numpy(), **TOL[dtype])
+    a3, b3 = _x((3, n, k), dtype, 3), _x((3, k, p), dtype, 4)
+    out3 = np.zeros((3, n, p), dtype)
+    fast = form("aten::bmm.out")(a3, b3, out3, **whole)
+    assert fast.step[0] is linalg_compiled.blas_matmul
+    fast(a3, b3, out3)
+    np.testing.assert_allclose(out3, torch.bmm(_t(a3), _t(b3)).numpy(), **TOL[dtype])
+    # another array than the planned one is multiplied too (made contiguous first)
+    other = _x((n, k), dtype, 6)
+    fast = form("aten::mm.out")(a, b, out, **whole)
+    fast(np.asfortranarray(other), b, out)
+    np.testing.assert_allclose(out, (_t(other) @ _t(b)).numpy(), **TOL[dtype])
+    # BLAS writes into out: an out over an operand is left to numpy
+    square = _x((k, k), dtype, 7)
+    assert form("aten::mm.out")(square, square, square, **whole) is None
+
+
+def test_a_small_product_reads_a_strided_row_view_in_place():
+    rows = _x((2, 5, 16), F32, 8)
+    a = rows[:, -1]  # (2, 16), rows 80 floats apart: a select the runtime made a view
+    b, bias = _x((16, 4), F32, 9), _read_only(_x((4,), F32, 10))
+    want = torch.addmm(_t(bias), _t(np.ascontiguousarray(a)), _t(b)).numpy()
+    out = np.zeros((2, 4), F32)
+    fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out)
+    assert fast.step[1][0].base is not None and np.shares_memory(fast.step[1][0], rows)
+    fast(bias, a, b, 1, 1, out)
+    np.testing.assert_allclose(out, want, **TOL[F32])
+    rows[:, -1] += 1.0  # the bound view reads the new values
+    fast(bias, a, b, 1, 1, out)
+    want = torch.addmm(_t(bias), _t(np.ascontiguousarray(a)), _t(b)).numpy()
+    np.testing.assert_allclose(out, want, **TOL[F32])
 
 
 # ---------------------------------------------------------------------------
