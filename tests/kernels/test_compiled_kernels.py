@@ -376,16 +376,26 @@ def test_mm_bmm_addmm(n, k, p, dtype):
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_products_past_the_loop_are_one_blas_call(dtype):
-    n, k, p = 17, 48, 40  # past WHOLE_MAX_MACS: BLAS in whole methods, and for addmm always
+    n, k, p = 17, 48, 40  # past WHOLE_MAX_MACS: BLAS steps in whole methods, else numpy
     a, b = _x((n, k), dtype, 1), _x((k, p), dtype, 2)
     a[0, 0] = np.nan
     form = get_compiled_form
+    whole = {"whole": True}
     assert form("aten::mm.out")(a, b, np.zeros((n, p), dtype)) is None  # numpy's np.dot
     for bias_shape in ((p,), (1, p), (n, p), (n, 1)):
         bias = _read_only(_x(bias_shape, dtype, 5))
+        out = np.zeros((n, p), dtype)
+        assert form("aten::addmm.out")(bias, a, b, 1, 1, out) is None
+        fast = form("aten::addmm.out")(bias, a, b, 1, 1, out, **whole)
+        assert fast.step[0] is linalg_compiled.blas_matmul
+        fast(bias, a, b, 1, 1, out)
         want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
-        _check("aten::addmm.out", (bias, a, b, 1, 1), [np.zeros((n, p), dtype)], want, dtype)
-    whole = {"whole": True}
+        np.testing.assert_allclose(
+            out, get_kernel("aten::addmm.out").fn(bias, a, b, 1, 1, out.copy()), **TOL[dtype]
+        )
+        np.testing.assert_allclose(out, want, **TOL[dtype])
+    big = _x((64, 256), dtype, 11), _x((256, 768), dtype, 12)  # numpy's faster BLAS
+    assert form("aten::mm.out")(*big, np.zeros((64, 768), dtype), **whole) is None
     out = np.zeros((n, p), dtype)
     fast = form("aten::mm.out")(a, b, out, **whole)
     assert fast.step[0] is linalg_compiled.blas_matmul

@@ -7,10 +7,12 @@ tiny models (a few thousand multiply-adds) that is most of the time. Below
 accumulates ``a[i, k] * b[k, :]`` over ``k`` (the inner loop runs along
 contiguous rows, which the compiler vectorizes without reordering any sum),
 then adds the bias, as the numpy kernel does. Larger products stay on BLAS.
-Larger products are one compiled call of BLAS (numba's ``np.dot``, through
-scipy's BLAS bindings) followed by the bias loop: the bias costs no second numpy
-call, and inside a whole compiled method the product is a step like the others
-(so transformer blocks compile whole). Without scipy they stay on numpy.
+Inside a whole compiled method, larger products up to :data:`WHOLE_BLAS_MAX_MACS`
+are one compiled call of BLAS (numba's ``np.dot``, through scipy's BLAS bindings)
+and the bias loop, a step like the others, so that transformer blocks compile
+whole. That BLAS (scipy's OpenBLAS 0.3.30 here) multiplies 1.1-1.4x slower than
+numpy's (0.3.31), which is why standalone products, and the large ones that a
+call's cost does not weigh on, stay on numpy's; so do all without scipy.
 Imported only by the compiled tier; ``linalg.py`` stays the reference.
 """
 
@@ -57,6 +59,9 @@ MATMUL = serial_and_parallel(_matmul, "small_matmul")
 
 # numba's np.dot calls BLAS through scipy's bindings.
 HAS_BLAS = importlib.util.find_spec("scipy") is not None
+# Up to this many multiply-adds a product inside a whole method is a BLAS step: the
+# slower BLAS costs at most a few microseconds, less than the instruction calls saved.
+WHOLE_BLAS_MAX_MACS = 1 << 18
 
 
 @njit(cache=True, error_model="numpy")
@@ -106,14 +111,14 @@ def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
     return batch, n, k, p
 
 
-def _loop_or_blas(a: np.ndarray, dims: tuple, whole: bool, blas: bool) -> str | None:
+def _loop_or_blas(a: np.ndarray, dims: tuple, whole: bool) -> str | None:
     """ "loop" (the loop above), "blas" (:func:`blas_matmul`) or None (numpy's fast path)."""
     batch, n, k, p = dims
     if batch * n * k * p <= (WHOLE_MAX_MACS if whole else MAX_MACS):
         return "loop"
-    if not (HAS_BLAS and (whole or blas) and a.flags.c_contiguous):
-        return None  # (BLAS takes C-contiguous arrays)
-    return "blas"
+    if not (HAS_BLAS and whole and a.flags.c_contiguous):  # (BLAS takes C-contiguous ones)
+        return None
+    return "blas" if batch * n * k * p <= WHOLE_BLAS_MAX_MACS else None
 
 
 def _bind(
@@ -154,7 +159,7 @@ def _bind(
 def _mm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
     """A float32/float64 2-D product: small ones a loop; in a whole method, BLAS; or None."""
     dims = _product(a, b, out, 2)
-    how = None if dims is None else _loop_or_blas(a, dims, whole, blas=False)
+    how = None if dims is None else _loop_or_blas(a, dims, whole)
     return None if how is None else _bind(a, b, out, dims, None, how)
 
 
@@ -162,7 +167,7 @@ def _mm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
 def _bmm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
     """A float32/float64 batched product: small ones a loop; in a whole method, BLAS; or None."""
     dims = _product(a, b, out, 3)
-    how = None if dims is None else _loop_or_blas(a, dims, whole, blas=False)
+    how = None if dims is None else _loop_or_blas(a, dims, whole)
     return None if how is None else _bind(a, b, out, dims, None, how)
 
 
@@ -170,8 +175,8 @@ def _bmm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
 def _addmm_form(
     bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any, *, whole: bool = False
 ) -> Any:
-    """``bias + a @ b`` for a float product and a constant bias, or None: a loop for small
-    products, else BLAS and the bias loop in one compiled call (one numpy call fewer)."""
+    """``bias + a @ b`` for a float product and a constant bias: small ones a loop; in a
+    whole method, BLAS and the bias loop; or None."""
     if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
         return None
     dims = _product(a, b, out, 2)
@@ -179,7 +184,7 @@ def _addmm_form(
         return None
     if bias.flags.writeable or np.shares_memory(out, bias):
         return None  # a bias that can change is left to numpy
-    how = _loop_or_blas(a, dims, whole, blas=True)
+    how = _loop_or_blas(a, dims, whole)
     if how is None:
         return None
     try:
