@@ -21,6 +21,7 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 
 from pyexecutorch.exir import to_edge  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
+from pyexecutorch.kernels.linalg import compiled as linalg_compiled  # noqa: E402
 from pyexecutorch.kernels.registry import KernelError, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import Runtime  # noqa: E402
 from pyexecutorch.runtime import compiled as tier  # noqa: E402
@@ -370,6 +371,118 @@ def test_mm_bmm_addmm(n, k, p, dtype):
         bias = _read_only(_x(bias_shape, dtype, 5))
         want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
         _check("aten::addmm.out", (bias, a, b, 1, 1), [np.zeros((n, p), dtype)], want, dtype)
+
+
+@pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_products_past_the_loop_are_one_blas_call(dtype):
+    n, k, p = 17, 48, 40  # past WHOLE_MAX_MACS: BLAS steps in whole methods, else numpy
+    a, b = _x((n, k), dtype, 1), _x((k, p), dtype, 2)
+    a[0, 0] = np.nan
+    form = get_compiled_form
+    whole = {"whole": True}
+    assert form("aten::mm.out")(a, b, np.zeros((n, p), dtype)) is None  # numpy's np.dot
+    for bias_shape in ((p,), (1, p), (n, p), (n, 1)):
+        bias = _read_only(_x(bias_shape, dtype, 5))
+        out = np.zeros((n, p), dtype)
+        assert form("aten::addmm.out")(bias, a, b, 1, 1, out) is None
+        fast = form("aten::addmm.out")(bias, a, b, 1, 1, out, **whole)
+        assert fast.step[0] is linalg_compiled.blas_matmul
+        fast(bias, a, b, 1, 1, out)
+        want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
+        np.testing.assert_allclose(
+            out, get_kernel("aten::addmm.out").fn(bias, a, b, 1, 1, out.copy()), **TOL[dtype]
+        )
+        np.testing.assert_allclose(out, want, **TOL[dtype])
+    big = _x((64, 256), dtype, 11), _x((256, 768), dtype, 12)  # numpy's faster BLAS
+    assert form("aten::mm.out")(*big, np.zeros((64, 768), dtype), **whole) is None
+    out = np.zeros((n, p), dtype)
+    fast = form("aten::mm.out")(a, b, out, **whole)
+    assert fast.step[0] is linalg_compiled.blas_matmul
+    fast(a, b, out)
+    np.testing.assert_allclose(out, (_t(a) @ _t(b)).numpy(), **TOL[dtype])
+    a3, b3 = _x((3, n, k), dtype, 3), _x((3, k, p), dtype, 4)
+    out3 = np.zeros((3, n, p), dtype)
+    fast = form("aten::bmm.out")(a3, b3, out3, **whole)
+    assert fast.step[0] is linalg_compiled.blas_matmul
+    fast(a3, b3, out3)
+    np.testing.assert_allclose(out3, torch.bmm(_t(a3), _t(b3)).numpy(), **TOL[dtype])
+    # another array than the planned one is multiplied too (made contiguous first)
+    other = _x((n, k), dtype, 6)
+    fast = form("aten::mm.out")(a, b, out, **whole)
+    fast(np.asfortranarray(other), b, out)
+    np.testing.assert_allclose(out, (_t(other) @ _t(b)).numpy(), **TOL[dtype])
+    # BLAS writes into out: an out over an operand is left to numpy
+    square = _x((k, k), dtype, 7)
+    assert form("aten::mm.out")(square, square, square, **whole) is None
+
+
+def test_a_small_product_reads_a_strided_row_view_in_place():
+    rows = _x((2, 5, 16), F32, 8)
+    a = rows[:, -1]  # (2, 16), rows 80 floats apart: a select the runtime made a view
+    b, bias = _x((16, 4), F32, 9), _read_only(_x((4,), F32, 10))
+    want = torch.addmm(_t(bias), _t(np.ascontiguousarray(a)), _t(b)).numpy()
+    out = np.zeros((2, 4), F32)
+    fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out)
+    assert fast.step[1][0].base is not None and np.shares_memory(fast.step[1][0], rows)
+    fast(bias, a, b, 1, 1, out)
+    np.testing.assert_allclose(out, want, **TOL[F32])
+    rows[:, -1] += 1.0  # the bound view reads the new values
+    fast(bias, a, b, 1, 1, out)
+    want = torch.addmm(_t(bias), _t(np.ascontiguousarray(a)), _t(b)).numpy()
+    np.testing.assert_allclose(out, want, **TOL[F32])
+
+
+# ---------------------------------------------------------------------------
+# the vectorizable exp, erf and tanh of float32 loops (kernels/compiled_math.py)
+
+
+def _special_inputs() -> np.ndarray:
+    edges = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-4, -1e-4, 88.72, 88.73]
+    edges += [-87.3, -103.9, -104.0, -150.0, 4.0, -4.0, 3.9, 20.0, -20.0, 1e30, -1e30]
+    grid = np.linspace(-110.0, 95.0, 20001)
+    rng = np.random.default_rng(7).standard_normal(20000) * 3
+    return np.concatenate([edges, grid, rng]).astype(F32)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Distance in float32 steps, for finite values of one sign (0 where both are equal)."""
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    g = got.view(np.int32).astype(np.int64)
+    w = want.view(np.int32).astype(np.int64)
+    return np.where(same, 0, np.abs(g - w))
+
+
+def test_compiled_exp_erf_tanh_round_as_the_float64_functions():
+    from numba import njit  # noqa: PLC0415
+
+    from pyexecutorch.kernels.compiled_math import erf_f64, exp_f64, tanh_f64  # noqa: PLC0415
+    from pyexecutorch.kernels.elementwise.unary import ERF  # noqa: PLC0415
+
+    @njit
+    def apply(x, out):  # noqa: ANN001, ANN202 - a float32 loop as the fused ones are
+        for i in range(x.size):
+            out[0, i] = F32(exp_f64(x[i]))
+            out[1, i] = F32(erf_f64(x[i]))
+            out[2, i] = F32(tanh_f64(x[i]))
+
+    x = _special_inputs()
+    got = np.empty((3, x.size), F32)
+    apply(x, got)
+    x64 = torch.from_numpy(x.astype(F64))
+    with np.errstate(over="ignore"):
+        exact = [torch.exp(x64), torch.erf(x64), torch.tanh(x64)]
+        exact = [e.numpy().astype(F32) for e in exact]  # correctly rounded or nearly
+    for name, g, want in zip(("exp", "erf", "tanh"), got, exact, strict=True):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(x), err_msg=name)
+        assert _ulps(g, want).max() <= 1, name
+        assert (np.signbit(g) == np.signbit(want))[~np.isnan(x)].all(), name
+    assert got[0][x == np.inf][0] == np.inf and got[0][x == F32(88.73)][0] == np.inf
+    assert got[0][x == F32(-104.0)][0] == 0.0
+    # erf is the numpy kernel's own float32 erf
+    reference = np.empty_like(x)
+    ERF(x, reference)
+    np.testing.assert_allclose(got[1], reference, rtol=2e-7, atol=0)
 
 
 # ---------------------------------------------------------------------------

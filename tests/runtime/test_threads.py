@@ -75,3 +75,42 @@ def test_setting_threads_leaves_torch_its_own_count():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] in ("1", "numba")
+
+
+_COMPILED_BLAS_FOLLOWS = """
+import numpy as np
+from threadpoolctl import threadpool_info
+from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.threads import set_threads, thread_counts
+compiled.enabled(True)
+set_threads(2)
+from pyexecutorch.kernels.linalg.compiled import blas_matmul
+a = np.ones((1, 64, 64), np.float32)
+blas_matmul(a, a, np.zeros((1, 1), np.float32), np.empty_like(a), False)
+print([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"])
+print(thread_counts()["blas"])
+"""
+
+
+def test_the_blas_of_compiled_code_gets_the_thread_count_too():
+    # numba's np.dot calls scipy's OpenBLAS, a library apart from numpy's that starts
+    # with OPENBLAS_NUM_THREADS: a fresh process, where it is not loaded yet
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("numba")
+    pytest.importorskip("scipy")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two cores")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILED_BLAS_FOLLOWS],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src, "OPENBLAS_NUM_THREADS": "1"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    libraries, least = proc.stdout.split("\n")[-3:-1]
+    assert libraries == "[2, 2]" and least == "2", proc.stdout

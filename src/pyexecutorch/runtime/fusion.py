@@ -115,10 +115,13 @@ class FusedCall:
 def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
     """The lines that open a generated loop module: its imports, ``T`` (the loop's
     dtype) and the signature of its compiled function ``fused``."""
+    from pyexecutorch.kernels.compiled_math import header_lines  # noqa: PLC0415 - needs numba
+
     return [
         "import math",
         "import numpy as np",
         "from numba import njit",
+        *header_lines(dtype),
         f"T = np.{dtype.name}",
         "",
         "",
@@ -145,7 +148,7 @@ def same_elements(a: np.ndarray, out: np.ndarray) -> bool:
 # Library calls (exp, tanh, erf, ...) recomputed at every element of a wider loop cost more
 # than the call they save: 48 sigmoids broadcast over 16x16 were 1.1x slower fused, while
 # hardsigmoid (arithmetic only) was 0.9x.
-_LIBRARY_CALL = "math."
+_LIBRARY_CALLS = ("math.", "EXP(", "ERF(", "TANH(")  # see kernels.compiled_math
 _WIDEN_ANY = 4  # recomputing any formula this many times per element is still cheaper
 
 
@@ -160,7 +163,7 @@ def _widens(shape: tuple[int, ...], to: tuple[int, ...], run: list[_Member]) -> 
             return False
     except ValueError:
         return False
-    cheap = all(_LIBRARY_CALL not in m.expression for m in run)
+    cheap = not any(call in m.expression for m in run for call in _LIBRARY_CALLS)
     return cheap or math.prod(to) <= _WIDEN_ANY * math.prod(shape)
 
 

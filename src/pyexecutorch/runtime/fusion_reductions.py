@@ -9,7 +9,9 @@ nest: outer loops over the kept dimensions, and per row one inner loop over
 the reduced dimensions for each reduction in turn, then one that computes and
 stores the full-shape results. Full-shape intermediates are recomputed in each
 inner loop rather than stored, so nothing but the instructions' stored outputs
-is written.
+is written; except that a summed value computed by a library call (softmax's
+exp) is first stored in a row of scratch by a loop of its own, which vectorizes
+where the float64 sum cannot, and read back from there by the later loops.
 
 Each reduction is written once as primitive steps (sum, max, elementwise
 formulas) in :data:`REDUCTIONS`. Sums accumulate in float64 and are rounded
@@ -31,6 +33,7 @@ import numpy as np
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.fusion import (
     _FLOAT_DTYPES,
+    _LIBRARY_CALLS,
     Fuser,
     _literal,
     _Member,
@@ -82,13 +85,13 @@ class _Graph:
 
 def _softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
     m = g.reduce("max", x)
-    e = g.elem("math.exp({0} - {1})", x, m)
+    e = g.elem("EXP({0} - {1})", x, m)
     return {0: g.elem("{0} / {1}", e, g.reduce("sum", e))}
 
 
 def _log_softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
     m = g.reduce("max", x)
-    s = g.reduce("sum", g.elem("math.exp({0} - {1})", x, m))
+    s = g.reduce("sum", g.elem("EXP({0} - {1})", x, m))
     return {0: g.elem("({0} - {1}) - math.log({2})", x, m, s)}
 
 
@@ -390,6 +393,19 @@ class _Builder:
         lines = loop_header(self.dtype, [p[0] for p in params])
         for d in range(rank):
             lines.append(f"    n{d} = {extents[d]}")
+        # summed full-shape values worth a scratch row (see the module's docstring)
+        scratch = {
+            nodes[r].deps[0]
+            for r in reduces
+            if nodes[r].reduce == "sum"
+            and nodes[nodes[r].deps[0]].level == FULL
+            and any(call in nodes[nodes[r].deps[0]].expr for call in _LIBRARY_CALLS)
+        }
+        row_index = ", ".join(f"i{d}" for d in self.dims)
+        row_shape = "".join(f"n{d}, " for d in self.dims)
+        for name in sorted(scratch):
+            lines.append(f"    w_{name} = np.empty(({row_shape}), T)")
+        stored: set[str] = set()  # scratch rows filled in the current row
         indent = "    "
         for d in kept:
             lines.append(f"{indent}for i{d} in range(n{d}):")
@@ -408,6 +424,10 @@ class _Builder:
         def emit_full(name: str, seen: set[str], body: list[str], inner: str) -> None:
             if name in done or name in seen:
                 return
+            if name in stored:
+                seen.add(name)
+                body.append(f"{inner}{name} = w_{name}[{row_index}]")
+                return
             node = nodes[name]
             for d in node.deps:
                 emit_full(d, seen, body, inner)
@@ -420,6 +440,14 @@ class _Builder:
             for r in here:
                 start = {"max": "-math.inf", "sum": "0.0", "any": "False"}[nodes[r].reduce]
                 lines.append(f"{indent}{r} = {start}")
+            for x in sorted({nodes[r].deps[0] for r in here} & scratch - stored):
+                inner = indent
+                for d in self.dims:
+                    lines.append(f"{inner}for i{d} in range(n{d}):")
+                    inner += "    "
+                emit_full(x, set(), lines, inner)
+                lines.append(f"{inner}w_{x}[{row_index}] = {x}")
+                stored.add(x)
             inner = indent
             for d in self.dims:
                 lines.append(f"{inner}for i{d} in range(n{d}):")

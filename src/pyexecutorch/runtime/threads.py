@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from pyexecutorch.runtime import compiled
@@ -22,13 +23,23 @@ def set_threads(num_threads: int) -> None:
         raise RuntimeError(
             "setting the thread count needs threadpoolctl (pip install threadpoolctl)"
         ) from None
+    _load_compiled_blas()
     _blas_limit = threadpool_limits(limits=num_threads, user_api="blas")
     compiled.set_threads(num_threads)
 
 
+def _load_compiled_blas() -> None:
+    """Load the BLAS that compiled code calls (numba's np.dot goes through scipy's own
+    OpenBLAS, not numpy's), so that the limit reaches it: a library loaded later keeps
+    the thread count it starts with (OPENBLAS_NUM_THREADS)."""
+    if compiled.numba_module() is None or importlib.util.find_spec("scipy") is None:
+        return
+    import scipy.linalg.cython_blas  # noqa: F401, PLC0415 - loaded for threadpoolctl to see
+
+
 def thread_counts() -> dict[str, int | None]:
-    """The threads each side really uses now: ``blas`` (the most of numpy's BLAS
-    libraries, read back through threadpoolctl) and ``numba`` (the compiled tier's
+    """The threads each side really uses now: ``blas`` (the fewest of the BLAS libraries
+    loaded, numpy's and the compiled code's, read back through threadpoolctl) and ``numba`` (the compiled tier's
     parallel loops); None for a side that is not installed."""
     counts: dict[str, int | None] = {"blas": None, "numba": None}
     try:
@@ -37,7 +48,7 @@ def thread_counts() -> dict[str, int | None]:
         pass
     else:
         blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
-        counts["blas"] = max(blas) if blas else None
+        counts["blas"] = min(blas) if blas else None
     numba = compiled.numba_module()
     if numba is not None:
         counts["numba"] = numba.get_num_threads()

@@ -8,7 +8,9 @@ that, computed in the operands' dtype, it gives what the numpy kernel gives:
 * ``{i}`` stands for argument ``i`` of the kernel (an element of a tensor
   operand, or a constant argument as a literal of the loop's dtype);
 * ``T(...)`` rounds to the loop's dtype (every intermediate is rounded, as the
-  numpy kernels round each pass), ``math`` and ``np`` are the modules;
+  numpy kernels round each pass), ``math`` and ``np`` are the modules, and
+  ``EXP``, ``ERF`` and ``TANH`` the loop's exp, erf and tanh (vectorizable float64
+  forms in float32 loops, see :mod:`pyexecutorch.kernels.compiled_math`);
 * NaN, infinities and signed zeros follow the numpy kernel (comparisons are
   written so that NaN takes the branch the kernel's ufunc takes), and integer
   formulas wrap exactly as the numpy kernels do.
@@ -87,9 +89,10 @@ def _pow(c: dict[int, object]) -> str | None:
 
 def _gelu(c: dict[int, object]) -> str | None:
     return {
-        "none": f"{{0}} * (T(0.5) + T(0.5) * math.erf({{0}} * T({_SQRT1_2!r})))",
+        # 0.5 * erf rounded once, as the numpy kernel's scaled erf gives it
+        "none": f"{{0}} * (T(0.5) + T(0.5 * ERF({{0}} * {_SQRT1_2!r})))",
         "tanh": (
-            "T(0.5) * {0} * (T(1) + math.tanh({0} * "
+            "T(0.5) * {0} * (T(1) + TANH({0} * "
             f"(T({_TANH_BETA!r}) + {{0}} * {{0}} * T({_TANH_BETA_KAPPA!r}))))"
         ),
     }.get(c.get(1))  # type: ignore[arg-type]
@@ -138,18 +141,18 @@ FORMULAS: dict[str, Formula] = {
     "aten::neg.out": Formula((0,), "-{0}", ints=True),
     "aten::abs.out": Formula((0,), "abs({0})", ints=True),
     "aten::relu.out": Formula((0,), "(T(0) if {0} < T(0) else {0})", ints=True),
-    "aten::sigmoid.out": Formula((0,), "T(1) / (T(1) + math.exp(-{0}))", passes=4),
+    "aten::sigmoid.out": Formula((0,), "T(1) / (T(1) + T(EXP(-{0})))", passes=4),
     "aten::reciprocal.out": Formula((0,), "T(1) / {0}"),
     "aten::rsqrt.out": Formula((0,), "T(1) / math.sqrt({0})", passes=2),
-    "aten::exp.out": _unary("math.exp"),
+    "aten::exp.out": _unary("EXP"),
     "aten::expm1.out": _unary("math.expm1"),
     "aten::log.out": _unary("math.log"),
     "aten::log1p.out": _unary("math.log1p"),
     "aten::sqrt.out": _unary("math.sqrt"),
-    "aten::tanh.out": _unary("math.tanh"),
+    "aten::tanh.out": _unary("TANH"),
     "aten::sin.out": _unary("math.sin"),
     "aten::cos.out": _unary("math.cos"),
-    "aten::erf.out": _unary("math.erf"),
+    "aten::erf.out": _unary("ERF"),
     "aten::floor.out": _unary("np.floor"),
     "aten::ceil.out": _unary("np.ceil"),
     "aten::trunc.out": _unary("np.trunc"),

@@ -7,19 +7,26 @@ tiny models (a few thousand multiply-adds) that is most of the time. Below
 accumulates ``a[i, k] * b[k, :]`` over ``k`` (the inner loop runs along
 contiguous rows, which the compiler vectorizes without reordering any sum),
 then adds the bias, as the numpy kernel does. Larger products stay on BLAS.
+Inside a whole compiled method, larger products up to :data:`WHOLE_BLAS_MAX_MACS`
+are one compiled call of BLAS (numba's ``np.dot``, through scipy's BLAS bindings)
+and the bias loop, a step like the others, so that transformer blocks compile
+whole. That BLAS (scipy's OpenBLAS 0.3.30 here) multiplies 1.1-1.4x slower than
+numpy's (0.3.31), which is why standalone products, and the large ones that a
+call's cost does not weigh on, stay on numpy's; so do all without scipy.
 Imported only by the compiled tier; ``linalg.py`` stays the reference.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
+from pyexecutorch.runtime.compiled import choose, entry_point, pick, serial_and_parallel
 
 # Above this many multiply-adds one BLAS call costs less than the loop below
 # (measured on float32, one thread; see the report of issue 14).
@@ -50,20 +57,46 @@ def _matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
 
 MATMUL = serial_and_parallel(_matmul, "small_matmul")
 
+# numba's np.dot calls BLAS through scipy's bindings.
+HAS_BLAS = importlib.util.find_spec("scipy") is not None
+# Up to this many multiply-adds a product inside a whole method is a BLAS step: the
+# slower BLAS costs at most a few microseconds, less than the instruction calls saved.
+WHOLE_BLAS_MAX_MACS = 1 << 18
 
-def _array(a: Any, dtype: np.dtype, ndim: int) -> bool:
-    # C-contiguous: views made at load are views, never stale copies
+
+@njit(cache=True, error_model="numpy")
+def blas_matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
+    """out (batch, n, p) = a @ b [+ bias (1 or n, p)]: one BLAS product per batch."""
+    for g in range(a.shape[0]):
+        o = out[g]
+        np.dot(a[g], b[g], o)
+        if has_bias:
+            rows = bias.shape[0]
+            for i in range(o.shape[0]):
+                add = bias[i] if rows > 1 else bias[0]
+                row = o[i]
+                for j in range(row.shape[0]):
+                    row[j] += add[j]
+    return out
+
+
+def _array(a: Any, dtype: np.dtype, ndim: int, strided: bool = False) -> bool:
+    # C-contiguous: views made at load are views, never stale copies (a 2-D array of
+    # any strides has one too: a[None])
     return (
-        isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous
+        isinstance(a, np.ndarray)
+        and a.dtype == dtype
+        and a.ndim == ndim
+        and (a.flags.c_contiguous or strided)
     )
 
 
-def _product(a: Any, b: Any, out: Any, ndim: int, whole: bool = False) -> tuple | None:
-    """``(batch, n, k, p)`` of a small float product ``a @ b`` into planned ``out``, or None."""
+def _product(a: Any, b: Any, out: Any, ndim: int) -> tuple | None:
+    """``(batch, n, k, p)`` of a float product ``a @ b`` into planned ``out``, or None."""
     if not isinstance(a, np.ndarray) or a.dtype not in FLOATS:
         return None
     dt = a.dtype
-    if not (_array(a, dt, ndim) and _array(b, dt, ndim) and _array(out, dt, ndim)):
+    if not (_array(a, dt, ndim, ndim == 2) and _array(b, dt, ndim) and _array(out, dt, ndim)):
         return None
     if ndim == 3 and a.shape[0] != b.shape[0]:
         return None
@@ -73,20 +106,39 @@ def _product(a: Any, b: Any, out: Any, ndim: int, whole: bool = False) -> tuple 
         return None
     batch = a.shape[0] if ndim == 3 else 1
     n, k, p = a.shape[-2], a.shape[-1], b.shape[-1]
-    if batch * n * k * p > (WHOLE_MAX_MACS if whole else MAX_MACS) or out.size == 0 or k == 0:
+    if out.size == 0 or k == 0:
         return None
     return batch, n, k, p
 
 
-def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.ndarray | None):  # noqa: ANN202
-    """``run(a, b, out)`` calling the loop on 3-D views made at load for the planned arrays."""
+def _loop_or_blas(a: np.ndarray, dims: tuple, whole: bool) -> str | None:
+    """ "loop" (the loop above), "blas" (:func:`blas_matmul`) or None (numpy's fast path)."""
+    batch, n, k, p = dims
+    if batch * n * k * p <= (WHOLE_MAX_MACS if whole else MAX_MACS):
+        return "loop"
+    if not (HAS_BLAS and whole and a.flags.c_contiguous):  # (BLAS takes C-contiguous ones)
+        return None
+    return "blas" if batch * n * k * p <= WHOLE_BLAS_MAX_MACS else None
+
+
+def _bind(
+    a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.ndarray | None, how: str
+):  # noqa: ANN202
+    """``run(a, b, out)`` calling the loop or BLAS on 3-D views made at load for the
+    planned arrays (``bias``: (n, p) for the loop, (1 or n, p) for BLAS)."""
     batch, n, k, p = dims
     sa, sb, so = (batch, n, k), (batch, k, p), (batch, n, p)
-    av, bv, ov = contiguous(a0, sa), contiguous(b0, sb), o0.reshape(so)
+    av = a0[None] if a0.ndim == 2 else contiguous(a0, sa)
+    bv, ov = contiguous(b0, sb), o0.reshape(so)
     has_bias = bias is not None
     bias = np.zeros((1, 1), a0.dtype) if bias is None else bias
     load = (av, bv, bias, ov, has_bias)
-    kern = pick(MATMUL, batch * n * k * p, load)
+    if how == "loop":
+        dispatcher = choose(MATMUL, batch * n * k * p)
+        kern = pick(MATMUL, batch * n * k * p, load)
+    else:
+        dispatcher = blas_matmul
+        kern = entry_point(blas_matmul, load)
 
     def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         kern(
@@ -98,42 +150,50 @@ def _bind(a0: np.ndarray, b0: np.ndarray, o0: np.ndarray, dims: tuple, bias: np.
         )
         return out
 
-    run.step = (choose(MATMUL, batch * n * k * p), load)  # the call on the planned arrays
+    run.step = (dispatcher, load)  # the call on the planned arrays
     run.fills_outputs = True
     return run
 
 
 @compiled_form("aten::mm.out")
 def _mm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
-    """A small float32/float64 2-D product, or None."""
-    dims = _product(a, b, out, 2, whole)
-    return None if dims is None else _bind(a, b, out, dims, None)
+    """A float32/float64 2-D product: small ones a loop; in a whole method, BLAS; or None."""
+    dims = _product(a, b, out, 2)
+    how = None if dims is None else _loop_or_blas(a, dims, whole)
+    return None if how is None else _bind(a, b, out, dims, None, how)
 
 
 @compiled_form("aten::bmm.out")
 def _bmm_form(a: Any, b: Any, out: Any, *, whole: bool = False) -> Any:
-    """A small float32/float64 batched product, or None."""
-    dims = _product(a, b, out, 3, whole)
-    return None if dims is None else _bind(a, b, out, dims, None)
+    """A float32/float64 batched product: small ones a loop; in a whole method, BLAS; or None."""
+    dims = _product(a, b, out, 3)
+    how = None if dims is None else _loop_or_blas(a, dims, whole)
+    return None if how is None else _bind(a, b, out, dims, None, how)
 
 
 @compiled_form("aten::addmm.out")
 def _addmm_form(
     bias: Any, a: Any, b: Any, beta: Any, alpha: Any, out: Any, *, whole: bool = False
 ) -> Any:
-    """``bias + a @ b`` for a small float product and a constant bias, or None."""
+    """``bias + a @ b`` for a float product and a constant bias: small ones a loop; in a
+    whole method, BLAS and the bias loop; or None."""
     if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
         return None
-    dims = _product(a, b, out, 2, whole)
+    dims = _product(a, b, out, 2)
     if dims is None or not isinstance(bias, np.ndarray) or bias.dtype != a.dtype:
         return None
     if bias.flags.writeable or np.shares_memory(out, bias):
         return None  # a bias that can change is left to numpy
+    how = _loop_or_blas(a, dims, whole)
+    if how is None:
+        return None
     try:
         full = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
     except ValueError:
         return None
-    run = _bind(a, b, out, dims, full)
+    if how == "blas" and bias.shape in ((out.shape[1],), (1, out.shape[1])):
+        full = full[:1]  # one row, added to every row of the product
+    run = _bind(a, b, out, dims, full, how)
     bias0 = bias
 
     def addmm(bias, a, b, beta, alpha, out):  # noqa: ANN001, ANN202

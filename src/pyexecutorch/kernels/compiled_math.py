@@ -1,0 +1,139 @@
+"""exp, erf and tanh for float32 loops of the compiled tier, in a form LLVM vectorizes.
+
+numba compiles ``math.exp``/``math.erf``/``math.tanh`` to calls of the C library,
+one element at a time (2.7, 6.5 and 24 ns an element here, against 0.2 ns for a
+multiply-add), and those calls are what attention's softmax and GELU spend their
+time in. The functions below are straight-line float64 arithmetic on a float32
+argument (selects, no branches, no library calls), so the loop around them
+becomes SIMD code. Each is accurate to far below float32's half ulp (relative
+errors under 1e-9 for exp and tanh, the erf rational's 3e-9 is the numpy
+kernel's own), so the loop's rounding to float32 gives what the numpy kernels
+give, within the kernel tests' tolerances. NaN propagates, infinities and
+overflow give what the C library gives after rounding to float32 (exp(89) is
+inf in float32, exp(-104) is 0), and -0.0 keeps its sign where the function is odd.
+
+They return float64: the formula that calls them rounds (``T(...)``). Loops over
+float64 keep the C library's functions (see :func:`names_for`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from pyexecutorch.kernels.elementwise.unary import _RP, _RQ
+
+
+@intrinsic
+def _bits(typingctx, x):  # noqa: ANN001, ANN202, ARG001 - numba's intrinsic protocol
+    """The int64 with the bits of float64 ``x``."""
+    sig = types.int64(types.float64)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
+def _float(typingctx, n):  # noqa: ANN001, ANN202, ARG001
+    """The float64 with the bits of int64 ``n``."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+_LOG2E = 1.4426950408889634
+# ln 2 split so that n * _LN2_HI is exact for the |n| < 2**11 used here
+_LN2_HI = 0.6931471803691238  # 0x3FE62E42FEE00000
+_LN2_LO = 1.9082149292705877e-10
+# Adding 1.5 * 2**52 rounds a float64 of magnitude < 2**51 to an integer, which then
+# sits in the low bits of the sum.
+_ROUND = 6755399441055744.0
+_ROUND_BITS = 0x4338000000000000
+# exp's argument is clamped here: float32 results are 0 below and inf above anyway.
+_EXP_LO, _EXP_HI = -120.0, 100.0
+# 1/k!: Taylor's series of e**r to r**8 on |r| <= ln2 / 2 errs by < 3e-10 (relative).
+_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8 = (1.0 / math.factorial(k) for k in range(9))
+# erf's rational (the numpy kernel's float32 erf, on z clamped to [-4, 4]): P and Q's
+# coefficients of t = z*z, lowest power first.
+_P0, _P1, _P2, _P3, _P4, _P5, _P6 = _RP[::-1]
+_Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = _RQ[::-1]
+_ERF_CLAMP = 4.0
+# tanh(x) is 1 in float64 past 20; below 2**-10 its series to x**5 errs by < 1e-18.
+_TANH_BIG, _TANH_SMALL = 20.0, 0.0009765625
+
+# The polynomials are evaluated in Estrin's form: Horner's chain of dependent
+# multiply-adds leaves the SIMD units waiting on each other's latency.
+
+
+@njit(inline="always", error_model="numpy")
+def exp_f64(x: float) -> float:
+    """e**x for ``x`` in float32's range, to ~3e-10 relative; NaN stays NaN."""
+    c = _EXP_HI if x > _EXP_HI else x
+    c = _EXP_LO if c < _EXP_LO else c
+    t = c * _LOG2E + _ROUND
+    n = t - _ROUND  # round(c / ln 2)
+    r = (c - n * _LN2_HI) - n * _LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    low = (_E0 + _E1 * r) + r2 * (_E2 + _E3 * r)
+    high = (_E4 + _E5 * r) + r2 * (_E6 + _E7 * r) + r4 * _E8
+    scale = _float((_bits(t) - _ROUND_BITS + 1023) << 52)  # 2**n
+    y = (low + r4 * high) * scale
+    return y if x == x else x
+
+
+@njit(inline="always", error_model="numpy")
+def erf_f64(x: float) -> float:
+    """erf(x) to ~3e-9 (the numpy kernel's float32 rational); NaN stays NaN."""
+    z = _ERF_CLAMP if x > _ERF_CLAMP else (-_ERF_CLAMP if x < -_ERF_CLAMP else x)
+    t = z * z
+    t2 = t * t
+    t4 = t2 * t2
+    p = ((_P0 + _P1 * t) + t2 * (_P2 + _P3 * t)) + t4 * ((_P4 + _P5 * t) + t2 * _P6)
+    q = ((_Q0 + _Q1 * t) + t2 * (_Q2 + _Q3 * t)) + t4 * (_Q4 + _Q5 * t)
+    return z * p / q
+
+
+@njit(inline="always", error_model="numpy")
+def tanh_f64(x: float) -> float:
+    """tanh(x) to ~1e-9 relative; NaN stays NaN, -0.0 stays -0.0."""
+    a = abs(x)
+    a = _TANH_BIG if a > _TANH_BIG else a
+    big = 1.0 - 2.0 / (exp_f64(2.0 * a) + 1.0)
+    big = big if x >= 0.0 else -big
+    s = x * x
+    small = x * (1.0 + s * (-1.0 / 3.0 + s * (2.0 / 15.0)))
+    y = small if a < _TANH_SMALL else big
+    return y if x == x else x
+
+
+# What a generated loop calls exp, erf and tanh by: these for float32 loops, the C
+# library's for float64 ones (whose results these would not round correctly).
+_FLOAT32_NAMES = {"EXP": "exp_f64", "ERF": "erf_f64", "TANH": "tanh_f64"}
+_LIBRARY = {"EXP": "math.exp", "ERF": "math.erf", "TANH": "math.tanh"}
+# numba's disk cache of a generated loop is keyed by the loop's source, which names
+# these functions but does not contain them: the digest of this file goes into the
+# source, so that changing it compiles the loops again.
+_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def header_lines(dtype: np.dtype) -> list[str]:
+    """The lines binding ``EXP``, ``ERF`` and ``TANH`` in a loop module of ``dtype``."""
+    if dtype != np.float32:
+        return [f"{name} = {fn}" for name, fn in _LIBRARY.items()]
+    names = ", ".join(f"{fn} as {name}" for name, fn in _FLOAT32_NAMES.items())
+    return [
+        f"# compiled_math {_VERSION}",
+        f"from pyexecutorch.kernels.compiled_math import {names}",
+    ]
