@@ -373,6 +373,79 @@ def test_mm_bmm_addmm(n, k, p, dtype):
 
 
 # ---------------------------------------------------------------------------
+# float16 in compiled loops
+
+
+def test_half_bits_and_rounding_match_numpy_casts():
+    from numba import njit
+
+    from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits, round_half
+
+    @njit
+    def encode(x, bits, rounded):  # noqa: ANN001, ANN202
+        for i in range(x.size):
+            bits[i] = half_bits(x[i])
+            rounded[i] = round_half(x[i])
+
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    halves = every.view(np.float16).astype(F32)
+    assert np.array_equal(HALF_TO_FLOAT.view(np.uint32), halves.view(np.uint32))
+    # every half; the midpoints between neighbours (ties go to even) and a float32 step
+    # either side; random float32 bit patterns; the overflow edge
+    with np.errstate(all="ignore"):  # the infinities' and NaNs' neighbours
+        mids = ((halves[:-1].astype(F64) + halves[1:]) / 2).astype(F32)
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            halves,
+            mids,
+            np.nextafter(mids, F32(np.inf)),
+            np.nextafter(mids, F32(-np.inf)),
+            rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(F32),
+            np.array([65504, 65519.996, 65520, -65520, 2.9802322e-08, -2.9802326e-08], F32),
+        ]
+    )
+    bits, rounded = np.empty(x.size, np.uint16), np.empty(x.size, F32)
+    encode(x, bits, rounded)
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float16)
+    nan = np.isnan(x)
+    np.testing.assert_array_equal(bits[~nan], want[~nan].view(np.uint16))
+    np.testing.assert_array_equal(
+        rounded[~nan].view(np.uint32), want[~nan].astype(F32).view(np.uint32)
+    )
+    assert np.isnan(bits[nan].view(np.float16)).all() and np.isnan(rounded[nan]).all()
+    np.testing.assert_array_equal(np.signbit(bits[nan].view(np.float16)), np.signbit(x[nan]))
+
+
+@pytest.mark.parametrize("n,k,p", [(4, 16, 32), (3, 5, 1), (1, 32, 8)])
+def test_float16_addmm_sums_in_float32_and_rounds_once(n, k, p):
+    a = _x((n, k), np.float16, 1)
+    a.reshape(-1)[1:3] = [np.inf, 6e-8]
+    b = _read_only(_x((k, p), np.float16, 2) * np.float16(0.25))
+    for bias_shape in ((p,), (n, p)):
+        bias = _read_only(_x(bias_shape, np.float16, 5))
+        out = np.zeros((n, p), np.float16)
+        reference = get_kernel("aten::addmm.out").fn(bias, a, b, 1, 1, out.copy())
+        fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out)
+        assert fast is not None and fast.step is not None
+        got = fast(bias, a, b, 1, 1, out)
+        assert got is out
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+        np.testing.assert_allclose(got, reference, rtol=1e-3, atol=1e-3)
+        want = torch.addmm(_t(bias).float(), _t(a).float(), _t(b).float()).half().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+        # another input than the planned one: the reference kernel, same result
+        other = np.ascontiguousarray(a[::-1])
+        np.testing.assert_array_equal(
+            fast(bias, other, b, 1, 1, out.copy()),
+            get_kernel("aten::addmm.out").fn(bias, other, b, 1, 1, out.copy()),
+        )
+    # weights that can change are left to numpy
+    assert get_compiled_form("aten::addmm.out")(bias, a, b.copy(), 1, 1, out) is None
+
+
+# ---------------------------------------------------------------------------
 # what the forms leave to numpy
 
 

@@ -246,3 +246,36 @@ def test_a_bad_index_in_a_whole_method_raises_the_kernel_error_naming_it():
             numpy_tier.execute(args)
         assert what in str(whole_error.value)
         assert str(whole_error.value.__cause__) == str(numpy_error.value.__cause__)
+
+
+class HalfLinearNormSoftmax(torch.nn.Module):
+    """The float16 suite model's shape: linear, ReLU, layer norm, linear and softmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.norm(torch.relu(self.fc1(x)))
+        return self.fc2(h), torch.softmax(h, dim=-1), h
+
+
+def test_float16_method_compiles_whole_and_rounds_as_the_numpy_tier():
+    module = HalfLinearNormSoftmax().half()
+    example = (torch.randn(4, 16, dtype=torch.float16),)
+    pte = _pte(module, example)
+    whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
+    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    for seed in (1, 2):
+        inputs = _inputs(example, seed)
+        got = whole.execute([x.numpy() for x in inputs])
+        ref = numpy_tier.execute([x.numpy() for x in inputs])
+        with torch.no_grad():
+            want = module(*inputs)
+        for g, r, w in zip(got, ref, want, strict=True):
+            assert g.dtype == r.dtype == torch.float16
+            # float32 sums in another order than BLAS's, each rounded once: an ulp or so
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-3, atol=2e-3)
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-3, atol=2e-3)

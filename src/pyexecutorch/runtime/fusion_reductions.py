@@ -551,12 +551,16 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
         dtype = cap[red.x].dtype
         row = tuple(1 if d in red.dims else n for d, n in enumerate(red.full))
         group = [red]
+        needed = {red.x, *red.tensors.values()}  # what the prologue must compute
         p = pc - 1
         while p in candidates and p not in taken:
             mem = candidates[p]
             if cap[mem.out].shape != red.full or mem.dtype not in (None, dtype):
                 break
+            if mem.out not in needed:
+                break  # computes nothing the reduction reads: its own chain's business
             group.insert(0, mem)
+            needed.update(mem.tensors.values())
             p -= 1
         # the values an epilogue member may build on: the group's, and what it reduces
         produced = {o for g in group for o in _outs(g)} | {red.x}
