@@ -189,6 +189,77 @@ def test_amax(shape, dims, keepdim, dtype):
     np.testing.assert_array_equal(got[0], want)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize(
+    "shape,dims,keepdim", [((3, 4, 5), (0, 2), False), ((2, 3, 4, 5), (1, 3), True)]
+)
+def test_mean_and_sum_over_two_runs_of_axes(shape, dims, keepdim, dtype):
+    x = _x(shape, dtype)
+    out = np.zeros(_reduced(shape, dims, keepdim), dtype)
+    want = torch.mean(_t(x), dims, keepdim).numpy()
+    _check("aten::mean.out", (x, dims, keepdim, None), [out], want, dtype)
+    want = torch.sum(_t(x), dims, keepdim).numpy()
+    _check("aten::sum.IntList_out", (x, dims, keepdim, None), [out], want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
+@pytest.mark.parametrize("shape,dims,keepdim", REDUCTIONS)
+def test_amin(shape, dims, keepdim, dtype):
+    x = (_x(shape, F64) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x.reshape(-1)[3] = np.nan
+        x.reshape(-1)[-1] = -np.inf
+    out = np.zeros(_reduced(shape, dims, keepdim), dtype)
+    want = torch.amin(_t(x), dims, keepdim).numpy()
+    reference, got = _run("aten::amin.out", (x, dims, keepdim), [out])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
+@pytest.mark.filterwarnings("ignore:var... degrees of freedom")
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("correction", [1, 0, 1.0, 5])
+def test_var(correction, dtype):
+    x = _x((3, 4, 5), dtype) * 3 + 1
+    x[0, 1, 2] = np.nan
+    for dims, keepdim in (([1], True), ([2], False), ([1, 2], False)):
+        out = np.zeros(_reduced(x.shape, dims, keepdim), dtype)
+        args = (x, dims, correction, keepdim)
+        with np.errstate(all="ignore"):  # a correction past the count divides by zero
+            want = torch.var(_t(x), dims, correction=correction, keepdim=keepdim).numpy()
+            reference, got = _run("aten::var.correction_out", args, [out])
+        np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(reference[0]))
+        np.testing.assert_allclose(got[0], reference[0], **TOL[dtype])
+        np.testing.assert_allclose(got[0], want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_prod(dtype):
+    x = _x((3, 4, 5), dtype) + 0.5
+    x[1, 2, 3] = np.inf
+    for dim, keepdim in ((2, True), (0, False), (-2, False)):
+        out = np.zeros(_reduced(x.shape, [dim], keepdim), dtype)
+        want = torch.prod(_t(x), dim, keepdim).numpy()
+        _check("aten::prod.int_out", (x, dim, keepdim, None), [out], want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_and_min_dim_values_and_first_indices(name, dtype):
+    x = np.round(_x((3, 6, 5), dtype) * 2) / 2  # ties
+    x[0, 3, 1] = x[2, 0, 4] = x[2, 5, 4] = np.nan  # the first NaN wins
+    x[1, :, 2] = -np.inf
+    kernel = f"aten::{name}.dim_{name}"
+    for dim, keepdim in ((1, False), (-1, True), (0, False)):
+        shape = _reduced(x.shape, [dim], keepdim)
+        outs = [np.zeros(shape, dtype), np.zeros(shape, np.int64)]
+        reference, got = _run(kernel, (x, dim, keepdim), outs)
+        values, indices = getattr(torch, name)(_t(x), dim, keepdim)
+        for r, g, w in zip(reference, got, (values.numpy(), indices.numpy()), strict=True):
+            np.testing.assert_array_equal(g, r)
+            np.testing.assert_array_equal(g, w)
+
+
 # ---------------------------------------------------------------------------
 # pooling
 
@@ -454,7 +525,9 @@ def test_unusual_cases_are_left_to_numpy():
     h = np.zeros((2, 8), np.float16)
     assert form("aten::_softmax.out")(h, -1, False, np.zeros_like(h)) is None  # float16
     x = np.zeros((2, 3, 4), F32)
-    assert form("aten::mean.out")(x, [0, 2], False, None, np.zeros(3, F32)) is None  # not a run
+    # three runs of axes
+    y = np.zeros((2, 3, 4, 5, 6), F32)
+    assert form("aten::mean.out")(y, [0, 2, 4], False, None, np.zeros(15, F32)) is None
     assert (
         form("aten::sum.IntList_out")(
             x.astype(np.int64), [1], False, None, np.zeros((2, 4), np.int64)
