@@ -260,6 +260,28 @@ def test_max_and_min_dim_values_and_first_indices(name, dtype):
             np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
+def test_cumsum_adds_as_numpy_does(dtype):
+    x = (_x((3, 5, 4), F64) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x[0, 1, 2], x[1, 0, 3] = np.nan, np.inf
+    else:
+        x[2, :, 1] = np.iinfo(dtype).max  # int64 wraps; int32 sums in int64
+    acc = dtype if x.dtype.kind == "f" else np.int64
+    for dim in (1, -1, 0):
+        out = np.zeros(x.shape, acc)
+        reference, got = _run("aten::cumsum.out", (x, dim, None), [out])
+        np.testing.assert_array_equal(got[0], reference[0])
+        want = torch.cumsum(_t(x), dim).numpy()  # floats: torch sums in double
+        if x.dtype.kind == "f":
+            np.testing.assert_allclose(got[0], want, **TOL[dtype])
+        else:
+            np.testing.assert_array_equal(got[0], want)
+        if acc == dtype:  # written over its own input
+            reference, got = _run("aten::cumsum.out", (x, dim, None), [out], alias=0)
+            np.testing.assert_array_equal(got[0], reference[0])
+
+
 # ---------------------------------------------------------------------------
 # pooling
 

@@ -1,4 +1,5 @@
-"""Compiled (numba) forms of softmax, log-softmax, mean, sum, amax, amin, var, prod and max.dim.
+"""Compiled (numba) forms of softmax, log-softmax, mean, sum, amax, amin, var, prod, max.dim
+and cumsum.
 
 Every one of these reduces a run of consecutive axes, so the input is viewed
 as ``(a, k, b)`` (``k`` the reduced elements, ``b`` what follows them) and one
@@ -234,6 +235,20 @@ def _sum_two(x, out, divisor):  # noqa: ANN001, ANN201
     return out
 
 
+def _cumsum(x, out):  # noqa: ANN001, ANN201
+    """out (a, k, b) = the running sums of x (a, k, b) along axis 1, in out's dtype from the
+    first element, as np.cumsum adds (integers wrap as it wraps); out may be x."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            acc = out.dtype.type(x[i, 0, jb])
+            out[i, 0, jb] = acc
+            for kk in range(1, k):
+                acc += x[i, kk, jb]
+                out[i, kk, jb] = acc
+    return out
+
+
 SOFTMAX = serial_and_parallel(_softmax, "softmax")
 SUM = serial_and_parallel(_sum, "sum")
 SUM_ROWS = serial_and_parallel(_sum_rows, "sum_rows")
@@ -243,6 +258,7 @@ MAX_DIM = serial_and_parallel(_max_dim, "max_dim")
 VAR = serial_and_parallel(_var, "var")
 PROD = serial_and_parallel(_prod, "prod")
 SUM_TWO = serial_and_parallel(_sum_two, "sum_two")
+CUMSUM = serial_and_parallel(_cumsum, "cumsum")
 
 
 def axis_runs(shape: tuple[int, ...], dims: Any) -> tuple[int, int, int, int, int] | None:
@@ -489,3 +505,22 @@ def _extreme_dim_form(largest: bool):  # noqa: ANN202
 
 compiled_form("aten::max.dim_max")(_extreme_dim_form(True))
 compiled_form("aten::min.dim_min")(_extreme_dim_form(False))
+
+
+_INT64 = np.dtype(np.int64)
+
+
+@compiled_form("aten::cumsum.out")
+def _cumsum_form(x: Any, dim: Any, dtype: Any, out: Any) -> Any:
+    """Running sums along one axis (floats in their dtype, int32/int64 in int64), or None."""
+    if dtype is not None or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    if not dense(x) or x.dtype not in _MAX_DTYPES or x.size == 0:
+        return None
+    layout = axis_run(x.shape, dim)
+    want = x.dtype if x.dtype in FLOATS else _INT64
+    if layout is None or not _planned(out, want, x.size) or out.shape != x.shape:
+        return None
+    if np.shares_memory(x, out) and x.ctypes.data != out.ctypes.data:
+        return None
+    return _as_kernel(_bind(CUMSUM, x, out, layout, layout), 3)
