@@ -282,6 +282,53 @@ def test_cumsum_adds_as_numpy_does(dtype):
             np.testing.assert_array_equal(got[0], reference[0])
 
 
+INDEXING = [
+    ([np.array([2, 0, -1])], (4, 6, 5)),  # one tensor, on the first axis, negative wraps
+    ([None, np.array([5, -6, 1, 1])], (4, 6, 5)),  # on a middle axis
+    ([np.array([2, 0, 3]), None, np.array([4, -5, 0])], (4, 6, 5)),  # apart: its axis first
+    ([None, np.array([1, 2]), np.array([0, 4])], (4, 6, 5)),  # adjacent: in place
+]
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("dtype", [F32, np.int64])
+@pytest.mark.parametrize("case", range(len(INDEXING)))
+def test_index_by_one_or_two_index_tensors(case, dtype, index_dtype):
+    given, shape = INDEXING[case]
+    x = (_x(shape, F64) * 9).astype(dtype)
+    indices = [None if ix is None else ix.astype(index_dtype) for ix in given]
+    want = _t(x)[tuple(slice(None) if ix is None else _t(ix).long() for ix in indices)].numpy()
+    reference, got = _run("aten::index.Tensor_out", (x, indices), [np.zeros(want.shape, dtype)])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
+def test_index_and_gather_out_of_range_raise_the_reference_error():
+    x = _x((4, 6, 5), F32)
+    bad = [None, np.array([1, 6])]
+    fast = get_compiled_form("aten::index.Tensor_out")(x, bad, np.zeros((4, 2, 5), F32))
+    with pytest.raises(KernelError, match="out of bounds"):
+        fast(x, bad, np.zeros((4, 2, 5), F32))
+    index = np.zeros((4, 6, 2), np.int64)
+    index[1, 2, 1] = 5
+    fast = get_compiled_form("aten::gather.out")(x, 2, index, False, np.zeros(index.shape, F32))
+    with pytest.raises(KernelError, match="gather"):
+        fast(x, 2, index, False, np.zeros(index.shape, F32))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.int32])
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_gather_along_an_axis(dim, dtype):
+    x = (_x((4, 6, 5), F64) * 9).astype(dtype)
+    shape = list(x.shape)
+    shape[dim] = 3
+    index = np.random.default_rng(3).integers(0, x.shape[dim], shape).astype(np.int64)
+    want = torch.gather(_t(x), dim, _t(index)).numpy()
+    reference, got = _run("aten::gather.out", (x, dim, index, False), [np.zeros(shape, dtype)])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
 # ---------------------------------------------------------------------------
 # pooling
 
