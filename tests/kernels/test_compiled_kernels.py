@@ -202,6 +202,12 @@ def test_mean_and_sum_over_two_runs_of_axes(shape, dims, keepdim, dtype):
     _check("aten::sum.IntList_out", (x, dims, keepdim, None), [out], want, dtype)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_mean_of_every_element(dtype):
+    x = _x((3, 4, 5), dtype)
+    _check("aten::mean.dtype_out", (x, None), [np.zeros((), dtype)], torch.mean(_t(x)), dtype)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
 @pytest.mark.parametrize("shape,dims,keepdim", REDUCTIONS)
 def test_amin(shape, dims, keepdim, dtype):

@@ -413,6 +413,18 @@ def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     return None if run is None else _as_kernel(run, 4)
 
 
+@compiled_form("aten::mean.dtype_out")
+def _mean_all_form(x: Any, dtype: Any, out: Any) -> Any:
+    """The mean of every float32/float64 value, or None."""
+    if dtype is not None and (not isinstance(out, np.ndarray) or out.dtype != x.dtype):
+        return None
+    layout = _reduction(x, None, out, FLOATS)
+    if layout is None:
+        return None
+    run = sum_over(x, out, layout, float(layout[1]))
+    return None if run is None else _as_kernel(run, 2)
+
+
 @compiled_form("aten::sum.IntList_out")
 def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     """The sum of float32/float64 values over one or two runs of axes, or None (integers
