@@ -190,6 +190,152 @@ def test_amax(shape, dims, keepdim, dtype):
     np.testing.assert_array_equal(got[0], want)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize(
+    "shape,dims,keepdim", [((3, 4, 5), (0, 2), False), ((2, 3, 4, 5), (1, 3), True)]
+)
+def test_mean_and_sum_over_two_runs_of_axes(shape, dims, keepdim, dtype):
+    x = _x(shape, dtype)
+    out = np.zeros(_reduced(shape, dims, keepdim), dtype)
+    want = torch.mean(_t(x), dims, keepdim).numpy()
+    _check("aten::mean.out", (x, dims, keepdim, None), [out], want, dtype)
+    want = torch.sum(_t(x), dims, keepdim).numpy()
+    _check("aten::sum.IntList_out", (x, dims, keepdim, None), [out], want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_mean_of_every_element(dtype):
+    x = _x((3, 4, 5), dtype)
+    _check("aten::mean.dtype_out", (x, None), [np.zeros((), dtype)], torch.mean(_t(x)), dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
+@pytest.mark.parametrize("shape,dims,keepdim", REDUCTIONS)
+def test_amin(shape, dims, keepdim, dtype):
+    x = (_x(shape, F64) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x.reshape(-1)[3] = np.nan
+        x.reshape(-1)[-1] = -np.inf
+    out = np.zeros(_reduced(shape, dims, keepdim), dtype)
+    want = torch.amin(_t(x), dims, keepdim).numpy()
+    reference, got = _run("aten::amin.out", (x, dims, keepdim), [out])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
+@pytest.mark.filterwarnings("ignore:var... degrees of freedom")
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("correction", [1, 0, 1.0, 5])
+def test_var(correction, dtype):
+    x = _x((3, 4, 5), dtype) * 3 + 1
+    x[0, 1, 2] = np.nan
+    for dims, keepdim in (([1], True), ([2], False), ([1, 2], False)):
+        out = np.zeros(_reduced(x.shape, dims, keepdim), dtype)
+        args = (x, dims, correction, keepdim)
+        with np.errstate(all="ignore"):  # a correction past the count divides by zero
+            want = torch.var(_t(x), dims, correction=correction, keepdim=keepdim).numpy()
+            reference, got = _run("aten::var.correction_out", args, [out])
+        np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(reference[0]))
+        np.testing.assert_allclose(got[0], reference[0], **TOL[dtype])
+        np.testing.assert_allclose(got[0], want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_prod(dtype):
+    x = _x((3, 4, 5), dtype) + 0.5
+    x[1, 2, 3] = np.inf
+    for dim, keepdim in ((2, True), (0, False), (-2, False)):
+        out = np.zeros(_reduced(x.shape, [dim], keepdim), dtype)
+        want = torch.prod(_t(x), dim, keepdim).numpy()
+        _check("aten::prod.int_out", (x, dim, keepdim, None), [out], want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_and_min_dim_values_and_first_indices(name, dtype):
+    x = np.round(_x((3, 6, 5), dtype) * 2) / 2  # ties
+    x[0, 3, 1] = x[2, 0, 4] = x[2, 5, 4] = np.nan  # the first NaN wins
+    x[1, :, 2] = -np.inf
+    kernel = f"aten::{name}.dim_{name}"
+    for dim, keepdim in ((1, False), (-1, True), (0, False)):
+        shape = _reduced(x.shape, [dim], keepdim)
+        outs = [np.zeros(shape, dtype), np.zeros(shape, np.int64)]
+        reference, got = _run(kernel, (x, dim, keepdim), outs)
+        values, indices = getattr(torch, name)(_t(x), dim, keepdim)
+        for r, g, w in zip(reference, got, (values.numpy(), indices.numpy()), strict=True):
+            np.testing.assert_array_equal(g, r)
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
+def test_cumsum_adds_as_numpy_does(dtype):
+    x = (_x((3, 5, 4), F64) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x[0, 1, 2], x[1, 0, 3] = np.nan, np.inf
+    else:
+        x[2, :, 1] = np.iinfo(dtype).max  # int64 wraps; int32 sums in int64
+    acc = dtype if x.dtype.kind == "f" else np.int64
+    for dim in (1, -1, 0):
+        out = np.zeros(x.shape, acc)
+        reference, got = _run("aten::cumsum.out", (x, dim, None), [out])
+        np.testing.assert_array_equal(got[0], reference[0])
+        want = torch.cumsum(_t(x), dim).numpy()  # floats: torch sums in double
+        if x.dtype.kind == "f":
+            np.testing.assert_allclose(got[0], want, **TOL[dtype])
+        else:
+            np.testing.assert_array_equal(got[0], want)
+        if acc == dtype:  # written over its own input
+            reference, got = _run("aten::cumsum.out", (x, dim, None), [out], alias=0)
+            np.testing.assert_array_equal(got[0], reference[0])
+
+
+INDEXING = [
+    ([np.array([2, 0, -1])], (4, 6, 5)),  # one tensor, on the first axis, negative wraps
+    ([None, np.array([5, -6, 1, 1])], (4, 6, 5)),  # on a middle axis
+    ([np.array([2, 0, 3]), None, np.array([4, -5, 0])], (4, 6, 5)),  # apart: its axis first
+    ([None, np.array([1, 2]), np.array([0, 4])], (4, 6, 5)),  # adjacent: in place
+]
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("dtype", [F32, np.int64])
+@pytest.mark.parametrize("case", range(len(INDEXING)))
+def test_index_by_one_or_two_index_tensors(case, dtype, index_dtype):
+    given, shape = INDEXING[case]
+    x = (_x(shape, F64) * 9).astype(dtype)
+    indices = [None if ix is None else ix.astype(index_dtype) for ix in given]
+    want = _t(x)[tuple(slice(None) if ix is None else _t(ix).long() for ix in indices)].numpy()
+    reference, got = _run("aten::index.Tensor_out", (x, indices), [np.zeros(want.shape, dtype)])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
+def test_index_and_gather_out_of_range_raise_the_reference_error():
+    x = _x((4, 6, 5), F32)
+    bad = [None, np.array([1, 6])]
+    fast = get_compiled_form("aten::index.Tensor_out")(x, bad, np.zeros((4, 2, 5), F32))
+    with pytest.raises(KernelError, match="out of bounds"):
+        fast(x, bad, np.zeros((4, 2, 5), F32))
+    index = np.zeros((4, 6, 2), np.int64)
+    index[1, 2, 1] = 5
+    fast = get_compiled_form("aten::gather.out")(x, 2, index, False, np.zeros(index.shape, F32))
+    with pytest.raises(KernelError, match="gather"):
+        fast(x, 2, index, False, np.zeros(index.shape, F32))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.int32])
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_gather_along_an_axis(dim, dtype):
+    x = (_x((4, 6, 5), F64) * 9).astype(dtype)
+    shape = list(x.shape)
+    shape[dim] = 3
+    index = np.random.default_rng(3).integers(0, x.shape[dim], shape).astype(np.int64)
+    want = torch.gather(_t(x), dim, _t(index)).numpy()
+    reference, got = _run("aten::gather.out", (x, dim, index, False), [np.zeros(shape, dtype)])
+    np.testing.assert_array_equal(got[0], reference[0])
+    np.testing.assert_array_equal(got[0], want)
+
+
 # ---------------------------------------------------------------------------
 # pooling
 
@@ -486,6 +632,79 @@ def test_compiled_exp_erf_tanh_round_as_the_float64_functions():
 
 
 # ---------------------------------------------------------------------------
+# float16 in compiled loops
+
+
+def test_half_bits_and_rounding_match_numpy_casts():
+    from numba import njit
+
+    from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits, round_half
+
+    @njit
+    def encode(x, bits, rounded):  # noqa: ANN001, ANN202
+        for i in range(x.size):
+            bits[i] = half_bits(x[i])
+            rounded[i] = round_half(x[i])
+
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    halves = every.view(np.float16).astype(F32)
+    assert np.array_equal(HALF_TO_FLOAT.view(np.uint32), halves.view(np.uint32))
+    # every half; the midpoints between neighbours (ties go to even) and a float32 step
+    # either side; random float32 bit patterns; the overflow edge
+    with np.errstate(all="ignore"):  # the infinities' and NaNs' neighbours
+        mids = ((halves[:-1].astype(F64) + halves[1:]) / 2).astype(F32)
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            halves,
+            mids,
+            np.nextafter(mids, F32(np.inf)),
+            np.nextafter(mids, F32(-np.inf)),
+            rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(F32),
+            np.array([65504, 65519.996, 65520, -65520, 2.9802322e-08, -2.9802326e-08], F32),
+        ]
+    )
+    bits, rounded = np.empty(x.size, np.uint16), np.empty(x.size, F32)
+    encode(x, bits, rounded)
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float16)
+    nan = np.isnan(x)
+    np.testing.assert_array_equal(bits[~nan], want[~nan].view(np.uint16))
+    np.testing.assert_array_equal(
+        rounded[~nan].view(np.uint32), want[~nan].astype(F32).view(np.uint32)
+    )
+    assert np.isnan(bits[nan].view(np.float16)).all() and np.isnan(rounded[nan]).all()
+    np.testing.assert_array_equal(np.signbit(bits[nan].view(np.float16)), np.signbit(x[nan]))
+
+
+@pytest.mark.parametrize("n,k,p", [(4, 16, 32), (3, 5, 1), (1, 32, 8)])
+def test_float16_addmm_sums_in_float32_and_rounds_once(n, k, p):
+    a = _x((n, k), np.float16, 1)
+    a.reshape(-1)[1:3] = [np.inf, 6e-8]
+    b = _read_only(_x((k, p), np.float16, 2) * np.float16(0.25))
+    for bias_shape in ((p,), (n, p)):
+        bias = _read_only(_x(bias_shape, np.float16, 5))
+        out = np.zeros((n, p), np.float16)
+        reference = get_kernel("aten::addmm.out").fn(bias, a, b, 1, 1, out.copy())
+        fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out)
+        assert fast is not None and fast.step is not None
+        got = fast(bias, a, b, 1, 1, out)
+        assert got is out
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))
+        np.testing.assert_allclose(got, reference, rtol=1e-3, atol=1e-3)
+        want = torch.addmm(_t(bias).float(), _t(a).float(), _t(b).float()).half().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+        # another input than the planned one: the reference kernel, same result
+        other = np.ascontiguousarray(a[::-1])
+        np.testing.assert_array_equal(
+            fast(bias, other, b, 1, 1, out.copy()),
+            get_kernel("aten::addmm.out").fn(bias, other, b, 1, 1, out.copy()),
+        )
+    # weights that can change are left to numpy
+    assert get_compiled_form("aten::addmm.out")(bias, a, b.copy(), 1, 1, out) is None
+
+
+# ---------------------------------------------------------------------------
 # what the forms leave to numpy
 
 
@@ -494,7 +713,9 @@ def test_unusual_cases_are_left_to_numpy():
     h = np.zeros((2, 8), np.float16)
     assert form("aten::_softmax.out")(h, -1, False, np.zeros_like(h)) is None  # float16
     x = np.zeros((2, 3, 4), F32)
-    assert form("aten::mean.out")(x, [0, 2], False, None, np.zeros(3, F32)) is None  # not a run
+    # three runs of axes
+    y = np.zeros((2, 3, 4, 5, 6), F32)
+    assert form("aten::mean.out")(y, [0, 2, 4], False, None, np.zeros(15, F32)) is None
     assert (
         form("aten::sum.IntList_out")(
             x.astype(np.int64), [1], False, None, np.zeros((2, 4), np.int64)

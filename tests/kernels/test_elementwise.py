@@ -744,3 +744,12 @@ def test_dynamic_bound_and_unplanned_outputs():
     np.testing.assert_allclose(got, np.sin(a))
     with pytest.raises(KernelError, match="does not fit"):
         call("aten::mul.out", a, a, np.zeros(5, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_relu_keeps_negative_zero_and_nan_as_torch(dtype):
+    x = np.array([-0.0, 0.0, np.nan, -1.5, 2.0], dtype)
+    got = get_kernel("aten::relu.out").fn(x, np.empty_like(x))
+    want = torch.relu(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -203,3 +203,36 @@ def test_softmax_and_the_masked_row_test_are_one_loop():
         "aten::where.self_out",
     ]
     _check(MaskedRows(), (scores,), [ops])
+
+
+class HalfReductions(torch.nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(n)
+
+    def forward(self, x, y):
+        h = self.norm(torch.relu(x + y))
+        return torch.softmax(x, dim=-1), h, torch.log_softmax(x * 0.5, dim=1)
+
+
+def test_float16_reductions_compute_in_float32_and_round_their_outputs():
+    g = torch.Generator().manual_seed(21)
+    x = (torch.randn(3, 5, 16, generator=g) * 4).half()
+    y = torch.randn(3, 5, 16, generator=g).half()
+    x[0, 0, 3] = float("nan")
+    x[1, 2] = -float("inf")  # a row of -inf: NaN, as in torch
+    module = HalfReductions(16).half()
+    loaded, got, want, eager = _run(module, (x, y))
+    runs = [_ops(loaded, run) for run in loaded.fused_runs]
+    assert ["aten::add.out", "aten::relu.out", "aten::native_layer_norm.out"] in runs, runs
+    # x * 0.5 reads softmax's input: it joins that group, and log-softmax is left alone,
+    # which in float16 still fuses (no compiled kernel takes float16)
+    assert ["aten::_softmax.out", "aten::mul.out"] in runs, runs
+    assert ["aten::_log_softmax.out"] in runs, runs
+    for g_, w, e in zip(got, want, eager, strict=True):
+        assert g_.dtype == w.dtype == e.dtype == np.float16
+        np.testing.assert_array_equal(np.isnan(g_), np.isnan(w))
+        np.testing.assert_array_equal(np.isnan(g_), np.isnan(e))
+        # float32 sums in another order, one rounding to half: an ulp at most
+        np.testing.assert_allclose(g_, w, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(g_, e, rtol=2e-3, atol=2e-3)

@@ -45,11 +45,30 @@ class IntegerOps(torch.nn.Module):
         return (a * 3 + b).reshape(-1) * b.reshape(-1) - 7
 
 
-class WithCumsum(torch.nn.Module):
-    """A cumulative sum has no compiled step: the method stays instruction by instruction."""
+class WithArctangent(torch.nn.Module):
+    """An arctangent has no compiled step: the method stays instruction by instruction."""
 
     def forward(self, x, w):  # noqa: ANN001, ANN201
-        return torch.sigmoid(torch.cumsum(x @ w, dim=1)) * 2.0 + 1.0
+        return torch.sigmoid(torch.atan(x @ w)) * 2.0 + 1.0
+
+
+class Reductions(torch.nn.Module):
+    """Reductions with compiled steps: var, std, max.dim, amin, prod, a norm, two-run mean,
+    cumsum."""
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        values, indices = x.max(dim=1)
+        return (
+            x.var(dim=1, keepdim=True),
+            torch.std(x, dim=-1),
+            values,
+            indices,
+            x.amin(dim=0),
+            x.prod(dim=2),
+            x.norm(dim=-1),
+            x.mean(dim=(0, 2)),
+            torch.cumsum(x, dim=1) * 0.5,
+        )
 
 
 class LinearNormSoftmax(torch.nn.Module):
@@ -118,6 +137,7 @@ CASES = {
     "kernel_forms": (LinearNormSoftmax(), (torch.randn(6, 8),)),
     "group_norm_views": (GroupNormPermute(), (torch.randn(2, 4, 5),)),
     "gru_like": (GruLike(), (torch.randn(8, 16), torch.randn(8, 16))),
+    "reductions": (Reductions(), (torch.randn(3, 4, 5),)),
     "integers": (
         IntegerOps(),
         (torch.ones(4, 6, dtype=torch.int32), torch.ones(4, 6, dtype=torch.int32)),
@@ -125,7 +145,9 @@ CASES = {
 }
 
 # Products and row statistics sum in another order than numpy's BLAS and passes: a few ulps.
-SUMMED = {name: (1e-5, 1e-6) for name in ("kernel_forms", "group_norm_views", "gru_like")}
+SUMMED = {
+    name: (1e-5, 1e-6) for name in ("kernel_forms", "group_norm_views", "gru_like", "reductions")
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -165,7 +187,7 @@ def test_whole_function_is_generic_in_sizes():
 
 
 def test_a_method_with_an_uncompiled_operator_runs_instruction_by_instruction():
-    module = WithCumsum()
+    module = WithArctangent()
     example = (torch.randn(3, 4), torch.randn(4, 5))
     method = _method(_pte(module, example), jit=True)
     assert method._loaded.whole_source is None
@@ -248,3 +270,36 @@ def test_a_bad_index_in_a_whole_method_raises_the_kernel_error_naming_it():
             numpy_tier.execute(args)
         assert what in str(whole_error.value)
         assert str(whole_error.value.__cause__) == str(numpy_error.value.__cause__)
+
+
+class HalfLinearNormSoftmax(torch.nn.Module):
+    """The float16 suite model's shape: linear, ReLU, layer norm, linear and softmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.norm(torch.relu(self.fc1(x)))
+        return self.fc2(h), torch.softmax(h, dim=-1), h
+
+
+def test_float16_method_compiles_whole_and_rounds_as_the_numpy_tier():
+    module = HalfLinearNormSoftmax().half()
+    example = (torch.randn(4, 16, dtype=torch.float16),)
+    pte = _pte(module, example)
+    whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
+    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    for seed in (1, 2):
+        inputs = _inputs(example, seed)
+        got = whole.execute([x.numpy() for x in inputs])
+        ref = numpy_tier.execute([x.numpy() for x in inputs])
+        with torch.no_grad():
+            want = module(*inputs)
+        for g, r, w in zip(got, ref, want, strict=True):
+            assert g.dtype == r.dtype == torch.float16
+            # float32 sums in another order than BLAS's, each rounded once: an ulp or so
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-3, atol=2e-3)
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-3, atol=2e-3)

@@ -11,6 +11,11 @@ element (the fused loop would read bytes it already wrote).
 The generated source depends only on the formulas, the dtype, each operand's
 rank and which of its dimensions broadcast, never on sizes: the same loop (and
 its cached machine code) serves every model with that pattern.
+
+float16, which numba cannot type, travels as its uint16 bits (:func:`loop_array`):
+the loop reads each element as its float32 value, computes in float32 and rounds
+every result to half precision, as numpy's float16 kernels round each pass
+(:mod:`pyexecutorch.kernels.compiled_half`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorShapeDynamism
 
-_FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64)}
+HALF = np.dtype(np.float16)
+_FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64), HALF}
 _INT_DTYPES = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
 
 
@@ -77,6 +83,8 @@ class FusedCall:
     stores: list[str] = field(repr=False)  # the value each output stores
     same_shape: bool = False  # no input broadcasts: the flat form may be used
     absorbed: list[int] = field(default_factory=list)  # splits whose pieces the loop reads itself
+    halves: frozenset[int] = frozenset()  # inputs (by position) that are float16 bits
+    half_outputs: frozenset[int] = frozenset()  # outputs (by position) stored as float16 bits
 
     def source(self, flat: bool, aliases: dict[int, int] | None = None) -> str:
         """The loop's module; ``aliases`` maps inputs to the outputs whose memory they are.
@@ -95,15 +103,20 @@ class FusedCall:
         if flat:
             lines.append("    for i in range(out0.size):")
             index, indent = "i", "        "
-            loads = [f"{name} = {source_of[k]}[i]" for name, _, k in self.loads]
         else:
             indent = "    "
             for d in range(self.rank):
                 lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
                 indent += "    "
             index = ", ".join(f"i{d}" for d in range(self.rank))
-            loads = [f"{name} = {source_of[k]}[{at}]" for name, at, k in self.loads]
-        stores = [f"out{k}[{index}] = {value}" for k, value in enumerate(self.stores)]
+        loads = [
+            f"{name} = " + decoded(f"{source_of[k]}[{'i' if flat else at}]", k in self.halves)
+            for name, at, k in self.loads
+        ]
+        stores = [
+            f"out{k}[{index}] = " + (f"half_bits({value})" if k in self.half_outputs else value)
+            for k, value in enumerate(self.stores)
+        ]
         lines.extend(indent + s for s in loads + self.body + stores)
         return "\n".join(lines) + "\n"
 
@@ -112,17 +125,46 @@ class FusedCall:
         return compiled.generated_module(self.source(flat, aliases), "fused").fused
 
 
+def decoded(element: str, half: bool) -> str:
+    """Source reading ``element``: a float16 one (its bits) as its float32 value."""
+    return f"HALF_TO_FLOAT[{element}]" if half else element
+
+
+def loop_array(a: Any) -> Any:
+    """An argument as a generated loop takes it: a float16 array as its uint16 bits."""
+    if isinstance(a, np.ndarray) and a.dtype == HALF:
+        return a.view(np.uint16)
+    return a
+
+
+def fused_live(dispatcher: Any, dtype: np.dtype) -> Any:
+    """A loop called on arguments read at run time: float16 ones viewed as their bits."""
+    if dtype != HALF:
+        return dispatcher
+    return lambda *arrays: dispatcher(*(loop_array(a) for a in arrays))
+
+
 def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
-    """The lines that open a generated loop module: its imports, ``T`` (the loop's
-    dtype) and the signature of its compiled function ``fused``."""
+    """The lines that open a generated loop module: its imports, ``T`` (rounds to the
+    loop's dtype), ``C`` (the dtype reductions compute in: float32 for float16, as the
+    numpy kernels compute), ``EXP``/``ERF``/``TANH`` and the signature of its compiled
+    function ``fused``."""
     from pyexecutorch.kernels.compiled_math import header_lines  # noqa: PLC0415 - needs numba
 
+    if dtype == HALF:
+        types = [
+            "from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits, round_half",
+            "T = round_half",
+            "C = np.float32",
+        ]
+    else:
+        types = [f"T = np.{dtype.name}", "C = T"]
     return [
         "import math",
         "import numpy as np",
         "from numba import njit",
         *header_lines(dtype),
-        f"T = np.{dtype.name}",
+        *types,
         "",
         "",
         '@njit(cache=True, error_model="numpy")',
@@ -281,6 +323,8 @@ class Fuser:
         if dtype is not None and (
             dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
         ):
+            return None
+        if dtype == HALF and not formula.halves:
             return None
         shape = m.capacity[out].shape
         if not shape or 0 in shape:
@@ -470,6 +514,8 @@ class Fuser:
             stores,
             same,
             sorted(absorbed),
+            frozenset(k for k, j in enumerate(inputs) if m.capacity[j].dtype == HALF),
+            frozenset(k for k, j in enumerate(stored) if m.capacity[j].dtype == HALF),
         )
 
     def _piece_index(self, j: int, piece: _Piece, shape: tuple[int, ...]) -> str:
@@ -581,6 +627,8 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
         dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
     ):
         return None
+    if dtype == HALF and not formula.halves:
+        return None
     constants = {p: a for p, a in enumerate(args) if p not in formula.tensors}
     expression = formula.expression(constants)
     if expression is None:
@@ -608,4 +656,19 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     expr = expression.format(*(names.get(i, "None") for i in range(max(names) + 1)))
     same = all(args[p].shape == out.shape for p in formula.tensors)
     body = [f"t0 = {expr}" if formula.bool_out else f"t0 = T({expr})"]
-    return FusedCall([0], list(formula.tensors), [0], dtype, out.ndim, loads, body, ["t0"], same)
+    halves = frozenset(k for k, p in enumerate(formula.tensors) if args[p].dtype == HALF)
+    half_out = frozenset({0}) if out.dtype == HALF else frozenset()
+    return FusedCall(
+        [0],
+        list(formula.tensors),
+        [0],
+        dtype,
+        out.ndim,
+        loads,
+        body,
+        ["t0"],
+        same,
+        [],
+        halves,
+        half_out,
+    )

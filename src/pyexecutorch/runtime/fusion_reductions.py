@@ -16,8 +16,10 @@ where the float64 sum cannot, and read back from there by the later loops.
 Each reduction is written once as primitive steps (sum, max, elementwise
 formulas) in :data:`REDUCTIONS`. Sums accumulate in float64 and are rounded
 once to the dtype, within the kernel tests' tolerances of the numpy kernels'
-pairwise float32 sums; NaN and infinities propagate as there. Only float32 and
-float64 are fused. As with :mod:`pyexecutorch.runtime.fusion`, the source
+pairwise float32 sums; NaN and infinities propagate as there. float16 groups
+compute their reductions in float32 and round what each instruction outputs to
+half precision, as the numpy kernels do; as no standalone compiled kernel takes
+float16, a float16 reduction forms a group of its own. As with :mod:`pyexecutorch.runtime.fusion`, the source
 depends on ranks, dtypes, broadcasting and which dimensions reduce, never on
 sizes.
 """
@@ -34,9 +36,11 @@ from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.fusion import (
     _FLOAT_DTYPES,
     _LIBRARY_CALLS,
+    HALF,
     Fuser,
     _literal,
     _Member,
+    decoded,
     loop_header,
     same_elements,
 )
@@ -67,11 +71,12 @@ class _Graph:
         self.nodes[name] = _Node(name, level, expr, deps, reduce)
         return name
 
-    def elem(self, expr: str, *deps: str, rounded: bool = True) -> str:
-        """``expr`` over ``{0}``, ``{1}``... (the operands), rounded to the dtype unless a test."""
+    def elem(self, expr: str, *deps: str, rounded: bool = True, cast: str = "C") -> str:
+        """``expr`` over ``{0}``, ``{1}``... (the operands), rounded by ``cast`` (``C``: to
+        the dtype reductions compute in, ``T``: to the tensors' dtype) unless a test."""
         level = FULL if any(self.nodes[d].level == FULL for d in deps) else ROW
         expr = expr.format(*deps)
-        return self.add(level, f"T({expr})" if rounded else expr, deps)
+        return self.add(level, f"{cast}({expr})" if rounded else expr, deps)
 
     def reduce(self, kind: str, x: str) -> str:
         return self.add(ROW, "", (x,), kind)
@@ -99,7 +104,7 @@ def _layer_norm(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
     mean = g.elem("{0} / " + n, g.reduce("sum", x))
     d = g.elem("{0} - {1}", x, mean)
     var = g.elem("{0} / " + n, g.reduce("sum", g.elem("{0} * {0}", d)))
-    rstd = g.elem(f"T(1) / math.sqrt({{0}} + {c[4]})", var)
+    rstd = g.elem(f"C(1) / math.sqrt({{0}} + {c[4]})", var)
     y = g.elem("{0} * {1}", d, rstd)
     if t.get(2) is not None:
         y = g.elem("{0} * {1}", y, t[2])
@@ -268,6 +273,7 @@ class _Builder:
         self.dropped: set[int] = set()  # reduction outputs without their reduced dimensions
         self.inputs: list[int] = []
         self.input_node: dict[int, str] = {}
+        self.half_params: set[str] = set()  # outputs stored as float16 bits
 
     def _is_row(self, shape: tuple[int, ...]) -> bool:
         offset = len(self.full) - len(shape)
@@ -301,7 +307,8 @@ class _Builder:
             names.update(mem.literals)
             top = max(names, default=-1)
             expr = mem.expression.format(*(names.get(i, "None") for i in range(top + 1)))
-            self.produced[mem.out] = g.elem(expr, *deps, rounded=not mem.formula.bool_out)
+            rounded = not mem.formula.bool_out
+            self.produced[mem.out] = g.elem(expr, *deps, rounded=rounded, cast="T")
             shape = self.m.capacity[mem.out].shape
             want = FULL if shape == self.full else ROW
             if want == FULL and not deps:
@@ -320,8 +327,12 @@ class _Builder:
             if t[pos] is None:
                 return False
         consts = {pos: _literal(v, self.dtype) for pos, v in mem.constants.items()}
-        count = "T(" + " * ".join(f"n{d}" for d in self.dims) + ")"
+        # constants as the reduction computes with them (float32 for float16)
+        consts = {p: None if c is None else "C" + c[1:] for p, c in consts.items()}
+        count = "C(" + " * ".join(f"n{d}" for d in self.dims) + ")"
         results = mem.op.build(g, x, count, consts, t)
+        if self.dtype == HALF:  # what the instruction outputs is rounded to half precision
+            results = {p: g.elem("{0}", r, cast="T") for p, r in results.items()}
         for pos, o in enumerate(mem.outs):
             self.produced[o] = results[pos]
             if g.nodes[results[pos]].level == ROW and not mem.keepdim:
@@ -380,6 +391,8 @@ class _Builder:
                 index = ", ".join("0" if d in self.dims else f"i{d}" for d in range(rank))
                 params.append((f"out{k}", shape, 0))
             store_of.append((node, f"out{k}", index))
+            if self.m.capacity[o].dtype == HALF:
+                self.half_params.add(f"out{k}")
         extents = [self._extent(d, params) for d in range(rank)]
         if any(e is None for e in extents):
             return None
@@ -393,7 +406,8 @@ class _Builder:
         lines = loop_header(self.dtype, [p[0] for p in params])
         for d in range(rank):
             lines.append(f"    n{d} = {extents[d]}")
-        # summed full-shape values worth a scratch row (see the module's docstring)
+        # summed full-shape values worth a scratch row (see the module's docstring), held in
+        # the dtype the loop computes in (float32 for float16)
         scratch = {
             nodes[r].deps[0]
             for r in reduces
@@ -404,7 +418,7 @@ class _Builder:
         row_index = ", ".join(f"i{d}" for d in self.dims)
         row_shape = "".join(f"n{d}, " for d in self.dims)
         for name in sorted(scratch):
-            lines.append(f"    w_{name} = np.empty(({row_shape}), T)")
+            lines.append(f"    w_{name} = np.empty(({row_shape}), C)")
         stored: set[str] = set()  # scratch rows filled in the current row
         indent = "    "
         for d in kept:
@@ -466,12 +480,12 @@ class _Builder:
                     lines.append(f"{inner}{r} += {x}")
             for r in here:
                 if nodes[r].reduce != "any":
-                    lines.append(f"{indent}{r} = T({r})")
+                    lines.append(f"{indent}{r} = C({r})")
                 done.add(r)
             emit_row(p)
         for node, param, index in store_of:
             if nodes[node].level == ROW:
-                lines.append(f"{indent}{param}[{index}] = {node}")
+                lines.append(f"{indent}{param}[{index}] = {self._encoded(param, node)}")
         full_stores = [s for s in store_of if nodes[s[0]].level == FULL]
         if full_stores:
             inner = indent
@@ -481,14 +495,19 @@ class _Builder:
             seen = set()
             for node, param, index in full_stores:
                 emit_full(node, seen, lines, inner)
-                lines.append(f"{inner}{param}[{index}] = {node}")
+                lines.append(f"{inner}{param}[{index}] = {self._encoded(param, node)}")
         return "\n".join(lines) + "\n"
+
+    def _encoded(self, param: str, node: str) -> str:
+        """What output ``param`` stores of ``node``: a float16 output, its bits."""
+        return f"half_bits({node})" if param in self.half_params else node
 
     def _line(self, name: str, row: bool) -> str:
         node = self.g.nodes[name]
         if node.load:
             j = self.inputs[int(node.expr[2:])]
-            return f"{name} = {node.expr}[{self._index(j, row)}]"
+            element = f"{node.expr}[{self._index(j, row)}]"
+            return f"{name} = {decoded(element, self.m.capacity[j].dtype == HALF)}"
         return f"{name} = {node.expr.format(*node.deps)}"
 
 
@@ -547,7 +566,7 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
     """Each reduction with its prologue and epilogue of consecutive elementwise candidates.
 
     A group needs at least one elementwise member: a reduction alone is the
-    standalone kernel's business.
+    standalone kernel's business (except in float16, which no compiled kernel takes).
     """
     cap = fuser.method.capacity
     taken: set[int] = set()
@@ -561,12 +580,16 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
         dtype = cap[red.x].dtype
         row = tuple(1 if d in red.dims else n for d, n in enumerate(red.full))
         group = [red]
+        needed = {red.x, *red.tensors.values()}  # what the prologue must compute
         p = pc - 1
         while p in candidates and p not in taken:
             mem = candidates[p]
             if cap[mem.out].shape != red.full or mem.dtype not in (None, dtype):
                 break
+            if mem.out not in needed:
+                break  # computes nothing the reduction reads: its own chain's business
             group.insert(0, mem)
+            needed.update(mem.tensors.values())
             p -= 1
         # the values an epilogue member may build on: the group's, and what it reduces
         produced = {o for g in group for o in _outs(g)} | {red.x}
@@ -589,7 +612,7 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
             produced.update(_outs(mem))
             p += 1
         # build_group cuts the span before a member that does not fit the loop nest
-        if len(group) > 1:
+        if len(group) > 1 or dtype == HALF:
             found.append(group)
             taken.update(g.pc for g in group)
     return found

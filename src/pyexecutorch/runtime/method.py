@@ -48,7 +48,7 @@ from pyexecutorch.runtime.errors import (
 )
 from pyexecutorch.runtime.etdump import EventTracer, clock
 from pyexecutorch.runtime.fold import fold_constants
-from pyexecutorch.runtime.fusion import FusedCall, fuse
+from pyexecutorch.runtime.fusion import HALF, FusedCall, fuse, fused_live, loop_array
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.limits import (
     DEFAULT_LIMITS,
@@ -638,12 +638,16 @@ class LoadedMethod:
         def fused_call(call: FusedCall, pc: int) -> str:
             exprs = [expr(j) for j in call.inputs] + [out_expr(j) for j in call.outputs]
             if not all(e[0] in "TC" for e in exprs):
-                fn = call.function(flat=False)  # some argument is read live: dispatch per call
+                # some argument is read live: dispatch per call
+                fn = fused_live(call.function(flat=False), call.dtype)
             else:
                 # Every argument is a bound array: its types are known now, and
                 # dense same-shape arrays run as one flat loop over 1-D views.
                 arrays = [bound_array(j) for j in call.inputs]
                 arrays += [self.capacity[j] for j in call.outputs]
+                if any(a.dtype == HALF for a in arrays):  # the loop takes float16 as its bits
+                    arrays = [loop_array(a) for a in arrays]
+                    exprs = [ns.bind(a, "C") for a in arrays]
                 flat = call.same_shape and all(a.flags.c_contiguous for a in arrays)
                 aliases: dict[int, int] = {}
                 if flat:

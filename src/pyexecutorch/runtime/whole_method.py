@@ -241,7 +241,10 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
 
 def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
     """A lone elementwise kernel call on bound arrays as the one-operator fused loop."""
-    from pyexecutorch.runtime.fusion import single_op_call  # noqa: PLC0415 - compiled tier only
+    from pyexecutorch.runtime.fusion import (  # noqa: PLC0415 - compiled tier only
+        loop_array,
+        single_op_call,
+    )
 
     if not out.flags.writeable or out.size == 0:
         return None
@@ -263,4 +266,4 @@ def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None
             if a.ctypes.data == out.ctypes.data:
                 aliases[k] = 0  # read through the output's parameter (see FusedCall.source)
         arrays = [a for k, a in enumerate(arrays) if k not in aliases]
-    return Step(call.function(flat, aliases), tuple(arrays))
+    return Step(call.function(flat, aliases), tuple(loop_array(a) for a in arrays))

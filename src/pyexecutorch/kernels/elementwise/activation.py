@@ -59,7 +59,12 @@ def _relu_general(x, o):
     if x.dtype == BOOL:
         raise KernelError("relu is not supported for bool tensors")
     check_out(x.dtype, o)
-    np.maximum(0, x, out=o, casting="unsafe")
+    # -0.0 stays, as in torch: numpy's float16 maximum keeps the first operand on a tie,
+    # its float32 and float64 ones the second
+    if x.dtype == np.float16:
+        np.maximum(x, 0, out=o, casting="unsafe")
+    else:
+        np.maximum(0, x, out=o, casting="unsafe")
     return o
 
 

@@ -8,9 +8,11 @@ that, computed in the operands' dtype, it gives what the numpy kernel gives:
 * ``{i}`` stands for argument ``i`` of the kernel (an element of a tensor
   operand, or a constant argument as a literal of the loop's dtype);
 * ``T(...)`` rounds to the loop's dtype (every intermediate is rounded, as the
-  numpy kernels round each pass), ``math`` and ``np`` are the modules, and
-  ``EXP``, ``ERF`` and ``TANH`` the loop's exp, erf and tanh (vectorizable float64
-  forms in float32 loops, see :mod:`pyexecutorch.kernels.compiled_math`);
+  numpy kernels round each pass), ``C(...)`` to the dtype it computes in (float32
+  for float16: a formula's irrational constants are not rounded to half
+  precision), ``math`` and ``np`` are the modules, and ``EXP``, ``ERF`` and
+  ``TANH`` the loop's exp, erf and tanh (vectorizable float64 forms in float32
+  loops, see :mod:`pyexecutorch.kernels.compiled_math`);
 * NaN, infinities and signed zeros follow the numpy kernel (comparisons are
   written so that NaN takes the branch the kernel's ufunc takes), and integer
   formulas wrap exactly as the numpy kernels do.
@@ -45,6 +47,8 @@ class Formula:
     passes: int = 1
     bool_out: bool = False  # a test: bool output, computed in the operands' dtype
     shape_only: tuple[int, ...] = ()  # tensor operands read for their shape only
+    # float16 too: the numpy kernel computes float16 as this formula, rounding each result
+    halves: bool = True
 
     def expression(self, constants: dict[int, object]) -> str | None:
         """The formula for these constant arguments (position -> value), or None."""
@@ -89,11 +93,11 @@ def _pow(c: dict[int, object]) -> str | None:
 
 def _gelu(c: dict[int, object]) -> str | None:
     return {
-        # 0.5 * erf rounded once, as the numpy kernel's scaled erf gives it
-        "none": f"{{0}} * (T(0.5) + T(0.5 * ERF({{0}} * {_SQRT1_2!r})))",
+        # 0.5 * erf rounded once to the compute dtype, as the numpy kernel scales erf
+        "none": f"{{0}} * (T(0.5) + C(0.5 * ERF({{0}} * C({_SQRT1_2!r}))))",
         "tanh": (
             "T(0.5) * {0} * (T(1) + TANH({0} * "
-            f"(T({_TANH_BETA!r}) + {{0}} * {{0}} * T({_TANH_BETA_KAPPA!r}))))"
+            f"(C({_TANH_BETA!r}) + {{0}} * {{0}} * C({_TANH_BETA_KAPPA!r}))))"
         ),
     }.get(c.get(1))  # type: ignore[arg-type]
 
@@ -101,8 +105,8 @@ def _gelu(c: dict[int, object]) -> str | None:
 def _elu(c: dict[int, object]) -> str | None:
     alpha, scale, input_scale = (float(c[i]) for i in (1, 2, 3))  # type: ignore[arg-type]
     return (
-        f"({{0}} * T({scale!r}) if {{0}} > T(0) "
-        f"else math.expm1({{0}} * T({input_scale!r})) * T({alpha * scale!r}))"
+        f"({{0}} * C({scale!r}) if {{0}} > T(0) "
+        f"else math.expm1({{0}} * C({input_scale!r})) * C({alpha * scale!r}))"
     )
 
 
@@ -156,7 +160,8 @@ FORMULAS: dict[str, Formula] = {
     "aten::floor.out": _unary("np.floor"),
     "aten::ceil.out": _unary("np.ceil"),
     "aten::trunc.out": _unary("np.trunc"),
-    "aten::pow.Tensor_Scalar_out": Formula((0,), _pow),
+    # float16 powers go through C's pow in torch and the numpy kernel (pow(-inf, 0.5) is inf)
+    "aten::pow.Tensor_Scalar_out": Formula((0,), _pow, halves=False),
     "aten::leaky_relu.out": Formula((0,), "({0} if {0} > T(0) else {0} * {1})"),
     "aten::hardtanh.out": Formula((0,), _clamp(1, 2)),
     "aten::clamp.out": Formula((0,), _clamp(1, 2), ints=True),

@@ -1,4 +1,4 @@
-"""Compiled (numba) forms of embedding lookups, index_select and index_put.
+"""Compiled (numba) forms of embedding lookups, index_select, index, gather and index_put.
 
 numpy gathers rows in two ``take`` calls (one through a lookup table that
 turns bad indices into an error, one of the rows); here one loop checks every
@@ -16,7 +16,13 @@ import numpy as np
 from numba import prange
 
 from pyexecutorch.kernels.compiled_arrays import planned
-from pyexecutorch.kernels.index.index import embedding_out, index_put_out, index_select_out
+from pyexecutorch.kernels.index.index import (
+    embedding_out,
+    gather_out,
+    index_put_out,
+    index_select_out,
+    index_tensor_out,
+)
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
@@ -42,6 +48,51 @@ def _gather(src, index, out):  # noqa: ANN001, ANN201
 
 
 GATHER = serial_and_parallel(_gather, "gather_rows")
+
+
+def _take(flat, i1, n1, s1, i2, n2, s2, before, after, out, lead):  # noqa: ANN001, ANN201
+    """Advanced indexing by one or two 1-D index tensors of one length ``m`` (negative
+    indices wrap): element ``j`` starts at ``i1[j] * s1 + i2[j] * s2`` in ``flat``, each
+    non-indexed position adds ``before[p] + after[q]``; out is (p, m, q), or (m, p, q) when
+    ``lead`` (the indexed axes are apart: numpy and torch put their dimension first).
+    False (nothing written) if an index is outside [-n, n)."""
+    m = i1.shape[0]
+    for j in range(m):
+        if i1[j] < -n1 or i1[j] >= n1 or i2[j] < -n2 or i2[j] >= n2:
+            return False
+    for j in range(m):
+        r1 = i1[j] + n1 if i1[j] < 0 else i1[j]
+        r2 = i2[j] + n2 if i2[j] < 0 else i2[j]
+        base = r1 * s1 + r2 * s2
+        for p in range(before.shape[0]):
+            start = base + before[p]
+            for q in range(after.shape[0]):
+                if lead:
+                    out[j, p, q] = flat[start + after[q]]
+                else:
+                    out[p, j, q] = flat[start + after[q]]
+    return True
+
+
+def _gather_along(src, index, out):  # noqa: ANN001, ANN201
+    """out[i, j, t] = src[i, index[i, j, t], t] for src (a, n, b); False (nothing written)
+    if an index is outside [0, n)."""
+    a, m, b = out.shape
+    n = src.shape[1]
+    for i in range(a):
+        for j in range(m):
+            for t in range(b):
+                if index[i, j, t] < 0 or index[i, j, t] >= n:
+                    return False
+    for i in prange(a):  # noqa: B020
+        for j in range(m):
+            for t in range(b):
+                out[i, j, t] = src[i, index[i, j, t], t]
+    return True
+
+
+TAKE = serial_and_parallel(_take, "take_advanced")
+GATHER_ALONG = serial_and_parallel(_gather_along, "gather_along")
 
 
 def _put_rows(src, index, values, out, accumulate, copy):  # noqa: ANN001, ANN201
@@ -191,4 +242,93 @@ def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
         return index_select_out(a, dim, index, out)
 
     index_select.fills_outputs = True  # the reference fallback writes the same out
+    if a.flags.c_contiguous:  # av is a's view: the planned call reads the live array
+        index_select.step = (choose(GATHER, out.size), (av, index, ov), True)
     return index_select
+
+
+def _offsets(shape: tuple[int, ...], axes: list[int]) -> np.ndarray:
+    """The flat element offsets (C order) of every position of ``shape``'s ``axes``."""
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    grid = np.zeros(1, np.int64)
+    for d in axes:
+        grid = (grid[:, None] + np.arange(shape[d], dtype=np.int64) * strides[d]).reshape(-1)
+    return grid
+
+
+@compiled_form("aten::index.Tensor_out")
+def _index_form(a: Any, indices: Any, out: Any) -> Any:
+    """``a[indices]`` for one or two 1-D int32/int64 index tensors of one length, or None."""
+    if not isinstance(a, np.ndarray) or a.dtype not in _VALUES or a.ndim == 0:
+        return None
+    if not a.flags.c_contiguous or not isinstance(indices, list) or len(indices) > a.ndim:
+        return None
+    given = [d for d, ix in enumerate(indices) if ix is not None]
+    if not 1 <= len(given) <= 2 or any(not _index(indices[d]) for d in given):
+        return None
+    ixs = [indices[d] for d in given]
+    m = ixs[0].size
+    if any(ix.ndim != 1 or ix.size != m or ix.dtype != ixs[0].dtype for ix in ixs):
+        return None
+    rest = [d for d in range(a.ndim) if d not in given]
+    lead = given[-1] - given[0] != len(given) - 1  # apart: the indexed dimension goes first
+    before = [d for d in rest if d < given[0]] if not lead else []
+    after = [d for d in rest if d not in before]
+    sizes = [a.shape[d] for d in before], [a.shape[d] for d in after]
+    shape = (m, *sizes[1]) if lead else (*sizes[0], m, *sizes[1])
+    if not planned(out, a.dtype, tuple(shape)) or np.shares_memory(out, a):
+        return None
+    strides = [math.prod(a.shape[d + 1 :]) for d in given]
+    i1, i2 = ixs[0], ixs[-1]
+    n1, n2 = a.shape[given[0]], a.shape[given[-1]]
+    s1, s2 = strides[0], strides[-1] if len(given) == 2 else 0
+    b_off, a_off = _offsets(a.shape, before), _offsets(a.shape, after)
+    out3 = out.reshape((m, b_off.size, a_off.size) if lead else (b_off.size, m, a_off.size))
+    load = (a.reshape(-1), i1, n1, s1, i2, n2, s2, b_off, a_off, out3, lead)
+    kern = pick(TAKE, out.size, load)
+    a0, o0, given_ixs = a, out, tuple(ixs)
+
+    def index(a, indices, out):  # noqa: ANN001, ANN202
+        same = (
+            a is a0
+            and out is o0
+            and all(indices[d] is ix for d, ix in zip(given, given_ixs, strict=True))
+        )
+        if same and kern(*load):
+            return out
+        return index_tensor_out(a, indices, out)
+
+    index.fills_outputs = True  # the reference writes the same out
+    index.step = (choose(TAKE, out.size), load, True)
+    return index
+
+
+@compiled_form("aten::gather.out")
+def _gather_form(a: Any, dim: Any, index: Any, sparse_grad: Any, out: Any) -> Any:
+    """``gather`` along ``dim`` by an int64 index of ``a``'s shape but there, or None."""
+    if not isinstance(a, np.ndarray) or a.dtype not in _VALUES or a.ndim == 0:
+        return None
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -a.ndim <= dim < a.ndim:
+        return None
+    if not a.flags.c_contiguous or not _index(index) or index.ndim != a.ndim:
+        return None
+    axis = dim % a.ndim
+    if any(index.shape[d] != a.shape[d] for d in range(a.ndim) if d != axis):
+        return None
+    if not planned(out, a.dtype, index.shape) or np.shares_memory(out, a):
+        return None
+    before, after = math.prod(a.shape[:axis]), math.prod(a.shape[axis + 1 :])
+    av = a.reshape(before, a.shape[axis], after)
+    layout = (before, index.shape[axis], after)
+    load = (av, index.reshape(layout), out.reshape(layout))
+    kern = pick(GATHER_ALONG, out.size, load)
+    a0, i0, o0 = a, index, out
+
+    def gather(a, dim, index, sparse_grad, out):  # noqa: ANN001, ANN202
+        if a is a0 and index is i0 and out is o0 and kern(*load):
+            return out
+        return gather_out(a, dim, index, sparse_grad, out)
+
+    gather.fills_outputs = True  # the reference writes the same out
+    gather.step = (choose(GATHER_ALONG, out.size), load, True)
+    return gather

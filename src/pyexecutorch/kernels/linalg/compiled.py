@@ -13,6 +13,9 @@ and the bias loop, a step like the others, so that transformer blocks compile
 whole. That BLAS (scipy's OpenBLAS 0.3.30 here) multiplies 1.1-1.4x slower than
 numpy's (0.3.31), which is why standalone products, and the large ones that a
 call's cost does not weigh on, stay on numpy's; so do all without scipy.
+A float16 ``addmm`` with constant weights and bias (a linear layer) sums in
+float32 over weights converted once at load and rounds each output once, as
+the numpy kernel computes it (:mod:`pyexecutorch.kernels.compiled_half`).
 Imported only by the compiled tier; ``linalg.py`` stays the reference.
 """
 
@@ -25,8 +28,12 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous
+from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits
+from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, entry_point, pick, serial_and_parallel
+
+_HALF = np.dtype(np.float16)
 
 # Above this many multiply-adds one BLAS call costs less than the loop below
 # (measured on float32, one thread; see the report of issue 14).
@@ -78,6 +85,60 @@ def blas_matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
                 for j in range(row.shape[0]):
                     row[j] += add[j]
     return out
+
+
+@njit(cache=True, error_model="numpy")
+def half_linear(a, b, bias, out, acc):  # noqa: ANN001, ANN201
+    """out (n, p) = a (n, k) @ b (k, p) + bias (n, p): ``a``, ``out`` float16 bits, ``b``
+    and ``bias`` float32; each row summed in float32 (``acc``), then rounded once."""
+    n, k = a.shape
+    p = b.shape[1]
+    for i in range(n):
+        acc[:] = 0
+        for kk in range(k):
+            av = HALF_TO_FLOAT[a[i, kk]]
+            for j in range(p):
+                acc[j] += av * b[kk, j]
+        for j in range(p):
+            out[i, j] = half_bits(acc[j] + bias[i, j])
+    return out
+
+
+def _half_addmm(bias: Any, a: Any, b: Any, out: Any) -> Any:
+    """The compiled float16 ``addmm`` on constant ``b`` and ``bias``, or None."""
+    for x in (a, b, out, bias):
+        if not isinstance(x, np.ndarray) or x.dtype != _HALF:
+            return None
+    if not (a.ndim == b.ndim == out.ndim == 2 and a.flags.c_contiguous and out.flags.c_contiguous):
+        return None
+    n, k = a.shape
+    p = b.shape[1]
+    if b.shape[0] != k or out.shape != (n, p) or out.size == 0 or k == 0:
+        return None
+    # the numpy kernel's float32 conversions cost far more than a BLAS call: the loop
+    # serves standalone too up to the whole-method size
+    if n * k * p > WHOLE_MAX_MACS or not out.flags.writeable:
+        return None
+    if b.flags.writeable or bias.flags.writeable or np.shares_memory(out, a):
+        return None  # weights that can change are left to numpy
+    try:
+        full = np.ascontiguousarray(np.broadcast_to(bias, out.shape), np.float32)
+    except ValueError:
+        return None
+    load = (a.view(np.uint16), np.ascontiguousarray(b, np.float32), full, out.view(np.uint16))
+    load += (np.empty(p, np.float32),)
+    kern = entry_point(half_linear, load)
+    bias0, a0, b0, out0 = bias, a, b, out
+
+    def addmm(bias, a, b, beta, alpha, out):  # noqa: ANN001, ANN202
+        if bias is not bias0 or a is not a0 or b is not b0 or out is not out0:
+            return reference_addmm(bias, a, b, beta, alpha, out)
+        kern(*load)
+        return out
+
+    addmm.step = (half_linear, load)
+    addmm.fills_outputs = True
+    return addmm
 
 
 def _array(a: Any, dtype: np.dtype, ndim: int, strided: bool = False) -> bool:
@@ -179,6 +240,8 @@ def _addmm_form(
     whole method, BLAS and the bias loop; or None."""
     if beta != 1 or alpha != 1 or isinstance(beta, bool) or isinstance(alpha, bool):
         return None
+    if isinstance(a, np.ndarray) and a.dtype == _HALF:
+        return _half_addmm(bias, a, b, out)
     dims = _product(a, b, out, 2)
     if dims is None or not isinstance(bias, np.ndarray) or bias.dtype != a.dtype:
         return None

@@ -1,8 +1,10 @@
-"""Compiled (numba) forms of softmax, log-softmax, mean, sum and amax.
+"""Compiled (numba) forms of softmax, log-softmax, mean, sum, amax, amin, var, prod, max.dim
+and cumsum.
 
 Every one of these reduces a run of consecutive axes, so the input is viewed
 as ``(a, k, b)`` (``k`` the reduced elements, ``b`` what follows them) and one
-loop per ``a`` walks it: softmax in three passes where numpy makes five to
+loop per ``a`` walks it (a mean or sum over two runs of axes, ``(0, 2)`` of a
+3-D tensor, views it as ``(a, k, m, l, b)``): softmax in three passes where numpy makes five to
 seven calls, a mean in one where numpy makes two. Sums accumulate in float64
 from the first element (numpy's reductions start there too, so a sum of -0.0
 stays -0.0); maxima propagate NaN as ``np.maximum`` does. Each pass reads an
@@ -148,10 +150,141 @@ def _amax(x, out):  # noqa: ANN001, ANN201
     return out
 
 
+def _amin(x, out):  # noqa: ANN001, ANN201
+    """out (a, b) = the minima of x (a, k, b) over axis 1; NaN wins, as in np.minimum."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            out[i, jb] = x[i, 0, jb]
+        for kk in range(1, k):
+            for jb in range(b):
+                v = x[i, kk, jb]
+                m = out[i, jb]
+                if v < m or v != v:
+                    out[i, jb] = v
+    return out
+
+
+def _max_dim(x, values, indices, largest):  # noqa: ANN001, ANN201
+    """values, indices (a, b) = the maxima (``largest``; else minima) of x (a, k, b) over
+    axis 1 and where each first occurs; the first NaN wins, as np.argmax finds it."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            best = x[i, 0, jb]
+            at = 0
+            if best == best:
+                for kk in range(1, k):
+                    v = x[i, kk, jb]
+                    if v != v:
+                        best, at = v, kk
+                        break
+                    if (v > best) if largest else (v < best):
+                        best, at = v, kk
+            values[i, jb] = best
+            indices[i, jb] = at
+    return values
+
+
+def _var(x, out, divisor):  # noqa: ANN001, ANN201
+    """out (a, b) = the sums of squared deviations from the mean of x (a, k, b) over axis 1,
+    divided by ``divisor``; mean and sums in float64."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            total = 0.0
+            for kk in range(k):
+                total += x[i, kk, jb]
+            mean = total / k
+            sq = 0.0
+            for kk in range(k):
+                d = x[i, kk, jb] - mean
+                sq += d * d
+            out[i, jb] = sq / divisor
+    return out
+
+
+def _prod(x, out):  # noqa: ANN001, ANN201
+    """out (a, b) = the products of x (a, k, b) over axis 1, in float64."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            acc = 1.0
+            for kk in range(k):
+                acc *= x[i, kk, jb]
+            out[i, jb] = acc
+    return out
+
+
+def _sum_two(x, out, divisor):  # noqa: ANN001, ANN201
+    """out (a, m, b) = the sums of x (a, k, m, l, b) over axes 1 and 3 (``/ divisor``
+    unless 0), in float64 from the first element."""
+    a, k, m, l, b = x.shape  # noqa: E741
+    for i in prange(a):  # noqa: B020
+        for jm in range(m):
+            for jb in range(b):
+                acc = np.float64(x[i, 0, jm, 0, jb])
+                first = True
+                for kk in range(k):
+                    for ll in range(l):
+                        if first:
+                            first = False
+                            continue
+                        acc += x[i, kk, jm, ll, jb]
+                out[i, jm, jb] = acc / divisor if divisor != 0 else acc
+    return out
+
+
+def _cumsum(x, out):  # noqa: ANN001, ANN201
+    """out (a, k, b) = the running sums of x (a, k, b) along axis 1, in out's dtype from the
+    first element, as np.cumsum adds (integers wrap as it wraps); out may be x."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        for jb in range(b):
+            acc = out.dtype.type(x[i, 0, jb])
+            out[i, 0, jb] = acc
+            for kk in range(1, k):
+                acc += x[i, kk, jb]
+                out[i, kk, jb] = acc
+    return out
+
+
 SOFTMAX = serial_and_parallel(_softmax, "softmax")
 SUM = serial_and_parallel(_sum, "sum")
 SUM_ROWS = serial_and_parallel(_sum_rows, "sum_rows")
 AMAX = serial_and_parallel(_amax, "amax")
+AMIN = serial_and_parallel(_amin, "amin")
+MAX_DIM = serial_and_parallel(_max_dim, "max_dim")
+VAR = serial_and_parallel(_var, "var")
+PROD = serial_and_parallel(_prod, "prod")
+SUM_TWO = serial_and_parallel(_sum_two, "sum_two")
+CUMSUM = serial_and_parallel(_cumsum, "cumsum")
+
+
+def axis_runs(shape: tuple[int, ...], dims: Any) -> tuple[int, int, int, int, int] | None:
+    """``(a, k, m, l, b)`` viewing ``shape`` with the axes ``dims`` as two runs of
+    consecutive axes (``k`` and ``l``), or None when they are not exactly two runs."""
+    ndim = len(shape)
+    if dims is None or isinstance(dims, int) or len(dims) < 2 or ndim == 0:
+        return None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and -ndim <= d < ndim for d in dims):
+        return None
+    axes = sorted(d % ndim for d in dims)
+    if len(set(axes)) != len(axes):
+        return None
+    gaps = [n for n in range(1, len(axes)) if axes[n] != axes[n - 1] + 1]
+    if len(gaps) != 1:
+        return None
+    end1, start2 = axes[gaps[0] - 1] + 1, axes[gaps[0]]
+    first, last = axes[0], axes[-1] + 1
+    p = math.prod
+    return (
+        p(shape[:first]),
+        p(shape[first:end1]),
+        p(shape[end1:start2]),
+        p(shape[start2:last]),
+        p(shape[last:]),
+    )
 
 
 def axis_run(shape: tuple[int, ...], dims: Any) -> tuple[int, int, int] | None:
@@ -254,22 +387,53 @@ def _reduction(x: Any, dim: Any, out: Any, dtypes: tuple[np.dtype, ...]) -> tupl
     return layout
 
 
+def _sum_two_runs(x: Any, dim: Any, out: Any, mean: bool) -> Any:
+    """A sum (``mean``: mean) of floats over two runs of axes, as the kernel is called."""
+    if not dense(x) or x.dtype not in FLOATS or x.size == 0:
+        return None
+    layout = axis_runs(x.shape, dim)
+    if layout is None:
+        return None
+    a, k, m, l, b = layout  # noqa: E741
+    if not _planned(out, x.dtype, a * m * b):
+        return None
+    divisor = float(k * l) if mean else 0.0
+    return _as_kernel(_bind(SUM_TWO, x, out, layout, (a, m, b), divisor), 4)
+
+
 @compiled_form("aten::mean.out")
 def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
-    """The mean of float32/float64 values over consecutive axes, or None."""
-    layout = _reduction(x, dim, out, FLOATS)
-    if layout is None or (dtype is not None and out.dtype != x.dtype):
+    """The mean of float32/float64 values over one or two runs of axes, or None."""
+    if dtype is not None and (not isinstance(out, np.ndarray) or out.dtype != x.dtype):
         return None
+    layout = _reduction(x, dim, out, FLOATS)
+    if layout is None:
+        return _sum_two_runs(x, dim, out, True)
     run = sum_over(x, out, layout, float(layout[1]))
     return None if run is None else _as_kernel(run, 4)
 
 
-@compiled_form("aten::sum.IntList_out")
-def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
-    """The sum of float32/float64 values over consecutive axes, or None (integers widen: numpy)."""
-    layout = _reduction(x, dim, out, FLOATS)
+@compiled_form("aten::mean.dtype_out")
+def _mean_all_form(x: Any, dtype: Any, out: Any) -> Any:
+    """The mean of every float32/float64 value, or None."""
+    if dtype is not None and (not isinstance(out, np.ndarray) or out.dtype != x.dtype):
+        return None
+    layout = _reduction(x, None, out, FLOATS)
     if layout is None:
         return None
+    run = sum_over(x, out, layout, float(layout[1]))
+    return None if run is None else _as_kernel(run, 2)
+
+
+@compiled_form("aten::sum.IntList_out")
+def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
+    """The sum of float32/float64 values over one or two runs of axes, or None (integers
+    widen: numpy)."""
+    if dtype is not None and (not isinstance(out, np.ndarray) or out.dtype != x.dtype):
+        return None
+    layout = _reduction(x, dim, out, FLOATS)
+    if layout is None:
+        return _sum_two_runs(x, dim, out, False)
     run = sum_over(x, out, layout, 0.0)
     return None if run is None else _as_kernel(run, 4)
 
@@ -282,3 +446,93 @@ def _amax_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
         return None
     a, _, b = layout
     return _as_kernel(_bind(AMAX, x, out, layout, (a, b)), 3)
+
+
+@compiled_form("aten::amin.out")
+def _amin_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
+    """The minimum over consecutive axes (floats and int32/int64), or None."""
+    layout = _reduction(x, dim, out, _MAX_DTYPES)
+    if layout is None:
+        return None
+    a, _, b = layout
+    return _as_kernel(_bind(AMIN, x, out, layout, (a, b)), 3)
+
+
+@compiled_form("aten::var.correction_out")
+def _var_form(x: Any, dim: Any, correction: Any, keepdim: Any, out: Any) -> Any:
+    """The variance of float32/float64 values over consecutive axes, or None."""
+    if correction is None:
+        correction = 1
+    if isinstance(correction, bool) or not isinstance(correction, (int, float)):
+        return None
+    layout = _reduction(x, dim, out, FLOATS)
+    if layout is None:
+        return None
+    a, k, b = layout
+    divisor = float(max(k - correction, 0))
+    return _as_kernel(_bind(VAR, x, out, layout, (a, b), divisor), 4)
+
+
+@compiled_form("aten::prod.int_out")
+def _prod_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
+    """The product of float32/float64 values along one axis, or None."""
+    if dtype is not None or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    layout = _reduction(x, dim, out, FLOATS)
+    if layout is None:
+        return None
+    a, _, b = layout
+    return _as_kernel(_bind(PROD, x, out, layout, (a, b)), 4)
+
+
+def _extreme_dim_form(largest: bool):  # noqa: ANN202
+    def form(x: Any, dim: Any, keepdim: Any, values: Any, indices: Any) -> Any:
+        """The maxima (minima) of floats along one axis and their first indices, or None."""
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            return None
+        layout = _reduction(x, dim, values, FLOATS)
+        if layout is None or layout[1] == 0:
+            return None
+        a, _, b = layout
+        if not _planned(indices, np.dtype(np.int64), a * b) or np.shares_memory(indices, x):
+            return None
+        x0, v0, i0 = x, values, indices
+        load = (x.reshape(layout), values.reshape(a, b), indices.reshape(a, b), largest)
+        kern = pick(MAX_DIM, x.size, load)
+
+        def run(x, dim, keepdim, values, indices):  # noqa: ANN001, ANN202
+            if x is not x0 or values is not v0 or indices is not i0:
+                xs = contiguous(x, layout)
+                kern(xs, values.reshape(a, b), indices.reshape(a, b), largest)
+            else:
+                kern(*load)
+            return values, indices
+
+        run.step = (choose(MAX_DIM, x.size), load)
+        run.fills_outputs = True
+        return run
+
+    return form
+
+
+compiled_form("aten::max.dim_max")(_extreme_dim_form(True))
+compiled_form("aten::min.dim_min")(_extreme_dim_form(False))
+
+
+_INT64 = np.dtype(np.int64)
+
+
+@compiled_form("aten::cumsum.out")
+def _cumsum_form(x: Any, dim: Any, dtype: Any, out: Any) -> Any:
+    """Running sums along one axis (floats in their dtype, int32/int64 in int64), or None."""
+    if dtype is not None or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    if not dense(x) or x.dtype not in _MAX_DTYPES or x.size == 0:
+        return None
+    layout = axis_run(x.shape, dim)
+    want = x.dtype if x.dtype in FLOATS else _INT64
+    if layout is None or not _planned(out, want, x.size) or out.shape != x.shape:
+        return None
+    if np.shares_memory(x, out) and x.ctypes.data != out.ctypes.data:
+        return None
+    return _as_kernel(_bind(CUMSUM, x, out, layout, layout), 3)
