@@ -156,6 +156,18 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
     return compiled.entry_point(whole, arrays), arrays, source
 
 
+def chain_step(steps: list[Step]) -> Step | None:
+    """Unchecked ``steps`` run in order as one Step (a convolution and its epilogue's loop),
+    or None when :func:`source_of` cannot name them."""
+    if any(step.checked for step in steps):
+        return None
+    built = source_of(steps)
+    if built is None:
+        return None
+    source, params = built
+    return Step(compiled.generated_module(source, "chain").whole, tuple(params))
+
+
 # Copies whose source and destination hold the same elements in the same order
 # (argument position of the source; the destination is the out, or for the
 # in-place copy_ the first argument).

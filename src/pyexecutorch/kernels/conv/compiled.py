@@ -11,6 +11,7 @@ compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
 
 from __future__ import annotations
 
+import importlib.util
 import types
 from typing import Any
 
@@ -20,6 +21,11 @@ from numba import get_num_threads, njit, prange
 from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
+from pyexecutorch.runtime.compiled import choose, serial_and_parallel
+
+# numba's np.dot calls BLAS through scipy's bindings: without scipy only the depthwise
+# steps (plain loops) are offered and the products stay on numpy.
+HAS_BLAS = importlib.util.find_spec("scipy") is not None
 
 
 def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
@@ -101,8 +107,18 @@ def _convolution(
     output_padding: Any,
     groups: Any,
     out: Any,
-) -> Inline | None:
-    """The depthwise 2-D float convolution (groups == channels, one filter each), else None."""
+    *,
+    whole: bool = False,
+) -> Inline | ConvStep | None:
+    """The depthwise 2-D float convolution (groups == channels, one filter each), else None.
+
+    With ``whole`` (a step of a whole-method function): any float convolution
+    :func:`conv_step` takes.
+    """
+    if whole:
+        return conv_step(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+        )
     if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
         return None
     dt = input.dtype
@@ -136,3 +152,240 @@ def _convolution(
     macs = out.size * weight.shape[2] * weight.shape[3]
     fn = depthwise2d_parallel if macs >= PARALLEL_MACS and get_num_threads() > 1 else depthwise2d
     return Inline(fn, (0, *consts, -1, *(Const(int(v)) for v in (*s, *p, *d))))
+
+
+# ---------------------------------------------------------------------------
+# Convolution steps for whole-method functions (see runtime.whole_method): every float
+# 2-D convolution with constant weights as one compiled call on its planned arrays, so
+# that a CNN can run as one function. Generic in shape (dtype and rank only), so the
+# disk cache serves every model.
+
+
+def _span(off, step, n_out, size):  # noqa: ANN001, ANN202
+    """The outputs [lo, hi) whose tap ``o * step + off`` falls inside [0, size)."""
+    lo = 0 if off >= 0 else (-off + step - 1) // step
+    hi = 0 if off >= size else (size - 1 - off) // step + 1
+    return lo, min(hi, n_out)
+
+
+_span_jit = njit(cache=True, inline="always")(_span)
+
+
+def _depthwise_planes(x, w, bias, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
+    """out = bias + depthwise conv of x, all NCHW, one output row at a time.
+
+    w is (channels, kh, kw). Each tap adds one scalar times a contiguous (stride 1)
+    run of an input row to a run of the output row, over only the outputs whose tap
+    reads the image: padding is skipped, and the inner loop has no bounds to test.
+    """
+    n_batch, channels, height, width = x.shape
+    out_h, out_w = out.shape[2], out.shape[3]
+    kh_n, kw_n = w.shape[1], w.shape[2]
+    for plane in prange(n_batch * channels):  # noqa: B020 - prange is range when serial
+        n = plane // channels
+        c = plane - n * channels
+        src = x[n, c]
+        dst = out[n, c]
+        taps = w[c]
+        b = bias[c]
+        for oh in range(out_h):
+            row = dst[oh]
+            for ow in range(out_w):
+                row[ow] = b
+            for kh in range(kh_n):
+                ih = oh * sh - ph + kh * dh
+                if ih < 0 or ih >= height:
+                    continue
+                line = src[ih]
+                for kw in range(kw_n):
+                    off = kw * dw - pw
+                    lo, hi = _span_jit(off, sw, out_w, width)
+                    if hi <= lo:
+                        continue
+                    tap = taps[kh, kw]
+                    o = row[lo:hi]
+                    s = line[lo * sw + off :]
+                    if sw == 1:
+                        for i in range(hi - lo):
+                            o[i] += tap * s[i]
+                    else:
+                        for i in range(hi - lo):
+                            o[i] += tap * s[i * sw]
+    return out
+
+
+def _columns(x, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w):  # noqa: ANN001, ANN201
+    """Fill ``col`` ((C*kh*kw, OH*OW), taps in (c, kh, kw) order) from image x (C, H, W)."""
+    channels, height, width = x.shape
+    for r in range(channels * kh_n * kw_n):
+        c = r // (kh_n * kw_n)
+        t = r - c * (kh_n * kw_n)
+        kh = t // kw_n
+        kw = t - kh * kw_n
+        dst = col[r]
+        off = kw * dw - pw
+        lo, hi = _span_jit(off, sw, out_w, width)
+        for oh in range(out_h):
+            run = dst[oh * out_w : (oh + 1) * out_w]
+            ih = oh * sh - ph + kh * dh
+            if ih < 0 or ih >= height or hi <= lo:
+                for i in range(out_w):
+                    run[i] = 0
+                continue
+            for i in range(lo):
+                run[i] = 0
+            for i in range(hi, out_w):
+                run[i] = 0
+            o = run[lo:hi]
+            s = x[c, ih, lo * sw + off :]
+            if sw == 1:
+                for i in range(hi - lo):
+                    o[i] = s[i]
+            else:
+                for i in range(hi - lo):
+                    o[i] = s[i * sw]
+
+
+_columns_jit = njit(cache=True, error_model="numpy")(_named(_columns, "conv_columns"))
+
+
+def _add_bias(out, bias):  # noqa: ANN001, ANN201
+    """out (N, OC, P) += bias per output channel."""
+    for n in range(out.shape[0]):
+        for o in range(out.shape[1]):
+            row = out[n, o]
+            b = bias[o]
+            for i in range(row.shape[0]):
+                row[i] += b
+
+
+_add_bias_jit = njit(cache=True, inline="always", error_model="numpy")(_add_bias)
+
+
+def _gemm_conv(x, wm, bias, col, out, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_w, has_bias):  # noqa: ANN001, ANN201, E501
+    """out (N, G, OCg, OH*OW) = wm (G, OCg, Cg*kh*kw) @ columns of x (N, G, Cg, H, W), + bias.
+
+    The columns of one image and group are built in ``col`` and multiplied by BLAS.
+    """
+    n_batch, groups = x.shape[0], x.shape[1]
+    out_h = out.shape[3] // out_w
+    for n in range(n_batch):
+        for g in range(groups):
+            _columns_jit(x[n, g], col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w)
+            np.dot(wm[g], col, out[n, g])
+    if has_bias:
+        _add_bias_jit(out.reshape(n_batch, groups * out.shape[2], out.shape[3]), bias)
+    return out
+
+
+def _pointwise_conv(x, wm, bias, out, has_bias):  # noqa: ANN001, ANN201
+    """out (N, G, OCg, P) = wm (G, OCg, Cg) @ x (N, G, Cg, P), + bias: a 1x1 convolution,
+    stride 1, no padding, multiplied on the input itself."""
+    for n in range(x.shape[0]):
+        for g in range(x.shape[1]):
+            np.dot(wm[g], x[n, g], out[n, g])
+    if has_bias:
+        _add_bias_jit(out.reshape(out.shape[0], out.shape[1] * out.shape[2], out.shape[3]), bias)
+    return out
+
+
+DEPTHWISE = serial_and_parallel(_depthwise_planes, "depthwise_planes")
+# The products' threads are BLAS's own.
+gemm_conv = njit(cache=True, error_model="numpy")(_named(_gemm_conv, "gemm_conv"))
+pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "pointwise_conv"))
+
+
+class ConvStep:
+    """A convolution as a compiled call on its planned arrays (``step``); called as the
+    kernel is, it runs that call when given those arrays and the reference otherwise."""
+
+    fills_outputs = True  # out stays the planned array (see runtime.method)
+
+    def __init__(self, step: tuple, arrays: tuple, reference: Any):
+        self.step = step
+        self._arrays = arrays
+        self._reference = reference
+
+    def __call__(self, x, w, b, stride, padding, dilation, transposed, output_padding, groups, out):  # noqa: ANN001, ANN204, E501
+        x0, w0, b0, o0 = self._arrays
+        if x is x0 and w is w0 and b is b0 and out is o0:
+            fn, args = self.step
+            fn(*args)
+            return out
+        return self._reference(
+            x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
+        )
+
+
+def conv_step(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    output_padding: Any,
+    groups: Any,
+    out: Any,
+) -> ConvStep | None:
+    """The convolution on these planned arrays as a compiled step, or None.
+
+    Float32/float64, 1-D or 2-D, not transposed, constant weights and bias, dense
+    input and output that share no memory.
+    """
+    from pyexecutorch.kernels.conv.conv import convolution  # noqa: PLC0415
+
+    if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
+        return None
+    dt = input.dtype
+    if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim not in (3, 4):
+        return None
+    if bias is not None and (not _tensor(bias) or bias.dtype != dt or bias.flags.writeable):
+        return None
+    if weight.flags.writeable or not isinstance(groups, int) or groups <= 0:
+        return None
+    if not (input.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+        return None
+    if np.shares_memory(input, out):
+        return None
+    try:
+        s, p, d, shape, _ = _signature(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
+    if shape != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
+        return None
+    x0, w0, o0 = input, weight, out
+    if input.ndim == 3:  # 1-D: an image of height 1
+        s, p, d = (1, *s), (0, *p), (1, *d)
+        input = input.reshape(input.shape[0], input.shape[1], 1, input.shape[2])
+        out = out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
+        weight = weight.reshape(weight.shape[0], weight.shape[1], 1, weight.shape[2])
+    n, c, h, w = input.shape
+    oc, cg, kh, kw = weight.shape
+    oh, ow = out.shape[2:]
+    g = groups
+    b = np.zeros(oc, dt) if bias is None else np.ascontiguousarray(bias)
+    geometry = tuple(int(v) for v in (*s, *p, *d))
+    macs = out.size * cg * kh * kw
+    if g == c and cg == 1 and oc == c:
+        wd = np.ascontiguousarray(weight[:, 0])
+        args = (input, wd, b, out, *geometry)
+        step = (choose(DEPTHWISE, macs // 8), args)
+    elif not HAS_BLAS:
+        return None
+    else:
+        wm = np.ascontiguousarray(weight.reshape(g, oc // g, cg * kh * kw))
+        o4 = out.reshape(n, g, oc // g, oh * ow)
+        has_bias = bias is not None
+        if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
+            x4 = input.reshape(n, g, cg, h * w)
+            step = (pointwise_conv, (x4, wm, b, o4, has_bias))
+        else:
+            x5 = input.reshape(n, g, cg, h, w)
+            col = np.empty((cg * kh * kw, oh * ow), dt)
+            args = (x5, wm, b, col, o4, *geometry, kh, kw, ow, has_bias)
+            step = (gemm_conv, args)
+    return ConvStep(step, (x0, w0, bias, o0), convolution)
