@@ -982,6 +982,9 @@ class LoadedMethod:
                     inline_outs[out] = inline_outs.get(out, 0) + 1
             elif kind == "copy":
                 inline_outs[fast] = inline_outs.get(fast, 0) + 1
+            elif kind == "skip" and fast:  # outputs an earlier call fills in place (epilogue)
+                for out in fast:
+                    inline_outs[out] = inline_outs.get(out, 0) + 1
             elif kind == "inline":
                 args, _ = self.kernel_layout(
                     self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]
