@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.kernels.registry import get_compiled_form
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
-from pyexecutorch.kernels.registry import get_compiled_form
 from pyexecutorch.runtime.fusion import same_elements, single_op_call
 from pyexecutorch.runtime.whole_method import Step, chain_step
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism

@@ -161,125 +161,135 @@ def _convolution(
 # disk cache serves every model.
 
 
-def _span(off, step, n_out, size):  # noqa: ANN001, ANN202
-    """The outputs [lo, hi) whose tap ``o * step + off`` falls inside [0, size)."""
-    lo = 0 if off >= 0 else (-off + step - 1) // step
-    hi = 0 if off >= size else (size - 1 - off) // step + 1
-    return lo, min(hi, n_out)
+def _fill_phases(src, phases, ph, pw):  # noqa: ANN001, ANN201
+    """Scatter image plane ``src`` (H, W) into its zero-padded stride phases: phase (a, b)
+    of ``phases`` (sh, sw, Hq, Wq) holds the padded image's pixels (a + sh*i, b + sw*j),
+    so that a tap of a strided convolution reads one contiguous run of a phase row.
+    The padding cells are never written (zero since load)."""
+    sh, sw = phases.shape[0], phases.shape[1]
+    height, width = src.shape
+    for h in range(height):
+        line = src[h]
+        hp = h + ph
+        pr = hp // sh
+        ra = hp - pr * sh
+        for bb in range(sw):
+            i0 = (bb - pw) % sw  # the first column of this phase
+            if i0 >= width:
+                continue
+            dst = phases[ra, bb, pr][(i0 + pw) // sw :]
+            s = line[i0:]
+            if sw == 1:
+                for q in range(width):
+                    dst[q] = s[q]
+            else:
+                for q in range((width - i0 + sw - 1) // sw):
+                    dst[q] = s[q * sw]
 
 
-_span_jit = njit(cache=True, inline="always")(_span)
+_fill_phases_jit = njit(cache=True, inline="always", error_model="numpy")(_fill_phases)
 
 
 def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
     """out = bias + depthwise conv of x, all NCHW, one output row at a time.
 
-    w is (channels, kh, kw); ``pad`` is one zero-padded plane per thread's plane
-    (planes, H + 2*ph, W + 2*pw), borders zeroed at load and never written. A 3x3
-    filter's nine taps are one expression over nine row slices (one store per output,
-    no bounds to test inside the loop); other sizes add a tap at a time.
+    w is (channels, kh, kw); ``pad`` holds each plane's zero-padded stride phases
+    (planes, sh, sw, Hq, Wq) (see _fill_phases): every tap reads a contiguous run, at
+    any stride. A 3x3 filter's nine taps are one expression over nine row slices (one
+    store per output, no bounds to test inside the loop); other sizes add a tap at a time.
     """
-    n_batch, channels, height, width = x.shape
+    n_batch, channels = x.shape[0], x.shape[1]
     out_h, out_w = out.shape[2], out.shape[3]
     kh_n, kw_n = w.shape[1], w.shape[2]
     for plane in prange(n_batch * channels):  # noqa: B020 - prange is range when serial
         n = plane // channels
         c = plane - n * channels
-        padded = pad[plane]
-        src = x[n, c]
-        for h in range(height):
-            row_in = src[h]
-            row_pad = padded[h + ph, pw:]
-            for i in range(width):
-                row_pad[i] = row_in[i]
+        phases = pad[plane]
+        _fill_phases_jit(x[n, c], phases, ph, pw)
         dst = out[n, c]
         t = w[c]
         b = bias[c]
+        # column phase and offset of each tap column
+        cb0, co0 = 0, 0
+        cb1, co1 = dw % sw, dw // sw
+        cb2, co2 = (2 * dw) % sw, (2 * dw) // sw
         if kh_n == 3 and kw_n == 3:
             w00, w01, w02 = t[0, 0], t[0, 1], t[0, 2]
             w10, w11, w12 = t[1, 0], t[1, 1], t[1, 2]
             w20, w21, w22 = t[2, 0], t[2, 1], t[2, 2]
             for oh in range(out_h):
-                r0 = padded[oh * sh]
-                r1 = padded[oh * sh + dh]
-                r2 = padded[oh * sh + 2 * dh]
-                a0, a1, a2 = r0[0:], r0[dw:], r0[2 * dw :]
-                b0, b1, b2 = r1[0:], r1[dw:], r1[2 * dw :]
-                c0, c1, c2 = r2[0:], r2[dw:], r2[2 * dw :]
+                # (whole-row indexing first keeps each slice contiguous to the compiler)
+                ih = oh * sh
+                ra, rr = ih % sh, ih // sh
+                a0, a1, a2 = (
+                    phases[ra, cb0, rr][co0:],
+                    phases[ra, cb1, rr][co1:],
+                    phases[ra, cb2, rr][co2:],
+                )
+                ih += dh
+                ra, rr = ih % sh, ih // sh
+                b0, b1, b2 = (
+                    phases[ra, cb0, rr][co0:],
+                    phases[ra, cb1, rr][co1:],
+                    phases[ra, cb2, rr][co2:],
+                )
+                ih += dh
+                ra, rr = ih % sh, ih // sh
+                c0, c1, c2 = (
+                    phases[ra, cb0, rr][co0:],
+                    phases[ra, cb1, rr][co1:],
+                    phases[ra, cb2, rr][co2:],
+                )
                 row = dst[oh]
-                if sw == 1:
-                    for i in range(out_w):
-                        row[i] = (
-                            b
-                            + w00 * a0[i]
-                            + w01 * a1[i]
-                            + w02 * a2[i]
-                            + w10 * b0[i]
-                            + w11 * b1[i]
-                            + w12 * b2[i]
-                            + w20 * c0[i]
-                            + w21 * c1[i]
-                            + w22 * c2[i]
-                        )
-                else:
-                    for i in range(out_w):
-                        j = i * sw
-                        row[i] = (
-                            b
-                            + w00 * a0[j]
-                            + w01 * a1[j]
-                            + w02 * a2[j]
-                            + w10 * b0[j]
-                            + w11 * b1[j]
-                            + w12 * b2[j]
-                            + w20 * c0[j]
-                            + w21 * c1[j]
-                            + w22 * c2[j]
-                        )
+                for i in range(out_w):
+                    row[i] = (
+                        b
+                        + w00 * a0[i]
+                        + w01 * a1[i]
+                        + w02 * a2[i]
+                        + w10 * b0[i]
+                        + w11 * b1[i]
+                        + w12 * b2[i]
+                        + w20 * c0[i]
+                        + w21 * c1[i]
+                        + w22 * c2[i]
+                    )
             continue
         for oh in range(out_h):
             row = dst[oh]
             for i in range(out_w):
                 row[i] = b
             for kh in range(kh_n):
-                line = padded[oh * sh + kh * dh]
+                ih = oh * sh + kh * dh
                 for kw in range(kw_n):
                     tap = t[kh, kw]
-                    s = line[kw * dw :]
-                    if sw == 1:
-                        for i in range(out_w):
-                            row[i] += tap * s[i]
-                    else:
-                        for i in range(out_w):
-                            row[i] += tap * s[i * sw]
+                    iw = kw * dw
+                    s = phases[ih % sh, iw % sw, ih // sh][iw // sw :]
+                    for i in range(out_w):
+                        row[i] += tap * s[i]
     return out
 
 
 def _columns(x, pad, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w):  # noqa: ANN001, ANN201
     """Fill ``col`` ((C*kh*kw, OH*OW), taps in (c, kh, kw) order) from image x (C, H, W),
-    through ``pad`` (C, H + 2*ph, W + 2*pw), whose zero borders are never written."""
-    channels, height, width = x.shape
+    through ``pad``: each channel's zero-padded stride phases (C, sh, sw, Hq, Wq)."""
+    channels = x.shape[0]
     for c in range(channels):
-        for h in range(height):
-            src = x[c, h]
-            dst = pad[c, h + ph, pw:]
-            for i in range(width):
-                dst[i] = src[i]
+        _fill_phases_jit(x[c], pad[c], ph, pw)
     for r in range(channels * kh_n * kw_n):
         c = r // (kh_n * kw_n)
         t = r - c * (kh_n * kw_n)
         kh = t // kw_n
         kw = t - kh * kw_n
         dst = col[r]
+        iw = kw * dw
+        cb, co = iw % sw, iw // sw
         for oh in range(out_h):
             run = dst[oh * out_w : (oh + 1) * out_w]
-            s = pad[c, oh * sh + kh * dh, kw * dw :]
-            if sw == 1:
-                for i in range(out_w):
-                    run[i] = s[i]
-            else:
-                for i in range(out_w):
-                    run[i] = s[i * sw]
+            ih = oh * sh + kh * dh
+            s = pad[c, ih % sh, cb, ih // sh][co:]
+            for i in range(out_w):
+                run[i] = s[i]
 
 
 _columns_jit = njit(cache=True, error_model="numpy")(_named(_columns, "conv_columns"))
@@ -335,6 +345,14 @@ pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "
 # copies); larger images over each row of pixels (measured at MobileNetV2's shapes:
 # 48 channels at 8x8 8.7 us against 10.3, at 16x16 29 us against 21).
 CHANNELS_LAST_PIXELS = 64
+
+
+def _phases(planes: int, h: int, w: int, s: tuple, p: tuple, dt: np.dtype) -> np.ndarray:
+    """Zeroed stride-phase buffers of ``planes`` padded images (see _fill_phases)."""
+    (sh, sw), (ph, pw) = s, p
+    hq = -(-(h + 2 * ph) // sh)
+    wq = -(-(w + 2 * pw) // sw)
+    return np.zeros((planes, sh, sw, hq, wq), dt)
 
 
 class ConvStep:
@@ -416,12 +434,13 @@ def conv_step(
         wt = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))
         xt = np.empty((n, h, w, c), dt)
         ot = np.empty((n, oh, ow, c), dt)
-        fn = depthwise2d_parallel if macs >= PARALLEL_MACS and get_num_threads() > 1 else depthwise2d
+        fn = (
+            depthwise2d_parallel if macs >= PARALLEL_MACS and get_num_threads() > 1 else depthwise2d
+        )
         step = (fn, (input, wt, b, xt, ot, out, *geometry))
     elif g == c and cg == 1 and oc == c:
         wd = np.ascontiguousarray(weight[:, 0])
-        pad = np.zeros((n * c, h + 2 * p[0], w + 2 * p[1]), dt)  # borders stay zero
-        args = (input, wd, b, pad, out, *geometry)
+        args = (input, wd, b, _phases(n * c, h, w, s, p, dt), out, *geometry)
         step = (choose(DEPTHWISE, macs // 8), args)
     elif not HAS_BLAS:
         return None
@@ -435,7 +454,18 @@ def conv_step(
         else:
             x5 = input.reshape(n, g, cg, h, w)
             col = np.empty((cg * kh * kw, oh * ow), dt)
-            pad = np.zeros((cg, h + 2 * p[0], w + 2 * p[1]), dt)  # borders stay zero
-            args = (x5, wm, b, pad, col, o4, *geometry, kh, kw, ow, has_bias)
+            args = (
+                x5,
+                wm,
+                b,
+                _phases(cg, h, w, s, p, dt),
+                col,
+                o4,
+                *geometry,
+                kh,
+                kw,
+                ow,
+                has_bias,
+            )
             step = (gemm_conv, args)
     return ConvStep(step, (x0, w0, bias, o0), convolution)
