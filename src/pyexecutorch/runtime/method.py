@@ -66,6 +66,7 @@ from pyexecutorch.runtime.whole_method import (
     copy_source_position,
     copy_step,
     elementwise_step,
+    product_step,
     view_copy_step,
 )
 from pyexecutorch.schema.etdump import ProfileEvent
@@ -713,7 +714,7 @@ class LoadedMethod:
                     return step
                 step = copy_step(name, arrays, out)
                 if step is None and out is not None:
-                    step = elementwise_step(name, arrays, out)
+                    step = elementwise_step(name, arrays, out) or product_step(name, arrays, out)
                 return step
 
             steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
