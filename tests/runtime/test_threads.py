@@ -75,3 +75,38 @@ def test_setting_threads_leaves_torch_its_own_count():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] in ("1", "numba")
+
+
+_COMPILED_BLAS_FOLLOWS = """
+import importlib.util
+from pyexecutorch.runtime import compiled
+if not compiled.enabled(None) or importlib.util.find_spec("scipy") is None:
+    print("skip")
+else:
+    from pyexecutorch.runtime.threads import set_threads
+    set_threads(1)  # before anything loaded scipy's BLAS, which numba's np.dot calls
+    import numpy as np
+    from threadpoolctl import threadpool_info
+    from pyexecutorch.kernels.conv.compiled import pointwise_conv
+    a = np.ones((1, 1, 4, 4), np.float32)
+    pointwise_conv(a, np.ones((1, 4, 4), np.float32), np.zeros(4, np.float32), a.copy(), False)
+    print(sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}))
+"""
+
+
+def test_the_thread_setting_reaches_the_blas_compiled_code_calls():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILED_BLAS_FOLLOWS],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": src, "PYEXECUTORCH_JIT": "1"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] in ("[1]", "skip")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from pyexecutorch.runtime import compiled
@@ -22,8 +23,18 @@ def set_threads(num_threads: int) -> None:
         raise RuntimeError(
             "setting the thread count needs threadpoolctl (pip install threadpoolctl)"
         ) from None
+    _load_compiled_blas()
     _blas_limit = threadpool_limits(limits=num_threads, user_api="blas")
     compiled.set_threads(num_threads)
+
+
+def _load_compiled_blas() -> None:
+    """Load the BLAS that compiled code calls (numba's np.dot goes through scipy, whose
+    OpenBLAS is a library apart from numpy's), so that a limit set now reaches it too: a
+    library loaded after the limit would run on its default thread count."""
+    if compiled.numba_module() is None or importlib.util.find_spec("scipy") is None:
+        return
+    import scipy.linalg.cython_blas  # noqa: F401, PLC0415 - loads scipy's BLAS library
 
 
 def thread_counts() -> dict[str, int | None]:
