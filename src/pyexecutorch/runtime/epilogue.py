@@ -29,7 +29,7 @@ from pyexecutorch.kernels.registry import get_compiled_form
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.fusion import same_elements, single_op_call
-from pyexecutorch.runtime.whole_method import Step, chain_step
+from pyexecutorch.runtime.whole_method import Step
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
 
 CONVOLUTION = "aten::convolution.out"
@@ -188,14 +188,14 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         loop(*loop_args)
         return out
 
-    if step is not None:  # the pair as one step of a whole-method function
-        conv_then_epilogue.step = (step.function, step.args)
+    if step is not None:  # the pair as two steps of a whole-method function
+        conv_then_epilogue.step = step
         conv_then_epilogue.fills_outputs = True
     return conv_then_epilogue, last, outputs[0]
 
 
-def _conv_step(method, k, args, conv_out, into, loop: Step) -> Step | None:  # noqa: ANN001
-    """The convolution writing ``into`` then the epilogue's loop, as one Step, or None."""
+def _conv_step(method, k, args, conv_out, into, loop: Step) -> list[tuple] | None:  # noqa: ANN001
+    """The convolution writing ``into`` then the epilogue's loop, as two calls, or None."""
     form = get_compiled_form(CONVOLUTION)
     if form is None:
         return None
@@ -206,7 +206,7 @@ def _conv_step(method, k, args, conv_out, into, loop: Step) -> Step | None:  # n
         return None
     if conv is None:
         return None
-    return chain_step([Step(*conv.step), loop])
+    return [conv.step, (loop.function, loop.args)]
 
 
 def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:

@@ -11,7 +11,8 @@ Kernel fast paths take part through two attributes (read by runtime.method):
 ``fills_outputs`` (it writes the out arrays it is given and returns them, so
 its outputs stay their planned arrays and later steps can bind them) and
 ``step`` (``(dispatcher, args[, checked])``: its compiled call on the planned
-arrays). View copies, split/cat pieces and compiled forms taking ``whole=True``
+arrays; or a list of such unchecked calls, made in order, such as a convolution
+and its epilogue's loop). View copies, split/cat pieces and compiled forms taking ``whole=True``
 (products a little past the standalone loop's size) become steps too.
 
 The generated source names each loop by the module it was generated in and
@@ -155,18 +156,6 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
     whole = compiled.generated_module(source, "whole").whole
     arrays = tuple(params)
     return compiled.entry_point(whole, arrays), arrays, source
-
-
-def chain_step(steps: list[Step]) -> Step | None:
-    """Unchecked ``steps`` run in order as one Step (a convolution and its epilogue's loop),
-    or None when :func:`source_of` cannot name them."""
-    if any(step.checked for step in steps):
-        return None
-    built = source_of(steps)
-    if built is None:
-        return None
-    source, params = built
-    return Step(compiled.generated_module(source, "chain").whole, tuple(params))
 
 
 # Copies whose source and destination hold the same elements in the same order
