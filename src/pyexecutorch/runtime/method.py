@@ -675,8 +675,14 @@ class LoadedMethod:
                             i for i in evalues[j].val.items if i >= 0 and i in self.capacity
                         ]
                 if all(bound_array(j) is self.load_time_value(j) for j in tensors):
-                    step = Step(*planned)
-                    if step.checked:  # the reference kernel on the same arrays raises the error
+                    # (dispatcher, args[, checked]), or a list of such calls made in order
+                    if isinstance(planned, list):
+                        made = [Step(*p) for p in planned]
+                        step = lambda made=made: made  # noqa: E731
+                    else:
+                        step = Step(*planned)
+                    if isinstance(step, Step) and step.checked:
+                        # the reference kernel on the same arrays raises the error
                         checks[pc] = functools.partial(
                             k.fn, *(self.load_time_value(j) for j in args)
                         )
