@@ -113,3 +113,109 @@ def test_large_weights_make_one_product_and_match_torch():
     ).numpy()
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out, REFERENCE(*args, np.zeros_like(out)), rtol=1e-4, atol=1e-4)
+
+
+# Convolution steps of whole-method functions (conv_step): every float 2-D / 1-D forward
+# convolution with constant weights. (batch, channels, out channels, height, width,
+# kernel, stride, padding, dilation, groups, bias)
+STEP_CASES = [
+    (1, 3, 8, 13, 12, 3, 2, 1, 1, 1, True),  # a strided stem: columns + BLAS
+    (2, 6, 9, 7, 9, 3, 1, 1, 2, 3, False),  # grouped and dilated
+    (1, 8, 16, 9, 9, 1, 1, 0, 1, 1, True),  # pointwise: BLAS on the input itself
+    (2, 8, 12, 6, 5, 1, 1, 0, 1, 4, False),  # grouped pointwise
+    (1, 8, 16, 9, 9, 1, 2, 0, 1, 1, True),  # strided 1x1 (a ResNet downsample)
+    (1, 5, 5, 12, 13, 3, 2, 1, 1, 5, True),  # depthwise over planes, stride 2
+    (1, 5, 5, 12, 13, 3, 2, 2, 2, 5, True),  # ... dilated
+    (2, 4, 4, 11, 12, 5, 2, 2, 1, 4, True),  # 5x5 depthwise
+    (1, 4, 4, 10, 12, 3, 3, 0, 1, 4, False),  # stride 3, no padding
+    (1, 6, 6, 7, 7, 3, 1, 1, 1, 6, True),  # a small image: channels-last
+    (1, 3, 3, 3, 3, 3, 1, 4, 1, 3, True),  # padding wider than the image
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", STEP_CASES, ids=[str(c) for c in STEP_CASES])
+def test_conv_steps_match_reference_and_torch(case, dtype):
+    n, c, oc, h, w, k, s, p, d, g, has_bias = case
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    x[0, 0, 1, :2] = (-0.0, np.inf)  # non-finite inputs propagate as in the reference
+    weight = _read_only(rng.standard_normal((oc, c // g, k, k)).astype(dtype))
+    bias = _read_only(rng.standard_normal(oc).astype(dtype)) if has_bias else None
+    args = (x, weight, bias, (s, s), (p, p), (d, d), False, (0, 0), g)
+    want = torch.nn.functional.conv2d(
+        torch.from_numpy(x),
+        torch.from_numpy(weight.copy()),
+        None if bias is None else torch.from_numpy(bias.copy()),
+        s,
+        p,
+        d,
+        g,
+    ).numpy()
+    reference = REFERENCE(*args, np.zeros(want.shape, dtype))
+    out = np.full(want.shape, np.nan, dtype)
+    step = COMPILED(*args, out, whole=True)
+    assert step is not None and step.fills_outputs
+    fn, step_args = step.step
+    fn(*step_args)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    np.testing.assert_allclose(out, reference, **tol)
+    np.testing.assert_allclose(out, want, **tol)
+    # called as the kernel: on its planned arrays, the step; on others, the reference
+    x2 = rng.standard_normal(x.shape).astype(dtype)
+    np.copyto(x, x2)
+    assert step(*args, out) is out
+    other = np.zeros_like(out)
+    assert step(x2.copy(), *args[1:], other) is other
+    np.testing.assert_allclose(out, other, **tol)
+
+
+def test_conv_step_1d_matches_torch():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 17)).astype(np.float32)
+    weight = _read_only(rng.standard_normal((4, 3, 3)).astype(np.float32))
+    bias = _read_only(rng.standard_normal(4).astype(np.float32))
+    want = torch.nn.functional.conv1d(
+        torch.from_numpy(x),
+        torch.from_numpy(weight.copy()),
+        torch.from_numpy(bias.copy()),
+        2,
+        1,
+        2,
+        2,
+    ).numpy()
+    out = np.zeros(want.shape, np.float32)
+    step = COMPILED(x, weight, bias, [2], [1], [2], False, [0], 2, out, whole=True)
+    step.step[0](*step.step[1])
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_steps_decline_what_they_cannot_bind():
+    x = np.zeros((1, 4, 6, 6), np.float32)
+    weight = _read_only(np.ones((4, 4, 1, 1), np.float32))
+    args = ((1, 1), (0, 0), (1, 1), False, (0, 0), 1)
+    # an output over its own input (the reference reads it whole first; a step would not)
+    assert COMPILED(x, weight, None, *args, x, whole=True) is None
+    # weights that may change between runs are not packed at load
+    assert COMPILED(x, weight.copy(), None, *args, np.zeros_like(x), whole=True) is None
+    # transposed, and float16
+    assert (
+        COMPILED(x, weight, None, (1, 1), (0, 0), (1, 1), True, (0, 0), 1, x.copy(), whole=True)
+        is None
+    )
+    half = x.astype(np.float16)
+    w16 = _read_only(np.ones((4, 4, 1, 1), np.float16))
+    assert COMPILED(half, w16, None, *args, np.zeros_like(half), whole=True) is None
+
+
+def test_parallel_depthwise_planes_match_the_serial_one():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 6, 12, 11)).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    outs = []
+    for fn in compiled.DEPTHWISE:
+        pad = compiled._phases(12, 12, 11, (2, 2), (1, 1), np.dtype(np.float32))
+        out = np.empty((2, 6, 6, 6), np.float32)
+        outs.append(fn(x, w, b, pad, out, 2, 2, 1, 1, 1, 1))
+    np.testing.assert_array_equal(outs[0], outs[1])

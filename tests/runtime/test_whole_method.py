@@ -303,3 +303,73 @@ def test_float16_method_compiles_whole_and_rounds_as_the_numpy_tier():
             # float32 sums in another order than BLAS's, each rounded once: an ulp or so
             np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-3, atol=2e-3)
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-3, atol=2e-3)
+
+
+class ResNetLike(torch.nn.Module):
+    """Convolutions with batch norm, ReLU and residual adds (one downsampling through a
+    strided 1x1), a global average pool and a classifier past the small-product loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+        )
+        self.a = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1), nn.ReLU(), nn.Conv2d(8, 8, 3, 1, 1))
+        self.b = nn.Sequential(nn.Conv2d(8, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 16, 3, 1, 1))
+        self.down = nn.Conv2d(8, 16, 1, 2)
+        self.fc = nn.Linear(16, 600)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.stem(x)
+        h = torch.relu(self.a(h) + h)
+        h = torch.relu(self.b(h) + self.down(h))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+class MobileNetLike(torch.nn.Module):
+    """A strided stem with ReLU6, an inverted residual (1x1 expand, 3x3 depthwise, 1x1
+    project, residual add), a strided 5x5 depthwise with hardswish, a mean and a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU6())
+        self.block = nn.Sequential(
+            nn.Conv2d(8, 24, 1), nn.ReLU6(), nn.Conv2d(24, 24, 3, 1, 1, groups=24), nn.ReLU6()
+        )
+        self.project = nn.Conv2d(24, 8, 1)
+        self.down = nn.Sequential(nn.Conv2d(8, 8, 5, 2, 2, groups=8), nn.Hardswish())
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = self.stem(x)
+        h = self.project(self.block(h)) + h
+        return self.fc(self.down(h).mean(dim=(2, 3)))
+
+
+CNNS = {
+    "resnet_like": (ResNetLike().eval(), (torch.randn(1, 3, 12, 12),)),
+    "mobilenet_like": (MobileNetLike().eval(), (torch.randn(1, 3, 34, 30),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CNNS))
+def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
+    module, example = CNNS[name]
+    pte = _pte(module, example)
+    whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
+    source = whole._loaded.whole_source
+    assert source is not None, whole._loaded.chains[0].source
+    # convolutions (their epilogues' loops after them) and the classifier as BLAS steps
+    assert "from pyexecutorch.kernels.conv.compiled import" in source
+    if name == "resnet_like":  # its classifier is past the small-product loop
+        assert "blas_matmul" in source
+    for seed in (1, 2):
+        (x,) = _inputs(example, seed)
+        got = whole.execute([x.numpy()])[0].numpy()
+        ref = numpy_tier.execute([x.numpy()])[0].numpy()
+        with torch.no_grad():
+            want = module(x).numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -25,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.kernels.registry import get_compiled_form
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.fusion import same_elements, single_op_call
+from pyexecutorch.runtime.whole_method import Step
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
 
 CONVOLUTION = "aten::convolution.out"
@@ -42,7 +44,8 @@ def fuse_epilogues(
     read: set[int],
 ) -> list[int]:
     """Fold each eligible run into the convolution before it (chain 0): the convolution
-    becomes ``("call", conv_then_epilogue)``, the run's last instruction ``("skip", None)``.
+    becomes ``("call", conv_then_epilogue)``, the run's last instruction ``("skip", [its
+    output])``.
     Returns the convolutions' instruction indices."""
     done: list[int] = []
     if flow is None or method.tracer:
@@ -55,9 +58,11 @@ def fuse_epilogues(
             continue
         fused = _with_epilogue(method, flow, decisions, pc, written, read)
         if fused is not None:
-            conv, last = fused
+            conv, last, written_out = fused
             decisions[0, pc] = ("call", conv)
-            decisions[0, last] = ("skip", None)
+            # (the skipped instruction's output is filled in place by the call: see
+            # LoadedMethod._fixed_values)
+            decisions[0, last] = ("skip", [written_out])
             done.append(pc)
     return done
 
@@ -172,7 +177,9 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         return None
     flat = target.reshape(-1)
     loop_args = (*(extra[j].reshape(-1) for j in inputs if j != alias), flat)
-    loop = compiled.entry_point(call.function(True, {inputs.index(alias): 0}), loop_args)
+    loop_fn = call.function(True, {inputs.index(alias): 0})
+    loop = compiled.entry_point(loop_fn, loop_args)
+    step = _conv_step(method, k, args, conv_out, into, Step(loop_fn, loop_args))
 
     def conv_then_epilogue(
         x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
@@ -181,7 +188,25 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         loop(*loop_args)
         return out
 
-    return conv_then_epilogue, last
+    if step is not None:  # the pair as two steps of a whole-method function
+        conv_then_epilogue.step = step
+        conv_then_epilogue.fills_outputs = True
+    return conv_then_epilogue, last, outputs[0]
+
+
+def _conv_step(method, k, args, conv_out, into, loop: Step) -> list[tuple] | None:  # noqa: ANN001
+    """The convolution writing ``into`` then the epilogue's loop, as two calls, or None."""
+    form = get_compiled_form(CONVOLUTION)
+    if form is None:
+        return None
+    values = [method.load_time_value(j) for j in args[:-1]]
+    try:
+        conv = form(*values, into, whole=True)
+    except Exception:  # noqa: BLE001 - a form that cannot decide offers no step
+        return None
+    if conv is None:
+        return None
+    return [conv.step, (loop.function, loop.args)]
 
 
 def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:

@@ -66,6 +66,7 @@ from pyexecutorch.runtime.whole_method import (
     copy_source_position,
     copy_step,
     elementwise_step,
+    product_step,
     view_copy_step,
 )
 from pyexecutorch.schema.etdump import ProfileEvent
@@ -694,8 +695,14 @@ class LoadedMethod:
                             i for i in evalues[j].val.items if i >= 0 and i in self.capacity
                         ]
                 if all(bound_array(j) is self.load_time_value(j) for j in tensors):
-                    step = Step(*planned)
-                    if step.checked:  # the reference kernel on the same arrays raises the error
+                    # (dispatcher, args[, checked]), or a list of such calls made in order
+                    if isinstance(planned, list):
+                        made = [Step(*p) for p in planned]
+                        step = lambda made=made: made  # noqa: E731
+                    else:
+                        step = Step(*planned)
+                    if isinstance(step, Step) and step.checked:
+                        # the reference kernel on the same arrays raises the error
                         checks[pc] = functools.partial(
                             k.fn, *(self.load_time_value(j) for j in args)
                         )
@@ -733,7 +740,7 @@ class LoadedMethod:
                     return step
                 step = copy_step(name, arrays, out)
                 if step is None and out is not None:
-                    step = elementwise_step(name, arrays, out)
+                    step = elementwise_step(name, arrays, out) or product_step(name, arrays, out)
                 return step
 
             steps[pc] = (make, [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed])
@@ -1003,6 +1010,9 @@ class LoadedMethod:
                     inline_outs[out] = inline_outs.get(out, 0) + 1
             elif kind == "copy":
                 inline_outs[fast] = inline_outs.get(fast, 0) + 1
+            elif kind == "skip" and fast:  # outputs an earlier call fills in place (epilogue)
+                for out in fast:
+                    inline_outs[out] = inline_outs.get(out, 0) + 1
             elif kind == "inline":
                 args, _ = self.kernel_layout(
                     self.kernels[flow.instructions[pc].op_index], flow.instructions[pc]

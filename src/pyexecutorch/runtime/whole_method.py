@@ -11,7 +11,8 @@ Kernel fast paths take part through two attributes (read by runtime.method):
 ``fills_outputs`` (it writes the out arrays it is given and returns them, so
 its outputs stay their planned arrays and later steps can bind them) and
 ``step`` (``(dispatcher, args[, checked])``: its compiled call on the planned
-arrays). View copies, split/cat pieces and compiled forms taking ``whole=True``
+arrays; or a list of such unchecked calls, made in order, such as a convolution
+and its epilogue's loop). View copies, split/cat pieces and compiled forms taking ``whole=True``
 (products a little past the standalone loop's size) become steps too.
 
 The generated source names each loop by the module it was generated in and
@@ -22,6 +23,7 @@ method with the same pattern of loops, dtypes and ranks.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,6 +239,74 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
     ):
         return None
     return Step(compiled.generated_module(_COPY_SOURCE, "copy").copy_view, (src, dst))
+
+
+_PRODUCT_SOURCE = """import numpy as np
+from numba import njit
+
+
+@njit(cache=True, error_model="numpy")
+def mm(a, b, out):
+    np.dot(a, b, out)
+
+
+@njit(cache=True, error_model="numpy")
+def addmm(a, b, bias, out):
+    np.dot(a, b, out)
+    for i in range(out.shape[0]):
+        row = out[i]
+        add = bias[i]
+        for j in range(row.shape[0]):
+            row[j] += add[j]
+"""
+
+
+def _product_operand(a: Any, dtype: np.dtype) -> bool:
+    return (
+        isinstance(a, np.ndarray)
+        and a.dtype == dtype
+        and a.ndim == 2
+        and (a.flags.c_contiguous or a.flags.f_contiguous)
+    )
+
+
+def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
+    """A float mm, or addmm with a constant bias (beta = alpha = 1), on bound arrays as one
+    BLAS call (numba's np.dot, through scipy): the products too large for the compiled
+    small-product loop, such as a CNN's classifier. None without scipy."""
+    if name == "aten::mm.out":
+        a, b, bias = args[0], args[1], None
+    elif name == "aten::addmm.out":
+        bias, a, b, beta, alpha = args[:5]
+        if any(isinstance(v, bool) or v != 1 for v in (beta, alpha)):
+            return None
+        if not isinstance(bias, np.ndarray) or bias.flags.writeable:
+            return None  # a bias that can change between runs is not copied at load
+    else:
+        return None
+    if importlib.util.find_spec("scipy") is None:
+        return None
+    dt = out.dtype
+    if dt not in (np.float32, np.float64) or not (
+        _product_operand(a, dt) and _product_operand(b, dt)
+    ):
+        return None
+    if out.ndim != 2 or not out.flags.c_contiguous or not out.flags.writeable or out.size == 0:
+        return None
+    if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]) or a.shape[1] == 0:
+        return None
+    if np.shares_memory(out, a) or np.shares_memory(out, b):
+        return None
+    module = compiled.generated_module(_PRODUCT_SOURCE, "product")
+    if bias is None:
+        return Step(module.mm, (a, b, out))
+    if bias.dtype != dt:
+        return None
+    try:
+        full = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
+    except ValueError:
+        return None
+    return Step(module.addmm, (a, b, full, out))
 
 
 def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:

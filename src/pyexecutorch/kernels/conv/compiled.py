@@ -11,6 +11,7 @@ compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
 
 from __future__ import annotations
 
+import importlib.util
 import types
 from typing import Any
 
@@ -20,6 +21,11 @@ from numba import get_num_threads, njit, prange
 from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
+from pyexecutorch.runtime.compiled import choose, serial_and_parallel
+
+# numba's np.dot calls BLAS through scipy's bindings: without scipy only the depthwise
+# steps (plain loops) are offered and the products stay on numpy.
+HAS_BLAS = importlib.util.find_spec("scipy") is not None
 
 
 def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
@@ -101,8 +107,18 @@ def _convolution(
     output_padding: Any,
     groups: Any,
     out: Any,
-) -> Inline | None:
-    """The depthwise 2-D float convolution (groups == channels, one filter each), else None."""
+    *,
+    whole: bool = False,
+) -> Inline | ConvStep | None:
+    """The depthwise 2-D float convolution (groups == channels, one filter each), else None.
+
+    With ``whole`` (a step of a whole-method function): any float convolution
+    :func:`conv_step` takes.
+    """
+    if whole:
+        return conv_step(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+        )
     if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
         return None
     dt = input.dtype
@@ -136,3 +152,320 @@ def _convolution(
     macs = out.size * weight.shape[2] * weight.shape[3]
     fn = depthwise2d_parallel if macs >= PARALLEL_MACS and get_num_threads() > 1 else depthwise2d
     return Inline(fn, (0, *consts, -1, *(Const(int(v)) for v in (*s, *p, *d))))
+
+
+# ---------------------------------------------------------------------------
+# Convolution steps for whole-method functions (see runtime.whole_method): every float
+# 2-D convolution with constant weights as one compiled call on its planned arrays, so
+# that a CNN can run as one function. Generic in shape (dtype and rank only), so the
+# disk cache serves every model.
+
+
+def _fill_phases(src, phases, ph, pw):  # noqa: ANN001, ANN201
+    """Scatter image plane ``src`` (H, W) into its zero-padded stride phases: phase (a, b)
+    of ``phases`` (sh, sw, Hq, Wq) holds the padded image's pixels (a + sh*i, b + sw*j),
+    so that a tap of a strided convolution reads one contiguous run of a phase row.
+    The padding cells are never written (zero since load)."""
+    sh, sw = phases.shape[0], phases.shape[1]
+    height, width = src.shape
+    for h in range(height):
+        line = src[h]
+        hp = h + ph
+        pr = hp // sh
+        ra = hp - pr * sh
+        for bb in range(sw):
+            i0 = (bb - pw) % sw  # the first column of this phase
+            if i0 >= width:
+                continue
+            dst = phases[ra, bb, pr][(i0 + pw) // sw :]
+            s = line[i0:]
+            if sw == 1:
+                for q in range(width):
+                    dst[q] = s[q]
+            else:
+                for q in range((width - i0 + sw - 1) // sw):
+                    dst[q] = s[q * sw]
+
+
+_fill_phases_jit = njit(cache=True, inline="always", error_model="numpy")(_fill_phases)
+
+
+def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
+    """out = bias + depthwise conv of x, all NCHW, one output row at a time.
+
+    w is (channels, kh, kw); ``pad`` holds each plane's zero-padded stride phases
+    (planes, sh, sw, Hq, Wq) (see _fill_phases): every tap reads a contiguous run, at
+    any stride. A 3x3 filter's nine taps are one expression over nine row slices (one
+    store per output, no bounds to test inside the loop); other sizes add a tap at a time.
+    """
+    n_batch, channels = x.shape[0], x.shape[1]
+    out_h, out_w = out.shape[2], out.shape[3]
+    kh_n, kw_n = w.shape[1], w.shape[2]
+    for plane in prange(n_batch * channels):  # noqa: B020 - prange is range when serial
+        n = plane // channels
+        c = plane - n * channels
+        phases = pad[plane]
+        _fill_phases_jit(x[n, c], phases, ph, pw)
+        dst = out[n, c]
+        t = w[c]
+        b = bias[c]
+        # column phase and offset of each tap column
+        cb0, co0 = 0, 0
+        cb1, co1 = dw % sw, dw // sw
+        cb2, co2 = (2 * dw) % sw, (2 * dw) // sw
+        if kh_n == 3 and kw_n == 3:
+            w00, w01, w02 = t[0, 0], t[0, 1], t[0, 2]
+            w10, w11, w12 = t[1, 0], t[1, 1], t[1, 2]
+            w20, w21, w22 = t[2, 0], t[2, 1], t[2, 2]
+            for oh in range(out_h):
+                # (whole-row indexing first keeps each slice contiguous to the compiler)
+                ih = oh * sh
+                ra, rr = ih % sh, ih // sh
+                a0, a1, a2 = (
+                    phases[ra, cb0, rr][co0:],
+                    phases[ra, cb1, rr][co1:],
+                    phases[ra, cb2, rr][co2:],
+                )
+                ih += dh
+                ra, rr = ih % sh, ih // sh
+                b0, b1, b2 = (
+                    phases[ra, cb0, rr][co0:],
+                    phases[ra, cb1, rr][co1:],
+                    phases[ra, cb2, rr][co2:],
+                )
+                ih += dh
+                ra, rr = ih % sh, ih // sh
+                c0, c1, c2 = (
+                    phases[ra, cb0, rr][co0:],
+                    phases[ra, cb1, rr][co1:],
+                    phases[ra, cb2, rr][co2:],
+                )
+                row = dst[oh]
+                for i in range(out_w):
+                    row[i] = (
+                        b
+                        + w00 * a0[i]
+                        + w01 * a1[i]
+                        + w02 * a2[i]
+                        + w10 * b0[i]
+                        + w11 * b1[i]
+                        + w12 * b2[i]
+                        + w20 * c0[i]
+                        + w21 * c1[i]
+                        + w22 * c2[i]
+                    )
+            continue
+        for oh in range(out_h):
+            row = dst[oh]
+            for i in range(out_w):
+                row[i] = b
+            for kh in range(kh_n):
+                ih = oh * sh + kh * dh
+                for kw in range(kw_n):
+                    tap = t[kh, kw]
+                    iw = kw * dw
+                    s = phases[ih % sh, iw % sw, ih // sh][iw // sw :]
+                    for i in range(out_w):
+                        row[i] += tap * s[i]
+    return out
+
+
+def _columns(x, pad, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w):  # noqa: ANN001, ANN201
+    """Fill ``col`` ((C*kh*kw, OH*OW), taps in (c, kh, kw) order) from image x (C, H, W),
+    through ``pad``: each channel's zero-padded stride phases (C, sh, sw, Hq, Wq)."""
+    channels = x.shape[0]
+    for c in range(channels):
+        _fill_phases_jit(x[c], pad[c], ph, pw)
+    for r in range(channels * kh_n * kw_n):
+        c = r // (kh_n * kw_n)
+        t = r - c * (kh_n * kw_n)
+        kh = t // kw_n
+        kw = t - kh * kw_n
+        dst = col[r]
+        iw = kw * dw
+        cb, co = iw % sw, iw // sw
+        for oh in range(out_h):
+            run = dst[oh * out_w : (oh + 1) * out_w]
+            ih = oh * sh + kh * dh
+            s = pad[c, ih % sh, cb, ih // sh][co:]
+            for i in range(out_w):
+                run[i] = s[i]
+
+
+_columns_jit = njit(cache=True, error_model="numpy")(_named(_columns, "conv_columns"))
+
+
+def _add_bias(out, bias):  # noqa: ANN001, ANN201
+    """out (N, OC, P) += bias per output channel."""
+    for n in range(out.shape[0]):
+        for o in range(out.shape[1]):
+            row = out[n, o]
+            b = bias[o]
+            for i in range(row.shape[0]):
+                row[i] += b
+
+
+_add_bias_jit = njit(cache=True, inline="always", error_model="numpy")(_add_bias)
+
+
+def _gemm_conv(x, wm, bias, pad, col, out, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_w, has_bias):  # noqa: ANN001, ANN201, E501
+    """out (N, G, OCg, OH*OW) = wm (G, OCg, Cg*kh*kw) @ columns of x (N, G, Cg, H, W), + bias.
+
+    The columns of one image and group are built in ``col`` and multiplied by BLAS.
+    """
+    n_batch, groups = x.shape[0], x.shape[1]
+    out_h = out.shape[3] // out_w
+    for n in range(n_batch):
+        for g in range(groups):
+            _columns_jit(x[n, g], pad, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w)
+            np.dot(wm[g], col, out[n, g])
+    if has_bias:
+        _add_bias_jit(out.reshape(n_batch, groups * out.shape[2], out.shape[3]), bias)
+    return out
+
+
+def _pointwise_conv(x, wm, bias, out, has_bias):  # noqa: ANN001, ANN201
+    """out (N, G, OCg, P) = wm (G, OCg, Cg) @ x (N, G, Cg, P), + bias: a 1x1 convolution,
+    stride 1, no padding, multiplied on the input itself."""
+    for n in range(x.shape[0]):
+        for g in range(x.shape[1]):
+            np.dot(wm[g], x[n, g], out[n, g])
+    if has_bias:
+        _add_bias_jit(out.reshape(out.shape[0], out.shape[1] * out.shape[2], out.shape[3]), bias)
+    return out
+
+
+DEPTHWISE = serial_and_parallel(_depthwise_planes, "depthwise_planes")
+# The products' threads are BLAS's own.
+gemm_conv = njit(cache=True, error_model="numpy")(_named(_gemm_conv, "gemm_conv"))
+pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "pointwise_conv"))
+
+
+# Up to this many pixels a depthwise step vectorizes over channels (channels-last
+# copies); larger images over each row of pixels (measured at MobileNetV2's shapes:
+# 48 channels at 8x8 8.7 us against 10.3, at 16x16 29 us against 21).
+CHANNELS_LAST_PIXELS = 64
+
+
+def _phases(planes: int, h: int, w: int, s: tuple, p: tuple, dt: np.dtype) -> np.ndarray:
+    """Zeroed stride-phase buffers of ``planes`` padded images (see _fill_phases)."""
+    (sh, sw), (ph, pw) = s, p
+    hq = -(-(h + 2 * ph) // sh)
+    wq = -(-(w + 2 * pw) // sw)
+    return np.zeros((planes, sh, sw, hq, wq), dt)
+
+
+class ConvStep:
+    """A convolution as a compiled call on its planned arrays (``step``); called as the
+    kernel is, it runs that call when given those arrays and the reference otherwise."""
+
+    fills_outputs = True  # out stays the planned array (see runtime.method)
+
+    def __init__(self, step: tuple, arrays: tuple, reference: Any):
+        self.step = step
+        self._arrays = arrays
+        self._reference = reference
+
+    def __call__(self, x, w, b, stride, padding, dilation, transposed, output_padding, groups, out):  # noqa: ANN001, ANN204, E501
+        x0, w0, b0, o0 = self._arrays
+        if x is x0 and w is w0 and b is b0 and out is o0:
+            fn, args = self.step
+            fn(*args)
+            return out
+        return self._reference(
+            x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
+        )
+
+
+def conv_step(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    output_padding: Any,
+    groups: Any,
+    out: Any,
+) -> ConvStep | None:
+    """The convolution on these planned arrays as a compiled step, or None.
+
+    Float32/float64, 1-D or 2-D, not transposed, constant weights and bias, dense
+    input and output that share no memory.
+    """
+    from pyexecutorch.kernels.conv.conv import convolution  # noqa: PLC0415
+
+    if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
+        return None
+    dt = input.dtype
+    if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim not in (3, 4):
+        return None
+    if bias is not None and (not _tensor(bias) or bias.dtype != dt or bias.flags.writeable):
+        return None
+    if weight.flags.writeable or not isinstance(groups, int) or groups <= 0:
+        return None
+    if not (input.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+        return None
+    if np.shares_memory(input, out):
+        return None
+    try:
+        s, p, d, shape, _ = _signature(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
+    if shape != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
+        return None
+    x0, w0, o0 = input, weight, out
+    if input.ndim == 3:  # 1-D: an image of height 1
+        s, p, d = (1, *s), (0, *p), (1, *d)
+        input = input.reshape(input.shape[0], input.shape[1], 1, input.shape[2])
+        out = out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
+        weight = weight.reshape(weight.shape[0], weight.shape[1], 1, weight.shape[2])
+    n, c, h, w = input.shape
+    oc, cg, kh, kw = weight.shape
+    oh, ow = out.shape[2:]
+    g = groups
+    b = np.zeros(oc, dt) if bias is None else np.ascontiguousarray(bias)
+    geometry = tuple(int(v) for v in (*s, *p, *d))
+    macs = out.size * cg * kh * kw
+    if g == c and cg == 1 and oc == c and h * w <= CHANNELS_LAST_PIXELS:
+        wt = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))
+        xt = np.empty((n, h, w, c), dt)
+        ot = np.empty((n, oh, ow, c), dt)
+        fn = (
+            depthwise2d_parallel if macs >= PARALLEL_MACS and get_num_threads() > 1 else depthwise2d
+        )
+        step = (fn, (input, wt, b, xt, ot, out, *geometry))
+    elif g == c and cg == 1 and oc == c:
+        wd = np.ascontiguousarray(weight[:, 0])
+        args = (input, wd, b, _phases(n * c, h, w, s, p, dt), out, *geometry)
+        step = (choose(DEPTHWISE, macs // 8), args)
+    elif not HAS_BLAS:
+        return None
+    else:
+        wm = np.ascontiguousarray(weight.reshape(g, oc // g, cg * kh * kw))
+        o4 = out.reshape(n, g, oc // g, oh * ow)
+        has_bias = bias is not None
+        if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
+            x4 = input.reshape(n, g, cg, h * w)
+            step = (pointwise_conv, (x4, wm, b, o4, has_bias))
+        else:
+            x5 = input.reshape(n, g, cg, h, w)
+            col = np.empty((cg * kh * kw, oh * ow), dt)
+            args = (
+                x5,
+                wm,
+                b,
+                _phases(cg, h, w, s, p, dt),
+                col,
+                o4,
+                *geometry,
+                kh,
+                kw,
+                ow,
+                has_bias,
+            )
+            step = (gemm_conv, args)
+    return ConvStep(step, (x0, w0, bias, o0), convolution)

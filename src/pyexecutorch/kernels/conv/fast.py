@@ -90,11 +90,16 @@ def _convolution(
     if transposed:
         if not isinstance(output_padding, (list, tuple)):
             return None
-        return _transposed(input, weight, bias, s, p, d, tuple(output_padding), groups, out)
-    trimmed = _without_padding_taps(input, weight, bias, s, p, d, groups, out)
-    if trimmed is not None:
-        return trimmed
-    return _forward(input, weight, bias, s, p, d, groups, out)
+        fast = _transposed(input, weight, bias, s, p, d, tuple(output_padding), groups, out)
+    else:
+        fast = _without_padding_taps(input, weight, bias, s, p, d, groups, out)
+        if fast is None:
+            fast = _forward(input, weight, bias, s, p, d, groups, out)
+    if fast is not None:
+        # Every plan (and the general kernel it falls back to) writes the out it is given
+        # and returns it: out stays the planned array (see runtime.method).
+        fast.fills_outputs = True
+    return fast
 
 
 def _tap_span(size: int, k: int, stride: int, pad: int, dil: int, n_out: int) -> tuple[int, int]:
