@@ -219,3 +219,15 @@ def test_parallel_depthwise_planes_match_the_serial_one():
         out = np.empty((2, 6, 6, 6), np.float32)
         outs.append(fn(x, w, b, pad, out, 2, 2, 1, 1, 1, 1))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_without_blas_only_depthwise_steps_are_offered(monkeypatch):
+    # numba's np.dot needs scipy: without it products stay on numpy
+    monkeypatch.setattr(compiled, "HAS_BLAS", False)
+    x = np.zeros((1, 4, 6, 6), np.float32)
+    args = ((1, 1), (0, 0), (1, 1), False, (0, 0))
+    pointwise = _read_only(np.ones((4, 4, 1, 1), np.float32))
+    assert COMPILED(x, pointwise, None, *args, 1, np.zeros_like(x), whole=True) is None
+    depthwise = _read_only(np.ones((4, 1, 1, 1), np.float32))
+    step = COMPILED(x, depthwise, None, *args, 4, np.zeros_like(x), whole=True)
+    assert step is not None and step.step[0] in compiled.DEPTHWISE + (compiled.depthwise2d,)

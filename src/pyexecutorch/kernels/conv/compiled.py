@@ -7,6 +7,14 @@ is copied channels-last once, every output pixel accumulates its taps over a
 contiguous run of channels (bias first; padding, even wider than the image,
 is skipped, never materialized), and rows run in parallel. Imported only by the
 compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
+
+Inside a whole-method function (``whole=True``, see :func:`conv_step`) every float
+convolution with constant weights is a compiled step: depthwise ones as loops (the
+channels-last one above for small images, else one output row at a time over
+zero-padded stride phases), 1x1 ones as one BLAS product on the input itself, the
+others as im2col into a buffer planned at load and one BLAS product per image and
+group, the bias added while the output is in cache. BLAS comes from numba's
+``np.dot``, which calls scipy's: without scipy only the depthwise steps exist.
 """
 
 from __future__ import annotations
