@@ -261,6 +261,7 @@ def test_every_formula_is_exercised_here():
     for module, inputs in (
         (FloatOps(), (torch.randn(2, 3), torch.rand(1, 3) + 1, torch.rand(2, 3) > 0.5)),
         (IntOps(), (torch.ones(2, 3, dtype=torch.int32),) * 2 + (torch.rand(2, 3) > 0.5,)),
+        (BoolChain(), (torch.rand(2, 3) > 0.5, torch.rand(2, 3) > 0.5, torch.rand(2, 3))),
     ):
         from pyexecutorch.schema.pte import decode_pte  # noqa: PLC0415
 
