@@ -261,6 +261,7 @@ def test_every_formula_is_exercised_here():
     for module, inputs in (
         (FloatOps(), (torch.randn(2, 3), torch.rand(1, 3) + 1, torch.rand(2, 3) > 0.5)),
         (IntOps(), (torch.ones(2, 3, dtype=torch.int32),) * 2 + (torch.rand(2, 3) > 0.5,)),
+        (BoolChain(), (torch.rand(2, 3) > 0.5, torch.rand(2, 3) > 0.5, torch.rand(2, 3))),
     ):
         from pyexecutorch.schema.pte import decode_pte  # noqa: PLC0415
 
@@ -318,3 +319,22 @@ def test_split_pieces_are_read_by_the_loop_and_the_split_is_skipped():
     assert split not in loaded.chains[0].line_to_instruction.values(), loaded.chains[0].source
     _assert_same_floats(got[0], want[0], "gates")
     np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=1e-6)
+
+
+class BoolChain(torch.nn.Module):
+    def forward(self, p, q, x):
+        a = torch.logical_and(p, q)
+        b = torch.logical_or(a, ~q) ^ torch.logical_xor(p, a)
+        return (b | p) & torch.logical_not(q), a, x > 0.5
+
+
+def test_a_chain_of_bool_operators_is_one_loop():
+    g = torch.Generator().manual_seed(12)
+    p, q = torch.rand(4, 7, generator=g) > 0.5, torch.rand(4, 7, generator=g) > 0.3
+    x = torch.rand(4, 7, generator=g)
+    compiled, want, got, eager = both_tiers(BoolChain(), (p, q, x))
+    assert max(len(run) for run in compiled._loaded.fused_runs) >= 6, compiled._loaded.fused_runs
+    for k, (g_, w, e) in enumerate(zip(got, want, eager, strict=True)):
+        assert g_.dtype == w.dtype == np.bool_, k
+        np.testing.assert_array_equal(g_, w, err_msg=f"output {k}")
+        np.testing.assert_array_equal(g_, e, err_msg=f"output {k} vs eager")

@@ -468,7 +468,9 @@ class Fuser:
         rank = len(shape)
         dtype = next((mem.dtype for mem in run if mem.dtype is not None), None)
         if dtype is None:
-            return None  # bool operators only: the numpy kernels are as fast
+            if len(run) < 2:
+                return None  # one bool operator: its numpy kernel is as fast
+            dtype = np.dtype(np.bool_)  # a chain of bool operators: one loop over bools
         loads: list[tuple[str, str, int]] = []
         pcs = {mem.pc for mem in run}
         absorbed: set[int] = set()

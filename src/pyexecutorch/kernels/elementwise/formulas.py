@@ -171,6 +171,19 @@ FORMULAS: dict[str, Formula] = {
         (0, 1, 2), "({1} if {0} else {2})", ints=True, bool_tensors=(0,)
     ),
     "aten::logical_not.out": Formula((0,), "not {0}", ints=True, bool_tensors=(0,), bool_out=True),
+    # on bool tensors (other dtypes keep their kernels): the bitwise operators are the logical
+    **{
+        name: Formula((0, 1), expr, ints=True, bool_tensors=(0, 1), bool_out=True)
+        for name, expr in (
+            ("aten::logical_and.out", "({0} and {1})"),
+            ("aten::logical_or.out", "({0} or {1})"),
+            ("aten::logical_xor.out", "({0} != {1})"),
+            ("aten::bitwise_and.Tensor_out", "({0} and {1})"),
+            ("aten::bitwise_or.Tensor_out", "({0} or {1})"),
+            ("aten::bitwise_xor.Tensor_out", "({0} != {1})"),
+        )
+    },
+    "aten::bitwise_not.out": Formula((0,), "not {0}", ints=True, bool_tensors=(0,), bool_out=True),
     "aten::full_like.out": Formula((), "{1}", ints=True, shape_only=(0,)),
     **_comparisons(),
 }
