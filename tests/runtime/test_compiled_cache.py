@@ -3,8 +3,10 @@
 A first process compiles a program's fused loop into ``$PYEXECUTORCH_CACHE_DIR``
 (the generated source, named by its hash, and numba's machine code beside it);
 a second process with the same directory loads that machine code instead of
-compiling. ``threads=`` and ``_unsafe_reset_threadpool`` set numba's threads
-together with BLAS's.
+compiling, and reads back neither the bitcode of that machine code (until a new
+caller links it) nor, for a method compiled whole, its kernels' compiled forms;
+a second load in one process reads nothing. ``threads=`` and
+``_unsafe_reset_threadpool`` set numba's threads together with BLAS's.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ machine code there: the key is the generated source, numba's own index adds
 the argument types (dtypes, ranks, layouts). numba's machine code, of the
 generated loops and of the kernels' compiled forms alike, goes to ``numba/``
 under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise.
+
+A warm load stays cheap three ways: machine code is read back without the
+LLVM bitcode numba keeps for linking (parsed only when a new caller links it),
+the generated modules keep their bytecode, and a method that may compile whole
+defers its kernels' compiled functions (:func:`deferred_entry_points`), which
+it reads back only if it keeps their calls.
 """
 
 from __future__ import annotations
