@@ -119,6 +119,8 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
         "import math",
         "import numpy as np",
         "from numba import njit",
+        # (numba's cache does not see vmath change: bump the tag when it does)
+        "from pyexecutorch.kernels.elementwise import vmath  # vmath 1",
         f"T = np.{dtype.name}",
         "",
         "",

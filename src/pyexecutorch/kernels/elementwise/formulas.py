@@ -8,7 +8,8 @@ that, computed in the operands' dtype, it gives what the numpy kernel gives:
 * ``{i}`` stands for argument ``i`` of the kernel (an element of a tensor
   operand, or a constant argument as a literal of the loop's dtype);
 * ``T(...)`` rounds to the loop's dtype (every intermediate is rounded, as the
-  numpy kernels round each pass), ``math`` and ``np`` are the modules;
+  numpy kernels round each pass), ``math`` and ``np`` are the modules, and ``vmath``
+  (:mod:`pyexecutorch.kernels.elementwise.vmath`) has the functions loops can vectorize;
 * NaN, infinities and signed zeros follow the numpy kernel (comparisons are
   written so that NaN takes the branch the kernel's ufunc takes), and integer
   formulas wrap exactly as the numpy kernels do.
@@ -138,10 +139,10 @@ FORMULAS: dict[str, Formula] = {
     "aten::neg.out": Formula((0,), "-{0}", ints=True),
     "aten::abs.out": Formula((0,), "abs({0})", ints=True),
     "aten::relu.out": Formula((0,), "(T(0) if {0} < T(0) else {0})", ints=True),
-    "aten::sigmoid.out": Formula((0,), "T(1) / (T(1) + math.exp(-{0}))", passes=4),
+    "aten::sigmoid.out": Formula((0,), "T(1) / (T(1) + vmath.exp(-{0}))", passes=4),
     "aten::reciprocal.out": Formula((0,), "T(1) / {0}"),
     "aten::rsqrt.out": Formula((0,), "T(1) / math.sqrt({0})", passes=2),
-    "aten::exp.out": _unary("math.exp"),
+    "aten::exp.out": _unary("vmath.exp"),
     "aten::expm1.out": _unary("math.expm1"),
     "aten::log.out": _unary("math.log"),
     "aten::log1p.out": _unary("math.log1p"),
