@@ -88,7 +88,7 @@ def _pow(c: dict[int, object]) -> str | None:
 
 def _gelu(c: dict[int, object]) -> str | None:
     return {
-        "none": f"{{0}} * (T(0.5) + T(0.5) * math.erf({{0}} * T({_SQRT1_2!r})))",
+        "none": f"{{0}} * (T(0.5) + T(0.5) * vmath.erf({{0}} * T({_SQRT1_2!r})))",
         "tanh": (
             "T(0.5) * {0} * (T(1) + math.tanh({0} * "
             f"(T({_TANH_BETA!r}) + {{0}} * {{0}} * T({_TANH_BETA_KAPPA!r}))))"
@@ -150,7 +150,7 @@ FORMULAS: dict[str, Formula] = {
     "aten::tanh.out": _unary("math.tanh"),
     "aten::sin.out": _unary("math.sin"),
     "aten::cos.out": _unary("math.cos"),
-    "aten::erf.out": _unary("math.erf"),
+    "aten::erf.out": _unary("vmath.erf"),
     "aten::floor.out": _unary("np.floor"),
     "aten::ceil.out": _unary("np.ceil"),
     "aten::trunc.out": _unary("np.trunc"),

@@ -10,7 +10,9 @@ by ``2**k`` built from its exponent bits, in two halves so that results in
 the subnormal range round once more rather than flush. Measured over every
 float32 from -104 to 89 and random ones it is within 1 ulp of the correctly
 rounded result (numpy's own float32 exp: within 3). NaN stays NaN, +inf and
-overflow give inf, -inf and underflow give 0. Other dtypes call ``math.exp``.
+overflow give inf, -inf and underflow give 0. ``vmath.erf`` of a float32 is the
+numpy kernel's float32 rational approximation (``unary._RP / unary._RQ``, about
+3e-9 relative in float64), rounded once. Other dtypes call ``math``'s functions.
 
 Formulas name these as ``vmath.<function>`` (the loop header imports the module),
 so the fusion rule that treats ``math.`` calls as costly still sees them.
@@ -23,6 +25,8 @@ import math
 import numpy as np
 from numba import types
 from numba.extending import intrinsic, overload
+
+from pyexecutorch.kernels.elementwise.unary import _RP, _RQ
 
 _F = np.float32
 _LOG2E = _F(1.4426950408889634)
@@ -86,3 +90,32 @@ def _exp_overload(x):  # noqa: ANN001, ANN202
     if x == types.float32:
         return _exp_float32
     return lambda x: math.exp(x)
+
+
+def erf(x: float) -> float:
+    """The error function; compiled code gets the vectorizable float32 form below."""
+    return math.erf(x)
+
+
+_ERF_CLAMP = 4.0  # float32 erf is +-1 beyond it
+_P = tuple(float(c) for c in _RP)
+_Q = tuple(float(c) for c in _RQ)
+
+
+def _erf_float32(x):  # noqa: ANN001, ANN202
+    d = np.float64(x)
+    c = d if d < _ERF_CLAMP else _ERF_CLAMP
+    c = c if c > -_ERF_CLAMP else -_ERF_CLAMP
+    t = c * c
+    p0, p1, p2, p3, p4, p5, p6 = _P
+    q0, q1, q2, q3, q4, q5 = _Q
+    p = p6 + t * (p5 + t * (p4 + t * (p3 + t * (p2 + t * (p1 + t * p0)))))
+    q = q5 + t * (q4 + t * (q3 + t * (q2 + t * (q1 + t * q0))))
+    return np.float32(c * p / q) if x == x else x
+
+
+@overload(erf, inline="always")
+def _erf_overload(x):  # noqa: ANN001, ANN202
+    if x == types.float32:
+        return _erf_float32
+    return lambda x: math.erf(x)
