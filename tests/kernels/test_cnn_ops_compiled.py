@@ -1,0 +1,219 @@
+"""The compiled tier's forms of the non-convolution CNN operators.
+
+Values-only max pooling (what a program that never reads the indices runs), the
+pooling forms' whole-method steps, and the vectorizable ``vmath`` functions that
+fused SiLU / sigmoid / GELU loops call: each against its numpy kernel and torch
+eager, with NaN, infinities, -0.0, ceil-mode and padded windows, and an input that
+is not the planned array. A small pooling network compiles into one whole method
+and computes what the numpy tier and eager compute.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
+
+from numba import njit  # noqa: E402
+
+from pyexecutorch.exir import to_edge  # noqa: E402
+from pyexecutorch.kernels import get_kernel  # noqa: E402
+from pyexecutorch.kernels.elementwise import vmath  # noqa: E402
+from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
+from pyexecutorch.runtime import Runtime  # noqa: E402
+from pyexecutorch.runtime import compiled as tier  # noqa: E402
+
+tier.enabled(True)  # imports every family's compiled forms
+
+F32, F64 = np.float32, np.float64
+MAX_POOL = "aten::max_pool2d_with_indices.out"
+
+
+def _x(shape, dtype, seed=0):  # noqa: ANN001, ANN202
+    x = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[3], flat[11], flat[12] = np.nan, np.inf, -np.inf
+    flat[20:24] = -0.0  # ties of signed zeros: the first one wins, as in torch
+    flat[24:26] = 0.0
+    flat[40:44] = 1.25  # ties
+    return x
+
+
+# (shape, kernel, stride, padding, dilation, ceil_mode): squeezenet's ceil-mode 3x3/2,
+# shufflenet's padded 3x3/2, dilation, 1-wide kernels, 3-D input
+VALUES_ONLY = [
+    ((1, 4, 31, 31), 3, 2, 0, 1, True),
+    ((2, 3, 15, 15), 3, 2, 0, 1, True),
+    ((1, 3, 16, 16), 3, 2, 1, 1, False),
+    ((1, 2, 9, 9), 3, 2, 1, 2, True),
+    ((1, 2, 7, 6), (1, 3), (1, 2), 0, 1, False),
+    ((3, 6, 5), 2, 2, 1, 1, True),
+]
+
+
+def _pair(v):  # noqa: ANN001, ANN202
+    return list(v) if isinstance(v, tuple) else [v, v]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("case", VALUES_ONLY, ids=[str(c) for c in VALUES_ONLY])
+def test_max_pool_values_only(case, dtype):
+    shape, k, s, p, d, ceil = case
+    x = _x(shape, dtype)
+    want = F.max_pool2d(torch.from_numpy(x.copy()), k, s, p, d, ceil).numpy()
+    args = (x, _pair(k), _pair(s), _pair(p), _pair(d), ceil)
+    out, idx = np.zeros(want.shape, dtype), np.full(want.shape, -7, np.int64)
+    reference = get_kernel(MAX_POOL).fn(*args, out.copy(), idx.copy())[0]
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    assert fast is not None and fast.fills_outputs
+    got, got_idx = fast(*args, out, idx)
+    assert got is out and got_idx is idx
+    np.testing.assert_array_equal(got, reference)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert (idx == -7).all()  # nobody reads the indices: they are not computed
+    # An input that is not the planned array (another call's tensor, non-contiguous)
+    other = np.asfortranarray(_x(shape, dtype, seed=1))
+    fast(other, *args[1:], out, idx)
+    want = F.max_pool2d(torch.from_numpy(np.ascontiguousarray(other)), k, s, p, d, ceil)
+    np.testing.assert_array_equal(out, want.numpy())
+
+
+def _step_result(fast, outs):  # noqa: ANN001, ANN202
+    """Run a form's whole-method step (its compiled call on the planned arrays)."""
+    function, args = fast.step[:2]
+    for o in outs:
+        o[...] = 0
+    function(*args)
+    return [o.copy() for o in outs]
+
+
+@pytest.mark.parametrize("values_only", [True, False])
+def test_max_pool_step_computes_the_kernel(values_only):
+    x = _x((2, 3, 11, 11), F32)
+    args = (x, [3, 3], [2, 2], [1, 1], [1, 1], True)
+    want, want_idx = F.max_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, 1, True, True)
+    out, idx = np.zeros(want.shape, F32), np.zeros(want.shape, np.int64)
+    unused = frozenset({1}) if values_only else frozenset()
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=unused)
+    got, got_idx = _step_result(fast, [out, idx])
+    np.testing.assert_array_equal(got, want.numpy())
+    if not values_only:
+        np.testing.assert_array_equal(got_idx, want_idx.numpy())
+
+
+def test_avg_and_adaptive_pool_steps_compute_the_kernels():
+    x = _x((1, 4, 9, 9), F32)
+    x[np.isnan(x) | np.isinf(x)] = 0.5  # (averages of infinities are NaN both ways)
+    cases = [
+        ("aten::avg_pool2d.out", (x, [3, 3], [2, 2], [1, 1], True, False, None)),
+        ("aten::_adaptive_avg_pool2d.out", (x, [1, 1])),
+        ("aten::_adaptive_avg_pool2d.out", (x, [4, 3])),
+    ]
+    for name, args in cases:
+        shape = (1, 4, 5, 5) if name == "aten::avg_pool2d.out" else (1, 4, *args[1])
+        out = np.zeros(shape, F32)
+        reference = get_kernel(name).fn(*args, out.copy())
+        fast = get_compiled_form(name)(*args, out)
+        assert fast is not None and fast.fills_outputs, name
+        (got,) = _step_result(fast, [out])
+        np.testing.assert_allclose(got, reference, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------------------
+# vmath: the functions fused loops vectorize
+
+
+@njit(error_model="numpy")
+def _exp_loop(x, out):  # noqa: ANN001, ANN202
+    for i in range(x.size):
+        out[i] = vmath.exp(x[i])
+
+
+@njit(error_model="numpy")
+def _erf_loop(x, out):  # noqa: ANN001, ANN202
+    for i in range(x.size):
+        out[i] = vmath.erf(x[i])
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Distance in float32 steps (both finite or equal infinities)."""
+
+    def ordered(v: np.ndarray) -> np.ndarray:
+        i = v.view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+    return np.abs(ordered(a) - ordered(b))
+
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -87.3, -103.9, -104.5])
+
+
+def test_vmath_exp_is_within_one_ulp_of_correctly_rounded():
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [SPECIAL, rng.standard_normal(1 << 16) * 30, np.linspace(-104, 89, 1 << 16)]
+    ).astype(F32)
+    got = np.empty_like(x)
+    _exp_loop(x, got)
+    with np.errstate(over="ignore"):
+        exact = np.exp(x.astype(F64)).astype(F32)  # float64 exp rounded once
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    finite = ~np.isnan(x)
+    assert _ulps(got[finite], exact[finite]).max() <= 1
+    np.testing.assert_array_equal(got[1:5], [np.inf, 0.0, 1.0, 1.0])
+    x64 = x.astype(F64)  # float64 keeps math.exp
+    got64 = np.empty_like(x64)
+    _exp_loop(x64, got64)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got64, np.exp(x64))
+
+
+def test_vmath_erf_is_within_one_ulp_and_keeps_signs():
+    x = np.concatenate([SPECIAL[:5], np.linspace(-6, 6, 1 << 15), [1e-30, -1e-30]]).astype(F32)
+    got = np.empty_like(x)
+    _erf_loop(x, got)
+    exact = np.array([math.erf(v) for v in x.astype(F64)]).astype(F32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
+    finite = ~np.isnan(x)
+    assert _ulps(got[finite], exact[finite]).max() <= 1
+    np.testing.assert_array_equal(np.signbit(got[3:5]), [False, True])
+    want = torch.erf(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# a whole method of pooling and activations
+
+
+class _Pools(torch.nn.Module):
+    def forward(self, x):  # noqa: ANN001, ANN201
+        y = F.max_pool2d(torch.sigmoid(x) * x, 3, 2, ceil_mode=True)
+        z = F.avg_pool2d(F.gelu(y), 2, 1, 1)
+        return F.adaptive_avg_pool2d(z, 1), F.max_pool2d(z, 2, 2, 1)
+
+
+def test_a_pooling_network_compiles_whole_and_matches_eager():
+    module = _Pools().eval()
+    example = (torch.randn(1, 3, 17, 17),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pte = to_edge(torch.export.export(module, example)).to_executorch().buffer
+    whole = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    for seed in (1, 2):  # a method bound to stale arrays would repeat the first answer
+        x = torch.randn(1, 3, 17, 17, generator=torch.Generator().manual_seed(seed))
+        x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
+        want = module(x)
+        got = whole.execute([x.numpy()])
+        ref = numpy_tier.execute([x.numpy()])
+        for g, r, w in zip(got, ref, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=4e-6, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)
