@@ -74,34 +74,44 @@ def _max_pool(x, out, idx, lowest, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN
 def _max_pool_values(x, out, rows, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
     """Max pooling of x (planes, h, w) into out (planes, oh, ow), values only.
 
-    Per output row, a vertical pass folds the window's rows inside the image into
-    ``rows[p]`` (one contiguous select per row, which vectorizes), and a horizontal
-    pass picks each window's maximum from it. Each fold keeps the earlier value
-    unless the later is greater or NaN: the first maximum wins (-0.0 against 0.0
-    as in torch) and NaN propagates.
+    ``rows[p]`` is one padded row per plane, -inf outside the image (set at load,
+    never written): per output row, a vertical pass folds the window's rows inside
+    the image into its interior, then a horizontal pass folds the kw taps of every
+    output column, each pass one loop over contiguous or strided elements. Each fold
+    keeps the earlier value unless the later is greater or NaN (a select, which
+    vectorizes; a branch would mispredict): the first maximum wins (-0.0 against
+    0.0 as in torch) and NaN propagates. Rows are sliced before the inner loops
+    (a computed index's wraparound check stops vectorization).
     """
     planes, h, w = x.shape
     oh_n, ow_n = out.shape[1], out.shape[2]
     for p in prange(planes):  # noqa: B020
-        row = rows[p]
+        padded = rows[p]
+        row = padded[pw : pw + w]
+        plane = x[p]
+        result = out[p]
         for oh in range(oh_n):
-            first = _first_inside(oh * sh - ph, dh)
+            h0 = oh * sh - ph
+            first = _first_inside(h0, dh)
+            src = plane[first]
             for iw in range(w):
-                row[iw] = x[p, first, iw]
-            for ih in range(first + dh, min(oh * sh - ph + (kh - 1) * dh + 1, h), dh):
+                row[iw] = src[iw]
+            for ih in range(first + dh, min(h0 + (kh - 1) * dh + 1, h), dh):
+                src = plane[ih]
                 for iw in range(w):
-                    v = x[p, ih, iw]
+                    v = src[iw]
                     m = row[iw]
                     row[iw] = v if (v > m) | (v != v) else m
+            line = result[oh]
+            taps = padded[: (ow_n - 1) * sw + 1 : sw]
             for ow in range(ow_n):
-                w0 = ow * sw - pw
-                j0 = _first_inside(w0, dw)
-                best = row[j0]
-                for iw in range(j0 + dw, min(w0 + (kw - 1) * dw + 1, w), dw):
-                    v = row[iw]
-                    # a select, not a branch: on real data the branch mispredicts half the time
-                    best = v if (v > best) | (v != v) else best
-                out[p, oh, ow] = best
+                line[ow] = taps[ow]
+            for j in range(1, kw):
+                taps = padded[j * dw : j * dw + (ow_n - 1) * sw + 1 : sw]
+                for ow in range(ow_n):
+                    v = taps[ow]
+                    m = line[ow]
+                    line[ow] = v if (v > m) | (v != v) else m
     return out
 
 
@@ -195,7 +205,8 @@ def _max_pool_form(
         )  # fmt: skip
         if separable is None or not getattr(separable, "fills_outputs", False):
             return None
-        rows = np.empty((xs[0], xs[2]), x.dtype)  # each plane's vertical maxima of one row
+        _, wp, _, _, _ = pool.separable_geometry(x.shape[-2:], k, s, p, d, ohw)
+        rows = np.full((xs[0], wp), -np.inf, x.dtype)  # each plane's padded row of maxima
         separable.step = (choose(MAX_POOL_VALUES, work), (xv, ov, rows, *k, *s, *p, *d))
         return separable
     lowest = np.full(1, -np.inf, x.dtype)  # (an array: a step's constants are finite)
