@@ -1,7 +1,8 @@
 """The compiled tier's forms of the non-convolution CNN operators.
 
 Values-only max pooling (what a program that never reads the indices runs), the
-pooling forms' whole-method steps, and the vectorizable ``vmath`` functions that
+pooling forms' whole-method steps, cat and split as flat row copies, and the
+vectorizable ``vmath`` functions that
 fused SiLU / sigmoid / GELU loops call: each against its numpy kernel and torch
 eager, with NaN, infinities, -0.0, ceil-mode and padded windows, and an input that
 is not the planned array. A small pooling network compiles into one whole method
@@ -127,6 +128,61 @@ def test_avg_and_adaptive_pool_steps_compute_the_kernels():
 
 
 # ---------------------------------------------------------------------------
+# cat and split
+
+# (piece shapes, dim): channels of a batch of one (one run per piece), a batch of two
+# (two runs), the last axis, the first axis, 3 and 4 pieces
+CATS = [
+    ([(1, 3, 4, 4), (1, 5, 4, 4)], 1),
+    ([(2, 3, 4, 4), (2, 2, 4, 4)], 1),
+    ([(2, 3, 2), (2, 3, 5), (2, 3, 1)], -1),
+    ([(1, 6), (3, 6), (2, 6), (1, 6)], 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [F32, np.int64, np.bool_])
+@pytest.mark.parametrize("case", CATS, ids=[str(c) for c in CATS])
+def test_cat_and_split(case, dtype):
+    shapes, dim = case
+    rng = np.random.default_rng(0)
+    parts = [(rng.standard_normal(s) * 4).astype(dtype) for s in shapes]
+    if dtype == F32:
+        parts[0].reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    want = torch.cat([torch.from_numpy(p) for p in parts], dim).numpy()
+    out = np.zeros(want.shape, dtype)
+    cat = get_compiled_form("aten::cat.out")(parts, dim, out)
+    assert cat is not None and cat.fills_outputs
+    assert cat(parts, dim, out) is out
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(out, get_kernel("aten::cat.out").fn(parts, dim, out.copy()))
+    (stepped,) = _step_result(cat, [out])
+    np.testing.assert_array_equal(stepped, want)
+    others = [p.copy() for p in parts]  # not the planned arrays: the numpy path
+    np.testing.assert_array_equal(cat(others, dim, np.zeros_like(out)), want)
+
+    sizes = [s[dim] for s in shapes]
+    outs = [np.zeros(s, dtype) for s in shapes]
+    split = get_compiled_form("aten::split_with_sizes_copy.out")(want, sizes, dim, outs)
+    assert split is not None and split.fills_outputs
+    got = split(want, sizes, dim, outs)
+    for g, o, p in zip(got, outs, parts, strict=True):
+        assert g is o
+        np.testing.assert_array_equal(g, p)
+    for g, p in zip(_step_result(split, outs), parts, strict=True):
+        np.testing.assert_array_equal(g, p)
+
+
+def test_cat_and_split_leave_other_cases_to_numpy():
+    form = get_compiled_form("aten::cat.out")
+    five = [np.zeros((1, 2), F32)] * 5
+    assert form(five, 1, np.zeros((1, 10), F32)) is None  # more pieces than the loops take
+    out = np.zeros((1, 4), F32)
+    assert form([out[:, :2], out[:, 2:]], 1, out) is None  # reads its own output
+    strided = np.zeros((2, 4), F32)[:, ::2]
+    assert form([strided, strided], 1, np.zeros((2, 4), F32)) is None
+
+
+# ---------------------------------------------------------------------------
 # vmath: the functions fused loops vectorize
 
 
@@ -189,14 +245,15 @@ def test_vmath_erf_is_within_one_ulp_and_keeps_signs():
 
 
 # ---------------------------------------------------------------------------
-# a whole method of pooling and activations
+# a whole method of pooling, cat, split and activations
 
 
 class _Pools(torch.nn.Module):
     def forward(self, x):  # noqa: ANN001, ANN201
         y = F.max_pool2d(torch.sigmoid(x) * x, 3, 2, ceil_mode=True)
         z = F.avg_pool2d(F.gelu(y), 2, 1, 1)
-        return F.adaptive_avg_pool2d(z, 1), F.max_pool2d(z, 2, 2, 1)
+        a, b = torch.cat([z, torch.relu(z)], 1).split([2, 4], 1)
+        return F.adaptive_avg_pool2d(a, 1), F.max_pool2d(b, 2, 2, 1)
 
 
 def test_a_pooling_network_compiles_whole_and_matches_eager():
