@@ -120,7 +120,7 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
         "import numpy as np",
         "from numba import njit",
         # (numba's cache does not see vmath change: bump the tag when it does)
-        "from pyexecutorch.kernels.elementwise import vmath  # vmath 2",
+        "from pyexecutorch.kernels.elementwise import vmath  # vmath 3",
         f"T = np.{dtype.name}",
         "",
         "",

@@ -85,7 +85,7 @@ def _exp_float32(x):  # noqa: ANN001, ANN202
     return p * low * high if x == x else x
 
 
-@overload(exp, inline="always")
+@overload(exp)
 def _exp_overload(x):  # noqa: ANN001, ANN202
     if x == types.float32:
         return _exp_float32
@@ -114,7 +114,7 @@ def _erf_float32(x):  # noqa: ANN001, ANN202
     return np.float32(c * p / q) if x == x else x
 
 
-@overload(erf, inline="always")
+@overload(erf)
 def _erf_overload(x):  # noqa: ANN001, ANN202
     if x == types.float32:
         return _erf_float32
