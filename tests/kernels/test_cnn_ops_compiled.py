@@ -274,3 +274,44 @@ def test_a_pooling_network_compiles_whole_and_matches_eager():
         for g, r, w in zip(got, ref, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=4e-6, atol=1e-6)
             np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _SqueezeExcitePool(torch.nn.Module):
+    """An MBConv block's squeeze-excite: a SiLU map both kept (for the gate's product)
+    and averaged (for the 1x1 convolution computing the gate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = torch.nn.Conv2d(6, 6, 1)
+        self.squeeze = torch.nn.Conv2d(6, 6, 1)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        y = F.silu(self.expand(x))
+        return y * torch.sigmoid(self.squeeze(y.mean((2, 3), keepdim=True)))
+
+
+def test_a_mean_of_a_stored_silu_is_one_pass_and_matches_eager():
+    module = _SqueezeExcitePool().eval()
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 9, 7, generator=torch.Generator().manual_seed(3))
+    x[0, 1, 2, 3], x[0, 2, 0, 0], x[0, 3, 1, 1] = float("nan"), float("inf"), -float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pte = to_edge(torch.export.export(module, (x,))).to_executorch().buffer
+    before = set(tier._modules)
+    fused = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    reduced = [
+        m.__file__
+        for key, m in tier._modules.items()
+        if key not in before and "/reduced_" in m.__file__
+    ]
+    # the SiLU + mean loop computes each SiLU once: stored in the pass, summed from memory
+    assert len(reduced) == 1, reduced
+    assert open(reduced[0]).read().count("vmath.exp(-") == 1, open(reduced[0]).read()
+    got = fused.execute([x.numpy()])
+    ref = numpy_tier.execute([x.numpy()])
+    for g, r, w in zip(got, ref, [module(x).detach()], strict=True):
+        np.testing.assert_array_equal(np.isnan(np.asarray(g)), np.isnan(w.numpy()))
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=4e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)
