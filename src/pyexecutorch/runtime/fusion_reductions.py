@@ -449,6 +449,16 @@ class _Builder:
             body.append(inner + self._line(name, row=False))
 
         emit_row(0)
+        full_stores = [s for s in store_of if nodes[s[0]].level == FULL]
+        # One reduction pass, and every full-size store needs no reduction (a mean of a SiLU
+        # that is also stored): the pass stores them too, instead of a second pass that
+        # recomputes them (a later pass could read an input the store has overwritten).
+        # (Not into float16 outputs: folding from memory would read their bits.)
+        early = (
+            n_phases == 1
+            and full_stores
+            and all(phase[s[0]] == 0 and s[1] not in self.half_params for s in full_stores)
+        )
         for p in range(1, n_phases + 1):
             here = [r for r in reduces if phase[r] == p]
             for r in here:
@@ -463,13 +473,29 @@ class _Builder:
                 lines.append(f"{inner}w_{x}[{row_index}] = {x}")
                 stored.add(x)
             inner = indent
+            loops = []
             for d in self.dims:
-                lines.append(f"{inner}for i{d} in range(n{d}):")
+                loops.append(f"{inner}for i{d} in range(n{d}):")
                 inner += "    "
             seen: set[str] = set()
-            for r in here:
-                x = nodes[r].deps[0]
-                emit_full(x, seen, lines, inner)
+            body: list[str] = []
+            folded = {r: nodes[r].deps[0] for r in here}
+            for x in folded.values():
+                emit_full(x, seen, body, inner)
+            if early:
+                for node, param, index in full_stores:
+                    emit_full(node, seen, body, inner)
+                    body.append(f"{inner}{param}[{index}] = {self._encoded(param, node)}")
+                stored_as = {node: f"{param}[{index}]" for node, param, index in full_stores}
+                if all(x in stored_as for x in folded.values()):
+                    # Every reduction reads a stored value: the elements are computed in a
+                    # loop of their own (which vectorizes) and folded from memory after.
+                    lines += loops + body
+                    body = []
+                    folded = {r: stored_as[x] for r, x in folded.items()}
+                full_stores = []
+            lines += loops + body
+            for r, x in folded.items():
                 if nodes[r].reduce == "max":  # NaN sticks, as np.max propagates it
                     lines.append(f"{inner}if {x} > {r} or {x} != {x}:")
                     lines.append(f"{inner}    {r} = {x}")
@@ -486,7 +512,6 @@ class _Builder:
         for node, param, index in store_of:
             if nodes[node].level == ROW:
                 lines.append(f"{indent}{param}[{index}] = {self._encoded(param, node)}")
-        full_stores = [s for s in store_of if nodes[s[0]].level == FULL]
         if full_stores:
             inner = indent
             for d in self.dims:

@@ -210,6 +210,7 @@ def max_pool_values(
                 np.copyto(out, res)
             return out, indices
 
+        max_pool.fills_outputs = True  # out stays the planned array (see runtime.method)
         return max_pool
 
     buf = np.empty(x.shape, x.dtype) if k[1] > 1 else None
@@ -241,6 +242,7 @@ def max_pool_values(
             np.copyto(out, res)
         return out, indices
 
+    max_pool_unpadded.fills_outputs = True  # out stays the planned array (see runtime.method)
     return max_pool_unpadded
 
 
