@@ -112,6 +112,19 @@ class GruLike(torch.nn.Module):
         return torch.cat([out, n], dim=0)
 
 
+class LastStep(torch.nn.Module):
+    """A linear layer on the last step of stacked states, as an LSTM's head reads it: the
+    select becomes a strided view of the stack, not the array the product saw at load."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        h = torch.stack([torch.tanh(x[:, 0]), torch.tanh(x[:, 1]) * 2], 1)
+        return self.fc(h[:, -1])
+
+
 def _pte(module: torch.nn.Module, example: tuple) -> bytes:
     return to_edge(torch.export.export(module, example)).to_executorch().buffer
 
@@ -138,6 +151,7 @@ CASES = {
     "group_norm_views": (GroupNormPermute(), (torch.randn(2, 4, 5),)),
     "gru_like": (GruLike(), (torch.randn(8, 16), torch.randn(8, 16))),
     "reductions": (Reductions(), (torch.randn(3, 4, 5),)),
+    "row_view_product": (LastStep(), (torch.randn(2, 3, 16),)),
     "integers": (
         IntegerOps(),
         (torch.ones(4, 6, dtype=torch.int32), torch.ones(4, 6, dtype=torch.int32)),

@@ -708,7 +708,11 @@ class LoadedMethod:
                         )
                     stores = [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed]
                     steps[pc] = (step, stores)
-                return
+                    return
+                if Step(*planned).checked:
+                    return
+                # bound to other arrays than its load-time values (a view made of a
+                # copy's output): the step is made below, from the arrays bound here
             if len(outs) > 1:
                 return
             arrays = []

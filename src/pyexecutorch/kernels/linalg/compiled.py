@@ -1,4 +1,4 @@
-"""Compiled (numba) forms of small matrix products: mm, bmm, addmm.
+"""Compiled (numba) forms of matrix products: mm, bmm, addmm.
 
 A BLAS call through numpy costs about a microsecond before it multiplies
 anything, and ``addmm`` adds the bias in a second call; on the matrices of
