@@ -112,6 +112,18 @@ class GruLike(torch.nn.Module):
         return torch.cat([out, n], dim=0)
 
 
+class WideClassifier(torch.nn.Module):
+    """A classifier past the linalg forms' BLAS size (2**18 multiply-adds), left to numpy's
+    BLAS alone but a BLAS step when it is all that keeps the method from compiling whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(512, 600)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.fc(torch.relu(x))
+
+
 class LastStep(torch.nn.Module):
     """A linear layer on the last step of stacked states, as an LSTM's head reads it: the
     select becomes a strided view of the stack, not the array the product saw at load."""
@@ -152,6 +164,7 @@ CASES = {
     "gru_like": (GruLike(), (torch.randn(8, 16), torch.randn(8, 16))),
     "reductions": (Reductions(), (torch.randn(3, 4, 5),)),
     "row_view_product": (LastStep(), (torch.randn(2, 3, 16),)),
+    "wide_classifier": (WideClassifier(), (torch.randn(2, 512),)),
     "integers": (
         IntegerOps(),
         (torch.ones(4, 6, dtype=torch.int32), torch.ones(4, 6, dtype=torch.int32)),
@@ -160,7 +173,8 @@ CASES = {
 
 # Products and row statistics sum in another order than numpy's BLAS and passes: a few ulps.
 SUMMED = {
-    name: (1e-5, 1e-6) for name in ("kernel_forms", "group_norm_views", "gru_like", "reductions")
+    name: (1e-5, 1e-6)
+    for name in ("kernel_forms", "group_norm_views", "gru_like", "reductions", "wide_classifier")
 }
 
 
@@ -172,6 +186,8 @@ def test_whole_method_matches_numpy_tier_and_eager(name):
     assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
     assert "def whole(" in whole._loaded.whole_source
     assert numpy_tier._loaded.whole_source is None
+    if name == "wide_classifier":
+        assert "blas_matmul" in whole._loaded.whole_source
     # Two different inputs: a method bound to stale arrays would repeat the first answer.
     for seed in (1, 2):
         inputs = _inputs(example, seed)

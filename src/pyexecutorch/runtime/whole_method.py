@@ -23,7 +23,6 @@ method with the same pattern of loops, dtypes and ranks.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,39 +240,13 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
     return Step(compiled.generated_module(_COPY_SOURCE, "copy").copy_view, (src, dst))
 
 
-_PRODUCT_SOURCE = """import numpy as np
-from numba import njit
-
-
-@njit(cache=True, error_model="numpy")
-def mm(a, b, out):
-    np.dot(a, b, out)
-
-
-@njit(cache=True, error_model="numpy")
-def addmm(a, b, bias, out):
-    np.dot(a, b, out)
-    for i in range(out.shape[0]):
-        row = out[i]
-        add = bias[i]
-        for j in range(row.shape[0]):
-            row[j] += add[j]
-"""
-
-
-def _product_operand(a: Any, dtype: np.dtype) -> bool:
-    return (
-        isinstance(a, np.ndarray)
-        and a.dtype == dtype
-        and a.ndim == 2
-        and (a.flags.c_contiguous or a.flags.f_contiguous)
-    )
-
-
 def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
     """A float mm, or addmm with a constant bias (beta = alpha = 1), on bound arrays as one
-    BLAS call (numba's np.dot, through scipy): the products too large for the compiled
-    small-product loop, such as a CNN's classifier. None without scipy."""
+    BLAS call (:func:`pyexecutorch.kernels.linalg.compiled.blas_matmul`): the products the
+    linalg forms leave to numpy's faster BLAS for their size, such as a CNN's classifier,
+    when they are all that keeps a method from compiling whole. None without scipy."""
+    from pyexecutorch.kernels.linalg import compiled as linalg  # noqa: PLC0415 - needs numba
+
     if name == "aten::mm.out":
         a, b, bias = args[0], args[1], None
     elif name == "aten::addmm.out":
@@ -284,29 +257,31 @@ def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
             return None  # a bias that can change between runs is not copied at load
     else:
         return None
-    if importlib.util.find_spec("scipy") is None:
+    if not linalg.HAS_BLAS:
         return None
     dt = out.dtype
-    if dt not in (np.float32, np.float64) or not (
-        _product_operand(a, dt) and _product_operand(b, dt)
-    ):
+    if dt not in (np.float32, np.float64):
         return None
-    if out.ndim != 2 or not out.flags.c_contiguous or not out.flags.writeable or out.size == 0:
+    for x in (a, b, out):
+        if not (isinstance(x, np.ndarray) and x.dtype == dt and x.ndim == 2):
+            return None
+        if not x.flags.c_contiguous:
+            return None
+    if not out.flags.writeable or out.size == 0:
         return None
     if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]) or a.shape[1] == 0:
         return None
     if np.shares_memory(out, a) or np.shares_memory(out, b):
         return None
-    module = compiled.generated_module(_PRODUCT_SOURCE, "product")
-    if bias is None:
-        return Step(module.mm, (a, b, out))
-    if bias.dtype != dt:
-        return None
-    try:
-        full = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
-    except ValueError:
-        return None
-    return Step(module.addmm, (a, b, full, out))
+    rows = np.zeros((1, 1), dt)
+    if bias is not None:
+        if bias.dtype != dt:
+            return None
+        try:
+            rows = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
+        except ValueError:
+            return None
+    return Step(linalg.blas_matmul, (a[None], b[None], rows, out[None], bias is not None))
 
 
 def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
