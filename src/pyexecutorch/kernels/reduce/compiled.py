@@ -441,24 +441,20 @@ def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     return None if run is None else _as_kernel(run, 4)
 
 
-@compiled_form("aten::amax.out")
-def _amax_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
-    """The maximum over consecutive axes (floats and int32/int64), or None."""
-    layout = _reduction(x, dim, out, _MAX_DTYPES)
-    if layout is None:
-        return None
-    a, _, b = layout
-    return _as_kernel(_bind(AMAX, x, out, layout, (a, b)), 3)
+def _extremum_form(loops: tuple[Any, Any], which: str) -> Any:
+    def form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
+        layout = _reduction(x, dim, out, _MAX_DTYPES)
+        if layout is None:
+            return None
+        a, _, b = layout
+        return _as_kernel(_bind(loops, x, out, layout, (a, b)), 3)
+
+    form.__doc__ = f"The {which} over consecutive axes (floats and int32/int64), or None."
+    return form
 
 
-@compiled_form("aten::amin.out")
-def _amin_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
-    """The minimum over consecutive axes (floats and int32/int64), or None."""
-    layout = _reduction(x, dim, out, _MAX_DTYPES)
-    if layout is None:
-        return None
-    a, _, b = layout
-    return _as_kernel(_bind(AMIN, x, out, layout, (a, b)), 3)
+_amax_form = compiled_form("aten::amax.out")(_extremum_form(AMAX, "maximum"))
+_amin_form = compiled_form("aten::amin.out")(_extremum_form(AMIN, "minimum"))
 
 
 @compiled_form("aten::var.correction_out")
