@@ -540,8 +540,12 @@ def test_products_past_the_loop_are_one_blas_call(dtype):
             out, get_kernel("aten::addmm.out").fn(bias, a, b, 1, 1, out.copy()), **TOL[dtype]
         )
         np.testing.assert_allclose(out, want, **TOL[dtype])
-    big = _x((64, 256), dtype, 11), _x((256, 768), dtype, 12)  # numpy's faster BLAS
-    assert form("aten::mm.out")(*big, np.zeros((64, 768), dtype), **whole) is None
+    big = _x((64, 256), dtype, 11), _x((256, 768), dtype, 12)
+    large = form("aten::mm.out")(*big, np.zeros((64, 768), dtype), **whole)
+    if linalg_compiled.NUMPY_BLAS:  # numpy's own BLAS serves compiled code at any size
+        assert large.step[0] is linalg_compiled.blas_matmul
+    else:  # scipy's is slower than numpy's: large products stay on numpy's
+        assert large is None
     out = np.zeros((n, p), dtype)
     fast = form("aten::mm.out")(a, b, out, **whole)
     assert fast.step[0] is linalg_compiled.blas_matmul
@@ -788,3 +792,26 @@ def test_a_program_on_the_compiled_tier_calls_the_compiled_forms():
             assert families <= files, f"not called: {families - files}"
         else:
             assert not files & families
+
+
+@pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="no BLAS for compiled code")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_gemm_computes_numpys_product(dtype):
+    from numba import njit  # noqa: PLC0415
+
+    from pyexecutorch.kernels.compiled_blas import gemm  # noqa: PLC0415
+
+    @njit
+    def product(a, b, out):  # noqa: ANN001, ANN202
+        gemm(a, b, out)
+
+    rng = np.random.default_rng(7)
+    wide = rng.standard_normal((7, 20)).astype(dtype)
+    b = rng.standard_normal((13, 5)).astype(dtype)
+    for a in (np.ascontiguousarray(wide[:, :13]), wide[:, :13]):  # dense, and rows 20 apart
+        out = np.full((7, 5), np.nan, dtype)
+        product(a, b, out)
+        np.testing.assert_allclose(out, a @ b, **TOL[dtype])
+        np.testing.assert_allclose(
+            out, (torch.from_numpy(a) @ torch.from_numpy(b)).numpy(), **TOL[dtype]
+        )

@@ -13,8 +13,9 @@ convolution with constant weights is a compiled step: depthwise ones as loops (t
 channels-last one above for small images, else one output row at a time over
 zero-padded stride phases), 1x1 ones as one BLAS product on the input itself, the
 others as im2col into a buffer planned at load and one BLAS product per image and
-group, the bias added while the output is in cache. BLAS comes from numba's
-``np.dot``, which calls scipy's: without scipy only the depthwise steps exist.
+group, the bias added while the output is in cache. BLAS is numpy's own
+(:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
+with neither only the depthwise steps exist.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS
+from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
 from pyexecutorch.runtime.compiled import choose, serial_and_parallel
 
-# numba's np.dot calls BLAS through scipy's bindings: without scipy only the depthwise
-# steps (plain loops) are offered and the products stay on numpy.
-HAS_BLAS = importlib.util.find_spec("scipy") is not None
+# Without a BLAS for compiled code only the depthwise steps (plain loops) are offered and
+# the products stay on numpy.
+HAS_BLAS = NUMPY_BLAS or importlib.util.find_spec("scipy") is not None
 
 
 def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
@@ -326,7 +328,7 @@ def _gemm_conv(x, wm, bias, pad, col, out, sh, sw, ph, pw, dh, dw, kh_n, kw_n, o
     for n in range(n_batch):
         for g in range(groups):
             _columns_jit(x[n, g], pad, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w)
-            np.dot(wm[g], col, out[n, g])
+            gemm(wm[g], col, out[n, g])
     if has_bias:
         _add_bias_jit(out.reshape(n_batch, groups * out.shape[2], out.shape[3]), bias)
     return out
@@ -337,7 +339,7 @@ def _pointwise_conv(x, wm, bias, out, has_bias):  # noqa: ANN001, ANN201
     stride 1, no padding, multiplied on the input itself."""
     for n in range(x.shape[0]):
         for g in range(x.shape[1]):
-            np.dot(wm[g], x[n, g], out[n, g])
+            gemm(wm[g], x[n, g], out[n, g])
     if has_bias:
         _add_bias_jit(out.reshape(out.shape[0], out.shape[1] * out.shape[2], out.shape[3]), bias)
     return out

@@ -8,11 +8,11 @@ accumulates ``a[i, k] * b[k, :]`` over ``k`` (the inner loop runs along
 contiguous rows, which the compiler vectorizes without reordering any sum),
 then adds the bias, as the numpy kernel does. Larger products stay on BLAS.
 Inside a whole compiled method, larger products up to :data:`WHOLE_BLAS_MAX_MACS`
-are one compiled call of BLAS (numba's ``np.dot``, through scipy's BLAS bindings)
-and the bias loop, a step like the others, so that transformer blocks compile
-whole. That BLAS (scipy's OpenBLAS 0.3.30 here) multiplies 1.1-1.4x slower than
-numpy's (0.3.31), which is why standalone products, and the large ones that a
-call's cost does not weigh on, stay on numpy's; so do all without scipy.
+are one compiled call of BLAS (numpy's own library, see
+:mod:`pyexecutorch.kernels.compiled_blas`) and the bias loop, a step like the
+others, so that transformer blocks compile whole. Where compiled code can only reach
+scipy's BLAS (1.1-2x slower on small products), only products up to 2**18
+multiply-adds are steps.
 A float16 ``addmm`` with constant weights and bias (a linear layer) sums in
 float32 over weights converted once at load and rounds each output once, as
 the numpy kernel computes it (:mod:`pyexecutorch.kernels.compiled_half`).
@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous
+from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
 from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits
 from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
 from pyexecutorch.kernels.registry import compiled_form
@@ -64,11 +65,12 @@ def _matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
 
 MATMUL = serial_and_parallel(_matmul, "small_matmul")
 
-# numba's np.dot calls BLAS through scipy's bindings.
-HAS_BLAS = importlib.util.find_spec("scipy") is not None
-# Up to this many multiply-adds a product inside a whole method is a BLAS step: the
-# slower BLAS costs at most a few microseconds, less than the instruction calls saved.
-WHOLE_BLAS_MAX_MACS = 1 << 18
+# A BLAS for compiled code: numpy's own, else numba's np.dot through scipy's.
+HAS_BLAS = NUMPY_BLAS or importlib.util.find_spec("scipy") is not None
+# Up to this many multiply-adds a product inside a whole method is a BLAS step: on
+# scipy's slower BLAS the difference costs at most a few microseconds, less than the
+# instruction calls saved; on numpy's own there is no difference.
+WHOLE_BLAS_MAX_MACS = 1 << 62 if NUMPY_BLAS else 1 << 18
 
 
 @njit(cache=True, error_model="numpy")
@@ -76,7 +78,7 @@ def blas_matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
     """out (batch, n, p) = a @ b [+ bias (1 or n, p)]: one BLAS product per batch."""
     for g in range(a.shape[0]):
         o = out[g]
-        np.dot(a[g], b[g], o)
+        gemm(a[g], b[g], o)
         if has_bias:
             rows = bias.shape[0]
             for i in range(o.shape[0]):
