@@ -185,3 +185,19 @@ def test_unsigned_and_complex():
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["float8_e5m2", "float8_e4m3fn", "bfloat16"])
+@pytest.mark.parametrize("clone", [True, False])
+def test_ml_dtypes_outputs_become_torch_tensors_of_their_type(name, clone):
+    # float8_e5m2's numpy kind letter is "f", like a builtin float's: it must still cross
+    # over as its bits, not through torch.from_numpy (which rejects it)
+    from pyexecutorch.runtime.io import convert_outputs  # noqa: PLC0415
+
+    values = np.array([0.5, -2.0, 3.0], dtype=getattr(ml_dtypes, name))
+    (out,) = convert_outputs([values], clone=clone, kind="torch")
+    assert out.dtype == getattr(torch, name)
+    assert out.view(torch.uint8 if values.itemsize == 1 else torch.int16).tolist() == (
+        values.view(np.uint8 if values.itemsize == 1 else np.int16).tolist()
+    )
+    assert out.float().tolist() == [0.5, -2.0, 3.0]

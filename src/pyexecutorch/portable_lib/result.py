@@ -102,7 +102,7 @@ class ExecuTorchResult:
 
     def __buffer__(self, flags: int) -> memoryview:
         array = self._array
-        if array.dtype.kind == "V":  # ml_dtypes types have no buffer format
+        if array.dtype.isbuiltin == 2:  # ml_dtypes types have no buffer format
             raise BufferError(
                 f"{self._dtype} results have no buffer format; read them with np.asarray"
             )
@@ -126,7 +126,7 @@ class ExecuTorchResult:
                 f"an ExecuTorchResult lives on the CPU, not DLPack device {dl_device}"
             )
         array = self._array
-        if array.dtype.kind == "V":
+        if array.dtype.isbuiltin == 2:
             raise BufferError(f"DLPack export of {self._dtype} results is not supported")
         kwargs: dict[str, Any] = {}
         if max_version is not None:

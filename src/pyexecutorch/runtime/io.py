@@ -114,9 +114,16 @@ def _torch_view(torch: Any, t: Any, dtype: np.dtype) -> np.ndarray:
     return t.view(getattr(torch, _TORCH_BITS[dtype.itemsize])).numpy().view(dtype)
 
 
+def foreign(dtype: np.dtype) -> bool:
+    """Whether numpy knows ``dtype`` only as a registered type (ml_dtypes: bfloat16, float8,
+    int4, ...), which torch.from_numpy does not take and buffers cannot describe (their
+    kind letter does not tell them apart: float8_e5m2's is "f")."""
+    return dtype.isbuiltin == 2
+
+
 def torch_from_array(torch: Any, arr: np.ndarray) -> Any:
     """A torch tensor sharing ``arr``'s memory (ml_dtypes arrays included)."""
-    if arr.dtype.kind != "V":
+    if not foreign(arr.dtype):
         return torch.from_numpy(arr)
     name = SCALAR_TYPE_TORCH_NAME[DTYPE_TO_SCALAR_TYPE[arr.dtype]]
     bits = arr.view(np.dtype(_TORCH_BITS[arr.dtype.itemsize]))
@@ -498,7 +505,7 @@ def _from_torch(t: Any, decl: InputDecl, where: str) -> Input:
         return Input(np.empty(shape, dtype=dtype), scalar_type)
     detached = t.detach()
     raw = _RAW_BITS.get(scalar_type) or SCALAR_TYPE_TO_DTYPE[scalar_type]
-    if scalar_type in _RAW_BITS or raw.kind == "V":
+    if scalar_type in _RAW_BITS or foreign(raw):
         arr = _torch_view(sys.modules["torch"], detached, raw)
     else:
         arr = detached.numpy()
@@ -539,7 +546,7 @@ def _buffer_scalar_type(fmt: str, itemsize: int, where: str) -> ScalarType:
 def _array_scalar_type(arr: np.ndarray) -> ScalarType | None:
     """The scalar type of a native-order numeric array (None: read it through its buffer)."""
     dtype = arr.dtype
-    if dtype.kind == "V":
+    if foreign(dtype):
         return DTYPE_TO_SCALAR_TYPE.get(dtype)  # bfloat16, float8 (ml_dtypes)
     if not dtype.isnative or dtype.kind not in "biufc":
         return None
@@ -961,13 +968,13 @@ def convert_outputs(
         if clone:
             return [
                 from_numpy(v.copy(order="K"))
-                if type(v) is np.ndarray and v.dtype.kind != "V"
+                if type(v) is np.ndarray and v.dtype.isbuiltin != 2
                 else _output(v, clone, torch, borrowed, method)
                 for v in values
             ]
         return [
             from_numpy(v)
-            if type(v) is np.ndarray and v.flags.writeable and v.dtype.kind != "V"
+            if type(v) is np.ndarray and v.flags.writeable and v.dtype.isbuiltin != 2
             else _output(v, clone, torch, borrowed, method)
             for v in values
         ]

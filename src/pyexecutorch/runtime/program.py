@@ -139,7 +139,7 @@ class OutputViews:
                 if tensor._version == entry[2] and not tensor.requires_grad:
                     out.append(tensor)
                     continue
-            if type(value) is np.ndarray and value.flags.writeable and value.dtype.kind != "V":
+            if type(value) is np.ndarray and value.flags.writeable and value.dtype.isbuiltin != 2:
                 tensor = torch.from_numpy(value)
                 kept[p] = (value, tensor, tensor._version)
             else:
