@@ -327,10 +327,15 @@ def pick(variants: tuple[Any, Any], work: int, arguments: tuple[Any, ...]) -> An
     for ``work`` elements, for exactly the types of ``arguments`` (see :func:`entry_point`).
 
     Callers pass C-contiguous arrays of those dtypes and ranks on every call.
-    Inside :func:`deferred_entry_points` a function not yet in memory comes as a
-    :class:`PendingEntryPoint` instead, loaded only if its call is kept.
+    Inside :func:`deferred_entry_points` it may be a placeholder (see :func:`form_entry_point`).
     """
-    dispatcher = choose(variants, work)
+    return form_entry_point(choose(variants, work), arguments)
+
+
+def form_entry_point(dispatcher: Any, arguments: tuple[Any, ...]) -> Any:
+    """:func:`entry_point` for a kernel's compiled form built at load: inside
+    :func:`deferred_entry_points` a function not yet in memory comes as a
+    :class:`PendingEntryPoint` instead, loaded only if its call is kept."""
     pending = getattr(_deferral, "pending", None)
     if pending is None:
         return entry_point(dispatcher, arguments)

@@ -148,15 +148,12 @@ def _embedding_form(
     w0, i0, o0 = weight, indices, out
     wv = np.ascontiguousarray(weight).reshape(src_shape)
     iv, ov = indices.reshape(n), out.reshape(out_shape)
-    kern = None  # its machine code is read on first call: a whole method never makes it
+    kern = pick(GATHER, out.size, (wv, iv, ov))
 
     # in a whole method: False from the loop makes the runtime call the reference (it raises)
     step = (choose(GATHER, out.size), (wv, iv, ov), True)
 
     def embedding(weight, indices, padding_idx, scale_grad, sparse, out):  # noqa: ANN001, ANN202
-        nonlocal kern
-        if kern is None:
-            kern = pick(GATHER, o0.size, (wv, iv, ov))
         if kern(
             wv if weight is w0 else np.ascontiguousarray(weight).reshape(src_shape),
             iv if indices is i0 else np.ascontiguousarray(indices).reshape(n),
@@ -203,12 +200,9 @@ def _index_put_form(a: Any, indices: Any, values: Any, accumulate: Any, out: Any
     av = a.reshape(before, a.shape[axis], after)
     vv, ov = values.reshape(before, index.size, after), out.reshape(av.shape)
     load = (av, index, vv, ov, accumulate, not same)
-    kern = None  # read on first call (see the embedding form)
+    kern = pick(PUT_ROWS, out.size, load)
 
     def index_put(a, indices, values, accumulate, out):  # noqa: ANN001, ANN202
-        nonlocal kern
-        if kern is None:
-            kern = pick(PUT_ROWS, o0.size, load)
         if a is a0 and indices[axis] is i0 and values is v0 and out is o0 and kern(*load):
             return out
         return index_put_out(a, indices, values, accumulate, out)
@@ -236,12 +230,9 @@ def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
     out_shape = (before, index.size, after)
     a0, i0, o0 = a, index, out
     av, ov = np.ascontiguousarray(a).reshape(src_shape), out.reshape(out_shape)
-    kern = None  # read on first call (see the embedding form)
+    kern = pick(GATHER, out.size, (av, index, ov))
 
     def index_select(a, dim, index, out):  # noqa: ANN001, ANN202
-        nonlocal kern
-        if kern is None:
-            kern = pick(GATHER, o0.size, (av, i0, ov))
         if kern(
             av if a is a0 else np.ascontiguousarray(a).reshape(src_shape),
             index if index is i0 else np.ascontiguousarray(index),
@@ -294,13 +285,10 @@ def _index_form(a: Any, indices: Any, out: Any) -> Any:
     b_off, a_off = _offsets(a.shape, before), _offsets(a.shape, after)
     out3 = out.reshape((m, b_off.size, a_off.size) if lead else (b_off.size, m, a_off.size))
     load = (a.reshape(-1), i1, n1, s1, i2, n2, s2, b_off, a_off, out3, lead)
-    kern = None  # read on first call (see the embedding form)
+    kern = pick(TAKE, out.size, load)
     a0, o0, given_ixs = a, out, tuple(ixs)
 
     def index(a, indices, out):  # noqa: ANN001, ANN202
-        nonlocal kern
-        if kern is None:
-            kern = pick(TAKE, o0.size, load)
         same = (
             a is a0
             and out is o0
@@ -333,13 +321,10 @@ def _gather_form(a: Any, dim: Any, index: Any, sparse_grad: Any, out: Any) -> An
     av = a.reshape(before, a.shape[axis], after)
     layout = (before, index.shape[axis], after)
     load = (av, index.reshape(layout), out.reshape(layout))
-    kern = None  # read on first call (see the embedding form)
+    kern = pick(GATHER_ALONG, out.size, load)
     a0, i0, o0 = a, index, out
 
     def gather(a, dim, index, sparse_grad, out):  # noqa: ANN001, ANN202
-        nonlocal kern
-        if kern is None:
-            kern = pick(GATHER_ALONG, o0.size, load)
         if a is a0 and index is i0 and out is o0 and kern(*load):
             return out
         return gather_out(a, dim, index, sparse_grad, out)

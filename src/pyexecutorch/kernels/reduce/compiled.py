@@ -319,12 +319,9 @@ def _bind(
     at load for the planned ones)."""
     xv, ov = x0.reshape(x_shape), o0.reshape(o_shape)
     load = (xv, ov, *consts)
-    kern = None  # its machine code is read on first call: a whole method never makes it
+    kern = pick(variants, x0.size, load)
 
     def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        nonlocal kern
-        if kern is None:
-            kern = pick(variants, x0.size, load)
         kern(
             xv if x is x0 else contiguous(x, x_shape),
             ov if out is o0 else out.reshape(o_shape),
@@ -497,12 +494,9 @@ def _extreme_dim_form(largest: bool):  # noqa: ANN202
             return None
         x0, v0, i0 = x, values, indices
         load = (x.reshape(layout), values.reshape(a, b), indices.reshape(a, b), largest)
-        kern = None  # read on first call (see _bind)
+        kern = pick(MAX_DIM, x.size, load)
 
         def run(x, dim, keepdim, values, indices):  # noqa: ANN001, ANN202
-            nonlocal kern
-            if kern is None:
-                kern = pick(MAX_DIM, x0.size, load)
             if x is not x0 or values is not v0 or indices is not i0:
                 xs = contiguous(x, layout)
                 kern(xs, values.reshape(a, b), indices.reshape(a, b), largest)

@@ -22,7 +22,7 @@ from numba import njit
 from pyexecutorch.kernels.compiled_arrays import dense
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.kernels.shape import fast
-from pyexecutorch.runtime.compiled import entry_point
+from pyexecutorch.runtime.compiled import form_entry_point
 
 _KINDS = "biuf"
 _MOST_PIECES = 4  # one compiled function per count of pieces, 2 to this
@@ -121,7 +121,7 @@ def _cat_form(tensors: Any, dim: Any, out: Any) -> Any:
     if rows is None or any(np.shares_memory(t, out) for t in tensors):
         return None
     function = CAT[len(tensors) - 2]
-    kern = entry_point(function, tuple(rows))
+    kern = form_entry_point(function, tuple(rows))
     loaded = (*tensors, out)
 
     def cat(tensors, dim, out):  # noqa: ANN001, ANN202
@@ -145,7 +145,7 @@ def _split_form(x: Any, sizes: Any, dim: Any, outs: Any) -> Any:
     if rows is None or any(np.shares_memory(x, o) for o in outs):
         return None
     function = SPLIT[len(outs) - 2]
-    kern = entry_point(function, tuple(rows))
+    kern = form_entry_point(function, tuple(rows))
     loaded = (x, *outs)
 
     def split(x, sizes, dim, outs):  # noqa: ANN001, ANN202
