@@ -123,10 +123,16 @@ def _convolution(
     """The depthwise 2-D float convolution (groups == channels, one filter each), else None.
 
     With ``whole`` (a step of a whole-method function): any float convolution
-    :func:`conv_step` takes.
+    :func:`conv_step` takes, and transposed ones (``compiled_transposed``).
     """
     if whole:
-        return conv_step(
+        if transposed is True:
+            from pyexecutorch.kernels.conv import compiled_transposed  # noqa: PLC0415 - imports this
+
+            make = compiled_transposed.transposed_step
+        else:
+            make = conv_step
+        return make(
             input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
         )
     if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:

@@ -24,7 +24,11 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense, planned
-from pyexecutorch.kernels.pool import fast, pool
+from pyexecutorch.kernels.pool import (
+    compiled_resample,  # noqa: F401 - its steps register
+    fast,
+    pool,
+)
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, SUM_ROWS
 from pyexecutorch.kernels.registry import KernelError, compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
