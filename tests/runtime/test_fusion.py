@@ -93,6 +93,12 @@ class FloatOps(torch.nn.Module):
             torch.where(x > y, x, y),  # a test's result in a register
             torch.where(torch.logical_not(x > y), x, y),
             torch.full_like(x, 0.5),
+            torch.maximum(x, y),
+            torch.minimum(y, x),
+            torch.round(x),
+            torch.atan2(x, y),
+            x**1.5,
+            x**-1.25,
         )
 
 
@@ -204,6 +210,8 @@ class IntOps(torch.nn.Module):
             x <= y,
             x > -2,
             x >= y,
+            torch.maximum(x, y),
+            torch.minimum(x, y),
         )
 
 

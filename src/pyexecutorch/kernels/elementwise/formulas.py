@@ -79,7 +79,8 @@ def _pow(c: dict[int, object]) -> str | None:
     exponent = c.get(1)
     if isinstance(exponent, bool):
         return None
-    # the exponents the numpy kernel computes with plain arithmetic, rounded as it rounds
+    # the exponents the numpy kernel computes with plain arithmetic, rounded as it rounds;
+    # the others with pow in the loop's dtype, as the kernel's np.power
     return {
         1: "{0}",
         2: "{0} * {0}",
@@ -88,7 +89,7 @@ def _pow(c: dict[int, object]) -> str | None:
         -0.5: "T(1) / T(math.sqrt({0}))",
         -1: "T(1) / {0}",
         -2: "T(1) / T({0} * {0})",
-    }.get(exponent)  # type: ignore[call-overload]
+    }.get(exponent, "{0} ** {1}")  # type: ignore[call-overload]
 
 
 def _gelu(c: dict[int, object]) -> str | None:
@@ -162,6 +163,12 @@ FORMULAS: dict[str, Formula] = {
     "aten::trunc.out": _unary("np.trunc"),
     # float16 powers go through C's pow in torch and the numpy kernel (pow(-inf, 0.5) is inf)
     "aten::pow.Tensor_Scalar_out": Formula((0,), _pow, halves=False),
+    # numpy's maximum and minimum: NaN from either side, and the second operand on a tie
+    # (so maximum(-0.0, 0.0) is 0.0 and maximum(0.0, -0.0) is -0.0)
+    "aten::maximum.out": Formula((0, 1), "({0} if ({0} > {1} or {0} != {0}) else {1})", True),
+    "aten::minimum.out": Formula((0, 1), "({0} if ({0} < {1} or {0} != {0}) else {1})", True),
+    "aten::round.out": _unary("np.rint"),  # half to even, as torch
+    "aten::atan2.out": Formula((0, 1), "math.atan2({0}, {1})", halves=False),
     "aten::leaky_relu.out": Formula((0,), "({0} if {0} > T(0) else {0} * {1})"),
     "aten::hardtanh.out": Formula((0,), _clamp(1, 2)),
     "aten::clamp.out": Formula((0,), _clamp(1, 2), ints=True),
