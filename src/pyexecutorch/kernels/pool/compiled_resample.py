@@ -21,12 +21,12 @@ stay the reference.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from numba import prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, dense
+from pyexecutorch.kernels.compiled_arrays import FLOATS, WholeStep, dense
 from pyexecutorch.kernels.pool import pad as pad_mod
 from pyexecutorch.kernels.pool import upsample
 from pyexecutorch.kernels.registry import KernelError, compiled_form
@@ -34,12 +34,6 @@ from pyexecutorch.kernels.shape.shape import cast_scalar
 from pyexecutorch.runtime.compiled import choose, serial_and_parallel
 
 _COPY_KINDS = "biuf"  # dtypes the gathers and pads copy bit for bit
-
-
-class WholeStep(NamedTuple):
-    """A form's answer inside a whole method: only its call on the planned arrays."""
-
-    step: tuple[Any, tuple[Any, ...]]
 
 
 def _nearest(x, ih, iw, out):  # noqa: ANN001, ANN201

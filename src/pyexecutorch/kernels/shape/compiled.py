@@ -21,7 +21,10 @@ from numba import njit
 
 from pyexecutorch.kernels.compiled_arrays import dense
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.kernels.shape import fast
+from pyexecutorch.kernels.shape import (
+    compiled_convert,  # noqa: F401 - its steps register
+    fast,
+)
 from pyexecutorch.runtime.compiled import form_entry_point
 
 _KINDS = "biuf"
