@@ -625,8 +625,12 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     if formula is not None and formula.bool_out:
         first = args[formula.tensors[0]]
         dtype = first.dtype if isinstance(first, np.ndarray) else dtype
+    # a logical operator of bool tensors computes in bool (the loop's dtype is theirs)
+    logical = formula is not None and set(formula.tensors) <= set(formula.bool_tensors)
     if formula is None or (
-        dtype not in _FLOAT_DTYPES and not (formula.ints and dtype in _INT_DTYPES)
+        dtype not in _FLOAT_DTYPES
+        and not (formula.ints and dtype in _INT_DTYPES)
+        and not (logical and formula.bool_out and dtype == np.bool_)
     ):
         return None
     if dtype == HALF and not formula.halves:

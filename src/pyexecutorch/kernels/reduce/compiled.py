@@ -26,6 +26,7 @@ from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _MAX_DTYPES = (*FLOATS, np.dtype(np.int32), np.dtype(np.int64))
+_HALF = np.dtype(np.float16)
 
 
 def _softmax(x, out, log):  # noqa: ANN001, ANN201
@@ -249,7 +250,37 @@ def _cumsum(x, out):  # noqa: ANN001, ANN201
     return out
 
 
+def _int_sum(x, out):  # noqa: ANN001, ANN201
+    """out (a, b) = sum of integer or bool x (a, k, b) over k, in out's integer dtype
+    (integer sums wrap: any order of additions gives numpy's result)."""
+    for i in prange(x.shape[0]):  # noqa: B020 - prange is range when serial
+        dst = out[i]
+        for j in range(dst.shape[0]):
+            dst[j] = 0
+        for t in range(x.shape[1]):
+            row = x[i, t]
+            for j in range(dst.shape[0]):
+                dst[j] += row[j]
+    return out
+
+
+def _any(x, out):  # noqa: ANN001, ANN201
+    """out (a, b) = whether any element of x (a, k, b) over k is nonzero (NaN is)."""
+    for i in prange(x.shape[0]):  # noqa: B020 - prange is range when serial
+        dst = out[i]
+        for j in range(dst.shape[0]):
+            dst[j] = False
+        for t in range(x.shape[1]):
+            row = x[i, t]
+            for j in range(dst.shape[0]):
+                if row[j] != 0:
+                    dst[j] = True
+    return out
+
+
 SOFTMAX = serial_and_parallel(_softmax, "softmax")
+INT_SUM = serial_and_parallel(_int_sum, "int_sum")
+ANY = serial_and_parallel(_any, "any_over")
 SUM = serial_and_parallel(_sum, "sum")
 SUM_ROWS = serial_and_parallel(_sum_rows, "sum_rows")
 AMAX = serial_and_parallel(_amax, "amax")
@@ -427,8 +458,10 @@ def _mean_all_form(x: Any, dtype: Any, out: Any) -> Any:
 
 @compiled_form("aten::sum.IntList_out")
 def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
-    """The sum of float32/float64 values over one or two runs of axes, or None (integers
-    widen: numpy)."""
+    """The sum of float32/float64 values over one or two runs of axes, of integers and
+    bools into an integer dtype over consecutive axes, or None."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
+        return _int_sum_form(x, dim, out)
     if dtype is not None and (not isinstance(out, np.ndarray) or out.dtype != x.dtype):
         return None
     layout = _reduction(x, dim, out, FLOATS)
@@ -436,6 +469,46 @@ def _sum_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
         return _sum_two_runs(x, dim, out, False)
     run = sum_over(x, out, layout, 0.0)
     return None if run is None else _as_kernel(run, 4)
+
+
+def _int_sum_form(x: Any, dim: Any, out: Any) -> Any:
+    """The sum of integers or bools over consecutive axes into an integer out, or None."""
+    if not dense(x) or x.size == 0 or not isinstance(out, np.ndarray) or out.dtype.kind not in "iu":
+        return None
+    layout = axis_run(x.shape, dim)
+    if layout is None or not _planned(out, out.dtype, layout[0] * layout[2]):
+        return None
+    a, _, b = layout
+    return _as_kernel(_bind(INT_SUM, x, out, layout, (a, b)), 4)
+
+
+def _any_over(x: Any, dim: Any, out: Any, out_at: int) -> Any:
+    """``any`` over the consecutive axes ``dim`` (None: all) into a bool out, or None."""
+    if not dense(x) or x.size == 0 or x.dtype.kind not in "biuf" or x.dtype == _HALF:
+        return None
+    layout = axis_run(x.shape, dim)
+    if layout is None or not _planned(out, np.dtype(np.bool_), layout[0] * layout[2]):
+        return None
+    a, _, b = layout
+    return _as_kernel(_bind(ANY, x, out, layout, (a, b)), out_at)
+
+
+@compiled_form("aten::any.out")
+def _any_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
+    """Whether any element along one axis is nonzero, or None."""
+    return _any_over(x, dim, out, 3) if isinstance(dim, int) else None
+
+
+@compiled_form("aten::any.dims_out")
+def _any_dims_form(x: Any, dim: Any, keepdim: Any, out: Any) -> Any:
+    """``any`` over consecutive axes (an empty list reduces nothing: left to numpy), or None."""
+    return None if dim is not None and len(dim) == 0 else _any_over(x, dim, out, 3)
+
+
+@compiled_form("aten::any.all_out")
+def _any_all_form(x: Any, out: Any) -> Any:
+    """Whether any element is nonzero, or None."""
+    return _any_over(x, None, out, 1)
 
 
 def _extremum_form(loops: tuple[Any, Any], which: str) -> Any:
