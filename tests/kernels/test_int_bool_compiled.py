@@ -2,9 +2,9 @@
 
 Integer and bool sums and ``any`` (forms, alone and as whole-method steps), dim-order
 copies and ``_to_copy`` with their casts, ``repeat``, and a lone logical operator of
-bool tensors: each against its numpy kernel (bit for bit) and torch eager. The suite
-models they unblock (int_arith, bool_ops, elementwise) compile whole and compute what
-the numpy tier and eager compute.
+bool tensors, argmax, argmin and topk: each against its numpy kernel (bit for bit)
+and torch eager. The suite models they unblock (int_arith, bool_ops, elementwise,
+argmax_topk) compile whole and compute what the numpy tier and eager compute.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_lone_logical_not_of_bools_is_a_one_operator_loop():
 # The suite models
 
 
-@pytest.mark.parametrize("name", ["int_arith", "bool_ops", "elementwise"])
+@pytest.mark.parametrize("name", ["int_arith", "bool_ops", "elementwise", "argmax_topk"])
 def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
     import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
     import official  # noqa: PLC0415
@@ -218,3 +218,72 @@ def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
             else:
                 np.testing.assert_allclose(g, r, rtol=4e-6, atol=1e-6)
         official.assert_close(case, got, official.eager_outputs(case, inputs), what=name)
+
+
+# ---------------------------------------------------------------------------
+# argmax, argmin, topk
+
+
+def _ranked(shape, dtype, seed=0):  # noqa: ANN001, ANN202
+    """Values with ties, NaN (floats) and signed zeros."""
+    x = _values(shape, dtype, seed)
+    if np.dtype(dtype).kind == "f":
+        x = np.round(x * 2) / 2  # ties
+        flat = x.reshape(-1)
+        flat[5], flat[9], flat[17] = np.nan, -0.0, np.nan
+    else:
+        x = x % 5  # ties
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32, np.uint8])
+@pytest.mark.parametrize("dim", [0, 1, -1, None])
+def test_argmax_and_argmin_match_the_kernels_and_torch(dim, dtype):
+    x = _ranked((4, 6, 5), dtype)
+    x[2] = np.nan if x.dtype.kind == "f" else 3  # a row that is all NaN (or all ties)
+    for name, torch_fn in (("aten::argmax.out", torch.argmax), ("aten::argmin.out", torch.argmin)):
+        for keepdim in (False, True):
+            want = torch_fn(torch.from_numpy(x), dim=dim, keepdim=keepdim).numpy()
+            reference = get_kernel(name).fn(x, dim, keepdim, np.zeros(want.shape, np.int64))
+            out = np.zeros(want.shape, np.int64)
+            form = get_compiled_form(name)(x, dim, keepdim, out)
+            _step(form, [out])
+            np.testing.assert_array_equal(out, reference, err_msg=f"{name} {dim} {keepdim}")
+            if dtype not in (np.int32, np.uint8) or dim is not None:  # ties: torch's own pick
+                np.testing.assert_array_equal(out, want, err_msg=f"{name} {dim} {keepdim}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8])
+@pytest.mark.parametrize("case", [(3, -1, True), (2, 0, False), (6, 1, True), (1, 2, False)])
+def test_topk_matches_the_kernel_and_torch_values(case, dtype):
+    k, dim, largest = case
+    x = _ranked((4, 6, 5), dtype)
+    want_v, _ = torch.topk(torch.from_numpy(x), k, dim=dim, largest=largest)
+    shape = tuple(want_v.shape)
+    args = (x, k, dim, largest, True)
+    ref_v, ref_i = get_kernel("aten::topk.values").fn(
+        *args, np.zeros(shape, dtype), np.zeros(shape, np.int64)
+    )
+    values, indices = np.zeros(shape, dtype), np.zeros(shape, np.int64)
+    form = get_compiled_form("aten::topk.values")(*args, values, indices)
+    assert form is not None and form.fills_outputs
+    _step(form, [values, indices])
+    np.testing.assert_array_equal(values, ref_v)
+    np.testing.assert_array_equal(np.signbit(values), np.signbit(ref_v))
+    np.testing.assert_array_equal(indices, ref_i)  # ties in ascending index, as the kernel
+    np.testing.assert_array_equal(values, want_v.numpy())  # torch orders ties its own way
+    picked = np.take_along_axis(x, indices, axis=dim)
+    np.testing.assert_array_equal(picked, values)
+
+
+def test_selection_forms_decline_what_they_cannot_bind():
+    x = _ranked((4, 40), np.float32)
+    topk = get_compiled_form("aten::topk.values")
+    big = np.zeros((4, 20), np.float32), np.zeros((4, 20), np.int64)
+    assert topk(x, 20, -1, True, True, *big) is None  # many: the sort
+    assert topk(x.astype(bool), 2, -1, True, True, np.zeros((4, 2), bool), big[1][:, :2]) is None
+    assert topk(x, 0, -1, True, True, big[0][:, :0], big[1][:, :0]) is None
+    argmax = get_compiled_form("aten::argmax.out")
+    assert argmax(x, 1, False, np.zeros(4, np.int32)) is None  # not int64
+    assert argmax(x[:, ::2], 1, False, np.zeros(4, np.int64)) is None  # strided
+    assert argmax(np.zeros((0, 3), np.float32), 1, False, np.zeros(0, np.int64)) is None

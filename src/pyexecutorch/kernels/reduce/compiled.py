@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense
+from pyexecutorch.kernels.reduce import compiled_select  # noqa: F401 - its forms register
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
