@@ -140,6 +140,9 @@ class HalfArithmetic(torch.nn.Module):
             torch.where(c, h, -x),
             -torch.abs(x) * 3.0,
             h > x,
+            torch.maximum(h, x),
+            torch.minimum(x, -h),
+            torch.round(h * 4.0),
         )
 
 
