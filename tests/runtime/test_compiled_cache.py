@@ -180,8 +180,8 @@ class SmallProduct(torch.nn.Module):
 
     def forward(self, x):
         y = torch.relu(x @ self.w) * 2.0
-        # topk has no compiled step: the method keeps one line per instruction
-        return torch.topk(y, 2, dim=1).values if self.reduce else y
+        # atan has no compiled step: the method keeps one line per instruction
+        return torch.atan(y) if self.reduce else y
 
 
 def _closure_cells(functions) -> list:
