@@ -112,11 +112,17 @@ def generated_module(source: str, tag: str) -> ModuleType:
         folder = cache_dir() / "generated"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{tag}_{key}.py"
-        written = not path.exists() or path.read_text() != source
+        # Named by the hash of its source and written atomically: a file of that name and
+        # size is that source.
+        encoded = source.encode()
+        try:
+            written = path.stat().st_size != len(encoded)
+        except FileNotFoundError:
+            written = True
         if written:
             # Written atomically: another process may be importing the same file.
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(source)
+            tmp.write_bytes(encoded)
             os.replace(tmp, path)
         if written or not os.path.exists(importlib.util.cache_from_source(str(path))):
             # Its bytecode too, like its machine code, even where PYTHONDONTWRITEBYTECODE
@@ -178,11 +184,42 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     numba = numba_module()
     signature = tuple(numba.typeof(a) for a in arrays)
     overload = dispatcher.overloads.get(signature)
-    if overload is None:
-        _read_lazily(dispatcher)
-        dispatcher.compile(signature)
-        overload = dispatcher.overloads[signature]
-    return overload.entry_point
+    if overload is not None:
+        return overload.entry_point
+    _read_lazily(dispatcher)
+    return _from_disk_cache(dispatcher, signature) or dispatcher.compile(signature)
+
+
+_refreshed: set[int] = set()  # the target contexts refreshed once in this process
+
+
+def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
+    its ``compile`` would read it, or None (not cached, or a numba this does not know).
+
+    numba refreshes its typing and target registries before every cache read (about
+    1 ms each, most of a small method's read); a read needs them refreshed only once,
+    and a compilation refreshes them again itself.
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    read = getattr(cache, "_load_overload", None)
+    context = getattr(dispatcher, "targetctx", None)
+    if read is None or context is None or not hasattr(dispatcher, "_cache_hits"):
+        return None
+    from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
+
+    with global_compiler_lock:
+        if id(context) not in _refreshed:
+            context.refresh()
+            _refreshed.add(id(context))
+        result = read(signature, context)
+        if result is None:
+            return None
+        dispatcher._cache_hits[signature] += 1
+        if not result.objectmode:
+            context.insert_user_function(result.entry_point, result.fndesc, [result.library])
+        dispatcher.add_overload(result)
+        return result.entry_point
 
 
 # numba's cached machine code for one function comes with the LLVM bitcode of
