@@ -20,9 +20,13 @@ it reads back only if it keeps their calls.
 from __future__ import annotations
 
 import contextlib
+import functools
+import glob
 import hashlib
 import importlib.util
+import io
 import os
+import pickle
 import py_compile
 import sys
 import threading
@@ -56,8 +60,11 @@ def numba_module() -> ModuleType | None:
                 # Every machine code numba caches for us (kernel forms included, wherever the
                 # package is installed) goes under our cache directory, unless the user chose
                 # numba's own; numba reads this setting when it first imports.
+                # Kept apart per numpy build: compiled products call numpy's own BLAS by
+                # symbol, which another build may not have.
                 if "numba" not in sys.modules:
-                    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+                    folder = cache_dir() / "numba" / f"numpy-{numpy_build()}"
+                    os.environ.setdefault("NUMBA_CACHE_DIR", str(folder))
                 try:
                     import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
                 except ImportError:
@@ -97,14 +104,61 @@ def cache_dir() -> Path:
     return base / "pyexecutorch"
 
 
+GENERATED_PREFIX = "pyexecutorch_generated_"
+_PLACEHOLDER = "__pyexecutorch_placeholder__"
+
+
+@functools.cache
+def numpy_build() -> str:
+    """A short hash naming this numpy build: its version and the libraries it bundles
+    (their file names carry their own hashes), its BLAS among them."""
+    import numpy as np  # noqa: PLC0415
+
+    root = os.path.dirname(np.__file__)
+    bundled = sorted(
+        os.path.basename(p)
+        for pattern in ("../numpy.libs/*", ".dylibs/*")
+        for p in glob.glob(os.path.join(root, pattern))
+    )
+    return hashlib.sha256(f"{np.__version__}\n{bundled}".encode()).hexdigest()[:12]
+
+
+@functools.cache
+def build_key() -> str:
+    """What generated code depends on besides its own text: numba's version, numpy's
+    build (:func:`numpy_build`) and the kernels' compiled forms and compiled helpers it
+    calls or inlines (each file's size and modification time, as numba stamps a source).
+    numba keys a cached function by its own file only: a whole-method function holds the
+    machine code of every function it calls, which their files' stamps do not reach."""
+    numba = numba_module()
+    import pyexecutorch.kernels as kernels  # noqa: PLC0415
+
+    text = "\n".join([numba.__version__, numpy_build(), sources_key(Path(kernels.__path__[0]))])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def sources_key(root: Path) -> str:
+    """The stamps (path, size, modification time) of the compiled code under ``root``
+    (``compiled*.py`` files), as one string."""
+    stamps = []
+    for path in sorted(root.glob("**/compiled*.py")):
+        st = path.stat()
+        stamps.append(f"{path.relative_to(root).as_posix()}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(stamps)
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_key(source: str) -> str:
+    return hashlib.sha256(f"{build_key()}\n{source}".encode()).hexdigest()[:20]
+
+
 def generated_module(source: str, tag: str) -> ModuleType:
     """The module of generated ``source``: written once under the cache directory, imported once.
 
-    The file name is a hash of the source and of numba's version, so a changed
-    generator or numba never reads stale machine code.
+    The file name is a hash of the source and of :func:`build_key`, so a changed
+    generator, numba, numpy build or kernel never reads stale machine code.
     """
-    numba = numba_module()
-    key = hashlib.sha256(f"{numba.__version__}\n{source}".encode()).hexdigest()[:20]
+    key = _source_key(source)
     with _lock:
         module = _modules.get(key)
         if module is not None:
@@ -128,13 +182,47 @@ def generated_module(source: str, tag: str) -> ModuleType:
             # Its bytecode too, like its machine code, even where PYTHONDONTWRITEBYTECODE
             # is set: compiling the source again would cost each load ~0.2-1 ms a module.
             py_compile.compile(str(path), doraise=True)
-        name = f"pyexecutorch_generated_{tag}_{key}"
+        name = f"{GENERATED_PREFIX}{tag}_{key}"
         spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # numba's cache finds a function's globals by module name
+        module = sys.modules.get(name)
+        if module is not None and module.__dict__.pop(_PLACEHOLDER, False):
+            # named by a cached function read before it (see _rebuild_env): run into it
+            module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, str(path)
+        else:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # numba's cache finds a function's globals by name
         spec.loader.exec_module(module)
         _modules[key] = module
         return module
+
+
+class GeneratedFunction:
+    """A function of a generated module, named before the module is imported.
+
+    A method that compiles whole needs only its loops' names to write the function that
+    calls them; when that function is in the disk cache, the loops' own modules (a
+    numba dispatcher each, ~1 ms to import) are never imported.
+    """
+
+    __slots__ = ("module_name", "name", "source", "tag")
+
+    def __init__(self, source: str, tag: str, name: str) -> None:
+        self.source, self.tag, self.name = source, tag, name
+        self.module_name = f"{GENERATED_PREFIX}{tag}_{_source_key(source)}"
+
+    def loaded(self) -> Any:
+        """Its dispatcher if its module is imported in this process, else None."""
+        module = _modules.get(_source_key(self.source))
+        return None if module is None else getattr(module, self.name)
+
+    def load(self) -> Any:
+        """Its dispatcher, importing its module first if needed."""
+        return getattr(generated_module(self.source, self.tag), self.name)
+
+
+def dispatcher_of(function: Any) -> Any:
+    """The numba dispatcher of a dispatcher or a :class:`GeneratedFunction`."""
+    return function.load() if type(function) is GeneratedFunction else function
 
 
 def forget_modules() -> None:
@@ -173,21 +261,29 @@ def set_threads(n: int) -> None:
             torch.set_num_threads(torch_threads)
 
 
-def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
-    """The compiled function of ``dispatcher`` for exactly these arguments' types.
+def entry_point(dispatcher: Any, arrays: tuple[Any, ...], prepare: Any = None) -> Any:
+    """The compiled function of ``dispatcher`` (or of a :class:`GeneratedFunction`) for
+    exactly these arguments' types.
 
     Calling it skips the dispatcher's type resolution (about half a small
     call); only valid when every call passes arguments of those same types.
     Machine code read back from the disk cache is read without its linking
-    bitcode (see :func:`_read_lazily`).
+    bitcode (see :func:`_read_lazily`). ``prepare``, if given, is called before a
+    compilation (or before numba's own cache reader, where this one does not apply).
     """
     numba = numba_module()
+    dispatcher = dispatcher_of(dispatcher)
     signature = tuple(numba.typeof(a) for a in arrays)
     overload = dispatcher.overloads.get(signature)
     if overload is not None:
         return overload.entry_point
     _read_lazily(dispatcher)
-    return _from_disk_cache(dispatcher, signature) or dispatcher.compile(signature)
+    found = _from_disk_cache(dispatcher, signature)
+    if found is not None:
+        return found
+    if prepare is not None:
+        prepare()
+    return dispatcher.compile(signature)
 
 
 _refreshed: set[int] = set()  # the target contexts refreshed once in this process
@@ -197,14 +293,23 @@ def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
     its ``compile`` would read it, or None (not cached, or a numba this does not know).
 
-    numba refreshes its typing and target registries before every cache read (about
-    1 ms each, most of a small method's read); a read needs them refreshed only once,
-    and a compilation refreshes them again itself.
+    Two differences from numba's reader: numba refreshes its typing and target
+    registries before every read (about 1 ms, most of a small method's read), which a
+    read needs once (a compilation refreshes them itself); and a generated module that
+    a cached function's environments name is not imported for them (see _rebuild_env).
     """
     cache = getattr(dispatcher, "_cache", None)
-    read = getattr(cache, "_load_overload", None)
     context = getattr(dispatcher, "targetctx", None)
-    if read is None or context is None or not hasattr(dispatcher, "_cache_hits"):
+    cache_file = getattr(cache, "_cache_file", None)
+    impl = getattr(cache, "_impl", None)
+    if (
+        context is None
+        or not getattr(cache, "_enabled", False)
+        or not all(hasattr(cache, a) for a in ("_index_key", "_impl"))
+        or not all(hasattr(cache_file, a) for a in ("_load_index", "_data_path"))
+        or not hasattr(impl, "rebuild")
+        or not hasattr(dispatcher, "_cache_hits")
+    ):
         return None
     from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
 
@@ -212,14 +317,46 @@ def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
         if id(context) not in _refreshed:
             context.refresh()
             _refreshed.add(id(context))
-        result = read(signature, context)
-        if result is None:
+        data_name = cache_file._load_index().get(cache._index_key(signature, context.codegen()))
+        if data_name is None:
             return None
+        try:
+            with open(cache_file._data_path(data_name), "rb") as f:
+                payload = _CacheDataReader(io.BytesIO(f.read())).load()
+        except OSError:  # removed while its index still named it
+            return None
+        result = impl.rebuild(context, payload)
         dispatcher._cache_hits[signature] += 1
         if not result.objectmode:
             context.insert_user_function(result.entry_point, result.fndesc, [result.library])
         dispatcher.add_overload(result)
         return result.entry_point
+
+
+class _CacheDataReader(pickle.Unpickler):
+    """numba's cache data, its environments rebuilt by :func:`_rebuild_env`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "numba.core.environment" and name == "_rebuild_env":
+            return _rebuild_env
+        return super().find_class(module, name)
+
+
+def _rebuild_env(modname: str | None, consts: Any, env_name: str) -> Any:
+    """numba's environment rebuild, without importing a generated module it names.
+
+    A whole-method function's data holds the environment of every loop it calls; numba
+    imports each one's module to rebuild it. A generated module not imported yet gets an
+    empty module of its name instead, which :func:`generated_module` runs its code into
+    if the module is ever needed (compiled loops read no globals from it at run time).
+    """
+    from numba.core import environment  # noqa: PLC0415
+
+    if modname and modname.startswith(GENERATED_PREFIX) and modname not in sys.modules:
+        placeholder = ModuleType(modname)
+        placeholder.__dict__[_PLACEHOLDER] = True
+        sys.modules[modname] = placeholder
+    return environment._rebuild_env(modname, consts, env_name)
 
 
 # numba's cached machine code for one function comes with the LLVM bitcode of
@@ -376,10 +513,12 @@ def form_entry_point(dispatcher: Any, arguments: tuple[Any, ...]) -> Any:
     pending = getattr(_deferral, "pending", None)
     if pending is None:
         return entry_point(dispatcher, arguments)
-    numba = numba_module()
-    loaded = dispatcher.overloads.get(tuple(numba.typeof(a) for a in arguments))
-    if loaded is not None:
-        return loaded.entry_point
+    held = dispatcher.loaded() if type(dispatcher) is GeneratedFunction else dispatcher
+    if held is not None:
+        numba = numba_module()
+        loaded = held.overloads.get(tuple(numba.typeof(a) for a in arguments))
+        if loaded is not None:
+            return loaded.entry_point
     entry = PendingEntryPoint(dispatcher, arguments)
     pending.append(entry)
     return entry
