@@ -19,6 +19,7 @@ it reads back only if it keeps their calls.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import glob
@@ -229,6 +230,7 @@ def forget_modules() -> None:
     """Forget the generated modules this process imported (benchmarks time loads from disk)."""
     with _lock:
         _modules.clear()
+        _plain_results.clear()
 
 
 def load_compiled_forms() -> None:
@@ -261,15 +263,14 @@ def set_threads(n: int) -> None:
             torch.set_num_threads(torch_threads)
 
 
-def entry_point(dispatcher: Any, arrays: tuple[Any, ...], prepare: Any = None) -> Any:
+def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     """The compiled function of ``dispatcher`` (or of a :class:`GeneratedFunction`) for
     exactly these arguments' types.
 
     Calling it skips the dispatcher's type resolution (about half a small
     call); only valid when every call passes arguments of those same types.
     Machine code read back from the disk cache is read without its linking
-    bitcode (see :func:`_read_lazily`). ``prepare``, if given, is called before a
-    compilation (or before numba's own cache reader, where this one does not apply).
+    bitcode (see :func:`_read_lazily`).
     """
     numba = numba_module()
     dispatcher = dispatcher_of(dispatcher)
@@ -278,12 +279,7 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...], prepare: Any = None) -
     if overload is not None:
         return overload.entry_point
     _read_lazily(dispatcher)
-    found = _from_disk_cache(dispatcher, signature)
-    if found is not None:
-        return found
-    if prepare is not None:
-        prepare()
-    return dispatcher.compile(signature)
+    return _from_disk_cache(dispatcher, signature) or dispatcher.compile(signature)
 
 
 _refreshed: set[int] = set()  # the target contexts refreshed once in this process
@@ -291,24 +287,36 @@ _refreshed: set[int] = set()  # the target contexts refreshed once in this proce
 
 def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
-    its ``compile`` would read it, or None (not cached, or a numba this does not know).
+    its ``compile`` would read it (see :func:`_read_cache`), or None."""
+    context = getattr(dispatcher, "targetctx", None)
+    if context is None or not hasattr(dispatcher, "_cache_hits"):
+        return None
+    result = _read_cache(getattr(dispatcher, "_cache", None), context, signature)
+    if result is None:
+        return None
+    dispatcher._cache_hits[signature] += 1
+    if not result.objectmode:
+        context.insert_user_function(result.entry_point, result.fndesc, [result.library])
+    dispatcher.add_overload(result)
+    return result.entry_point
+
+
+def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
+    """numba's compile result for ``signature`` from ``cache`` (a function's disk cache),
+    or None (not cached, or a numba this does not know).
 
     Two differences from numba's reader: numba refreshes its typing and target
     registries before every read (about 1 ms, most of a small method's read), which a
     read needs once (a compilation refreshes them itself); and a generated module that
     a cached function's environments name is not imported for them (see _rebuild_env).
     """
-    cache = getattr(dispatcher, "_cache", None)
-    context = getattr(dispatcher, "targetctx", None)
     cache_file = getattr(cache, "_cache_file", None)
     impl = getattr(cache, "_impl", None)
     if (
-        context is None
-        or not getattr(cache, "_enabled", False)
-        or not all(hasattr(cache, a) for a in ("_index_key", "_impl"))
+        not getattr(cache, "_enabled", False)
+        or not hasattr(cache, "_index_key")
         or not all(hasattr(cache_file, a) for a in ("_load_index", "_data_path"))
         or not hasattr(impl, "rebuild")
-        or not hasattr(dispatcher, "_cache_hits")
     ):
         return None
     from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
@@ -325,12 +333,48 @@ def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
                 payload = _CacheDataReader(io.BytesIO(f.read())).load()
         except OSError:  # removed while its index still named it
             return None
-        result = impl.rebuild(context, payload)
-        dispatcher._cache_hits[signature] += 1
-        if not result.objectmode:
-            context.insert_user_function(result.entry_point, result.fndesc, [result.library])
-        dispatcher.add_overload(result)
-        return result.entry_point
+        return impl.rebuild(context, payload)
+
+
+# Generated functions compiled or read without a dispatcher (see plain_entry_point), by
+# (module, name, argument types): their compile results, which hold their machine code.
+_plain_results: dict[tuple[str, str, tuple[Any, ...]], Any] = {}
+# How those were obtained in this process: "cache_hits" (read back) and "compilations".
+plain_stats: collections.Counter[str] = collections.Counter()
+
+
+def plain_entry_point(function: Any, arrays: tuple[Any, ...], prepare: Any = None) -> Any:
+    """The compiled function of the plain Python ``function`` (defined at the top level of
+    a generated module) for exactly these arguments' types, as
+    ``njit(cache=True, error_model="numpy")`` would compile it.
+
+    Read back from the disk cache it makes no numba dispatcher: for a function of a few
+    hundred parameters (a CNN compiled whole) making one costs 5-10 ms, more than
+    reading its machine code. Otherwise ``prepare`` (if given) runs, and a dispatcher
+    compiles it and saves it to the cache.
+    """
+    numba = numba_module()
+    signature = tuple(numba.typeof(a) for a in arrays)
+    key = (function.__module__, function.__qualname__, signature)
+    result = _plain_results.get(key)
+    if result is None:
+        from numba.core.caching import FunctionCache  # noqa: PLC0415
+        from numba.core.registry import cpu_target  # noqa: PLC0415
+
+        cache = FunctionCache(function)
+        _read_lazily_from(cache)
+        result = _read_cache(cache, cpu_target.target_context, signature)
+        if result is not None:
+            plain_stats["cache_hits"] += 1
+        else:
+            if prepare is not None:
+                prepare()
+            dispatcher = numba.njit(cache=True, error_model="numpy")(function)
+            dispatcher.compile(signature)
+            result = dispatcher.overloads[signature]
+            plain_stats["compilations"] += 1
+        _plain_results[key] = result
+    return result.entry_point
 
 
 class _CacheDataReader(pickle.Unpickler):
@@ -375,7 +419,10 @@ def _read_lazily(dispatcher: Any) -> None:
     Leaves numba's own reader where this numba is not the one it was written
     for (the cache files stay numba's format either way).
     """
-    cache = getattr(dispatcher, "_cache", None)
+    _read_lazily_from(getattr(dispatcher, "_cache", None))
+
+
+def _read_lazily_from(cache: Any) -> None:
     impl = getattr(cache, "_impl", None)
     lazy = _lazy_cache_impl()
     if lazy is not None and type(impl) is lazy.__base__:

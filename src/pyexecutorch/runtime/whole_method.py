@@ -131,13 +131,13 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
             calls += [f"    if not {call}:", f"        return {index}"]
         else:
             calls.append(f"    {call}")
-    lines = ["import numpy as np", "from numba import njit", ""]
+    lines = ["import numpy as np", ""]
     for (module, name), (alias, _) in callees.items():
         lines.append(f"{alias} = None  # {module}:{name}")
     lines += [
         "",
         "",
-        '@njit(cache=True, error_model="numpy")',
+        "# compiled by compiled.plain_entry_point, as njit(cache=True, error_model='numpy')",
         f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
         *calls,
         "    return -1",
@@ -161,7 +161,7 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
             setattr(module, alias, compiled.dispatcher_of(function))
 
     arrays = tuple(params)
-    return compiled.entry_point(module.whole, arrays, prepare=bind_callees), arrays, source
+    return compiled.plain_entry_point(module.whole, arrays, bind_callees), arrays, source
 
 
 # Copies whose source and destination hold the same elements in the same order
