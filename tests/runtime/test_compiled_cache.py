@@ -31,7 +31,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHILD = """
 import json, sys
 import numpy as np
-from pyexecutorch.runtime import Runtime
+from pyexecutorch.runtime import Runtime, compiled
+if len(sys.argv) > 2:  # stands for another numpy build (its bundled BLAS among it)
+    compiled.numpy_build = lambda: sys.argv[2]
 method = Runtime.get().load_program(sys.argv[1], jit=True).load_method("forward")
 (out,) = method.execute([np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)])
 stats = [  # each compiled function defined (not imported) by a generated module
@@ -51,12 +53,19 @@ forms = [  # the kernels' compiled forms: serial and parallel variants of each l
     if hasattr(d, "stats")
 ]
 print(json.dumps({
+    "modules": sorted(  # generated modules whose code ran (not an environment's placeholder)
+        name.split("_")[2] for name, m in list(sys.modules.items())
+        if name.startswith("pyexecutorch_generated_") and hasattr(m, "__spec__")
+        and m.__spec__ is not None
+    ),
     "form_loads": sum(sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values())
                       for d in forms),
     "fused": len(method._loaded.fused_runs),
     "whole": method._loaded.whole_source is not None,
-    "hits": sum(sum(s.cache_hits.values()) for s in stats),
-    "misses": sum(sum(s.cache_misses.values()) for s in stats),
+    # (a whole-method function has no dispatcher: compiled.plain_stats counts it)
+    "hits": sum(sum(s.cache_hits.values()) for s in stats) + compiled.plain_stats["cache_hits"],
+    "misses": sum(sum(s.cache_misses.values()) for s in stats)
+    + compiled.plain_stats["compilations"],
     "out": np.asarray(out).tolist(),
 }))
 """
@@ -67,10 +76,10 @@ class Activations(torch.nn.Module):
         return torch.nn.functional.hardswish(x * 0.75 - 0.25)
 
 
-def _child(pte: Path, cache: Path) -> dict:
+def _child(pte: Path, cache: Path, numpy_build: str | None = None) -> dict:
     env = {"PYTHONPATH": SRC, "PYEXECUTORCH_CACHE_DIR": str(cache), "PYEXECUTORCH_JIT": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(pte)],
+        [sys.executable, "-c", CHILD, str(pte), *([numpy_build] if numpy_build else [])],
         capture_output=True,
         text=True,
         # NUMBA_CACHE_DIR as this process may have set it would point the child elsewhere.
@@ -121,13 +130,44 @@ def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path)
     cold = _child(pte, cache)
     assert cold["whole"] and cold["misses"] >= 1
     assert len(list((cache / "generated").glob("whole_*.py"))) == 1
+    assert cold["modules"].count("fused") == 2 and "whole" in cold["modules"]
     warm = _child(pte, cache)
     # only the function calling the loops and the copy is read back (its machine code holds
-    # theirs): the loops' own entry points are not loaded for a method compiled whole
+    # theirs): the loops' modules are not even imported for a method compiled whole
     assert warm["whole"] and warm["misses"] == 0 and warm["hits"] == 1
+    assert warm["modules"] == ["whole"]
     assert warm["out"] == cold["out"]
     want = WholeMethod()(torch.linspace(-3, 3, 24).reshape(4, 6))
     torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)
+    # Under another numpy build (another BLAS) nothing of this cache is read: it compiles.
+    other = _child(pte, cache, numpy_build="another-numpy")
+    assert other["whole"] and other["hits"] == 0 and other["misses"] >= 1
+    assert other["out"] == cold["out"]
+    assert len(list((cache / "generated").glob("whole_*.py"))) == 2
+    assert len(list((cache / "numba").glob("numpy-*"))) == 2
+
+
+def test_the_build_key_follows_the_compiled_kernels_sources(tmp_path):
+    import os  # noqa: PLC0415
+
+    from pyexecutorch.runtime import compiled  # noqa: PLC0415
+
+    kernels = tmp_path / "kernels"
+    (kernels / "conv").mkdir(parents=True)
+    form = kernels / "conv" / "compiled.py"
+    form.write_text("X = 1\n")
+    (kernels / "compiled_math.py").write_text("Y = 2\n")
+    (kernels / "conv" / "fast.py").write_text("Z = 3\n")
+    first = compiled.sources_key(kernels)
+    assert compiled.sources_key(kernels) == first
+    (kernels / "conv" / "fast.py").write_text("Z = 4\n")  # not compiled code: no change
+    assert compiled.sources_key(kernels) == first
+    form.write_text("X = 2\n")  # same size, a later modification time
+    stamp = form.stat()
+    os.utime(form, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 10**9))
+    assert compiled.sources_key(kernels) != first
+    # and the real key reads the package's compiled forms
+    assert compiled.build_key() == compiled.build_key()
 
 
 def _generated_stats() -> tuple[int, int, int]:
@@ -140,9 +180,11 @@ def _generated_stats() -> tuple[int, int, int]:
         for f in vars(m).values()
         if getattr(getattr(f, "py_func", None), "__module__", None) == name
     ]
-    hits = sum(sum(f.stats.cache_hits.values()) for f in functions)
+    from pyexecutorch.runtime.compiled import plain_stats  # noqa: PLC0415 - whole functions
+
+    hits = sum(sum(f.stats.cache_hits.values()) for f in functions) + plain_stats["cache_hits"]
     misses = sum(sum(f.stats.cache_misses.values()) for f in functions)
-    return len(functions), hits, misses
+    return len(functions), hits, misses + plain_stats["compilations"]
 
 
 def test_a_second_load_in_process_reuses_the_compiled_code(tmp_path, monkeypatch):

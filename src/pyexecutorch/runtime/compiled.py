@@ -19,10 +19,15 @@ it reads back only if it keeps their calls.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
+import glob
 import hashlib
 import importlib.util
+import io
 import os
+import pickle
 import py_compile
 import sys
 import threading
@@ -56,8 +61,11 @@ def numba_module() -> ModuleType | None:
                 # Every machine code numba caches for us (kernel forms included, wherever the
                 # package is installed) goes under our cache directory, unless the user chose
                 # numba's own; numba reads this setting when it first imports.
+                # Kept apart per numpy build: compiled products call numpy's own BLAS by
+                # symbol, which another build may not have.
                 if "numba" not in sys.modules:
-                    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+                    folder = cache_dir() / "numba" / f"numpy-{numpy_build()}"
+                    os.environ.setdefault("NUMBA_CACHE_DIR", str(folder))
                 try:
                     import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
                 except ImportError:
@@ -97,14 +105,61 @@ def cache_dir() -> Path:
     return base / "pyexecutorch"
 
 
+GENERATED_PREFIX = "pyexecutorch_generated_"
+_PLACEHOLDER = "__pyexecutorch_placeholder__"
+
+
+@functools.cache
+def numpy_build() -> str:
+    """A short hash naming this numpy build: its version and the libraries it bundles
+    (their file names carry their own hashes), its BLAS among them."""
+    import numpy as np  # noqa: PLC0415
+
+    root = os.path.dirname(np.__file__)
+    bundled = sorted(
+        os.path.basename(p)
+        for pattern in ("../numpy.libs/*", ".dylibs/*")
+        for p in glob.glob(os.path.join(root, pattern))
+    )
+    return hashlib.sha256(f"{np.__version__}\n{bundled}".encode()).hexdigest()[:12]
+
+
+@functools.cache
+def build_key() -> str:
+    """What generated code depends on besides its own text: numba's version, numpy's
+    build (:func:`numpy_build`) and the kernels' compiled forms and compiled helpers it
+    calls or inlines (each file's size and modification time, as numba stamps a source).
+    numba keys a cached function by its own file only: a whole-method function holds the
+    machine code of every function it calls, which their files' stamps do not reach."""
+    numba = numba_module()
+    import pyexecutorch.kernels as kernels  # noqa: PLC0415
+
+    text = "\n".join([numba.__version__, numpy_build(), sources_key(Path(kernels.__path__[0]))])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def sources_key(root: Path) -> str:
+    """The stamps (path, size, modification time) of the compiled code under ``root``
+    (``compiled*.py`` files), as one string."""
+    stamps = []
+    for path in sorted(root.glob("**/compiled*.py")):
+        st = path.stat()
+        stamps.append(f"{path.relative_to(root).as_posix()}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(stamps)
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_key(source: str) -> str:
+    return hashlib.sha256(f"{build_key()}\n{source}".encode()).hexdigest()[:20]
+
+
 def generated_module(source: str, tag: str) -> ModuleType:
     """The module of generated ``source``: written once under the cache directory, imported once.
 
-    The file name is a hash of the source and of numba's version, so a changed
-    generator or numba never reads stale machine code.
+    The file name is a hash of the source and of :func:`build_key`, so a changed
+    generator, numba, numpy build or kernel never reads stale machine code.
     """
-    numba = numba_module()
-    key = hashlib.sha256(f"{numba.__version__}\n{source}".encode()).hexdigest()[:20]
+    key = _source_key(source)
     with _lock:
         module = _modules.get(key)
         if module is not None:
@@ -112,29 +167,70 @@ def generated_module(source: str, tag: str) -> ModuleType:
         folder = cache_dir() / "generated"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{tag}_{key}.py"
-        written = not path.exists() or path.read_text() != source
+        # Named by the hash of its source and written atomically: a file of that name and
+        # size is that source.
+        encoded = source.encode()
+        try:
+            written = path.stat().st_size != len(encoded)
+        except FileNotFoundError:
+            written = True
         if written:
             # Written atomically: another process may be importing the same file.
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(source)
+            tmp.write_bytes(encoded)
             os.replace(tmp, path)
         if written or not os.path.exists(importlib.util.cache_from_source(str(path))):
             # Its bytecode too, like its machine code, even where PYTHONDONTWRITEBYTECODE
             # is set: compiling the source again would cost each load ~0.2-1 ms a module.
             py_compile.compile(str(path), doraise=True)
-        name = f"pyexecutorch_generated_{tag}_{key}"
+        name = f"{GENERATED_PREFIX}{tag}_{key}"
         spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # numba's cache finds a function's globals by module name
+        module = sys.modules.get(name)
+        if module is not None and module.__dict__.pop(_PLACEHOLDER, False):
+            # named by a cached function read before it (see _rebuild_env): run into it
+            module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, str(path)
+        else:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # numba's cache finds a function's globals by name
         spec.loader.exec_module(module)
         _modules[key] = module
         return module
+
+
+class GeneratedFunction:
+    """A function of a generated module, named before the module is imported.
+
+    A method that compiles whole needs only its loops' names to write the function that
+    calls them; when that function is in the disk cache, the loops' own modules (a
+    numba dispatcher each, ~1 ms to import) are never imported.
+    """
+
+    __slots__ = ("module_name", "name", "source", "tag")
+
+    def __init__(self, source: str, tag: str, name: str) -> None:
+        self.source, self.tag, self.name = source, tag, name
+        self.module_name = f"{GENERATED_PREFIX}{tag}_{_source_key(source)}"
+
+    def loaded(self) -> Any:
+        """Its dispatcher if its module is imported in this process, else None."""
+        module = _modules.get(_source_key(self.source))
+        return None if module is None else getattr(module, self.name)
+
+    def load(self) -> Any:
+        """Its dispatcher, importing its module first if needed."""
+        return getattr(generated_module(self.source, self.tag), self.name)
+
+
+def dispatcher_of(function: Any) -> Any:
+    """The numba dispatcher of a dispatcher or a :class:`GeneratedFunction`."""
+    return function.load() if type(function) is GeneratedFunction else function
 
 
 def forget_modules() -> None:
     """Forget the generated modules this process imported (benchmarks time loads from disk)."""
     with _lock:
         _modules.clear()
+        _plain_results.clear()
 
 
 def load_compiled_forms() -> None:
@@ -168,7 +264,8 @@ def set_threads(n: int) -> None:
 
 
 def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
-    """The compiled function of ``dispatcher`` for exactly these arguments' types.
+    """The compiled function of ``dispatcher`` (or of a :class:`GeneratedFunction`) for
+    exactly these arguments' types.
 
     Calling it skips the dispatcher's type resolution (about half a small
     call); only valid when every call passes arguments of those same types.
@@ -176,13 +273,134 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     bitcode (see :func:`_read_lazily`).
     """
     numba = numba_module()
+    dispatcher = dispatcher_of(dispatcher)
     signature = tuple(numba.typeof(a) for a in arrays)
     overload = dispatcher.overloads.get(signature)
-    if overload is None:
-        _read_lazily(dispatcher)
-        dispatcher.compile(signature)
-        overload = dispatcher.overloads[signature]
-    return overload.entry_point
+    if overload is not None:
+        return overload.entry_point
+    _read_lazily(dispatcher)
+    return _from_disk_cache(dispatcher, signature) or dispatcher.compile(signature)
+
+
+_refreshed: set[int] = set()  # the target contexts refreshed once in this process
+
+
+def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
+    its ``compile`` would read it (see :func:`_read_cache`), or None."""
+    context = getattr(dispatcher, "targetctx", None)
+    if context is None or not hasattr(dispatcher, "_cache_hits"):
+        return None
+    result = _read_cache(getattr(dispatcher, "_cache", None), context, signature)
+    if result is None:
+        return None
+    dispatcher._cache_hits[signature] += 1
+    if not result.objectmode:
+        context.insert_user_function(result.entry_point, result.fndesc, [result.library])
+    dispatcher.add_overload(result)
+    return result.entry_point
+
+
+def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
+    """numba's compile result for ``signature`` from ``cache`` (a function's disk cache),
+    or None (not cached, or a numba this does not know).
+
+    Two differences from numba's reader: numba refreshes its typing and target
+    registries before every read (about 1 ms, most of a small method's read), which a
+    read needs once (a compilation refreshes them itself); and a generated module that
+    a cached function's environments name is not imported for them (see _rebuild_env).
+    """
+    cache_file = getattr(cache, "_cache_file", None)
+    impl = getattr(cache, "_impl", None)
+    if (
+        not getattr(cache, "_enabled", False)
+        or not hasattr(cache, "_index_key")
+        or not all(hasattr(cache_file, a) for a in ("_load_index", "_data_path"))
+        or not hasattr(impl, "rebuild")
+    ):
+        return None
+    from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
+
+    with global_compiler_lock:
+        if id(context) not in _refreshed:
+            context.refresh()
+            _refreshed.add(id(context))
+        data_name = cache_file._load_index().get(cache._index_key(signature, context.codegen()))
+        if data_name is None:
+            return None
+        try:
+            with open(cache_file._data_path(data_name), "rb") as f:
+                payload = _CacheDataReader(io.BytesIO(f.read())).load()
+        except OSError:  # removed while its index still named it
+            return None
+        return impl.rebuild(context, payload)
+
+
+# Generated functions compiled or read without a dispatcher (see plain_entry_point), by
+# (module, name, argument types): their compile results, which hold their machine code.
+_plain_results: dict[tuple[str, str, tuple[Any, ...]], Any] = {}
+# How those were obtained in this process: "cache_hits" (read back) and "compilations".
+plain_stats: collections.Counter[str] = collections.Counter()
+
+
+def plain_entry_point(function: Any, arrays: tuple[Any, ...], prepare: Any = None) -> Any:
+    """The compiled function of the plain Python ``function`` (defined at the top level of
+    a generated module) for exactly these arguments' types, as
+    ``njit(cache=True, error_model="numpy")`` would compile it.
+
+    Read back from the disk cache it makes no numba dispatcher: for a function of a few
+    hundred parameters (a CNN compiled whole) making one costs 5-10 ms, more than
+    reading its machine code. Otherwise ``prepare`` (if given) runs, and a dispatcher
+    compiles it and saves it to the cache.
+    """
+    numba = numba_module()
+    signature = tuple(numba.typeof(a) for a in arrays)
+    key = (function.__module__, function.__qualname__, signature)
+    result = _plain_results.get(key)
+    if result is None:
+        from numba.core.caching import FunctionCache  # noqa: PLC0415
+        from numba.core.registry import cpu_target  # noqa: PLC0415
+
+        cache = FunctionCache(function)
+        _read_lazily_from(cache)
+        result = _read_cache(cache, cpu_target.target_context, signature)
+        if result is not None:
+            plain_stats["cache_hits"] += 1
+        else:
+            if prepare is not None:
+                prepare()
+            dispatcher = numba.njit(cache=True, error_model="numpy")(function)
+            dispatcher.compile(signature)
+            result = dispatcher.overloads[signature]
+            plain_stats["compilations"] += 1
+        _plain_results[key] = result
+    return result.entry_point
+
+
+class _CacheDataReader(pickle.Unpickler):
+    """numba's cache data, its environments rebuilt by :func:`_rebuild_env`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "numba.core.environment" and name == "_rebuild_env":
+            return _rebuild_env
+        return super().find_class(module, name)
+
+
+def _rebuild_env(modname: str | None, consts: Any, env_name: str) -> Any:
+    """numba's environment rebuild, without importing a generated module it names.
+
+    A whole-method function's data holds the environment of every loop it calls; numba
+    imports each one's module to rebuild it. A generated module not imported yet gets an
+    empty module of its name instead, which :func:`generated_module` runs its code into
+    if the module is ever needed (compiled loops read no globals from it at run time).
+    """
+    from numba.core import environment  # noqa: PLC0415
+
+    if modname and modname.startswith(GENERATED_PREFIX) and modname not in sys.modules:
+        placeholder = ModuleType(modname)
+        placeholder.__dict__[_PLACEHOLDER] = True
+        sys.modules[modname] = placeholder
+    return environment._rebuild_env(modname, consts, env_name)
 
 
 # numba's cached machine code for one function comes with the LLVM bitcode of
@@ -201,7 +419,10 @@ def _read_lazily(dispatcher: Any) -> None:
     Leaves numba's own reader where this numba is not the one it was written
     for (the cache files stay numba's format either way).
     """
-    cache = getattr(dispatcher, "_cache", None)
+    _read_lazily_from(getattr(dispatcher, "_cache", None))
+
+
+def _read_lazily_from(cache: Any) -> None:
     impl = getattr(cache, "_impl", None)
     lazy = _lazy_cache_impl()
     if lazy is not None and type(impl) is lazy.__base__:
@@ -339,10 +560,12 @@ def form_entry_point(dispatcher: Any, arguments: tuple[Any, ...]) -> Any:
     pending = getattr(_deferral, "pending", None)
     if pending is None:
         return entry_point(dispatcher, arguments)
-    numba = numba_module()
-    loaded = dispatcher.overloads.get(tuple(numba.typeof(a) for a in arguments))
-    if loaded is not None:
-        return loaded.entry_point
+    held = dispatcher.loaded() if type(dispatcher) is GeneratedFunction else dispatcher
+    if held is not None:
+        numba = numba_module()
+        loaded = held.overloads.get(tuple(numba.typeof(a) for a in arguments))
+        if loaded is not None:
+            return loaded.entry_point
     entry = PendingEntryPoint(dispatcher, arguments)
     pending.append(entry)
     return entry

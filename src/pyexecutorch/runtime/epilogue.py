@@ -177,8 +177,9 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         return None
     flat = target.reshape(-1)
     loop_args = (*(extra[j].reshape(-1) for j in inputs if j != alias), flat)
-    loop_fn = call.function(True, {inputs.index(alias): 0})
-    loop = compiled.entry_point(loop_fn, loop_args)
+    loop_fn = call.lazy_function(True, {inputs.index(alias): 0})
+    # deferred: inside a whole-method function the loop's own entry point is never called
+    loop = compiled.form_entry_point(loop_fn, loop_args)
     step = _conv_step(method, k, args, conv_out, into, Step(loop_fn, loop_args))
 
     def conv_then_epilogue(

@@ -122,7 +122,13 @@ class FusedCall:
 
     def function(self, flat: bool, aliases: dict[int, int] | None = None) -> Any:
         """The compiled loop (a numba dispatcher), generated and imported on first use."""
-        return compiled.generated_module(self.source(flat, aliases), "fused").fused
+        return self.lazy_function(flat, aliases).load()
+
+    def lazy_function(
+        self, flat: bool, aliases: dict[int, int] | None = None
+    ) -> compiled.GeneratedFunction:
+        """The compiled loop, named but not imported yet (see compiled.GeneratedFunction)."""
+        return compiled.GeneratedFunction(self.source(flat, aliases), "fused", "fused")
 
 
 def decoded(element: str, half: bool) -> str:

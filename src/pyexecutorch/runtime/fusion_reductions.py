@@ -254,7 +254,12 @@ class ReducedCall:
         return self.source_text
 
     def function(self, flat: bool = False, aliases: dict[int, int] | None = None) -> Any:
-        return compiled.generated_module(self.source_text, "reduced").fused
+        return self.lazy_function(flat, aliases).load()
+
+    def lazy_function(
+        self, flat: bool = False, aliases: dict[int, int] | None = None
+    ) -> compiled.GeneratedFunction:
+        return compiled.GeneratedFunction(self.source_text, "reduced", "fused")
 
 
 class _Builder:

@@ -660,7 +660,7 @@ class LoadedMethod:
                                 aliases[k] = o  # the planner gave this output the input's memory
                     arrays = [a for k, a in enumerate(arrays) if k not in aliases]
                     exprs = [ns.bind(a, "C") for a in arrays]
-                dispatcher = call.function(flat, aliases)
+                dispatcher = call.lazy_function(flat, aliases)
                 # Its entry point is loaded only if the line is kept (not when the
                 # method becomes whole): reading machine code back costs milliseconds.
                 fn = _EntryPoint(dispatcher, tuple(arrays))

@@ -23,6 +23,7 @@ method with the same pattern of loops, dtypes and ranks.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,8 @@ class Step:
 
 def _module_name(function: Any) -> tuple[str, str] | None:
     """(module, attribute) under which ``function`` can be imported, or None."""
+    if type(function) is compiled.GeneratedFunction:
+        return function.module_name, function.name
     py = getattr(function, "py_func", None)
     module = getattr(py, "__module__", None)
     name = getattr(py, "__name__", None)
@@ -88,13 +91,18 @@ def _constant(value: Any) -> str | None:
     return None
 
 
-def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
-    """The generated module running ``steps`` in order, and its parameters' arrays.
+def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str, Any]]] | None:
+    """The generated module running ``steps`` in order, its parameters' arrays, and the
+    functions it calls (name in the module, function).
 
+    The module does not import the functions it calls: :func:`compile_steps` binds
+    them before it compiles, and a function read back from the disk cache needs none
+    of them (its machine code holds theirs). Each is named in a comment, which makes
+    the source, and so its cache entry, this sequence of calls' own.
     None when some step's function cannot be imported by name or some argument
     is neither an array nor an exact scalar.
     """
-    imports: dict[tuple[str, str], str] = {}
+    callees: dict[tuple[str, str], tuple[str, Any]] = {}
     params: list[np.ndarray] = []
     param_of: dict[int, str] = {}
     calls = []
@@ -102,7 +110,9 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
         where = _module_name(step.function)
         if where is None:
             return None
-        fn = imports.setdefault(where, f"f{len(imports)}")
+        if where not in callees:
+            callees[where] = (f"f{len(callees)}", step.function)
+        fn = callees[where][0]
         parts = []
         for a in step.args:
             if isinstance(a, np.ndarray):
@@ -121,27 +131,19 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
             calls += [f"    if not {call}:", f"        return {index}"]
         else:
             calls.append(f"    {call}")
-    lines = ["import numpy as np"]
-    pairs = []
-    for (module, name), alias in imports.items():
-        held, _, index = name.partition("[")
-        if index:  # a variant of a module-level pair: imported, then picked out
-            lines.append(f"from {module} import {held} as _{alias}")
-            pairs.append(f"{alias} = _{alias}[{index}")
-        else:
-            lines.append(f"from {module} import {name} as {alias}")
+    lines = ["import numpy as np", ""]
+    for (module, name), (alias, _) in callees.items():
+        lines.append(f"{alias} = None  # {module}:{name}")
     lines += [
-        "from numba import njit",
-        *pairs,
         "",
         "",
-        '@njit(cache=True, error_model="numpy")',
+        "# compiled by compiled.plain_entry_point, as njit(cache=True, error_model='numpy')",
         f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
         *calls,
         "    return -1",
         "",
     ]
-    return "\n".join(lines), params
+    return "\n".join(lines), params, list(callees.values())
 
 
 def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] | None:
@@ -151,10 +153,15 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
     built = source_of(steps)
     if built is None:
         return None
-    source, params = built
-    whole = compiled.generated_module(source, "whole").whole
+    source, params, callees = built
+    module = compiled.generated_module(source, "whole")
+
+    def bind_callees() -> None:  # only before a compilation: see source_of
+        for alias, function in callees:
+            setattr(module, alias, compiled.dispatcher_of(function))
+
     arrays = tuple(params)
-    return compiled.entry_point(whole, arrays), arrays, source
+    return compiled.plain_entry_point(module.whole, arrays, bind_callees), arrays, source
 
 
 # Copies whose source and destination hold the same elements in the same order
@@ -185,6 +192,11 @@ def copy_flat(src, dst):
 def copy_view(src, dst):
     dst[...] = src
 """
+
+
+@functools.cache
+def _copy_function(name: str) -> compiled.GeneratedFunction:
+    return compiled.GeneratedFunction(_COPY_SOURCE, "copy", name)
 
 
 def copy_source_position(name: str) -> int | None:
@@ -220,8 +232,7 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         or _overlap_unsafe([src], out)
     ):
         return None
-    core = compiled.generated_module(_COPY_SOURCE, "copy").copy_flat
-    return Step(core, (src.reshape(-1), out.reshape(-1)))
+    return Step(_copy_function("copy_flat"), (src.reshape(-1), out.reshape(-1)))
 
 
 def view_copy_step(src: Any, dst: Any) -> Step | None:
@@ -237,7 +248,7 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
         or np.shares_memory(src, dst)
     ):
         return None
-    return Step(compiled.generated_module(_COPY_SOURCE, "copy").copy_view, (src, dst))
+    return Step(_copy_function("copy_view"), (src, dst))
 
 
 def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
@@ -311,4 +322,4 @@ def elementwise_step(name: str, args: list[Any], out: np.ndarray) -> Step | None
             if a.ctypes.data == out.ctypes.data:
                 aliases[k] = 0  # read through the output's parameter (see FusedCall.source)
         arrays = [a for k, a in enumerate(arrays) if k not in aliases]
-    return Step(call.function(flat, aliases), tuple(loop_array(a) for a in arrays))
+    return Step(call.lazy_function(flat, aliases), tuple(loop_array(a) for a in arrays))
