@@ -58,11 +58,42 @@ def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN
             line = pixels[p]
             for c in range(channels):
                 line[c] = planes[c, p]
+    three = kh_n == 3 and kw_n == 3
+    w00, w01, w02 = wt[0, 0], wt[0, kw_n - 1], wt[0, (kw_n - 1) // 2]
+    w10, w11, w12 = wt[kh_n // 2, 0], wt[kh_n // 2, kw_n // 2], wt[kh_n // 2, kw_n - 1]
+    w20, w21, w22 = wt[kh_n - 1, 0], wt[kh_n - 1, kw_n // 2], wt[kh_n - 1, kw_n - 1]
+    if three:  # (above, any taps of the right type; only a 3x3 filter reads them)
+        w01, w02 = wt[0, 1], wt[0, 2]
     for row in prange(n_batch * out_h):  # noqa: B020 - prange is range when serial
         n = row // out_h
         oh = row - n * out_h
+        top = oh * sh - ph
+        rows_inside = top >= 0 and top + 2 * dh < height
         for ow in range(out_w):
             acc = ot[n, oh, ow]
+            left = ow * sw - pw
+            if three and rows_inside and left >= 0 and left + 2 * dw < width:
+                # all nine taps inside the image: one pass, one store per channel
+                r, q0, q1, q2 = top, left, left + dw, left + 2 * dw
+                a0, a1, a2 = xt[n, r, q0], xt[n, r, q1], xt[n, r, q2]
+                r += dh
+                b0, b1, b2 = xt[n, r, q0], xt[n, r, q1], xt[n, r, q2]
+                r += dh
+                c0, c1, c2 = xt[n, r, q0], xt[n, r, q1], xt[n, r, q2]
+                for c in range(channels):
+                    acc[c] = (
+                        bias[c]
+                        + w00[c] * a0[c]
+                        + w01[c] * a1[c]
+                        + w02[c] * a2[c]
+                        + w10[c] * b0[c]
+                        + w11[c] * b1[c]
+                        + w12[c] * b2[c]
+                        + w20[c] * c0[c]
+                        + w21[c] * c1[c]
+                        + w22[c] * c2[c]
+                    )
+                continue
             acc[:] = bias
             for kh in range(kh_n):
                 ih = oh * sh - ph + kh * dh
