@@ -10,10 +10,11 @@ compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
 
 Inside a whole-method function (``whole=True``, see :func:`conv_step`) every float
 convolution with constant weights is a compiled step: depthwise ones as loops (the
-channels-last one above for small images, else one output row at a time over
-zero-padded stride phases), 1x1 ones as one BLAS product on the input itself, the
-others as im2col into a buffer planned at load and one BLAS product per image and
-group, the bias added while the output is in cache. BLAS is numpy's own
+channels-last one above where output rows are short against the channel count, see
+:func:`_channels_last`; else one output row at a time over zero-padded stride phases),
+1x1 ones as one BLAS product on the input itself, the others as im2col into a buffer
+planned at load and one BLAS product per image and group, the bias added while the
+output is in cache. BLAS is numpy's own
 (:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
 with neither only the depthwise steps exist.
 """
