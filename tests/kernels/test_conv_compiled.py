@@ -227,3 +227,63 @@ def test_without_blas_only_depthwise_steps_are_offered(monkeypatch):
     depthwise = _read_only(np.ones((4, 1, 1, 1), np.float32))
     step = COMPILED(x, depthwise, None, *args, 4, np.zeros_like(x), whole=True)
     assert step is not None and step.step[0] in compiled.DEPTHWISE + (compiled.depthwise2d,)
+
+
+# Depthwise steps through each of their two loops, whatever the shape rule would pick:
+# (batch, channels, height, width, kernel, stride, padding, dilation)
+DEPTHWISE_CASES = [
+    (1, 5, 12, 13, 3, 2, 1, 1),  # stride 2, odd width
+    (2, 6, 9, 10, 3, 2, 2, 2),  # batch 2, dilated, padding 2
+    (1, 4, 11, 12, 5, 2, 2, 1),  # 5x5, stride 2
+    (2, 3, 7, 8, 5, 1, 3, 1),  # 5x5, padding wider than the filter's reach
+    (1, 33, 6, 5, 3, 1, 1, 1),  # more channels than a vector, a small image
+    (1, 3, 3, 3, 3, 1, 4, 1),  # padding wider than the image
+    (1, 4, 10, 12, 3, 3, 0, 1),  # stride 3, no padding
+]
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[str(c) for c in DEPTHWISE_CASES])
+def test_depthwise_steps_match_reference_and_torch_on_both_loops(
+    case, dtype, channels_last, monkeypatch
+):
+    n, c, h, w, k, s, p, d = case
+    monkeypatch.setattr(compiled, "_channels_last", lambda *shape: channels_last)
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    x[0, 0, 1, :2] = (-0.0, np.inf)
+    weight = _read_only(rng.standard_normal((c, 1, k, k)).astype(dtype))
+    bias = _read_only(rng.standard_normal(c).astype(dtype))
+    args = (x, weight, bias, (s, s), (p, p), (d, d), False, (0, 0), c)
+    want = torch.nn.functional.conv2d(
+        torch.from_numpy(x),
+        torch.from_numpy(weight.copy()),
+        torch.from_numpy(bias.copy()),
+        s,
+        p,
+        d,
+        c,
+    ).numpy()
+    out = np.full(want.shape, np.nan, dtype)
+    fn, step_args = COMPILED(*args, out, whole=True).step
+    assert fn.__name__.startswith("depthwise2d" if channels_last else "depthwise_planes")
+    fn(*step_args)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    np.testing.assert_allclose(out, REFERENCE(*args, np.zeros(want.shape, dtype)), **tol)
+    np.testing.assert_allclose(out, want, **tol)
+
+
+@pytest.mark.parametrize(
+    ("channels", "out_h", "out_w", "k", "rows"),
+    [
+        (144, 4, 4, 5, False),  # EfficientNet's late 5x5: a few pixels, many channels
+        (512, 7, 7, 3, False),  # MobileNetV1's 14x14 stride 2
+        (256, 28, 28, 3, False),  # ... 28x28: rows of 28 against 256 channels
+        (8, 32, 32, 3, True),  # an early layer: few channels, long rows
+        (64, 56, 56, 3, True),  # MobileNetV1's 112x112 stride 2
+        (48, 16, 16, 3, True),
+    ],
+)
+def test_depthwise_loop_rule(channels, out_h, out_w, k, rows):
+    assert compiled._channels_last(channels, out_h, out_w, k, k) is not rows

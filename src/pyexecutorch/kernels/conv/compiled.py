@@ -10,10 +10,11 @@ compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
 
 Inside a whole-method function (``whole=True``, see :func:`conv_step`) every float
 convolution with constant weights is a compiled step: depthwise ones as loops (the
-channels-last one above for small images, else one output row at a time over
-zero-padded stride phases), 1x1 ones as one BLAS product on the input itself, the
-others as im2col into a buffer planned at load and one BLAS product per image and
-group, the bias added while the output is in cache. BLAS is numpy's own
+channels-last one above where output rows are short against the channel count, see
+:func:`_channels_last`; else one output row at a time over zero-padded stride phases),
+1x1 ones as one BLAS product on the input itself, the others as im2col into a buffer
+planned at load and one BLAS product per image and group, the bias added while the
+output is in cache. BLAS is numpy's own
 (:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
 with neither only the depthwise steps exist.
 """
@@ -38,6 +39,10 @@ from pyexecutorch.runtime.compiled import choose, serial_and_parallel
 HAS_BLAS = NUMPY_BLAS or importlib.util.find_spec("scipy") is not None
 
 
+# Both layout copies loop over pixels outside and channels inside, so that the NCHW side
+# is read or written at a stride of one plane (rarely a large power of two), never of
+# the channel count (512 or 1024 channels would map every such access to one cache set:
+# 1024 channels at 7x7 took 174 us so against 43 us).
 def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
     """out = bias + depthwise conv of x (NCHW), through channels-last copies xt and ot.
 
@@ -48,15 +53,48 @@ def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN
     out_h, out_w = out.shape[2], out.shape[3]
     kh_n, kw_n = wt.shape[0], wt.shape[1]
     for n in range(n_batch):
-        for c in range(channels):
-            for h in range(height):
-                for w in range(width):
-                    xt[n, h, w, c] = x[n, c, h, w]
+        planes = x[n].reshape(channels, height * width)
+        pixels = xt[n].reshape(height * width, channels)
+        for p in prange(height * width):
+            line = pixels[p]
+            for c in range(channels):
+                line[c] = planes[c, p]
+    three = kh_n == 3 and kw_n == 3
+    w00, w01, w02 = wt[0, 0], wt[0, kw_n - 1], wt[0, (kw_n - 1) // 2]
+    w10, w11, w12 = wt[kh_n // 2, 0], wt[kh_n // 2, kw_n // 2], wt[kh_n // 2, kw_n - 1]
+    w20, w21, w22 = wt[kh_n - 1, 0], wt[kh_n - 1, kw_n // 2], wt[kh_n - 1, kw_n - 1]
+    if three:  # (above, any taps of the right type; only a 3x3 filter reads them)
+        w01, w02 = wt[0, 1], wt[0, 2]
     for row in prange(n_batch * out_h):  # noqa: B020 - prange is range when serial
         n = row // out_h
         oh = row - n * out_h
+        top = oh * sh - ph
+        rows_inside = top >= 0 and top + 2 * dh < height
         for ow in range(out_w):
             acc = ot[n, oh, ow]
+            left = ow * sw - pw
+            if three and rows_inside and left >= 0 and left + 2 * dw < width:
+                # all nine taps inside the image: one pass, one store per channel
+                r, q0, q1, q2 = top, left, left + dw, left + 2 * dw
+                a0, a1, a2 = xt[n, r, q0], xt[n, r, q1], xt[n, r, q2]
+                r += dh
+                b0, b1, b2 = xt[n, r, q0], xt[n, r, q1], xt[n, r, q2]
+                r += dh
+                c0, c1, c2 = xt[n, r, q0], xt[n, r, q1], xt[n, r, q2]
+                for c in range(channels):
+                    acc[c] = (
+                        bias[c]
+                        + w00[c] * a0[c]
+                        + w01[c] * a1[c]
+                        + w02[c] * a2[c]
+                        + w10[c] * b0[c]
+                        + w11[c] * b1[c]
+                        + w12[c] * b2[c]
+                        + w20[c] * c0[c]
+                        + w21[c] * c1[c]
+                        + w22[c] * c2[c]
+                    )
+                continue
             acc[:] = bias
             for kh in range(kh_n):
                 ih = oh * sh - ph + kh * dh
@@ -71,10 +109,12 @@ def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN
                     for c in range(channels):
                         acc[c] += tap[c] * src[c]
     for n in range(n_batch):
-        for c in range(channels):
-            for h in range(out_h):
-                for w in range(out_w):
-                    out[n, c, h, w] = ot[n, h, w, c]
+        pixels = ot[n].reshape(out_h * out_w, channels)
+        planes = out[n].reshape(channels, out_h * out_w)
+        for p in prange(out_h * out_w):
+            line = pixels[p]
+            for c in range(channels):
+                planes[c, p] = line[c]
     return out
 
 
@@ -357,10 +397,23 @@ gemm_conv = njit(cache=True, error_model="numpy")(_named(_gemm_conv, "gemm_conv"
 pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "pointwise_conv"))
 
 
-# Up to this many pixels a depthwise step vectorizes over channels (channels-last
-# copies); larger images over each row of pixels (measured at MobileNetV2's shapes:
-# 48 channels at 8x8 8.7 us against 10.3, at 16x16 29 us against 21).
+def _channels_last(channels: int, out_h: int, out_w: int, kh: int, kw: int) -> bool:
+    """Whether a depthwise step vectorizes over channels (through channels-last copies)
+    rather than over each output row: where rows are short against the channel count.
+
+    A row loop pays per row and tap, and its rows of 2-8 pixels barely fill a vector;
+    the channels-last loop pays two layout copies and per pixel and tap. Measured one
+    thread at the shapes of MobileNetV1/V2/V3, EfficientNet and ShuffleNet: 144 channels
+    at 4x4, 5x5 taps, 9 us against 169; 512 at 14x14 stride 2, 125 against 507; 48 at
+    16x16 (stride 1 or 32x32 stride 2) and 64 at 112x112 stride 2 stay on rows.
+    """
+    if out_h * out_w <= CHANNELS_LAST_PIXELS or channels >= ROWS_PER_CHANNEL * out_w:
+        return True
+    return (kh, kw) != (3, 3) and channels >= out_w  # other filters' row loop adds tap by tap
+
+
 CHANNELS_LAST_PIXELS = 64
+ROWS_PER_CHANNEL = 4
 
 
 def _phases(planes: int, h: int, w: int, s: tuple, p: tuple, dt: np.dtype) -> np.ndarray:
@@ -446,7 +499,7 @@ def conv_step(
     b = np.zeros(oc, dt) if bias is None else np.ascontiguousarray(bias)
     geometry = tuple(int(v) for v in (*s, *p, *d))
     macs = out.size * cg * kh * kw
-    if g == c and cg == 1 and oc == c and h * w <= CHANNELS_LAST_PIXELS:
+    if g == c and cg == 1 and oc == c and _channels_last(c, oh, ow, kh, kw):
         wt = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))
         xt = np.empty((n, h, w, c), dt)
         ot = np.empty((n, oh, ow, c), dt)
