@@ -58,11 +58,6 @@ def gemm(a, b, out):  # noqa: ANN001, ANN201
     np.dot(a, b, out)
 
 
-def gemm_add(a, b, out):  # noqa: ANN001, ANN201
-    """out += a @ b, as :func:`gemm` (BLAS's beta = 1: no temporary)."""
-    out += np.dot(a, b)
-
-
 if NUMPY_BLAS:
     _i32, _i64, _ptr = types.int32, types.int64, types.voidptr
 
@@ -77,17 +72,13 @@ if NUMPY_BLAS:
         types.float64: _external("d", types.float64),
     }
 
-    def _blas_overload(beta: float):  # noqa: ANN202
-        def overload_of(a, b, out):  # noqa: ANN001, ANN202
-            call = _GEMM.get(getattr(a, "dtype", None))
-            if call is None:
-                return None
-            real = np.float32 if a.dtype == types.float32 else np.float64
-            return _impl(call, real, beta)
+    @overload(gemm)
+    def _gemm_overload(a, b, out):  # noqa: ANN001, ANN202
+        call = _GEMM.get(getattr(a, "dtype", None))
+        if call is None:
+            return None
+        real = np.float32 if a.dtype == types.float32 else np.float64
 
-        return overload_of
-
-    def _impl(call, real, beta):  # noqa: ANN001, ANN202
         def impl(a, b, out):  # noqa: ANN001, ANN202
             m, k = a.shape
             n = b.shape[1]
@@ -104,15 +95,12 @@ if NUMPY_BLAS:
                 max(a.strides[0] // size, 1),
                 b.ctypes,
                 max(b.strides[0] // size, 1),
-                real(beta),
+                real(0.0),
                 out.ctypes,
                 max(out.strides[0] // size, 1),
             )
 
         return impl
-
-    overload(gemm)(_blas_overload(0.0))
-    overload(gemm_add)(_blas_overload(1.0))
 
 else:
 
@@ -120,12 +108,5 @@ else:
     def _gemm_overload(a, b, out):  # noqa: ANN001, ANN202
         def impl(a, b, out):  # noqa: ANN001, ANN202
             np.dot(a, b, out)
-
-        return impl
-
-    @overload(gemm_add)
-    def _gemm_add_overload(a, b, out):  # noqa: ANN001, ANN202
-        def impl(a, b, out):  # noqa: ANN001, ANN202
-            out += np.dot(a, b)
 
         return impl

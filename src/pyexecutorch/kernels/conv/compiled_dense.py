@@ -26,14 +26,28 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels.compiled_blas import gemm, gemm_add
-from pyexecutorch.kernels.conv.compiled import _fill_phases_jit
+from pyexecutorch.kernels.compiled_blas import gemm
+from pyexecutorch.runtime.compiled import choose
 
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _fill_group(x, buf, ph, pw):  # noqa: ANN001, ANN202
-    for c in range(x.shape[0]):
-        _fill_phases_jit(x[c], buf[c], ph, pw)
+    """Copy images x (C, H, W) into their zero-padded stride phases buf (C, sh, sw, Hq, Wq):
+    padded pixel (i, j) goes to phase (i % sh, j % sw), at (i // sh, j // sw). The
+    padding cells are never written (zero since load)."""
+    channels, height, width = x.shape
+    sh, sw = buf.shape[1], buf.shape[2]
+    for c in range(channels):
+        for h in range(height):
+            line = x[c, h]
+            i = h + ph
+            for b in range(sw):
+                first = (b - pw) % sw  # the first image column of phase column b
+                if first >= width:
+                    continue
+                dst = buf[c, i % sh, b, i // sh, (first + pw) // sw :]
+                for q in range((width - first + sw - 1) // sw):
+                    dst[q] = line[first + q * sw]
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -151,7 +165,6 @@ def _dense_wrapped(x, buf, flat, offsets, edges, wm, col, out, ph):  # noqa: ANN
     taps = offsets.shape[0]
     length = col.shape[1]
     out_w = buf.shape[4]
-    out_h = length // out_w
     for n in range(n_batch):
         for g in range(groups):
             _fill_group(x[n, g], buf, ph, 0)
@@ -167,28 +180,6 @@ def _dense_wrapped(x, buf, flat, offsets, edges, wm, col, out, ph):  # noqa: ANN
                     for r in range(ow, length, out_w):
                         dst[r] = 0.0
             gemm(wm[g], col, out[n, g])
-    return out
-
-
-def _dense_shifted(x, buf, offsets, wtap, bias, rows, out, ph, pw):  # noqa: ANN001, ANN201
-    """As :func:`_dense_runs`, as one BLAS product per tap (kh, kw) accumulating into rows:
-    wtap (G, kh*kw, OCg, Cg) @ the Cg runs of that tap (rows ``buf``'s channel stride apart,
-    no copy); offsets (kh*kw,) are the taps' positions in channel 0."""
-    n_batch, groups, cg = x.shape[0], x.shape[1], x.shape[2]
-    length = rows.shape[1]
-    stride = buf.size // buf.shape[0]
-    flat = buf.reshape(buf.size)
-    for n in range(n_batch):
-        for g in range(groups):
-            _fill_group(x[n, g], buf, ph, pw)
-            for t in range(offsets.shape[0]):
-                o = offsets[t]
-                runs = flat[o : o + cg * stride].reshape(cg, stride)[:, :length]
-                if t == 0:
-                    gemm(wtap[g, t], runs, rows)
-                else:
-                    gemm_add(wtap[g, t], runs, rows)
-            _crop(rows, bias[g], out[n, g])
     return out
 
 
@@ -208,7 +199,6 @@ RUNS = _serial_and_parallel(_dense_runs, "dense_runs")
 PIXELS = _serial_and_parallel(_dense_pixels, "dense_pixels")
 # The products' threads are BLAS's own.
 COLUMNS = njit(cache=True, error_model="numpy")(_dense_columns)
-SHIFTED = njit(cache=True, error_model="numpy")(_dense_shifted)
 WRAPPED = njit(cache=True, error_model="numpy")(_dense_wrapped)
 
 
@@ -222,7 +212,44 @@ def tap_offsets(cg: int, kernel: tuple, s: tuple, d: tuple, hq: int, wq: int) ->
     return (phase * hq * wq + (ih // sh) * wq + iw // sw).reshape(-1).astype(np.int64)
 
 
-KINDS = ("runs", "pixels", "columns", "shifted", "wrapped")
+KINDS = ("runs", "pixels", "columns", "wrapped")
+
+# Cost model (microseconds, one thread), fitted on this project's CNN shapes: multiply-
+# adds per microsecond of each loop, the overhead of one pass of four taps over a row
+# (runs) or a pixel (pixels); BLAS's multiply-adds per microsecond on long rows (short
+# rows of n columns get n / (n + _BLAS_HALF) of it), the cost of copying one element
+# and one row of columns, and of one BLAS call.
+_LOOP_MACS_US = {"runs": 25e3, "pixels": 20e3}
+_PASS_US = 0.025
+_BLAS_MACS_US, _BLAS_HALF = 30e3, 8
+_COPY_US, _ROW_US, _CALL_US = 0.0005, 0.01, 2.0
+
+
+def cost(
+    kind: str, x_shape: tuple, weight_shape: tuple, out_shape: tuple, s: tuple, p: tuple
+) -> float:
+    """Estimated microseconds of one image and group of the ``kind`` step."""
+    _, _, cg, h, w = x_shape
+    ocg, out_h, out_w = out_shape[2:]
+    taps = cg * weight_shape[2] * weight_shape[3]
+    taps4 = -(-taps // 4) * 4
+    wq = -(-(w + 2 * p[1]) // s[1])
+    if kind == "runs":
+        pairs = -(-ocg // 2)
+        return 2 * pairs * taps4 * out_h * wq / _LOOP_MACS_US[kind] + pairs * taps4 / 4 * _PASS_US
+    if kind == "pixels":
+        pixels = out_h * out_w
+        return pixels * taps4 * ocg / _LOOP_MACS_US[kind] + pixels * taps4 / 4 * _PASS_US
+    length = out_h * (out_w if kind == "wrapped" else wq)
+    copy = taps * (length * _COPY_US + _ROW_US)
+    rate = _BLAS_MACS_US * length / (length + _BLAS_HALF)
+    return copy + ocg * (taps + 1) * length / rate + _CALL_US
+
+
+def choose_kind(x_shape: tuple, weight_shape: tuple, out_shape: tuple, s: tuple, p: tuple) -> str:
+    """The cheapest kind by :func:`cost` (wrapped only where :func:`wraps`)."""
+    kinds = [k for k in KINDS if k != "wrapped" or wraps(x_shape[4], out_shape[4], s)]
+    return min(kinds, key=lambda k: cost(k, x_shape, weight_shape, out_shape, s, p))
 
 
 def wraps(w: int, out_w: int, s: tuple) -> bool:
@@ -284,19 +311,12 @@ def plan(
     dt = x.dtype
     hq, wq = -(-(h + 2 * ph) // sh), -(-(w + 2 * pw) // sw)
     # one zero row past each phase (the padded-width runs of the last output row reach
-    # into it) and one zero channel (padding taps, and the shifted products' last view)
+    # into it) and one zero channel, which padding taps read
     buf = np.zeros((cg + 1, sh, sw, hq + 1, wq), dt)
     length = out_h * wq
     wm = weight.reshape(groups, ocg, cg * kh * kw)
     b = np.ascontiguousarray(bias.reshape(groups, ocg))
     geometry = (int(ph), int(pw))
-    if kind == "shifted":
-        offsets = tap_offsets(1, (kh, kw), s, d, hq + 1, wq)
-        wtap = np.ascontiguousarray(
-            weight.reshape(groups, ocg, cg, kh * kw).transpose(0, 3, 1, 2)
-        )
-        rows = np.empty((ocg, length), dt)
-        return SHIFTED, (x, buf, offsets, wtap, b, rows, out, *geometry)
     offsets = tap_offsets(cg, (kh, kw), s, d, hq + 1, wq)
     if kind == "columns":
         col = np.empty((offsets.size, length), dt)
@@ -314,3 +334,20 @@ def plan(
     wt[:, :taps] = wm.transpose(0, 2, 1)
     acc = np.empty((out_h * out_w, ocg), dt)
     return PIXELS[parallel], (x, buf, offsets, wt, b, acc, out, *geometry)
+
+
+def dense_step(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray,
+    out: np.ndarray,
+    s: tuple,
+    p: tuple,
+    d: tuple,
+) -> tuple[Any, tuple]:
+    """The step for :func:`plan` of the kind :func:`choose_kind` picks, its loops parallel
+    where the work pays for waking threads."""
+    kind = choose_kind(x.shape, weight.shape, out.shape, s, p)
+    macs = out.size * weight[0].size
+    parallel = choose((False, True), macs // 4)
+    return plan(kind, x, weight, bias, out, s, p, d, parallel)
