@@ -127,8 +127,8 @@ def test_conv_step_runs_the_dense_step_and_the_reference_on_other_arrays():
     assert fn in (
         *compiled_dense.RUNS,
         *compiled_dense.PIXELS,
-        compiled_dense.COLUMNS,
-        compiled_dense.WRAPPED,
+        compiled_dense.dense_columns,
+        compiled_dense.dense_wrapped,
     )
     fn(*step_args)
     np.testing.assert_allclose(out, want, **_tolerance(np.float64))

@@ -392,9 +392,10 @@ def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
     source = whole._loaded.whole_source
     assert source is not None, whole._loaded.chains[0].source
     # convolutions (their epilogues' loops after them) and the classifier as BLAS steps
-    assert "from pyexecutorch.kernels.conv.compiled import" in source
+    assert "from pyexecutorch.kernels.conv.compiled" in source  # compiled or compiled_dense
     if name == "resnet_like":  # its classifier is past the small-product loop
         assert "blas_matmul" in source
+        assert "from pyexecutorch.kernels.conv.compiled_dense import" in source  # its 3x3s
     for seed in (1, 2):
         (x,) = _inputs(example, seed)
         got = whole.execute([x.numpy()])[0].numpy()

@@ -183,23 +183,21 @@ def _dense_wrapped(x, buf, flat, offsets, edges, wm, col, out, ph):  # noqa: ANN
     return out
 
 
-def _serial_and_parallel(fn: Any, name: str) -> tuple[Any, Any]:
-    # fastmath "contract" only: multiply-adds become FMAs (one rounding instead of two);
-    # NaN, infinity and -0.0 come out as without it.
-    variants = []
-    for label, parallel in ((name, False), (f"{name}_parallel", True)):
-        copy = types.FunctionType(fn.__code__, fn.__globals__, label)
-        copy.__qualname__ = label
-        jit = njit(cache=True, parallel=parallel, error_model="numpy", fastmath={"contract"})
-        variants.append(jit(copy))
-    return tuple(variants)
+def _jit(fn: Any, name: str, parallel: bool = False) -> Any:
+    """``fn`` compiled under its own ``name`` (numba names its cache files after the
+    function, and whole-method functions import it by that name), with fastmath
+    "contract" only: multiply-adds become FMAs (one rounding instead of two); NaN,
+    infinity and -0.0 come out as without it."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name)
+    copy.__qualname__ = name
+    return njit(cache=True, parallel=parallel, error_model="numpy", fastmath={"contract"})(copy)
 
 
-RUNS = _serial_and_parallel(_dense_runs, "dense_runs")
-PIXELS = _serial_and_parallel(_dense_pixels, "dense_pixels")
-# The products' threads are BLAS's own.
-COLUMNS = njit(cache=True, error_model="numpy")(_dense_columns)
-WRAPPED = njit(cache=True, error_model="numpy")(_dense_wrapped)
+# (serial, parallel) pairs, and the products, whose threads are BLAS's own.
+RUNS = (_jit(_dense_runs, "dense_runs"), _jit(_dense_runs, "dense_runs_parallel", True))
+PIXELS = (_jit(_dense_pixels, "dense_pixels"), _jit(_dense_pixels, "dense_pixels_parallel", True))
+dense_columns = _jit(_dense_columns, "dense_columns")
+dense_wrapped = _jit(_dense_wrapped, "dense_wrapped")
 
 
 def tap_offsets(cg: int, kernel: tuple, s: tuple, d: tuple, hq: int, wq: int) -> np.ndarray:
@@ -283,7 +281,7 @@ def _plan_wrapped(x, weight, bias, out, s, p, d) -> tuple[Any, tuple]:  # noqa: 
     col[taps] = 1.0
     o4 = out.reshape(out.shape[0], groups, ocg, out_h * out_w)
     args = (x, buf, flat, offsets.reshape(-1).astype(np.int64), edges, wm, col, o4, int(ph))
-    return WRAPPED, args
+    return dense_wrapped, args
 
 
 def plan(
@@ -321,7 +319,7 @@ def plan(
     if kind == "columns":
         col = np.empty((offsets.size, length), dt)
         rows = np.empty((ocg, length), dt)
-        return COLUMNS, (x, buf, offsets, np.ascontiguousarray(wm), b, col, rows, out, *geometry)
+        return dense_columns, (x, buf, offsets, np.ascontiguousarray(wm), b, col, rows, out, *geometry)
     taps = offsets.size
     padded = -(-taps // 4) * 4
     offsets = np.concatenate([offsets, np.full(padded - taps, buf[0].size * cg, np.int64)])
