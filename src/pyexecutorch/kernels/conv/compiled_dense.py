@@ -20,6 +20,7 @@ The output channels (runs) or pixels (pixels) run in parallel in the parallel va
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Any
 
@@ -51,10 +52,9 @@ def _fill_group(x, buf, ph, pw):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _crop(rows, bias, dst):  # noqa: ANN001, ANN202
-    """dst (OC, OH, OW) = the first OW columns of each padded-width row of rows + bias."""
+def _crop(rows, bias, dst, wq):  # noqa: ANN001, ANN202
+    """dst (OC, OH, OW) = the first OW columns of each row, wq wide, of rows + bias."""
     out_h, out_w = dst.shape[1], dst.shape[2]
-    wq = rows.shape[1] // out_h
     for o in range(dst.shape[0]):
         b = bias[o]
         for oh in range(out_h):
@@ -64,18 +64,20 @@ def _crop(rows, bias, dst):  # noqa: ANN001, ANN202
                 line[ow] = src[ow] + b
 
 
-def _dense_runs(x, buf, offsets, wp, bias, rows, out, ph, pw):  # noqa: ANN001, ANN201
+def _dense_runs(x, buf, flat, offsets, wp, bias, rows, out, ph, pw):  # noqa: ANN001, ANN201
     """out (N, G, OCg, OH, OW) = bias + conv of x (N, G, Cg, H, W), two output channels'
-    padded-width rows (``rows`` (OCg2, OH*Wq)) at a time.
+    padded-width rows (``rows`` (OCg2, R)) at a time.
 
     wp (G, OCg2, K4) and offsets (K4,) are padded at load to even channels and whole
-    groups of four taps: padding taps read the zero channel at the end of ``buf`` with
-    weight 0, padding channels' rows are never cropped into ``out``.
+    groups of four taps: padding taps read the zero channel at the end of ``buf`` (a view
+    of ``flat``) with weight 0, padding channels' rows are never cropped into ``out``.
+    The rows' length R is OH*Wq rounded up to whole vector iterations (no scalar tail);
+    ``flat`` has room for the runs past the end.
     """
     n_batch, groups = x.shape[0], x.shape[1]
     taps = offsets.shape[0]
     length = rows.shape[1]
-    flat = buf.reshape(buf.size)
+    wq = buf.shape[4]
     for n in range(n_batch):
         for g in range(groups):
             _fill_group(x[n, g], buf, ph, pw)
@@ -95,7 +97,7 @@ def _dense_runs(x, buf, offsets, wp, bias, rows, out, ph, pw):  # noqa: ANN001, 
                         x0, x1, x2, x3 = s0[q], s1[q], s2[q], s3[q]
                         r0[q] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
                         r1[q] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
-            _crop(rows, bias[g], out[n, g])
+            _crop(rows, bias[g], out[n, g], wq)
     return out
 
 
@@ -146,7 +148,7 @@ def _dense_columns(x, buf, offsets, wm, bias, col, rows, out, ph, pw):  # noqa: 
                 for q in range(length):  # (a slice assignment checks for overlap first)
                     dst[q] = src[q]
             gemm(wm[g], col, rows)
-            _crop(rows, bias[g], out[n, g])
+            _crop(rows, bias[g], out[n, g], buf.shape[4])
     return out
 
 
@@ -210,6 +212,9 @@ def tap_offsets(cg: int, kernel: tuple, s: tuple, d: tuple, hq: int, wq: int) ->
     return (phase * hq * wq + (ih // sh) * wq + iw // sw).reshape(-1).astype(np.int64)
 
 
+# Elements per iteration of a vectorized loop (LLVM's interleaving of 8-float vectors)
+_VECTOR = 32
+
 KINDS = ("runs", "pixels", "columns", "wrapped")
 
 # Cost model (microseconds, one thread), fitted on this project's CNN shapes: multiply-
@@ -234,7 +239,8 @@ def cost(
     wq = -(-(w + 2 * p[1]) // s[1])
     if kind == "runs":
         pairs = -(-ocg // 2)
-        return 2 * pairs * taps4 * out_h * wq / _LOOP_MACS_US[kind] + pairs * taps4 / 4 * _PASS_US
+        length = -(-out_h * wq // _VECTOR) * _VECTOR
+        return 2 * pairs * taps4 * length / _LOOP_MACS_US[kind] + pairs * taps4 / 4 * _PASS_US
     if kind == "pixels":
         pixels = out_h * out_w
         return pixels * taps4 * ocg / _LOOP_MACS_US[kind] + pixels * taps4 / 4 * _PASS_US
@@ -310,7 +316,9 @@ def plan(
     hq, wq = -(-(h + 2 * ph) // sh), -(-(w + 2 * pw) // sw)
     # one zero row past each phase (the padded-width runs of the last output row reach
     # into it) and one zero channel, which padding taps read
-    buf = np.zeros((cg + 1, sh, sw, hq + 1, wq), dt)
+    phases = (cg + 1, sh, sw, hq + 1, wq)
+    flat = np.zeros(math.prod(phases) + _VECTOR, dt)
+    buf = flat[: math.prod(phases)].reshape(phases)
     length = out_h * wq
     wm = weight.reshape(groups, ocg, cg * kh * kw)
     b = np.ascontiguousarray(bias.reshape(groups, ocg))
@@ -319,15 +327,16 @@ def plan(
     if kind == "columns":
         col = np.empty((offsets.size, length), dt)
         rows = np.empty((ocg, length), dt)
-        return dense_columns, (x, buf, offsets, np.ascontiguousarray(wm), b, col, rows, out, *geometry)
+        wm = np.ascontiguousarray(wm)
+        return dense_columns, (x, buf, offsets, wm, b, col, rows, out, *geometry)
     taps = offsets.size
     padded = -(-taps // 4) * 4
     offsets = np.concatenate([offsets, np.full(padded - taps, buf[0].size * cg, np.int64)])
     if kind == "runs":
         wp = np.zeros((groups, ocg + ocg % 2, padded), dt)
         wp[:, :ocg, :taps] = wm
-        rows = np.empty((wp.shape[1], length), dt)
-        return RUNS[parallel], (x, buf, offsets, wp, b, rows, out, *geometry)
+        rows = np.empty((wp.shape[1], -(-length // _VECTOR) * _VECTOR), dt)
+        return RUNS[parallel], (x, buf, flat, offsets, wp, b, rows, out, *geometry)
     wt = np.zeros((groups, padded, ocg), dt)
     wt[:, :taps] = wm.transpose(0, 2, 1)
     acc = np.empty((out_h * out_w, ocg), dt)
