@@ -136,3 +136,25 @@ def test_conv_step_runs_the_dense_step_and_the_reference_on_other_arrays():
     x2 = args[0] * 2
     assert step(x2, *args[1:], other) is other
     np.testing.assert_allclose(other, REFERENCE(x2, *args[1:], np.zeros_like(out)), rtol=1e-12)
+
+
+def test_loops_go_parallel_only_from_parallel_macs_at_two_threads():
+    import numba  # noqa: PLC0415
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        picked = []
+        for c in (3, 64):  # 1.2M and 25M multiply-adds, both best as runs
+            x = np.zeros((1, 1, c, 64, 64), np.float32)
+            weight = np.zeros((8, c, 7, 7), np.float32)
+            out = np.zeros((1, 1, 8, 32, 32), np.float32)
+            macs = out.size * weight[0].size
+            fn, _ = compiled_dense.dense_step(
+                x, weight, np.zeros(8, np.float32), out, (2, 2), (3, 3), (1, 1)
+            )
+            picked.append((macs >= compiled_dense.PARALLEL_MACS, fn))
+    finally:
+        numba.set_num_threads(before)
+    two_threads = numba.config.NUMBA_NUM_THREADS > 1  # else every loop stays serial
+    assert picked == [(False, compiled_dense.RUNS[0]), (True, compiled_dense.RUNS[two_threads])]
