@@ -12,10 +12,10 @@ Inside a whole-method function (``whole=True``, see :func:`conv_step`) every flo
 convolution with constant weights is a compiled step: depthwise ones as loops (the
 channels-last one above for small images, else one output row at a time over
 zero-padded stride phases), 1x1 ones as one BLAS product on the input itself, the
-others as im2col into a buffer planned at load and one BLAS product per image and
-group, the bias added while the output is in cache. BLAS is numpy's own
-(:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
-with neither only the depthwise steps exist.
+others as the dense steps of :mod:`pyexecutorch.kernels.conv.compiled_dense` (shifted
+runs of one padded copy of the input: loops or one BLAS product, no im2col per output
+row). BLAS is numpy's own (:mod:`pyexecutorch.kernels.compiled_blas`), else numba's
+``np.dot`` through scipy: with neither only the depthwise steps exist.
 """
 
 from __future__ import annotations
