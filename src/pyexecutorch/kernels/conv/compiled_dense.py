@@ -1,21 +1,28 @@
-"""Dense convolutions (not depthwise) as compiled loops with no column matrix.
+"""Dense (not depthwise) convolutions as compiled steps, with no im2col per output row.
 
-im2col copies every input pixel kh*kw times into a column buffer and hands it to BLAS,
-which then packs the weights again on every call: on a CNN's small images both copies
-cost as much as the product. Here the input is copied once, zero-padded and split into
-its stride phases (see ``compiled._fill_phases``), each phase a flat image ``Wq`` pixels
-wide. Tap ``k`` (channel, kh, kw) of output pixel ``q = oh*Wq + ow`` then sits at
-``q + offsets[k]`` of that flat buffer, for every output pixel at once, so a convolution
-is a sum of shifted runs times constant weights, packed once at load:
+The im2col this replaces copied every input pixel kh*kw times, one output row (a few
+pixels) at a time, and then BLAS packed the weights again on every call: on a CNN's
+small images the copies cost as much as the product. Here the input is copied once,
+zero-padded and split into its stride phases (:func:`_fill_group`), each phase a flat
+image ``Wq`` pixels wide, so tap ``k`` (channel, kh, kw) of output pixel
+``q = oh*Wq + ow`` sits at ``q + offsets[k]`` for every output pixel at once: a
+convolution is a sum of shifted runs times constant weights, packed once at load.
+Four ways to sum them (``KINDS``), each best somewhere on this project's CNNs:
 
-* runs: per output channel, a row of ``OH*Wq`` outputs at the padded width accumulates
-  four taps per pass (vectorized over pixels), and its ``OW`` valid columns of each row
-  are cropped into ``out`` with the bias;
-* pixels: per valid output pixel, a vector of all output channels accumulates four
-  taps per pass (vectorized over channels): for images too small for long runs.
+* runs: loops, two output channels' rows at the padded width at a time, four taps a
+  pass, vectorized over pixels, then cropped with the bias (few output channels,
+  large images: a ResNet stem 3->8 7x7/2 took 50 us against im2col's 130-260);
+* pixels: loops, per output pixel all output channels, vectorized over channels
+  (tiny images with many channels, 2x2 to 4x4);
+* columns: each tap's run copied whole into a column matrix (no per-row copies), one
+  BLAS product, then cropped;
+* wrapped: as columns at the output's own width (stride 1 across, "same" padding):
+  runs wrap into the next row where a tap reaches past the image, those few entries
+  are zeroed, the bias is a row of ones in the product, which lands in ``out``.
 
-Both take any stride, dilation, padding (even wider than the image), groups and batch.
-The output channels (runs) or pixels (pixels) run in parallel in the parallel variants.
+:func:`choose_kind` picks one by a cost model fitted at one thread. All take any
+stride, dilation, padding (even wider than the image), groups and batch; the loops
+have parallel variants for large convolutions (``PARALLEL_MACS``).
 """
 
 from __future__ import annotations
