@@ -809,3 +809,32 @@ def test_compiled_gemm_computes_numpys_product(dtype):
         np.testing.assert_allclose(
             out, (torch.from_numpy(a) @ torch.from_numpy(b)).numpy(), **TOL[dtype]
         )
+
+
+def test_compiled_gemm_runs_small_products_on_one_thread_and_keeps_the_setting():
+    from numba import njit  # noqa: PLC0415
+    from threadpoolctl import threadpool_info, threadpool_limits  # noqa: PLC0415
+
+    from pyexecutorch.kernels import compiled_blas  # noqa: PLC0415
+
+    if not compiled_blas.NUMPY_BLAS:
+        pytest.skip("numpy's own OpenBLAS is not found: products are numba's np.dot")
+
+    @njit
+    def product(a, b, out):  # noqa: ANN001, ANN202
+        compiled_blas.gemm(a, b, out)
+
+    def numpy_blas_threads() -> int:
+        found = [i for i in threadpool_info() if "scipy_openblas64_" in i["filepath"]]
+        return found[0]["num_threads"]
+
+    rng = np.random.default_rng(8)
+    side = round(compiled_blas.SERIAL_PRODUCT ** (1 / 3)) + 8  # just past the limit
+    with threadpool_limits(2, user_api="blas"):
+        for m in (4, side):  # a small product (one thread), a large one (two)
+            a = rng.standard_normal((m, side)).astype(np.float32)
+            b = rng.standard_normal((side, side)).astype(np.float32)
+            out = np.empty((m, side), np.float32)
+            product(a, b, out)
+            np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3)
+            assert numpy_blas_threads() == 2

@@ -395,6 +395,7 @@ def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
     assert "# pyexecutorch.kernels.conv.compiled:" in source
     if name == "resnet_like":  # its classifier is past the small-product loop
         assert "blas_matmul" in source
+        assert "# pyexecutorch.kernels.conv.compiled_dense:" in source  # its 3x3s
     for seed in (1, 2):
         (x,) = _inputs(example, seed)
         got = whole.execute([x.numpy()])[0].numpy()

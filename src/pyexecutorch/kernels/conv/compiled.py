@@ -12,9 +12,9 @@ Inside a whole-method function (``whole=True``, see :func:`conv_step`) every flo
 convolution with constant weights is a compiled step: depthwise ones as loops (the
 channels-last one above where output rows are short against the channel count, see
 :func:`_channels_last`; else one output row at a time over zero-padded stride phases),
-1x1 ones as one BLAS product on the input itself, the others as im2col into a buffer
-planned at load and one BLAS product per image and group, the bias added while the
-output is in cache. BLAS is numpy's own
+1x1 ones as one BLAS product on the input itself, the others as the dense steps of
+:mod:`pyexecutorch.kernels.conv.compiled_dense` (shifted runs of one padded copy of the
+input: loops or one BLAS product, no im2col per output row). BLAS is numpy's own
 (:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
 with neither only the depthwise steps exist.
 """
@@ -30,6 +30,7 @@ from numba import get_num_threads, njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
+from pyexecutorch.kernels.conv.compiled_dense import dense_step
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
 from pyexecutorch.runtime.compiled import choose, serial_and_parallel
@@ -326,31 +327,6 @@ def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: AN
     return out
 
 
-def _columns(x, pad, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w):  # noqa: ANN001, ANN201
-    """Fill ``col`` ((C*kh*kw, OH*OW), taps in (c, kh, kw) order) from image x (C, H, W),
-    through ``pad``: each channel's zero-padded stride phases (C, sh, sw, Hq, Wq)."""
-    channels = x.shape[0]
-    for c in range(channels):
-        _fill_phases_jit(x[c], pad[c], ph, pw)
-    for r in range(channels * kh_n * kw_n):
-        c = r // (kh_n * kw_n)
-        t = r - c * (kh_n * kw_n)
-        kh = t // kw_n
-        kw = t - kh * kw_n
-        dst = col[r]
-        iw = kw * dw
-        cb, co = iw % sw, iw // sw
-        for oh in range(out_h):
-            run = dst[oh * out_w : (oh + 1) * out_w]
-            ih = oh * sh + kh * dh
-            s = pad[c, ih % sh, cb, ih // sh][co:]
-            for i in range(out_w):
-                run[i] = s[i]
-
-
-_columns_jit = njit(cache=True, error_model="numpy")(_named(_columns, "conv_columns"))
-
-
 def _add_bias(out, bias):  # noqa: ANN001, ANN201
     """out (N, OC, P) += bias per output channel."""
     for n in range(out.shape[0]):
@@ -362,22 +338,6 @@ def _add_bias(out, bias):  # noqa: ANN001, ANN201
 
 
 _add_bias_jit = njit(cache=True, inline="always", error_model="numpy")(_add_bias)
-
-
-def _gemm_conv(x, wm, bias, pad, col, out, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_w, has_bias):  # noqa: ANN001, ANN201, E501
-    """out (N, G, OCg, OH*OW) = wm (G, OCg, Cg*kh*kw) @ columns of x (N, G, Cg, H, W), + bias.
-
-    The columns of one image and group are built in ``col`` and multiplied by BLAS.
-    """
-    n_batch, groups = x.shape[0], x.shape[1]
-    out_h = out.shape[3] // out_w
-    for n in range(n_batch):
-        for g in range(groups):
-            _columns_jit(x[n, g], pad, col, sh, sw, ph, pw, dh, dw, kh_n, kw_n, out_h, out_w)
-            gemm(wm[g], col, out[n, g])
-    if has_bias:
-        _add_bias_jit(out.reshape(n_batch, groups * out.shape[2], out.shape[3]), bias)
-    return out
 
 
 def _pointwise_conv(x, wm, bias, out, has_bias):  # noqa: ANN001, ANN201
@@ -393,7 +353,6 @@ def _pointwise_conv(x, wm, bias, out, has_bias):  # noqa: ANN001, ANN201
 
 DEPTHWISE = serial_and_parallel(_depthwise_planes, "depthwise_planes")
 # The products' threads are BLAS's own.
-gemm_conv = njit(cache=True, error_model="numpy")(_named(_gemm_conv, "gemm_conv"))
 pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "pointwise_conv"))
 
 
@@ -522,19 +481,6 @@ def conv_step(
             step = (pointwise_conv, (x4, wm, b, o4, has_bias))
         else:
             x5 = input.reshape(n, g, cg, h, w)
-            col = np.empty((cg * kh * kw, oh * ow), dt)
-            args = (
-                x5,
-                wm,
-                b,
-                _phases(cg, h, w, s, p, dt),
-                col,
-                o4,
-                *geometry,
-                kh,
-                kw,
-                ow,
-                has_bias,
-            )
-            step = (gemm_conv, args)
+            o5 = out.reshape(n, g, oc // g, oh, ow)
+            step = dense_step(x5, weight, b, o5, s, p, d)
     return ConvStep(step, (x0, w0, bias, o0), convolution)
