@@ -23,7 +23,10 @@ method with the same pattern of loops, dtypes and ranks.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -88,6 +91,24 @@ def _constant(value: Any) -> str | None:
     return None
 
 
+@functools.cache
+def kernels_stamp() -> str:
+    """A hash of the kernel and runtime sources' names, sizes and modification times.
+
+    numba caches a whole function with its callees' machine code linked in, and keys
+    that cache on the generated source alone: a changed kernel (an upgrade, an edit)
+    would otherwise keep running its old code inside every whole method. The stamp
+    goes into the generated source, so such a change makes new whole functions.
+    """
+    root = Path(__file__).resolve().parent.parent
+    parts = []
+    for folder in ("kernels", "runtime"):
+        for path in sorted((root / folder).rglob("*.py")):
+            stat = path.stat()
+            parts.append(f"{path.relative_to(root)} {stat.st_size} {stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
     """The generated module running ``steps`` in order, and its parameters' arrays.
 
@@ -121,7 +142,7 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray]] | None:
             calls += [f"    if not {call}:", f"        return {index}"]
         else:
             calls.append(f"    {call}")
-    lines = ["import numpy as np"]
+    lines = [f"# kernels {kernels_stamp()}", "import numpy as np"]
     pairs = []
     for (module, name), alias in imports.items():
         held, _, index = name.partition("[")
