@@ -67,6 +67,7 @@ from pyexecutorch.runtime.whole_method import (
     copy_step,
     elementwise_step,
     product_step,
+    same_elements,
     view_copy_step,
 )
 from pyexecutorch.schema.etdump import ProfileEvent
@@ -142,6 +143,22 @@ def whole_form_step(name: str, args: list[Any]) -> Step | None:
         return None
     planned = getattr(fast, "step", None)
     return None if planned is None else Step(*planned)
+
+
+def staged_form_steps(name: str, arrays: list[Any], out: np.ndarray) -> list[Step] | None:
+    """A whole-method form's step on C-contiguous copies of its strided inputs, each copy a
+    step before it (a convolution reading a channels-last tensor's permuted view), or None."""
+    staged = list(arrays)
+    copies = []
+    for k, a in enumerate(arrays):
+        if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
+            staged[k] = np.empty(a.shape, a.dtype)
+            copy = view_copy_step(a, staged[k])
+            if copy is None:
+                return None
+            copies.append(copy)
+    step = whole_form_step(name, [*staged, out]) if copies else None
+    return None if step is None else [*copies, step]
 
 
 def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
@@ -675,6 +692,40 @@ class LoadedMethod:
         entry_points: list[_EntryPoint] = []  # bound as placeholders until the lines are final
         checks: dict[int, Callable[[], Any]] = {}  # checked steps' reference calls
 
+        def tensors_match(tensors: list[int]) -> bool:
+            return all(same_elements(bound_array(j), self.load_time_value(j)) for j in tensors)
+
+        def rebound_step(k: Any, args: list[int], outs: list[int]) -> tuple[list, Any] | None:
+            """(arguments, step) of ``k``'s compiled form made on the arrays bound at run
+            time (views made at load), or None when some is read live or it offers none."""
+            form = get_compiled_form(k.name)
+            if form is None:
+                return None
+            values: list[Any] = []
+            for j in args:
+                val = evalues[j].val
+                if j in outs:
+                    values.append(self.capacity[j])
+                elif isinstance(val, Tensor):
+                    values.append(bound_array(j))
+                    if values[-1] is None:
+                        return None
+                elif isinstance(val, (TensorList, OptionalTensorList)):
+                    items = [None if i < 0 else bound_array(i) for i in val.items]
+                    if any(a is None and i >= 0 for a, i in zip(items, val.items, strict=True)):
+                        return None
+                    values.append(items)
+                elif j in written:
+                    return None
+                else:
+                    values.append(v[j])
+            try:
+                fast = form(*values)
+            except Exception:  # noqa: BLE001 - a form that cannot decide offers no step
+                return None
+            planned = getattr(fast, "step", None)
+            return None if planned is None else (values, planned)
+
         def kernel_step(pc: int, k: Any, args: list[int], outs: list[int], fast: Any) -> None:
             """Record instruction ``pc`` as a compiled step when it can be one.
 
@@ -682,9 +733,6 @@ class LoadedMethod:
             (dispatcher, arguments); it serves when the arrays bound here are those.
             """
             pieces = getattr(fast, "pieces", None)
-            if pieces is not None:  # split / cat: one copy per piece, lazily made
-                piece_steps(pc, args, outs, pieces)
-                return
             name = k.name
             planned = getattr(fast, "step", None)
             if planned is not None:
@@ -694,7 +742,15 @@ class LoadedMethod:
                         tensors += [
                             i for i in evalues[j].val.items if i >= 0 and i in self.capacity
                         ]
-                if all(bound_array(j) is self.load_time_value(j) for j in tensors):
+                values = [self.load_time_value(j) for j in args]
+                again = None
+                if not tensors_match(tensors):
+                    # bound to other arrays than its load-time values (a view made at load):
+                    # the compiled form again, on the arrays bound here
+                    again = rebound_step(k, args, outs)
+                if again is not None:
+                    values, planned = again
+                if again is not None or tensors_match(tensors):
                     # (dispatcher, args[, checked]), or a list of such calls made in order
                     if isinstance(planned, list):
                         made = [Step(*p) for p in planned]
@@ -703,16 +759,16 @@ class LoadedMethod:
                         step = Step(*planned)
                     if isinstance(step, Step) and step.checked:
                         # the reference kernel on the same arrays raises the error
-                        checks[pc] = functools.partial(
-                            k.fn, *(self.load_time_value(j) for j in args)
-                        )
+                        checks[pc] = functools.partial(k.fn, *values)
                     stores = [f"v[{j}] = {out_expr(j)}" for j in outs if j not in fixed]
                     steps[pc] = (step, stores)
                     return
-                if Step(*planned).checked:
+                if Step(*planned).checked and pieces is None:
                     return
-                # bound to other arrays than its load-time values (a view made of a
-                # copy's output): the step is made below, from the arrays bound here
+                # (else the step is made below, from the arrays bound here)
+            if pieces is not None:  # split / cat: one copy per piece, lazily made
+                piece_steps(pc, args, outs, pieces)
+                return
             if len(outs) > 1:
                 return
             arrays = []
@@ -737,11 +793,13 @@ class LoadedMethod:
 
             view_of_input = getattr(fast, "view_of_input", None)
 
-            def make() -> Step | None:  # built only for a method that may become whole
+            def make() -> Step | list[Step] | None:  # built only for a method that may be whole
                 if view_of_input is not None and out is not None:
                     return view_copy_step(view_of_input(arrays[0]), out)
                 if out is not None and (step := whole_form_step(name, [*arrays, out])):
                     return step
+                if out is not None and (staged := staged_form_steps(name, arrays, out)):
+                    return staged
                 step = copy_step(name, arrays, out)
                 if step is None and out is not None:
                     step = elementwise_step(name, arrays, out) or product_step(name, arrays, out)

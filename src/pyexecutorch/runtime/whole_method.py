@@ -214,6 +214,24 @@ def _overlap_unsafe(inputs: list[np.ndarray], out: np.ndarray) -> bool:
     return False
 
 
+def same_elements(bound: Any, planned: Any) -> bool:
+    """Whether array ``bound`` is ``planned``'s memory in its layout (the same object, or a
+    view of the same first element, shape and dtype, both C-contiguous: a transpose that
+    only moves dims of size 1, such as one token's keys), so a step made for ``planned``
+    serves it."""
+    if bound is planned:
+        return True
+    return (
+        isinstance(bound, np.ndarray)
+        and isinstance(planned, np.ndarray)
+        and bound.dtype == planned.dtype
+        and bound.shape == planned.shape
+        and bound.flags.c_contiguous
+        and planned.flags.c_contiguous
+        and bound.ctypes.data == planned.ctypes.data
+    )
+
+
 def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None:
     """A copy kernel call on bound arrays (``args`` as the kernel takes them) as a Step."""
     at = _COPIES.get(name)

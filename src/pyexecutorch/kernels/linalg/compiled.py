@@ -28,8 +28,9 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous
-from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
+from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS
 from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits
+from pyexecutorch.kernels.linalg.compiled_gemv import product
 from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, form_entry_point, pick, serial_and_parallel
@@ -75,10 +76,11 @@ WHOLE_BLAS_MAX_MACS = 1 << 62 if NUMPY_BLAS else 1 << 18
 
 @njit(cache=True, error_model="numpy")
 def blas_matmul(a, b, bias, out, has_bias):  # noqa: ANN001, ANN201
-    """out (batch, n, p) = a @ b [+ bias (1 or n, p)]: one BLAS product per batch."""
+    """out (batch, n, p) = a @ b [+ bias (1 or n, p)]: one BLAS product per batch (gemv
+    for one row or column)."""
     for g in range(a.shape[0]):
         o = out[g]
-        gemm(a[g], b[g], o)
+        product(a[g], b[g], o)
         if has_bias:
             rows = bias.shape[0]
             for i in range(o.shape[0]):

@@ -1,4 +1,4 @@
-"""Compiled (numba) forms of concatenation and splitting along one axis.
+"""Compiled (numba) forms of concatenation and splitting along one axis, and broadcast copies.
 
 Viewed as (outer, inner) rows, where outer is the product of the dims before
 the axis, every piece of a cat or split of C-contiguous tensors is a run of
@@ -9,6 +9,11 @@ against numpy's assignment per piece); inside a whole method it is the step,
 where numba's n-d slice copy of the piece views costs about 4x a flat one.
 Integer and bool pieces copy bit-exactly. Imported only by the compiled tier;
 ``shape.py`` stays the reference.
+
+A broadcast copy (``expand_copy``, such as a grouped-query attention's key/value
+head repeat) is, inside a whole method, a copy of runs: the trailing dims that do
+not repeat are one run of the (C-contiguous) source, and every row of the out
+takes its run from a start computed at load.
 """
 
 from __future__ import annotations
@@ -134,6 +139,8 @@ def _cat_form(tensors: Any, dim: Any, out: Any) -> Any:
         return out
 
     cat.step = (function, tuple(rows))  # the call on the planned arrays
+    # bound to other arrays in a whole method (a load-time view): a copy per piece
+    cat.pieces = numpy_cat.pieces
     cat.fills_outputs = True
     return cat
 
@@ -158,5 +165,50 @@ def _split_form(x: Any, sizes: Any, dim: Any, outs: Any) -> Any:
         return outs
 
     split.step = (function, tuple(rows))  # the call on the planned arrays
+    split.pieces = numpy_split.pieces  # (as cat's)
     split.fills_outputs = True
     return split
+
+
+@njit(cache=True, error_model="numpy")
+def broadcast_rows(src, starts, out):  # noqa: ANN001, ANN201
+    """out[r] = src[starts[r] : starts[r] + out.shape[1]] for a flat src and out (rows, run)."""
+    for r in range(out.shape[0]):
+        _take(src, starts[r], out[r])
+
+
+def _run_start(src: np.ndarray, shape: tuple[int, ...]) -> int:
+    """The first dim from which ``src`` broadcast to ``shape`` repeats nothing (all dims
+    after it are the source's own, so a run of its C-contiguous elements)."""
+    view = np.broadcast_to(src, shape)
+    start = len(shape)
+    while start > 0 and (view.strides[start - 1] != 0 or shape[start - 1] == 1):
+        start -= 1
+    return start
+
+
+@compiled_form("aten::expand_copy.out")
+def _expand_form(a: Any, size: Any, implicit: Any, out: Any, *, whole: bool = False) -> Any:
+    """Inside a whole method, a broadcast copy of a C-contiguous tensor as row runs, or None
+    (alone, numpy's broadcasting copy is one call already)."""
+    if not whole or fast._expand(a, size, implicit, out) is None:
+        return None  # (the specializer checks that a broadcasts to out's shape)
+    if not (dense(a) and dense(out) and out.flags.writeable) or a.dtype.kind not in _KINDS:
+        return None
+    if out.size == 0 or np.shares_memory(a, out):
+        return None
+    start = _run_start(a, out.shape)
+    run = math.prod(out.shape[start:])
+    index = np.arange(a.size, dtype=np.int64).reshape(a.shape)
+    firsts = np.broadcast_to(index, out.shape)[(Ellipsis, *(0,) * (out.ndim - start))]
+    starts = np.ascontiguousarray(firsts).reshape(-1)
+    rows = out.reshape(-1, run)
+    src = a.reshape(-1)
+
+    def expand(a, size, implicit, out):  # noqa: ANN001, ANN202
+        np.copyto(out, a)
+        return out
+
+    expand.step = (broadcast_rows, (src, starts, rows))
+    expand.fills_outputs = True
+    return expand
