@@ -68,6 +68,8 @@ def _numpy_blas() -> tuple[str, tuple[str, str]] | None:
 
 _FOUND = _numpy_blas()
 NUMPY_BLAS = _FOUND is not None
+# The CBLAS symbols' prefix (other BLAS entries, such as linalg's gemv, are named with it).
+CBLAS_PREFIX = _FOUND[0] if _FOUND is not None else None
 
 
 def gemm(a, b, out):  # noqa: ANN001, ANN201
@@ -83,7 +85,7 @@ if NUMPY_BLAS:
         signature = types.void(
             _i32, _i32, _i32, _i64, _i64, _i64, real, _ptr, _i64, _ptr, _i64, real, _ptr, _i64
         )
-        return types.ExternalFunction(f"{_FOUND[0]}{letter}gemm64_", signature)
+        return types.ExternalFunction(f"{CBLAS_PREFIX}{letter}gemm64_", signature)
 
     _GEMM = {
         types.float32: _external("s", types.float32),

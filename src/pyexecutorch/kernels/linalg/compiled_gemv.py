@@ -36,7 +36,7 @@ if NUMPY_BLAS:
         signature = types.void(
             _i32, _i32, _i64, _i64, real, _ptr, _i64, _ptr, _i64, real, _ptr, _i64
         )
-        return types.ExternalFunction(f"{compiled_blas._PREFIX}{letter}gemv64_", signature)
+        return types.ExternalFunction(f"{compiled_blas.CBLAS_PREFIX}{letter}gemv64_", signature)
 
     _GEMV = {
         types.float32: _external("s", types.float32),
