@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -405,7 +406,22 @@ class ConvStep:
         )
 
 
-def conv_step(
+@dataclass(frozen=True)
+class Planned:
+    """A convolution's planned arrays that a compiled step may take, 1-D ones as 2-D images
+    of height 1, with its geometry; ``originals`` are the arrays as the instruction has them
+    (input, weight, bias, out)."""
+
+    input: np.ndarray
+    weight: np.ndarray
+    out: np.ndarray
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    originals: tuple
+
+
+def planned(
     input: Any,
     weight: Any,
     bias: Any,
@@ -416,15 +432,11 @@ def conv_step(
     output_padding: Any,
     groups: Any,
     out: Any,
-) -> ConvStep | None:
-    """The convolution on these planned arrays as a compiled step, or None.
-
-    Float32/float64, 1-D or 2-D, not transposed, constant weights and bias, dense
-    input and output that share no memory.
-    """
-    from pyexecutorch.kernels.conv.conv import convolution  # noqa: PLC0415
-
-    if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
+) -> Planned | None:
+    """What every compiled convolution step needs of its arguments, or None: float32/float64,
+    1-D or 2-D, constant weights and bias, dense input and output that share no memory, and
+    arguments the reference kernel accepts for an output of ``out``'s shape."""
+    if not (_tensor(input) and _tensor(weight) and _tensor(out)):
         return None
     dt = input.dtype
     if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim not in (3, 4):
@@ -445,12 +457,43 @@ def conv_step(
         return None
     if shape != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
         return None
-    x0, w0, o0 = input, weight, out
+    originals = (input, weight, bias, out)
     if input.ndim == 3:  # 1-D: an image of height 1
         s, p, d = (1, *s), (0, *p), (1, *d)
-        input = input.reshape(input.shape[0], input.shape[1], 1, input.shape[2])
-        out = out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
-        weight = weight.reshape(weight.shape[0], weight.shape[1], 1, weight.shape[2])
+        input = input.reshape(*input.shape[:2], 1, input.shape[2])
+        out = out.reshape(*out.shape[:2], 1, out.shape[2])
+        weight = weight.reshape(*weight.shape[:2], 1, weight.shape[2])
+    return Planned(input, weight, out, tuple(s), tuple(p), tuple(d), originals)
+
+
+def conv_step(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    output_padding: Any,
+    groups: Any,
+    out: Any,
+) -> ConvStep | None:
+    """The convolution on these planned arrays as a compiled step, or None.
+
+    Not transposed, and what :func:`planned` takes.
+    """
+    from pyexecutorch.kernels.conv.conv import convolution  # noqa: PLC0415
+
+    if transposed:
+        return None
+    plan = planned(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+    )
+    if plan is None:
+        return None
+    input, weight, out = plan.input, plan.weight, plan.out
+    s, p, d = plan.stride, plan.padding, plan.dilation
+    dt = input.dtype
     n, c, h, w = input.shape
     oc, cg, kh, kw = weight.shape
     oh, ow = out.shape[2:]
@@ -483,4 +526,4 @@ def conv_step(
             x5 = input.reshape(n, g, cg, h, w)
             o5 = out.reshape(n, g, oc // g, oh, ow)
             step = dense_step(x5, weight, b, o5, s, p, d)
-    return ConvStep(step, (x0, w0, bias, o0), convolution)
+    return ConvStep(step, plan.originals, convolution)

@@ -19,11 +19,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.compiled_blas import gemm
-from pyexecutorch.kernels.conv.compiled import HAS_BLAS, ConvStep
-from pyexecutorch.kernels.conv.conv import _signature
-from pyexecutorch.kernels.registry import KernelError
+from pyexecutorch.kernels.conv.compiled import HAS_BLAS, ConvStep, planned
 
 
 # (named as it is imported: whole-method functions import their steps by name; the
@@ -62,10 +59,6 @@ def conv_transpose(x, wt, bias, col, out, sh, sw, ph, pw, dh, dw, kh_n, kw_n, wi
     return out
 
 
-def _tensor(a: Any) -> bool:
-    return isinstance(a, np.ndarray)
-
-
 def transposed_step(
     input: Any,
     weight: Any,
@@ -78,42 +71,20 @@ def transposed_step(
     groups: Any,
     out: Any,
 ) -> ConvStep | None:
-    """The transposed convolution on these planned arrays as a compiled step, or None.
-
-    Float32/float64, 1-D or 2-D, constant weights and bias, dense input and output that
-    share no memory, and a BLAS for compiled code.
-    """
+    """The transposed convolution on these planned arrays as a compiled step, or None:
+    what :func:`compiled.planned` takes, and a BLAS for compiled code."""
     from pyexecutorch.kernels.conv.conv import convolution  # noqa: PLC0415
 
     if transposed is not True or not HAS_BLAS:
         return None
-    if not (_tensor(input) and _tensor(weight) and _tensor(out)):
+    plan = planned(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+    )
+    if plan is None:
         return None
+    input, weight, out = plan.input, plan.weight, plan.out
+    s, p, d = plan.stride, plan.padding, plan.dilation
     dt = input.dtype
-    if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim not in (3, 4):
-        return None
-    if bias is not None and (not _tensor(bias) or bias.dtype != dt or bias.flags.writeable):
-        return None
-    if weight.flags.writeable or not isinstance(groups, int) or groups <= 0:
-        return None
-    if not (input.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
-        return None
-    if np.shares_memory(input, out):
-        return None
-    try:
-        s, p, d, shape, _ = _signature(
-            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-        )
-    except (KernelError, TypeError, ValueError):
-        return None
-    if shape != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
-        return None
-    x0, w0, o0 = input, weight, out
-    if input.ndim == 3:  # 1-D: an image of height 1
-        s, p, d = (1, *s), (0, *p), (1, *d)
-        input = input.reshape(*input.shape[:2], 1, input.shape[2])
-        out = out.reshape(*out.shape[:2], 1, out.shape[2])
-        weight = weight.reshape(*weight.shape[:2], 1, weight.shape[2])
     n, c, h, w = input.shape
     _, ocg, kh, kw = weight.shape
     g = groups
@@ -126,4 +97,4 @@ def transposed_step(
     col = np.empty((rows, h * w), dt)
     geometry = tuple(int(v) for v in (*s, *p, *d))
     step = (conv_transpose, (x4, wt, b, col, o5, *geometry, kh, kw, w))
-    return ConvStep(step, (x0, w0, bias, o0), convolution)
+    return ConvStep(step, plan.originals, convolution)

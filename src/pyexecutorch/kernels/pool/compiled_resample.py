@@ -29,6 +29,7 @@ from numba import prange
 from pyexecutorch.kernels.compiled_arrays import FLOATS, WholeStep, dense
 from pyexecutorch.kernels.pool import pad as pad_mod
 from pyexecutorch.kernels.pool import upsample
+from pyexecutorch.kernels.pool.fast import upsample_geometry
 from pyexecutorch.kernels.registry import KernelError, compiled_form
 from pyexecutorch.kernels.shape.shape import cast_scalar
 from pyexecutorch.runtime.compiled import choose, serial_and_parallel
@@ -101,18 +102,13 @@ def _planes(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _resize_geometry(op: str, x: Any, output_size: Any, scale_factors: Any, out: Any):  # noqa: ANN202
-    """(oh, ow, sh, sw) of a resize of dense planned arrays, or None to decline."""
-    if not (dense(x) and dense(out)) or x.dtype != out.dtype or x.ndim != 4:
+    """(oh, ow, sh, sw) of a resize of dense planned arrays that share no memory, or None
+    to decline."""
+    if not (dense(x) and dense(out)) or x.size == 0 or not out.flags.writeable:
         return None
-    if x.size == 0 or out.size == 0 or not out.flags.writeable or np.shares_memory(x, out):
+    if np.shares_memory(x, out):
         return None
-    try:
-        (oh, ow), (sh, sw) = upsample._resolve_size(op, x, output_size, scale_factors)
-    except (KernelError, TypeError, ValueError):
-        return None
-    if x.shape[:2] + (oh, ow) != out.shape:
-        return None
-    return oh, ow, sh, sw
+    return upsample_geometry(op, x, output_size, scale_factors, out)
 
 
 @compiled_form("aten::upsample_nearest2d.vec_out")

@@ -317,7 +317,7 @@ def _adaptive_avg_pool2d(x: Any, output_size: Any, out: Any) -> Callable[..., An
 # Upsampling.
 
 
-def _upsample_geometry(op: str, x: Any, output_size: Any, scale_factors: Any, out: Any):  # noqa: ANN202
+def upsample_geometry(op: str, x: Any, output_size: Any, scale_factors: Any, out: Any):  # noqa: ANN202
     """``(oh, ow, sh, sw)`` as the general kernel resolves them, or None to decline."""
     if not _arrays(x, out) or out.dtype != x.dtype or x.ndim != 4 or out.size == 0:
         return None
@@ -334,7 +334,7 @@ def _upsample_geometry(op: str, x: Any, output_size: Any, scale_factors: Any, ou
 def _upsample_nearest2d(
     x: Any, output_size: Any, scale_factors: Any, out: Any
 ) -> Callable[..., Any] | None:
-    geom = _upsample_geometry("upsample_nearest2d", x, output_size, scale_factors, out)
+    geom = upsample_geometry("upsample_nearest2d", x, output_size, scale_factors, out)
     if geom is None or not out.flags.c_contiguous:
         return None
     oh, ow, sh, sw = geom
@@ -372,7 +372,7 @@ def _upsample_nearest2d(
 def _upsample_bilinear2d(
     x: Any, output_size: Any, align_corners: Any, scale_factors: Any, out: Any
 ) -> Callable[..., Any] | None:
-    geom = _upsample_geometry("upsample_bilinear2d", x, output_size, scale_factors, out)
+    geom = upsample_geometry("upsample_bilinear2d", x, output_size, scale_factors, out)
     if geom is None or x.dtype not in _FLOATS:
         return None
     oh, ow, sh, sw = geom
