@@ -197,7 +197,9 @@ def test_lone_logical_not_of_bools_is_a_one_operator_loop():
 # The suite models
 
 
-@pytest.mark.parametrize("name", ["int_arith", "bool_ops", "elementwise", "argmax_topk", "shape_ops"])
+@pytest.mark.parametrize(
+    "name", ["int_arith", "bool_ops", "elementwise", "argmax_topk", "shape_ops"]
+)
 def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
     import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
     import official  # noqa: PLC0415
