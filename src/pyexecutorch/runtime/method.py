@@ -743,14 +743,13 @@ class LoadedMethod:
                             i for i in evalues[j].val.items if i >= 0 and i in self.capacity
                         ]
                 values = [self.load_time_value(j) for j in args]
-                again = None
-                if not tensors_match(tensors):
-                    # bound to other arrays than its load-time values (a view made at load):
-                    # the compiled form again, on the arrays bound here
-                    again = rebound_step(k, args, outs)
+                matched = tensors_match(tensors)
+                # bound to other arrays than its load-time values (a view made at load):
+                # the compiled form again, on the arrays bound here
+                again = None if matched else rebound_step(k, args, outs)
                 if again is not None:
                     values, planned = again
-                if again is not None or tensors_match(tensors):
+                if matched or again is not None:
                     # (dispatcher, args[, checked]), or a list of such calls made in order
                     if isinstance(planned, list):
                         made = [Step(*p) for p in planned]
