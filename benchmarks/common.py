@@ -14,12 +14,8 @@ for extra in (ROOT / "tests", ROOT / "benchmarks"):
         sys.path.insert(0, str(extra))
 
 
-def measure(
-    fn: Callable[[], object], *, budget_s: float = 0.4, min_runs: int = 5, warmup: int = 3
-) -> dict[str, float]:
-    """Latency statistics of ``fn`` in seconds: min, median, p90 over repeated calls."""
-    for _ in range(warmup):
-        fn()
+def samples(fn: Callable[[], object], *, budget_s: float, min_runs: int) -> list[float]:
+    """Seconds of repeated calls of ``fn``: at least ``min_runs``, until ``budget_s`` is spent."""
     times: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(times) < min_runs or time.perf_counter() < deadline:
@@ -28,13 +24,27 @@ def measure(
         times.append(time.perf_counter() - start)
         if len(times) >= 10_000:
             break
-    times.sort()
+    return times
+
+
+def statistics_of(times: list[float]) -> dict[str, float]:
+    """min, median and p90 of call times (seconds), and how many there were."""
+    times = sorted(times)
     return {
         "min": times[0],
         "median": statistics.median(times),
         "p90": times[int(0.9 * (len(times) - 1))],
         "runs": len(times),
     }
+
+
+def measure(
+    fn: Callable[[], object], *, budget_s: float = 0.4, min_runs: int = 5, warmup: int = 3
+) -> dict[str, float]:
+    """Latency statistics of ``fn`` in seconds: min, median, p90 over repeated calls."""
+    for _ in range(warmup):
+        fn()
+    return statistics_of(samples(fn, budget_s=budget_s, min_runs=min_runs))
 
 
 def fmt_us(seconds: float | None) -> str:

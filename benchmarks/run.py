@@ -12,7 +12,8 @@ ShuffleNetV2, ConvNeXt, ViT, GPT-2, Llama, BERT), at each thread count asked for
 - latency (median of repeated calls) of torch eager, the official runtime on the
   official portable .pte and on the official XNNPACK .pte (where it lowers), our
   runtime on our .pte, on the official portable .pte and on the official XNNPACK
-  .pte (where our runtime has that backend),
+  .pte (where our runtime has that backend); a model's columns are timed in turns,
+  so that a busy stretch of a shared machine does not fall on one of them,
 - whether our runtime on our .pte computes what eager does,
 - our runtime's compiled tier (numba: fused elementwise loops, compiled kernels) on
   our .pte: its latency, and its load_method time with a cold disk cache (compiling)
@@ -52,7 +53,7 @@ import common  # noqa: F401 - sets up sys.path (tests/, benchmarks/)
 import numpy as np
 import torch
 from bench_runtime import _numpy_inputs, _our_method, bench_overhead
-from common import fmt_us, measure, ratio
+from common import fmt_us, ratio, samples, statistics_of
 
 import models
 import official
@@ -69,6 +70,8 @@ MEASURE_LIMIT_S = 60
 COMPILE_LIMIT_S = 600
 # A call slower than this is measured over 1 + 3 calls instead of the time budget.
 SLOW_CALL_S = 0.5
+# Latency columns are timed in this many turns each (see Columns).
+ROUNDS = 4
 QUICK = [
     "mlp",
     "small_cnn",
@@ -114,14 +117,49 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def measure_adaptive(fn, budget: float) -> dict[str, float]:
-    """``common.measure``, but a slow function (the official portable runtime on the
-    large models takes seconds per call) gets one warm-up and three timed calls."""
-    start = time.perf_counter()
-    fn()
-    if time.perf_counter() - start > SLOW_CALL_S:
-        return measure(fn, budget_s=0.0, min_runs=3, warmup=0)
-    return measure(fn, budget_s=budget)
+class Columns:
+    """The latency columns of one row: each is checked and warmed up when added, then all
+    are timed together in ``ROUNDS`` turns of ``budget / ROUNDS`` seconds each, so that a
+    busy stretch of a shared machine falls on every column instead of on the one being
+    timed. A call slower than ``SLOW_CALL_S`` (the official portable runtime on the large
+    models takes seconds) is timed over three calls instead of the budget."""
+
+    def __init__(self, row: dict, budget: float) -> None:
+        self._row, self._budget = row, budget
+        self._pending: dict[str, object] = {}
+
+    def add(self, key: str, fn) -> None:
+        try:
+            with time_limit(MEASURE_LIMIT_S):
+                _, first = _timed(fn)
+                if first > SLOW_CALL_S:
+                    self._record(key, samples(fn, budget_s=0.0, min_runs=3))
+                    return
+                fn(), fn()
+        except Exception as e:  # noqa: BLE001 - one failing column does not stop the row
+            self._row["errors"][key] = _error(e)
+            return
+        self._pending[key] = fn
+
+    def time(self) -> None:
+        times: dict[str, list[float]] = {key: [] for key in self._pending}
+        for _ in range(ROUNDS):
+            for key, fn in list(self._pending.items()):
+                try:
+                    with time_limit(MEASURE_LIMIT_S):
+                        fn()  # the other columns ran meanwhile: caches are cold
+                        times[key] += samples(fn, budget_s=self._budget / ROUNDS, min_runs=2)
+                except Exception as e:  # noqa: BLE001
+                    self._row["errors"][key] = _error(e)
+                    del self._pending[key], times[key]
+        for key, seconds in times.items():
+            self._record(key, seconds)
+        self._pending.clear()
+
+    def _record(self, key: str, seconds: list[float]) -> None:
+        stats = statistics_of(seconds)
+        self._row[key] = stats["median"]
+        self._row["stats"][key] = stats
 
 
 def _timed(fn):
@@ -294,15 +332,8 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None) -> dict:
     row: dict = {"model": case.name, "errors": {}, "stats": {}}
     errors = row["errors"]
 
-    def timeit(key, fn):
-        try:
-            with time_limit(MEASURE_LIMIT_S):
-                s = measure_adaptive(fn, budget)
-        except Exception as e:  # noqa: BLE001 - one failing column does not stop the row
-            errors[key] = _error(e)
-            return
-        row[key] = s["median"]
-        row["stats"][key] = s
+    columns = Columns(row, budget)
+    timeit = columns.add
 
     inputs = case.inputs()
     np_inputs = _numpy_inputs(inputs)
@@ -366,6 +397,8 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None) -> dict:
                 errors["ours_on_official_xnnpack"] = _error(e)
         else:
             errors["ours_on_official_xnnpack"] = "our runtime has no XnnpackBackend yet"
+    with torch.no_grad():  # eager's column, timed with the others
+        columns.time()
     for key, base in (
         ("ours_on_ours", "official_portable"),
         ("ours_on_ours", "official_xnnpack"),
