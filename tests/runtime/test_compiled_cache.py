@@ -368,3 +368,72 @@ def test_threads_option_and_reset_set_numba_threads():
             Runtime.get().load_program(buf, threads=0)
     finally:
         portable_lib._unsafe_reset_threadpool(before)
+
+
+def _cli_run(pte: Path, cache: Path) -> subprocess.CompletedProcess:
+    env = {
+        **{k: v for k, v in __import__("os").environ.items() if k != "NUMBA_CACHE_DIR"},
+        "PYTHONPATH": SRC,
+        "PYEXECUTORCH_CACHE_DIR": str(cache),
+        "PYEXECUTORCH_JIT": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyexecutorch", "run", str(pte)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_the_cli_announces_compilation_and_a_warm_load_is_silent(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pte = tmp_path / "whole.pte"
+        program = to_edge(torch.export.export(WholeMethod(), (torch.randn(4, 6),)))
+        pte.write_bytes(program.to_executorch().buffer)
+    cache = tmp_path / "cache"
+    cold = _cli_run(pte, cache).stderr.splitlines()
+    # announced before the long step, then summed up once the load is done
+    whole = [
+        i for i, ln in enumerate(cold) if ln.startswith("pyexecutorch: compiling a method whole")
+    ]
+    done = [
+        i for i, ln in enumerate(cold) if ln.startswith("pyexecutorch: method 'forward': compiled")
+    ]
+    assert len(whole) == 1 and len(done) == 1 and whole[0] < done[0], cold
+    assert f"later loads read it from {cache}" in cold[whole[0]]
+    assert f"cached in {cache}" in cold[done[0]]
+    warm = _cli_run(pte, cache)
+    assert "compil" not in warm.stderr, warm.stderr
+    assert "output 0: float32" in warm.stdout
+
+
+def test_a_load_that_compiles_logs_what_it_compiled(tmp_path, monkeypatch, caplog):
+    from pyexecutorch.runtime import Runtime, compiled  # noqa: PLC0415
+
+    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path / "cache"))
+
+    class Fresh(torch.nn.Module):  # a constant no other test uses: its loop is new here
+        def forward(self, x):
+            return torch.sigmoid(x * 0.123456 + 0.654321)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pte = to_edge(torch.export.export(Fresh(), (torch.randn(3, 5),))).to_executorch().buffer
+    with caplog.at_level("DEBUG", logger="pyexecutorch.compiled"):
+        Runtime.get().load_program(pte, jit=True).load_method("forward")
+    compiled_lines = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    assert any(m.startswith("compiled ") and " in " in m for m in compiled_lines), compiled_lines
+    (summary,) = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "INFO" and "function(s)" in r.getMessage()
+    ]
+    assert summary.startswith("method 'forward': compiled ")
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="pyexecutorch.compiled"):  # in memory now: silent
+        Runtime.get().load_program(pte, jit=True).load_method("forward")
+    assert not caplog.records

@@ -3,8 +3,11 @@ formatting. Nothing here imports torch; numpy and the runtime are imported lazil
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -375,10 +378,29 @@ def _ours(e: BaseException) -> bool:
     return type(e).__module__.startswith("pyexecutorch.") or isinstance(e, (ValueError, TypeError))
 
 
-def load_method(program: Any, name: str) -> Any:
-    """``program.load_method(name)``, with the runtime's errors as one-line CLI errors."""
+@contextlib.contextmanager
+def compile_progress() -> Iterator[None]:
+    """Within it, the compiled tier's compilations are announced on stderr: a method's
+    first load may compile for up to a minute, which must not look like a hang."""
+    logger = logging.getLogger("pyexecutorch.compiled")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("pyexecutorch: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     try:
-        return program.load_method(name)
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def load_method(program: Any, name: str) -> Any:
+    """``program.load_method(name)``, with the runtime's errors as one-line CLI errors and
+    its compilations announced (see :func:`compile_progress`)."""
+    try:
+        with compile_progress():
+            return program.load_method(name)
     except Exception as e:
         if not _ours(e):
             raise

@@ -26,11 +26,13 @@ import glob
 import hashlib
 import importlib.util
 import io
+import logging
 import os
 import pickle
 import py_compile
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -46,6 +48,27 @@ _numba: ModuleType | None = None
 _numba_checked = False
 _modules: dict[str, ModuleType] = {}
 _compiled_forms_loaded = False
+
+
+# Compilations go to this logger: DEBUG a line each, INFO before a method compiles whole
+# (up to a minute) and once a load has compiled anything (see Program.load_method).
+logger = logging.getLogger("pyexecutorch.compiled")
+# What this process compiled: functions and seconds (a load reports the difference).
+compile_totals: collections.Counter[str] = collections.Counter()
+
+
+@contextlib.contextmanager
+def compiling(what: str) -> Iterator[None]:
+    """Count and time one numba compilation (of ``what``, named in the log)."""
+    logger.debug("compiling %s", what)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds = time.perf_counter() - start
+        compile_totals["functions"] += 1
+        compile_totals["seconds"] += seconds
+        logger.debug("compiled %s in %.2f s", what, seconds)
 
 
 class JitUnavailableError(ImportError):
@@ -279,7 +302,11 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     if overload is not None:
         return overload.entry_point
     _read_lazily(dispatcher)
-    return _from_disk_cache(dispatcher, signature) or dispatcher.compile(signature)
+    cached = _from_disk_cache(dispatcher, signature)
+    if cached is not None:
+        return cached
+    with compiling(f"{getattr(dispatcher, '__qualname__', dispatcher)}{signature}"):
+        return dispatcher.compile(signature)
 
 
 _refreshed: set[int] = set()  # the target contexts refreshed once in this process
@@ -369,8 +396,15 @@ def plain_entry_point(function: Any, arrays: tuple[Any, ...], prepare: Any = Non
         else:
             if prepare is not None:
                 prepare()
+            logger.info(
+                "compiling a method whole (%d arguments, one function): the first load takes "
+                "seconds to a minute; later loads read it from %s",
+                len(signature),
+                cache_dir(),
+            )
             dispatcher = numba.njit(cache=True, error_model="numpy")(function)
-            dispatcher.compile(signature)
+            with compiling(f"{function.__module__}.{function.__qualname__}"):
+                dispatcher.compile(signature)
             result = dispatcher.overloads[signature]
             plain_stats["compilations"] += 1
         _plain_results[key] = result

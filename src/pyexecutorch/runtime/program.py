@@ -203,6 +203,7 @@ class Program:
             method = self._methods.get(name)
             if method is None:
                 self.ensure_segments(name)
+                compiled_before = compiled.compile_totals.copy()
                 loaded = LoadedMethod(
                     self._pte,
                     self._plan(name),
@@ -216,6 +217,15 @@ class Program:
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
+                new = compiled.compile_totals - compiled_before
+                if new:
+                    compiled.logger.info(
+                        "method %r: compiled %d function(s) in %.1f s, cached in %s",
+                        name,
+                        new["functions"],
+                        new["seconds"],
+                        compiled.cache_dir(),
+                    )
             return method
 
     def ensure_segments(self, name: str) -> None:
