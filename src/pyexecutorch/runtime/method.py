@@ -29,6 +29,7 @@ from pyexecutorch.kernels.registry import (
 )
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import compiled as compiled_tier
+from pyexecutorch.runtime import shape_plans
 from pyexecutorch.runtime.arity import check_kernel_call
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
@@ -57,6 +58,7 @@ from pyexecutorch.runtime.limits import (
     check_load_memory,
 )
 from pyexecutorch.runtime.low_precision import is_low, widened
+from pyexecutorch.runtime.shape_plans import ShapePlans, static_plan
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.verify import verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
@@ -232,7 +234,11 @@ class LoadedMethod:
         event_tracer: EventTracer | None = None,
         limits: LoadLimits = DEFAULT_LIMITS,
         verify: bool = True,
+        arenas: list[np.ndarray] | None = None,
     ) -> None:
+        """``arenas``: those of the dynamic-shape method this one is a static plan of (see
+        :mod:`pyexecutorch.runtime.shape_plans`); their state is kept, no initial data
+        written."""
         start = clock()
         # With a tracer the method compiles to an instrumented variant (see _traced_lines).
         self.tracer = event_tracer
@@ -247,7 +253,8 @@ class LoadedMethod:
         if verify:  # a program loaded with Verification.Minimal is checked method by method
             verify_plan(pte, plan)
         check_load_memory(plan, limits)
-        self.arenas = [
+        self._reused_arenas = arenas is not None
+        self.arenas = arenas or [
             shared.arenas[mem_id]
             if shared is not None and mem_id in shared.arenas
             else np.zeros(max(size, 0), dtype=np.uint8)
@@ -261,9 +268,18 @@ class LoadedMethod:
         self.inputs = [self._input_spec(i) for i in plan.inputs]
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
+        dynamic = shape_plans.dynamic_tensors(self) if jit and event_tracer is None else None
+        # The compiled tier runs such a method through static plans of it, one per input
+        # shapes; its own code is the numpy tier's, which stores every size it computes.
+        self.jit = jit and dynamic is None
         self.chains = self._compile()
+        # The static plans of a dynamic-shape method on the compiled tier, else None.
+        self.shape_plans: ShapePlans | None = None
         if self.whole_source is not None:
             self.run = self._run_whole
+        elif dynamic is not None:
+            self.shape_plans = ShapePlans(self, dynamic, self._static_plan, self.run)
+            self.run = self.shape_plans.run
         if event_tracer is not None:
             end = clock()
             event_tracer.profile("Method::init", start, end)
@@ -324,10 +340,26 @@ class LoadedMethod:
             return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
         return np.zeros(sizes, dtype=dtype)
 
+    def _static_plan(self, sizes: dict[int, tuple[int, ...]]) -> LoadedMethod:
+        """This dynamic-shape method with each tensor of ``sizes`` static at that size, on
+        the compiled tier, over this method's arenas."""
+        return LoadedMethod(
+            self._pte,
+            static_plan(self.plan, sizes),
+            named_data=self._named_data,
+            jit=True,
+            shared=self._shared,
+            limits=self.limits,
+            verify=False,
+            arenas=self.arenas,
+        )
+
     def _first_placement(self, mem_id: int, offset: int) -> bool:
         """Whether a tensor's initial state may be written at (arena, offset): always in
         this method's own arenas; in a shared one only by the first method to load, so
         that loading a method does not reset state another method has written."""
+        if self._reused_arenas:
+            return False
         shared = self._shared
         if shared is None or mem_id not in shared.arenas:
             return True
