@@ -163,6 +163,31 @@ def staged_form_steps(name: str, arrays: list[Any], out: np.ndarray) -> list[Ste
     return None if step is None else [*copies, step]
 
 
+class _BoundShapes:
+    """The shapes a dynamic input has been accepted at, each with the view of its planned
+    storage there (True for an input the method reads as given): what the generated input
+    installer looks up, so that a repeated shape costs one dictionary look-up."""
+
+    _MAX = 256  # distinct shapes kept; then forgotten (a dynamic dim may take many sizes)
+
+    def __init__(self, bound: tuple[int, ...], planned: np.ndarray | None) -> None:
+        self.bound = tuple(bound)
+        self.planned = planned
+        self.views: dict[tuple[int, ...], Any] = {}
+
+    def accept(self, shape: tuple[int, ...]) -> Any:
+        """The view for ``shape`` (True without planned storage), or None past the bounds."""
+        if len(shape) != len(self.bound) or any(
+            n > b for n, b in zip(shape, self.bound, strict=True)
+        ):
+            return None
+        if len(self.views) >= self._MAX:
+            self.views.clear()
+        view = True if self.planned is None else fit(self.planned, shape)
+        self.views[shape] = view
+        return view
+
+
 def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
     for backend, handle in delegates:
         backend.destroy(handle)
@@ -268,10 +293,12 @@ class LoadedMethod:
         self.inputs = [self._input_spec(i) for i in plan.inputs]
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
-        dynamic = shape_plans.dynamic_tensors(self) if jit and event_tracer is None else None
+        dynamic = shape_plans.dynamic_values(self) if jit and event_tracer is None else None
         # The compiled tier runs such a method through static plans of it, one per input
         # shapes; its own code is the numpy tier's, which stores every size it computes.
         self.jit = jit and dynamic is None
+        # The index in the program of each instruction (a static plan drops some), if not pc.
+        self.instruction_numbers: list[int] | None = None
         self.chains = self._compile()
         # The static plans of a dynamic-shape method on the compiled tier, else None.
         self.shape_plans: ShapePlans | None = None
@@ -340,12 +367,13 @@ class LoadedMethod:
             return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
         return np.zeros(sizes, dtype=dtype)
 
-    def _static_plan(self, sizes: dict[int, tuple[int, ...]]) -> LoadedMethod:
-        """This dynamic-shape method with each tensor of ``sizes`` static at that size, on
-        the compiled tier, over this method's arenas."""
-        return LoadedMethod(
+    def _static_plan(self, fixed: dict[int, Any]) -> LoadedMethod:
+        """This dynamic-shape method with each value of ``fixed`` fixed (see
+        shape_plans.static_plan), on the compiled tier, over this method's arenas."""
+        plan, kept = static_plan(self.plan, self.shape_plans.dynamic, fixed)
+        method = LoadedMethod(
             self._pte,
-            static_plan(self.plan, sizes),
+            plan,
             named_data=self._named_data,
             jit=True,
             shared=self._shared,
@@ -353,6 +381,8 @@ class LoadedMethod:
             verify=False,
             arenas=self.arenas,
         )
+        method.instruction_numbers = kept
+        return method
 
     def _first_placement(self, mem_id: int, offset: int) -> bool:
         """Whether a tensor's initial state may be written at (arena, offset): always in
@@ -1308,9 +1338,10 @@ class LoadedMethod:
         """:meth:`install_exact` for these ``slots``, generated once: a function of the inputs.
 
         With static shapes every check is a comparison against a bound constant and
-        every planned input one copy; dynamic inputs use :meth:`install_exact`.
+        every planned input one copy; a dynamic input's shape is looked up among those
+        already accepted (:class:`_BoundShapes`: the planned storage's view at it).
         """
-        if not slots or any(s.dynamic for s in slots):
+        if not slots:
             return lambda inputs: self.install_exact(inputs, slots)
         ns = Namespace()
         xs = [f"x{k}" for k in range(len(slots))]
@@ -1320,13 +1351,30 @@ class LoadedMethod:
             f"    {', '.join(xs)}, = inputs",
         ]
         stores = []
-        for x, (index, dtype, shape, planned, _, scalar) in zip(xs, slots, strict=True):
+        for x, (index, dtype, shape, planned, dynamic, scalar) in zip(xs, slots, strict=True):
             if dtype is None:
                 kind, value = ns.bind(type(scalar), "Y"), ns.bind(scalar, "S")
                 src.append(f"    if type({x}) is not {kind} or {x} != {value}: return False")
                 stores.append(f"    v[{index}] = {x}")
                 continue
             array, dt = ns.bind(np.ndarray, "N"), ns.bind(dtype, "D")
+            if dynamic:
+                bounds = _BoundShapes(shape, planned)
+                views, accept = ns.bind(bounds.views, "V"), ns.bind(bounds.accept, "A")
+                src += [
+                    f"    if type({x}) is not {array} or {x}.dtype != {dt}: return False",
+                    f"    {x}s = {views}.get({x}.shape)",
+                    f"    if {x}s is None: {x}s = {accept}({x}.shape)",
+                    f"    if {x}s is None: return False",
+                ]
+                if planned is None:
+                    src.append(
+                        f"    if not ({x}.flags.c_contiguous and {x}.flags.writeable): return False"
+                    )
+                    stores.append(f"    v[{index}] = {x}")
+                else:
+                    stores.append(f"    {x}s[...] = {x}; v[{index}] = {x}s")
+                continue
             src.append(
                 f"    if type({x}) is not {array} or {x}.dtype != {dt} or {x}.shape != "
                 f"{ns.bind(tuple(shape), 'S')}: return False"
@@ -1373,7 +1421,8 @@ class LoadedMethod:
 
     def _execution_error(self, e: Exception, chain: CompiledChain) -> ExecutionError:
         pc = failing_instruction(e, chain)
-        where = f"instruction {pc}" if pc is not None else "an instruction"
+        numbers = self.instruction_numbers
+        where = "an instruction" if pc is None else f"instruction {numbers[pc] if numbers else pc}"
         op = ""
         if pc is not None:
             instr = self.plan.chains[self.chains.index(chain)].instructions[pc].instr_args

@@ -3,10 +3,12 @@
 A method whose tensors have dynamic (bounded) shapes cannot compile whole as it
 stands: its kernels size their outputs per call. But when every shape in it
 follows from its inputs' shapes alone (no operator whose output size depends on
-data, no sizes computed at run time), one run at given input shapes fixes them
-all. Such a method keeps a small cache of static methods keyed by its dynamic
+data; the sizes it computes at run time come from tensors' sizes, through
+``sym_size`` and the scalar ``executorch_prim`` operators), one run at given
+input shapes fixes them all. Such a method keeps a small cache of static methods keyed by its dynamic
 inputs' shapes: each is the same program with every dynamic tensor made static
-at the size the run gave it, laid over the dynamic method's own arenas (a
+at the size the run gave it and each computed size a constant (its instruction
+dropped), laid over the dynamic method's own arenas (a
 dynamic tensor of a smaller size is the prefix of its upper-bound storage, as
 :func:`pyexecutorch.kernels.common.fit` places it), so it compiles whole like
 any static method, and the disk cache serves every size alike (generated
@@ -21,13 +23,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pyexecutorch.runtime.dataflow import accesses
 from pyexecutorch.schema.program import (
+    Bool,
+    Double,
     EValue,
+    Int,
     KernelCall,
     OptionalTensorList,
     Tensor,
@@ -44,6 +50,27 @@ _DATA_DEPENDENT = frozenset(
     }
 )
 
+# Operators computing sizes from tensors' sizes: the scalars they write are constants of a
+# static plan.
+_SIZE_OPS = frozenset({"aten::sym_size.int", "aten::sym_numel"})
+_SIZE_PREFIX = "executorch_prim::"
+_NOT_SIZE = frozenset({"executorch_prim::et_copy_index.tensor", "executorch_prim::et_view.default"})
+
+
+def _size_op(name: str) -> bool:
+    return name in _SIZE_OPS or (name.startswith(_SIZE_PREFIX) and name not in _NOT_SIZE)
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """What a run of a dynamic-shape method fixes: its dynamic tensors' shapes and the
+    scalars its size instructions (``sizers``, instruction indices) compute."""
+
+    tensors: tuple[int, ...]
+    scalars: tuple[int, ...]
+    sizers: frozenset[int]
+
+
 # At most this many static plans per method; later new shapes run instruction by instruction.
 MAX_PLANS = 16
 # Shapes seen once, remembered until this many (then forgotten, to bound the memory).
@@ -54,14 +81,14 @@ def _default_order(t: Tensor) -> bool:
     return list(t.dim_order) in ([], list(range(len(t.sizes))))
 
 
-def dynamic_tensors(method: Any) -> list[int] | None:
-    """The dynamic tensors of ``method`` (a LoadedMethod) when static plans can serve it,
-    else None.
+def dynamic_values(method: Any) -> Dynamic | None:
+    """What static plans of ``method`` (a LoadedMethod) are made from, or None when they
+    cannot serve it.
 
     It must be one straight-line chain of kernel calls with no delegate, take tensor
     inputs only (one of them dynamic), keep its dynamic tensors dense in the default
-    dim order within their bounds, compute no size at run time (no instruction writes
-    a non-tensor value), and call no operator whose output size depends on data.
+    dim order within their bounds, compute scalars only from sizes (see _size_op),
+    and call no operator whose output size depends on data.
     """
     plan = method.plan
     evalues = plan.values
@@ -81,7 +108,9 @@ def dynamic_tensors(method: Any) -> list[int] | None:
                 return None
             dynamic.append(j)
     written = set(plan.inputs)
-    for instr in plan.chains[0].instructions:
+    scalars: list[int] = []
+    sizers = set()
+    for pc, instr in enumerate(plan.chains[0].instructions):
         a = instr.instr_args
         if not isinstance(a, KernelCall):
             return None
@@ -89,12 +118,17 @@ def dynamic_tensors(method: Any) -> list[int] | None:
         if name in _DATA_DEPENDENT or (name == "aten::index.Tensor_out" and _bool_index(method, a)):
             return None
         writes = accesses(method, a)[1]
-        if any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
-            return None  # a size or scalar computed at run time (sym_size, item, prim ops)
+        if _size_op(name):
+            if any(isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
+                return None
+            scalars += writes
+            sizers.add(pc)
+        elif any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
+            return None  # a scalar computed from data (item) at run time
         written.update(writes)
     if any(j not in written for j in dynamic):
         return None  # a dynamic tensor nothing sizes: its shape is not recorded by a run
-    return dynamic
+    return Dynamic(tuple(dynamic), tuple(scalars), frozenset(sizers))
 
 
 def _bool_index(method: Any, call: KernelCall) -> bool:
@@ -114,15 +148,16 @@ def _bool_index(method: Any, call: KernelCall) -> bool:
 class ShapePlans:
     """The static methods of one dynamic-shape LoadedMethod, by its dynamic inputs' shapes.
 
-    ``build(sizes)`` makes the static method for ``sizes`` (value index -> shape of each
-    dynamic tensor); ``generic()`` runs the dynamic method instruction by instruction.
+    ``build(fixed)`` makes the static method for ``fixed`` (value index -> shape of each
+    dynamic tensor, value of each computed scalar); ``generic()`` runs the dynamic method
+    instruction by instruction.
     """
 
     def __init__(
         self,
         method: Any,
-        dynamic: list[int],
-        build: Callable[[dict[int, tuple[int, ...]]], Any],
+        dynamic: Dynamic,
+        build: Callable[[dict[int, Any]], Any],
         generic: Callable[[], None],
     ) -> None:
         self._values = method.values
@@ -130,7 +165,7 @@ class ShapePlans:
         # unplanned inputs are the caller's arrays: handed to the static method per call
         self._handed = tuple(spec.index for spec in method.inputs if not spec.planned)
         self._outputs = tuple(method.plan.outputs)
-        self._dynamic = dynamic
+        self.dynamic = dynamic
         self._build = build
         self._generic = generic
         self.plans: dict[tuple[tuple[int, ...], ...], Any] = {}
@@ -163,25 +198,41 @@ class ShapePlans:
         if len(self.plans) >= MAX_PLANS or key in self._refused:
             return
         v = self._values
-        sizes = {}
-        for j in self._dynamic:
-            a = v[j]
-            if not isinstance(a, np.ndarray):
+        fixed: dict[int, Any] = {}
+        for j in self.dynamic.tensors:
+            if not isinstance(v[j], np.ndarray):
                 self._refused.add(key)
                 return
-            sizes[j] = a.shape
+            fixed[j] = v[j].shape
+        for j in self.dynamic.scalars:
+            if type(v[j]) not in (int, float, bool):
+                self._refused.add(key)
+                return
+            fixed[j] = v[j]
         try:
-            self.plans[key] = self._build(sizes)
+            self.plans[key] = self._build(fixed)
         except Exception:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
             self._refused.add(key)
 
 
-def static_plan(plan: Any, sizes: dict[int, tuple[int, ...]]) -> Any:
-    """``plan`` (an ExecutionPlan) with each tensor of ``sizes`` static at its size there."""
+_SCALAR_VALUE = {bool: Bool, int: Int, float: Double}
+
+
+def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any, list[int]]:
+    """``plan`` (an ExecutionPlan) with each value of ``fixed`` fixed there: a tensor static
+    at its shape, a computed scalar a constant (its instruction dropped); and the index in
+    ``plan`` of each instruction kept (for error messages)."""
     values = list(plan.values)
-    for j, shape in sizes.items():
-        t = values[j].val
-        values[j] = EValue(
-            dataclasses.replace(t, sizes=list(shape), shape_dynamism=TensorShapeDynamism.STATIC)
-        )
-    return dataclasses.replace(plan, values=values)
+    for j, fix in fixed.items():
+        val = values[j].val
+        if isinstance(val, Tensor):
+            val = dataclasses.replace(
+                val, sizes=list(fix), shape_dynamism=TensorShapeDynamism.STATIC
+            )
+        else:
+            val = _SCALAR_VALUE[type(fix)](fix)
+        values[j] = EValue(val)
+    chain = plan.chains[0]
+    kept = [pc for pc in range(len(chain.instructions)) if pc not in dynamic.sizers]
+    chain = dataclasses.replace(chain, instructions=[chain.instructions[pc] for pc in kept])
+    return dataclasses.replace(plan, values=values, chains=[chain]), kept
