@@ -19,8 +19,7 @@ from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.io import InstallError
 
 # Cases whose every static plan compiles whole (the others run their static plans
-# instruction by instruction: a kernel without a compiled step, or two dynamic dims
-# whose larger sizes pass the standalone loops' limits).
+# instruction by instruction: some kernel there has no compiled step at those shapes).
 _WHOLE = {
     "slice_plus_linear",
     "slice_along",
@@ -30,7 +29,10 @@ _WHOLE = {
     "cat_along_and_across",
     "split_across",
     "halves_along_derived",
+    "derived_view",
+    "views",
     "reductions",
+    "sdpa_seq",
 }
 
 

@@ -66,33 +66,6 @@ def accesses(method: Any, a: Any) -> tuple[list[int], list[int]]:
     return [], []
 
 
-# Kernels whose output is a view of their first argument made at run time (no planned
-# memory of its own): reading the output reads the argument's bytes.
-_RUN_TIME_VIEWS = frozenset({"executorch_prim::et_view.default"})
-
-
-def _run_time_views(method: Any, instructions: list[Any]) -> dict[int, int]:
-    """{output: the value it views} of every run-time view among ``instructions``."""
-    viewed = {}
-    for a in instructions:
-        if isinstance(a, KernelCall) and method.kernels[a.op_index].name in _RUN_TIME_VIEWS:
-            args, outs = method.kernel_layout(method.kernels[a.op_index], a)
-            if len(outs) == 1 and args:
-                viewed[outs[0]] = args[0]
-    return viewed
-
-
-def _with_sources(ids: Any, viewed: dict[int, int]) -> list[int]:
-    """``ids`` followed by the values each one views at run time, through chains of views."""
-    out = list(ids)
-    for j in ids:
-        seen = {j}
-        while (j := viewed.get(j)) is not None and j not in seen:
-            seen.add(j)
-            out.append(j)
-    return out
-
-
 @dataclass
 class Flow:
     """Reads, writes and memory of one method's values (see the module docstring)."""
@@ -127,9 +100,6 @@ class Flow:
                 rebound.update(w)
             reads.append(r)
             writes.append(w)
-        viewed = _run_time_views(method, instructions)
-        if viewed:
-            reads = [_with_sources(r, viewed) for r in reads]
         write_count = Counter(plan.inputs)
         first_read: dict[int, int] = {}
         last_read: dict[int, int] = {}
@@ -139,7 +109,7 @@ class Flow:
                 first_read.setdefault(j, pc)
                 last_read[j] = pc
         end = len(instructions)
-        for j in _with_sources(plan.outputs, viewed):
+        for j in plan.outputs:
             first_read.setdefault(j, end)
             last_read[j] = end
         bounds = {
@@ -161,7 +131,7 @@ class Flow:
         for pc, r in enumerate(reads):
             for j in r:
                 flow.read_at.setdefault(j, []).append(pc)
-        for j in _with_sources(plan.outputs, viewed):
+        for j in plan.outputs:
             flow.read_at.setdefault(j, []).append(end)
         return flow
 

@@ -33,8 +33,10 @@ from pyexecutorch.schema.program import (
     Bool,
     Double,
     EValue,
+    Instruction,
     Int,
     KernelCall,
+    Operator,
     OptionalTensorList,
     Tensor,
     TensorList,
@@ -57,6 +59,10 @@ _SIZE_PREFIX = "executorch_prim::"
 _NOT_SIZE = frozenset({"executorch_prim::et_copy_index.tensor", "executorch_prim::et_view.default"})
 
 
+_RUN_TIME_VIEW = "executorch_prim::et_view.default"
+_VIEW_COPY = Operator(name="aten::view_copy", overload="out")
+
+
 def _size_op(name: str) -> bool:
     return name in _SIZE_OPS or (name.startswith(_SIZE_PREFIX) and name not in _NOT_SIZE)
 
@@ -69,6 +75,8 @@ class Dynamic:
     tensors: tuple[int, ...]
     scalars: tuple[int, ...]
     sizers: frozenset[int]
+    # the run-time views (et_view, whose outputs nothing else writes): copies in a static plan
+    views: frozenset[int] = frozenset()
 
 
 # At most this many static plans per method; later new shapes run instruction by instruction.
@@ -110,6 +118,8 @@ def dynamic_values(method: Any) -> Dynamic | None:
     written = set(plan.inputs)
     scalars: list[int] = []
     sizers = set()
+    views: dict[int, int] = {}  # et_view instruction -> its output
+    writers: dict[int, int] = {}
     for pc, instr in enumerate(plan.chains[0].instructions):
         a = instr.instr_args
         if not isinstance(a, KernelCall):
@@ -125,10 +135,18 @@ def dynamic_values(method: Any) -> Dynamic | None:
             sizers.add(pc)
         elif any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
             return None  # a scalar computed from data (item) at run time
+        if name == _RUN_TIME_VIEW and len(a.args) == 3:
+            views[pc] = a.args[2]
+        for j in writes:
+            writers[j] = writers.get(j, 0) + 1
         written.update(writes)
     if any(j not in written for j in dynamic):
         return None  # a dynamic tensor nothing sizes: its shape is not recorded by a run
-    return Dynamic(tuple(dynamic), tuple(scalars), frozenset(sizers))
+    if any(writers.get(out) != 1 for out in views.values()):
+        # written through: not a copy. (Kept as a view in a static plan, its source's bytes
+        # would look free to the load-time view elision once it is last read by name.)
+        return None
+    return Dynamic(tuple(dynamic), tuple(scalars), frozenset(sizers), frozenset(views))
 
 
 def _bool_index(method: Any, call: KernelCall) -> bool:
@@ -233,6 +251,20 @@ def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any
             val = _SCALAR_VALUE[type(fix)](fix)
         values[j] = EValue(val)
     chain = plan.chains[0]
+    operators = list(plan.operators)
+    instructions = []
     kept = [pc for pc in range(len(chain.instructions)) if pc not in dynamic.sizers]
-    chain = dataclasses.replace(chain, instructions=[chain.instructions[pc] for pc in kept])
-    return dataclasses.replace(plan, values=values, chains=[chain]), kept
+    for pc in kept:
+        instr = chain.instructions[pc]
+        if pc in dynamic.views:
+            # The view as a copy into its own (unplanned) storage: the runtime's view
+            # elision and compiled copies then treat it as any view_copy; nothing
+            # writes through it, so the two read the same.
+            if _VIEW_COPY not in operators:
+                operators.append(_VIEW_COPY)
+            source, size, out = instr.instr_args.args
+            call = KernelCall(operators.index(_VIEW_COPY), [source, size, out, out])
+            instr = Instruction(call)
+        instructions.append(instr)
+    chain = dataclasses.replace(chain, instructions=instructions)
+    return dataclasses.replace(plan, values=values, chains=[chain], operators=operators), kept
