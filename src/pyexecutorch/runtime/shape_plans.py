@@ -5,14 +5,14 @@ stands: its kernels size their outputs per call. But when every shape in it
 follows from its inputs' shapes alone (no operator whose output size depends on
 data; the sizes it computes at run time come from tensors' sizes, through
 ``sym_size`` and the scalar ``executorch_prim`` operators), one run at given
-input shapes fixes them all. Such a method keeps a small cache of static methods keyed by its dynamic
-inputs' shapes: each is the same program with every dynamic tensor made static
-at the size the run gave it and each computed size a constant (its instruction
-dropped), laid over the dynamic method's own arenas (a
-dynamic tensor of a smaller size is the prefix of its upper-bound storage, as
-:func:`pyexecutorch.kernels.common.fit` places it), so it compiles whole like
-any static method, and the disk cache serves every size alike (generated
-sources do not depend on sizes).
+input shapes fixes them all. Such a method keeps a small cache of static methods
+keyed by its dynamic inputs' shapes. Each is the same program with every dynamic
+tensor made static at the size the run gave it, each computed size a constant
+(its instruction dropped) and each run-time view (``et_view``) a copy, laid over
+the dynamic method's own arenas (a dynamic tensor of a smaller size is the prefix
+of its upper-bound storage, as :func:`pyexecutorch.kernels.common.fit` places
+it). So it compiles whole like any static method, and the disk cache serves
+every size alike (generated sources do not depend on sizes).
 
 A shape seen for the first time runs instruction by instruction (the numpy
 tier, which stores every tensor it resizes); the second call at that shape
@@ -75,7 +75,8 @@ class Dynamic:
     tensors: tuple[int, ...]
     scalars: tuple[int, ...]
     sizers: frozenset[int]
-    # the run-time views (et_view, whose outputs nothing else writes): copies in a static plan
+    # the run-time views (et_view: neither it nor its source written after it): copies in a
+    # static plan
     views: frozenset[int] = frozenset()
 
 
@@ -118,8 +119,8 @@ def dynamic_values(method: Any) -> Dynamic | None:
     written = set(plan.inputs)
     scalars: list[int] = []
     sizers = set()
-    views: dict[int, int] = {}  # et_view instruction -> its output
-    writers: dict[int, int] = {}
+    views: dict[int, tuple[int, int]] = {}  # et_view instruction -> (its source, its output)
+    writers: dict[int, list[int]] = {}  # value -> the instructions writing it
     for pc, instr in enumerate(plan.chains[0].instructions):
         a = instr.instr_args
         if not isinstance(a, KernelCall):
@@ -136,16 +137,18 @@ def dynamic_values(method: Any) -> Dynamic | None:
         elif any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
             return None  # a scalar computed from data (item) at run time
         if name == _RUN_TIME_VIEW and len(a.args) == 3:
-            views[pc] = a.args[2]
+            views[pc] = (a.args[0], a.args[2])
         for j in writes:
-            writers[j] = writers.get(j, 0) + 1
+            writers.setdefault(j, []).append(pc)
         written.update(writes)
     if any(j not in written for j in dynamic):
         return None  # a dynamic tensor nothing sizes: its shape is not recorded by a run
-    if any(writers.get(out) != 1 for out in views.values()):
-        # written through: not a copy. (Kept as a view in a static plan, its source's bytes
-        # would look free to the load-time view elision once it is last read by name.)
-        return None
+    for pc, (source, out) in views.items():
+        if writers.get(out) != [pc] or any(q > pc for q in writers.get(source, [])):
+            # written through, or its source changed later: the view is no copy. (Kept as
+            # a view in a static plan, its source's bytes would look free to the load-time
+            # view elision once the source is last read by name.)
+            return None
     return Dynamic(tuple(dynamic), tuple(scalars), frozenset(sizers), frozenset(views))
 
 
