@@ -1290,59 +1290,22 @@ class LoadedMethod:
         np.copyto(dst, value, casting="no")
         self.values[spec.index] = dst
 
-    def install_exact(self, inputs: Sequence[Any], slots: Sequence[ExactSlot]) -> bool:
-        """Install ``inputs`` when each is exactly what its slot declares; False if one is not.
-
-        A dense, writable array of the declared dtype and shape (within its
-        bounds for a dynamic one), or for a scalar input the very value the
-        method was exported with, needs none of the general conversions and
-        checks (:func:`pyexecutorch.runtime.io.exact_slots`); this is the
-        common call.
-        """
-        if len(inputs) != len(slots):
-            return False
-        v = self.values
-        # One pass: an input that fails leaves the others installed, which is
-        # harmless since the general path then installs them all again.
-        for x, (index, dtype, shape, planned, dynamic, scalar) in zip(inputs, slots, strict=True):
-            if dtype is None:
-                if type(x) is not type(scalar) or x != scalar:
-                    return False
-                v[index] = x
-                continue
-            if type(x) is not np.ndarray or x.dtype != dtype:
-                return False
-            if planned is None:
-                # The method reads the caller's array itself: it must be dense and
-                # writable as the general path would make it (a planned input is copied).
-                flags = x.flags
-                if not (flags.c_contiguous and flags.writeable):
-                    return False
-            if x.shape != shape:
-                if not (
-                    dynamic
-                    and len(x.shape) == len(shape)
-                    and all(n <= bound for n, bound in zip(x.shape, shape, strict=True))
-                ):
-                    return False
-                if planned is not None:
-                    planned = fit(planned, x.shape)
-            if planned is None:
-                v[index] = x
-            else:
-                planned[...] = x  # same dtype and shape: a plain copy
-                v[index] = planned
-        return True
-
     def exact_installer(self, slots: Sequence[ExactSlot]) -> Callable[[Sequence[Any]], bool]:
-        """:meth:`install_exact` for these ``slots``, generated once: a function of the inputs.
+        """A function installing the inputs when each is exactly what its slot declares, or
+        returning False when one is not, generated once for these ``slots``.
 
-        With static shapes every check is a comparison against a bound constant and
-        every planned input one copy; a dynamic input's shape is looked up among those
-        already accepted (:class:`_BoundShapes`: the planned storage's view at it).
+        A dense, writable array of the declared dtype and shape (within its bounds for a
+        dynamic one), or for a scalar input the very value the method was exported with,
+        needs none of the general conversions and checks
+        (:func:`pyexecutorch.runtime.io.exact_slots`); this is the common call. Each
+        static check is a comparison against a bound constant and every planned input
+        one copy; a dynamic input's shape is looked up among those already accepted
+        (:class:`_BoundShapes`: the planned storage's view at it). An input that fails
+        may leave the ones before it installed, which is harmless since the general path
+        then installs them all again. Without slots only a call with no inputs is exact.
         """
         if not slots:
-            return lambda inputs: self.install_exact(inputs, slots)
+            return lambda inputs: len(inputs) == 0
         ns = Namespace()
         xs = [f"x{k}" for k in range(len(slots))]
         src = [
