@@ -213,7 +213,7 @@ def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
 
 
 class ExactSlot(NamedTuple):
-    """What one input must be to take the exact path (see LoadedMethod.install_exact)."""
+    """What one input must be to take the exact path (see LoadedMethod.exact_installer)."""
 
     index: int  # value index
     dtype: np.dtype | None  # a tensor's dtype; None for a scalar input

@@ -29,6 +29,7 @@ from pyexecutorch.kernels.registry import (
 )
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import compiled as compiled_tier
+from pyexecutorch.runtime import shape_plans
 from pyexecutorch.runtime.arity import check_kernel_call
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
@@ -57,6 +58,7 @@ from pyexecutorch.runtime.limits import (
     check_load_memory,
 )
 from pyexecutorch.runtime.low_precision import is_low, widened
+from pyexecutorch.runtime.shape_plans import ShapePlans, static_plan
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.runtime.verify import verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
@@ -161,6 +163,31 @@ def staged_form_steps(name: str, arrays: list[Any], out: np.ndarray) -> list[Ste
     return None if step is None else [*copies, step]
 
 
+class _BoundShapes:
+    """The shapes a dynamic input has been accepted at, each with the view of its planned
+    storage there (True for an input the method reads as given): what the generated input
+    installer looks up, so that a repeated shape costs one dictionary look-up."""
+
+    _MAX = 256  # distinct shapes kept; then forgotten (a dynamic dim may take many sizes)
+
+    def __init__(self, bound: tuple[int, ...], planned: np.ndarray | None) -> None:
+        self.bound = tuple(bound)
+        self.planned = planned
+        self.views: dict[tuple[int, ...], Any] = {}
+
+    def accept(self, shape: tuple[int, ...]) -> Any:
+        """The view for ``shape`` (True without planned storage), or None past the bounds."""
+        if len(shape) != len(self.bound) or any(
+            n > b for n, b in zip(shape, self.bound, strict=True)
+        ):
+            return None
+        if len(self.views) >= self._MAX:
+            self.views.clear()
+        view = True if self.planned is None else fit(self.planned, shape)
+        self.views[shape] = view
+        return view
+
+
 def _destroy_delegates(delegates: list[tuple[Any, Any]]) -> None:
     for backend, handle in delegates:
         backend.destroy(handle)
@@ -232,7 +259,11 @@ class LoadedMethod:
         event_tracer: EventTracer | None = None,
         limits: LoadLimits = DEFAULT_LIMITS,
         verify: bool = True,
+        arenas: list[np.ndarray] | None = None,
     ) -> None:
+        """``arenas``: those of the dynamic-shape method this one is a static plan of (see
+        :mod:`pyexecutorch.runtime.shape_plans`); their state is kept, no initial data
+        written."""
         start = clock()
         # With a tracer the method compiles to an instrumented variant (see _traced_lines).
         self.tracer = event_tracer
@@ -247,7 +278,8 @@ class LoadedMethod:
         if verify:  # a program loaded with Verification.Minimal is checked method by method
             verify_plan(pte, plan)
         check_load_memory(plan, limits)
-        self.arenas = [
+        self._reused_arenas = arenas is not None
+        self.arenas = arenas or [
             shared.arenas[mem_id]
             if shared is not None and mem_id in shared.arenas
             else np.zeros(max(size, 0), dtype=np.uint8)
@@ -261,9 +293,20 @@ class LoadedMethod:
         self.inputs = [self._input_spec(i) for i in plan.inputs]
         self._resolve_kernels()
         self._delegates = self._init_delegates(backend_options)
+        dynamic = shape_plans.dynamic_values(self) if jit and event_tracer is None else None
+        # The compiled tier runs such a method through static plans of it, one per input
+        # shapes; its own code is the numpy tier's, which stores every size it computes.
+        self.jit = jit and dynamic is None
+        # The index in the program of each instruction (a static plan drops some), if not pc.
+        self.instruction_numbers: list[int] | None = None
         self.chains = self._compile()
+        # The static plans of a dynamic-shape method on the compiled tier, else None.
+        self.shape_plans: ShapePlans | None = None
         if self.whole_source is not None:
             self.run = self._run_whole
+        elif dynamic is not None:
+            self.shape_plans = ShapePlans(self, dynamic, self._static_plan, self.run)
+            self.run = self.shape_plans.run
         if event_tracer is not None:
             end = clock()
             event_tracer.profile("Method::init", start, end)
@@ -324,10 +367,29 @@ class LoadedMethod:
             return np.empty((0,) * max(len(sizes), 1), dtype=dtype)
         return np.zeros(sizes, dtype=dtype)
 
+    def _static_plan(self, fixed: dict[int, Any]) -> LoadedMethod:
+        """This dynamic-shape method with each value of ``fixed`` fixed (see
+        shape_plans.static_plan), on the compiled tier, over this method's arenas."""
+        plan, kept = static_plan(self.plan, self.shape_plans.dynamic, fixed)
+        method = LoadedMethod(
+            self._pte,
+            plan,
+            named_data=self._named_data,
+            jit=True,
+            shared=self._shared,
+            limits=self.limits,
+            verify=False,
+            arenas=self.arenas,
+        )
+        method.instruction_numbers = kept
+        return method
+
     def _first_placement(self, mem_id: int, offset: int) -> bool:
         """Whether a tensor's initial state may be written at (arena, offset): always in
         this method's own arenas; in a shared one only by the first method to load, so
         that loading a method does not reset state another method has written."""
+        if self._reused_arenas:
+            return False
         shared = self._shared
         if shared is None or mem_id not in shared.arenas:
             return True
@@ -1228,58 +1290,22 @@ class LoadedMethod:
         np.copyto(dst, value, casting="no")
         self.values[spec.index] = dst
 
-    def install_exact(self, inputs: Sequence[Any], slots: Sequence[ExactSlot]) -> bool:
-        """Install ``inputs`` when each is exactly what its slot declares; False if one is not.
-
-        A dense, writable array of the declared dtype and shape (within its
-        bounds for a dynamic one), or for a scalar input the very value the
-        method was exported with, needs none of the general conversions and
-        checks (:func:`pyexecutorch.runtime.io.exact_slots`); this is the
-        common call.
-        """
-        if len(inputs) != len(slots):
-            return False
-        v = self.values
-        # One pass: an input that fails leaves the others installed, which is
-        # harmless since the general path then installs them all again.
-        for x, (index, dtype, shape, planned, dynamic, scalar) in zip(inputs, slots, strict=True):
-            if dtype is None:
-                if type(x) is not type(scalar) or x != scalar:
-                    return False
-                v[index] = x
-                continue
-            if type(x) is not np.ndarray or x.dtype != dtype:
-                return False
-            if planned is None:
-                # The method reads the caller's array itself: it must be dense and
-                # writable as the general path would make it (a planned input is copied).
-                flags = x.flags
-                if not (flags.c_contiguous and flags.writeable):
-                    return False
-            if x.shape != shape:
-                if not (
-                    dynamic
-                    and len(x.shape) == len(shape)
-                    and all(n <= bound for n, bound in zip(x.shape, shape, strict=True))
-                ):
-                    return False
-                if planned is not None:
-                    planned = fit(planned, x.shape)
-            if planned is None:
-                v[index] = x
-            else:
-                planned[...] = x  # same dtype and shape: a plain copy
-                v[index] = planned
-        return True
-
     def exact_installer(self, slots: Sequence[ExactSlot]) -> Callable[[Sequence[Any]], bool]:
-        """:meth:`install_exact` for these ``slots``, generated once: a function of the inputs.
+        """A function installing the inputs when each is exactly what its slot declares, or
+        returning False when one is not, generated once for these ``slots``.
 
-        With static shapes every check is a comparison against a bound constant and
-        every planned input one copy; dynamic inputs use :meth:`install_exact`.
+        A dense, writable array of the declared dtype and shape (within its bounds for a
+        dynamic one), or for a scalar input the very value the method was exported with,
+        needs none of the general conversions and checks
+        (:func:`pyexecutorch.runtime.io.exact_slots`); this is the common call. Each
+        static check is a comparison against a bound constant and every planned input
+        one copy; a dynamic input's shape is looked up among those already accepted
+        (:class:`_BoundShapes`: the planned storage's view at it). An input that fails
+        may leave the ones before it installed, which is harmless since the general path
+        then installs them all again. Without slots only a call with no inputs is exact.
         """
-        if not slots or any(s.dynamic for s in slots):
-            return lambda inputs: self.install_exact(inputs, slots)
+        if not slots:
+            return lambda inputs: len(inputs) == 0
         ns = Namespace()
         xs = [f"x{k}" for k in range(len(slots))]
         src = [
@@ -1288,13 +1314,30 @@ class LoadedMethod:
             f"    {', '.join(xs)}, = inputs",
         ]
         stores = []
-        for x, (index, dtype, shape, planned, _, scalar) in zip(xs, slots, strict=True):
+        for x, (index, dtype, shape, planned, dynamic, scalar) in zip(xs, slots, strict=True):
             if dtype is None:
                 kind, value = ns.bind(type(scalar), "Y"), ns.bind(scalar, "S")
                 src.append(f"    if type({x}) is not {kind} or {x} != {value}: return False")
                 stores.append(f"    v[{index}] = {x}")
                 continue
             array, dt = ns.bind(np.ndarray, "N"), ns.bind(dtype, "D")
+            if dynamic:
+                bounds = _BoundShapes(shape, planned)
+                views, accept = ns.bind(bounds.views, "V"), ns.bind(bounds.accept, "A")
+                src += [
+                    f"    if type({x}) is not {array} or {x}.dtype != {dt}: return False",
+                    f"    {x}s = {views}.get({x}.shape)",
+                    f"    if {x}s is None: {x}s = {accept}({x}.shape)",
+                    f"    if {x}s is None: return False",
+                ]
+                if planned is None:
+                    src.append(
+                        f"    if not ({x}.flags.c_contiguous and {x}.flags.writeable): return False"
+                    )
+                    stores.append(f"    v[{index}] = {x}")
+                else:
+                    stores.append(f"    {x}s[...] = {x}; v[{index}] = {x}s")
+                continue
             src.append(
                 f"    if type({x}) is not {array} or {x}.dtype != {dt} or {x}.shape != "
                 f"{ns.bind(tuple(shape), 'S')}: return False"
@@ -1341,7 +1384,8 @@ class LoadedMethod:
 
     def _execution_error(self, e: Exception, chain: CompiledChain) -> ExecutionError:
         pc = failing_instruction(e, chain)
-        where = f"instruction {pc}" if pc is not None else "an instruction"
+        numbers = self.instruction_numbers
+        where = "an instruction" if pc is None else f"instruction {numbers[pc] if numbers else pc}"
         op = ""
         if pc is not None:
             instr = self.plan.chains[self.chains.index(chain)].instructions[pc].instr_args

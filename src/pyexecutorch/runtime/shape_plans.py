@@ -1,0 +1,273 @@
+"""Static plans of a dynamic-shape method, one per distinct input shapes (the compiled tier).
+
+A method whose tensors have dynamic (bounded) shapes cannot compile whole as it
+stands: its kernels size their outputs per call. But when every shape in it
+follows from its inputs' shapes alone (no operator whose output size depends on
+data; the sizes it computes at run time come from tensors' sizes, through
+``sym_size`` and the scalar ``executorch_prim`` operators), one run at given
+input shapes fixes them all. Such a method keeps a small cache of static methods
+keyed by its dynamic inputs' shapes. Each is the same program with every dynamic
+tensor made static at the size the run gave it, each computed size a constant
+(its instruction dropped) and each run-time view (``et_view``) a copy, laid over
+the dynamic method's own arenas (a dynamic tensor of a smaller size is the prefix
+of its upper-bound storage, as :func:`pyexecutorch.kernels.common.fit` places
+it). So it compiles whole like any static method, and the disk cache serves
+every size alike (generated sources do not depend on sizes).
+
+A shape seen for the first time runs instruction by instruction (the numpy
+tier, which stores every tensor it resizes); the second call at that shape
+builds the static method from what the first recorded, and later calls run it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.runtime.dataflow import accesses
+from pyexecutorch.schema.program import (
+    Bool,
+    Double,
+    EValue,
+    Instruction,
+    Int,
+    KernelCall,
+    Operator,
+    OptionalTensorList,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)
+
+# Operators whose output sizes depend on their inputs' values, not only their shapes.
+_DATA_DEPENDENT = frozenset(
+    {
+        "aten::nonzero.out",
+        "aten::masked_select.out",
+        "aten::repeat_interleave.Tensor_out",
+    }
+)
+
+# Operators computing sizes from tensors' sizes: the scalars they write are constants of a
+# static plan.
+_SIZE_OPS = frozenset({"aten::sym_size.int", "aten::sym_numel"})
+_SIZE_PREFIX = "executorch_prim::"
+_NOT_SIZE = frozenset({"executorch_prim::et_copy_index.tensor", "executorch_prim::et_view.default"})
+
+
+_RUN_TIME_VIEW = "executorch_prim::et_view.default"
+_VIEW_COPY = Operator(name="aten::view_copy", overload="out")
+
+
+def _size_op(name: str) -> bool:
+    return name in _SIZE_OPS or (name.startswith(_SIZE_PREFIX) and name not in _NOT_SIZE)
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """What a run of a dynamic-shape method fixes: its dynamic tensors' shapes and the
+    scalars its size instructions (``sizers``, instruction indices) compute."""
+
+    tensors: tuple[int, ...]
+    scalars: tuple[int, ...]
+    sizers: frozenset[int]
+    # the run-time views (et_view: neither it nor its source written after it): copies in a
+    # static plan
+    views: frozenset[int] = frozenset()
+
+
+# At most this many static plans per method; later new shapes run instruction by instruction.
+MAX_PLANS = 16
+# Shapes seen once, remembered until this many (then forgotten, to bound the memory).
+_MAX_SEEN = 1024
+
+
+def _default_order(t: Tensor) -> bool:
+    return list(t.dim_order) in ([], list(range(len(t.sizes))))
+
+
+def dynamic_values(method: Any) -> Dynamic | None:
+    """What static plans of ``method`` (a LoadedMethod) are made from, or None when they
+    cannot serve it.
+
+    It must be one straight-line chain of kernel calls with no delegate, take tensor
+    inputs only (one of them dynamic), keep its dynamic tensors dense in the default
+    dim order within their bounds, compute scalars only from sizes (see _size_op),
+    and call no operator whose output size depends on data.
+    """
+    plan = method.plan
+    evalues = plan.values
+    if len(plan.chains) != 1 or plan.delegates:
+        return None
+    if any(spec.kind != "tensor" for spec in method.inputs):
+        return None
+    if not any(spec.dynamic for spec in method.inputs):
+        return None
+    dynamic = []
+    for j, ev in enumerate(evalues):
+        t = ev.val
+        if isinstance(t, Tensor) and t.shape_dynamism != TensorShapeDynamism.STATIC:
+            if t.shape_dynamism != TensorShapeDynamism.DYNAMIC_BOUND or not _default_order(t):
+                return None
+            if j in method.constant_values:
+                return None
+            dynamic.append(j)
+    written = set(plan.inputs)
+    scalars: list[int] = []
+    sizers = set()
+    views: dict[int, tuple[int, int]] = {}  # et_view instruction -> (its source, its output)
+    writers: dict[int, list[int]] = {}  # value -> the instructions writing it
+    for pc, instr in enumerate(plan.chains[0].instructions):
+        a = instr.instr_args
+        if not isinstance(a, KernelCall):
+            return None
+        name = method.kernels[a.op_index].name
+        if name in _DATA_DEPENDENT or (name == "aten::index.Tensor_out" and _bool_index(method, a)):
+            return None
+        writes = accesses(method, a)[1]
+        if _size_op(name):
+            if any(isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
+                return None
+            scalars += writes
+            sizers.add(pc)
+        elif any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
+            return None  # a scalar computed from data (item) at run time
+        if name == _RUN_TIME_VIEW and len(a.args) == 3:
+            views[pc] = (a.args[0], a.args[2])
+        for j in writes:
+            writers.setdefault(j, []).append(pc)
+        written.update(writes)
+    if any(j not in written for j in dynamic):
+        return None  # a dynamic tensor nothing sizes: its shape is not recorded by a run
+    for pc, (source, out) in views.items():
+        if writers.get(out) != [pc] or any(q > pc for q in writers.get(source, [])):
+            # written through, or its source changed later: the view is no copy. (Kept as
+            # a view in a static plan, its source's bytes would look free to the load-time
+            # view elision once the source is last read by name.)
+            return None
+    return Dynamic(tuple(dynamic), tuple(scalars), frozenset(sizers), frozenset(views))
+
+
+def _bool_index(method: Any, call: KernelCall) -> bool:
+    """Whether an ``index.Tensor`` call has a boolean mask among its indices (a mask's
+    output size is its count of true elements)."""
+    evalues = method.plan.values
+    for j in call.args:
+        val = evalues[j].val
+        if isinstance(val, OptionalTensorList):
+            for i in val.items:
+                item = evalues[i].val if i >= 0 else None
+                if isinstance(item, Tensor) and method.capacity[i].dtype == np.bool_:
+                    return True
+    return False
+
+
+class ShapePlans:
+    """The static methods of one dynamic-shape LoadedMethod, by its dynamic inputs' shapes.
+
+    ``build(fixed)`` makes the static method for ``fixed`` (value index -> shape of each
+    dynamic tensor, value of each computed scalar); ``generic()`` runs the dynamic method
+    instruction by instruction.
+    """
+
+    def __init__(
+        self,
+        method: Any,
+        dynamic: Dynamic,
+        build: Callable[[dict[int, Any]], Any],
+        generic: Callable[[], None],
+    ) -> None:
+        self._values = method.values
+        self._keys = tuple(spec.index for spec in method.inputs if spec.dynamic)
+        # unplanned inputs are the caller's arrays: handed to the static method per call
+        self._handed = tuple(spec.index for spec in method.inputs if not spec.planned)
+        self._outputs = tuple(method.plan.outputs)
+        self.dynamic = dynamic
+        self._build = build
+        self._generic = generic
+        self.plans: dict[tuple[tuple[int, ...], ...], Any] = {}
+        self._seen: set[tuple[tuple[int, ...], ...]] = set()
+        self._refused: set[tuple[tuple[int, ...], ...]] = set()
+
+    def run(self) -> None:
+        """``run`` of the dynamic method: its static plan for these input shapes if built."""
+        v = self._values
+        key = tuple(v[j].shape for j in self._keys)
+        plan = self.plans.get(key)
+        if plan is None:
+            self._generic()
+            self._record(key)
+            return
+        pv = plan.values
+        for j in self._handed:
+            pv[j] = v[j]
+        plan.run()
+        for j in self._outputs:
+            v[j] = pv[j]
+
+    def _record(self, key: tuple[tuple[int, ...], ...]) -> None:
+        """After a generic run: build the static plan for ``key`` the second time it runs."""
+        if key not in self._seen:
+            if len(self._seen) >= _MAX_SEEN:
+                self._seen.clear()
+            self._seen.add(key)
+            return
+        if len(self.plans) >= MAX_PLANS or key in self._refused:
+            return
+        v = self._values
+        fixed: dict[int, Any] = {}
+        for j in self.dynamic.tensors:
+            if not isinstance(v[j], np.ndarray):
+                self._refused.add(key)
+                return
+            fixed[j] = v[j].shape
+        for j in self.dynamic.scalars:
+            if type(v[j]) not in (int, float, bool):
+                self._refused.add(key)
+                return
+            fixed[j] = v[j]
+        try:
+            self.plans[key] = self._build(fixed)
+        except Exception:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
+            self._refused.add(key)
+
+
+_SCALAR_VALUE = {bool: Bool, int: Int, float: Double}
+
+
+def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any, list[int]]:
+    """``plan`` (an ExecutionPlan) with each value of ``fixed`` fixed there: a tensor static
+    at its shape, a computed scalar a constant (its instruction dropped); and the index in
+    ``plan`` of each instruction kept (for error messages)."""
+    values = list(plan.values)
+    for j, fix in fixed.items():
+        val = values[j].val
+        if isinstance(val, Tensor):
+            val = dataclasses.replace(
+                val, sizes=list(fix), shape_dynamism=TensorShapeDynamism.STATIC
+            )
+        else:
+            val = _SCALAR_VALUE[type(fix)](fix)
+        values[j] = EValue(val)
+    chain = plan.chains[0]
+    operators = list(plan.operators)
+    instructions = []
+    kept = [pc for pc in range(len(chain.instructions)) if pc not in dynamic.sizers]
+    for pc in kept:
+        instr = chain.instructions[pc]
+        if pc in dynamic.views:
+            # The view as a copy into its own (unplanned) storage: the runtime's view
+            # elision and compiled copies then treat it as any view_copy; nothing
+            # writes through it, so the two read the same.
+            if _VIEW_COPY not in operators:
+                operators.append(_VIEW_COPY)
+            source, size, out = instr.instr_args.args
+            call = KernelCall(operators.index(_VIEW_COPY), [source, size, out, out])
+            instr = Instruction(call)
+        instructions.append(instr)
+    chain = dataclasses.replace(chain, instructions=instructions)
+    return dataclasses.replace(plan, values=values, chains=[chain], operators=operators), kept
