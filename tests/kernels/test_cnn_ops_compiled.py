@@ -50,6 +50,9 @@ VALUES_ONLY = [
     ((1, 2, 9, 9), 3, 2, 1, 2, True),
     ((1, 2, 7, 6), (1, 3), (1, 2), 0, 1, False),
     ((3, 6, 5), 2, 2, 1, 1, True),
+    ((1, 3, 13, 12), 5, 2, 2, 1, True),  # 5 taps a pass: folds alternate two buffers
+    ((2, 2, 12, 13), (4, 6), (3, 1), (2, 1), (1, 2), False),
+    ((1, 5, 8, 9), (7, 1), 1, (3, 0), 1, False),
 ]
 
 
@@ -79,6 +82,53 @@ def test_max_pool_values_only(case, dtype):
     fast(other, *args[1:], out, idx)
     want = F.max_pool2d(torch.from_numpy(np.ascontiguousarray(other)), k, s, p, d, ceil)
     np.testing.assert_array_equal(out, want.numpy())
+
+
+@pytest.mark.parametrize("case", VALUES_ONLY, ids=[str(c) for c in VALUES_ONLY])
+def test_max_pool_values_step_in_blocks(case):
+    """The values-only step, its planes in one block or several (as the parallel
+    variant splits them), signed zeros, NaN and -inf as torch."""
+    shape, k, s, p, d, ceil = case
+    x = _x(shape, F64)
+    want = F.max_pool2d(torch.from_numpy(x.copy()), k, s, p, d, ceil).numpy()
+    out, idx = np.zeros(want.shape, F64), np.zeros(want.shape, np.int64)
+    args = (x, _pair(k), _pair(s), _pair(p), _pair(d), ceil)
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    function, load = fast.step[:2]
+    planes = load[0].shape[0]
+    for block in sorted({planes, 2, 1}):
+        out[...] = 0
+        function(*load[:6], block, *load[7:])
+        np.testing.assert_array_equal(out, want, err_msg=f"block {block}")
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+
+
+@pytest.mark.parametrize("k, s", [(2, 2), (3, 1)])
+def test_max_pool_values_ties_across_rows_go_row_major(k, s):
+    # Each window holds -0.0 in an earlier row and 0.0 below-left of it: torch returns
+    # the first in row-major order (-0.0), a column-first fold would return 0.0.
+    x = np.tile(np.array([[-1.0, -0.0], [0.0, -1.0]], F32), (1, 2, 3, 3))
+    want = F.max_pool2d(torch.from_numpy(x.copy()), k, s).numpy()
+    out, idx = np.zeros(want.shape, F32), np.zeros(want.shape, np.int64)
+    args = (x, [k, k], [s, s], [0, 0], [1, 1], False)
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    (got,) = _step_result(fast, [out])
+    assert np.signbit(want).any()
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_max_pool_values_parallel_variant():
+    from pyexecutorch.kernels.pool.compiled import MAX_POOL_VALUES  # noqa: PLC0415
+
+    x = _x((2, 5, 17, 16), F32)
+    want = F.max_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, 1, True).numpy()
+    out, idx = np.zeros(want.shape, F32), np.zeros(want.shape, np.int64)
+    args = (x, [3, 3], [2, 2], [1, 1], [1, 1], True)
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    load = fast.step[1]
+    MAX_POOL_VALUES[1](*load[:6], 3, *load[7:])
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
 
 
 def _step_result(fast, outs):  # noqa: ANN001, ANN202
