@@ -154,6 +154,49 @@ def test_max_pool_step_computes_the_kernel(values_only):
         np.testing.assert_array_equal(got_idx, want_idx.numpy())
 
 
+# (shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_STEPS = [
+    ((1, 4, 31, 31), 3, 2, 0, True, True, None),
+    ((2, 3, 9, 8), 3, 1, 1, False, False, None),
+    ((1, 2, 7, 7), (2, 3), (2, 1), (1, 1), True, True, None),
+    ((3, 6, 5), 2, 2, 1, True, False, 3),
+]
+
+
+@pytest.mark.parametrize("case", AVG_STEPS, ids=[str(c) for c in AVG_STEPS])
+def test_avg_pool_step_in_blocks(case):
+    """The average pooling step, its planes in one block or several (as the parallel
+    variant splits them): equal to torch, a window of -0.0 averaging to 0.0."""
+    shape, k, s, p, ceil, include, override = case
+    x = _x(shape, F64)
+    x[..., :3, :4] = -0.0  # the first windows hold only -0.0
+    want = F.avg_pool2d(torch.from_numpy(x.copy()), k, s, p, ceil, include, override).numpy()
+    out = np.zeros(want.shape, F64)
+    args = (x, _pair(k), _pair(s), _pair(p), ceil, include, override)
+    fast = get_compiled_form("aten::avg_pool2d.out")(*args, out)
+    function, load = fast.step[:2]
+    planes = load[0].shape[0]
+    for block in sorted({planes, 2, 1}):
+        out[...] = 7
+        function(*load[:6], block, *load[7:])
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12, err_msg=f"block {block}")
+        zero = want == 0
+        np.testing.assert_array_equal(np.signbit(out[zero]), np.signbit(want[zero]))
+
+
+def test_avg_pool_parallel_variant():
+    from pyexecutorch.kernels.pool.compiled import AVG_POOL  # noqa: PLC0415
+
+    x = _x((2, 5, 17, 16), F32)
+    x[np.isnan(x) | np.isinf(x)] = 0.5
+    want = F.avg_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, True, False).numpy()
+    out = np.zeros(want.shape, F32)
+    args = (x, [3, 3], [2, 2], [1, 1], True, False, None)
+    load = get_compiled_form("aten::avg_pool2d.out")(*args, out).step[1]
+    AVG_POOL[1](*load[:6], 3, *load[7:])
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
 def test_avg_and_adaptive_pool_steps_compute_the_kernels():
     x = _x((1, 4, 9, 9), F32)
     x[np.isnan(x) | np.isinf(x)] = 0.5  # (averages of infinities are NaN both ways)

@@ -1,19 +1,21 @@
 """Compiled (numba) forms of max, average and adaptive average pooling.
 
-numpy pools by one shifted maximum or sum over the whole tensor per window
-tap (and max pooling's indices by as many compares and masked copies again);
-here each output reads its window once, only the taps inside the image
-(padding, however wide, is never materialized), except values-only max pooling. Window geometry, divisors and
-adaptive window bounds are computed at load by the reference kernels' own
-helpers. Window averages sum from 0.0 as torch does (a window of -0.0
-averages to 0.0); a global average (adaptive to 1x1) is a row sum over each
-plane with interleaved partial sums, as the reference's one reduction is. Max
-pooling propagates NaN and picks indices as the reference does: the first maximum
-in row-major order, the last NaN of a NaN window; when nothing reads the indices,
-a values-only kernel folds all planes' rows, then their columns, in long flat
-vectorized passes (over a -inf bordered copy when windows reach outside). Each form offers
-its call on the planned arrays as a whole-method step. Imported only by the
-compiled tier; ``pool.py`` stays the reference.
+numpy pools by one shifted maximum or sum over the whole tensor per window tap
+(and max pooling's indices by as many compares and masked copies again). Here
+values-only max pooling and average pooling fold all planes' rows, then their
+columns, in long flat vectorized passes (over a bordered copy when windows reach
+outside the image), then gather the window origins: loops per output row run
+7-31 elements on a CNN's images and never reach their vector body. Max pooling
+with indices reads each output's window once, only the taps inside the image.
+Window geometry, divisors and adaptive window bounds are computed at load by the
+reference kernels' own helpers. Window averages sum in float64 from 0.0 as torch
+does (a window of -0.0 averages to 0.0); a global average (adaptive to 1x1) is a
+row sum over each plane with interleaved partial sums, as the reference's one
+reduction is. Max pooling propagates NaN and picks as the reference does: the
+first maximum in row-major order (rows fold first, so -0.0 against 0.0 as torch),
+the last NaN of a NaN window for indices. Each form offers its call on the planned
+arrays as a whole-method step. Imported only by the compiled tier; ``pool.py``
+stays the reference.
 """
 
 from __future__ import annotations
@@ -187,22 +189,56 @@ def _max_pool_values(x, out, padded, rows, cols, spare, block, kh, kw, sh, sw, p
     return out
 
 
-def _avg_pool(x, out, divisor, kh, kw, sh, sw, ph, pw):  # noqa: ANN001, ANN201
-    """Window sums of x (planes, h, w) over the taps inside the image, / divisor (oh, ow)."""
+def _sum_taps(src, n, taps, step, dst):  # noqa: ANN001, ANN201
+    """dst[:n] = 0.0 + the ``taps`` shifted runs ``src[t * step :][:n]``, in tap order
+    (from 0.0 as torch: a sum of -0.0 is 0.0), one vectorized pass a tap."""
+    out = dst[:n]
+    run = src[:n]
+    for i in range(n):
+        out[i] = 0.0 + run[i]
+    for t in range(1, taps):
+        run = src[t * step : t * step + n]
+        for i in range(n):
+            out[i] += run[i]
+    return out
+
+
+_sum_taps = njit(cache=True, error_model="numpy")(_sum_taps)
+
+
+def _avg_pool(x, out, padded, rows, cols, divisor, block, kh, kw, sh, sw, ph, pw):  # noqa: ANN001, ANN201
+    """Window sums of x (planes, h, w) / divisor (oh, ow) into out (planes, oh, ow).
+
+    As :func:`_max_pool_values`: flat row and column passes over blocks of planes,
+    then a gather at the window origins, here in float64 over ``padded`` (planes, hp,
+    wp), x converted with a zero border (padding and ceil-mode overhang add nothing).
+    """
     planes, h, w = x.shape
+    hp, wp = padded.shape[1], padded.shape[2]
     oh_n, ow_n = out.shape[1], out.shape[2]
-    for p in prange(planes):  # noqa: B020
-        for oh in range(oh_n):
-            h0 = oh * sh - ph
-            i0, i1 = max(h0, 0), min(h0 + kh, h)
-            for ow in range(ow_n):
-                w0 = ow * sw - pw
-                j0, j1 = max(w0, 0), min(w0 + kw, w)
-                acc = 0.0
-                for ih in range(i0, i1):
-                    for iw in range(j0, j1):
-                        acc += x[p, ih, iw]
-                out[p, oh, ow] = acc / divisor[oh, ow]
+    plane_size = hp * wp
+    flat = padded.reshape(-1)
+    for b in prange((planes + block - 1) // block):  # noqa: B020
+        p0 = b * block
+        p1 = min(p0 + block, planes)
+        for p in range(p0, p1):
+            for ih in range(h):
+                dst = padded[p, ph + ih, pw : pw + w]
+                src = x[p, ih]
+                for iw in range(w):
+                    dst[iw] = src[iw]
+        start = p0 * plane_size
+        n = (p1 - p0) * plane_size - (kw - 1)
+        across = _sum_taps(flat[start:], n, kw, 1, rows[start:])
+        down = _sum_taps(across, n - (kh - 1) * wp, kh, wp, cols[start:])
+        for p in range(p0, p1):
+            for oh in range(oh_n):
+                o = (p - p0) * plane_size + oh * sh * wp
+                taps = down[o : o + (ow_n - 1) * sw + 1 : sw]
+                line = out[p, oh]
+                share = divisor[oh]
+                for ow in range(ow_n):
+                    line[ow] = taps[ow] / share[ow]
     return out
 
 
@@ -231,6 +267,14 @@ def _planes(a: np.ndarray) -> tuple[int, int, int]:
     return (math.prod(a.shape[:-2]), a.shape[-2], a.shape[-1])
 
 
+def _block(planes: int, work: int, variants: tuple[Any, Any]) -> int:
+    """Planes per block of a flat-pass pooling kernel: all of them (one run a pass) when
+    serial; when parallel, a few blocks per thread."""
+    if choose(variants, work) is variants[0]:
+        return planes
+    return max(1, -(-planes // (4 * numba.get_num_threads())))
+
+
 def _max_pool_values_form(xv, ov, x0, o0, xs, os_, k, s, p, d, ohw) -> Any:  # noqa: ANN001
     """The values-only call and step of :func:`_max_pool_values` on planes views."""
     planes, h, w = xs
@@ -241,10 +285,7 @@ def _max_pool_values_form(xv, ov, x0, o0, xs, os_, k, s, p, d, ohw) -> Any:  # n
     spare = np.empty(size if max(k) > 3 else 0, xv.dtype)
     work = ov.size * k[0] * k[1]
     variant = choose(MAX_POOL_VALUES, work)
-    threads = numba.get_num_threads()
-    # One block (one run per pass) when serial; when parallel, a few blocks per thread.
-    block = planes if variant is MAX_POOL_VALUES[0] else max(1, -(-planes // (4 * threads)))
-    geometry = (block, *k, *s, *p, *d)
+    geometry = (_block(planes, work, MAX_POOL_VALUES), *k, *s, *p, *d)
     load = (xv, ov, padded, rows, cols, spare, *geometry)
     kern = pick(MAX_POOL_VALUES, work, load)
 
@@ -353,8 +394,13 @@ def _avg_pool_form(
     os_ = (xs[0], *ohw)
     x0, o0 = x, out
     xv, ov = x.reshape(xs), out.reshape(os_)
-    load = (xv, ov, divisor, *k, *s, *p)
-    kern = pick(AVG_POOL, out.size * k[0] * k[1], load)
+    hp, wp, _, _, _ = pool.separable_geometry(x.shape[-2:], k, s, p, (1, 1), ohw)
+    padded = np.zeros((xs[0], hp, wp))  # float64 sums, as the reference's
+    rows, cols = np.empty(padded.size), np.empty(padded.size)
+    work = out.size * k[0] * k[1]
+    geometry = (_block(xs[0], work, AVG_POOL), *k, *s, *p)
+    load = (xv, ov, padded, rows, cols, divisor, *geometry)
+    kern = pick(AVG_POOL, work, load)
 
     def avg_pool(
         x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out
@@ -362,14 +408,11 @@ def _avg_pool_form(
         kern(
             xv if x is x0 else contiguous(x, xs),
             ov if out is o0 else out.reshape(os_),
-            divisor,
-            *k,
-            *s,
-            *p,
-        )
+            padded, rows, cols, divisor, *geometry,
+        )  # fmt: skip
         return out
 
-    avg_pool.step = (choose(AVG_POOL, out.size * k[0] * k[1]), load)  # on the planned arrays
+    avg_pool.step = (choose(AVG_POOL, work), load)  # on the planned arrays
     avg_pool.fills_outputs = True
     return avg_pool
 
