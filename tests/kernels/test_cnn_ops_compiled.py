@@ -50,6 +50,9 @@ VALUES_ONLY = [
     ((1, 2, 9, 9), 3, 2, 1, 2, True),
     ((1, 2, 7, 6), (1, 3), (1, 2), 0, 1, False),
     ((3, 6, 5), 2, 2, 1, 1, True),
+    ((1, 3, 13, 12), 5, 2, 2, 1, True),  # 5 taps a pass: folds alternate two buffers
+    ((2, 2, 12, 13), (4, 6), (3, 1), (2, 1), (1, 2), False),
+    ((1, 5, 8, 9), (7, 1), 1, (3, 0), 1, False),
 ]
 
 
@@ -81,6 +84,53 @@ def test_max_pool_values_only(case, dtype):
     np.testing.assert_array_equal(out, want.numpy())
 
 
+@pytest.mark.parametrize("case", VALUES_ONLY, ids=[str(c) for c in VALUES_ONLY])
+def test_max_pool_values_step_in_blocks(case):
+    """The values-only step, its planes in one block or several (as the parallel
+    variant splits them), signed zeros, NaN and -inf as torch."""
+    shape, k, s, p, d, ceil = case
+    x = _x(shape, F64)
+    want = F.max_pool2d(torch.from_numpy(x.copy()), k, s, p, d, ceil).numpy()
+    out, idx = np.zeros(want.shape, F64), np.zeros(want.shape, np.int64)
+    args = (x, _pair(k), _pair(s), _pair(p), _pair(d), ceil)
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    function, load = fast.step[:2]
+    planes = load[0].shape[0]
+    for block in sorted({planes, 2, 1}):
+        out[...] = 0
+        function(*load[:6], block, *load[7:])
+        np.testing.assert_array_equal(out, want, err_msg=f"block {block}")
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+
+
+@pytest.mark.parametrize("k, s", [(2, 2), (3, 1)])
+def test_max_pool_values_ties_across_rows_go_row_major(k, s):
+    # Each window holds -0.0 in an earlier row and 0.0 below-left of it: torch returns
+    # the first in row-major order (-0.0), a column-first fold would return 0.0.
+    x = np.tile(np.array([[-1.0, -0.0], [0.0, -1.0]], F32), (1, 2, 3, 3))
+    want = F.max_pool2d(torch.from_numpy(x.copy()), k, s).numpy()
+    out, idx = np.zeros(want.shape, F32), np.zeros(want.shape, np.int64)
+    args = (x, [k, k], [s, s], [0, 0], [1, 1], False)
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    (got,) = _step_result(fast, [out])
+    assert np.signbit(want).any()
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_max_pool_values_parallel_variant():
+    from pyexecutorch.kernels.pool.compiled import MAX_POOL_VALUES  # noqa: PLC0415
+
+    x = _x((2, 5, 17, 16), F32)
+    want = F.max_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, 1, True).numpy()
+    out, idx = np.zeros(want.shape, F32), np.zeros(want.shape, np.int64)
+    args = (x, [3, 3], [2, 2], [1, 1], [1, 1], True)
+    fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
+    load = fast.step[1]
+    MAX_POOL_VALUES[1](*load[:6], 3, *load[7:])
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+
+
 def _step_result(fast, outs):  # noqa: ANN001, ANN202
     """Run a form's whole-method step (its compiled call on the planned arrays)."""
     function, args = fast.step[:2]
@@ -102,6 +152,49 @@ def test_max_pool_step_computes_the_kernel(values_only):
     np.testing.assert_array_equal(got, want.numpy())
     if not values_only:
         np.testing.assert_array_equal(got_idx, want_idx.numpy())
+
+
+# (shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_STEPS = [
+    ((1, 4, 31, 31), 3, 2, 0, True, True, None),
+    ((2, 3, 9, 8), 3, 1, 1, False, False, None),
+    ((1, 2, 7, 7), (2, 3), (2, 1), (1, 1), True, True, None),
+    ((3, 6, 5), 2, 2, 1, True, False, 3),
+]
+
+
+@pytest.mark.parametrize("case", AVG_STEPS, ids=[str(c) for c in AVG_STEPS])
+def test_avg_pool_step_in_blocks(case):
+    """The average pooling step, its planes in one block or several (as the parallel
+    variant splits them): equal to torch, a window of -0.0 averaging to 0.0."""
+    shape, k, s, p, ceil, include, override = case
+    x = _x(shape, F64)
+    x[..., :3, :4] = -0.0  # the first windows hold only -0.0
+    want = F.avg_pool2d(torch.from_numpy(x.copy()), k, s, p, ceil, include, override).numpy()
+    out = np.zeros(want.shape, F64)
+    args = (x, _pair(k), _pair(s), _pair(p), ceil, include, override)
+    fast = get_compiled_form("aten::avg_pool2d.out")(*args, out)
+    function, load = fast.step[:2]
+    planes = load[0].shape[0]
+    for block in sorted({planes, 2, 1}):
+        out[...] = 7
+        function(*load[:6], block, *load[7:])
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12, err_msg=f"block {block}")
+        zero = want == 0
+        np.testing.assert_array_equal(np.signbit(out[zero]), np.signbit(want[zero]))
+
+
+def test_avg_pool_parallel_variant():
+    from pyexecutorch.kernels.pool.compiled import AVG_POOL  # noqa: PLC0415
+
+    x = _x((2, 5, 17, 16), F32)
+    x[np.isnan(x) | np.isinf(x)] = 0.5
+    want = F.avg_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, True, False).numpy()
+    out = np.zeros(want.shape, F32)
+    args = (x, [3, 3], [2, 2], [1, 1], True, False, None)
+    load = get_compiled_form("aten::avg_pool2d.out")(*args, out).step[1]
+    AVG_POOL[1](*load[:6], 3, *load[7:])
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
 
 
 def test_avg_and_adaptive_pool_steps_compute_the_kernels():

@@ -27,6 +27,7 @@ CASES = [
     (2, 4, 6, 3, 3, (3, 3), (1, 1), (4, 4), (1, 1), 2),  # padding wider than the image
     (1, 5, 3, 12, 13, (2, 2), (3, 3), (0, 0), (1, 1), 1),  # stride past the kernel
     (1, 16, 33, 2, 2, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # late CNN: a tiny image
+    (3, 6, 10, 8, 7, (1, 1), (2, 2), (0, 0), (1, 1), 2),  # a strided 1x1 projection
 ]
 
 
@@ -108,9 +109,11 @@ def test_parallel_loops_match_the_serial_ones(kind):
     ("shape", "kind"),
     [
         (((1, 1, 3, 64, 64), (8, 3, 7, 7), (1, 1, 8, 32, 32), (2, 2), (3, 3)), "runs"),
-        (((1, 1, 64, 2, 2), (64, 64, 3, 3), (1, 1, 64, 2, 2), (1, 1), (1, 1)), "pixels"),
-        (((1, 1, 16, 7, 7), (64, 16, 3, 3), (1, 1, 64, 7, 7), (1, 1), (1, 1)), "wrapped"),
-        (((1, 1, 16, 8, 8), (32, 16, 3, 3), (1, 1, 32, 4, 4), (2, 2), (1, 1)), "columns"),
+        (((1, 1, 64, 2, 2), (64, 64, 3, 3), (1, 1, 64, 2, 2), (1, 1), (1, 1)), "gathered"),
+        (((1, 1, 8, 15, 15), (32, 8, 3, 3), (1, 1, 32, 15, 15), (1, 1), (1, 1)), "wrapped"),
+        (((1, 1, 16, 8, 8), (32, 16, 3, 3), (1, 1, 32, 4, 4), (2, 2), (1, 1)), "gathered"),
+        (((1, 1, 32, 3, 3), (128, 32, 3, 3), (1, 1, 128, 3, 3), (1, 1), (1, 1)), "gathered"),
+        (((1, 1, 16, 8, 8), (32, 16, 1, 1), (1, 1, 32, 4, 4), (2, 2), (0, 0)), "gathered"),
     ],
 )
 def test_the_cost_model_picks_the_loop_or_product_measured_fastest(shape, kind):
@@ -129,6 +132,7 @@ def test_conv_step_runs_the_dense_step_and_the_reference_on_other_arrays():
         *compiled_dense.PIXELS,
         compiled_dense.dense_columns,
         compiled_dense.dense_wrapped,
+        compiled_dense.dense_gathered,
     )
     fn(*step_args)
     np.testing.assert_allclose(out, want, **_tolerance(np.float64))

@@ -7,7 +7,7 @@ zero-padded and split into its stride phases (:func:`_fill_group`), each phase a
 image ``Wq`` pixels wide, so tap ``k`` (channel, kh, kw) of output pixel
 ``q = oh*Wq + ow`` sits at ``q + offsets[k]`` for every output pixel at once: a
 convolution is a sum of shifted runs times constant weights, packed once at load.
-Four ways to sum them (``KINDS``), each best somewhere on this project's CNNs:
+Five ways to sum them (``KINDS``), each best somewhere on this project's CNNs:
 
 * runs: loops, two output channels' rows at the padded width at a time, four taps a
   pass, vectorized over pixels, then cropped with the bias (few output channels,
@@ -18,7 +18,11 @@ Four ways to sum them (``KINDS``), each best somewhere on this project's CNNs:
   BLAS product, then cropped;
 * wrapped: as columns at the output's own width (stride 1 across, "same" padding):
   runs wrap into the next row where a tap reaches past the image, those few entries
-  are zeroed, the bias is a row of ones in the product, which lands in ``out``.
+  are zeroed, the bias is a row of ones in the product, which lands in ``out``;
+* gathered: as wrapped, the columns gathered from the image in one flat loop through
+  an index built at load, with no stride phases (tiny or strided images, where the
+  other kinds' per-row and per-tap loops run a few elements each: a 32->128 3x3 conv
+  at 3x3 pixels 20 -> 15 us, a 1x1/2 projection 7 -> 2 us).
 
 :func:`choose_kind` picks one by a cost model fitted at one thread. All take any
 stride, dilation, padding (even wider than the image), groups and batch; the loops
@@ -191,6 +195,29 @@ def _dense_wrapped(x, buf, flat, offsets, edges, wm, col, out, ph):  # noqa: ANN
     return out
 
 
+def _dense_gathered(x, src, index, wm, col, out):  # noqa: ANN001, ANN201
+    """out (N, G, OCg, OH*OW) = wm (G, OCg, K+1) @ col (K+1, OH*OW), col's first K rows
+    gathered in one flat loop through ``index`` (K*OH*OW,) from ``src``, a copy of one
+    image and group (Cg*H*W) followed by a zero that taps in the padding read.
+
+    For tiny images, where the other kinds' loops (one per tap, or per row and tap) run
+    a few elements each: one gather costs a few cycles an element, a loop start tens.
+    The last row of ``col`` is ones (set at load), the last column of ``wm`` the bias.
+    """
+    n_batch, groups = x.shape[0], x.shape[1]
+    size = src.size - 1
+    cells = col.reshape(col.size)
+    for n in range(n_batch):
+        for g in range(groups):
+            image = x[n, g].reshape(size)
+            for i in range(size):
+                src[i] = image[i]
+            for m in range(index.size):
+                cells[m] = src[index[m]]
+            gemm(wm[g], col, out[n, g])
+    return out
+
+
 def _jit(fn: Any, name: str, parallel: bool = False) -> Any:
     """``fn`` compiled under its own ``name`` (numba names its cache files after the
     function, and whole-method functions import it by that name), with fastmath
@@ -206,6 +233,7 @@ RUNS = (_jit(_dense_runs, "dense_runs"), _jit(_dense_runs, "dense_runs_parallel"
 PIXELS = (_jit(_dense_pixels, "dense_pixels"), _jit(_dense_pixels, "dense_pixels_parallel", True))
 dense_columns = _jit(_dense_columns, "dense_columns")
 dense_wrapped = _jit(_dense_wrapped, "dense_wrapped")
+dense_gathered = _jit(_dense_gathered, "dense_gathered")
 
 
 def tap_offsets(cg: int, kernel: tuple, s: tuple, d: tuple, hq: int, wq: int) -> np.ndarray:
@@ -227,17 +255,18 @@ PARALLEL_MACS = 1 << 23
 # Elements per iteration of a vectorized loop (LLVM's interleaving of 8-float vectors)
 _VECTOR = 32
 
-KINDS = ("runs", "pixels", "columns", "wrapped")
+KINDS = ("runs", "pixels", "columns", "wrapped", "gathered")
 
 # Cost model (microseconds, one thread), fitted on this project's CNN shapes: multiply-
 # adds per microsecond of each loop, the overhead of one pass of four taps over a row
 # (runs) or a pixel (pixels); BLAS's multiply-adds per microsecond on long rows (short
-# rows of n columns get n / (n + _BLAS_HALF) of it), the cost of copying one element
-# and one row of columns, and of one BLAS call.
+# rows of n columns get n / (n + _BLAS_HALF) of it), the cost of copying one element,
+# of one short loop (a row of columns, a row filled into a stride phase or cropped),
+# of gathering one element, and of one BLAS call.
 _LOOP_MACS_US = {"runs": 25e3, "pixels": 20e3}
 _PASS_US = 0.025
 _BLAS_MACS_US, _BLAS_HALF = 30e3, 8
-_COPY_US, _ROW_US, _CALL_US = 0.0005, 0.01, 2.0
+_COPY_US, _ROW_US, _GATHER_US, _CALL_US = 0.0005, 0.01, 0.0008, 2.0
 
 
 def cost(
@@ -249,17 +278,28 @@ def cost(
     taps = cg * weight_shape[2] * weight_shape[3]
     taps4 = -(-taps // 4) * 4
     wq = -(-(w + 2 * p[1]) // s[1])
+    image = cg * h * w
+    if kind == "gathered":
+        length = out_h * out_w
+        rate = _BLAS_MACS_US * length / (length + _BLAS_HALF)
+        gather = taps * length * _GATHER_US + image * _COPY_US
+        return gather + ocg * (taps + 1) * length / rate + _CALL_US
+    # _fill_group: a loop per image row and stride phase column (one for wrapped)
+    fill = cg * h * (1 if kind == "wrapped" else s[1]) * _ROW_US + image * _COPY_US
+    crop = ocg * out_h * _ROW_US if kind in ("runs", "columns") else 0.0
     if kind == "runs":
         pairs = -(-ocg // 2)
         length = -(-out_h * wq // _VECTOR) * _VECTOR
-        return 2 * pairs * taps4 * length / _LOOP_MACS_US[kind] + pairs * taps4 / 4 * _PASS_US
+        loops = 2 * pairs * taps4 * length / _LOOP_MACS_US[kind] + pairs * taps4 / 4 * _PASS_US
+        return fill + crop + loops
     if kind == "pixels":
         pixels = out_h * out_w
-        return pixels * taps4 * ocg / _LOOP_MACS_US[kind] + pixels * taps4 / 4 * _PASS_US
+        loops = pixels * taps4 * ocg / _LOOP_MACS_US[kind] + pixels * taps4 / 4 * _PASS_US
+        return fill + loops
     length = out_h * (out_w if kind == "wrapped" else wq)
     copy = taps * (length * _COPY_US + _ROW_US)
     rate = _BLAS_MACS_US * length / (length + _BLAS_HALF)
-    return copy + ocg * (taps + 1) * length / rate + _CALL_US
+    return fill + crop + copy + ocg * (taps + 1) * length / rate + _CALL_US
 
 
 def choose_kind(x_shape: tuple, weight_shape: tuple, out_shape: tuple, s: tuple, p: tuple) -> str:
@@ -302,6 +342,30 @@ def _plan_wrapped(x, weight, bias, out, s, p, d) -> tuple[Any, tuple]:  # noqa: 
     return dense_wrapped, args
 
 
+def _plan_gathered(x, weight, bias, out, s, p, d) -> tuple[Any, tuple]:  # noqa: ANN001
+    _, groups, cg, h, w = x.shape
+    ocg, out_h, out_w = out.shape[2:]
+    kh, kw = weight.shape[2:]
+    (sh, sw), (ph, pw), (dh, dw) = s, p, d
+    dt = x.dtype
+    c, i, j, oh, ow = np.meshgrid(
+        np.arange(cg), np.arange(kh), np.arange(kw), np.arange(out_h), np.arange(out_w),
+        indexing="ij",
+    )  # fmt: skip
+    ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
+    inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+    index = np.where(inside, (c * h + ih) * w + iw, cg * h * w).reshape(-1).astype(np.int64)
+    taps = cg * kh * kw
+    wm = np.empty((groups, ocg, taps + 1), dt)
+    wm[:, :, :taps] = weight.reshape(groups, ocg, taps)
+    wm[:, :, taps] = bias.reshape(groups, ocg)
+    col = np.empty((taps + 1, out_h * out_w), dt)
+    col[taps] = 1.0
+    src = np.zeros(cg * h * w + 1, dt)
+    o4 = out.reshape(out.shape[0], groups, ocg, out_h * out_w)
+    return dense_gathered, (x, src, index, wm, col, o4)
+
+
 def plan(
     kind: str,
     x: np.ndarray,
@@ -324,6 +388,8 @@ def plan(
     (sh, sw), (ph, pw) = s, p
     if kind == "wrapped":
         return _plan_wrapped(x, weight, bias, out, s, p, d)
+    if kind == "gathered":
+        return _plan_gathered(x, weight, bias, out, s, p, d)
     dt = x.dtype
     hq, wq = -(-(h + 2 * ph) // sh), -(-(w + 2 * pw) // sw)
     # one zero row past each phase (the padded-width runs of the last output row reach
