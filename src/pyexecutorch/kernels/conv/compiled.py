@@ -12,11 +12,12 @@ Inside a whole-method function (``whole=True``, see :func:`conv_step`) every flo
 convolution with constant weights is a compiled step: depthwise ones as loops (the
 channels-last one above for the smallest images, see :func:`_channels_last`; else a few
 long loops per plane over its zero-padded row phases), 1x1 ones as one BLAS product on
-the input itself, the others as the dense steps of
+the input itself (with a few input channels, direct loops:
+:mod:`pyexecutorch.kernels.conv.compiled_pointwise`), the others as the dense steps of
 :mod:`pyexecutorch.kernels.conv.compiled_dense` (shifted runs of one padded copy of the
 input: loops or one BLAS product, no im2col per output row). BLAS is numpy's own
 (:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
-with neither only the depthwise steps exist.
+with neither only the depthwise and direct 1x1 steps exist.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from numba import get_num_threads, njit, prange
 from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
 from pyexecutorch.kernels.conv.compiled_dense import dense_step
+from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT, pointwise_direct_pays
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
 from pyexecutorch.runtime.compiled import choose, serial_and_parallel
@@ -480,6 +482,7 @@ def conv_step(
     b = np.zeros(oc, dt) if bias is None else np.ascontiguousarray(bias)
     geometry = tuple(int(v) for v in (*s, *p, *d))
     macs = out.size * cg * kh * kw
+    pointwise = (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0)
     if g == c and cg == 1 and oc == c and _channels_last(oh, ow, kh, kw):
         wt = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))
         xt = np.empty((n, h, w, c), dt)
@@ -492,13 +495,17 @@ def conv_step(
         wd = np.ascontiguousarray(weight[:, 0])
         args = (input, wd, b, _padded(n * c, h, w, s, p, dt), out, *geometry)
         step = (choose(DEPTHWISE, macs // 8), args)
+    elif pointwise and pointwise_direct_pays(cg):
+        wm = np.ascontiguousarray(weight.reshape(g, oc // g, cg))
+        x4, o4 = input.reshape(n, g, cg, h * w), out.reshape(n, g, oc // g, oh * ow)
+        step = (choose(POINTWISE_DIRECT, macs // 8), (x4, wm, b, o4))
     elif not HAS_BLAS:
         return None
     else:
         wm = np.ascontiguousarray(weight.reshape(g, oc // g, cg * kh * kw))
         o4 = out.reshape(n, g, oc // g, oh * ow)
         has_bias = bias is not None
-        if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
+        if pointwise:
             x4 = input.reshape(n, g, cg, h * w)
             step = (pointwise_conv, (x4, wm, b, o4, has_bias))
         else:
