@@ -129,6 +129,7 @@ STEP_CASES = [
     (2, 3, 4, 1, 1, 1, 1, 0, 1, 1, True),  # three, a 1x1 image
     (1, 10, 6, 3, 5, 1, 1, 0, 1, 2, True),  # five a group: a pass of four, then one
     (1, 16, 6, 23, 23, 1, 1, 0, 1, 2, True),  # 529 pixels: tiles of 256, the last partial
+    (2, 8, 9, 5, 7, 1, 1, 0, 1, 1, False),  # eight input channels: one pass
     (1, 8, 16, 9, 9, 1, 2, 0, 1, 1, True),  # strided 1x1 (a ResNet downsample)
     (1, 5, 5, 12, 13, 3, 2, 1, 1, 5, True),  # depthwise over planes, stride 2
     (1, 5, 5, 12, 13, 3, 2, 2, 2, 5, True),  # ... dilated

@@ -32,6 +32,24 @@ def _pointwise_direct(x, wm, bias, out):  # noqa: ANN001, ANN201
             row = out[n, g, o][p0:p1]
             wo = wm[g, o]
             b = bias[g * ocg + o]
+            if k_n == 8:  # (MobileNets' narrow layers: all eight in one pass)
+                w0, w1, w2, w3 = wo[0], wo[1], wo[2], wo[3]
+                w4, w5, w6, w7 = wo[4], wo[5], wo[6], wo[7]
+                x0, x1, x2, x3 = xs[0][p0:p1], xs[1][p0:p1], xs[2][p0:p1], xs[3][p0:p1]
+                x4, x5, x6, x7 = xs[4][p0:p1], xs[5][p0:p1], xs[6][p0:p1], xs[7][p0:p1]
+                for i in range(p1 - p0):
+                    row[i] = (
+                        b
+                        + w0 * x0[i]
+                        + w1 * x1[i]
+                        + w2 * x2[i]
+                        + w3 * x3[i]
+                        + w4 * x4[i]
+                        + w5 * x5[i]
+                        + w6 * x6[i]
+                        + w7 * x7[i]
+                    )
+                continue
             if k_n >= 4:
                 w0, w1, w2, w3 = wo[0], wo[1], wo[2], wo[3]
                 x0, x1, x2, x3 = xs[0][p0:p1], xs[1][p0:p1], xs[2][p0:p1], xs[3][p0:p1]
