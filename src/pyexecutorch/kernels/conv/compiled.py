@@ -235,7 +235,8 @@ def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: AN
     columns into phases) runs one element at a time. The result goes to the scratch run
     after the phases and every sw-th column of it to ``out``. A 3x3 filter at dilation 1
     takes its nine taps in one expression (constant offsets: an index plus a run-time
-    offset is tested for being negative on every read); others add a tap at a time.
+    offset is tested for being negative on every read), a 5x5 one a row of five taps a
+    pass; others add a tap at a time.
     """
     n_batch, channels, height, width = x.shape
     out_h, out_w = out.shape[2], out.shape[3]
@@ -249,6 +250,7 @@ def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: AN
         tap_start[kh] = ((kh * dh) % sh) * block + ((kh * dh) // sh) * wp
     first_phase, first_row = ph % sh, ph // sh
     nine = kh_n == 3 and kw_n == 3 and dw == 1
+    five = kh_n == 5 and kw_n == 5 and dw == 1
     for plane in prange(n_batch * channels):  # noqa: B020 - prange is range when serial
         n = plane // channels
         c = plane - n * channels
@@ -287,6 +289,16 @@ def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: AN
                     + w21 * z[i + 1]
                     + w22 * z[i + 2]
                 )
+        elif five:  # a 5x5 filter's row of taps a pass
+            for i in range(span):
+                full[i] = b
+            for kh in range(5):
+                v0, v1, v2, v3, v4 = t[kh, 0], t[kh, 1], t[kh, 2], t[kh, 3], t[kh, 4]
+                s = buf[tap_start[kh] :]
+                for i in range(span):
+                    full[i] += (
+                        v0 * s[i] + v1 * s[i + 1] + v2 * s[i + 2] + v3 * s[i + 3] + v4 * s[i + 4]
+                    )
         else:
             for i in range(span):
                 full[i] = b
