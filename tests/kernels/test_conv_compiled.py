@@ -1,4 +1,4 @@
-"""The compiled depthwise convolution equals the reference numpy kernel and torch eager."""
+"""The compiled convolutions equal the reference numpy kernel and torch eager."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pyexecutorch.kernels import get_kernel
 pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
 from pyexecutorch.kernels.conv import compiled  # noqa: E402
+from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT  # noqa: E402
 from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
 
 REFERENCE = get_kernel("aten::convolution.out").fn
@@ -121,8 +122,14 @@ def test_large_weights_make_one_product_and_match_torch():
 STEP_CASES = [
     (1, 3, 8, 13, 12, 3, 2, 1, 1, 1, True),  # a strided stem: columns + BLAS
     (2, 6, 9, 7, 9, 3, 1, 1, 2, 3, False),  # grouped and dilated
-    (1, 8, 16, 9, 9, 1, 1, 0, 1, 1, True),  # pointwise: BLAS on the input itself
-    (2, 8, 12, 6, 5, 1, 1, 0, 1, 4, False),  # grouped pointwise
+    (1, 8, 16, 9, 9, 1, 1, 0, 1, 1, True),  # pointwise, 8 input channels: direct loops
+    (2, 8, 12, 6, 5, 1, 1, 0, 1, 4, False),  # grouped pointwise, 2 a group
+    (1, 9, 7, 5, 6, 1, 1, 0, 1, 1, True),  # pointwise, 9 input channels: BLAS on the input
+    (1, 1, 5, 7, 3, 1, 1, 0, 1, 1, False),  # one input channel
+    (2, 3, 4, 1, 1, 1, 1, 0, 1, 1, True),  # three, a 1x1 image
+    (1, 10, 6, 3, 5, 1, 1, 0, 1, 2, True),  # five a group: a pass of four, then one
+    (1, 16, 6, 23, 23, 1, 1, 0, 1, 2, True),  # 529 pixels: tiles of 256, the last partial
+    (2, 8, 9, 5, 7, 1, 1, 0, 1, 1, False),  # eight input channels: one pass
     (1, 8, 16, 9, 9, 1, 2, 0, 1, 1, True),  # strided 1x1 (a ResNet downsample)
     (1, 5, 5, 12, 13, 3, 2, 1, 1, 5, True),  # depthwise over planes, stride 2
     (1, 5, 5, 12, 13, 3, 2, 2, 2, 5, True),  # ... dilated
@@ -139,7 +146,7 @@ def test_conv_steps_match_reference_and_torch(case, dtype):
     n, c, oc, h, w, k, s, p, d, g, has_bias = case
     rng = np.random.default_rng(sum(case))
     x = rng.standard_normal((n, c, h, w)).astype(dtype)
-    x[0, 0, 1, :2] = (-0.0, np.inf)  # non-finite inputs propagate as in the reference
+    x.reshape(-1)[:2] = (-0.0, np.inf)  # non-finite inputs propagate as in the reference
     weight = _read_only(rng.standard_normal((oc, c // g, k, k)).astype(dtype))
     bias = _read_only(rng.standard_normal(oc).astype(dtype)) if has_bias else None
     args = (x, weight, bias, (s, s), (p, p), (d, d), False, (0, 0), g)
@@ -211,19 +218,45 @@ def test_parallel_depthwise_planes_match_the_serial_one():
     b = rng.standard_normal(6).astype(np.float32)
     outs = []
     for fn in compiled.DEPTHWISE:
-        pad = compiled._phases(12, 12, 11, (2, 2), (1, 1), np.dtype(np.float32))
+        pad = compiled._padded(12, 12, 11, (2, 2), (1, 1), np.dtype(np.float32))
         out = np.empty((2, 6, 6, 6), np.float32)
         outs.append(fn(x, w, b, pad, out, 2, 2, 1, 1, 1, 1))
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-def test_without_blas_only_depthwise_steps_are_offered(monkeypatch):
+@pytest.mark.parametrize(("in_channels", "direct"), [(1, True), (8, True), (9, False), (48, False)])
+def test_pointwise_steps_loop_over_few_input_channels(in_channels, direct):
+    x = np.zeros((1, in_channels, 6, 6), np.float32)
+    weight = _read_only(np.ones((4, in_channels, 1, 1), np.float32))
+    args = ((1, 1), (0, 0), (1, 1), False, (0, 0), 1)
+    fn = COMPILED(x, weight, None, *args, np.zeros((1, 4, 6, 6), np.float32), whole=True).step[0]
+    assert (fn in POINTWISE_DIRECT) is direct
+    assert (fn is compiled.pointwise_conv) is not direct
+
+
+def test_parallel_pointwise_loops_match_the_serial_one():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7, 600)).astype(np.float32)
+    wm = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    b = rng.standard_normal(15).astype(np.float32)
+    outs = [fn(x, wm, b, np.empty((2, 3, 5, 600), np.float32)) for fn in POINTWISE_DIRECT]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want = np.einsum("gok,ngkp->ngop", wm, x) + b.reshape(3, 5, 1)
+    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_without_blas_only_loop_steps_are_offered(monkeypatch):
     # numba's np.dot needs scipy: without it products stay on numpy
     monkeypatch.setattr(compiled, "HAS_BLAS", False)
-    x = np.zeros((1, 4, 6, 6), np.float32)
+    x = np.zeros((1, 16, 6, 6), np.float32)
     args = ((1, 1), (0, 0), (1, 1), False, (0, 0))
-    pointwise = _read_only(np.ones((4, 4, 1, 1), np.float32))
-    assert COMPILED(x, pointwise, None, *args, 1, np.zeros_like(x), whole=True) is None
+    pointwise = _read_only(np.ones((4, 16, 1, 1), np.float32))
+    out = np.zeros((1, 4, 6, 6), np.float32)
+    assert COMPILED(x, pointwise, None, *args, 1, out, whole=True) is None
+    x = np.zeros((1, 4, 6, 6), np.float32)
+    few = _read_only(np.ones((4, 4, 1, 1), np.float32))
+    step = COMPILED(x, few, None, *args, 1, out, whole=True)
+    assert step is not None and step.step[0] in POINTWISE_DIRECT
     depthwise = _read_only(np.ones((4, 1, 1, 1), np.float32))
     step = COMPILED(x, depthwise, None, *args, 4, np.zeros_like(x), whole=True)
     assert step is not None and step.step[0] in compiled.DEPTHWISE + (compiled.depthwise2d,)
@@ -275,15 +308,16 @@ def test_depthwise_steps_match_reference_and_torch_on_both_loops(
 
 
 @pytest.mark.parametrize(
-    ("channels", "out_h", "out_w", "k", "rows"),
+    ("out_h", "out_w", "k", "rows"),
     [
-        (144, 4, 4, 5, False),  # EfficientNet's late 5x5: a few pixels, many channels
-        (512, 7, 7, 3, False),  # MobileNetV1's 14x14 stride 2
-        (256, 28, 28, 3, False),  # ... 28x28: rows of 28 against 256 channels
-        (8, 32, 32, 3, True),  # an early layer: few channels, long rows
-        (64, 56, 56, 3, True),  # MobileNetV1's 112x112 stride 2
-        (48, 16, 16, 3, True),
+        (4, 4, 5, False),  # EfficientNet's late 5x5: a few pixels, many channels
+        (6, 6, 3, False),
+        (7, 7, 3, True),  # MobileNetV1's 14x14 stride 2
+        (8, 8, 5, False),
+        (8, 8, 3, True),
+        (16, 16, 5, True),
+        (56, 56, 3, True),  # MobileNetV1's 112x112 stride 2
     ],
 )
-def test_depthwise_loop_rule(channels, out_h, out_w, k, rows):
-    assert compiled._channels_last(channels, out_h, out_w, k, k) is not rows
+def test_depthwise_loop_rule(out_h, out_w, k, rows):
+    assert compiled._channels_last(out_h, out_w, k, k) is not rows

@@ -10,13 +10,14 @@ compiled tier (it needs numba); the kernel in ``conv.py`` stays the reference.
 
 Inside a whole-method function (``whole=True``, see :func:`conv_step`) every float
 convolution with constant weights is a compiled step: depthwise ones as loops (the
-channels-last one above where output rows are short against the channel count, see
-:func:`_channels_last`; else one output row at a time over zero-padded stride phases),
-1x1 ones as one BLAS product on the input itself, the others as the dense steps of
+channels-last one above for the smallest images, see :func:`_channels_last`; else a few
+long loops per plane over its zero-padded row phases), 1x1 ones as one BLAS product on
+the input itself (with a few input channels, direct loops:
+:mod:`pyexecutorch.kernels.conv.compiled_pointwise`), the others as the dense steps of
 :mod:`pyexecutorch.kernels.conv.compiled_dense` (shifted runs of one padded copy of the
 input: loops or one BLAS product, no im2col per output row). BLAS is numpy's own
 (:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
-with neither only the depthwise steps exist.
+with neither only the depthwise and direct 1x1 steps exist.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from numba import get_num_threads, njit, prange
 from pyexecutorch.kernels.compiled_arrays import FLOATS
 from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
 from pyexecutorch.kernels.conv.compiled_dense import dense_step
+from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT, pointwise_direct_pays
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
 from pyexecutorch.runtime.compiled import choose, serial_and_parallel
@@ -219,112 +221,103 @@ def _convolution(
 # disk cache serves every model.
 
 
-def _fill_phases(src, phases, ph, pw):  # noqa: ANN001, ANN201
-    """Scatter image plane ``src`` (H, W) into its zero-padded stride phases: phase (a, b)
-    of ``phases`` (sh, sw, Hq, Wq) holds the padded image's pixels (a + sh*i, b + sw*j),
-    so that a tap of a strided convolution reads one contiguous run of a phase row.
-    The padding cells are never written (zero since load)."""
-    sh, sw = phases.shape[0], phases.shape[1]
-    height, width = src.shape
-    for h in range(height):
-        line = src[h]
-        hp = h + ph
-        pr = hp // sh
-        ra = hp - pr * sh
-        for bb in range(sw):
-            i0 = (bb - pw) % sw  # the first column of this phase
-            if i0 >= width:
-                continue
-            dst = phases[ra, bb, pr][(i0 + pw) // sw :]
-            s = line[i0:]
-            if sw == 1:
-                for q in range(width):
-                    dst[q] = s[q]
-            else:
-                for q in range((width - i0 + sw - 1) // sw):
-                    dst[q] = s[q * sw]
-
-
-_fill_phases_jit = njit(cache=True, inline="always", error_model="numpy")(_fill_phases)
-
-
 def _depthwise_planes(x, w, bias, pad, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201
-    """out = bias + depthwise conv of x, all NCHW, one output row at a time.
+    """out = bias + depthwise conv of x, all NCHW, each plane as a few long loops.
 
-    w is (channels, kh, kw); ``pad`` holds each plane's zero-padded stride phases
-    (planes, sh, sw, Hq, Wq) (see _fill_phases): every tap reads a contiguous run, at
-    any stride. A 3x3 filter's nine taps are one expression over nine row slices (one
-    store per output, no bounds to test inside the loop); other sizes add a tap at a time.
+    w is (channels, kh, kw); ``pad[plane]`` (see _padded) holds the plane zero-padded
+    and split into its sh row phases, phase r holding padded rows r, r + sh, ...: each
+    a block of (Hq, Wp) values, one flat run. Output row oh's tap row kh is row
+    oh + (kh*dh)//sh of phase (kh*dh)%sh, so, read flat, every tap is one run shifted by
+    a constant and a plane's output is computed as one loop over out_h * Wp values
+    (the columns past the row's end are computed for nothing, and with a column stride
+    every column is). Loops that long vectorize; loops over one output row (8-32 pixels)
+    mostly ran in their scalar remainder, and gathering strided columns (or splitting the
+    columns into phases) runs one element at a time. The result goes to the scratch run
+    after the phases and every sw-th column of it to ``out``. A 3x3 filter at dilation 1
+    takes its nine taps in one expression (constant offsets: an index plus a run-time
+    offset is tested for being negative on every read), a 5x5 one a row of five taps a
+    pass; others add a tap at a time.
     """
-    n_batch, channels = x.shape[0], x.shape[1]
+    n_batch, channels, height, width = x.shape
     out_h, out_w = out.shape[2], out.shape[3]
     kh_n, kw_n = w.shape[1], w.shape[2]
+    wp = width + 2 * pw
+    hq = -(-(height + 2 * ph) // sh)
+    block = hq * wp
+    span = (out_h - 1) * wp + (out_w - 1) * sw + 1  # the values a plane computes
+    tap_start = np.empty(kh_n, np.int64)  # where tap row kh's run begins
+    for kh in range(kh_n):
+        tap_start[kh] = ((kh * dh) % sh) * block + ((kh * dh) // sh) * wp
+    first_phase, first_row = ph % sh, ph // sh
+    nine = kh_n == 3 and kw_n == 3 and dw == 1
+    five = kh_n == 5 and kw_n == 5 and dw == 1
     for plane in prange(n_batch * channels):  # noqa: B020 - prange is range when serial
         n = plane // channels
         c = plane - n * channels
-        phases = pad[plane]
-        _fill_phases_jit(x[n, c], phases, ph, pw)
-        dst = out[n, c]
+        buf = pad[plane]
+        src = x[n, c]
+        phase, r = first_phase, first_row
+        for h in range(height):  # the padding cells are never written (zero since load)
+            line = src[h]
+            dst = buf[phase * block + r * wp + pw :]
+            for q in range(width):
+                dst[q] = line[q]
+            phase += 1
+            if phase == sh:
+                phase = 0
+                r += 1
+        full = buf[sh * block :]
         t = w[c]
         b = bias[c]
-        # column phase and offset of each tap column
-        cb0, co0 = 0, 0
-        cb1, co1 = dw % sw, dw // sw
-        cb2, co2 = (2 * dw) % sw, (2 * dw) // sw
-        if kh_n == 3 and kw_n == 3:
+        if nine:
             w00, w01, w02 = t[0, 0], t[0, 1], t[0, 2]
             w10, w11, w12 = t[1, 0], t[1, 1], t[1, 2]
             w20, w21, w22 = t[2, 0], t[2, 1], t[2, 2]
-            for oh in range(out_h):
-                # (whole-row indexing first keeps each slice contiguous to the compiler)
-                ih = oh * sh
-                ra, rr = ih % sh, ih // sh
-                a0, a1, a2 = (
-                    phases[ra, cb0, rr][co0:],
-                    phases[ra, cb1, rr][co1:],
-                    phases[ra, cb2, rr][co2:],
+            a = buf[tap_start[0] :]
+            m = buf[tap_start[1] :]
+            z = buf[tap_start[2] :]
+            for i in range(span):
+                full[i] = (
+                    b
+                    + w00 * a[i]
+                    + w01 * a[i + 1]
+                    + w02 * a[i + 2]
+                    + w10 * m[i]
+                    + w11 * m[i + 1]
+                    + w12 * m[i + 2]
+                    + w20 * z[i]
+                    + w21 * z[i + 1]
+                    + w22 * z[i + 2]
                 )
-                ih += dh
-                ra, rr = ih % sh, ih // sh
-                b0, b1, b2 = (
-                    phases[ra, cb0, rr][co0:],
-                    phases[ra, cb1, rr][co1:],
-                    phases[ra, cb2, rr][co2:],
-                )
-                ih += dh
-                ra, rr = ih % sh, ih // sh
-                c0, c1, c2 = (
-                    phases[ra, cb0, rr][co0:],
-                    phases[ra, cb1, rr][co1:],
-                    phases[ra, cb2, rr][co2:],
-                )
-                row = dst[oh]
-                for i in range(out_w):
-                    row[i] = (
-                        b
-                        + w00 * a0[i]
-                        + w01 * a1[i]
-                        + w02 * a2[i]
-                        + w10 * b0[i]
-                        + w11 * b1[i]
-                        + w12 * b2[i]
-                        + w20 * c0[i]
-                        + w21 * c1[i]
-                        + w22 * c2[i]
+        elif five:  # a 5x5 filter's row of taps a pass
+            for i in range(span):
+                full[i] = b
+            for kh in range(5):
+                v0, v1, v2, v3, v4 = t[kh, 0], t[kh, 1], t[kh, 2], t[kh, 3], t[kh, 4]
+                s = buf[tap_start[kh] :]
+                for i in range(span):
+                    full[i] += (
+                        v0 * s[i] + v1 * s[i + 1] + v2 * s[i + 2] + v3 * s[i + 3] + v4 * s[i + 4]
                     )
-            continue
-        for oh in range(out_h):
-            row = dst[oh]
-            for i in range(out_w):
-                row[i] = b
+        else:
+            for i in range(span):
+                full[i] = b
             for kh in range(kh_n):
-                ih = oh * sh + kh * dh
                 for kw in range(kw_n):
                     tap = t[kh, kw]
-                    iw = kw * dw
-                    s = phases[ih % sh, iw % sw, ih // sh][iw // sw :]
-                    for i in range(out_w):
-                        row[i] += tap * s[i]
+                    s = buf[tap_start[kh] + kw * dw :]
+                    for i in range(span):
+                        full[i] += tap * s[i]
+        plane_out = out[n, c]
+        for oh in range(out_h):
+            row = plane_out[oh]
+            f = full[oh * wp :]
+            if sw == 1:
+                for i in range(out_w):
+                    row[i] = f[i]
+            else:
+                for i in range(out_w):
+                    row[i] = f[i * sw]
     return out
 
 
@@ -357,31 +350,31 @@ DEPTHWISE = serial_and_parallel(_depthwise_planes, "depthwise_planes")
 pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "pointwise_conv"))
 
 
-def _channels_last(channels: int, out_h: int, out_w: int, kh: int, kw: int) -> bool:
+def _channels_last(out_h: int, out_w: int, kh: int, kw: int) -> bool:
     """Whether a depthwise step vectorizes over channels (through channels-last copies)
-    rather than over each output row: where rows are short against the channel count.
+    rather than over each plane (:func:`_depthwise_planes`): for the smallest images only.
 
-    A row loop pays per row and tap, and its rows of 2-8 pixels barely fill a vector;
-    the channels-last loop pays two layout copies and per pixel and tap. Measured one
-    thread at the shapes of MobileNetV1/V2/V3, EfficientNet and ShuffleNet: 144 channels
-    at 4x4, 5x5 taps, 9 us against 169; 512 at 14x14 stride 2, 125 against 507; 48 at
-    16x16 (stride 1 or 32x32 stride 2) and 64 at 112x112 stride 2 stay on rows.
+    The plane loops pay a fixed cost per plane and (other than 3x3) per tap, the
+    channels-last loop two layout copies and a cost per pixel and tap. Measured one
+    thread, us channels-last / planes: 3x3 at 4x4 out (192 channels) 12 / 18, 6x6 (64)
+    7 / 16, 7x7 (1024) 166 / 137, 8x8 (96) 19 / 14, 16x16 (128) 171 / 37; 5x5 at 4x4
+    (576) 36 / 139, 6x6 (96) 13 / 55, 8x8 (96) 35 / 37, 16x16 (48) 98 / 40.
     """
-    if out_h * out_w <= CHANNELS_LAST_PIXELS or channels >= ROWS_PER_CHANNEL * out_w:
-        return True
-    return (kh, kw) != (3, 3) and channels >= out_w  # other filters' row loop adds tap by tap
+    limit = CHANNELS_LAST_PIXELS_3X3 if (kh, kw) == (3, 3) else CHANNELS_LAST_PIXELS
+    return out_h * out_w <= limit
 
 
+CHANNELS_LAST_PIXELS_3X3 = 36
 CHANNELS_LAST_PIXELS = 64
-ROWS_PER_CHANNEL = 4
 
 
-def _phases(planes: int, h: int, w: int, s: tuple, p: tuple, dt: np.dtype) -> np.ndarray:
-    """Zeroed stride-phase buffers of ``planes`` padded images (see _fill_phases)."""
-    (sh, sw), (ph, pw) = s, p
+def _padded(planes: int, h: int, w: int, s: tuple, p: tuple, dt: np.dtype) -> np.ndarray:
+    """Zeroed buffers, one a plane (see _depthwise_planes): its padded image split into
+    row phases, then a scratch run of the plane's computed values."""
+    (sh, _), (ph, pw) = s, p
+    wp = w + 2 * pw
     hq = -(-(h + 2 * ph) // sh)
-    wq = -(-(w + 2 * pw) // sw)
-    return np.zeros((planes, sh, sw, hq, wq), dt)
+    return np.zeros((planes, (sh * hq + hq) * wp), dt)
 
 
 class ConvStep:
@@ -501,7 +494,8 @@ def conv_step(
     b = np.zeros(oc, dt) if bias is None else np.ascontiguousarray(bias)
     geometry = tuple(int(v) for v in (*s, *p, *d))
     macs = out.size * cg * kh * kw
-    if g == c and cg == 1 and oc == c and _channels_last(c, oh, ow, kh, kw):
+    pointwise = (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0)
+    if g == c and cg == 1 and oc == c and _channels_last(oh, ow, kh, kw):
         wt = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))
         xt = np.empty((n, h, w, c), dt)
         ot = np.empty((n, oh, ow, c), dt)
@@ -511,15 +505,19 @@ def conv_step(
         step = (fn, (input, wt, b, xt, ot, out, *geometry))
     elif g == c and cg == 1 and oc == c:
         wd = np.ascontiguousarray(weight[:, 0])
-        args = (input, wd, b, _phases(n * c, h, w, s, p, dt), out, *geometry)
+        args = (input, wd, b, _padded(n * c, h, w, s, p, dt), out, *geometry)
         step = (choose(DEPTHWISE, macs // 8), args)
+    elif pointwise and pointwise_direct_pays(cg):
+        wm = np.ascontiguousarray(weight.reshape(g, oc // g, cg))
+        x4, o4 = input.reshape(n, g, cg, h * w), out.reshape(n, g, oc // g, oh * ow)
+        step = (choose(POINTWISE_DIRECT, macs // 8), (x4, wm, b, o4))
     elif not HAS_BLAS:
         return None
     else:
         wm = np.ascontiguousarray(weight.reshape(g, oc // g, cg * kh * kw))
         o4 = out.reshape(n, g, oc // g, oh * ow)
         has_bias = bias is not None
-        if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
+        if pointwise:
             x4 = input.reshape(n, g, cg, h * w)
             step = (pointwise_conv, (x4, wm, b, o4, has_bias))
         else:
