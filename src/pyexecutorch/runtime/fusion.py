@@ -178,6 +178,11 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
     ]
 
 
+def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays index alike (on one buffer, element ``k`` of each is one element)."""
+    return a.shape == b.shape and a.strides == b.strides
+
+
 def same_elements(a: np.ndarray, out: np.ndarray) -> bool:
     """Whether input ``a``, broadcast to ``out``'s shape, reads at each position the very
     bytes ``out`` has there (a leading size-1 dimension more or less changes nothing)."""
