@@ -656,6 +656,27 @@ def _outs(mem: Any) -> list[int]:
     return mem.outs if isinstance(mem, _ReductionMember) else [mem.out]
 
 
+# Reductions that, on a stored input, run as well as their standalone compiled kernels
+# (kernels/reduce/compiled.py: sums over one run of axes, eight partial sums per row).
+_STANDALONE = (_sum, _mean)
+
+
+def _stored_before(fuser: Fuser, group: list[Any], red: _ReductionMember, dtype: Any) -> bool:
+    """Whether ``red``'s prologue is better left to an elementwise loop of its own: the
+    reduced input is stored anyway (a squeeze-excite's SiLU, read again by its scaling),
+    so fusing saves one read of it, while the fused loop computes the prologue row by
+    row, which does not vectorize on short rows (2x2 pixels), and the flat loop does."""
+    if len(group) < 2 or dtype == HALF or red.op.build not in _STANDALONE:
+        return False
+    from pyexecutorch.kernels.reduce.compiled import axis_run  # noqa: PLC0415 - needs numba
+
+    if axis_run(red.full, red.dims) is None:
+        return False
+    last = group[-2]
+    pcs = {g.pc for g in group}
+    return last.out == red.x and fuser.must_store(pcs, last.pc, red.x)
+
+
 def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any]) -> list[list]:
     """Each reduction with its prologue and epilogue of consecutive elementwise candidates.
 
@@ -685,6 +706,8 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
             group.insert(0, mem)
             needed.update(mem.tensors.values())
             p -= 1
+        if _stored_before(fuser, group, red, dtype):
+            group = [red]
         # the values an epilogue member may build on: the group's, and what it reduces
         produced = {o for g in group for o in _outs(g)} | {red.x}
         p = pc + 1
