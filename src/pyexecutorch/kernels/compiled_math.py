@@ -35,7 +35,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from pyexecutorch.kernels.elementwise.unary import _RP, _RQ
 
@@ -196,6 +196,19 @@ def tanh_f64(x: float) -> float:
     small = x * (1.0 + s * (-1.0 / 3.0 + s * (2.0 / 15.0)))
     y = small if a < _TANH_SMALL else big
     return y if x == x else x
+
+
+def exp_of(x: float) -> float:
+    """e**x in compiled kernels generic in dtype: :func:`exp_f32` for float32 values, the
+    C library's exp for the others (see the overload below)."""
+    return math.exp(x)
+
+
+@overload(exp_of, inline="always")
+def _exp_of(x):  # noqa: ANN001, ANN202 - numba's overload protocol
+    if x == types.float32:
+        return lambda x: exp_f32(x)
+    return lambda x: np.exp(x)
 
 
 # What a generated loop calls exp, erf and tanh by: these for float32 loops, the C
