@@ -211,9 +211,35 @@ def _exp_of(x):  # noqa: ANN001, ANN202 - numba's overload protocol
     return lambda x: np.exp(x)
 
 
+# float32 tanh: Cephes' odd polynomial below 0.625, 1 - 2 / (e**2a + 1) above, and 1 past
+# 9.1 (where 1 - tanh is under a quarter of float32's step below 1)
+_TANH32_SMALL, _TANH32_BIG = _F(0.625), _F(9.1)
+_TANH32_TINY = _F(2.0**-12)  # below, tanh(x) rounds to x (and -0.0 is kept)
+_H0, _H1, _H2, _H3, _H4 = (
+    _F(c) for c in (-3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2,
+                    -5.70498872745e-3)
+)  # fmt: skip
+_TWO32 = _F(2.0)
+
+
+@njit(inline="always", error_model="numpy")
+def tanh_f32(x: float) -> float:
+    """float32 tanh(x) within two ulps; NaN stays NaN, -0.0 stays -0.0."""
+    a = abs(x)
+    e = exp_f32(_TWO32 * (_TANH32_BIG if a > _TANH32_BIG else a))
+    big = _ONE32 - _TWO32 / (e + _ONE32)
+    big = big if x >= 0 else -big
+    z = x * x
+    p = _fma(_fma(_fma(_fma(_H4, z, _H3), z, _H2), z, _H1), z, _H0)
+    small = _fma(p * z, x, x)
+    small = x if a < _TANH32_TINY else small
+    y = small if a < _TANH32_SMALL else big
+    return y if x == x else x
+
+
 # What a generated loop calls exp, erf and tanh by: these for float32 loops, the C
 # library's for float64 ones (whose results these would not round correctly).
-_FLOAT32_NAMES = {"EXP": "exp_f32", "ERF": "erf_f64", "TANH": "tanh_f64"}
+_FLOAT32_NAMES = {"EXP": "exp_f32", "ERF": "erf_f64", "TANH": "tanh_f32"}
 _LIBRARY = {"EXP": "math.exp", "ERF": "math.erf", "TANH": "math.tanh"}
 # numba's disk cache of a generated loop is keyed by the loop's source, which names
 # these functions but does not contain them: the digest of this file goes into the
