@@ -1,28 +1,27 @@
 """exp, erf and tanh for float32 loops of the compiled tier, in a form LLVM vectorizes.
 
-exp (sigmoid, SiLU, softmax) is evaluated in float32 (eight lanes of an AVX2
-register instead of four, a third of the instructions of the float64 form):
-Cody-Waite reduction, Cephes' degree-7 polynomial and a two-step scaling by 2**n
-so that results in the subnormal range round once, as the C library's do; its
-error stays within one float32 ulp of the correctly rounded result. The
-polynomials use ``llvm.fmuladd`` (fused where the CPU has FMA, a multiply and
-an add otherwise; either rounds no worse than the separate operations, and no
-fastmath flag is set, so NaN, infinities and signed zeros are untouched).
-
 numba compiles ``math.exp``/``math.erf``/``math.tanh`` to calls of the C library,
 one element at a time (2.7, 6.5 and 24 ns an element here, against 0.2 ns for a
-multiply-add), and those calls are what attention's softmax and GELU spend their
-time in. The functions below are straight-line float64 arithmetic on a float32
-argument (selects, no branches, no library calls), so the loop around them
-becomes SIMD code. Each is accurate to far below float32's half ulp (relative
-errors under 1e-9 for exp and tanh, the erf rational's 3e-9 is the numpy
-kernel's own), so the loop's rounding to float32 gives what the numpy kernels
-give, within the kernel tests' tolerances. NaN propagates, infinities and
-overflow give what the C library gives after rounding to float32 (exp(89) is
-inf in float32, exp(-104) is 0), and -0.0 keeps its sign where the function is odd.
+multiply-add), and those calls are what SiLU, softmax and GELU spend their time
+in. The functions below are straight-line arithmetic (selects, no branches, no
+library calls), so the loop around them becomes SIMD code:
 
-They return float64: the formula that calls them rounds (``T(...)``). Loops over
-float64 keep the C library's functions (see :func:`names_for`).
+* ``exp_f32`` and ``tanh_f32`` compute in float32, eight lanes of an AVX2
+  register (a float64 form fills four and took ~100 instructions per eight
+  elements against ~40): Cody-Waite reduction, Cephes' polynomials, and a
+  scaling by 2**n in two halves so that subnormal results round once. Both stay
+  within one float32 ulp of the correctly rounded result.
+* ``erf_f64`` (and ``tanh_f64``/``exp_f64``) compute in float64 on a float32
+  argument: the erf rational's 3e-9 is the numpy kernel's own, which float32
+  evaluation would miss by up to 6 ulp. They return float64 and the formula that
+  calls them rounds (``T(...)``).
+
+Polynomials go through ``llvm.fmuladd`` (fused where the CPU has FMA, else a
+multiply and an add; neither rounds worse). No fastmath flag is set: NaN
+propagates, infinities and overflow give what the C library gives after
+rounding to float32 (exp(89) is inf, exp(-104) is 0), and -0.0 keeps its sign
+where the function is odd. Loops over float64 keep the C library's functions
+(see :func:`header_lines`).
 """
 
 from __future__ import annotations
