@@ -590,6 +590,7 @@ def test_a_small_product_reads_a_strided_row_view_in_place():
 def _special_inputs() -> np.ndarray:
     edges = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-4, -1e-4, 88.72, 88.73]
     edges += [-87.3, -103.9, -104.0, -150.0, 4.0, -4.0, 3.9, 20.0, -20.0, 1e30, -1e30]
+    edges += [0.625, -0.625, 0.6249, 9.1, -9.2, 2.0**-12, -(2.0**-13)]  # tanh_f32's seams
     grid = np.linspace(-110.0, 95.0, 20001)
     rng = np.random.default_rng(7).standard_normal(20000) * 3
     return np.concatenate([edges, grid, rng]).astype(F32)
@@ -606,29 +607,45 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def test_compiled_exp_erf_tanh_round_as_the_float64_functions():
     from numba import njit  # noqa: PLC0415
 
-    from pyexecutorch.kernels.compiled_math import erf_f64, exp_f64, tanh_f64  # noqa: PLC0415
+    from pyexecutorch.kernels.compiled_math import (  # noqa: PLC0415
+        erf_f64,
+        exp_f32,
+        exp_f64,
+        tanh_f32,
+        tanh_f64,
+    )
     from pyexecutorch.kernels.elementwise.unary import ERF  # noqa: PLC0415
 
     @njit
     def apply(x, out):  # noqa: ANN001, ANN202 - a float32 loop as the fused ones are
         for i in range(x.size):
-            out[0, i] = F32(exp_f64(x[i]))
+            out[0, i] = exp_f32(x[i])
             out[1, i] = F32(erf_f64(x[i]))
             out[2, i] = F32(tanh_f64(x[i]))
+            out[3, i] = F32(exp_f64(x[i]))
+            out[4, i] = tanh_f32(x[i])
 
     x = _special_inputs()
-    got = np.empty((3, x.size), F32)
+    got = np.empty((5, x.size), F32)
     apply(x, got)
     x64 = torch.from_numpy(x.astype(F64))
     with np.errstate(over="ignore"):
-        exact = [torch.exp(x64), torch.erf(x64), torch.tanh(x64)]
+        exact = [torch.exp(x64), torch.erf(x64), torch.tanh(x64), torch.exp(x64), torch.tanh(x64)]
         exact = [e.numpy().astype(F32) for e in exact]  # correctly rounded or nearly
-    for name, g, want in zip(("exp", "erf", "tanh"), got, exact, strict=True):
+    names = ("exp", "erf", "tanh", "exp_f64", "tanh_f32")
+    for name, g, want in zip(names, got, exact, strict=True):
         np.testing.assert_array_equal(np.isnan(g), np.isnan(x), err_msg=name)
         assert _ulps(g, want).max() <= 1, name
         assert (np.signbit(g) == np.signbit(want))[~np.isnan(x)].all(), name
-    assert got[0][x == np.inf][0] == np.inf and got[0][x == F32(88.73)][0] == np.inf
-    assert got[0][x == F32(-104.0)][0] == 0.0
+    for e in (got[0], got[3]):
+        assert e[x == np.inf][0] == np.inf and e[x == F32(88.73)][0] == np.inf
+        assert e[x == F32(-104.0)][0] == 0.0 and e[x == -np.inf][0] == 0.0
+    # float32 exp's subnormal results round once (2**-149 is the smallest)
+    tiny = np.array([-87.5, -95.0, -103.0, -103.9], F32)
+    got_tiny = np.empty((5, tiny.size), F32)
+    apply(tiny, got_tiny)
+    want_tiny = torch.exp(torch.from_numpy(tiny.astype(F64))).numpy().astype(F32)
+    assert (_ulps(got_tiny[0], want_tiny) <= 1).all() and (got_tiny[0] > 0).all()
     # erf is the numpy kernel's own float32 erf
     reference = np.empty_like(x)
     ERF(x, reference)

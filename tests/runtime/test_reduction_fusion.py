@@ -236,3 +236,75 @@ def test_float16_reductions_compute_in_float32_and_round_their_outputs():
         # float32 sums in another order, one rounding to half: an ulp at most
         np.testing.assert_allclose(g_, w, rtol=1e-3, atol=1e-3)
         np.testing.assert_allclose(g_, e, rtol=2e-3, atol=2e-3)
+
+
+class RowSums(torch.nn.Module):
+    def forward(self, x, y):
+        return (x * y).sum(-1), (x - y).abs().mean(-1, keepdim=True) * x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [1, 7, 17, 1003])
+def test_sums_in_lanes_on_odd_and_long_rows(dtype, n):
+    g = torch.Generator().manual_seed(30 + n)
+    x, y = torch.randn(3, 2, n, generator=g, dtype=dtype), torch.randn(n, generator=g, dtype=dtype)
+    x[0, 1, n // 2] = torch.nan
+    x[1, 0, 0] = torch.inf
+    x[2, 1, -1] = -0.0
+    fused = [
+        ["aten::mul.out", "aten::sum.IntList_out"],
+        ["aten::sub.out", "aten::abs.out", "aten::mean.out", "aten::mul.out"],
+    ]
+    _check(RowSums(), (x, y), fused if n > 1 else [])  # rows of one: the export drops sums
+
+
+def test_sums_in_lanes_are_as_accurate_as_a_float64_sum():
+    # a long row of products of mixed magnitudes: the loop's eight float64 partial sums,
+    # rounded once, against the exact float64 sum of the same float32 products
+    g = torch.Generator().manual_seed(40)
+    x = torch.randn(2, 4099, generator=g) * torch.logspace(-3, 3, 4099)
+    y = torch.randn(4099, generator=g)
+    loaded, got, want, eager = _run(RowSums(), (x, y))
+    assert ["aten::mul.out", "aten::sum.IntList_out"] in [
+        _ops(loaded, run) for run in loaded.fused_runs
+    ]
+    products = (x.numpy() * y.numpy()).astype(np.float64)  # the float32 products, exactly
+    exact = products.sum(-1).astype(np.float32)
+    scale = np.abs(products).sum(-1)
+    assert (np.abs(got[0].astype(np.float64) - exact) <= 1e-7 * scale + 1e-30).all()
+    # no worse than the numpy kernel's pairwise float32 sum, give or take one rounding
+    assert (np.abs(got[0] - exact) <= np.abs(want[0] - exact) + np.abs(np.spacing(exact))).all()
+
+
+class SqueezeExcite(torch.nn.Module):
+    """EfficientNet's block tail: SiLU, its mean per channel, a sigmoid gate broadcast back."""
+
+    def forward(self, x):
+        s = F.silu(x)
+        gate = torch.sigmoid(s.mean((2, 3), keepdim=True) * 2.0)
+        return s * gate
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("hw", [(2, 2), (7, 9), (16, 16)])
+def test_squeeze_excite_runs_a_flat_silu_then_the_mean_kernel(dtype, hw):
+    x = torch.randn(1, 12, *hw, generator=torch.Generator().manual_seed(50), dtype=dtype) * 4
+    x[0, 0, 0, 0] = torch.nan
+    x[0, 1, 0, 0] = torch.inf
+    x[0, 2, 0, 0] = -torch.inf
+    x[0, 3, 0, 0] = -0.0
+    x[0, 4, 0, 0] = -200.0  # exp(200) overflows inside the sigmoid: SiLU is -0.0
+    x[0, 5, 0, 0] = 1e-30
+    loaded, got, want, eager = _run(SqueezeExcite(), (x,))
+    runs = [_ops(loaded, run) for run in loaded.fused_runs]
+    # the SiLU is stored for the gate's product anyway: the mean does not recompute it
+    # row by row but reads it after a flat loop
+    assert ["aten::sigmoid.out", "aten::mul.out"] in runs, runs
+    assert ["aten::mean.out", "aten::mul.out", "aten::sigmoid.out", "aten::mul.out"] in runs, runs
+    tol = 2e-6 if dtype == torch.float32 else 1e-12
+    for g_, w, e in zip(got, want, eager, strict=True):
+        np.testing.assert_array_equal(np.isnan(g_), np.isnan(w))
+        ok = ~np.isnan(w)  # a NaN's sign is whatever the arithmetic made
+        np.testing.assert_array_equal(np.signbit(g_[ok]), np.signbit(w[ok]))
+        np.testing.assert_allclose(g_, w, rtol=tol * 4, atol=tol)
+        np.testing.assert_allclose(g_, e, rtol=tol * 4, atol=tol)

@@ -21,6 +21,7 @@ every result to half precision, as numpy's float16 kernels round each pass
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,24 +101,41 @@ class FusedCall:
             k: f"out{aliases[k]}" if k in aliases else f"in{k}" for k in range(len(self.inputs))
         }
         lines = loop_header(self.dtype, params)
-        if flat:
-            lines.append("    for i in range(out0.size):")
-            index, indent = "i", "        "
-        else:
-            indent = "    "
-            for d in range(self.rank):
-                lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
-                indent += "    "
-            index = ", ".join(f"i{d}" for d in range(self.rank))
         loads = [
             f"{name} = " + decoded(f"{source_of[k]}[{'i' if flat else at}]", k in self.halves)
             for name, at, k in self.loads
         ]
+        index = "i" if flat else ", ".join(f"i{d}" for d in range(self.rank))
         stores = [
             f"out{k}[{index}] = " + (f"half_bits({value})" if k in self.half_outputs else value)
             for k, value in enumerate(self.stores)
         ]
-        lines.extend(indent + s for s in loads + self.body + stores)
+        if flat:
+            lines.append("    for i in range(out0.size):")
+            lines.extend("        " + s for s in loads + self.body + stores)
+            return "\n".join(lines) + "\n"
+        # Each load and formula sits in the outermost loop whose indices it needs: a
+        # squeeze-excite gate (N, C, 1, 1) broadcast over (N, C, H, W) is computed once per
+        # channel, not once per pixel. (A broadcast input never overlaps a stored output, see
+        # Fuser._safe, so reading it before the inner loops' stores reads the same values.)
+        depth: dict[str, int] = {}
+        placed: list[list[str]] = [[] for _ in range(self.rank + 1)]
+        for (name, at, _), line in zip(self.loads, loads, strict=True):
+            used = [int(d) for d in re.findall(r"\bi(\d+)\b", at)]
+            depth[name] = max(used, default=-1) + 1
+            placed[depth[name]].append(line)
+        for line in self.body:
+            name = line.split(" = ", 1)[0]
+            refs = re.findall(r"\b([xt]\d+)\b", line.split(" = ", 1)[1])
+            depth[name] = max((depth[r] for r in refs if r in depth), default=0)
+            placed[depth[name]].append(line)
+        placed[self.rank].extend(stores)
+        indent = "    "
+        for d in range(self.rank):
+            lines.extend(indent + s for s in placed[d])
+            lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
+            indent += "    "
+        lines.extend(indent + s for s in placed[self.rank])
         return "\n".join(lines) + "\n"
 
     def function(self, flat: bool, aliases: dict[int, int] | None = None) -> Any:
@@ -176,6 +194,11 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
         '@njit(cache=True, error_model="numpy")',
         f"def fused({', '.join(params)}):",
     ]
+
+
+def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays index alike (on one buffer, element ``k`` of each is one element)."""
+    return a.shape == b.shape and a.strides == b.strides
 
 
 def same_elements(a: np.ndarray, out: np.ndarray) -> bool:

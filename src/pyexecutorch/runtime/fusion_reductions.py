@@ -26,6 +26,7 @@ sizes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,7 +252,18 @@ class ReducedCall:
     same_shape: bool = False  # never the flat form: rows need their own loops
 
     def source(self, flat: bool = False, aliases: dict[int, int] | None = None) -> str:
-        return self.source_text
+        """The loop's module; an input in ``aliases`` (input -> output) is that output's very
+        memory and is read through the output's parameter, as in FusedCall.source: two
+        parameters on one buffer send the vectorized loops to their scalar fallback."""
+        if not aliases:
+            return self.source_text
+        text = self.source_text
+        head, sep, body = text.partition("def fused(")
+        signature, colon, body = body.partition("):\n")
+        params = [p for p in signature.split(", ") if p not in {f"in{k}" for k in aliases}]
+        for k, o in aliases.items():
+            body = re.sub(rf"\bin{k}\b", f"out{o}", body)
+        return f"{head}{sep}{', '.join(params)}{colon}{body}"
 
     def function(self, flat: bool = False, aliases: dict[int, int] | None = None) -> Any:
         return self.lazy_function(flat, aliases).load()
@@ -259,7 +271,7 @@ class ReducedCall:
     def lazy_function(
         self, flat: bool = False, aliases: dict[int, int] | None = None
     ) -> compiled.GeneratedFunction:
-        return compiled.GeneratedFunction(self.source_text, "reduced", "fused")
+        return compiled.GeneratedFunction(self.source(flat, aliases), "reduced", "fused")
 
 
 class _Builder:
@@ -499,7 +511,11 @@ class _Builder:
                     body = []
                     folded = {r: stored_as[x] for r, x in folded.items()}
                 full_stores = []
-            lines += loops + body
+            if _laned(self.dims, [nodes[r].reduce for r in here], body):
+                lines += _summed_in_lanes(self.dims[-1], loops, body, folded, indent)
+                folded = {}
+            else:
+                lines += loops + body
             for r, x in folded.items():
                 if nodes[r].reduce == "max":  # NaN sticks, as np.max propagates it
                     lines.append(f"{inner}if {x} > {r} or {x} != {x}:")
@@ -539,6 +555,54 @@ class _Builder:
             element = f"{node.expr}[{self._index(j, row)}]"
             return f"{name} = {decoded(element, self.m.capacity[j].dtype == HALF)}"
         return f"{name} = {node.expr.format(*node.deps)}"
+
+
+# Sums run in this many independent float64 partial sums along the last reduced dimension:
+# one running sum waits ~4 cycles on each add (no reassociation without fastmath), eight
+# keep the adders busy. Each lane sums every eighth element in order, and the lanes are
+# added pairwise at the end: a fixed order, at least as accurate as the one running sum.
+_LANES = 8
+
+
+def _laned(dims: tuple[int, ...], kinds: list[str | None], body: list[str]) -> bool:
+    """Whether one phase's reductions are sums worth splitting into lanes: its elements are
+    arithmetic or loads (a library call per element costs more than the adds it waits on,
+    and would be repeated in source once per lane)."""
+    if not dims or any(kind != "sum" for kind in kinds):
+        return False
+    return not any(call in line for line in body for call in _LIBRARY_CALLS)
+
+
+def _summed_in_lanes(
+    last: int, loops: list[str], body: list[str], folded: dict[str, str], indent: str
+) -> list[str]:
+    """The loops of one phase of sums (``folded``: sum -> summed value, computed by
+    ``body`` inside ``loops``) with the last reduced dimension split into lanes."""
+    inner = indent + "    " * len(loops)
+    block = inner[:-4]
+    defined = [m.group(1) for line in body if (m := re.match(r"\s*(\w+) = ", line))]
+    out = [f"{indent}{r}_{lane} = 0.0" for r in folded for lane in range(_LANES)]
+    out += loops[:-1]
+    out.append(f"{block}for b{last} in range(0, n{last} - n{last} % {_LANES}, {_LANES}):")
+    for lane in range(_LANES):
+
+        def renamed(text: str, lane: int = lane) -> str:
+            for name in defined:
+                text = re.sub(rf"\b{name}\b", f"{name}_{lane}", text)
+            return text
+
+        out.append(f"{inner}i{last} = b{last} + {lane}")
+        out += [renamed(line) for line in body]
+        out += [f"{inner}{r}_{lane} += {renamed(x)}" for r, x in folded.items()]
+    out.append(f"{block}for i{last} in range(n{last} - n{last} % {_LANES}, n{last}):")
+    out += body
+    out += [f"{inner}{r} += {x}" for r, x in folded.items()]
+    for r in folded:
+        partial = [f"{r}_{lane}" for lane in range(_LANES)]
+        while len(partial) > 1:
+            partial = [f"({a} + {b})" for a, b in zip(partial[::2], partial[1::2], strict=True)]
+        out.append(f"{indent}{r} += {partial[0]}")
+    return out
 
 
 def build_group(fuser: Fuser, group: list[Any]) -> ReducedCall | None:
@@ -592,6 +656,27 @@ def _outs(mem: Any) -> list[int]:
     return mem.outs if isinstance(mem, _ReductionMember) else [mem.out]
 
 
+# Reductions that, on a stored input, run as well as their standalone compiled kernels
+# (kernels/reduce/compiled.py: sums over one run of axes, eight partial sums per row).
+_STANDALONE = (_sum, _mean)
+
+
+def _stored_before(fuser: Fuser, group: list[Any], red: _ReductionMember, dtype: Any) -> bool:
+    """Whether ``red``'s prologue is better left to an elementwise loop of its own: the
+    reduced input is stored anyway (a squeeze-excite's SiLU, read again by its scaling),
+    so fusing saves one read of it, while the fused loop computes the prologue row by
+    row, which does not vectorize on short rows (2x2 pixels), and the flat loop does."""
+    if len(group) < 2 or dtype == HALF or red.op.build not in _STANDALONE:
+        return False
+    from pyexecutorch.kernels.reduce.compiled import axis_run  # noqa: PLC0415 - needs numba
+
+    if axis_run(red.full, red.dims) is None:
+        return False
+    last = group[-2]
+    pcs = {g.pc for g in group}
+    return last.out == red.x and fuser.must_store(pcs, last.pc, red.x)
+
+
 def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any]) -> list[list]:
     """Each reduction with its prologue and epilogue of consecutive elementwise candidates.
 
@@ -621,6 +706,8 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
             group.insert(0, mem)
             needed.update(mem.tensors.values())
             p -= 1
+        if _stored_before(fuser, group, red, dtype):
+            group = [red]
         # the values an epilogue member may build on: the group's, and what it reduces
         produced = {o for g in group for o in _outs(g)} | {red.x}
         p = pc + 1

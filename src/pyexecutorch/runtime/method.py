@@ -49,7 +49,14 @@ from pyexecutorch.runtime.errors import (
 )
 from pyexecutorch.runtime.etdump import EventTracer, clock
 from pyexecutorch.runtime.fold import fold_constants
-from pyexecutorch.runtime.fusion import HALF, FusedCall, fuse, fused_live, loop_array
+from pyexecutorch.runtime.fusion import (
+    HALF,
+    FusedCall,
+    fuse,
+    fused_live,
+    loop_array,
+    same_layout,
+)
 from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.limits import (
     DEFAULT_LIMITS,
@@ -732,11 +739,12 @@ class LoadedMethod:
                 aliases: dict[int, int] = {}
                 if flat:
                     arrays = [a.reshape(-1) for a in arrays]
-                    n_in = len(call.inputs)
-                    for k, a in enumerate(arrays[:n_in]):
-                        for o, b in enumerate(arrays[n_in:]):
-                            if a.ctypes.data == b.ctypes.data:
-                                aliases[k] = o  # the planner gave this output the input's memory
+                n_in = len(call.inputs)
+                for k, a in enumerate(arrays[:n_in]):
+                    for o, b in enumerate(arrays[n_in:]):
+                        if a.ctypes.data == b.ctypes.data and same_layout(a, b):
+                            aliases[k] = o  # the planner gave this output the input's memory
+                if flat or aliases:
                     arrays = [a for k, a in enumerate(arrays) if k not in aliases]
                     exprs = [ns.bind(a, "C") for a in arrays]
                 dispatcher = call.lazy_function(flat, aliases)

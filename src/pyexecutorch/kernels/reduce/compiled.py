@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense
+from pyexecutorch.kernels.compiled_math import exp_of
 from pyexecutorch.kernels.reduce import compiled_select  # noqa: F401 - its forms register
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
@@ -40,17 +41,19 @@ def _softmax(x, out, log):  # noqa: ANN001, ANN201
                 v = x[i, kk, 0]
                 if v > top or v != v:
                     top = v
-            total = 0.0
-            for kk in range(k):
-                e = np.exp(x[i, kk, 0] - top)
-                total += e
-                if not log:
-                    out[i, kk, 0] = e
-            if log:
+            if log:  # out may be x's memory: x is read again after the sum
+                total = 0.0
+                for kk in range(k):
+                    total += exp_of(x[i, kk, 0] - top)
                 shift = np.log(total)
                 for kk in range(k):
                     out[i, kk, 0] = (x[i, kk, 0] - top) - shift
             else:
+                # the exponentials in a loop of their own (it vectorizes), then summed in
+                # eight partial sums: one running sum would wait on each add
+                for kk in range(k):
+                    out[i, kk, 0] = exp_of(x[i, kk, 0] - top)
+                total = _column_sum(out, i)
                 for kk in range(k):
                     out[i, kk, 0] = out[i, kk, 0] / total
         return out
@@ -66,7 +69,7 @@ def _softmax(x, out, log):  # noqa: ANN001, ANN201
                     top[jb] = v
         for kk in range(k):
             for jb in range(b):
-                e = np.exp(x[i, kk, jb] - top[jb])
+                e = exp_of(x[i, kk, jb] - top[jb])
                 total[jb] += e
                 if not log:
                     out[i, kk, jb] = e
@@ -77,6 +80,28 @@ def _softmax(x, out, log):  # noqa: ANN001, ANN201
                 else:
                     out[i, kk, jb] = out[i, kk, jb] / total[jb]
     return out
+
+
+@njit(inline="always", error_model="numpy")
+def _column_sum(x, i):  # noqa: ANN001, ANN201
+    """The float64 sum of x[i, :, 0] over eight interleaved partial sums."""
+    k = x.shape[1]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    j = 0
+    while j + 8 <= k:
+        s0 += x[i, j, 0]
+        s1 += x[i, j + 1, 0]
+        s2 += x[i, j + 2, 0]
+        s3 += x[i, j + 3, 0]
+        s4 += x[i, j + 4, 0]
+        s5 += x[i, j + 5, 0]
+        s6 += x[i, j + 6, 0]
+        s7 += x[i, j + 7, 0]
+        j += 8
+    while j < k:
+        s0 += x[i, j, 0]
+        j += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
 def _row_sum(x, i, zero):  # noqa: ANN001, ANN201
