@@ -30,8 +30,10 @@ import glob
 import os
 
 import numpy as np
-from numba import get_num_threads, njit, prange, types
+from numba import njit, prange, types
 from numba.extending import overload
+
+from pyexecutorch.runtime.compiled import numba_module
 
 # (library file patterns under numpy's folder, CBLAS symbol prefix, OpenBLAS's own
 # functions' prefix and suffix): numpy 2's wheels
@@ -129,8 +131,8 @@ if NUMPY_BLAS:
     get_blas_threads = types.ExternalFunction(f"{_own}get_num_threads{_suffix}", types.int32())
     # numba's own thread count, by the symbol its threading layer registers (numba's
     # jitted get_num_threads makes its callers uncacheable); registered when the layer
-    # starts, which get_num_threads() here makes sure of before anything is compiled.
-    get_num_threads()
+    # starts, which numba_module() makes sure of (with its OpenMP spin setting).
+    numba_module()
     _numba_threads = types.ExternalFunction("get_num_threads", types.intp())
 
     @overload(serial_gemm)
