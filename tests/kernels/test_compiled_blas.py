@@ -119,3 +119,35 @@ def test_products_leave_the_blas_setting_as_it_was():
             _product(a, b, out)
             np.testing.assert_allclose(out, a @ b, **TOL[np.float32])
             assert _numpy_blas_threads() == 2
+
+
+class _Mlp(torch.nn.Module):
+    # 64 x 256 @ 256 x 512: 8M multiply-adds, split at two threads
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.up = torch.nn.Linear(256, 512)
+        self.down = torch.nn.Linear(512, 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+@needs_numpy_blas
+def test_a_method_loaded_with_two_threads_splits_its_products_and_matches_torch():
+    from pyexecutorch.exir import to_edge  # noqa: PLC0415
+    from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+
+    model = _Mlp().eval()
+    x = torch.randn(64, 256)
+    assert 64 * 256 * 512 >= compiled_blas.SPLIT_PRODUCT
+    buf = to_edge(torch.export.export(model, (x,))).to_executorch().buffer
+    before = thread_counts()
+    try:
+        method = Runtime.get().load_program(buf, jit=True, threads=2).load_method("forward")
+        assert thread_counts() == {"blas": 2, "numba": min(2, numba.config.NUMBA_NUM_THREADS)}
+        (got,) = method.execute([x.numpy()])
+        np.testing.assert_allclose(np.asarray(got), model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+        assert thread_counts()["blas"] == 2  # set back after each product
+    finally:
+        set_threads(before["blas"] or 1)
