@@ -114,3 +114,35 @@ def test_the_blas_of_compiled_code_gets_the_thread_count_too():
     assert proc.returncode == 0, proc.stderr[-2000:]
     libraries, least = proc.stdout.split("\n")[-3:-1]
     assert libraries == "[2, 2]" and least == "2", proc.stdout
+
+
+_SPIN_SETTING = """
+import os
+from pyexecutorch.runtime import compiled
+numba = compiled.numba_module()
+print(numba is not None, os.environ.get("GOMP_SPINCOUNT"))
+"""
+
+
+@pytest.mark.parametrize(("preset", "after"), [(None, "None"), ("77", "77")])
+def test_openmp_spin_setting_is_scoped_to_numbas_start(preset, after):
+    # numba's libgomp reads GOMP_SPINCOUNT as it loads; the process environment (what a
+    # libgomp loaded later, or a child process, reads) is left as it was, a user's setting kept
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("numba")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if preset is not None:
+        env["GOMP_SPINCOUNT"] = preset
+    proc = subprocess.run(
+        [sys.executable, "-c", _SPIN_SETTING],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": src},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", after]

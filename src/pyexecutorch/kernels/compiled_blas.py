@@ -9,13 +9,15 @@ LLVM resolves once the library is loaded into the process (numpy has loaded it
 already; this makes its symbols visible to compiled code). Calls by symbol name keep
 the callers cacheable on disk. The thread setting reaches it as it reaches numpy.
 
-Threads: a product under ``SERIAL_PRODUCT`` multiply-adds runs on one thread
-whatever the setting. OpenBLAS would split a CNN's products (its own limit is far
-lower) and its workers then spin for a long while after each call, on the cores that
-compiled loops' parallel regions want next: at two threads, a parallel loop and a
-BLAS call of a small convolution, alternated, took 60+ ms a pair on this 2-core
-machine (each alone: well under a millisecond), against about 1 ms with the product
-on one thread. The library's thread count is set around such a call (cheap: a store).
+Threads: compiled code multiplies on one pool, numba's. OpenBLAS is set to one
+thread around every call, and a product of ``SPLIT_PRODUCT`` multiply-adds or more,
+with more than one numba thread, is split into one block of columns (or rows) per
+thread, each a serial BLAS call inside a ``prange``. Two pools that both spin after
+their work (OpenBLAS's workers, numba's OpenMP team) fight for the cores: at two
+threads on this 2-core machine, a depthwise ``prange`` loop and a threaded BLAS call
+alternated took 60+ ms a pair (each alone: well under a millisecond), and
+mobilenet_like at 224x224 ran slower at two threads than at one. The library's thread
+count is set around each call (cheap: a store).
 
 Where numpy's library is not found (another build of numpy), :func:`gemm` is
 numba's ``np.dot``, which needs scipy.
@@ -28,8 +30,10 @@ import glob
 import os
 
 import numpy as np
-from numba import types
+from numba import njit, prange, types
 from numba.extending import overload
+
+from pyexecutorch.runtime.compiled import numba_module
 
 # (library file patterns under numpy's folder, CBLAS symbol prefix, OpenBLAS's own
 # functions' prefix and suffix): numpy 2's wheels
@@ -41,8 +45,11 @@ _CANDIDATES = (
     ),
 )
 _ROW_MAJOR, _NO_TRANS = 101, 111
-# Products with fewer multiply-adds (m*n*k) run on one BLAS thread (see above).
-SERIAL_PRODUCT = 1 << 22
+# Products from this many multiply-adds (m*n*k; about 50 us on one thread) are split
+# across numba's threads; smaller ones run on the calling thread.
+SPLIT_PRODUCT = 1 << 21
+# A split block of columns is a multiple of this many (whole cache lines of float32).
+_COLUMN_ALIGN = 16
 
 
 def _numpy_blas() -> tuple[str, tuple[str, str]] | None:
@@ -74,8 +81,34 @@ CBLAS_PREFIX = _FOUND[0] if _FOUND is not None else None
 
 def gemm(a, b, out):  # noqa: ANN001, ANN201
     """out = a @ b for 2-D float32/float64 arrays whose rows are contiguous; compiled code
-    gets the BLAS call below."""
+    gets the BLAS call below, split across numba's threads when it is large."""
     np.dot(a, b, out)
+
+
+def serial_gemm(a, b, out):  # noqa: ANN001, ANN201
+    """:func:`gemm` on the calling thread only (the library's thread count untouched)."""
+    np.dot(a, b, out)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _split_gemm(a, b, out, parts):  # noqa: ANN001, ANN201
+    """:func:`serial_gemm` of one block per thread: blocks of ``out``'s columns, or of its
+    rows where it has fewer columns than rows."""
+    m, n = out.shape
+    if n >= m:
+        width = -(-n // parts)
+        width = -(-width // _COLUMN_ALIGN) * _COLUMN_ALIGN
+        for p in prange(parts):
+            j0 = min(p * width, n)
+            j1 = min(j0 + width, n)
+            if j0 < j1:
+                serial_gemm(a, b[:, j0:j1], out[:, j0:j1])
+    else:
+        for p in prange(parts):
+            i0 = m * p // parts
+            i1 = m * (p + 1) // parts
+            if i0 < i1:
+                serial_gemm(a[i0:i1], b, out[i0:i1])
 
 
 if NUMPY_BLAS:
@@ -92,13 +125,18 @@ if NUMPY_BLAS:
         types.float64: _external("d", types.float64),
     }
     _own, _suffix = _FOUND[1]
-    _set_threads = types.ExternalFunction(
+    set_blas_threads = types.ExternalFunction(
         f"{_own}set_num_threads{_suffix}", types.void(types.int32)
     )
-    _get_threads = types.ExternalFunction(f"{_own}get_num_threads{_suffix}", types.int32())
+    get_blas_threads = types.ExternalFunction(f"{_own}get_num_threads{_suffix}", types.int32())
+    # numba's own thread count, by the symbol its threading layer registers (numba's
+    # jitted get_num_threads makes its callers uncacheable); registered when the layer
+    # starts, which numba_module() makes sure of (with its OpenMP spin setting).
+    numba_module()
+    _numba_threads = types.ExternalFunction("get_num_threads", types.intp())
 
-    @overload(gemm)
-    def _gemm_overload(a, b, out):  # noqa: ANN001, ANN202
+    @overload(serial_gemm)
+    def _serial_gemm_overload(a, b, out):  # noqa: ANN001, ANN202
         call = _GEMM.get(getattr(a, "dtype", None))
         if call is None:
             return None
@@ -108,10 +146,6 @@ if NUMPY_BLAS:
             m, k = a.shape
             n = b.shape[1]
             size = a.itemsize
-            threads = _get_threads()
-            serial = threads > 1 and m * n * k < SERIAL_PRODUCT
-            if serial:
-                _set_threads(1)
             call(
                 _ROW_MAJOR,
                 _NO_TRANS,
@@ -128,16 +162,35 @@ if NUMPY_BLAS:
                 out.ctypes,
                 max(out.strides[0] // size, 1),
             )
-            if serial:
-                _set_threads(threads)
+
+        return impl
+
+    @overload(gemm)
+    def _gemm_overload(a, b, out):  # noqa: ANN001, ANN202
+        if getattr(a, "dtype", None) not in _GEMM:
+            return None
+
+        def impl(a, b, out):  # noqa: ANN001, ANN202
+            blas_threads = get_blas_threads()
+            if blas_threads > 1:
+                set_blas_threads(1)
+            parts = _numba_threads()
+            if parts > 1 and a.shape[0] * a.shape[1] * b.shape[1] >= SPLIT_PRODUCT:
+                _split_gemm(a, b, out, parts)
+            else:
+                serial_gemm(a, b, out)
+            if blas_threads > 1:
+                set_blas_threads(blas_threads)
 
         return impl
 
 else:
 
-    @overload(gemm)
-    def _gemm_overload(a, b, out):  # noqa: ANN001, ANN202
+    def _dot_overload(a, b, out):  # noqa: ANN001, ANN202
         def impl(a, b, out):  # noqa: ANN001, ANN202
             np.dot(a, b, out)
 
         return impl
+
+    overload(gemm)(_dot_overload)
+    overload(serial_gemm)(_dot_overload)

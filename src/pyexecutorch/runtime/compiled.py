@@ -93,9 +93,35 @@ def numba_module() -> ModuleType | None:
                     import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
                 except ImportError:
                     numba = None
+                else:
+                    _start_threading_layer(numba)
                 _numba = numba
                 _numba_checked = True
     return _numba
+
+
+# How long numba's OpenMP threads spin after a parallel region before they sleep
+# (GNU libgomp's GOMP_SPINCOUNT; its default, 300000, spins for milliseconds). Two cores
+# shared with other work (OpenBLAS's workers, other processes) lose more to that spinning
+# than a woken thread's start costs: at two threads under load, mobilenet_like took
+# 122-248 ms a call with the default, 29-63 ms with 10000, 49-116 ms with no spinning
+# (OMP_WAIT_POLICY=PASSIVE, which slowed the small regions of efficientnet by 1.1-1.5x).
+OPENMP_SPIN_COUNT = "10000"
+
+
+def _start_threading_layer(numba: ModuleType) -> None:
+    """Start numba's threading layer with :data:`OPENMP_SPIN_COUNT`, unless the user set an
+    OpenMP wait setting. libgomp reads its environment once, when it loads, so the setting
+    is in the environment only meanwhile: a libgomp loaded later (torch's) keeps its own."""
+    user_set = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)
+    if user_set:
+        numba.get_num_threads()
+        return
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+    try:
+        numba.get_num_threads()  # loads the threading layer (and its libgomp)
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
 
 
 def enabled(requested: bool | None) -> bool:

@@ -7,7 +7,8 @@ through ``cblas_sgemm`` against 40 us through ``sgemv`` (numpy's own matmul pick
 gemv for such shapes). :func:`product` calls gemv for one row (``a``) or one
 column (``b``) and :func:`pyexecutorch.kernels.compiled_blas.gemm` otherwise. It is
 called by symbol, as ``gemm`` is, so its callers stay cacheable. Without numpy's
-library it is numba's ``np.dot``, as ``gemm`` is.
+library it is numba's ``np.dot``, as ``gemm`` is. gemv runs on one OpenBLAS thread
+whatever the setting, for the reason ``gemm`` does (one pool, numba's, spins).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ if NUMPY_BLAS:
         )
         return types.ExternalFunction(f"{compiled_blas.CBLAS_PREFIX}{letter}gemv64_", signature)
 
+    get_blas_threads = compiled_blas.get_blas_threads
+    set_blas_threads = compiled_blas.set_blas_threads
     _GEMV = {
         types.float32: _external("s", types.float32),
         types.float64: _external("d", types.float64),
@@ -54,6 +57,12 @@ if NUMPY_BLAS:
             m, k = a.shape
             n = b.shape[1]
             size = a.itemsize
+            if m != 1 and n != 1:
+                gemm(a, b, out)
+                return
+            blas_threads = get_blas_threads()
+            if blas_threads > 1:
+                set_blas_threads(1)
             if m == 1:  # out[0] = b^T a[0]: b read as its (k, n) rows
                 ldb = max(b.strides[0] // size, 1)
                 one, zero = real(1.0), real(0.0)
@@ -77,8 +86,8 @@ if NUMPY_BLAS:
                     out.ctypes,
                     inc_out,
                 )
-            else:
-                gemm(a, b, out)
+            if blas_threads > 1:
+                set_blas_threads(blas_threads)
 
         return impl
 
