@@ -427,7 +427,7 @@ W = 10  # width of a latency column
 HEADER = (
     f"{'model':<24}{'eager':>{W}}{'portable':>{W}}{'xnnpack':>{W}}{'ours':>{W}}{'jit':>{W}}"
     f"{'ours/off':>{W}}{'ours/xnn':>{W}}{'÷port':>7}{'÷xnn':>7}{'jit÷port':>9}{'jit÷xnn':>8}"
-    f"{'load np':>8}{'cold':>7}{'warm':>7}{'exp ours':>9}{'exp off':>8}  check"
+    f"{'load np':>8}{'cold':>8}{'warm':>7}{'exp ours':>9}{'exp off':>8}  check"
 )
 
 
@@ -456,8 +456,11 @@ def table_row(row: dict) -> str:
         )
     )
 
-    def ms(key: str) -> str:
-        return f"{row[key] * 1e3:.0f}ms" if key in row else "-"
+    def ms(key: str) -> str:  # a cold load may compile for a minute: seconds from 10 s
+        if key not in row:
+            return "-"
+        seconds = row[key]
+        return f"{seconds:.1f}s" if seconds >= 10 else f"{seconds * 1e3:.0f}ms"
 
     if row.get("jit_correct", "ok") != "ok":
         check = f"{check}; jit {row['jit_correct']}"
@@ -467,7 +470,7 @@ def table_row(row: dict) -> str:
         f"{ratio(row.get('ours_on_ours'), row.get('official_xnnpack')):>7}"
         f"{ratio(row.get('ours_jit'), row.get('official_portable')):>9}"
         f"{ratio(row.get('ours_jit'), row.get('official_xnnpack')):>8}"
-        f"{ms('load_numpy_s'):>8}{ms('load_jit_cold_s'):>7}{ms('load_jit_warm_s'):>7}"
+        f"{ms('load_numpy_s'):>8}{ms('load_jit_cold_s'):>8}{ms('load_jit_warm_s'):>7}"
         f"{exp('export_ours_s'):>9}{exp('export_official_s'):>8}  {check[:70]}"
     )
 

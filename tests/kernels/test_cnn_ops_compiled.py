@@ -316,7 +316,7 @@ class _SqueezeExcitePool(torch.nn.Module):
         return y * torch.sigmoid(self.squeeze(y.mean((2, 3), keepdim=True)))
 
 
-def test_a_mean_of_a_stored_silu_is_one_pass_and_matches_eager():
+def test_a_mean_of_a_stored_silu_reads_it_back_and_matches_eager():
     module = _SqueezeExcitePool().eval()
     torch.manual_seed(0)
     x = torch.randn(1, 6, 9, 7, generator=torch.Generator().manual_seed(3))
@@ -324,17 +324,18 @@ def test_a_mean_of_a_stored_silu_is_one_pass_and_matches_eager():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pte = to_edge(torch.export.export(module, (x,))).to_executorch().buffer
-    before = set(tier._modules)
     fused = Runtime.get().load_program(pte, jit=True).load_method("forward")
     numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    reduced = [
-        m.__file__
-        for key, m in tier._modules.items()
-        if key not in before and "/reduced_" in m.__file__
+    loaded = fused._loaded
+    instructions = loaded.plan.chains[0].instructions
+    runs = [
+        [loaded.kernels[instructions[pc].instr_args.op_index].name for pc in run]
+        for run in loaded.fused_runs
     ]
-    # the SiLU + mean loop computes each SiLU once: stored in the pass, summed from memory
-    assert len(reduced) == 1, reduced
-    assert open(reduced[0]).read().count("EXP(-") == 1, open(reduced[0]).read()
+    # The SiLU is stored for the gate's product anyway: one flat loop computes it once and
+    # the mean reads it back (rows of a few pixels do not vectorize in a fused reduction).
+    assert ["aten::sigmoid.out", "aten::mul.out"] in runs, runs
+    assert not any("aten::mean.out" in run and "aten::sigmoid.out" in run[:2] for run in runs)
     got = fused.execute([x.numpy()])
     ref = numpy_tier.execute([x.numpy()])
     for g, r, w in zip(got, ref, [module(x).detach()], strict=True):
