@@ -76,17 +76,23 @@ class Activations(torch.nn.Module):
         return torch.nn.functional.hardswish(x * 0.75 - 0.25)
 
 
+def _child_env(cache: Path) -> dict[str, str]:
+    """The environment of a child process on the compiled tier with its cache at ``cache``."""
+    return {
+        # NUMBA_CACHE_DIR as this process may have set it would point the child elsewhere.
+        **{k: v for k, v in __import__("os").environ.items() if k != "NUMBA_CACHE_DIR"},
+        "PYTHONPATH": SRC,
+        "PYEXECUTORCH_CACHE_DIR": str(cache),
+        "PYEXECUTORCH_JIT": "1",
+    }
+
+
 def _child(pte: Path, cache: Path, numpy_build: str | None = None) -> dict:
-    env = {"PYTHONPATH": SRC, "PYEXECUTORCH_CACHE_DIR": str(cache), "PYEXECUTORCH_JIT": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(pte), *([numpy_build] if numpy_build else [])],
         capture_output=True,
         text=True,
-        # NUMBA_CACHE_DIR as this process may have set it would point the child elsewhere.
-        env={
-            **{k: v for k, v in __import__("os").environ.items() if k != "NUMBA_CACHE_DIR"},
-            **env,
-        },
+        env=_child_env(cache),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -371,17 +377,11 @@ def test_threads_option_and_reset_set_numba_threads():
 
 
 def _cli_run(pte: Path, cache: Path) -> subprocess.CompletedProcess:
-    env = {
-        **{k: v for k, v in __import__("os").environ.items() if k != "NUMBA_CACHE_DIR"},
-        "PYTHONPATH": SRC,
-        "PYEXECUTORCH_CACHE_DIR": str(cache),
-        "PYEXECUTORCH_JIT": "1",
-    }
     proc = subprocess.run(
         [sys.executable, "-m", "pyexecutorch", "run", str(pte)],
         capture_output=True,
         text=True,
-        env=env,
+        env=_child_env(cache),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

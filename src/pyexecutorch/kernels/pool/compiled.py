@@ -142,6 +142,21 @@ _fold_taps = njit(cache=True, error_model="numpy")(_fold_taps)
 _free_buffer = njit(cache=True, error_model="numpy")(_free_buffer)
 
 
+def _copy_inside_border(x, padded, p0, p1, ph, pw):  # noqa: ANN001, ANN201
+    """Planes p0..p1 of x (planes, h, w) into ``padded`` inside its border of ph rows and
+    pw columns, converted to its dtype: one short loop per image row."""
+    h, w = x.shape[1], x.shape[2]
+    for p in range(p0, p1):
+        for ih in range(h):
+            dst = padded[p, ph + ih, pw : pw + w]
+            src = x[p, ih]
+            for iw in range(w):
+                dst[iw] = src[iw]
+
+
+_copy_inside_border = njit(cache=True, error_model="numpy")(_copy_inside_border)
+
+
 def _max_pool_values(x, out, padded, rows, cols, spare, block, kh, kw, sh, sw, ph, pw, dh, dw):  # noqa: ANN001, ANN201, E501
     """Max pooling of x (planes, h, w) into out (planes, oh, ow), values only.
 
@@ -166,12 +181,7 @@ def _max_pool_values(x, out, padded, rows, cols, spare, block, kh, kw, sh, sw, p
         p0 = b * block
         p1 = min(p0 + block, planes)
         if hp != h or wp != w:  # (padded is a bordered copy: x only when the shapes match)
-            for p in range(p0, p1):
-                for ih in range(h):
-                    dst = padded[p, ph + ih, pw : pw + w]
-                    src = x[p, ih]
-                    for iw in range(w):
-                        dst[iw] = src[iw]
+            _copy_inside_border(x, padded, p0, p1, ph, pw)
         start = p0 * plane_size
         n = (p1 - p0) * plane_size - (kw - 1) * dw
         one, two = rows[start:], spare[start:]
@@ -221,12 +231,7 @@ def _avg_pool(x, out, padded, rows, cols, divisor, block, kh, kw, sh, sw, ph, pw
     for b in prange((planes + block - 1) // block):  # noqa: B020
         p0 = b * block
         p1 = min(p0 + block, planes)
-        for p in range(p0, p1):
-            for ih in range(h):
-                dst = padded[p, ph + ih, pw : pw + w]
-                src = x[p, ih]
-                for iw in range(w):
-                    dst[iw] = src[iw]
+        _copy_inside_border(x, padded, p0, p1, ph, pw)
         start = p0 * plane_size
         n = (p1 - p0) * plane_size - (kw - 1)
         across = _sum_taps(flat[start:], n, kw, 1, rows[start:])
