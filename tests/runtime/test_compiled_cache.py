@@ -126,12 +126,18 @@ class WholeMethod(torch.nn.Module):
         return torch.relu(h.reshape(6, 4)) * 2.0
 
 
-def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path):
+def _whole_method_pte(folder: Path) -> Path:
+    """WholeMethod exported by our exporter, written to ``folder``/whole.pte."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pte = tmp_path / "whole.pte"
         program = to_edge(torch.export.export(WholeMethod(), (torch.randn(4, 6),)))
-        pte.write_bytes(program.to_executorch().buffer)
+    pte = folder / "whole.pte"
+    pte.write_bytes(program.to_executorch().buffer)
+    return pte
+
+
+def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path):
+    pte = _whole_method_pte(tmp_path)
     cache = tmp_path / "cache"
     cold = _child(pte, cache)
     assert cold["whole"] and cold["misses"] >= 1
@@ -389,11 +395,7 @@ def _cli_run(pte: Path, cache: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_cli_announces_compilation_and_a_warm_load_is_silent(tmp_path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pte = tmp_path / "whole.pte"
-        program = to_edge(torch.export.export(WholeMethod(), (torch.randn(4, 6),)))
-        pte.write_bytes(program.to_executorch().buffer)
+    pte = _whole_method_pte(tmp_path)
     cache = tmp_path / "cache"
     cold = _cli_run(pte, cache).stderr.splitlines()
     # announced before the long step, then summed up once the load is done
