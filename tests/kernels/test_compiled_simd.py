@@ -1,0 +1,156 @@
+"""The explicit vectors of compiled kernels (kernels/compiled_simd.py): each intrinsic
+against numpy, lane by lane, special values included."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
+
+from pyexecutorch.kernels import compiled_simd as simd  # noqa: E402
+
+DTYPES = [np.float32, np.float64]
+
+
+@numba.njit
+def _copy(a, out, i, j):  # noqa: ANN001, ANN202
+    simd.store(out, j, simd.load(a, i))
+
+
+@numba.njit
+def _copy_first(a, out, i, n):  # noqa: ANN001, ANN202
+    simd.store_first(out, i, simd.load_first(a, i, n), n)
+
+
+@numba.njit
+def _loaded_first(a, out, n):  # noqa: ANN001, ANN202
+    simd.store(out, 0, simd.load_first(a, 0, n))
+
+
+@numba.njit
+def _arith(a, b, c, out):  # noqa: ANN001, ANN202
+    x, y, z = simd.load(a, 0), simd.load(b, 0), simd.load(c, 0)
+    lanes = simd.lanes_of(a)
+    simd.store(out, 0, simd.fma(x, y, z))
+    simd.store(out, lanes, simd.add(x, y))
+    simd.store(out, 2 * lanes, simd.mul(x, y))
+    simd.store(out, 3 * lanes, simd.splat(a[1]))
+
+
+@numba.njit
+def _clamp(a, out, lo, hi):  # noqa: ANN001, ANN202
+    simd.store(out, 0, simd.clamp(simd.load(a, 0), simd.splat(lo), simd.splat(hi)))
+
+
+@numba.njit
+def _total(a):  # noqa: ANN001, ANN202
+    return simd.total(simd.load(a, 0))
+
+
+@numba.njit
+def _lanes(a):  # noqa: ANN001, ANN202
+    return simd.lanes_of(a)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lanes_fill_one_vector_register(dtype):
+    lanes = simd.lanes(dtype)
+    assert lanes * np.dtype(dtype).itemsize == simd.VECTOR_BYTES
+    assert simd.VECTOR_BYTES in (32, 64)
+    assert _lanes(np.zeros(1, dtype)) == lanes
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_load_and_store_move_one_vector_at_any_offset(dtype):
+    lanes = simd.lanes(dtype)
+    a = np.arange(3 * lanes, dtype=dtype)
+    out = np.full(3 * lanes, -1, dtype)
+    _copy(a, out, 3, lanes + 1)  # unaligned on both sides
+    expected = np.full(3 * lanes, -1, dtype)
+    expected[lanes + 1 : 2 * lanes + 1] = a[3 : 3 + lanes]
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_masked_forms_touch_only_the_first_lanes(dtype, n):
+    lanes = simd.lanes(dtype)
+    a = np.arange(1, 2 * lanes + 1, dtype=dtype)
+    out = np.full(2 * lanes, -7, dtype)
+    _copy_first(a, out, 2, n)
+    expected = np.full(2 * lanes, -7, dtype)
+    expected[2 : 2 + n] = a[2 : 2 + n]
+    np.testing.assert_array_equal(out, expected)
+    loaded = np.full(lanes, -7, dtype)
+    _loaded_first(a, loaded, n)
+    np.testing.assert_array_equal(loaded, np.where(np.arange(lanes) < n, a[:lanes], 0))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_forms_at_the_end_of_memory_touch_nothing_past_it(dtype):
+    # the array's last elements sit just before a page that may not be read or written:
+    # a full-width access there would crash the process
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, 2 * page)
+    libc = ctypes.CDLL(None, use_errno=True)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    assert libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 0) == 0
+    try:
+        items = page // np.dtype(dtype).itemsize
+        a = np.frombuffer(region, dtype, count=items)
+        a[-3:] = [1, 2, 3]
+        out = np.full(simd.lanes(dtype), -1, dtype)
+        _loaded_first(a[-3:], out, 3)
+        np.testing.assert_array_equal(out, np.r_[1, 2, 3, np.zeros(len(out) - 3)].astype(dtype))
+        _copy_first(out, a[-3:], 0, 3)  # stores the same three values back, nothing past them
+        np.testing.assert_array_equal(a[-3:], [1, 2, 3])
+        del a
+    finally:
+        libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 3)
+        region.close()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_arithmetic_matches_numpy_lane_by_lane(dtype):
+    lanes = simd.lanes(dtype)
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(lanes).astype(dtype) for _ in range(3))
+    a[0], b[1], c[2] = np.nan, np.inf, -0.0
+    out = np.empty(4 * lanes, dtype)
+    _arith(a, b, c, out)
+    # fmuladd may round once (fused) or twice: within one rounding of the exact value
+    exact = a.astype(np.float64) * b + c if dtype == np.float32 else a * b + c
+    np.testing.assert_allclose(out[:lanes], exact, rtol=2 * np.finfo(dtype).eps, equal_nan=True)
+    np.testing.assert_array_equal(out[lanes : 2 * lanes], a + b)
+    np.testing.assert_array_equal(out[2 * lanes : 3 * lanes], a * b)
+    np.testing.assert_array_equal(out[3 * lanes :], np.full(lanes, a[1]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clamp_is_torch_clamp_nan_and_signed_zero_kept(dtype):
+    import torch
+
+    lanes = simd.lanes(dtype)
+    values = [np.nan, -np.inf, np.inf, -0.0, 0.0, -1.5, 7.0, 3.0]
+    a = np.array((values * lanes)[:lanes], dtype)
+    out = np.empty(lanes, dtype)
+    for lo, hi in [(0.0, 6.0), (-np.inf, np.inf), (-1.0, 1.0), (0.0, np.inf)]:
+        _clamp(a, out, dtype(lo), dtype(hi))
+        expected = torch.clamp(torch.from_numpy(a), lo, hi).numpy()
+        np.testing.assert_array_equal(out, expected)
+        assert (np.signbit(out) == np.signbit(expected)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_total_sums_the_lanes(dtype):
+    lanes = simd.lanes(dtype)
+    a = np.arange(lanes, dtype=dtype) * dtype(0.5)
+    assert _total(a) == a.sum()
+    a[3] = np.nan
+    assert np.isnan(_total(a))
