@@ -36,3 +36,21 @@ class WholeStep(NamedTuple):
     ``runtime.whole_method``), ``(function, arguments)``."""
 
     step: tuple[Any, tuple[Any, ...]]
+
+
+def channels_last(a: Any) -> bool:
+    """A 4-D array (logically N, C, H, W) whose memory is N, H, W, C in C order: the
+    ``np.empty((n, h, w, c)).transpose(0, 3, 1, 2)`` of the compiled tier's channels-last
+    tensors. With one channel or one pixel a plane both layouts are the same memory, and
+    this and :func:`dense` both hold."""
+    return isinstance(a, np.ndarray) and a.ndim == 4 and a.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def memory_order(a: np.ndarray) -> np.ndarray:
+    """A 4-D channels-last or C-contiguous array as the C-contiguous view of its memory:
+    (N, H, W, C) for a channels-last one (that is not also C-contiguous), else ``a``."""
+    if a.flags.c_contiguous:
+        return a
+    if channels_last(a):
+        return a.transpose(0, 2, 3, 1)
+    raise ValueError(f"an array of strides {a.strides} is neither C-contiguous nor channels-last")
