@@ -68,14 +68,15 @@ from pyexecutorch.runtime.compiled import serial_and_parallel
 
 _inline = njit(inline="always", error_model="numpy")
 
-# Layout of the int64 ``geometry`` argument (see _geometry).
+# Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
 (
     _N,
-    _H,
+    _H,  # the input's
     _W,
     _CIN,
-    _XS_IMAGE,  # input element strides: per image, row, column, channel
-    _XS_ROW,
+    _X_NHWC,  # whether the input is channels-last
+    _XS_IMAGE,  # element strides of what the kernel reads (the input or its padded copy):
+    _XS_ROW,  # per image, row, column, channel
     _XS_COL,
     _XS_CHAN,
     _OH,
@@ -89,19 +90,27 @@ _inline = njit(inline="always", error_model="numpy")
     _PW,
     _DH,
     _DW,
-    _RUNS,  # the dense kernel's interior: runs of _RUN_LEN units, _RUN_STEP elements apart
-    _RUN_LEN,
+    _RUNS,  # the dense kernel: runs of _RUN_LEN weight units, _RUN_STEP elements apart,
+    _RUN_LEN,  # from the offsets ``runs``
     _RUN_STEP,
-    _TAP_UNITS,  # weight unit of (tap, c_in): tap * _TAP_UNITS + c_in * _CHAN_UNITS
-    _CHAN_UNITS,
     _HAS_RESIDUAL,
     _TO_PLANES,  # out is a channels-last buffer, copied to the NCHW ``planes``
-    _FROM_PLANES,  # (depthwise) the NCHW ``source`` is first copied to the buffer x
+    _COPY,  # 1: the input is first copied zero-padded, in its layout; 2: NCHW into NHWC
+    _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
+    _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
     _GEOMETRY_SIZE,
-) = range(28)
+) = range(29)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf, inf and 0.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
+
+
+@_inline
+def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """op[o : o + L] = clamp(acc + rp[o : o + L], low, high)."""
+    if has_residual:
+        acc = simd.add(acc, simd.load(rp, o))
+    simd.store(op, o, simd.clamp(acc, low, high))
 
 
 @_inline
@@ -119,80 +128,108 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
 
 
 @_inline
-def _store4(op, o0, o1, o2, o3, stored, count, s0, s1, s2, s3, rp, has_residual, low, high):  # noqa: ANN001, ANN202, E501
-    """The first ``stored`` of 4 pixels' vectors (``count`` lanes) at op[o_m:]."""
+def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
+    o0, o1, o2, o3 = o
+    v0, v1, v2, v3 = v
     n0, n1 = count if stored > 0 else 0, count if stored > 1 else 0
     n2, n3 = count if stored > 2 else 0, count if stored > 3 else 0
-    _finish(op, o0, s0, n0, rp, has_residual, low, high)
-    _finish(op, o1, s1, n1, rp, has_residual, low, high)
-    _finish(op, o2, s2, n2, rp, has_residual, low, high)
-    _finish(op, o3, s3, n3, rp, has_residual, low, high)
+    _finish(op, o0, v0, n0, rp, has_residual, low, high)
+    _finish(op, o1, v1, n1, rp, has_residual, low, high)
+    _finish(op, o2, v2, n2, rp, has_residual, low, high)
+    _finish(op, o3, v3, n3, rp, has_residual, low, high)
+
+
+@_inline
+def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
+    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
+        o0, o1, o2, o3, o4, o5, o6, o7 = o
+        v0, v1, v2, v3, v4, v5, v6, v7 = v
+        _finish_whole(op, o0, v0, rp, has_residual, low, high)
+        _finish_whole(op, o1, v1, rp, has_residual, low, high)
+        _finish_whole(op, o2, v2, rp, has_residual, low, high)
+        _finish_whole(op, o3, v3, rp, has_residual, low, high)
+        _finish_whole(op, o4, v4, rp, has_residual, low, high)
+        _finish_whole(op, o5, v5, rp, has_residual, low, high)
+        _finish_whole(op, o6, v6, rp, has_residual, low, high)
+        _finish_whole(op, o7, v7, rp, has_residual, low, high)
+    else:
+        _store4(op, o[:4], stored, count, v[:4], rp, has_residual, low, high)
+        _store4(op, o[4:], stored - 4, count, v[4:], rp, has_residual, low, high)
+
+
+@_inline
+def _shift8(a, d):  # noqa: ANN001, ANN202
+    return a[0] + d, a[1] + d, a[2] + d, a[3] + d, a[4] + d, a[5] + d, a[6] + d, a[7] + d
 
 
 # ---------------------------------------------------------------------------
 # The register tiles' inner products: ``count`` steps; pixel m's scalar at xp[i_m],
-# advancing by ``xstep``; the weight vectors at wp[w] (and wp[w + L]), by ``wstep``. In
-# the checked forms a pixel whose flag k_m is off reads zero (its i_m must still be a
-# valid index).
+# advancing by ``xstep``; the weight vectors at wp[w] (and wp[w + L]), advancing by
+# ``wstep``; accumulators ``acc`` in, sums out (pixel by pixel: the first vector's, then
+# the second's).
+
+# With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
+# vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
+_WIDE_TILE = simd.VECTOR_BYTES == 64
 
 
 @_inline
-def _dot4x2(xp, i0, i1, i2, i3, xstep, wp, w, wstep, count, s0, t0, s1, t1, s2, t2, s3, t3):  # noqa: ANN001, ANN202, E501
+def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
+    i0, i1, i2, i3, i4, i5, i6, i7 = i
+    s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7 = acc
     for _ in range(count):
         wa = simd.load(wp, w)
         wb = simd.load(wp, w + lanes)
         v = simd.splat(xp[i0])
-        s0 = simd.fma(v, wa, s0)
-        t0 = simd.fma(v, wb, t0)
+        s0, t0 = simd.fma(v, wa, s0), simd.fma(v, wb, t0)
         v = simd.splat(xp[i1])
-        s1 = simd.fma(v, wa, s1)
-        t1 = simd.fma(v, wb, t1)
+        s1, t1 = simd.fma(v, wa, s1), simd.fma(v, wb, t1)
         v = simd.splat(xp[i2])
-        s2 = simd.fma(v, wa, s2)
-        t2 = simd.fma(v, wb, t2)
+        s2, t2 = simd.fma(v, wa, s2), simd.fma(v, wb, t2)
         v = simd.splat(xp[i3])
-        s3 = simd.fma(v, wa, s3)
-        t3 = simd.fma(v, wb, t3)
-        i0 += xstep
-        i1 += xstep
-        i2 += xstep
-        i3 += xstep
+        s3, t3 = simd.fma(v, wa, s3), simd.fma(v, wb, t3)
+        v = simd.splat(xp[i4])
+        s4, t4 = simd.fma(v, wa, s4), simd.fma(v, wb, t4)
+        v = simd.splat(xp[i5])
+        s5, t5 = simd.fma(v, wa, s5), simd.fma(v, wb, t5)
+        v = simd.splat(xp[i6])
+        s6, t6 = simd.fma(v, wa, s6), simd.fma(v, wb, t6)
+        v = simd.splat(xp[i7])
+        s7, t7 = simd.fma(v, wa, s7), simd.fma(v, wb, t7)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        i4, i5, i6, i7 = i4 + xstep, i5 + xstep, i6 + xstep, i7 + xstep
         w += wstep
-    return s0, t0, s1, t1, s2, t2, s3, t3
+    return s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7
 
 
 @_inline
-def _dot4x2_checked(xp, i0, i1, i2, i3, k0, k1, k2, k3, xstep, wp, w, wstep, count, zero,  # noqa: ANN001, ANN202
-                    s0, t0, s1, t1, s2, t2, s3, t3):  # fmt: skip
+def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
+    i0, i1, i2, i3 = i
+    s0, s1, s2, s3, t0, t1, t2, t3 = acc
     for _ in range(count):
         wa = simd.load(wp, w)
         wb = simd.load(wp, w + lanes)
-        e0, e1, e2, e3 = xp[i0], xp[i1], xp[i2], xp[i3]
-        v = simd.splat(e0 if k0 else zero)
-        s0 = simd.fma(v, wa, s0)
-        t0 = simd.fma(v, wb, t0)
-        v = simd.splat(e1 if k1 else zero)
-        s1 = simd.fma(v, wa, s1)
-        t1 = simd.fma(v, wb, t1)
-        v = simd.splat(e2 if k2 else zero)
-        s2 = simd.fma(v, wa, s2)
-        t2 = simd.fma(v, wb, t2)
-        v = simd.splat(e3 if k3 else zero)
-        s3 = simd.fma(v, wa, s3)
-        t3 = simd.fma(v, wb, t3)
-        i0 += xstep
-        i1 += xstep
-        i2 += xstep
-        i3 += xstep
+        v = simd.splat(xp[i0])
+        s0, t0 = simd.fma(v, wa, s0), simd.fma(v, wb, t0)
+        v = simd.splat(xp[i1])
+        s1, t1 = simd.fma(v, wa, s1), simd.fma(v, wb, t1)
+        v = simd.splat(xp[i2])
+        s2, t2 = simd.fma(v, wa, s2), simd.fma(v, wb, t2)
+        v = simd.splat(xp[i3])
+        s3, t3 = simd.fma(v, wa, s3), simd.fma(v, wb, t3)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
         w += wstep
-    return s0, t0, s1, t1, s2, t2, s3, t3
+    return s0, s1, s2, s3, t0, t1, t2, t3
 
 
 @_inline
-def _dot8x1(xp, i0, i1, i2, i3, i4, i5, i6, i7, xstep, wp, w, wstep, count,  # noqa: ANN001, ANN202
-            s0, s1, s2, s3, s4, s5, s6, s7):  # fmt: skip
+def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
+    i0, i1, i2, i3, i4, i5, i6, i7 = i
+    s0, s1, s2, s3, s4, s5, s6, s7 = acc
     for _ in range(count):
         wa = simd.load(wp, w)
         s0 = simd.fma(simd.splat(xp[i0]), wa, s0)
@@ -203,91 +240,147 @@ def _dot8x1(xp, i0, i1, i2, i3, i4, i5, i6, i7, xstep, wp, w, wstep, count,  # n
         s5 = simd.fma(simd.splat(xp[i5]), wa, s5)
         s6 = simd.fma(simd.splat(xp[i6]), wa, s6)
         s7 = simd.fma(simd.splat(xp[i7]), wa, s7)
-        i0 += xstep
-        i1 += xstep
-        i2 += xstep
-        i3 += xstep
-        i4 += xstep
-        i5 += xstep
-        i6 += xstep
-        i7 += xstep
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        i4, i5, i6, i7 = i4 + xstep, i5 + xstep, i6 + xstep, i7 + xstep
         w += wstep
     return s0, s1, s2, s3, s4, s5, s6, s7
 
 
 @_inline
-def _dot8x1_checked(xp, i0, i1, i2, i3, i4, i5, i6, i7, flags,  # noqa: ANN001, ANN202
-                    xstep, wp, w, wstep, count, zero, s0, s1, s2, s3, s4, s5, s6, s7):  # fmt: skip
-    # (pixel m's flag is bit m: Python passes over 30 arguments as one tuple, which numba
-    # does not take where they are computed with branches)
-    k0, k1, k2, k3 = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0, flags & 8 != 0
-    k4, k5, k6, k7 = flags & 16 != 0, flags & 32 != 0, flags & 64 != 0, flags & 128 != 0
-    for _ in range(count):
-        wa = simd.load(wp, w)
-        e0, e1, e2, e3 = xp[i0], xp[i1], xp[i2], xp[i3]
-        e4, e5, e6, e7 = xp[i4], xp[i5], xp[i6], xp[i7]
-        s0 = simd.fma(simd.splat(e0 if k0 else zero), wa, s0)
-        s1 = simd.fma(simd.splat(e1 if k1 else zero), wa, s1)
-        s2 = simd.fma(simd.splat(e2 if k2 else zero), wa, s2)
-        s3 = simd.fma(simd.splat(e3 if k3 else zero), wa, s3)
-        s4 = simd.fma(simd.splat(e4 if k4 else zero), wa, s4)
-        s5 = simd.fma(simd.splat(e5 if k5 else zero), wa, s5)
-        s6 = simd.fma(simd.splat(e6 if k6 else zero), wa, s6)
-        s7 = simd.fma(simd.splat(e7 if k7 else zero), wa, s7)
-        i0 += xstep
-        i1 += xstep
-        i2 += xstep
-        i3 += xstep
-        i4 += xstep
-        i5 += xstep
-        i6 += xstep
-        i7 += xstep
-        w += wstep
-    return s0, s1, s2, s3, s4, s5, s6, s7
+def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN202
+    """8 pixels x 2 vectors (only the first 4 pixels computed when no more are stored)."""
+    if _WIDE_TILE and stored > 4:
+        return _dot8x2(xp, i, xstep, wp, w, wstep, count, acc)
+    first = _dot4x2(xp, i[:4], xstep, wp, w, wstep, count, acc[0:4] + acc[8:12])
+    second = acc[4:8] + acc[12:16]
+    if stored > 4:
+        second = _dot4x2(xp, i[4:], xstep, wp, w, wstep, count, second)
+    return first[:4] + second[:4] + first[4:] + second[4:]
+
+
+@_inline
+def _splat16(ba, bb):  # noqa: ANN001, ANN202
+    return ba, ba, ba, ba, ba, ba, ba, ba, bb, bb, bb, bb, bb, bb, bb, bb
+
+
+@_inline
+def _splat8(ba):  # noqa: ANN001, ANN202
+    return ba, ba, ba, ba, ba, ba, ba, ba
 
 
 # ---------------------------------------------------------------------------
-# Layout copies for the rare NCHW side of a channels-last convolution. Both loop over
-# pixels outside and channels inside, so that the NCHW side is accessed at a stride of one
-# plane, never of the channel count (a large power of two maps every access to one set).
+# Copies on the way in and out.
 
 
 @_inline
-def _to_planes(scratch, planes, rp, has_residual, lo, hi, n_batch, pixels, c_out):  # noqa: ANN001, ANN202
+def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
+    """dp[d : d + count] = sp[s : s + count], by vectors."""
+    lanes = simd.lanes_of(dp)
+    i = 0
+    while i + lanes <= count:
+        simd.store(dp, d + i, simd.load(sp, s + i))
+        i += lanes
+    if i < count:
+        simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
+
+
+@_inline
+def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
+    """The input into the interior of its zero-padded copy (the border was zeroed at load):
+    row by row in its own layout (_COPY 1), or NCHW into an NHWC copy (_COPY 2)."""
+    n_batch, height, width, channels = g[_N], g[_H], g[_W], g[_CIN]
+    ph, pw = g[_PH], g[_PW]
+    hp, wp = height + 2 * ph, width + 2 * pw
+    sp, dp = simd.pointer(x), simd.pointer(buffer)
+    if g[_COPY] == 2:
+        plane = height * width
+        for r in prange(n_batch * height):
+            n = r // height
+            h = r - n * height
+            for w in range(width):
+                d = ((n * hp + h + ph) * wp + w + pw) * channels
+                src = n * channels * plane + h * width + w
+                for c in range(channels):
+                    dp[d + c] = sp[src + c * plane]
+        return
+    unit = channels if g[_X_NHWC] != 0 else 1  # elements a pixel of a row
+    images = n_batch if g[_X_NHWC] != 0 else n_batch * channels
+    for r in prange(images * height):
+        image = r // height
+        h = r - image * height
+        d = ((image * hp + h + ph) * wp + pw) * unit
+        _copy_run(sp, r * width * unit, dp, d, width * unit)
+
+
+@_inline
+def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels, c_out):  # noqa: ANN001, ANN202
     """planes (N, C, P) = clamp(scratch (N, P, C) + residual (N, C, P), lo, hi), scalar by
-    scalar (each residual element read before its store: it may be planes itself)."""
+    scalar (each residual element read before its store: it may be planes itself). Pixels
+    outside, so that the NCHW side is accessed at a stride of one plane, never of the
+    channel count (a large power of two maps every such access to one cache set)."""
+    sp, pp, rp = simd.pointer(scratch), simd.pointer(planes), simd.pointer(residual)
     for job in prange(n_batch * pixels):
         n = job // pixels
         p = job - n * pixels
         src = job * c_out
         dst = n * c_out * pixels + p
         for c in range(c_out):
-            v = scratch[src + c]
+            v = sp[src + c]
             if has_residual:
                 v += rp[dst]
             if v < lo:  # (comparisons false for NaN: it stays)
                 v = lo
             if v > hi:
                 v = hi
-            planes[dst] = v
+            pp[dst] = v
             dst += pixels
 
 
-@_inline
-def _from_planes(source, xp, n_batch, pixels, channels):  # noqa: ANN001, ANN202
-    """xp (N, P, C) = source (N, C, P)."""
-    for job in prange(n_batch * pixels):
-        n = job // pixels
-        p = job - n * pixels
-        src = n * channels * pixels + p
-        dst = job * channels
-        for c in range(channels):
-            xp[dst + c] = source[src]
-            src += pixels
-
-
 # ---------------------------------------------------------------------------
-# 1x1, stride 1, no padding.
+# 1x1, stride 1, no padding; and any dense convolution. Both over tiles of 8 output pixels.
+
+
+@_inline
+def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
+    """The 8 pixels of the tile starting at p0 (a tail repeats the last one, computed but
+    not stored) and how many are stored."""
+    last = pixels - 1
+    q = (p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last),
+         min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last))  # fmt: skip
+    return q, min(8, pixels - p0)
+
+
+@_inline
+def _scaled8(q, base, step):  # noqa: ANN001, ANN202
+    return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
+            base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
+
+
+@_inline
+def _pointwise_tiles(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
+    n_batch, c_in, c_out = g[_N], g[_CIN], g[_COUT]
+    pixels = g[_OH] * g[_OW]
+    xs_image, xs_pixel, xs_chan = g[_XS_IMAGE], g[_XS_COL], g[_XS_CHAN]
+    lanes = simd.lanes_of(op)
+    vectors = (c_out + lanes - 1) // lanes
+    tiles = (pixels + 7) // 8
+    for job in prange(n_batch * tiles):
+        n = job // tiles
+        q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
+        a = _scaled8(q, n * xs_image, xs_pixel)
+        o = _scaled8(q, n * pixels * c_out, c_out)
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            c1 = c0 + lanes
+            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
+            acc = _pair(xp, a, xs_chan, wp, c0 * c_in, 2 * lanes, c_in, stored, acc)
+            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
+            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
+        if vectors % 2:  # an odd last vector
+            c0 = (vectors - 1) * lanes
+            acc8 = _dot8x1(xp, a, xs_chan, wp, c0 * c_in, lanes, c_in, _splat8(simd.load(bp, c0)))
+            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
 
 
 def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: ANN001, ANN201
@@ -295,286 +388,114 @@ def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: 
     strides (pixel _XS_COL, channel _XS_CHAN). With _TO_PLANES, ``out`` is a buffer for
     the NCHW ``planes``."""
     g = geometry
-    n_batch, c_in, c_out = g[_N], g[_CIN], g[_COUT]
-    pixels = g[_OH] * g[_OW]
-    xs_image, xs_pixel, xs_chan = g[_XS_IMAGE], g[_XS_COL], g[_XS_CHAN]
     to_planes = g[_TO_PLANES] != 0
-    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
     xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
     op, rp = simd.pointer(out), simd.pointer(residual)
-    lanes = simd.lanes_of(out)
-    vectors = (c_out + lanes - 1) // lanes
-    tiles = (pixels + 7) // 8
-    last = pixels - 1
-    for job in prange(n_batch * tiles):
-        n = job // tiles
-        p0 = (job - n * tiles) * 8
-        stored = min(8, pixels - p0)
-        # the tile's pixels (a tail repeats the last one, computed but not stored)
-        q0, q1, q2, q3 = p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last)
-        q4, q5, q6, q7 = min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last)
-        xb = n * xs_image
-        a0, a1, a2, a3 = xb + q0 * xs_pixel, xb + q1 * xs_pixel, xb + q2 * xs_pixel, xb + q3 * xs_pixel
-        a4, a5, a6, a7 = xb + q4 * xs_pixel, xb + q5 * xs_pixel, xb + q6 * xs_pixel, xb + q7 * xs_pixel
-        ob = n * pixels * c_out
-        o0, o1, o2, o3 = ob + q0 * c_out, ob + q1 * c_out, ob + q2 * c_out, ob + q3 * c_out
-        o4, o5, o6, o7 = ob + q4 * c_out, ob + q5 * c_out, ob + q6 * c_out, ob + q7 * c_out
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
-            c1 = c0 + lanes
-            ba, bb = simd.load(bp, c0), simd.load(bp, c1)
-            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-            w = c0 * c_in
-            s0, t0, s1, t1, s2, t2, s3, t3 = _dot4x2(
-                xp, a0, a1, a2, a3, xs_chan, wpp, w, 2 * lanes, c_in, ba, bb, ba, bb, ba, bb, ba, bb
-            )
-            _store4(op, o0 + c0, o1 + c0, o2 + c0, o3 + c0, stored, na, s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            _store4(op, o0 + c1, o1 + c1, o2 + c1, o3 + c1, stored, nb, t0, t1, t2, t3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            s0, t0, s1, t1, s2, t2, s3, t3 = _dot4x2(
-                xp, a4, a5, a6, a7, xs_chan, wpp, w, 2 * lanes, c_in, ba, bb, ba, bb, ba, bb, ba, bb
-            )
-            _store4(op, o4 + c0, o5 + c0, o6 + c0, o7 + c0, stored - 4, na, s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            _store4(op, o4 + c1, o5 + c1, o6 + c1, o7 + c1, stored - 4, nb, t0, t1, t2, t3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-        for v in range(vectors - vectors % 2, vectors):  # an odd last vector
-            c0 = v * lanes
-            ba = simd.load(bp, c0)
-            na = min(lanes, c_out - c0)
-            s0, s1, s2, s3, s4, s5, s6, s7 = _dot8x1(
-                xp, a0, a1, a2, a3, a4, a5, a6, a7, xs_chan, wpp, c0 * c_in, lanes, c_in,
-                ba, ba, ba, ba, ba, ba, ba, ba,
-            )  # fmt: skip
-            _store4(op, o0 + c0, o1 + c0, o2 + c0, o3 + c0, stored, na, s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            _store4(op, o4 + c0, o5 + c0, o6 + c0, o7 + c0, stored - 4, na, s4, s5, s6, s7, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
+    # (twice, the residual's test compiled away in each)
+    if g[_HAS_RESIDUAL] != 0 and not to_planes:
+        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, True)
+    else:
+        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, False)
     if to_planes:
-        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, n_batch, pixels, c_out)
+        pixels = g[_OH] * g[_OW]
+        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
 
 POINTWISE = serial_and_parallel(_pointwise, "nhwc_pointwise")
 
 
-# ---------------------------------------------------------------------------
-# Any dense convolution.
-
-
 @_inline
-def _next_pixel(oh, ow, out_w, advance):  # noqa: ANN001, ANN202
-    """(oh, ow) of the next output pixel in row-major order, or the same when not advancing."""
+def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
+    """(row, column) of the next output pixel, or the same when not advancing."""
     if not advance:
-        return oh, ow
-    if ow + 1 == out_w:
-        return oh + 1, 0
-    return oh, ow + 1
+        return h, w
+    if w + 1 == out_w:
+        return h + 1, 0
+    return h, w + 1
 
 
 @_inline
-def _inside(y, z, reach_h, reach_w, height, width):  # noqa: ANN001, ANN202
-    """Whether the window at input row y, column z lies inside the image."""
-    return y >= 0 and y + reach_h < height and z >= 0 and z + reach_w < width
+def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN202
+    """The first elements of the windows of the 8 pixels from p0 (the tail's repeats of the
+    last pixel as _tile_pixels); ``row_step`` and ``col_step`` are strides times stride."""
+    h0 = p0 // out_w
+    w0 = p0 - h0 * out_w
+    h1, w1 = _next_pixel(h0, w0, out_w, stored > 1)
+    h2, w2 = _next_pixel(h1, w1, out_w, stored > 2)
+    h3, w3 = _next_pixel(h2, w2, out_w, stored > 3)
+    h4, w4 = _next_pixel(h3, w3, out_w, stored > 4)
+    h5, w5 = _next_pixel(h4, w4, out_w, stored > 5)
+    h6, w6 = _next_pixel(h5, w5, out_w, stored > 6)
+    h7, w7 = _next_pixel(h6, w6, out_w, stored > 7)
+    return (base + h0 * row_step + w0 * col_step, base + h1 * row_step + w1 * col_step,
+            base + h2 * row_step + w2 * col_step, base + h3 * row_step + w3 * col_step,
+            base + h4 * row_step + w4 * col_step, base + h5 * row_step + w5 * col_step,
+            base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
 
 
 @_inline
-def _tile4x2(xp, wp, wv, runs, g, zero, y0, y1, y2, y3, z0, z1, z2, z3, a0, a1, a2, a3, inside,  # noqa: ANN001, ANN202, E501
-             ba, bb):  # fmt: skip
-    """A 4 pixel x 2 vector tile's sums: pixel m's window at input row y_m, column z_m,
-    element a_m; the pair's weights from wp[wv]."""
-    lanes = simd.lanes_of(wp)
-    pair = 2 * lanes
-    s0, t0, s1, t1, s2, t2, s3, t3 = ba, bb, ba, bb, ba, bb, ba, bb
-    if inside:
-        run_len, run_step = g[_RUN_LEN], g[_RUN_STEP]
-        for r in range(g[_RUNS]):
-            off = runs[r]
-            s0, t0, s1, t1, s2, t2, s3, t3 = _dot4x2(
-                xp, a0 + off, a1 + off, a2 + off, a3 + off, run_step,
-                wp, wv + r * run_len * pair, pair, run_len, s0, t0, s1, t1, s2, t2, s3, t3,
-            )  # fmt: skip
-        return s0, t0, s1, t1, s2, t2, s3, t3
-    height, width, c_in = g[_H], g[_W], g[_CIN]
-    xs_row, xs_col, xs_chan = g[_XS_ROW], g[_XS_COL], g[_XS_CHAN]
-    kw_n, dh, dw = g[_KW], g[_DH], g[_DW]
-    tap_units, wstep = g[_TAP_UNITS] * pair, g[_CHAN_UNITS] * pair
-    for kh in range(g[_KH]):
-        dy = kh * dh
-        r0, r1 = 0 <= y0 + dy < height, 0 <= y1 + dy < height
-        r2, r3 = 0 <= y2 + dy < height, 0 <= y3 + dy < height
-        for kw in range(kw_n):
-            dx = kw * dw
-            k0, k1 = r0 and 0 <= z0 + dx < width, r1 and 0 <= z1 + dx < width
-            k2, k3 = r2 and 0 <= z2 + dx < width, r3 and 0 <= z3 + dx < width
-            w = wv + (kh * kw_n + kw) * tap_units
-            off = dy * xs_row + dx * xs_col
-            if k0 and k1 and k2 and k3:
-                s0, t0, s1, t1, s2, t2, s3, t3 = _dot4x2(
-                    xp, a0 + off, a1 + off, a2 + off, a3 + off, xs_chan,
-                    wp, w, wstep, c_in, s0, t0, s1, t1, s2, t2, s3, t3,
-                )  # fmt: skip
-            elif k0 or k1 or k2 or k3:
-                i0, i1 = a0 + off if k0 else 0, a1 + off if k1 else 0
-                i2, i3 = a2 + off if k2 else 0, a3 + off if k3 else 0
-                s0, t0, s1, t1, s2, t2, s3, t3 = _dot4x2_checked(
-                    xp, i0, i1, i2, i3, k0, k1, k2, k3, xs_chan,
-                    wp, w, wstep, c_in, zero, s0, t0, s1, t1, s2, t2, s3, t3,
-                )  # fmt: skip
-    return s0, t0, s1, t1, s2, t2, s3, t3
-
-
-@_inline
-def _tile8x1(xp, wp, wv, runs, g, zero, y0, y1, y2, y3, y4, y5, y6, y7,  # noqa: ANN001, ANN202
-             z0, z1, z2, z3, z4, z5, z6, z7, xb, inside, ba):  # fmt: skip
-    """An 8 pixel x 1 vector tile's sums (as _tile4x2; the image at element xb)."""
-    lanes = simd.lanes_of(wp)
-    xs_row, xs_col = g[_XS_ROW], g[_XS_COL]
-    a0, a1 = xb + y0 * xs_row + z0 * xs_col, xb + y1 * xs_row + z1 * xs_col
-    a2, a3 = xb + y2 * xs_row + z2 * xs_col, xb + y3 * xs_row + z3 * xs_col
-    a4, a5 = xb + y4 * xs_row + z4 * xs_col, xb + y5 * xs_row + z5 * xs_col
-    a6, a7 = xb + y6 * xs_row + z6 * xs_col, xb + y7 * xs_row + z7 * xs_col
-    s0, s1, s2, s3, s4, s5, s6, s7 = ba, ba, ba, ba, ba, ba, ba, ba
-    if inside:
-        run_len, run_step = g[_RUN_LEN], g[_RUN_STEP]
-        for r in range(g[_RUNS]):
-            off = runs[r]
-            s0, s1, s2, s3, s4, s5, s6, s7 = _dot8x1(
-                xp, a0 + off, a1 + off, a2 + off, a3 + off, a4 + off, a5 + off, a6 + off,
-                a7 + off, run_step, wp, wv + r * run_len * lanes, lanes, run_len,
-                s0, s1, s2, s3, s4, s5, s6, s7,
-            )  # fmt: skip
-        return s0, s1, s2, s3, s4, s5, s6, s7
-    height, width, c_in = g[_H], g[_W], g[_CIN]
-    xs_row, xs_col, xs_chan = g[_XS_ROW], g[_XS_COL], g[_XS_CHAN]
-    kw_n, dh, dw = g[_KW], g[_DH], g[_DW]
-    tap_units, wstep = g[_TAP_UNITS] * lanes, g[_CHAN_UNITS] * lanes
-    for kh in range(g[_KH]):
-        dy = kh * dh
-        r0, r1 = 0 <= y0 + dy < height, 0 <= y1 + dy < height
-        r2, r3 = 0 <= y2 + dy < height, 0 <= y3 + dy < height
-        r4, r5 = 0 <= y4 + dy < height, 0 <= y5 + dy < height
-        r6, r7 = 0 <= y6 + dy < height, 0 <= y7 + dy < height
-        for kw in range(kw_n):
-            dx = kw * dw
-            k0, k1 = r0 and 0 <= z0 + dx < width, r1 and 0 <= z1 + dx < width
-            k2, k3 = r2 and 0 <= z2 + dx < width, r3 and 0 <= z3 + dx < width
-            k4, k5 = r4 and 0 <= z4 + dx < width, r5 and 0 <= z5 + dx < width
-            k6, k7 = r6 and 0 <= z6 + dx < width, r7 and 0 <= z7 + dx < width
-            w = wv + (kh * kw_n + kw) * tap_units
-            off = dy * xs_row + dx * xs_col
-            if k0 and k1 and k2 and k3 and k4 and k5 and k6 and k7:
-                s0, s1, s2, s3, s4, s5, s6, s7 = _dot8x1(
-                    xp, a0 + off, a1 + off, a2 + off, a3 + off, a4 + off, a5 + off, a6 + off,
-                    a7 + off, xs_chan, wp, w, wstep, c_in, s0, s1, s2, s3, s4, s5, s6, s7,
-                )  # fmt: skip
-            elif k0 or k1 or k2 or k3 or k4 or k5 or k6 or k7:
-                i0, i1 = a0 + off if k0 else 0, a1 + off if k1 else 0
-                i2, i3 = a2 + off if k2 else 0, a3 + off if k3 else 0
-                i4, i5 = a4 + off if k4 else 0, a5 + off if k5 else 0
-                i6, i7 = a6 + off if k6 else 0, a7 + off if k7 else 0
-                flags = k0 + 2 * k1 + 4 * k2 + 8 * k3 + 16 * k4 + 32 * k5 + 64 * k6 + 128 * k7
-                s0, s1, s2, s3, s4, s5, s6, s7 = _dot8x1_checked(
-                    xp, i0, i1, i2, i3, i4, i5, i6, i7, flags, xs_chan, wp, w, wstep, c_in, zero,
-                    s0, s1, s2, s3, s4, s5, s6, s7,
-                )  # fmt: skip
-    return s0, s1, s2, s3, s4, s5, s6, s7
-
-
-def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes):  # noqa: ANN001, ANN201
-    """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
-    convolution over tiles of 8 output pixels; x read through its strides. With
-    _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
-    g = geometry
-    n_batch, height, width = g[_N], g[_H], g[_W]
-    out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
-    sh, sw, ph, pw = g[_SH], g[_SW], g[_PH], g[_PW]
-    reach_h, reach_w = (g[_KH] - 1) * g[_DH], (g[_KW] - 1) * g[_DW]
-    xs_image, xs_row, xs_col = g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL]
-    units = g[_KH] * g[_KW] * g[_CIN]
-    to_planes = g[_TO_PLANES] != 0
-    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
-    lo, hi = scalars[_LOW], scalars[_HIGH]
-    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
-    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
-    zero = scalars[_ZERO]
-    xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    gp, runp = simd.pointer(geometry), simd.pointer(runs)
-    lanes = simd.lanes_of(out)
+def _dense_tiles(xp, wp, bp, runp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
+    n_batch, out_h, out_w, c_out = g[_N], g[_OH], g[_OW], g[_COUT]
+    xs_image, row_step, col_step = g[_XS_IMAGE], g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
+    n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
+    lanes = simd.lanes_of(op)
     vectors = (c_out + lanes - 1) // lanes
     pixels = out_h * out_w
     tiles = (pixels + 7) // 8
-    last = pixels - 1
     for job in prange(n_batch * tiles):
         n = job // tiles
         p0 = (job - n * tiles) * 8
-        stored = min(8, pixels - p0)
-        q0, q1, q2, q3 = p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last)
-        q4, q5, q6, q7 = min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last)
-        h0 = p0 // out_w
-        w0 = p0 - h0 * out_w
-        h1, w1 = _next_pixel(h0, w0, out_w, q1 > q0)
-        h2, w2 = _next_pixel(h1, w1, out_w, q2 > q1)
-        h3, w3 = _next_pixel(h2, w2, out_w, q3 > q2)
-        h4, w4 = _next_pixel(h3, w3, out_w, q4 > q3)
-        h5, w5 = _next_pixel(h4, w4, out_w, q5 > q4)
-        h6, w6 = _next_pixel(h5, w5, out_w, q6 > q5)
-        h7, w7 = _next_pixel(h6, w6, out_w, q7 > q6)
-        # each pixel's window: its top-left input row y, column z, element a
-        y0, y1, y2, y3 = h0 * sh - ph, h1 * sh - ph, h2 * sh - ph, h3 * sh - ph
-        y4, y5, y6, y7 = h4 * sh - ph, h5 * sh - ph, h6 * sh - ph, h7 * sh - ph
-        z0, z1, z2, z3 = w0 * sw - pw, w1 * sw - pw, w2 * sw - pw, w3 * sw - pw
-        z4, z5, z6, z7 = w4 * sw - pw, w5 * sw - pw, w6 * sw - pw, w7 * sw - pw
-        xb = n * xs_image
-        a0, a1 = xb + y0 * xs_row + z0 * xs_col, xb + y1 * xs_row + z1 * xs_col
-        a2, a3 = xb + y2 * xs_row + z2 * xs_col, xb + y3 * xs_row + z3 * xs_col
-        a4, a5 = xb + y4 * xs_row + z4 * xs_col, xb + y5 * xs_row + z5 * xs_col
-        a6, a7 = xb + y6 * xs_row + z6 * xs_col, xb + y7 * xs_row + z7 * xs_col
-        inside_a = (
-            _inside(y0, z0, reach_h, reach_w, height, width)
-            and _inside(y1, z1, reach_h, reach_w, height, width)
-            and _inside(y2, z2, reach_h, reach_w, height, width)
-            and _inside(y3, z3, reach_h, reach_w, height, width)
-        )
-        inside_b = (
-            _inside(y4, z4, reach_h, reach_w, height, width)
-            and _inside(y5, z5, reach_h, reach_w, height, width)
-            and _inside(y6, z6, reach_h, reach_w, height, width)
-            and _inside(y7, z7, reach_h, reach_w, height, width)
-        )
-        inside = inside_a and inside_b
-        ob = n * pixels * c_out
-        o0, o1, o2, o3 = ob + q0 * c_out, ob + q1 * c_out, ob + q2 * c_out, ob + q3 * c_out
-        o4, o5, o6, o7 = ob + q4 * c_out, ob + q5 * c_out, ob + q6 * c_out, ob + q7 * c_out
+        q, stored = _tile_pixels(p0, pixels)
+        a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
+        o = _scaled8(q, n * pixels * c_out, c_out)
         for v in range(0, vectors - 1, 2):
             c0 = v * lanes
             c1 = c0 + lanes
-            ba, bb = simd.load(bp, c0), simd.load(bp, c1)
+            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
+            for r in range(n_runs):
+                w = (c0 * n_runs + 2 * lanes * r) * run_len
+                acc = _pair(xp, _shift8(a, runp[r]), run_step, wp, w, 2 * lanes, run_len, stored, acc)  # fmt: skip  # noqa: E501
             na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-            wv = c0 * units
-            s0, t0, s1, t1, s2, t2, s3, t3 = _tile4x2(
-                xp, wpp, wv, runp, gp, zero, y0, y1, y2, y3, z0, z1, z2, z3, a0, a1, a2, a3,
-                inside_a, ba, bb,
-            )  # fmt: skip
-            _store4(op, o0 + c0, o1 + c0, o2 + c0, o3 + c0, stored, na, s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            _store4(op, o0 + c1, o1 + c1, o2 + c1, o3 + c1, stored, nb, t0, t1, t2, t3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            s0, t0, s1, t1, s2, t2, s3, t3 = _tile4x2(
-                xp, wpp, wv, runp, gp, zero, y4, y5, y6, y7, z4, z5, z6, z7, a4, a5, a6, a7,
-                inside_b, ba, bb,
-            )  # fmt: skip
-            _store4(op, o4 + c0, o5 + c0, o6 + c0, o7 + c0, stored - 4, na, s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            _store4(op, o4 + c1, o5 + c1, o6 + c1, o7 + c1, stored - 4, nb, t0, t1, t2, t3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-        for v in range(vectors - vectors % 2, vectors):  # an odd last vector
-            c0 = v * lanes
-            ba = simd.load(bp, c0)
-            na = min(lanes, c_out - c0)
-            s0, s1, s2, s3, s4, s5, s6, s7 = _tile8x1(
-                xp, wpp, c0 * units, runp, gp, zero, y0, y1, y2, y3, y4, y5, y6, y7,
-                z0, z1, z2, z3, z4, z5, z6, z7, xb, inside, ba,
-            )  # fmt: skip
-            _store4(op, o0 + c0, o1 + c0, o2 + c0, o3 + c0, stored, na, s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
-            _store4(op, o4 + c0, o5 + c0, o6 + c0, o7 + c0, stored - 4, na, s4, s5, s6, s7, rp, has_residual, low, high)  # fmt: skip  # noqa: E501
+            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
+        if vectors % 2:  # an odd last vector
+            c0 = (vectors - 1) * lanes
+            acc8 = _splat8(simd.load(bp, c0))
+            for r in range(n_runs):
+                w = (c0 * n_runs + lanes * r) * run_len
+                acc8 = _dot8x1(xp, _shift8(a, runp[r]), run_step, wp, w, lanes, run_len, acc8)
+            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+
+
+def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
+    """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
+    convolution over tiles of 8 output pixels, every window inside the image (the padded
+    input is first copied into ``buffer`` with _COPY), read as runs: offsets ``runs`` of
+    _RUN_LEN weight units _RUN_STEP elements apart. The strides _XS_* are those of what is
+    read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
+    g = geometry
+    to_planes = g[_TO_PLANES] != 0
+    lo, hi = scalars[_LOW], scalars[_HIGH]
+    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
+    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
+    if g[_COPY] != 0:
+        _pad_input(x, buffer, g)
+        xp = simd.pointer(buffer)
+    else:
+        xp = simd.pointer(x)
+    wpp, bp, runp = simd.pointer(wp), simd.pointer(bias), simd.pointer(runs)
+    op, rp = simd.pointer(out), simd.pointer(residual)
+    if g[_HAS_RESIDUAL] != 0 and not to_planes:
+        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, True)
+    else:
+        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, False)
     if to_planes:
-        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, n_batch, pixels, c_out)
+        pixels = g[_OH] * g[_OW]
+        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
 
@@ -582,149 +503,227 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 
 
 # ---------------------------------------------------------------------------
-# Depthwise: one filter a channel, vectors over channels.
+# Depthwise: one filter a channel, vectors over channels, an output row a job.
+#
+# What is read is the input itself or its zero-padded copy (_COPY, made first). Filters
+# other than 3x3 always read every tap in full vectors: the input has no padding and whole
+# channel vectors, or it is copied, with room after its end (a channel tail's vector reads
+# on into the next pixel's channels, lanes never stored). A 3x3 filter on a large image
+# reads it uncopied (the copy would cost a third as much as the filter at stride 2): its
+# border pixels and channel tails through masked loads, an absent tap's lanes reading
+# nothing (zero).
 
 
 @_inline
-def _dw3x3_row(xp, wp, wb, op, ob, rp, has_residual, low, high, ba, count, full,  # noqa: ANN001, ANN202
-               top, xb, row, height, width, channels, out_w, sw, pw, dh, dw):  # fmt: skip
-    """One output row of one channel vector of a 3x3 depthwise filter: the weights held in
-    nine registers; x's rows top, top + dh, top + 2 dh start at element xb + r * row (plus
-    the vector's first channel, in xb and ob)."""
+def _ld(xp, i, count, whole):  # noqa: ANN001, ANN202
+    """The vector at xp[i:], its first ``count`` lanes only unless ``whole``."""
+    return simd.load(xp, i) if whole else simd.load_first(xp, i, count)
+
+
+@_inline
+def _dw3x3_rows(xp, wp, wb, op, rp, low, high, ba, count, overread, xb, ob, oh0, oh1, sh,  # noqa: ANN001, ANN202
+                ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw, channels, per_vector,
+                has_residual):  # fmt: skip
+    """Output rows [oh0, oh1) of one channel vector of a 3x3 filter, its nine weight vectors
+    held in registers. The image: ``height`` rows of ``row`` elements from element xb (the
+    vector's first channel included); output row oh's window rows from oh * sh - ph,
+    columns from ow * sw - pw; output columns [lo, hi) have every window column inside.
+    With ``overread``, whole vectors may be read past the channels; with ``per_vector``
+    P > 1 (a few channels, stride 1, the image copied) a vector holds P pixels' channels."""
     lanes = simd.lanes_of(wp)
     w00, w01, w02 = simd.load(wp, wb), simd.load(wp, wb + lanes), simd.load(wp, wb + 2 * lanes)
     w10, w11 = simd.load(wp, wb + 3 * lanes), simd.load(wp, wb + 4 * lanes)
     w12, w20 = simd.load(wp, wb + 5 * lanes), simd.load(wp, wb + 6 * lanes)
     w21, w22 = simd.load(wp, wb + 7 * lanes), simd.load(wp, wb + 8 * lanes)
-    y1, y2 = top + dh, top + 2 * dh
-    r0, r1, r2 = 0 <= top < height, 0 <= y1 < height, 0 <= y2 < height
-    x0, x1, x2 = xb + top * row, xb + y1 * row, xb + y2 * row
     step = dw * channels
-    # output columns [lo, hi) read only inside the image
-    lo = min(out_w, (pw + sw - 1) // sw)
-    hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
-    if not (full and r0 and r1 and r2):
-        lo = hi = out_w
-    for ow in range(lo, hi):
-        i = (ow * sw - pw) * channels
-        a, b, c = x0 + i, x1 + i, x2 + i
-        acc = simd.fma(w00, simd.load(xp, a), ba)
-        acc = simd.fma(w01, simd.load(xp, a + step), acc)
-        acc = simd.fma(w02, simd.load(xp, a + 2 * step), acc)
-        acc = simd.fma(w10, simd.load(xp, b), acc)
-        acc = simd.fma(w11, simd.load(xp, b + step), acc)
-        acc = simd.fma(w12, simd.load(xp, b + 2 * step), acc)
-        acc = simd.fma(w20, simd.load(xp, c), acc)
-        acc = simd.fma(w21, simd.load(xp, c + step), acc)
-        acc = simd.fma(w22, simd.load(xp, c + 2 * step), acc)
-        _finish(op, ob + ow * channels, acc, lanes, rp, has_residual, low, high)
-    for k in range(out_w - (hi - lo)):  # the others: masked, an absent tap's lanes read nothing
-        ow = k if k < lo else k + hi - lo
-        left = ow * sw - pw
-        i = left * channels
-        a, b, c = x0 + i, x1 + i, x2 + i
-        e0 = count if 0 <= left < width else 0
-        e1 = count if 0 <= left + dw < width else 0
-        e2 = count if 0 <= left + 2 * dw < width else 0
-        acc = simd.fma(w00, simd.load_first(xp, a, e0 if r0 else 0), ba)
-        acc = simd.fma(w01, simd.load_first(xp, a + step, e1 if r0 else 0), acc)
-        acc = simd.fma(w02, simd.load_first(xp, a + 2 * step, e2 if r0 else 0), acc)
-        acc = simd.fma(w10, simd.load_first(xp, b, e0 if r1 else 0), acc)
-        acc = simd.fma(w11, simd.load_first(xp, b + step, e1 if r1 else 0), acc)
-        acc = simd.fma(w12, simd.load_first(xp, b + 2 * step, e2 if r1 else 0), acc)
-        acc = simd.fma(w20, simd.load_first(xp, c, e0 if r2 else 0), acc)
-        acc = simd.fma(w21, simd.load_first(xp, c + step, e1 if r2 else 0), acc)
-        acc = simd.fma(w22, simd.load_first(xp, c + 2 * step, e2 if r2 else 0), acc)
-        _finish(op, ob + ow * channels, acc, count, rp, has_residual, low, high)
+    whole = overread or count == lanes
+    for oh in range(oh0, oh1):
+        top = oh * sh - ph
+        y1, y2 = top + dh, top + 2 * dh
+        r0, r1, r2 = 0 <= top < height, 0 <= y1 < height, 0 <= y2 < height
+        x0, x1, x2 = xb + top * row, xb + y1 * row, xb + y2 * row
+        o_row = ob + oh * out_w * channels
+        first, end = (lo, hi) if r0 and r1 and r2 and whole else (out_w, out_w)
+        ow = first
+        while ow < end:  # (a range of run-time step divides to count its steps)
+            i = (ow * sw - pw) * channels
+            a, b, c = x0 + i, x1 + i, x2 + i
+            # (three chains of three: a chain of nine waits 9 latencies a pixel)
+            top_row = simd.fma(w00, simd.load(xp, a), ba)
+            mid_row = simd.mul(w10, simd.load(xp, b))
+            low_row = simd.mul(w20, simd.load(xp, c))
+            top_row = simd.fma(w01, simd.load(xp, a + step), top_row)
+            mid_row = simd.fma(w11, simd.load(xp, b + step), mid_row)
+            low_row = simd.fma(w21, simd.load(xp, c + step), low_row)
+            top_row = simd.fma(w02, simd.load(xp, a + 2 * step), top_row)
+            mid_row = simd.fma(w12, simd.load(xp, b + 2 * step), mid_row)
+            low_row = simd.fma(w22, simd.load(xp, c + 2 * step), low_row)
+            acc = simd.add(top_row, simd.add(mid_row, low_row))
+            stored = min(count, (out_w - ow) * channels)
+            if stored >= lanes:
+                _finish_whole(op, o_row + ow * channels, acc, rp, has_residual, low, high)
+            else:
+                _finish(op, o_row + ow * channels, acc, stored, rp, has_residual, low, high)
+            ow += per_vector
+        for k in range(out_w - (end - first)):  # the others: masked
+            ow = k if k < first else k + end - first
+            left = ow * sw - pw
+            i = left * channels
+            a, b, c = x0 + i, x1 + i, x2 + i
+            e0 = count if 0 <= left < width else 0
+            e1 = count if 0 <= left + dw < width else 0
+            e2 = count if 0 <= left + 2 * dw < width else 0
+            a0, a1, a2 = (e0, e1, e2) if r0 else (0, 0, 0)
+            b0, b1, b2 = (e0, e1, e2) if r1 else (0, 0, 0)
+            c0, c1, c2 = (e0, e1, e2) if r2 else (0, 0, 0)
+            acc = simd.fma(w00, simd.load_first(xp, a, a0), ba)
+            acc = simd.fma(w01, simd.load_first(xp, a + step, a1), acc)
+            acc = simd.fma(w02, simd.load_first(xp, a + 2 * step, a2), acc)
+            acc = simd.fma(w10, simd.load_first(xp, b, b0), acc)
+            acc = simd.fma(w11, simd.load_first(xp, b + step, b1), acc)
+            acc = simd.fma(w12, simd.load_first(xp, b + 2 * step, b2), acc)
+            acc = simd.fma(w20, simd.load_first(xp, c, c0), acc)
+            acc = simd.fma(w21, simd.load_first(xp, c + step, c1), acc)
+            acc = simd.fma(w22, simd.load_first(xp, c + 2 * step, c2), acc)
+            _finish(op, o_row + ow * channels, acc, count, rp, has_residual, low, high)
 
 
 @_inline
-def _dw_row(xp, wp, wb, op, ob, rp, has_residual, low, high, ba, count, full,  # noqa: ANN001, ANN202
-            top, xb, row, height, width, channels, out_w, kh_n, kw_n, sw, pw, dh, dw):  # fmt: skip
-    """One output row of one channel vector of any depthwise filter (as _dw3x3_row), four
-    output pixels at a time sharing each tap's weight vector."""
+def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # noqa: ANN001, ANN202
+    """One tap row of a 5-wide filter (dilation 1) for 4 consecutive output pixels at
+    stride ``sw`` (1 or 2), the row's first window column at element p: the columns the
+    pixels share loaded once (8 at stride 1, 11 at stride 2), each weight vector once."""
+    x0, x1, x2 = simd.load(xp, p), simd.load(xp, p + channels), simd.load(xp, p + 2 * channels)
+    x3, x4 = simd.load(xp, p + 3 * channels), simd.load(xp, p + 4 * channels)
+    x5, x6 = simd.load(xp, p + 5 * channels), simd.load(xp, p + 6 * channels)
+    x7 = simd.load(xp, p + 7 * channels)
+    if sw == 1:  # pixel m, tap k: column m + k
+        s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
+        s1 = simd.fma(t0, x1, simd.fma(t1, x2, simd.fma(t2, x3, simd.fma(t3, x4, simd.fma(t4, x5, s1)))))  # noqa: E501
+        s2 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s2)))))  # noqa: E501
+        s3 = simd.fma(t0, x3, simd.fma(t1, x4, simd.fma(t2, x5, simd.fma(t3, x6, simd.fma(t4, x7, s3)))))  # noqa: E501
+        return s0, s1, s2, s3
+    x8, x9 = simd.load(xp, p + 8 * channels), simd.load(xp, p + 9 * channels)
+    x10 = simd.load(xp, p + 10 * channels)
+    # pixel m, tap k: column 2m + k
+    s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
+    s1 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s1)))))  # noqa: E501
+    s2 = simd.fma(t0, x4, simd.fma(t1, x5, simd.fma(t2, x6, simd.fma(t3, x7, simd.fma(t4, x8, s2)))))  # noqa: E501
+    s3 = simd.fma(t0, x6, simd.fma(t1, x7, simd.fma(t2, x8, simd.fma(t3, x9, simd.fma(t4, x10, s3)))))  # noqa: E501
+    return s0, s1, s2, s3
+
+
+@_inline
+def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, out_w, sw,  # noqa: ANN001, ANN202
+            channels, kh_n, kw_n, has_residual):  # fmt: skip
+    """One output row of one channel vector of any filter, every tap inside what is read:
+    four output pixels at a time sharing each tap's weight vector (a tail group repeats
+    the row's last pixel); the row's first window at element xr, tap rows ``row_step``
+    and columns ``step`` apart."""
     lanes = simd.lanes_of(wp)
-    reach_w = (kw_n - 1) * dw
-    rows_in = top >= 0 and top + (kh_n - 1) * dh < height
-    lo = min(out_w, (pw + sw - 1) // sw)
-    hi = max(lo, min(out_w, (width - 1 - reach_w + pw) // sw + 1))
-    step = sw * channels
+    pixel = sw * channels
+    last = out_w - 1
+    # 5 wide, dilation 1, stride 1 or 2: columns shared between pixels
+    shared = kw_n == 5 and step == channels and sw <= 2
     for ow in range(0, out_w, 4):
-        i0 = xb + top * row + (ow * sw - pw) * channels
-        i1, i2, i3 = i0 + step, i0 + 2 * step, i0 + 3 * step
         s0, s1, s2, s3 = ba, ba, ba, ba
-        if full and rows_in and lo <= ow and ow + 4 <= hi:
-            for kh in range(kh_n):
-                for kw in range(kw_n):
-                    w = simd.load(wp, wb + (kh * kw_n + kw) * lanes)
-                    off = kh * dh * row + kw * dw * channels
-                    s0 = simd.fma(w, simd.load(xp, i0 + off), s0)
-                    s1 = simd.fma(w, simd.load(xp, i1 + off), s1)
-                    s2 = simd.fma(w, simd.load(xp, i2 + off), s2)
-                    s3 = simd.fma(w, simd.load(xp, i3 + off), s3)
+        w = wb
+        if shared and ow + 4 <= out_w:
+            p = xr + ow * pixel
+            for _ in range(kh_n):
+                t0, t1, t2 = simd.load(wp, w), simd.load(wp, w + lanes), simd.load(wp, w + 2 * lanes)
+                t3, t4 = simd.load(wp, w + 3 * lanes), simd.load(wp, w + 4 * lanes)
+                s0, s1, s2, s3 = _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3)  # fmt: skip  # noqa: E501
+                p += row_step
+                w += 5 * lanes
         else:
-            left = ow * sw - pw
+            i0, i1 = xr + ow * pixel, xr + min(ow + 1, last) * pixel
+            i2, i3 = xr + min(ow + 2, last) * pixel, xr + min(ow + 3, last) * pixel
             for kh in range(kh_n):
-                if not 0 <= top + kh * dh < height:
-                    continue
-                for kw in range(kw_n):
-                    w = simd.load(wp, wb + (kh * kw_n + kw) * lanes)
-                    off = kh * dh * row + kw * dw * channels
-                    col = left + kw * dw
-                    e0 = count if 0 <= col < width else 0
-                    e1 = count if ow + 1 < out_w and 0 <= col + sw < width else 0
-                    e2 = count if ow + 2 < out_w and 0 <= col + 2 * sw < width else 0
-                    e3 = count if ow + 3 < out_w and 0 <= col + 3 * sw < width else 0
-                    s0 = simd.fma(w, simd.load_first(xp, i0 + off, e0), s0)
-                    s1 = simd.fma(w, simd.load_first(xp, i1 + off, e1), s1)
-                    s2 = simd.fma(w, simd.load_first(xp, i2 + off, e2), s2)
-                    s3 = simd.fma(w, simd.load_first(xp, i3 + off, e3), s3)
+                off = kh * row_step
+                for _ in range(kw_n):
+                    tap = simd.load(wp, w)
+                    s0 = simd.fma(tap, simd.load(xp, i0 + off), s0)
+                    s1 = simd.fma(tap, simd.load(xp, i1 + off), s1)
+                    s2 = simd.fma(tap, simd.load(xp, i2 + off), s2)
+                    s3 = simd.fma(tap, simd.load(xp, i3 + off), s3)
+                    off += step
+                    w += lanes
         o = ob + ow * channels
-        _store4(op, o, o + channels, o + 2 * channels, o + 3 * channels, out_w - ow, count,
-                s0, s1, s2, s3, rp, has_residual, low, high)  # fmt: skip
+        _store4(op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
+                (s0, s1, s2, s3), rp, has_residual, low, high)  # fmt: skip
 
 
-def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, source):  # noqa: ANN001, ANN201
-    """out (N, OH, OW, C) = depthwise conv2d(x (N, H, W, C), W) + bias, + residual, clamped,
-    an output row a job. With _FROM_PLANES, ``x`` is a buffer first filled from the NCHW
-    ``source``; with _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
-    g = geometry
-    n_batch, height, width, channels = g[_N], g[_H], g[_W], g[_CIN]
+@_inline
+def _depthwise_rows(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
+    """Jobs of (image, channel vector, band of output rows): a vector's weights and its
+    lanes of the image (a few KB) stay in L1 across the band's rows."""
+    n_batch, channels = g[_N], g[_CIN]
     out_h, out_w = g[_OH], g[_OW]
-    kh_n, kw_n, sh, sw, ph, pw, dh, dw = g[_KH], g[_KW], g[_SH], g[_SW], g[_PH], g[_PW], g[_DH], g[_DW]
-    to_planes = g[_TO_PLANES] != 0
-    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
-    lo, hi = scalars[_LOW], scalars[_HIGH]
-    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
-    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
-    xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    if g[_FROM_PLANES] != 0:
-        _from_planes(source, x, n_batch, height * width, channels)
-    lanes = simd.lanes_of(out)
-    blocks = (channels + lanes - 1) // lanes
+    kh_n, kw_n, sh, sw, dh, dw = g[_KH], g[_KW], g[_SH], g[_SW], g[_DH], g[_DW]
+    copied = g[_COPY] != 0
+    ph, pw = (0, 0) if copied else (g[_PH], g[_PW])  # (what is read is padded already)
+    height, width = g[_H] + 2 * g[_PH] - 2 * ph, g[_W] + 2 * g[_PW] - 2 * pw
+    per_vector = g[_PIXELS_PER_VECTOR]
+    bands = g[_BANDS]
+    lanes = simd.lanes_of(op)
+    vectors = (channels * per_vector + lanes - 1) // lanes
     taps = kh_n * kw_n
     row = width * channels
     three = kh_n == 3 and kw_n == 3
-    for job in prange(n_batch * out_h):
-        n = job // out_h
-        top = (job - n * out_h) * sh - ph
-        for cb in range(blocks):
-            c0 = cb * lanes
-            count = min(lanes, channels - c0)
-            ba = simd.load(bp, c0)
-            xb = n * height * row + c0
-            ob = job * out_w * channels + c0
-            if three:
-                _dw3x3_row(xp, wpp, c0 * taps, op, ob, rp, has_residual, low, high, ba, count,
-                           count == lanes, top, xb, row, height, width, channels, out_w, sw, pw,
-                           dh, dw)  # fmt: skip
-            else:
-                _dw_row(xp, wpp, c0 * taps, op, ob, rp, has_residual, low, high, ba, count,
-                        count == lanes, top, xb, row, height, width, channels, out_w, kh_n, kw_n,
-                        sw, pw, dh, dw)  # fmt: skip
+    # output columns whose 3x3 windows lie inside
+    lo = min(out_w, (pw + sw - 1) // sw)
+    hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
+    band = (out_h + bands - 1) // bands
+    for job in prange(n_batch * vectors * bands):
+        n, v, oh0 = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
+        if n_batch > 1:
+            n = job // (vectors * bands)
+            v = job - n * vectors * bands
+        if bands > 1:
+            rest = v
+            v = rest // bands
+            oh0 = (rest - v * bands) * band
+        oh1 = min(out_h, oh0 + band)
+        c0 = v * lanes
+        count = min(lanes, channels * per_vector - c0)
+        ba = simd.load(bp, c0)
+        xb = n * height * row + c0
+        ob = n * out_h * out_w * channels + c0
+        if three:
+            _dw3x3_rows(xp, wp, c0 * taps, op, rp, low, high, ba, count, copied, xb, ob, oh0,
+                        oh1, sh, ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw,
+                        channels, per_vector, has_residual)  # fmt: skip
+        else:
+            for oh in range(oh0, oh1):
+                _dw_row(xp, wp, c0 * taps, op, ob + oh * out_w * channels, rp, low, high, ba,
+                        count, xb + oh * sh * row, dh * row, dw * channels, out_w, sw, channels,
+                        kh_n, kw_n, has_residual)  # fmt: skip
+
+
+def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
+    """out (N, OH, OW, C) = depthwise conv2d(x, W) + bias, + residual, clamped. With _COPY,
+    x (NHWC, or NCHW for _COPY 2) is first copied into the zero-padded NHWC ``buffer``;
+    with _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
+    g = geometry
+    to_planes = g[_TO_PLANES] != 0
+    lo, hi = scalars[_LOW], scalars[_HIGH]
+    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
+    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
+    if g[_COPY] != 0:
+        _pad_input(x, buffer, g)
+        xp = simd.pointer(buffer)
+    else:
+        xp = simd.pointer(x)
+    wpp, bp = simd.pointer(wp), simd.pointer(bias)
+    op, rp = simd.pointer(out), simd.pointer(residual)
+    if g[_HAS_RESIDUAL] != 0 and not to_planes:
+        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, True)
+    else:
+        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, False)
     if to_planes:
-        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, n_batch, out_h * out_w, channels)  # fmt: skip  # noqa: E501
+        pixels = g[_OH] * g[_OW]
+        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_CIN])
     return out
 
 
@@ -738,6 +737,24 @@ DEPTHWISE = serial_and_parallel(_depthwise, "nhwc_depthwise")
 # thread): a parallel region costs tens of microseconds on a busy machine, so only
 # convolutions taking a few hundred microseconds on one thread pay for it.
 PARALLEL_MACS = 8_000_000
+
+# Input pixels up to which a 3x3 depthwise convolution with padding (or a channel tail)
+# reads a zero-padded copy rather than the input with masked loads at its borders.
+COPY_PIXELS_3X3 = 64
+
+
+def _aligned(values: np.ndarray) -> np.ndarray:
+    """A copy of 1-D ``values`` starting on a 64-byte boundary (a cache line): a vector read
+    across two lines costs two."""
+    raw = np.empty(values.size * values.itemsize + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start : start + values.size * values.itemsize].view(values.dtype)
+    out[:] = values
+    return out
+
+
+def _zeros(size: int, dtype: Any) -> np.ndarray:
+    return _aligned(np.zeros(size, dtype))
 
 
 def _flat(a: np.ndarray, nhwc: bool) -> np.ndarray:
@@ -763,37 +780,39 @@ def _pack_vectors(units: np.ndarray, lanes: int) -> np.ndarray:
         parts.append(pair.transpose(2, 0, 1).reshape(-1))
     if vectors % 2:
         parts.append(padded[(vectors - 1) * lanes :].T.reshape(-1))
-    return np.ascontiguousarray(np.concatenate(parts))
+    return _aligned(np.concatenate(parts))
 
 
 def _padded(values: np.ndarray, lanes: int) -> np.ndarray:
     out = np.zeros(-(-len(values) // lanes) * lanes, values.dtype)
     out[: len(values)] = values
-    return out
+    return _aligned(out)
 
 
-def _dense_plan(
-    weight: np.ndarray, geometry: np.ndarray, nhwc_in: bool, lanes: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(packed weights, run offsets) of the dense kernel; sets the run fields of geometry.
+def _strides(nhwc: bool, c: int, h: int, w: int) -> tuple[int, int, int, int]:
+    """Element strides (image, row, column, channel) of an (N, C, H, W) array's memory."""
+    return (h * w * c, w * c, c, 1) if nhwc else (c * h * w, w, 1, h * w)
 
-    On an NHWC input a tap row's (kw, c_in) are contiguous at dilation 1: one run per kh.
-    Otherwise a run per tap over c_in; on an NCHW input with filters wider than its
-    channels (a stem: 3 channels, 3x3 or 7x7), a run per (c_in, kh) over kw instead.
+
+def _dense_plan(weight: np.ndarray, geometry: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(packed weights, run offsets) of the dense kernel; sets geometry's run fields.
+
+    NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
+    Otherwise a run per tap over c_in, or, on NCHW memory with filters wider than its
+    channels (a stem: 3 channels, 3x3 or 7x7), a run per (c_in, kh) over kw.
     """
     c_out, c_in, kh_n, kw_n = weight.shape
     g = geometry
-    taps = kh_n * kw_n
     xs_row, xs_col, xs_chan = int(g[_XS_ROW]), int(g[_XS_COL]), int(g[_XS_CHAN])
     dh, dw = int(g[_DH]), int(g[_DW])
-    if not nhwc_in and kw_n > c_in:  # units (c_in, kh, kw)
-        units = weight.reshape(c_out, c_in * taps)
+    nhwc = xs_chan == 1 and c_in > 1
+    if not nhwc and kw_n > c_in:  # units (c_in, kh, kw)
+        units = weight.reshape(c_out, c_in * kh_n * kw_n)
         runs = [c * xs_chan + kh * dh * xs_row for c in range(c_in) for kh in range(kh_n)]
-        g[_RUN_LEN], g[_RUN_STEP], g[_TAP_UNITS], g[_CHAN_UNITS] = kw_n, dw * xs_col, 1, taps
+        g[_RUN_LEN], g[_RUN_STEP] = kw_n, dw * xs_col
     else:  # units (kh, kw, c_in)
-        units = weight.transpose(0, 2, 3, 1).reshape(c_out, taps * c_in)
-        g[_TAP_UNITS], g[_CHAN_UNITS] = c_in, 1
-        if nhwc_in and dw == 1:
+        units = weight.transpose(0, 2, 3, 1).reshape(c_out, kh_n * kw_n * c_in)
+        if nhwc and dw == 1:
             runs = [kh * dh * xs_row for kh in range(kh_n)]
             g[_RUN_LEN], g[_RUN_STEP] = kw_n * c_in, 1
         else:
@@ -801,6 +820,25 @@ def _dense_plan(
             g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
     g[_RUNS] = len(runs)
     return _pack_vectors(units, lanes), np.array(runs, np.int64)
+
+
+def _depthwise_weights(
+    weight: np.ndarray, bias: np.ndarray, lanes: int, per_vector: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(packed weights, bias) of the depthwise kernel: channel vector by vector, its taps'
+    vectors in order, zero-padded; with ``per_vector`` pixels a vector, the channels
+    repeated that many times across one vector."""
+    c, _, kh, kw = weight.shape
+    taps = weight.reshape(c, kh * kw)
+    if per_vector > 1:
+        return _aligned(np.tile(taps.T, (1, per_vector)).reshape(-1)), _aligned(
+            np.tile(bias, per_vector)
+        )
+    vectors = -(-c // lanes)
+    packed = np.zeros((vectors * lanes, kh * kw), weight.dtype)
+    packed[:c] = taps
+    packed = packed.reshape(vectors, lanes, kh * kw).transpose(0, 2, 1)
+    return _aligned(packed.reshape(-1)), _padded(bias, lanes)
 
 
 def channels_last_conv_step(
@@ -835,6 +873,8 @@ def channels_last_conv_step(
     ):
         return None
     if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+        return None
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
         return None
     if math.isnan(low) or math.isnan(high) or not out.flags.writeable:
         return None
@@ -871,45 +911,53 @@ def channels_last_conv_step(
     if groups != 1 and not depthwise:
         return None
     lanes = simd.lanes(dt)
+    (sh, sw), (ph, pw) = s, p
+    hp, wp = h + 2 * ph, w + 2 * pw
     x_flat = _flat(input, nhwc_in)
     out_flat = _flat(out, nhwc_out)
     # What the kernels write: out itself, or a channels-last buffer copied to NCHW out.
-    target = out_flat if nhwc_out else np.empty(out.size, dt)
-    planes = out_flat  # (only read as the copy's destination when not nhwc_out)
+    target = out_flat if nhwc_out else _zeros(out.size, dt)
     res_flat = out_flat if residual is None else _flat(residual, nhwc_out)
+    b = np.zeros(c_out, dt) if bias is None else np.asarray(bias)
 
     g = np.zeros(_GEOMETRY_SIZE, np.int64)
-    g[_N], g[_H], g[_W], g[_CIN], g[_OH], g[_OW], g[_COUT] = n, h, w, c_in, oh, ow, c_out
-    g[_KH], g[_KW] = kh, kw
-    g[_SH], g[_SW], g[_PH], g[_PW], g[_DH], g[_DW] = (*s, *p, *d)
-    if nhwc_in:
-        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = h * w * c_in, w * c_in, c_in, 1
-    else:
-        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = c_in * h * w, w, 1, h * w
-    g[_HAS_RESIDUAL] = residual is not None
-    g[_TO_PLANES] = not nhwc_out
+    g[_N], g[_H], g[_W], g[_CIN], g[_X_NHWC] = n, h, w, c_in, nhwc_in
+    g[_OH], g[_OW], g[_COUT], g[_KH], g[_KW] = oh, ow, c_out, kh, kw
+    g[_SH], g[_SW], g[_PH], g[_PW], g[_DH], g[_DW] = sh, sw, ph, pw, *d
+    g[_HAS_RESIDUAL], g[_TO_PLANES], g[_PIXELS_PER_VECTOR] = residual is not None, not nhwc_out, 1
     scalars = np.array([low, high, -math.inf, math.inf, 0.0], dt)
-    b = np.zeros(c_out, dt) if bias is None else np.asarray(bias)
-    bias_padded = _padded(b, lanes)
     macs = out.size * cg * kh * kw
 
     def pick(variants: tuple[Any, Any]) -> Any:
         return variants[1] if macs >= PARALLEL_MACS and get_num_threads() > 1 else variants[0]
 
     if depthwise:
-        wd = weight[:, 0].reshape(c_out, kh * kw)
-        blocks = -(-c_out // lanes)
-        packed = np.zeros((blocks * lanes, kh * kw), dt)
-        packed[:c_out] = wd
-        wp = np.ascontiguousarray(packed.reshape(blocks, lanes, kh * kw).transpose(0, 2, 1))
-        g[_FROM_PLANES] = not nhwc_in
-        x_nhwc = x_flat if nhwc_in else np.empty(input.size, dt)
-        args = (x_nhwc, wp.reshape(-1), bias_padded, g, scalars, res_flat, target, planes, x_flat)
-        return pick(DEPTHWISE), args
+        # (a few channels at stride 1: several pixels a vector)
+        few = (kh, kw) == (3, 3) and sw == 1 and c_in < lanes and lanes % c_in == 0
+        per_vector = lanes // c_in if few else 1
+        g[_PIXELS_PER_VECTOR] = per_vector
+        g[_BANDS] = 1
+        uneven = ph > 0 or pw > 0 or c_in % lanes != 0
+        # (a 3x3 filter reads large images uncopied, through masked loads at the borders)
+        small = (kh, kw) != (3, 3) or h * w <= COPY_PIXELS_3X3
+        g[_COPY] = 2 if not nhwc_in else int(few or (uneven and small))
+        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
+        # (room after the padded image for a last vector's lanes past its channels)
+        buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
+        wd, bd = _depthwise_weights(weight, b, lanes, per_vector)
+        fn = pick(DEPTHWISE)
+        if fn is DEPTHWISE[1]:  # at least four jobs a thread
+            jobs = n * -(-c_in * per_vector // lanes)
+            g[_BANDS] = min(oh, -(-4 * get_num_threads() // jobs))
+        return fn, (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
+    bias_padded = _padded(b, lanes)
     if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
-        wp = _pack_vectors(weight.reshape(c_out, c_in), lanes)
-        args = (x_flat, wp, bias_padded, g, scalars, res_flat, target, planes)
-        return pick(POINTWISE), args
-    wp, runs = _dense_plan(weight, g, nhwc_in, lanes)
-    args = (x_flat, wp, bias_padded, runs, g, scalars, res_flat, target, planes)
+        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, h, w)
+        wm = _pack_vectors(weight.reshape(c_out, c_in), lanes)
+        return pick(POINTWISE), (x_flat, wm, bias_padded, g, scalars, res_flat, target, out_flat)
+    g[_COPY] = int(ph > 0 or pw > 0)
+    g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
+    buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
+    wm, runs = _dense_plan(weight, g, lanes)
+    args = (x_flat, wm, bias_padded, runs, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
