@@ -66,7 +66,12 @@ from pyexecutorch.kernels import compiled_simd as simd
 from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
 from pyexecutorch.runtime.compiled import serial_and_parallel
 
-_inline = njit(inline="always", error_model="numpy")
+# Small pieces are inlined where numba builds its IR; each job's body is a function of its
+# own, compiled once a dtype and called from the kernels' (parallel) loops: numba's loop
+# analysis takes neither vectors in tuples nor an IR this size in reasonable time.
+_inline = njit(error_model="numpy")
+_job = njit(error_model="numpy")
+_loops = njit(inline="always", error_model="numpy")  # (parallel loops: inlined into the kernel)
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
 (
@@ -284,7 +289,7 @@ def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
         simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
 
 
-@_inline
+@_loops
 def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
     """The input into the interior of its zero-padded copy (the border was zeroed at load):
     row by row in its own layout (_COPY 1), or NCHW into an NHWC copy (_COPY 2)."""
@@ -312,7 +317,7 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
         _copy_run(sp, r * width * unit, dp, d, width * unit)
 
 
-@_inline
+@_loops
 def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels, c_out):  # noqa: ANN001, ANN202
     """planes (N, C, P) = clamp(scratch (N, P, C) + residual (N, C, P), lo, hi), scalar by
     scalar (each residual element read before its store: it may be planes itself). Pixels
@@ -357,30 +362,38 @@ def _scaled8(q, base, step):  # noqa: ANN001, ANN202
 
 
 @_inline
-def _pointwise_tiles(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
-    n_batch, c_in, c_out = g[_N], g[_CIN], g[_COUT]
+def _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
+    c_in, c_out = g[_CIN], g[_COUT]
     pixels = g[_OH] * g[_OW]
     xs_image, xs_pixel, xs_chan = g[_XS_IMAGE], g[_XS_COL], g[_XS_CHAN]
     lanes = simd.lanes_of(op)
     vectors = (c_out + lanes - 1) // lanes
     tiles = (pixels + 7) // 8
-    for job in prange(n_batch * tiles):
-        n = job // tiles
-        q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
-        a = _scaled8(q, n * xs_image, xs_pixel)
-        o = _scaled8(q, n * pixels * c_out, c_out)
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
-            c1 = c0 + lanes
-            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
-            acc = _pair(xp, a, xs_chan, wp, c0 * c_in, 2 * lanes, c_in, stored, acc)
-            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
-        if vectors % 2:  # an odd last vector
-            c0 = (vectors - 1) * lanes
-            acc8 = _dot8x1(xp, a, xs_chan, wp, c0 * c_in, lanes, c_in, _splat8(simd.load(bp, c0)))
-            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+    n = job // tiles if g[_N] > 1 else 0
+    q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
+    a = _scaled8(q, n * xs_image, xs_pixel)
+    o = _scaled8(q, n * pixels * c_out, c_out)
+    for v in range(0, vectors - 1, 2):
+        c0 = v * lanes
+        c1 = c0 + lanes
+        acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
+        acc = _pair(xp, a, xs_chan, wp, c0 * c_in, 2 * lanes, c_in, stored, acc)
+        na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
+        _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+        _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
+    if vectors % 2:  # an odd last vector
+        c0 = (vectors - 1) * lanes
+        acc8 = _dot8x1(xp, a, xs_chan, wp, c0 * c_in, lanes, c_in, _splat8(simd.load(bp, c0)))
+        _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+
+
+@_job
+def _pointwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Tile ``job`` (8 output pixels) of a 1x1 convolution (g: the geometry's pointer)."""
+    if has_residual:  # (twice, the residual's test compiled away in each)
+        _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, True)
+    else:
+        _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, False)
 
 
 def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: ANN001, ANN201
@@ -389,18 +402,16 @@ def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: 
     the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
+    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
     xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    # (twice, the residual's test compiled away in each)
-    if g[_HAS_RESIDUAL] != 0 and not to_planes:
-        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, True)
-    else:
-        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, False)
+    op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
+    pixels = g[_OH] * g[_OW]
+    for job in prange(g[_N] * ((pixels + 7) // 8)):  # (its index unsigned in parallel)
+        _pointwise_job(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
-        pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
@@ -438,37 +449,45 @@ def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN2
 
 
 @_inline
-def _dense_tiles(xp, wp, bp, runp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
-    n_batch, out_h, out_w, c_out = g[_N], g[_OH], g[_OW], g[_COUT]
+def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
+    out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
     xs_image, row_step, col_step = g[_XS_IMAGE], g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
     n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
     lanes = simd.lanes_of(op)
     vectors = (c_out + lanes - 1) // lanes
     pixels = out_h * out_w
     tiles = (pixels + 7) // 8
-    for job in prange(n_batch * tiles):
-        n = job // tiles
-        p0 = (job - n * tiles) * 8
-        q, stored = _tile_pixels(p0, pixels)
-        a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
-        o = _scaled8(q, n * pixels * c_out, c_out)
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
-            c1 = c0 + lanes
-            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
-            for r in range(n_runs):
-                w = (c0 * n_runs + 2 * lanes * r) * run_len
-                acc = _pair(xp, _shift8(a, runp[r]), run_step, wp, w, 2 * lanes, run_len, stored, acc)  # fmt: skip  # noqa: E501
-            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
-        if vectors % 2:  # an odd last vector
-            c0 = (vectors - 1) * lanes
-            acc8 = _splat8(simd.load(bp, c0))
-            for r in range(n_runs):
-                w = (c0 * n_runs + lanes * r) * run_len
-                acc8 = _dot8x1(xp, _shift8(a, runp[r]), run_step, wp, w, lanes, run_len, acc8)
-            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+    n = job // tiles if g[_N] > 1 else 0
+    p0 = (job - n * tiles) * 8
+    q, stored = _tile_pixels(p0, pixels)
+    a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
+    o = _scaled8(q, n * pixels * c_out, c_out)
+    for v in range(0, vectors - 1, 2):
+        c0 = v * lanes
+        c1 = c0 + lanes
+        acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
+        for r in range(n_runs):
+            w = (c0 * n_runs + 2 * lanes * r) * run_len
+            acc = _pair(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, stored, acc)
+        na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
+        _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+        _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
+    if vectors % 2:  # an odd last vector
+        c0 = (vectors - 1) * lanes
+        acc8 = _splat8(simd.load(bp, c0))
+        for r in range(n_runs):
+            w = (c0 * n_runs + lanes * r) * run_len
+            acc8 = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc8)
+        _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+
+
+@_job
+def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Tile ``job`` (8 output pixels) of a dense convolution."""
+    if has_residual:
+        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, True)
+    else:
+        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, False)
 
 
 def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
@@ -479,6 +498,7 @@ def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):
     read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
+    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
@@ -488,13 +508,11 @@ def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):
     else:
         xp = simd.pointer(x)
     wpp, bp, runp = simd.pointer(wp), simd.pointer(bias), simd.pointer(runs)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    if g[_HAS_RESIDUAL] != 0 and not to_planes:
-        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, True)
-    else:
-        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, False)
+    op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
+    pixels = g[_OH] * g[_OW]
+    for job in prange(g[_N] * ((pixels + 7) // 8)):  # (its index unsigned in parallel)
+        _dense_job(xp, wpp, bp, runp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
-        pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
@@ -655,9 +673,7 @@ def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, ou
 
 
 @_inline
-def _depthwise_rows(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
-    """Jobs of (image, channel vector, band of output rows): a vector's weights and its
-    lanes of the image (a few KB) stay in L1 across the band's rows."""
+def _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
     n_batch, channels = g[_N], g[_CIN]
     out_h, out_w = g[_OH], g[_OW]
     kh_n, kw_n, sh, sw, dh, dw = g[_KH], g[_KW], g[_SH], g[_SW], g[_DH], g[_DW]
@@ -670,35 +686,42 @@ def _depthwise_rows(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: AN
     vectors = (channels * per_vector + lanes - 1) // lanes
     taps = kh_n * kw_n
     row = width * channels
-    three = kh_n == 3 and kw_n == 3
-    # output columns whose 3x3 windows lie inside
-    lo = min(out_w, (pw + sw - 1) // sw)
-    hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
-    band = (out_h + bands - 1) // bands
-    for job in prange(n_batch * vectors * bands):
-        n, v, oh0 = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
-        if n_batch > 1:
-            n = job // (vectors * bands)
-            v = job - n * vectors * bands
-        if bands > 1:
-            rest = v
-            v = rest // bands
-            oh0 = (rest - v * bands) * band
-        oh1 = min(out_h, oh0 + band)
-        c0 = v * lanes
-        count = min(lanes, channels * per_vector - c0)
-        ba = simd.load(bp, c0)
-        xb = n * height * row + c0
-        ob = n * out_h * out_w * channels + c0
-        if three:
-            _dw3x3_rows(xp, wp, c0 * taps, op, rp, low, high, ba, count, copied, xb, ob, oh0,
-                        oh1, sh, ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw,
-                        channels, per_vector, has_residual)  # fmt: skip
-        else:
-            for oh in range(oh0, oh1):
-                _dw_row(xp, wp, c0 * taps, op, ob + oh * out_w * channels, rp, low, high, ba,
-                        count, xb + oh * sh * row, dh * row, dw * channels, out_w, sw, channels,
-                        kh_n, kw_n, has_residual)  # fmt: skip
+    n, v, oh0 = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
+    if n_batch > 1:
+        n = job // (vectors * bands)
+        v = job - n * vectors * bands
+    if bands > 1:
+        rest = v
+        v = rest // bands
+        oh0 = (rest - v * bands) * ((out_h + bands - 1) // bands)
+    oh1 = min(out_h, oh0 + (out_h + bands - 1) // bands)
+    c0 = v * lanes
+    count = min(lanes, channels * per_vector - c0)
+    ba = simd.load(bp, c0)
+    xb = n * height * row + c0
+    ob = n * out_h * out_w * channels + c0
+    if kh_n == 3 and kw_n == 3:
+        # output columns whose windows lie inside
+        lo = min(out_w, (pw + sw - 1) // sw)
+        hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
+        _dw3x3_rows(xp, wp, c0 * taps, op, rp, low, high, ba, count, copied, xb, ob, oh0, oh1,
+                    sh, ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw, channels,
+                    per_vector, has_residual)  # fmt: skip
+    else:
+        for oh in range(oh0, oh1):
+            _dw_row(xp, wp, c0 * taps, op, ob + oh * out_w * channels, rp, low, high, ba,
+                    count, xb + oh * sh * row, dh * row, dw * channels, out_w, sw, channels,
+                    kh_n, kw_n, has_residual)  # fmt: skip
+
+
+@_job
+def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Job (image, channel vector, band of output rows) of a depthwise convolution: a
+    vector's weights and its lanes of the image (a few KB) stay in L1 across the rows."""
+    if has_residual:
+        _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, True)
+    else:
+        _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, False)
 
 
 def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
@@ -707,6 +730,7 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
     with _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
+    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
@@ -716,11 +740,11 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
     else:
         xp = simd.pointer(x)
     wpp, bp = simd.pointer(wp), simd.pointer(bias)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    if g[_HAS_RESIDUAL] != 0 and not to_planes:
-        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, True)
-    else:
-        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, False)
+    op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
+    lanes = simd.lanes_of(out)
+    vectors = (g[_CIN] * g[_PIXELS_PER_VECTOR] + lanes - 1) // lanes
+    for job in prange(g[_N] * vectors * g[_BANDS]):  # (its index unsigned in parallel)
+        _depthwise_job(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
         pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_CIN])
