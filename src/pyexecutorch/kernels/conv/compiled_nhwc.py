@@ -66,12 +66,13 @@ from pyexecutorch.kernels import compiled_simd as simd
 from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
 from pyexecutorch.runtime.compiled import serial_and_parallel
 
-# Small pieces are inlined where numba builds its IR; each job's body is a function of its
-# own, compiled once a dtype and called from the kernels' (parallel) loops: numba's loop
-# analysis takes neither vectors in tuples nor an IR this size in reasonable time.
-_inline = njit(error_model="numpy")
-_job = njit(error_model="numpy")
-_loops = njit(inline="always", error_model="numpy")  # (parallel loops: inlined into the kernel)
+# The kernels' parts are functions of their own, which LLVM inlines: numba's own inlining
+# (inline="always") took minutes to compile them, and its analysis of parallel loops takes
+# no vectors in tuples, so each job's body is a function that the (parallel) loop calls.
+# Parts take pointers, not arrays (see compiled_simd.pointer). Only the copies, parallel
+# loops over scalars, are inlined into the kernels (where their loops run in parallel).
+_part = njit(error_model="numpy")
+_loops = njit(inline="always", error_model="numpy")
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
 (
@@ -110,7 +111,7 @@ _loops = njit(inline="always", error_model="numpy")  # (parallel loops: inlined 
 _LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
 
 
-@_inline
+@_part
 def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + L] = clamp(acc + rp[o : o + L], low, high)."""
     if has_residual:
@@ -118,7 +119,7 @@ def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN
     simd.store(op, o, simd.clamp(acc, low, high))
 
 
-@_inline
+@_part
 def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + count] = clamp(acc + rp[o : o + count], low, high)[:count]; nothing when
     count is 0 (the residual read before the store, so rp may be op)."""
@@ -132,7 +133,7 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
         simd.store_first(op, o, simd.clamp(acc, low, high), count)
 
 
-@_inline
+@_part
 def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
     o0, o1, o2, o3 = o
@@ -145,7 +146,7 @@ def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN0
     _finish(op, o3, v3, n3, rp, has_residual, low, high)
 
 
-@_inline
+@_part
 def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
     if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
@@ -164,7 +165,7 @@ def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN0
         _store4(op, o[4:], stored - 4, count, v[4:], rp, has_residual, low, high)
 
 
-@_inline
+@_part
 def _shift8(a, d):  # noqa: ANN001, ANN202
     return a[0] + d, a[1] + d, a[2] + d, a[3] + d, a[4] + d, a[5] + d, a[6] + d, a[7] + d
 
@@ -180,7 +181,7 @@ def _shift8(a, d):  # noqa: ANN001, ANN202
 _WIDE_TILE = simd.VECTOR_BYTES == 64
 
 
-@_inline
+@_part
 def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
     i0, i1, i2, i3, i4, i5, i6, i7 = i
@@ -210,7 +211,7 @@ def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7
 
 
-@_inline
+@_part
 def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
     i0, i1, i2, i3 = i
@@ -231,7 +232,7 @@ def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, t0, t1, t2, t3
 
 
-@_inline
+@_part
 def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     i0, i1, i2, i3, i4, i5, i6, i7 = i
     s0, s1, s2, s3, s4, s5, s6, s7 = acc
@@ -251,7 +252,7 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7
 
 
-@_inline
+@_part
 def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN202
     """8 pixels x 2 vectors (only the first 4 pixels computed when no more are stored)."""
     if _WIDE_TILE and stored > 4:
@@ -263,12 +264,12 @@ def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN2
     return first[:4] + second[:4] + first[4:] + second[4:]
 
 
-@_inline
+@_part
 def _splat16(ba, bb):  # noqa: ANN001, ANN202
     return ba, ba, ba, ba, ba, ba, ba, ba, bb, bb, bb, bb, bb, bb, bb, bb
 
 
-@_inline
+@_part
 def _splat8(ba):  # noqa: ANN001, ANN202
     return ba, ba, ba, ba, ba, ba, ba, ba
 
@@ -277,7 +278,7 @@ def _splat8(ba):  # noqa: ANN001, ANN202
 # Copies on the way in and out.
 
 
-@_inline
+@_part
 def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
     """dp[d : d + count] = sp[s : s + count], by vectors."""
     lanes = simd.lanes_of(dp)
@@ -345,23 +346,39 @@ def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels,
 # 1x1, stride 1, no padding; and any dense convolution. Both over tiles of 8 output pixels.
 
 
-@_inline
+@_part
 def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
     """The 8 pixels of the tile starting at p0 (a tail repeats the last one, computed but
     not stored) and how many are stored."""
     last = pixels - 1
-    q = (p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last),
-         min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last))  # fmt: skip
+    q = (
+        p0,
+        min(p0 + 1, last),
+        min(p0 + 2, last),
+        min(p0 + 3, last),
+        min(p0 + 4, last),
+        min(p0 + 5, last),
+        min(p0 + 6, last),
+        min(p0 + 7, last),
+    )
     return q, min(8, pixels - p0)
 
 
-@_inline
+@_part
 def _scaled8(q, base, step):  # noqa: ANN001, ANN202
-    return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
-            base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
+    return (
+        base + q[0] * step,
+        base + q[1] * step,
+        base + q[2] * step,
+        base + q[3] * step,
+        base + q[4] * step,
+        base + q[5] * step,
+        base + q[6] * step,
+        base + q[7] * step,
+    )
 
 
-@_inline
+@_part
 def _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
     c_in, c_out = g[_CIN], g[_COUT]
     pixels = g[_OH] * g[_OW]
@@ -387,7 +404,7 @@ def _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noq
         _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
 
 
-@_job
+@_part
 def _pointwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
     """Tile ``job`` (8 output pixels) of a 1x1 convolution (g: the geometry's pointer)."""
     if has_residual:  # (twice, the residual's test compiled away in each)
@@ -419,7 +436,7 @@ def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: 
 POINTWISE = serial_and_parallel(_pointwise, "nhwc_pointwise")
 
 
-@_inline
+@_part
 def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
     """(row, column) of the next output pixel, or the same when not advancing."""
     if not advance:
@@ -429,7 +446,7 @@ def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
     return h, w + 1
 
 
-@_inline
+@_part
 def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN202
     """The first elements of the windows of the 8 pixels from p0 (the tail's repeats of the
     last pixel as _tile_pixels); ``row_step`` and ``col_step`` are strides times stride."""
@@ -442,13 +459,19 @@ def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN2
     h5, w5 = _next_pixel(h4, w4, out_w, stored > 5)
     h6, w6 = _next_pixel(h5, w5, out_w, stored > 6)
     h7, w7 = _next_pixel(h6, w6, out_w, stored > 7)
-    return (base + h0 * row_step + w0 * col_step, base + h1 * row_step + w1 * col_step,
-            base + h2 * row_step + w2 * col_step, base + h3 * row_step + w3 * col_step,
-            base + h4 * row_step + w4 * col_step, base + h5 * row_step + w5 * col_step,
-            base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
+    return (
+        base + h0 * row_step + w0 * col_step,
+        base + h1 * row_step + w1 * col_step,
+        base + h2 * row_step + w2 * col_step,
+        base + h3 * row_step + w3 * col_step,
+        base + h4 * row_step + w4 * col_step,
+        base + h5 * row_step + w5 * col_step,
+        base + h6 * row_step + w6 * col_step,
+        base + h7 * row_step + w7 * col_step,
+    )
 
 
-@_inline
+@_part
 def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
     out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
     xs_image, row_step, col_step = g[_XS_IMAGE], g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
@@ -481,7 +504,7 @@ def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # n
         _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
 
 
-@_job
+@_part
 def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
     """Tile ``job`` (8 output pixels) of a dense convolution."""
     if has_residual:
@@ -532,16 +555,44 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 # nothing (zero).
 
 
-@_inline
+@_part
 def _ld(xp, i, count, whole):  # noqa: ANN001, ANN202
     """The vector at xp[i:], its first ``count`` lanes only unless ``whole``."""
     return simd.load(xp, i) if whole else simd.load_first(xp, i, count)
 
 
-@_inline
-def _dw3x3_rows(xp, wp, wb, op, rp, low, high, ba, count, overread, xb, ob, oh0, oh1, sh,  # noqa: ANN001, ANN202
-                ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw, channels, per_vector,
-                has_residual):  # fmt: skip
+@_part
+def _dw3x3_rows(
+    xp,
+    wp,
+    wb,
+    op,
+    rp,
+    low,
+    high,
+    ba,
+    count,
+    overread,
+    xb,
+    ob,
+    oh0,
+    oh1,
+    sh,  # noqa: ANN001, ANN202
+    ph,
+    height,
+    row,
+    out_w,
+    lo,
+    hi,
+    sw,
+    pw,
+    width,
+    dh,
+    dw,
+    channels,
+    per_vector,
+    has_residual,
+):
     """Output rows [oh0, oh1) of one channel vector of a 3x3 filter, its nine weight vectors
     held in registers. The image: ``height`` rows of ``row`` elements from element xb (the
     vector's first channel included); output row oh's window rows from oh * sh - ph,
@@ -606,7 +657,17 @@ def _dw3x3_rows(xp, wp, wb, op, rp, low, high, ba, count, overread, xb, ob, oh0,
             _finish(op, o_row + ow * channels, acc, count, rp, has_residual, low, high)
 
 
-@_inline
+@_part
+def _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, acc):  # noqa: ANN001, ANN202
+    """acc + t0 x0 + t1 x1 + ... + t4 x4."""
+    acc = simd.fma(t4, x4, acc)
+    acc = simd.fma(t3, x3, acc)
+    acc = simd.fma(t2, x2, acc)
+    acc = simd.fma(t1, x1, acc)
+    return simd.fma(t0, x0, acc)
+
+
+@_part
 def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # noqa: ANN001, ANN202
     """One tap row of a 5-wide filter (dilation 1) for 4 consecutive output pixels at
     stride ``sw`` (1 or 2), the row's first window column at element p: the columns the
@@ -616,24 +677,43 @@ def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # no
     x5, x6 = simd.load(xp, p + 5 * channels), simd.load(xp, p + 6 * channels)
     x7 = simd.load(xp, p + 7 * channels)
     if sw == 1:  # pixel m, tap k: column m + k
-        s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
-        s1 = simd.fma(t0, x1, simd.fma(t1, x2, simd.fma(t2, x3, simd.fma(t3, x4, simd.fma(t4, x5, s1)))))  # noqa: E501
-        s2 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s2)))))  # noqa: E501
-        s3 = simd.fma(t0, x3, simd.fma(t1, x4, simd.fma(t2, x5, simd.fma(t3, x6, simd.fma(t4, x7, s3)))))  # noqa: E501
+        s0 = _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, s0)
+        s1 = _taps5(t0, t1, t2, t3, t4, x1, x2, x3, x4, x5, s1)
+        s2 = _taps5(t0, t1, t2, t3, t4, x2, x3, x4, x5, x6, s2)
+        s3 = _taps5(t0, t1, t2, t3, t4, x3, x4, x5, x6, x7, s3)
         return s0, s1, s2, s3
     x8, x9 = simd.load(xp, p + 8 * channels), simd.load(xp, p + 9 * channels)
     x10 = simd.load(xp, p + 10 * channels)
     # pixel m, tap k: column 2m + k
-    s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
-    s1 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s1)))))  # noqa: E501
-    s2 = simd.fma(t0, x4, simd.fma(t1, x5, simd.fma(t2, x6, simd.fma(t3, x7, simd.fma(t4, x8, s2)))))  # noqa: E501
-    s3 = simd.fma(t0, x6, simd.fma(t1, x7, simd.fma(t2, x8, simd.fma(t3, x9, simd.fma(t4, x10, s3)))))  # noqa: E501
+    s0 = _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, s0)
+    s1 = _taps5(t0, t1, t2, t3, t4, x2, x3, x4, x5, x6, s1)
+    s2 = _taps5(t0, t1, t2, t3, t4, x4, x5, x6, x7, x8, s2)
+    s3 = _taps5(t0, t1, t2, t3, t4, x6, x7, x8, x9, x10, s3)
     return s0, s1, s2, s3
 
 
-@_inline
-def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, out_w, sw,  # noqa: ANN001, ANN202
-            channels, kh_n, kw_n, has_residual):  # fmt: skip
+@_part
+def _dw_row(
+    xp,
+    wp,
+    wb,
+    op,
+    ob,
+    rp,
+    low,
+    high,
+    ba,
+    count,
+    xr,
+    row_step,
+    step,
+    out_w,
+    sw,  # noqa: ANN001, ANN202
+    channels,
+    kh_n,
+    kw_n,
+    has_residual,
+):
     """One output row of one channel vector of any filter, every tap inside what is read:
     four output pixels at a time sharing each tap's weight vector (a tail group repeats
     the row's last pixel); the row's first window at element xr, tap rows ``row_step``
@@ -649,9 +729,15 @@ def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, ou
         if shared and ow + 4 <= out_w:
             p = xr + ow * pixel
             for _ in range(kh_n):
-                t0, t1, t2 = simd.load(wp, w), simd.load(wp, w + lanes), simd.load(wp, w + 2 * lanes)
+                t0, t1, t2 = (
+                    simd.load(wp, w),
+                    simd.load(wp, w + lanes),
+                    simd.load(wp, w + 2 * lanes),
+                )
                 t3, t4 = simd.load(wp, w + 3 * lanes), simd.load(wp, w + 4 * lanes)
-                s0, s1, s2, s3 = _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3)  # fmt: skip  # noqa: E501
+                s0, s1, s2, s3 = _dw5_columns(
+                    xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3
+                )
                 p += row_step
                 w += 5 * lanes
         else:
@@ -668,11 +754,20 @@ def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, ou
                     off += step
                     w += lanes
         o = ob + ow * channels
-        _store4(op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
-                (s0, s1, s2, s3), rp, has_residual, low, high)  # fmt: skip
+        _store4(
+            op,
+            (o, o + channels, o + 2 * channels, o + 3 * channels),
+            out_w - ow,
+            count,
+            (s0, s1, s2, s3),
+            rp,
+            has_residual,
+            low,
+            high,
+        )
 
 
-@_inline
+@_part
 def _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
     n_batch, channels = g[_N], g[_CIN]
     out_h, out_w = g[_OH], g[_OW]
@@ -704,17 +799,63 @@ def _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noq
         # output columns whose windows lie inside
         lo = min(out_w, (pw + sw - 1) // sw)
         hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
-        _dw3x3_rows(xp, wp, c0 * taps, op, rp, low, high, ba, count, copied, xb, ob, oh0, oh1,
-                    sh, ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw, channels,
-                    per_vector, has_residual)  # fmt: skip
+        _dw3x3_rows(
+            xp,
+            wp,
+            c0 * taps,
+            op,
+            rp,
+            low,
+            high,
+            ba,
+            count,
+            copied,
+            xb,
+            ob,
+            oh0,
+            oh1,
+            sh,
+            ph,
+            height,
+            row,
+            out_w,
+            lo,
+            hi,
+            sw,
+            pw,
+            width,
+            dh,
+            dw,
+            channels,
+            per_vector,
+            has_residual,
+        )
     else:
         for oh in range(oh0, oh1):
-            _dw_row(xp, wp, c0 * taps, op, ob + oh * out_w * channels, rp, low, high, ba,
-                    count, xb + oh * sh * row, dh * row, dw * channels, out_w, sw, channels,
-                    kh_n, kw_n, has_residual)  # fmt: skip
+            _dw_row(
+                xp,
+                wp,
+                c0 * taps,
+                op,
+                ob + oh * out_w * channels,
+                rp,
+                low,
+                high,
+                ba,
+                count,
+                xb + oh * sh * row,
+                dh * row,
+                dw * channels,
+                out_w,
+                sw,
+                channels,
+                kh_n,
+                kw_n,
+                has_residual,
+            )
 
 
-@_job
+@_part
 def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
     """Job (image, channel vector, band of output rows) of a depthwise convolution: a
     vector's weights and its lanes of the image (a few KB) stay in L1 across the rows."""
@@ -818,7 +959,9 @@ def _strides(nhwc: bool, c: int, h: int, w: int) -> tuple[int, int, int, int]:
     return (h * w * c, w * c, c, 1) if nhwc else (c * h * w, w, 1, h * w)
 
 
-def _dense_plan(weight: np.ndarray, geometry: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+def _dense_plan(
+    weight: np.ndarray, geometry: np.ndarray, lanes: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(packed weights, run offsets) of the dense kernel; sets geometry's run fields.
 
     NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
