@@ -34,6 +34,8 @@ CASES = [
     (1, 240, 7, 2, 2, (1, 1), 1, 0, 1, 1),
     (1, 3, 144, 6, 5, (1, 1), 1, 0, 1, 1),
     (1, 48, 240, 1, 1, (1, 1), 1, 0, 1, 1),
+    (1, 48, 8, 4, 4, (1, 1), 1, 0, 1, 1),  # outputs in half a vector: paired tiles
+    (1, 16, 3, 5, 5, (1, 1), 1, 0, 1, 1),
     # dense: the direct kernel
     (1, 16, 24, 7, 7, (1, 1), 2, 0, 1, 1),  # a strided projection
     (1, 3, 8, 32, 32, (3, 3), 2, 1, 1, 1),  # a MobileNet stem
@@ -47,6 +49,8 @@ CASES = [
     (1, 8, 8, 5, 6, (1, 3), 1, (0, 1), 1, 1),
     (1, 16, 24, 6, 5, (3, 1), 1, (1, 0), 1, 1),
     (1, 1, 1, 4, 4, (3, 3), 1, 1, 1, 1),  # one channel (groups 1 == channels)
+    (1, 8, 8, 6, 5, (3, 3), 1, 1, 1, 1),  # paired, even runs
+    (2, 5, 4, 7, 7, (3, 3), 2, 1, 1, 1),  # paired, odd runs
     # depthwise 3x3: copied (small images) and masked borders (large ones), stride 1 and 2
     (1, 8, 8, 32, 32, (3, 3), 1, 1, 1, "dw"),  # a few channels: pixels share a vector
     (1, 48, 48, 32, 32, (3, 3), 2, 1, 1, "dw"),

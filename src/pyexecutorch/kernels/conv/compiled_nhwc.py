@@ -104,8 +104,9 @@ _loops = njit(inline="always", error_model="numpy")
     _COPY,  # 1: the input is first copied zero-padded, in its layout; 2: NCHW into NHWC
     _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
     _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
+    _PAIRED,  # (dense, 1x1) outputs in half a vector: two input channels a lane pair
     _GEOMETRY_SIZE,
-) = range(29)
+) = range(30)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf, inf and 0.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
@@ -253,6 +254,54 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
 
 
 @_part
+def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
+    """As _dot8x1 over a run of ``count`` contiguous input elements, two a step (the last
+    alone when ``count`` is odd): lane 2k + e of a weight vector holds output k's weight of
+    element 2j + e (see simd.fold_pairs)."""
+    lanes = simd.lanes_of(wp)
+    i0, i1, i2, i3, i4, i5, i6, i7 = i
+    s0, s1, s2, s3, s4, s5, s6, s7 = acc
+    for _ in range(count // 2):
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat_pair(xp, i0), wa, s0)
+        s1 = simd.fma(simd.splat_pair(xp, i1), wa, s1)
+        s2 = simd.fma(simd.splat_pair(xp, i2), wa, s2)
+        s3 = simd.fma(simd.splat_pair(xp, i3), wa, s3)
+        s4 = simd.fma(simd.splat_pair(xp, i4), wa, s4)
+        s5 = simd.fma(simd.splat_pair(xp, i5), wa, s5)
+        s6 = simd.fma(simd.splat_pair(xp, i6), wa, s6)
+        s7 = simd.fma(simd.splat_pair(xp, i7), wa, s7)
+        i0, i1, i2, i3 = i0 + 2, i1 + 2, i2 + 2, i3 + 2
+        i4, i5, i6, i7 = i4 + 2, i5 + 2, i6 + 2, i7 + 2
+        w += lanes
+    if count % 2:
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat_pair_first(xp, i0, 1), wa, s0)
+        s1 = simd.fma(simd.splat_pair_first(xp, i1, 1), wa, s1)
+        s2 = simd.fma(simd.splat_pair_first(xp, i2, 1), wa, s2)
+        s3 = simd.fma(simd.splat_pair_first(xp, i3, 1), wa, s3)
+        s4 = simd.fma(simd.splat_pair_first(xp, i4, 1), wa, s4)
+        s5 = simd.fma(simd.splat_pair_first(xp, i5, 1), wa, s5)
+        s6 = simd.fma(simd.splat_pair_first(xp, i6, 1), wa, s6)
+        s7 = simd.fma(simd.splat_pair_first(xp, i7, 1), wa, s7)
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@_part
+def _fold8(v):  # noqa: ANN001, ANN202
+    return (
+        simd.fold_pairs(v[0]),
+        simd.fold_pairs(v[1]),
+        simd.fold_pairs(v[2]),
+        simd.fold_pairs(v[3]),
+        simd.fold_pairs(v[4]),
+        simd.fold_pairs(v[5]),
+        simd.fold_pairs(v[6]),
+        simd.fold_pairs(v[7]),
+    )
+
+
+@_part
 def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN202
     """8 pixels x 2 vectors (only the first 4 pixels computed when no more are stored)."""
     if _WIDE_TILE and stored > 4:
@@ -300,11 +349,12 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
     sp, dp = simd.pointer(x), simd.pointer(buffer)
     if g[_COPY] == 2:
         plane = height * width
+        stride = g[_XS_COL]  # the copy's channels a pixel (its last ones stay zero)
         for r in prange(n_batch * height):
             n = r // height
             h = r - n * height
             for w in range(width):
-                d = ((n * hp + h + ph) * wp + w + pw) * channels
+                d = ((n * hp + h + ph) * wp + w + pw) * stride
                 src = n * channels * plane + h * width + w
                 for c in range(channels):
                     dp[d + c] = sp[src + c * plane]
@@ -390,6 +440,10 @@ def _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noq
     q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
     a = _scaled8(q, n * xs_image, xs_pixel)
     o = _scaled8(q, n * pixels * c_out, c_out)
+    if g[_PAIRED] != 0:
+        acc8 = _dot8x1_paired(xp, a, wp, 0, c_in, _splat8(simd.load(bp, 0)))
+        _store8(op, o, stored, c_out, _fold8(acc8), rp, has_residual, low, high)
+        return
     for v in range(0, vectors - 1, 2):
         c0 = v * lanes
         c1 = c0 + lanes
@@ -485,6 +539,13 @@ def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # n
     q, stored = _tile_pixels(p0, pixels)
     a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
     o = _scaled8(q, n * pixels * c_out, c_out)
+    if g[_PAIRED] != 0:
+        acc8 = _splat8(simd.load(bp, 0))
+        for r in range(n_runs):
+            w = r * ((run_len + 1) // 2) * lanes
+            acc8 = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc8)
+        _store8(op, o, stored, c_out, _fold8(acc8), rp, has_residual, low, high)
+        return
     for v in range(0, vectors - 1, 2):
         c0 = v * lanes
         c1 = c0 + lanes
@@ -948,6 +1009,26 @@ def _pack_vectors(units: np.ndarray, lanes: int) -> np.ndarray:
     return _aligned(np.concatenate(parts))
 
 
+def _pack_paired(
+    units: np.ndarray, bias: np.ndarray, lanes: int, run_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (C_out <= lanes / 2, units in runs of ``run_len``) and bias for the paired
+    tile: a run's unit pair j in one vector, output k's weights of units 2j, 2j + 1 in
+    lanes 2k, 2k + 1 (of an odd run's last unit in lane 2k, lane 2k + 1 zero); the bias in
+    the even lanes."""
+    c_out, count = units.shape
+    runs = count // run_len
+    pairs = -(-run_len // 2)
+    even = np.zeros((c_out, runs, 2 * pairs), units.dtype)
+    even[:, :, :run_len] = units.reshape(c_out, runs, run_len)
+    packed = np.zeros((runs, pairs, lanes), units.dtype)
+    for e in range(2):
+        packed[:, :, e : 2 * c_out : 2] = even[:, :, e::2].transpose(1, 2, 0)
+    b = np.zeros(lanes, bias.dtype)
+    b[0 : 2 * c_out : 2] = bias
+    return _aligned(packed.reshape(-1)), _aligned(b)
+
+
 def _padded(values: np.ndarray, lanes: int) -> np.ndarray:
     out = np.zeros(-(-len(values) // lanes) * lanes, values.dtype)
     out[: len(values)] = values
@@ -962,7 +1043,8 @@ def _strides(nhwc: bool, c: int, h: int, w: int) -> tuple[int, int, int, int]:
 def _dense_plan(
     weight: np.ndarray, geometry: np.ndarray, lanes: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(packed weights, run offsets) of the dense kernel; sets geometry's run fields.
+    """(weights as (C_out, units) in the runs' order, run offsets) of the dense kernel;
+    sets geometry's run fields.
 
     NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
     Otherwise a run per tap over c_in, or, on NCHW memory with filters wider than its
@@ -986,7 +1068,7 @@ def _dense_plan(
             runs = [kh * dh * xs_row + kw * dw * xs_col for kh in range(kh_n) for kw in range(kw_n)]
             g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
     g[_RUNS] = len(runs)
-    return _pack_vectors(units, lanes), np.array(runs, np.int64)
+    return units, np.array(runs, np.int64)
 
 
 def _depthwise_weights(
@@ -1117,14 +1199,23 @@ def channels_last_conv_step(
             jobs = n * -(-c_in * per_vector // lanes)
             g[_BANDS] = min(oh, -(-4 * get_num_threads() // jobs))
         return fn, (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
-    bias_padded = _padded(b, lanes)
+
+    def packed(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # outputs in half a vector, runs of contiguous elements: paired
+        g[_PAIRED] = c_out <= lanes // 2 and g[_RUN_STEP] == 1
+        if g[_PAIRED]:
+            return _pack_paired(units, b, lanes, int(g[_RUN_LEN]))
+        return _pack_vectors(units, lanes), _padded(b, lanes)
+
     if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
         g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, h, w)
-        wm = _pack_vectors(weight.reshape(c_out, c_in), lanes)
-        return pick(POINTWISE), (x_flat, wm, bias_padded, g, scalars, res_flat, target, out_flat)
+        g[_RUN_LEN], g[_RUN_STEP] = c_in, g[_XS_CHAN]
+        wm, bm = packed(weight.reshape(c_out, c_in))
+        return pick(POINTWISE), (x_flat, wm, bm, g, scalars, res_flat, target, out_flat)
     g[_COPY] = int(ph > 0 or pw > 0)
     g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
-    wm, runs = _dense_plan(weight, g, lanes)
-    args = (x_flat, wm, bias_padded, runs, g, scalars, res_flat, target, out_flat, buffer)
+    units, runs = _dense_plan(weight, g, lanes)
+    wm, bm = packed(units)
+    args = (x_flat, wm, bm, runs, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
