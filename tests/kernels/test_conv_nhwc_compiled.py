@@ -232,7 +232,9 @@ def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
 
 
 def test_steps_are_importable_cached_dispatchers_over_arrays_and_scalars():
-    for case in [CASES[0], CASES[8], CASES[19]]:
+    pointwise, dense, depthwise = CASES[0], CASES[11], CASES[25]
+    assert (pointwise[5], dense[5], depthwise[9]) == ((1, 1), (3, 3), "dw")
+    for case in (pointwise, dense, depthwise):
         _, _, _, (fn, args) = _run(case, np.float32, (True, True), None, (0.0, 6.0))
         assert whole_method._module_name(fn) is not None  # how a whole method names it
         assert fn._cache.__class__.__name__ != "NullCache"  # cache=True

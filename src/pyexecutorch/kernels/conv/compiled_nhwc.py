@@ -105,8 +105,9 @@ _loops = njit(inline="always", error_model="numpy")
     _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
     _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
     _PAIRED,  # (dense, 1x1) outputs in half a vector: two input channels a lane pair
+    _GROUPS,  # (depthwise) groups of channel vectors a band's work is split into
     _GEOMETRY_SIZE,
-) = range(30)
+) = range(31)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf, inf and 0.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
@@ -605,10 +606,10 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 
 
 # ---------------------------------------------------------------------------
-# Depthwise: one filter a channel, vectors over channels, an output row a job.
+# Depthwise: one filter a channel, vectors over channels.
 #
 # What is read is the input itself or its zero-padded copy (_COPY, made first). Filters
-# other than 3x3 always read every tap in full vectors: the input has no padding and whole
+# other than 3x3 always read every tap in whole vectors: the input has no padding and whole
 # channel vectors, or it is copied, with room after its end (a channel tail's vector reads
 # on into the next pixel's channels, lanes never stored). A 3x3 filter on a large image
 # reads it uncopied (the copy would cost a third as much as the filter at stride 2): its
@@ -617,68 +618,54 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 
 
 @_part
-def _ld(xp, i, count, whole):  # noqa: ANN001, ANN202
-    """The vector at xp[i:], its first ``count`` lanes only unless ``whole``."""
-    return simd.load(xp, i) if whole else simd.load_first(xp, i, count)
+def _div(a, b):  # noqa: ANN001, ANN202
+    """a // b, without dividing by 1 (a division costs tens of cycles)."""
+    return a if b == 1 else a // b
 
 
 @_part
-def _dw3x3_rows(
-    xp,
-    wp,
-    wb,
-    op,
-    rp,
-    low,
-    high,
-    ba,
-    count,
-    overread,
-    xb,
-    ob,
-    oh0,
-    oh1,
-    sh,  # noqa: ANN001, ANN202
-    ph,
-    height,
-    row,
-    out_w,
-    lo,
-    hi,
-    sw,
-    pw,
-    width,
-    dh,
-    dw,
-    channels,
-    per_vector,
-    has_residual,
-):
-    """Output rows [oh0, oh1) of one channel vector of a 3x3 filter, its nine weight vectors
-    held in registers. The image: ``height`` rows of ``row`` elements from element xb (the
-    vector's first channel included); output row oh's window rows from oh * sh - ph,
-    columns from ow * sw - pw; output columns [lo, hi) have every window column inside.
-    With ``overread``, whole vectors may be read past the channels; with ``per_vector``
-    P > 1 (a few channels, stride 1, the image copied) a vector holds P pixels' channels."""
+def _read_geometry(g):  # noqa: ANN001, ANN202
+    """(channels, height, width, row elements, pad top, pad left) of what a depthwise
+    kernel reads: the input, or its padded copy (then padded already)."""
+    copied = g[_COPY] != 0
+    ph, pw = (0, 0) if copied else (g[_PH], g[_PW])
+    height, width = g[_H] + 2 * (g[_PH] - ph), g[_W] + 2 * (g[_PW] - pw)
+    return g[_CIN], height, width, width * g[_CIN], ph, pw
+
+
+@_part
+def _dw3x3_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """Output rows [oh0, oh1) of image n, channel vector from c0 (``count`` lanes stored),
+    of a 3x3 filter, its nine weight vectors held in registers. Interior pixels read whole
+    vectors (past the channels where the input was copied); the others masked. With
+    _PIXELS_PER_VECTOR P > 1 (a few channels, stride 1, copied) a vector holds P pixels."""
     lanes = simd.lanes_of(wp)
+    channels, height, width, row, ph, pw = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    per_vector = g[_PIXELS_PER_VECTOR]
+    wb = c0 * 9
     w00, w01, w02 = simd.load(wp, wb), simd.load(wp, wb + lanes), simd.load(wp, wb + 2 * lanes)
     w10, w11 = simd.load(wp, wb + 3 * lanes), simd.load(wp, wb + 4 * lanes)
     w12, w20 = simd.load(wp, wb + 5 * lanes), simd.load(wp, wb + 6 * lanes)
     w21, w22 = simd.load(wp, wb + 7 * lanes), simd.load(wp, wb + 8 * lanes)
     step = dw * channels
-    whole = overread or count == lanes
+    whole = g[_COPY] != 0 or count == lanes
+    # output columns [lo, hi) whose windows lie inside
+    lo = min(out_w, _div(pw + sw - 1, sw))
+    hi = max(lo, min(out_w, _div(width - 1 - 2 * dw + pw, sw) + 1))
+    xb = n * height * row + c0
     for oh in range(oh0, oh1):
         top = oh * sh - ph
         y1, y2 = top + dh, top + 2 * dh
         r0, r1, r2 = 0 <= top < height, 0 <= y1 < height, 0 <= y2 < height
         x0, x1, x2 = xb + top * row, xb + y1 * row, xb + y2 * row
-        o_row = ob + oh * out_w * channels
+        o_row = ((n * out_h + oh) * out_w) * channels + c0
         first, end = (lo, hi) if r0 and r1 and r2 and whole else (out_w, out_w)
         ow = first
         while ow < end:  # (a range of run-time step divides to count its steps)
             i = (ow * sw - pw) * channels
             a, b, c = x0 + i, x1 + i, x2 + i
-            # (three chains of three: a chain of nine waits 9 latencies a pixel)
+            # (three chains of three: a chain of nine waits nine latencies a pixel)
             top_row = simd.fma(w00, simd.load(xp, a), ba)
             mid_row = simd.mul(w10, simd.load(xp, b))
             low_row = simd.mul(w20, simd.load(xp, c))
@@ -705,14 +692,14 @@ def _dw3x3_rows(
             e2 = count if 0 <= left + 2 * dw < width else 0
             a0, a1, a2 = (e0, e1, e2) if r0 else (0, 0, 0)
             b0, b1, b2 = (e0, e1, e2) if r1 else (0, 0, 0)
-            c0, c1, c2 = (e0, e1, e2) if r2 else (0, 0, 0)
+            c0_, c1, c2 = (e0, e1, e2) if r2 else (0, 0, 0)
             acc = simd.fma(w00, simd.load_first(xp, a, a0), ba)
             acc = simd.fma(w01, simd.load_first(xp, a + step, a1), acc)
             acc = simd.fma(w02, simd.load_first(xp, a + 2 * step, a2), acc)
             acc = simd.fma(w10, simd.load_first(xp, b, b0), acc)
             acc = simd.fma(w11, simd.load_first(xp, b + step, b1), acc)
             acc = simd.fma(w12, simd.load_first(xp, b + 2 * step, b2), acc)
-            acc = simd.fma(w20, simd.load_first(xp, c, c0), acc)
+            acc = simd.fma(w20, simd.load_first(xp, c, c0_), acc)
             acc = simd.fma(w21, simd.load_first(xp, c + step, c1), acc)
             acc = simd.fma(w22, simd.load_first(xp, c + 2 * step, c2), acc)
             _finish(op, o_row + ow * channels, acc, count, rp, has_residual, low, high)
@@ -754,176 +741,88 @@ def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # no
 
 
 @_part
-def _dw_row(
-    xp,
-    wp,
-    wb,
-    op,
-    ob,
-    rp,
-    low,
-    high,
-    ba,
-    count,
-    xr,
-    row_step,
-    step,
-    out_w,
-    sw,  # noqa: ANN001, ANN202
-    channels,
-    kh_n,
-    kw_n,
-    has_residual,
-):
-    """One output row of one channel vector of any filter, every tap inside what is read:
-    four output pixels at a time sharing each tap's weight vector (a tail group repeats
-    the row's last pixel); the row's first window at element xr, tap rows ``row_step``
-    and columns ``step`` apart."""
+def _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """As _dw3x3_rows for any filter, every tap inside what is read: four output pixels at
+    a time sharing each tap's weight vector (a tail group repeats the row's last pixel);
+    for a 5-wide one at dilation 1 and stride 1 or 2, columns shared between pixels."""
     lanes = simd.lanes_of(wp)
-    pixel = sw * channels
+    channels, height, _, row, _, _ = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    kh_n, kw_n = g[_KH], g[_KW]
+    pixel, step, row_step = sw * channels, dw * channels, dh * row
     last = out_w - 1
-    # 5 wide, dilation 1, stride 1 or 2: columns shared between pixels
-    shared = kw_n == 5 and step == channels and sw <= 2
-    for ow in range(0, out_w, 4):
-        s0, s1, s2, s3 = ba, ba, ba, ba
-        w = wb
-        if shared and ow + 4 <= out_w:
-            p = xr + ow * pixel
-            for _ in range(kh_n):
-                t0, t1, t2 = (
-                    simd.load(wp, w),
-                    simd.load(wp, w + lanes),
-                    simd.load(wp, w + 2 * lanes),
-                )
-                t3, t4 = simd.load(wp, w + 3 * lanes), simd.load(wp, w + 4 * lanes)
-                s0, s1, s2, s3 = _dw5_columns(
-                    xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3
-                )
-                p += row_step
-                w += 5 * lanes
-        else:
-            i0, i1 = xr + ow * pixel, xr + min(ow + 1, last) * pixel
-            i2, i3 = xr + min(ow + 2, last) * pixel, xr + min(ow + 3, last) * pixel
-            for kh in range(kh_n):
-                off = kh * row_step
-                for _ in range(kw_n):
-                    tap = simd.load(wp, w)
-                    s0 = simd.fma(tap, simd.load(xp, i0 + off), s0)
-                    s1 = simd.fma(tap, simd.load(xp, i1 + off), s1)
-                    s2 = simd.fma(tap, simd.load(xp, i2 + off), s2)
-                    s3 = simd.fma(tap, simd.load(xp, i3 + off), s3)
-                    off += step
-                    w += lanes
-        o = ob + ow * channels
-        _store4(
-            op,
-            (o, o + channels, o + 2 * channels, o + 3 * channels),
-            out_w - ow,
-            count,
-            (s0, s1, s2, s3),
-            rp,
-            has_residual,
-            low,
-            high,
-        )
-
-
-@_part
-def _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
-    n_batch, channels = g[_N], g[_CIN]
-    out_h, out_w = g[_OH], g[_OW]
-    kh_n, kw_n, sh, sw, dh, dw = g[_KH], g[_KW], g[_SH], g[_SW], g[_DH], g[_DW]
-    copied = g[_COPY] != 0
-    ph, pw = (0, 0) if copied else (g[_PH], g[_PW])  # (what is read is padded already)
-    height, width = g[_H] + 2 * g[_PH] - 2 * ph, g[_W] + 2 * g[_PW] - 2 * pw
-    per_vector = g[_PIXELS_PER_VECTOR]
-    bands = g[_BANDS]
-    lanes = simd.lanes_of(op)
-    vectors = (channels * per_vector + lanes - 1) // lanes
-    taps = kh_n * kw_n
-    row = width * channels
-    n, v, oh0 = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
-    if n_batch > 1:
-        n = job // (vectors * bands)
-        v = job - n * vectors * bands
-    if bands > 1:
-        rest = v
-        v = rest // bands
-        oh0 = (rest - v * bands) * ((out_h + bands - 1) // bands)
-    oh1 = min(out_h, oh0 + (out_h + bands - 1) // bands)
-    c0 = v * lanes
-    count = min(lanes, channels * per_vector - c0)
-    ba = simd.load(bp, c0)
-    xb = n * height * row + c0
-    ob = n * out_h * out_w * channels + c0
-    if kh_n == 3 and kw_n == 3:
-        # output columns whose windows lie inside
-        lo = min(out_w, (pw + sw - 1) // sw)
-        hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
-        _dw3x3_rows(
-            xp,
-            wp,
-            c0 * taps,
-            op,
-            rp,
-            low,
-            high,
-            ba,
-            count,
-            copied,
-            xb,
-            ob,
-            oh0,
-            oh1,
-            sh,
-            ph,
-            height,
-            row,
-            out_w,
-            lo,
-            hi,
-            sw,
-            pw,
-            width,
-            dh,
-            dw,
-            channels,
-            per_vector,
-            has_residual,
-        )
-    else:
-        for oh in range(oh0, oh1):
-            _dw_row(
-                xp,
-                wp,
-                c0 * taps,
-                op,
-                ob + oh * out_w * channels,
-                rp,
-                low,
-                high,
-                ba,
-                count,
-                xb + oh * sh * row,
-                dh * row,
-                dw * channels,
-                out_w,
-                sw,
-                channels,
-                kh_n,
-                kw_n,
-                has_residual,
-            )
+    shared = kw_n == 5 and dw == 1 and sw <= 2
+    for oh in range(oh0, oh1):
+        xr = (n * height + oh * sh) * row + c0
+        o_row = ((n * out_h + oh) * out_w) * channels + c0
+        for ow in range(0, out_w, 4):
+            s0, s1, s2, s3 = ba, ba, ba, ba
+            w = c0 * kh_n * kw_n
+            if shared and ow + 4 <= out_w:
+                p = xr + ow * pixel
+                for _ in range(kh_n):
+                    t0, t1 = simd.load(wp, w), simd.load(wp, w + lanes)
+                    t2, t3 = simd.load(wp, w + 2 * lanes), simd.load(wp, w + 3 * lanes)
+                    t4 = simd.load(wp, w + 4 * lanes)
+                    s0, s1, s2, s3 = _dw5_columns(
+                        xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3
+                    )
+                    p += row_step
+                    w += 5 * lanes
+            else:
+                i0, i1 = xr + ow * pixel, xr + min(ow + 1, last) * pixel
+                i2, i3 = xr + min(ow + 2, last) * pixel, xr + min(ow + 3, last) * pixel
+                for kh in range(kh_n):
+                    off = kh * row_step
+                    for _ in range(kw_n):
+                        tap = simd.load(wp, w)
+                        s0 = simd.fma(tap, simd.load(xp, i0 + off), s0)
+                        s1 = simd.fma(tap, simd.load(xp, i1 + off), s1)
+                        s2 = simd.fma(tap, simd.load(xp, i2 + off), s2)
+                        s3 = simd.fma(tap, simd.load(xp, i3 + off), s3)
+                        off += step
+                        w += lanes
+            o = o_row + ow * channels
+            _store4(
+                op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
+                (s0, s1, s2, s3), rp, has_residual, low, high,
+            )  # fmt: skip
 
 
 @_part
 def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
-    """Job (image, channel vector, band of output rows) of a depthwise convolution: a
-    vector's weights and its lanes of the image (a few KB) stay in L1 across the rows."""
-    if has_residual:
-        _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, True)
+    """Job (image, band of output rows, group of channel vectors) of a depthwise
+    convolution; a vector's weights and its lanes of the band's rows stay in cache across
+    the rows, the band's rows across the vectors."""
+    lanes = simd.lanes_of(op)
+    vectors = (g[_CIN] * g[_PIXELS_PER_VECTOR] + lanes - 1) // lanes
+    bands, groups, out_h = g[_BANDS], g[_GROUPS], g[_OH]
+    n, group, band = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
+    if g[_N] > 1:
+        n = job // (bands * groups)
+        group = job - n * bands * groups
+    if bands > 1:
+        band = group // groups
+        group -= band * groups
+    rows = _div(out_h + bands - 1, bands)
+    oh0, oh1 = band * rows, min(out_h, (band + 1) * rows)
+    per_group = _div(vectors + groups - 1, groups)
+    for v in range(group * per_group, min(vectors, (group + 1) * per_group)):
+        c0 = v * lanes
+        count = min(lanes, g[_CIN] * g[_PIXELS_PER_VECTOR] - c0)
+        ba = simd.load(bp, c0)
+        if g[_KH] == 3 and g[_KW] == 3:
+            _dw3x3_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual)
+        else:
+            _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual)
+
+
+@_part
+def _depthwise_jobs(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    if has_residual:  # (twice, the residual's test compiled away in each)
+        _depthwise_job(xp, wp, bp, op, rp, g, low, high, True, job)
     else:
-        _depthwise_band(xp, wp, bp, op, rp, g, low, high, job, False)
+        _depthwise_job(xp, wp, bp, op, rp, g, low, high, False, job)
 
 
 def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
@@ -943,10 +842,8 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
         xp = simd.pointer(x)
     wpp, bp = simd.pointer(wp), simd.pointer(bias)
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
-    lanes = simd.lanes_of(out)
-    vectors = (g[_CIN] * g[_PIXELS_PER_VECTOR] + lanes - 1) // lanes
-    for job in prange(g[_N] * vectors * g[_BANDS]):  # (its index unsigned in parallel)
-        _depthwise_job(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
+    for job in prange(g[_N] * g[_BANDS] * g[_GROUPS]):  # (its index unsigned in parallel)
+        _depthwise_jobs(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
         pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_CIN])
@@ -963,6 +860,10 @@ DEPTHWISE = serial_and_parallel(_depthwise, "nhwc_depthwise")
 # thread): a parallel region costs tens of microseconds on a busy machine, so only
 # convolutions taking a few hundred microseconds on one thread pay for it.
 PARALLEL_MACS = 8_000_000
+
+# Input bytes a depthwise job's band of rows reads at most (held in L2 across the channel
+# vectors that read it in turn).
+BAND_BYTES = 64 * 1024
 
 # Input pixels up to which a 3x3 depthwise convolution with padding (or a channel tail)
 # reads a zero-padded copy rather than the input with masked loads at its borders.
@@ -1195,9 +1096,17 @@ def channels_last_conv_step(
         buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
         wd, bd = _depthwise_weights(weight, b, lanes, per_vector)
         fn = pick(DEPTHWISE)
-        if fn is DEPTHWISE[1]:  # at least four jobs a thread
-            jobs = n * -(-c_in * per_vector // lanes)
-            g[_BANDS] = min(oh, -(-4 * get_num_threads() // jobs))
+        # Bands of output rows whose input rows fit in L2 (each channel vector's job strides
+        # over its lanes of every pixel of the band); one job a band serially, in parallel
+        # the vectors split into groups, at least four jobs a thread.
+        vectors = -(-c_in * per_vector // lanes)
+        band_rows = max(1, BAND_BYTES // (w * c_in * dt.itemsize * sh))
+        g[_BANDS] = bands = min(oh, -(-oh // band_rows))
+        g[_GROUPS] = 1
+        if fn is DEPTHWISE[1]:
+            jobs = 4 * get_num_threads()
+            g[_GROUPS] = groups = min(vectors, -(-jobs // (n * bands)))
+            g[_BANDS] = min(oh, max(bands, -(-jobs // (n * groups))))
         return fn, (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
 
     def packed(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
