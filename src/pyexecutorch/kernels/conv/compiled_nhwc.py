@@ -32,23 +32,27 @@ The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
 
 * :func:`_pointwise` (1x1, stride 1, no padding: a product pixels x C_in @ C_in x C_out)
   and :func:`_dense` (any other dense convolution, directly: no im2col) share one register
-  tile, 4 output pixels x 2 vectors of output channels (8 pixels x 1 vector for an odd last
-  vector): ``fma(splat(x), w_vec, acc)`` over taps and input channels, starting from the
-  bias; the residual is added and the clamp applied in registers before the store (masked
-  for the channel tail). Tiles are 8 consecutive output pixels (across rows: small images
-  fill them); a tail tile repeats its last pixel and does not store the repeats. Weights
-  are packed per output vector (pair) tap-unit by tap-unit, zero-padded to whole vectors.
-  The dense kernel runs a tile whose windows all lie inside the image as contiguous runs
-  (a whole tap row's (kw, c_in) at once on an NHWC input) and any other tap by tap: a tap
-  inside for all its pixels unchecked, else with padding read as zero (a select). Input
-  scalars are read through strides, so the input may be NCHW (a stem reading the model's
-  input).
-* :func:`_depthwise`: vectors over channels, an output row a job; a 3x3 filter's nine
-  weight vectors held in registers, interior pixels of full channel vectors read
-  unmasked, the others (border pixels, the channel tail) through masked loads in which an
-  absent tap reads nothing (zero); other filters four pixels at a time sharing each
-  tap's weight load. An NCHW input is first copied channels-last into a buffer made at
-  load.
+  tile: 8 consecutive output pixels (across rows: small images fill them; a tail tile
+  repeats its last pixel, not stored) x 2 vectors of output channels (with AVX-512's 32
+  registers, else 4 pixels a half; 8 x 1 for an odd last vector), accumulating
+  ``fma(splat(x), w_vec, acc)`` over taps and input channels from the bias; the residual is
+  added and the clamp applied in registers before the store (masked for a channel tail).
+  Where all outputs fit in half a vector (8 float32 channels) each lane pair sums two
+  adjacent input elements instead (``simd.splat_pair``, ``simd.fold_pairs``): no lane
+  idles. Weights are packed at load per output vector (pair), unit by unit, zero-padded
+  to whole vectors. The dense kernel reads an input with padding from a zero-padded copy
+  (made each call into a buffer made at load), so every window lies inside what it reads:
+  as runs of contiguous units (a whole tap row's (kw, c_in) on NHWC memory; (kw) a
+  (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are read through
+  strides, so the input may be either layout.
+* :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
+  channel vectors). A 3x3 filter's nine weight vectors stay in registers; small images are
+  read from a zero-padded copy (and with fewer channels than a vector's lanes, at stride
+  1, a vector holds several pixels), large ones in place with masked loads at the borders
+  and in a channel tail (an absent tap's lanes read nothing: zero). Other filters read
+  every tap whole (the input copied where it has padding or a channel tail), four output
+  pixels at a time sharing each weight vector (5-wide: the pixels' columns loaded once).
+  An NCHW input is copied channels-last.
 
 An NCHW ``out`` is computed channels-last into a buffer made at load and copied over with
 the residual and clamp applied on the way (a rare case: a layer before a flatten).
@@ -109,8 +113,8 @@ _loops = njit(inline="always", error_model="numpy")
     _GEOMETRY_SIZE,
 ) = range(31)
 
-# The dtype's ``scalars`` argument: the clamp's bounds, then -inf, inf and 0.
-_LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
+# The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
+_LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
 
 
 @_part
@@ -350,12 +354,11 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
     sp, dp = simd.pointer(x), simd.pointer(buffer)
     if g[_COPY] == 2:
         plane = height * width
-        stride = g[_XS_COL]  # the copy's channels a pixel (its last ones stay zero)
         for r in prange(n_batch * height):
             n = r // height
             h = r - n * height
             for w in range(width):
-                d = ((n * hp + h + ph) * wp + w + pw) * stride
+                d = ((n * hp + h + ph) * wp + w + pw) * channels
                 src = n * channels * plane + h * width + w
                 for c in range(channels):
                     dp[d + c] = sp[src + c * plane]
@@ -1075,7 +1078,7 @@ def channels_last_conv_step(
     g[_OH], g[_OW], g[_COUT], g[_KH], g[_KW] = oh, ow, c_out, kh, kw
     g[_SH], g[_SW], g[_PH], g[_PW], g[_DH], g[_DW] = sh, sw, ph, pw, *d
     g[_HAS_RESIDUAL], g[_TO_PLANES], g[_PIXELS_PER_VECTOR] = residual is not None, not nhwc_out, 1
-    scalars = np.array([low, high, -math.inf, math.inf, 0.0], dt)
+    scalars = np.array([low, high, -math.inf, math.inf], dt)
     macs = out.size * cg * kh * kw
 
     def pick(variants: tuple[Any, Any]) -> Any:
