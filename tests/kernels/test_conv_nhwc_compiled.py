@@ -285,8 +285,11 @@ def test_declines_what_it_does_not_take():
     assert _step(x[0], w, out[0]) is None
     assert _step(x, w, _channels_last(np.zeros((1, 4, 5, 6), f32))) is None
     assert _step(x.transpose(0, 1, 3, 2), w, out) is None
-    # a NaN bound
+    # a NaN bound, or none a number
     assert _step(x, w, out, low=math.nan) is None
+    assert _step(x, w, out, high="6") is None
+    # (numpy scalars are numbers too)
+    assert _step(x, w, out, groups=np.int64(1), low=np.float32(0), high=np.float64(6)) is not None
 
 
 def test_declines_overlapping_arrays_but_takes_the_residual_in_outs_place():

@@ -61,6 +61,7 @@ the residual and clamp applied on the way (a rare case: a layer before a flatten
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -1025,10 +1026,12 @@ def channels_last_conv_step(
         isinstance(bias, np.ndarray) and bias.dtype == dt and not bias.flags.writeable
     ):
         return None
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups <= 0:
         return None
-    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+    groups = int(groups)
+    if not (isinstance(low, numbers.Real) and isinstance(high, numbers.Real)):
         return None
+    low, high = float(low), float(high)
     if math.isnan(low) or math.isnan(high) or not out.flags.writeable:
         return None
     nhwc_in, nhwc_out = channels_last(input), channels_last(out)
