@@ -26,7 +26,7 @@ INF = math.inf
 # (batch, in channels, out channels, height, width, (kh, kw), stride, padding, dilation, groups)
 # where groups "dw" is depthwise (groups == channels).
 CASES = [
-    # 1x1 at stride 1: the pointwise kernel (channel tails, one pixel, tail tiles)
+    # 1x1 at stride 1 (channel tails, one pixel, tail tiles)
     (1, 8, 48, 5, 7, (1, 1), 1, 0, 1, 1),
     (2, 17, 24, 3, 3, (1, 1), 1, 0, 1, 1),
     (1, 1, 3, 1, 1, (1, 1), 1, 0, 1, 1),
@@ -36,7 +36,7 @@ CASES = [
     (1, 48, 240, 1, 1, (1, 1), 1, 0, 1, 1),
     (1, 48, 8, 4, 4, (1, 1), 1, 0, 1, 1),  # outputs in half a vector: paired tiles
     (1, 16, 3, 5, 5, (1, 1), 1, 0, 1, 1),
-    # dense: the direct kernel
+    # other dense ones
     (1, 16, 24, 7, 7, (1, 1), 2, 0, 1, 1),  # a strided projection
     (1, 3, 8, 32, 32, (3, 3), 2, 1, 1, 1),  # a MobileNet stem
     (2, 7, 17, 9, 8, (3, 3), 1, 1, 1, 1),
@@ -222,9 +222,7 @@ def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
     monkeypatch.setattr(compiled_nhwc, "PARALLEL_MACS", 0)
     monkeypatch.setattr(compiled_nhwc, "get_num_threads", lambda: 2)
     out, want, _, (fn, args) = _run(case, np.float32, (True, True), "separate", (0.0, 6.0))
-    variants = {"pointwise": compiled_nhwc.POINTWISE, "dense": compiled_nhwc.DENSE}.get(
-        kernel, compiled_nhwc.DEPTHWISE
-    )
+    variants = compiled_nhwc.DEPTHWISE if kernel == "depthwise" else compiled_nhwc.DENSE
     assert fn is variants[1]
     np.testing.assert_allclose(out, want, **_tolerance(np.float32))
     parallel = out.copy()

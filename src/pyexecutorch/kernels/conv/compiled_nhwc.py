@@ -10,8 +10,8 @@ The step the runtime's layout pass calls::
 returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
 ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low, high)``
 (the residual term only when given; the clamp as torch.clamp's: NaN stays NaN, an infinite
-bound clamps nothing). ``function`` is a member of :data:`POINTWISE`, :data:`DENSE` or
-:data:`DEPTHWISE` (a serial and a parallel compilation each, importable by name,
+bound clamps nothing). ``function`` is a member of :data:`DENSE` or :data:`DEPTHWISE`
+(a serial and a parallel compilation each, importable by name,
 ``cache=True``, generic in shape); ``args`` are arrays (the weights packed here, flat views
 of ``input``, ``out`` and ``residual``, buffers) and nothing else. It is None, and the
 existing steps apply, unless:
@@ -30,21 +30,20 @@ existing steps apply, unless:
 
 The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
 
-* :func:`_pointwise` (1x1, stride 1, no padding: a product pixels x C_in @ C_in x C_out)
-  and :func:`_dense` (any other dense convolution, directly: no im2col) share one register
-  tile: 8 consecutive output pixels (across rows: small images fill them; a tail tile
-  repeats its last pixel, not stored) x 2 vectors of output channels (with AVX-512's 32
-  registers, else 4 pixels a half; 8 x 1 for an odd last vector), accumulating
-  ``fma(splat(x), w_vec, acc)`` over taps and input channels from the bias; the residual is
-  added and the clamp applied in registers before the store (masked for a channel tail).
-  Where all outputs fit in half a vector (8 float32 channels) each lane pair sums two
-  adjacent input elements instead (``simd.splat_pair``, ``simd.fold_pairs``): no lane
-  idles. Weights are packed at load per output vector (pair), unit by unit, zero-padded
-  to whole vectors. The dense kernel reads an input with padding from a zero-padded copy
-  (made each call into a buffer made at load), so every window lies inside what it reads:
-  as runs of contiguous units (a whole tap row's (kw, c_in) on NHWC memory; (kw) a
-  (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are read through
-  strides, so the input may be either layout.
+* :func:`_dense` (any dense convolution, 1x1 included: a product pixels x C_in @ C_in x
+  C_out; directly, no im2col) over a register tile: 8 consecutive output pixels (across
+  rows: small images fill them; a tail tile repeats its last pixel, not stored) x 2
+  vectors of output channels (with AVX-512's 32 registers, else 4 pixels at a time; 8 x 1
+  for an odd last vector), accumulating ``fma(splat(x), w_vec, acc)`` over taps and input
+  channels from the bias; the residual is added and the clamp applied in registers before
+  the store (masked for a channel tail). Where all outputs fit in half a vector (8 float32
+  channels) each lane pair sums two adjacent input elements instead (``simd.splat_pair``,
+  ``simd.fold_pairs``): no lane idles. Weights are packed at load per output vector (pair),
+  unit by unit, zero-padded to whole vectors. An input with padding is read from a
+  zero-padded copy (made each call into a buffer made at load), so every window lies
+  inside what is read: as runs of contiguous units (a whole tap row's (kw, c_in) on NHWC
+  memory; (kw) a (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are
+  read through strides, so the input may be either layout.
 * :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
   channel vectors). A 3x3 filter's nine weight vectors stay in registers; small images are
   read from a zero-padded copy (and with fewer channels than a vector's lanes, at stride
@@ -71,12 +70,15 @@ from pyexecutorch.kernels import compiled_simd as simd
 from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
 from pyexecutorch.runtime.compiled import serial_and_parallel
 
-# The kernels' parts are functions of their own, which LLVM inlines: numba's own inlining
-# (inline="always") took minutes to compile them, and its analysis of parallel loops takes
-# no vectors in tuples, so each job's body is a function that the (parallel) loop calls.
-# Parts take pointers, not arrays (see compiled_simd.pointer). Only the copies, parallel
-# loops over scalars, are inlined into the kernels (where their loops run in parallel).
+# Small pieces are inlined where numba builds its IR (_inline), each into a few sites: the
+# parts that hold a register tile (_part) are functions of their own, so that no tuple of
+# vectors crosses a call and numba's inlining (minutes when it built one function of all)
+# stays small. numba's analysis of parallel loops takes no vectors in tuples: each job is
+# a part that the (parallel) loop calls. Parts take pointers, not arrays (see
+# compiled_simd.pointer). The copies, parallel loops over scalars, are inlined into the
+# kernels (_loops: there they run in parallel).
 _part = njit(error_model="numpy")
+_inline = njit(inline="always", error_model="numpy")
 _loops = njit(inline="always", error_model="numpy")
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
@@ -119,7 +121,7 @@ _loops = njit(inline="always", error_model="numpy")
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
 
 
-@_part
+@_inline
 def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + L] = clamp(acc + rp[o : o + L], low, high)."""
     if has_residual:
@@ -127,7 +129,7 @@ def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN
     simd.store(op, o, simd.clamp(acc, low, high))
 
 
-@_part
+@_inline
 def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + count] = clamp(acc + rp[o : o + count], low, high)[:count]; nothing when
     count is 0 (the residual read before the store, so rp may be op)."""
@@ -154,7 +156,7 @@ def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN0
     _finish(op, o3, v3, n3, rp, has_residual, low, high)
 
 
-@_part
+@_inline
 def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
     if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
@@ -173,7 +175,7 @@ def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN0
         _store4(op, o[4:], stored - 4, count, v[4:], rp, has_residual, low, high)
 
 
-@_part
+@_inline
 def _shift8(a, d):  # noqa: ANN001, ANN202
     return a[0] + d, a[1] + d, a[2] + d, a[3] + d, a[4] + d, a[5] + d, a[6] + d, a[7] + d
 
@@ -184,12 +186,8 @@ def _shift8(a, d):  # noqa: ANN001, ANN202
 # ``wstep``; accumulators ``acc`` in, sums out (pixel by pixel: the first vector's, then
 # the second's).
 
-# With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
-# vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
-_WIDE_TILE = simd.VECTOR_BYTES == 64
 
-
-@_part
+@_inline
 def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
     i0, i1, i2, i3, i4, i5, i6, i7 = i
@@ -219,7 +217,7 @@ def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7
 
 
-@_part
+@_inline
 def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
     i0, i1, i2, i3 = i
@@ -240,7 +238,7 @@ def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, t0, t1, t2, t3
 
 
-@_part
+@_inline
 def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     i0, i1, i2, i3, i4, i5, i6, i7 = i
     s0, s1, s2, s3, s4, s5, s6, s7 = acc
@@ -260,7 +258,7 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7
 
 
-@_part
+@_inline
 def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
     """As _dot8x1 over a run of ``count`` contiguous input elements, two a step (the last
     alone when ``count`` is odd): lane 2k + e of a weight vector holds output k's weight of
@@ -294,7 +292,7 @@ def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7
 
 
-@_part
+@_inline
 def _fold8(v):  # noqa: ANN001, ANN202
     return (
         simd.fold_pairs(v[0]),
@@ -308,24 +306,12 @@ def _fold8(v):  # noqa: ANN001, ANN202
     )
 
 
-@_part
-def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN202
-    """8 pixels x 2 vectors (only the first 4 pixels computed when no more are stored)."""
-    if _WIDE_TILE and stored > 4:
-        return _dot8x2(xp, i, xstep, wp, w, wstep, count, acc)
-    first = _dot4x2(xp, i[:4], xstep, wp, w, wstep, count, acc[0:4] + acc[8:12])
-    second = acc[4:8] + acc[12:16]
-    if stored > 4:
-        second = _dot4x2(xp, i[4:], xstep, wp, w, wstep, count, second)
-    return first[:4] + second[:4] + first[4:] + second[4:]
-
-
-@_part
+@_inline
 def _splat16(ba, bb):  # noqa: ANN001, ANN202
     return ba, ba, ba, ba, ba, ba, ba, ba, bb, bb, bb, bb, bb, bb, bb, bb
 
 
-@_part
+@_inline
 def _splat8(ba):  # noqa: ANN001, ANN202
     return ba, ba, ba, ba, ba, ba, ba, ba
 
@@ -399,104 +385,26 @@ def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels,
 
 
 # ---------------------------------------------------------------------------
-# 1x1, stride 1, no padding; and any dense convolution. Both over tiles of 8 output pixels.
+# Dense convolutions (1x1 included): tiles of 8 output pixels, blocks of output vectors.
 
 
-@_part
+@_inline
 def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
     """The 8 pixels of the tile starting at p0 (a tail repeats the last one, computed but
     not stored) and how many are stored."""
     last = pixels - 1
-    q = (
-        p0,
-        min(p0 + 1, last),
-        min(p0 + 2, last),
-        min(p0 + 3, last),
-        min(p0 + 4, last),
-        min(p0 + 5, last),
-        min(p0 + 6, last),
-        min(p0 + 7, last),
-    )
+    q = (p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last),
+         min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last))  # fmt: skip
     return q, min(8, pixels - p0)
 
 
-@_part
+@_inline
 def _scaled8(q, base, step):  # noqa: ANN001, ANN202
-    return (
-        base + q[0] * step,
-        base + q[1] * step,
-        base + q[2] * step,
-        base + q[3] * step,
-        base + q[4] * step,
-        base + q[5] * step,
-        base + q[6] * step,
-        base + q[7] * step,
-    )
+    return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
+            base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
 
 
-@_part
-def _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
-    c_in, c_out = g[_CIN], g[_COUT]
-    pixels = g[_OH] * g[_OW]
-    xs_image, xs_pixel, xs_chan = g[_XS_IMAGE], g[_XS_COL], g[_XS_CHAN]
-    lanes = simd.lanes_of(op)
-    vectors = (c_out + lanes - 1) // lanes
-    tiles = (pixels + 7) // 8
-    n = job // tiles if g[_N] > 1 else 0
-    q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
-    a = _scaled8(q, n * xs_image, xs_pixel)
-    o = _scaled8(q, n * pixels * c_out, c_out)
-    if g[_PAIRED] != 0:
-        acc8 = _dot8x1_paired(xp, a, wp, 0, c_in, _splat8(simd.load(bp, 0)))
-        _store8(op, o, stored, c_out, _fold8(acc8), rp, has_residual, low, high)
-        return
-    for v in range(0, vectors - 1, 2):
-        c0 = v * lanes
-        c1 = c0 + lanes
-        acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
-        acc = _pair(xp, a, xs_chan, wp, c0 * c_in, 2 * lanes, c_in, stored, acc)
-        na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-        _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-        _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
-    if vectors % 2:  # an odd last vector
-        c0 = (vectors - 1) * lanes
-        acc8 = _dot8x1(xp, a, xs_chan, wp, c0 * c_in, lanes, c_in, _splat8(simd.load(bp, c0)))
-        _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
-
-
-@_part
-def _pointwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
-    """Tile ``job`` (8 output pixels) of a 1x1 convolution (g: the geometry's pointer)."""
-    if has_residual:  # (twice, the residual's test compiled away in each)
-        _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, True)
-    else:
-        _pointwise_tile(xp, wp, bp, op, rp, g, low, high, job, False)
-
-
-def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: ANN001, ANN201
-    """out (N, P, C_out) = x (N, P, C_in) @ W + bias, + residual, clamped; x read through its
-    strides (pixel _XS_COL, channel _XS_CHAN). With _TO_PLANES, ``out`` is a buffer for
-    the NCHW ``planes``."""
-    g = geometry
-    to_planes = g[_TO_PLANES] != 0
-    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
-    lo, hi = scalars[_LOW], scalars[_HIGH]
-    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
-    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
-    xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
-    op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
-    pixels = g[_OH] * g[_OW]
-    for job in prange(g[_N] * ((pixels + 7) // 8)):  # (its index unsigned in parallel)
-        _pointwise_job(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
-    if to_planes:
-        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
-    return out
-
-
-POINTWISE = serial_and_parallel(_pointwise, "nhwc_pointwise")
-
-
-@_part
+@_inline
 def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
     """(row, column) of the next output pixel, or the same when not advancing."""
     if not advance:
@@ -506,7 +414,7 @@ def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
     return h, w + 1
 
 
-@_part
+@_inline
 def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN202
     """The first elements of the windows of the 8 pixels from p0 (the tail's repeats of the
     last pixel as _tile_pixels); ``row_step`` and ``col_step`` are strides times stride."""
@@ -519,23 +427,85 @@ def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN2
     h5, w5 = _next_pixel(h4, w4, out_w, stored > 5)
     h6, w6 = _next_pixel(h5, w5, out_w, stored > 6)
     h7, w7 = _next_pixel(h6, w6, out_w, stored > 7)
-    return (
-        base + h0 * row_step + w0 * col_step,
-        base + h1 * row_step + w1 * col_step,
-        base + h2 * row_step + w2 * col_step,
-        base + h3 * row_step + w3 * col_step,
-        base + h4 * row_step + w4 * col_step,
-        base + h5 * row_step + w5 * col_step,
-        base + h6 * row_step + w6 * col_step,
-        base + h7 * row_step + w7 * col_step,
-    )
+    return (base + h0 * row_step + w0 * col_step, base + h1 * row_step + w1 * col_step,
+            base + h2 * row_step + w2 * col_step, base + h3 * row_step + w3 * col_step,
+            base + h4 * row_step + w4 * col_step, base + h5 * row_step + w5 * col_step,
+            base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
+
+
+@_part
+def _pair_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
+    """Output channels [c0, c0 + 2L) of the 8 pixels whose windows start at a_m (stored at
+    o_m, the first ``stored``): the runs' products summed onto the bias, the epilogue."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    w = c0 * n_runs * run_len
+    ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
+    acc = _splat16(ba, bb)
+    for r in range(n_runs):
+        acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, acc)
+        w += 2 * lanes * run_len
+    na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
+    _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+    _store8(op, _shift8(o, c0 + lanes), stored, nb, acc[8:], rp, has_residual, low, high)
+
+
+@_part
+def _pair_block_narrow(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
+    """_pair_block with 16 vector registers: 4 pixels at a time (the second 4 where stored)."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    w = c0 * n_runs * run_len
+    ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
+    low_acc = (ba, ba, ba, ba, bb, bb, bb, bb)
+    high_acc = low_acc
+    for r in range(n_runs):
+        i = _shift8(a, runs[r])
+        low_acc = _dot4x2(xp, i[:4], run_step, wp, w, 2 * lanes, run_len, low_acc)
+        if stored > 4:
+            high_acc = _dot4x2(xp, i[4:], run_step, wp, w, 2 * lanes, run_len, high_acc)
+        w += 2 * lanes * run_len
+    na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
+    first, second = low_acc[:4] + high_acc[:4], low_acc[4:] + high_acc[4:]
+    _store8(op, _shift8(o, c0), stored, na, first, rp, has_residual, low, high)
+    _store8(op, _shift8(o, c0 + lanes), stored, nb, second, rp, has_residual, low, high)
+
+
+# With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
+# vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
+_PAIR_BLOCK = _pair_block if simd.VECTOR_BYTES == 64 else _pair_block_narrow
+
+
+@_part
+def _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _pair_block for one vector of output channels from c0 (an odd last one)."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
+    w = c0 * n_runs * run_len
+    acc = _splat8(simd.load(bp, c0))
+    for r in range(n_runs):
+        acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc)
+        w += lanes * run_len
+    _store8(op, _shift8(o, c0), stored, g[_COUT] - c0, acc, rp, has_residual, low, high)
+
+
+@_part
+def _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual):  # noqa: ANN001, ANN202
+    """As _single_block for all outputs, in half a vector: two contiguous input elements
+    a lane pair (see _dot8x1_paired), the pairs folded before the epilogue."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len = g[_RUNS], g[_RUN_LEN]
+    acc = _splat8(simd.load(bp, 0))
+    for r in range(n_runs):
+        w = r * ((run_len + 1) // 2) * lanes
+        acc = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc)
+    _store8(op, o, stored, g[_COUT], _fold8(acc), rp, has_residual, low, high)
 
 
 @_part
 def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
+    """Tile ``job`` (8 output pixels, all output channels) of a dense convolution."""
     out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
-    xs_image, row_step, col_step = g[_XS_IMAGE], g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
-    n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
     lanes = simd.lanes_of(op)
     vectors = (c_out + lanes - 1) // lanes
     pixels = out_h * out_w
@@ -543,38 +513,28 @@ def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # n
     n = job // tiles if g[_N] > 1 else 0
     p0 = (job - n * tiles) * 8
     q, stored = _tile_pixels(p0, pixels)
-    a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
+    row_step, col_step = g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
+    a = _windows(p0, stored, out_w, n * g[_XS_IMAGE], row_step, col_step)
     o = _scaled8(q, n * pixels * c_out, c_out)
     if g[_PAIRED] != 0:
-        acc8 = _splat8(simd.load(bp, 0))
-        for r in range(n_runs):
-            w = r * ((run_len + 1) // 2) * lanes
-            acc8 = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc8)
-        _store8(op, o, stored, c_out, _fold8(acc8), rp, has_residual, low, high)
+        _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual)
         return
     for v in range(0, vectors - 1, 2):
         c0 = v * lanes
-        c1 = c0 + lanes
-        acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
-        for r in range(n_runs):
-            w = (c0 * n_runs + 2 * lanes * r) * run_len
-            acc = _pair(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, stored, acc)
-        na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-        _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-        _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
-    if vectors % 2:  # an odd last vector
+        if stored > 4:
+            _PAIR_BLOCK(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
+        else:  # (at most 4 pixels stored, a tiny image's: only they are computed)
+            _pair_block_narrow(
+                xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual
+            )
+    if vectors % 2:
         c0 = (vectors - 1) * lanes
-        acc8 = _splat8(simd.load(bp, c0))
-        for r in range(n_runs):
-            w = (c0 * n_runs + lanes * r) * run_len
-            acc8 = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc8)
-        _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+        _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
 
 
 @_part
 def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
-    """Tile ``job`` (8 output pixels) of a dense convolution."""
-    if has_residual:
+    if has_residual:  # (twice, the residual's test compiled away in each)
         _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, True)
     else:
         _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, False)
@@ -582,8 +542,8 @@ def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # no
 
 def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
     """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
-    convolution over tiles of 8 output pixels, every window inside the image (the padded
-    input is first copied into ``buffer`` with _COPY), read as runs: offsets ``runs`` of
+    convolution over tiles of 8 output pixels, every window inside what is read (an input
+    with padding first copied into ``buffer``, _COPY), read as runs: offsets ``runs`` of
     _RUN_LEN weight units _RUN_STEP elements apart. The strides _XS_* are those of what is
     read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
@@ -622,7 +582,7 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 # nothing (zero).
 
 
-@_part
+@_inline
 def _div(a, b):  # noqa: ANN001, ANN202
     """a // b, without dividing by 1 (a division costs tens of cycles)."""
     return a if b == 1 else a // b
@@ -749,7 +709,7 @@ def _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_res
                 a, b, c, o, w = a + lanes, b + lanes, c + lanes, o + lanes, w + 9 * lanes
 
 
-@_part
+@_inline
 def _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, acc):  # noqa: ANN001, ANN202
     """acc + t0 x0 + t1 x1 + ... + t4 x4."""
     acc = simd.fma(t4, x4, acc)
@@ -1174,11 +1134,6 @@ def channels_last_conv_step(
             return _pack_paired(units, b, lanes, int(g[_RUN_LEN]))
         return _pack_vectors(units, lanes), _padded(b, lanes)
 
-    if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
-        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, h, w)
-        g[_RUN_LEN], g[_RUN_STEP] = c_in, g[_XS_CHAN]
-        wm, bm = packed(weight.reshape(c_out, c_in))
-        return pick(POINTWISE), (x_flat, wm, bm, g, scalars, res_flat, target, out_flat)
     g[_COPY] = int(ph > 0 or pw > 0)
     g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
