@@ -10,11 +10,11 @@ The step the runtime's layout pass calls::
 returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
 ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low, high)``
 (the residual term only when given; the clamp as torch.clamp's: NaN stays NaN, an infinite
-bound clamps nothing). ``function`` is a member of :data:`DENSE` or :data:`DEPTHWISE`
-(a serial and a parallel compilation each, importable by name,
-``cache=True``, generic in shape); ``args`` are arrays (the weights packed here, flat views
-of ``input``, ``out`` and ``residual``, buffers) and nothing else. It is None, and the
-existing steps apply, unless:
+bound clamps nothing). ``function`` is a member of :data:`DENSE` or :data:`DEPTHWISE` (a
+serial and a parallel compilation each, importable by name, ``cache=True``, generic in
+shape: the parallel one only above :data:`PARALLEL_MACS`); ``args`` are arrays (the weights
+packed here, flat views of ``input``, ``out`` and ``residual``, buffers) and nothing else.
+It is None, and the existing steps apply, unless:
 
 * ``input`` and ``out`` are 4-D float32/float64 arrays of logical shape (N, C, H, W), each
   C-contiguous (NCHW memory) or channels-last (:func:`compiled_arrays.channels_last`), at
@@ -45,13 +45,14 @@ The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
   memory; (kw) a (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are
   read through strides, so the input may be either layout.
 * :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
-  channel vectors). A 3x3 filter's nine weight vectors stay in registers; small images are
-  read from a zero-padded copy (and with fewer channels than a vector's lanes, at stride
-  1, a vector holds several pixels), large ones in place with masked loads at the borders
-  and in a channel tail (an absent tap's lanes read nothing: zero). Other filters read
-  every tap whole (the input copied where it has padding or a channel tail), four output
-  pixels at a time sharing each weight vector (5-wide: the pixels' columns loaded once).
-  An NCHW input is copied channels-last.
+  channel vectors). A 3x3 filter on a small image reads a zero-padded copy, pixel by pixel
+  over all channel vectors (or, with fewer channels than a vector's lanes at stride 1,
+  several pixels a vector); on a large one it reads in place, a vector's nine weight
+  vectors held in registers, with masked loads at the borders and in a channel tail (an
+  absent tap's lanes read nothing: zero). Other filters read every tap whole (the input
+  copied where it has padding or a channel tail), four output pixels at a time sharing
+  each weight vector (5-wide: the pixels' columns loaded once). An NCHW input is copied
+  channels-last.
 
 An NCHW ``out`` is computed channels-last into a buffer made at load and copied over with
 the residual and clamp applied on the way (a rare case: a layer before a flatten).
@@ -111,9 +112,9 @@ _loops = njit(inline="always", error_model="numpy")
     _COPY,  # 1: the input is first copied zero-padded, in its layout; 2: NCHW into NHWC
     _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
     _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
-    _PAIRED,  # (dense, 1x1) outputs in half a vector: two input channels a lane pair
+    _PAIRED,  # (dense) outputs in half a vector: two input elements a lane pair
     _GROUPS,  # (depthwise) groups of channel vectors a band's work is split into
-    _PIXEL_MAJOR,  # (depthwise 3x3, tiny copied images) pixel by pixel, all vectors each
+    _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
     _GEOMETRY_SIZE,
 ) = range(32)
 
@@ -869,10 +870,6 @@ DEPTHWISE = serial_and_parallel(_depthwise, "nhwc_depthwise")
 # convolutions taking a few hundred microseconds on one thread pay for it.
 PARALLEL_MACS = 8_000_000
 
-# A 3x3 depthwise convolution on a copied image with several channel vectors runs pixel by
-# pixel, all vectors each, rather than vector by vector with the weights held (whose setup
-# costs as much as ten pixels): 240 channels at 2x2 0.65 -> 0.40 us, 96 at 6x6 1.40 ->
-# 1.18, 48 at 16x16 (copied) 5.3 -> 4.4.
 # Input bytes a depthwise job's band of rows reads at most (held in L2 across the channel
 # vectors that read it in turn).
 BAND_BYTES = 64 * 1024
@@ -945,6 +942,7 @@ def _pack_paired(
 
 
 def _padded(values: np.ndarray, lanes: int) -> np.ndarray:
+    """``values`` zero-padded to whole vectors, aligned."""
     out = np.zeros(-(-len(values) // lanes) * lanes, values.dtype)
     out[: len(values)] = values
     return _aligned(out)
@@ -1102,13 +1100,16 @@ def channels_last_conv_step(
         few = (kh, kw) == (3, 3) and sw == 1 and c_in < lanes and lanes % c_in == 0
         per_vector = lanes // c_in if few else 1
         g[_PIXELS_PER_VECTOR] = per_vector
-        g[_BANDS] = 1
         uneven = ph > 0 or pw > 0 or c_in % lanes != 0
         # (a 3x3 filter reads large images uncopied, through masked loads at the borders)
         limit = COPY_PIXELS_3X3_STRIDE_1 if s == (1, 1) else COPY_PIXELS_3X3
         small = (kh, kw) != (3, 3) or h * w <= limit
         g[_COPY] = 2 if not nhwc_in else int(few or (uneven and small))
         vectors = -(-c_in * per_vector // lanes)
+        # On a copied image with several channel vectors, pixel by pixel over all vectors
+        # rather than vector by vector with the weights held, whose setup costs as much as
+        # ten pixels (us, one thread: 240 channels at 2x2 0.65 -> 0.40, 96 at 6x6 1.40 ->
+        # 1.18, 48 at 16x16 5.3 -> 4.4; one vector of 16 at 32x32 5.0 -> 6.7, so not then).
         g[_PIXEL_MAJOR] = (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
         g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
         # (room after the padded image for a last vector's lanes past its channels)
