@@ -423,17 +423,22 @@ def _spans(n_in: int, n_out: int) -> np.ndarray:
     return table
 
 
-def _batched(cols: np.ndarray) -> np.ndarray:
+def _batched(cols: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``cols`` (first, count) with three more columns, the batches of four output
     columns whose windows have as many taps, their first ones evenly spaced: 4 where
     one starts (else 1), its step between first columns, and the output column it
     starts at. The last batch of a row may start before the walk reaches it (its first
-    pixels computed twice) rather than leave up to three pixels alone."""
+    pixels computed twice) rather than leave up to three pixels alone. None where a
+    pixel of ``x`` (N, H, W, C) fills four vectors: one pixel's four vectors, read from
+    one contiguous run, fold faster then (measured: 64 channels 8% faster, 96 12%;
+    batches of fewer channels 1.2-1.6x faster than single pixels)."""
     n = len(cols)
     plan = np.zeros((n, 5), np.int64)
     plan[:, :2] = cols
     plan[:, 2] = 1
     plan[:, 4] = np.arange(n)
+    if x.shape[3] >= 4 * simd.lanes(x.dtype):
+        return plan
 
     def uniform(b: int) -> bool:
         group = cols[b : b + 4]
@@ -471,7 +476,7 @@ def _average(xv: np.ndarray, ov: np.ndarray, rows: np.ndarray, cols: np.ndarray,
     divisor = np.ascontiguousarray(divisor, dtype=xv.dtype)
     work = int(ov.size * max(longest, 1))
     function = _variant(WINDOW_AVERAGE_NHWC, work, tasks)
-    return function, (xv, ov, rows, _batched(cols), divisor, run, acc, span)
+    return function, (xv, ov, rows, _batched(cols, xv), divisor, run, acc, span)
 
 
 # ---------------------------------------------------------------------------
@@ -495,7 +500,7 @@ def max_pool2d_step(
     xv, ov = views
     h, w = xv.shape[1:3]
     rows = _taps(h, ohw[0], k[0], s[0], p[0], d[0])
-    cols = _batched(_taps(w, ohw[1], k[1], s[1], p[1], d[1]))
+    cols = _batched(_taps(w, ohw[1], k[1], s[1], p[1], d[1]), xv)
     lowest = np.full(1, -np.inf, xv.dtype)
     work = ov.size * k[0] * k[1]
     function = _variant(MAX_POOL_NHWC, work, ov.shape[0] * ov.shape[1])
