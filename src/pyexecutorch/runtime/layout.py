@@ -145,12 +145,9 @@ def _channel_pieces(method: Any, args: list[int], outs: list[int]) -> Groups | N
 _ACCESS: dict[str, Access] = {
     _CONVOLUTION: _convolution,
     "aten::mean.out": _spatial_mean,
-    "aten::mean.dim_out": _spatial_mean,
     "aten::max_pool2d_with_indices.out": _pooling,
-    "aten::max_pool2d.out": _pooling,
     "aten::avg_pool2d.out": _pooling,
     "aten::_adaptive_avg_pool2d.out": _pooling,
-    "aten::adaptive_avg_pool2d.out": _pooling,
     "aten::cat.out": _channel_pieces,
     "aten::split_with_sizes_copy.out": _channel_pieces,
     "aten::split_copy.Tensor_out": _channel_pieces,
@@ -299,18 +296,53 @@ class PlannedStep:
         return self._reference(*args)
 
 
-def _mean_step(x: Any, dims: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
-    from pyexecutorch.kernels.pool.compiled_nhwc import mean_hw_step  # noqa: PLC0415
+def _pool() -> Any:
+    """kernels.pool.compiled_nhwc (imported on first use: it needs numba)."""
+    from pyexecutorch.kernels.pool import compiled_nhwc  # noqa: PLC0415
 
+    return compiled_nhwc
+
+
+def _mean(x: Any, dims: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     if dtype is not None and dtype != x.dtype:
         return None
     if not isinstance(dims, (tuple, list)) or sorted(d % 4 for d in dims) != [2, 3]:
         return None
-    return mean_hw_step(x, out)
+    return _pool().mean_hw_step(x, out)
 
 
+def _max_pool(x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, ceil: Any,
+              out: Any, indices: Any) -> Any:  # fmt: skip
+    return _pool().max_pool2d_step(x, out, kernel, stride, padding, dilation, ceil)
+
+
+def _avg_pool(x: Any, kernel: Any, stride: Any, padding: Any, ceil: Any, count_pad: Any,
+              divisor: Any, out: Any) -> Any:  # fmt: skip
+    return _pool().avg_pool2d_step(x, out, kernel, stride, padding, ceil, count_pad, divisor)
+
+
+def _adaptive_avg_pool(x: Any, size: Any, out: Any) -> Any:
+    return _pool().adaptive_avg_pool2d_step(x, out)
+
+
+def _cat(tensors: Any, dim: Any, out: Any) -> Any:
+    return _pool().cat_channels_step(tensors, out) if dim % 4 == 1 else None
+
+
+def _split(x: Any, sizes: Any, dim: Any, outs: Any) -> Any:
+    return _pool().split_channels_step(x, outs) if dim % 4 == 1 else None
+
+
+# Builders of each operator's step from its load-time arguments (the kernel's own
+# argument order, outs last); see kernels/pool/compiled_nhwc.py.
 _STEPS: dict[str, Callable[..., Any]] = {
-    "aten::mean.out": _mean_step,
+    "aten::mean.out": _mean,
+    "aten::max_pool2d_with_indices.out": _max_pool,
+    "aten::avg_pool2d.out": _avg_pool,
+    "aten::_adaptive_avg_pool2d.out": _adaptive_avg_pool,
+    "aten::cat.out": _cat,
+    "aten::split_with_sizes_copy.out": _split,
+    "aten::split_copy.Tensor_out": _split,
 }
 
 
@@ -320,7 +352,8 @@ def channels_last_form(name: str, reference: Any, values: list[Any]) -> PlannedS
     build = _STEPS.get(name)
     if build is None:
         return None
-    if not any(isinstance(a, np.ndarray) and not a.flags.c_contiguous for a in values):
+    arrays = [a for v in values for a in (v if isinstance(v, list) else [v])]
+    if not any(isinstance(a, np.ndarray) and not a.flags.c_contiguous for a in arrays):
         return None
     try:
         step = build(*values)
