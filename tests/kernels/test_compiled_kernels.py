@@ -176,6 +176,20 @@ def test_mean_and_sum(shape, dims, keepdim, dtype):
     _check("aten::sum.IntList_out", (x, dims, keepdim, None), [out], want, dtype)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape,dims", [((3, 7), [1]), ((2, 3, 4), [2]), ((4, 2, 3), [0])])
+def test_sums_of_negative_zeros_are_positive_zero(shape, dims, dtype):
+    # torch and numpy sum from +0.0: a mean or sum of -0.0 is 0.0
+    x = np.full(shape, -0.0, dtype)
+    out = np.full(_reduced(shape, dims, False), np.nan, dtype)
+    for name, fn in (("aten::mean.out", torch.mean), ("aten::sum.IntList_out", torch.sum)):
+        want = fn(_t(x), dims).numpy()
+        reference, got = _run(name, (x, dims, False, None), [out])
+        for g in (got[0], reference[0]):
+            np.testing.assert_array_equal(g, want)
+            assert not np.signbit(g).any() and not np.signbit(want).any()
+
+
 @pytest.mark.parametrize("dtype", [F32, F64, np.int64, np.int32])
 @pytest.mark.parametrize("shape,dims,keepdim", REDUCTIONS)
 def test_amax(shape, dims, keepdim, dtype):

@@ -171,6 +171,62 @@ def test_total_sums_the_lanes(dtype):
     assert np.isnan(_total(a))
 
 
+@numba.njit
+def _divide(a, b, out):  # noqa: ANN001, ANN202
+    simd.store(out, 0, simd.div(simd.load(a, 0), simd.load(b, 0)))
+
+
+@numba.njit
+def _running_max(taps, out):  # noqa: ANN001, ANN202
+    best = simd.load(taps[0], 0)
+    for t in range(1, taps.shape[0]):
+        best = simd.running_max(best, simd.load(taps[t], 0))
+    simd.store(out, 0, best)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_div_is_numpy_division(dtype):
+    lanes = simd.lanes(dtype)
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(lanes).astype(dtype) for _ in range(2))
+    a[:4], b[:4] = [1.0, -0.0, np.inf, np.nan], [0.0, 3.0, -2.0, 1.0]
+    out = np.empty(lanes, dtype)
+    _divide(a, b, out)
+    with np.errstate(divide="ignore"):
+        expected = a / b
+    np.testing.assert_array_equal(out, expected)
+    assert (np.signbit(out) == np.signbit(expected)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_running_max_keeps_the_first_of_equal_maxima_and_propagates_nan(dtype):
+    import torch
+
+    lanes = simd.lanes(dtype)
+    rng = np.random.default_rng(2)
+    # lanes of three taps each: signed-zero ties either way round, NaN first, middle or
+    # last, -inf only, and random values
+    columns = [
+        (-0.0, 0.0, -1.0),
+        (0.0, -0.0, -1.0),
+        (np.nan, 5.0, 1.0),
+        (1.0, np.nan, 7.0),
+        (1.0, 2.0, np.nan),
+        (-np.inf, -np.inf, -np.inf),
+        (-1.0, -0.0, 0.0),
+        (np.inf, np.nan, 1.0),
+    ]
+    columns += [tuple(rng.standard_normal(3)) for _ in range(lanes - len(columns))]
+    taps = np.array(columns[:lanes], dtype).T.copy()
+    out = np.empty(lanes, dtype)
+    _running_max(taps, out)
+    # torch's max pooling over each lane's three taps as one window of a 1x3 image
+    window = torch.from_numpy(taps.T.copy()).reshape(lanes, 1, 1, 3)
+    expected = torch.nn.functional.max_pool2d(window, (1, 3)).reshape(lanes).numpy()
+    np.testing.assert_array_equal(out, expected)
+    assert (np.signbit(out) == np.signbit(expected)).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [0, 3, 100])
 def test_pointers_stand_for_arrays(dtype, n):

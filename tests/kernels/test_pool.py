@@ -259,6 +259,27 @@ def test_max_pool_indices_nan_and_all_minus_inf():
         np.testing.assert_array_equal(gi, ei.numpy())
 
 
+@pytest.mark.parametrize("stride", [1, 2])  # overlapping windows, and one window a block
+def test_max_pool_keeps_the_first_of_equal_signed_zeros(stride):
+    # torch returns the first maximum in row-major order: -0.0 before 0.0 stays -0.0
+    x = np.array([[[[-1.0, -0.0, 0.0, -0.0], [-2.0, 0.0, -0.0, 0.0]]]], np.float32)
+    ev, ei = torch.ops.aten.max_pool2d_with_indices(t(x), [2, 2], [stride, stride])
+    gv, gi = call(
+        "aten::max_pool2d_with_indices.out",
+        x,
+        (2, 2),
+        (stride, stride),
+        (0, 0),
+        (1, 1),
+        False,
+        np.empty(ev.shape, np.float32),
+        np.empty(ei.shape, np.int64),
+    )
+    np.testing.assert_array_equal(gv, ev.numpy())
+    np.testing.assert_array_equal(np.signbit(gv), np.signbit(ev.numpy()))
+    np.testing.assert_array_equal(gi, ei.numpy())
+
+
 @SETTINGS
 @given(
     st.integers(1, 3),

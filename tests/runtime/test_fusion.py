@@ -120,6 +120,10 @@ def test_float_formulas_match_numpy_kernels_and_torch(dtype):
     # one loop stores all outputs (a scalar op's constant tensor may stay outside)
     fused = sum(len(run) for run in compiled._loaded.fused_runs)
     assert fused >= len(want) - 2, compiled._loaded.chains[0].source
+    # torch's vectorized float32 GELU gives NaN at +inf on AVX-512 CPUs, its scalar path
+    # (and float64) +inf = 0.5 * inf * (1 + erf(inf)): the formula's value is the oracle
+    eager = list(eager)
+    eager[40] = F.gelu(x.double()).to(dtype).numpy()
     for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
         _assert_same_floats(g, w, f"output {k}")
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=f"output {k} vs eager")

@@ -391,11 +391,12 @@ def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
     source = whole._loaded.whole_source
     assert source is not None, whole._loaded.chains[0].source
-    # convolutions (their epilogues' loops after them) and the classifier as BLAS steps
-    assert "# pyexecutorch.kernels.conv.compiled" in source  # compiled or compiled_dense
+    # convolutions on channels-last activations (runtime.layout), their clamps and residual
+    # adds in their stores, and the classifier as a BLAS step
+    assert "# pyexecutorch.kernels.conv.compiled_nhwc:" in source
+    assert whole._loaded.channels_last
     if name == "resnet_like":  # its classifier is past the small-product loop
         assert "blas_matmul" in source
-        assert "# pyexecutorch.kernels.conv.compiled_dense:" in source  # its 3x3s
     for seed in (1, 2):
         (x,) = _inputs(example, seed)
         got = whole.execute([x.numpy()])[0].numpy()

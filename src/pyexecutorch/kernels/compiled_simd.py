@@ -16,9 +16,10 @@ intrinsics operate on them:
 * :func:`splat`: a scalar in every lane; :func:`lanes_of`: the lane count of an array's
   dtype, a compile-time constant;
 * :func:`fma` (``a * b + c`` through ``llvm.fmuladd``: fused where the CPU has FMA, as
-  the scalar kernels do), :func:`add`, :func:`mul`;
+  the scalar kernels do), :func:`add`, :func:`mul`, :func:`div`;
 * :func:`clamp`: ``min(max(v, lo), hi)`` that keeps NaN (as torch's clamp/hardtanh do),
-  and :func:`total` (the lanes' sum);
+  :func:`running_max` (a maximum over taps in order, as max pooling takes it: the
+  earlier of equal values kept, NaN propagated), and :func:`total` (the lanes' sum);
 * :func:`splat_pair` (:func:`splat_pair_first` masked) / :func:`fold_pairs`: two adjacent
   elements in every pair of lanes, and the sums of lane pairs (a product over half-vector
   outputs, two inputs a lane pair).
@@ -279,6 +280,34 @@ def mul(typingctx: Any, a: Any, b: Any) -> Any:
         return builder.fmul(args[0], args[1])
 
     return a(a, b), codegen
+
+
+@intrinsic
+def div(typingctx: Any, a: Any, b: Any) -> Any:
+    """``a / b`` lane by lane (IEEE division: correctly rounded, as numpy divides)."""
+    if not _same_vectors(a, b):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.fdiv(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@intrinsic
+def running_max(typingctx: Any, best: Any, v: Any) -> Any:
+    """``v`` where ``v > best`` or ``v`` is NaN, else ``best``, lane by lane: folded over
+    a window's taps in order, the first of equal maxima stays (-0.0 before 0.0 stays
+    -0.0) and a NaN, once taken, stays, as torch's max pooling picks."""
+    if not _same_vectors(best, v):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        m, x = args
+        take = builder.or_(builder.fcmp_ordered(">", x, m), builder.fcmp_unordered("uno", x, x))
+        return builder.select(take, x, m)
+
+    return best(best, v), codegen
 
 
 @intrinsic

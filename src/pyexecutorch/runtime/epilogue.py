@@ -21,6 +21,7 @@ output, and the run's output sharing no memory with the convolution's input.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ import numpy as np
 from pyexecutorch.kernels.registry import get_compiled_form
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
-from pyexecutorch.runtime.fusion import same_elements, single_op_call
+from pyexecutorch.runtime.fusion import flat_views, same_elements, single_op_call
 from pyexecutorch.runtime.whole_method import Step
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
 
@@ -145,11 +146,17 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
     conv_cap, x_cap = _planned(method, conv_out), _planned(method, x)
     if target is None or conv_cap is None or x_cap is None:
         return None
+    if not all(a.flags.c_contiguous for a in (target, conv_cap, x_cap)):
+        # channels-last (runtime.layout): a clamp or residual add goes into the store
+        stored = _channels_last_epilogue(method, args, conv_out, pcs, outputs[0], target, x_cap)
+        if stored is not None:
+            return stored
     if (
         target.shape != conv_cap.shape
         or target.dtype != conv_cap.dtype
         or target.dtype not in _FLOATS
-        or not target.flags.c_contiguous
+        or target.strides != conv_cap.strides
+        or flat_views([target]) is None
         or np.may_share_memory(target, x_cap)
     ):
         return None
@@ -175,8 +182,10 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         extra[conv_out] = conv_cap
     else:
         return None
-    flat = target.reshape(-1)
-    loop_args = (*(extra[j].reshape(-1) for j in inputs if j != alias), flat)
+    flats = flat_views([*(extra[j] for j in inputs if j != alias), target])
+    if flats is None:
+        return None
+    loop_args = tuple(flats)
     loop_fn = call.lazy_function(True, {inputs.index(alias): 0})
     # deferred: inside a whole-method function the loop's own entry point is never called
     loop = compiled.form_entry_point(loop_fn, loop_args)
@@ -189,10 +198,87 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         loop(*loop_args)
         return out
 
+    # (without a step the pair keeps its method from compiling whole: the convolution's
+    # plain step would leave out the run)
+    conv_then_epilogue.with_epilogue = True
     if step is not None:  # the pair as two steps of a whole-method function
         conv_then_epilogue.step = step
         conv_then_epilogue.fills_outputs = True
     return conv_then_epilogue, last, outputs[0]
+
+
+# Runs a channels-last convolution applies as it stores (runtime.layout): clamps with
+# constant bounds, as (low, high) from the instruction's arguments.
+_CLAMPS = {
+    "aten::relu.out": lambda v: (0.0, math.inf),
+    "aten::hardtanh.out": lambda v: (v[1], v[2]),
+    "aten::clamp.out": lambda v: (
+        -math.inf if v[1] is None else v[1],
+        math.inf if v[2] is None else v[2],
+    ),
+}
+
+
+def _store_pass(method: Any, conv_out: int, pcs: list[int]) -> tuple[int | None, Any, Any] | None:
+    """(residual value, low, high) when the run after a convolution is an add of a tensor
+    (alpha 1) and/or one clamp, each reading the one before: what the channels-last
+    kernels apply in registers. None for any other run."""
+    current, residual, bounds = conv_out, None, (-math.inf, math.inf)
+    steps = list(pcs)
+    instructions = method.plan.chains[0].instructions
+    first = instructions[steps[0]].instr_args
+    k = method.kernels[first.op_index]
+    if k.name == "aten::add.out":
+        args, outs = method.kernel_layout(k, first)
+        alpha = method.values[args[2]]
+        if type(alpha) not in (int, float) or alpha != 1 or current not in args[:2]:
+            return None
+        residual = args[1] if args[0] == current else args[0]
+        if residual == current:
+            return None
+        current = outs[0]
+        steps.pop(0)
+    if len(steps) > 1:
+        return None
+    if steps:
+        a = instructions[steps[0]].instr_args
+        k = method.kernels[a.op_index]
+        args, outs = method.kernel_layout(k, a)
+        clamp = _CLAMPS.get(k.name)
+        if clamp is None or args[0] != current:
+            return None
+        values = [method.values[j] for j in args]
+        bounds = clamp(values)
+        if any(b is not None and type(b) not in (int, float) for b in bounds):
+            return None
+    return residual, *bounds
+
+
+def _channels_last_epilogue(method, args, conv_out, pcs, out, target, x_cap):  # noqa: ANN001, ANN202
+    """A convolution with a channels-last operand and the clamp / residual add after it as
+    one step of the channels-last kernels, written straight into the run's output."""
+    from pyexecutorch.kernels.conv.compiled import channels_last_step  # noqa: PLC0415
+
+    found = _store_pass(method, conv_out, pcs)
+    if found is None:
+        return None
+    residual, low, high = found
+    extra = None
+    if residual is not None:
+        extra = _planned(method, residual)
+        if extra is None or extra.shape != target.shape or extra.dtype != target.dtype:
+            return None
+        if np.may_share_memory(extra, target) and not (
+            extra.ctypes.data == target.ctypes.data and extra.strides == target.strides
+        ):
+            return None
+    if np.may_share_memory(target, x_cap):
+        return None
+    values = [method.load_time_value(j) for j in args[:-1]]
+    conv = channels_last_step(*values, target, low=low, high=high, residual=extra)
+    if conv is None:
+        return None
+    return conv, pcs[-1], out
 
 
 def _conv_step(method, k, args, conv_out, into, loop: Step) -> list[tuple] | None:  # noqa: ANN001
@@ -224,7 +310,7 @@ def _other_input(method: Any, flow: Flow, j: int, target: np.ndarray) -> np.ndar
         or j in flow.rebound
         or arr.shape != target.shape
         or arr.dtype != target.dtype
-        or not arr.flags.c_contiguous
+        or flat_views([arr, target]) is None
     ):
         return None
     return arr

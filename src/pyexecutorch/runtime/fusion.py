@@ -20,6 +20,7 @@ every result to half precision, as numpy's float16 kernels round each pass
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -138,6 +139,32 @@ class FusedCall:
         lines.extend(indent + s for s in placed[self.rank])
         return "\n".join(lines) + "\n"
 
+    def in_memory_order(
+        self, arrays: list[np.ndarray]
+    ) -> tuple[FusedCall, list[np.ndarray]] | None:
+        """This loop over 4-D channels-last arrays (the compiled tier's CNN activations) and
+        the arrays it then takes: each 4-D as (N, H, W, C), an input of lower rank first
+        given leading dims of 1; so that the innermost loop runs along channels, contiguous
+        in memory (a squeeze-excite gate times its tensor vectorizes). None where it does
+        not apply (another rank, a loop reading split pieces, a 0-d input)."""
+        if self.rank != 4 or self.absorbed or len(arrays) != len(self.inputs) + len(self.outputs):
+            return None
+        order = (0, 2, 3, 1)  # loop position -> logical dim
+        position = {d: p for p, d in enumerate(order)}
+        moved: list[np.ndarray] = []
+        for a in arrays:
+            if a.ndim == 0 or a.ndim > 4:
+                return None
+            moved.append(a.reshape((1,) * (4 - a.ndim) + a.shape).transpose(order))
+        rename = lambda m: f"i{position[int(m.group(1))]}"  # noqa: E731
+        loads = []
+        for name, at, k in self.loads:
+            parts = at.split(", ")
+            parts = ["0"] * (4 - len(parts)) + parts
+            parts = [re.sub(r"\bi(\d+)\b", rename, parts[d]) for d in order]
+            loads.append((name, ", ".join(parts), k))
+        return dataclasses.replace(self, loads=loads), moved
+
     def function(self, flat: bool, aliases: dict[int, int] | None = None) -> Any:
         """The compiled loop (a numba dispatcher), generated and imported on first use."""
         return self.lazy_function(flat, aliases).load()
@@ -194,6 +221,20 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
         '@njit(cache=True, error_model="numpy")',
         f"def fused({', '.join(params)}):",
     ]
+
+
+def flat_views(arrays: list[np.ndarray]) -> list[np.ndarray] | None:
+    """The arrays as 1-D views of their memory when a flat loop over them is an elementwise
+    loop: one shape, one set of strides, each dense (C-contiguous, or channels-last as the
+    compiled tier stores a CNN's activations); else None."""
+    if all(a.flags.c_contiguous for a in arrays):  # (of one size: a leading 1 more or less)
+        return [a.reshape(-1) for a in arrays]
+    first = arrays[0]
+    if any(a.shape != first.shape or a.strides != first.strides for a in arrays):
+        return None
+    if first.ndim == 4 and first.transpose(0, 2, 3, 1).flags.c_contiguous:
+        return [a.transpose(0, 2, 3, 1).reshape(-1) for a in arrays]
+    return None
 
 
 def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
@@ -437,7 +478,15 @@ class Fuser:
                 dtype = mem.dtype
         if current:
             runs.append(current)
-        return [r for r in runs if sum(m.formula.passes for m in r) > 1]
+        return [r for r in runs if self.worth_a_loop(r)]
+
+    def worth_a_loop(self, run: list[_Member]) -> bool:
+        """Whether ``run`` gains from one loop: more than one pass over memory, or an output
+        stored channels-last (the numpy kernel would take it strided)."""
+        return (
+            sum(m.formula.passes for m in run) > 1
+            or not self.method.capacity[run[-1].out].flags.c_contiguous
+        )
 
     def _stored(self, run: list[_Member]) -> list[int]:
         """Outputs of the run that something outside it reads."""
@@ -635,7 +684,7 @@ def _longest_prefix(fuser: Fuser, run: list[_Member]) -> FusedCall | None:
     may land on bytes an earlier one still reads), or None."""
     for end in range(len(run), max(len(run) - _PREFIX_TRIES, 0), -1):
         part = run[:end]
-        if sum(m.formula.passes for m in part) <= 1:
+        if not fuser.worth_a_loop(part):
             return None
         call = fuser.build(part)
         if call is not None:

@@ -52,12 +52,18 @@ from pyexecutorch.runtime.fold import fold_constants
 from pyexecutorch.runtime.fusion import (
     HALF,
     FusedCall,
+    flat_views,
     fuse,
     fused_live,
     loop_array,
     same_layout,
 )
 from pyexecutorch.runtime.io import ExactSlot
+from pyexecutorch.runtime.layout import (
+    channels_last_form,
+    channels_last_values,
+    store_channels_last,
+)
 from pyexecutorch.runtime.limits import (
     DEFAULT_LIMITS,
     InstructionBudgetError,
@@ -586,15 +592,30 @@ class LoadedMethod:
         return args, args[-n_outs:]
 
     def _compile(self) -> list[CompiledChain]:
+        self.channels_last: set[int] = set()  # values stored channels-last (runtime.layout)
         if not (self.jit and self.tracer is None and len(self.plan.chains) == 1):
             return self._compile_chains([])
+        # A CNN's activations go channels-last when the method then compiles whole;
+        # otherwise it compiles again in the program's own layout.
+        chosen = channels_last_values(self, Flow.of(self), self._read_values())
+        if chosen:
+            restore = store_channels_last(self, chosen)
+            with compiled_tier.deferred_entry_points() as pending:
+                chains = self._compile_chains(pending, whole_only=True)
+            if chains is not None:
+                self.channels_last = chosen
+                return chains
+            restore()
         # It may compile whole: its compiled forms' functions load only if their calls stay.
         with compiled_tier.deferred_entry_points() as pending:
             return self._compile_chains(pending)
 
-    def _compile_chains(self, pending: list[Any]) -> list[CompiledChain]:
+    def _compile_chains(
+        self, pending: list[Any], whole_only: bool = False
+    ) -> list[CompiledChain] | None:
         """The chains' generated code; ``pending`` lists compiled forms' deferred functions
-        (see compiled.deferred_entry_points), loaded when the chain does not compile whole."""
+        (see compiled.deferred_entry_points), loaded when the chain does not compile whole.
+        ``whole_only``: None instead when the chain does not compile whole."""
         plan = self.plan
         ns = Namespace()
         written = self._written_values()
@@ -735,10 +756,18 @@ class LoadedMethod:
                 if any(a.dtype == HALF for a in arrays):  # the loop takes float16 as its bits
                     arrays = [loop_array(a) for a in arrays]
                     exprs = [ns.bind(a, "C") for a in arrays]
-                flat = call.same_shape and all(a.flags.c_contiguous for a in arrays)
+                flats = flat_views(arrays) if call.same_shape else None
+                flat = flats is not None
                 aliases: dict[int, int] = {}
                 if flat:
-                    arrays = [a.reshape(-1) for a in arrays]
+                    arrays = flats
+                elif isinstance(call, FusedCall) and any(
+                    a.ndim == 4 and not a.flags.c_contiguous for a in arrays
+                ):
+                    # channels-last (runtime.layout): the loop nest in memory order
+                    moved = call.in_memory_order(arrays)
+                    if moved is not None:
+                        call, arrays = moved
                 n_in = len(call.inputs)
                 for k, a in enumerate(arrays[:n_in]):
                     for o, b in enumerate(arrays[n_in:]):
@@ -805,6 +834,8 @@ class LoadedMethod:
             pieces = getattr(fast, "pieces", None)
             name = k.name
             planned = getattr(fast, "step", None)
+            if planned is None and getattr(fast, "with_epilogue", False):
+                return  # a convolution and the run after it, which has no step of its own
             if planned is not None:
                 tensors = [j for j in args if isinstance(evalues[j].val, Tensor)]
                 for j in args:
@@ -988,6 +1019,8 @@ class LoadedMethod:
                 lines = self._traced_lines(c, lines, jumps, ns, expr)
             elif self.jit and len(plan.chains) == 1 and not jumps:
                 lines = self._whole_lines(lines, steps, checks, ns)
+            if whole_only and self.whole_source is None:
+                return None
             if self.whole_source is None:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
@@ -1228,6 +1261,10 @@ class LoadedMethod:
             elif isinstance(val, IntList) and any(i in written for i in val.items):
                 return k.fn
         unused = frozenset(n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read)
+        if self.jit and not dynamic:
+            planned = channels_last_form(k.name, k.fn, [self.load_time_value(j) for j in args])
+            if planned is not None:
+                return planned
         for special in candidates:
             parameters = _parameters(special)
             kwargs: dict[str, Any] = {}

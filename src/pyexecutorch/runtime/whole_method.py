@@ -86,7 +86,11 @@ def _constant(value: Any) -> str | None:
         return repr(value)
     if kind is int and abs(value) < 1 << 62:
         return int.__repr__(value)
-    if kind is float and value == value and abs(value) != float("inf"):
+    if kind is float:
+        if value != value:
+            return "np.nan"
+        if abs(value) == float("inf"):
+            return "np.inf" if value > 0 else "-np.inf"
         return float.__repr__(value)
     return None
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS
+from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
 from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
 from pyexecutorch.kernels.conv.compiled_dense import dense_step
 from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT, pointwise_direct_pays
@@ -181,6 +181,10 @@ def _convolution(
         )
     if not (_tensor(input) and _tensor(weight) and _tensor(out)) or transposed:
         return None
+    if _strided(input) or _strided(out):  # a channels-last activation (runtime.layout)
+        return channels_last_step(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+        )
     dt = input.dtype
     if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or input.ndim != 4:
         return None
@@ -459,6 +463,64 @@ def planned(
     return Planned(input, weight, out, tuple(s), tuple(p), tuple(d), originals)
 
 
+def _strided(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and not a.flags.c_contiguous
+
+
+def _one_pixel(*arrays: Any) -> bool:
+    return all(
+        isinstance(a, np.ndarray) and a.ndim == 4 and a.shape[2] * a.shape[3] == 1 for a in arrays
+    )
+
+
+def channels_last_step(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    output_padding: Any,
+    groups: Any,
+    out: Any,
+    **epilogue: Any,
+) -> ConvStep | None:
+    """A 2-D convolution reading or writing a channels-last activation (runtime.layout) as
+    the step of :mod:`pyexecutorch.kernels.conv.compiled_nhwc`, or None. ``epilogue``:
+    that step's ``low``, ``high`` and ``residual`` (the clamp and residual add after the
+    convolution, see runtime.epilogue)."""
+    from pyexecutorch.kernels.conv.compiled_nhwc import channels_last_conv_step  # noqa: PLC0415
+    from pyexecutorch.kernels.conv.conv import convolution  # noqa: PLC0415
+
+    if not (_tensor(input) and _tensor(weight) and _tensor(out)) or input.ndim != 4:
+        return None
+    if not all(channels_last(a) or a.flags.c_contiguous for a in (input, out)):
+        return None
+    if weight.flags.writeable or (bias is not None and (not _tensor(bias) or bias.flags.writeable)):
+        return None
+    try:
+        s, p, d, shape, _ = _signature(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
+    if shape != out.shape or out.size == 0 or isinstance(groups, bool):
+        return None
+    step = channels_last_conv_step(
+        input, weight, bias, tuple(s), tuple(p), tuple(d), groups, out, **epilogue
+    )
+    if step is None:
+        return None
+    if epilogue:  # (the convolution alone is not what the step computes)
+        return ConvStep(step, (input, weight, bias, out), _no_reference)
+    return ConvStep(step, (input, weight, bias, out), convolution)
+
+
+def _no_reference(*args: Any) -> Any:
+    raise KernelError("a convolution with its epilogue runs only on its planned arrays")
+
+
 def conv_step(
     input: Any,
     weight: Any,
@@ -479,6 +541,14 @@ def conv_step(
 
     if transposed:
         return None
+    if _strided(input) or _strided(out) or _one_pixel(input, out):
+        # (one pixel: both layouts are one memory; the channels-last kernels vectorize over
+        # channels where these would run rows of one element)
+        step = channels_last_step(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
+        )
+        if step is not None or not _one_pixel(input, out):
+            return step
     plan = planned(
         input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out
     )

@@ -222,7 +222,9 @@ def _maxpool_windows(x, k, ohw, shape, win, o, ix) -> bool:
     wshape = shape + (k[0] * k[1],)
     buf = scratch("maxpool-win", wshape, x.dtype)
     np.copyto(buf.reshape(shape + k), xv.transpose(*range(nl), nl, nl + 2, nl + 1, nl + 3))
-    np.maximum.reduce(buf, axis=-1, out=o)
+    # (over the taps reversed: the reduction returns its later operand on ties, so the
+    # first of equal maxima (-0.0 before 0.0) wins, as in torch)
+    np.maximum.reduce(buf[..., ::-1], axis=-1, out=o)
     if x.dtype.kind == "f" and np.isnan(o).any():
         return False  # torch takes the last NaN of a window, argmax the first
     am = scratch("maxpool-argmax", shape, np.intp)
@@ -272,7 +274,7 @@ def max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_m
     best.fill(_lowest(self.dtype))
     for dst, src, _ in plan:
         b = best[..., dst[0], dst[1]]
-        np.maximum(b, self[..., src[0], src[1]], out=b)
+        np.maximum(self[..., src[0], src[1]], b, out=b)  # ties keep b: the first maximum
     # Indices: the first tap (row-major) equal to the maximum; walk backwards so
     # the earliest match is written last. A window with no element inside the
     # image keeps torch's initial index (its first tap moved inside by dilation).

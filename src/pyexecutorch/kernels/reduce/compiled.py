@@ -6,8 +6,7 @@ as ``(a, k, b)`` (``k`` the reduced elements, ``b`` what follows them) and one
 loop per ``a`` walks it (a mean or sum over two runs of axes, ``(0, 2)`` of a
 3-D tensor, views it as ``(a, k, m, l, b)``): softmax in three passes where numpy makes five to
 seven calls, a mean in one where numpy makes two. Sums accumulate in float64
-from the first element (numpy's reductions start there too, so a sum of -0.0
-stays -0.0); maxima propagate NaN as ``np.maximum`` does. Each pass reads an
+from +0.0, as numpy's and torch's do (a sum of -0.0 is 0.0); maxima propagate NaN as ``np.maximum`` does. Each pass reads an
 element before it writes the same element, so an output may alias its input.
 Imported only by the compiled tier; the kernels in ``reduce.py`` and
 ``norm/norm.py`` stay the reference.
@@ -110,8 +109,8 @@ def _row_sum(x, i, zero):  # noqa: ANN001, ANN201
     One running sum waits for each addition to finish (about 4 cycles); eight
     independent ones keep the adder busy and vectorize. Rows are at most
     :data:`MAX_ROW` long, so float32 partial sums round no more than numpy's
-    pairwise ones by much. ``zero`` is -0.0 in x's dtype, the exact identity
-    of addition (a row of -0.0 sums to -0.0, as in numpy).
+    pairwise ones by much. ``zero`` is +0.0 in x's dtype: a row of -0.0
+    sums to 0.0, as numpy's and torch's sums do.
     """
     k = x.shape[1]
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
@@ -151,10 +150,8 @@ def _sum(x, out, divisor):  # noqa: ANN001, ANN201
     """out (a, b) = the sums of x (a, k, b) over axis 1, divided by ``divisor`` unless 0."""
     a, k, b = x.shape
     for i in prange(a):  # noqa: B020
-        acc = np.empty(b, np.float64)
-        for jb in range(b):
-            acc[jb] = x[i, 0, jb]
-        for kk in range(1, k):
+        acc = np.zeros(b, np.float64)  # (from +0.0: a sum of -0.0 is 0.0)
+        for kk in range(k):
             for jb in range(b):
                 acc[jb] += x[i, kk, jb]
         for jb in range(b):
@@ -411,7 +408,7 @@ def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divis
     if b == 1 and k > MAX_ROW:
         return None
     if b == 1:
-        return _bind(SUM_ROWS, x, out, (a, k), (a,), divisor, x.dtype.type(-0.0))
+        return _bind(SUM_ROWS, x, out, (a, k), (a,), divisor, x.dtype.type(0.0))
     return _bind(SUM, x, out, layout, (a, b), divisor)
 
 

@@ -1,0 +1,362 @@
+"""Channels-last activations for CNNs compiled whole (the compiled tier).
+
+A program stores its 4-D activations NCHW. A convolution over them vectorizes
+badly late in a CNN: a 3x3 depthwise filter over 4x4 planes runs rows of four
+elements, and a 1x1 convolution over 2x2 pixels is a product with four columns.
+Stored channels-last (NHWC), the same layers vectorize over channels, which
+mobile CNNs keep at multiples of 8, as XNNPACK does.
+
+At load, :func:`channels_last_values` picks the activations to store
+channels-last: those every instruction touching them can take that way
+(convolutions, elementwise runs, spatial means, pooling, channel cat/split: see
+:data:`_ACCESS`), coupled where an instruction needs its operands in one
+layout (an elementwise run's same-shape operands), next to at least one
+convolution, and private to the method (planned, static, written once, no
+other value on their bytes while they live, neither input nor output). The
+rest of the program is unchanged: :func:`store_channels_last` rebinds each
+chosen value to a channels-last view of its own planned bytes (logical shape
+NCHW, memory NHWC; see ``kernels.compiled_arrays.channels_last``), and the
+compiled steps built from those arrays take the layout from their strides.
+
+The layout exists only inside a method compiled whole: the numpy kernels never
+see such arrays at run time. A method that does not become whole is compiled
+again without it (see ``LoadedMethod._compile``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.runtime.dataflow import Flow
+from pyexecutorch.schema.program import (
+    KernelCall,
+    OptionalTensorList,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_CONVOLUTION = "aten::convolution.out"
+
+# What an instruction does with the 4-D tensors it touches: groups of value indices that
+# may be stored channels-last, each group in one layout; every other tensor it touches
+# stays NCHW. None: it takes none channels-last.
+Groups = list[list[int]]
+Access = Callable[[Any, list[int], list[int]], Groups | None]
+
+
+def _shape(method: Any, j: int) -> tuple[int, ...] | None:
+    arr = method.capacity.get(j)
+    return None if arr is None else arr.shape
+
+
+def _pixels_once(shape: tuple[int, ...] | None) -> bool:
+    """A shape whose layouts are the same memory: fewer than two dims that are not 1
+    among C, H, W (a squeeze-excite gate (N, C, 1, 1), a scalar)."""
+    return shape is not None and (len(shape) < 4 or shape[2] * shape[3] == 1 or shape[1] == 1)
+
+
+def _convolution(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+    """A float 2-D convolution, not transposed, dense or depthwise, constant weights: its
+    input and its output, each in either layout."""
+    v = method.values
+    x, w, b, out = v[args[0]], v[args[1]], v[args[2]], method.capacity.get(outs[0])
+    transposed, groups = v[args[6]], v[args[8]]
+    if transposed is not False or isinstance(groups, bool) or not isinstance(groups, int):
+        return None
+    arrays = [a for a in (x, w, out) if isinstance(a, np.ndarray)]
+    if len(arrays) != 3 or any(a.ndim != 4 or a.dtype not in _FLOATS for a in arrays):
+        return None
+    if w.flags.writeable or (
+        b is not None and (not isinstance(b, np.ndarray) or b.flags.writeable)
+    ):
+        return None  # weights are packed once, at load
+    channels = x.shape[1]
+    depthwise = groups == channels and w.shape[:2] == (channels, 1) and out.shape[1] == channels
+    if groups != 1 and not depthwise:
+        return None
+    return [[args[0]], [outs[0]]]
+
+
+def _elementwise(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+    """The output and its same-shape operands in one layout; an operand that broadcasts
+    must be the same memory in both (a squeeze-excite gate (N, C, 1, 1), a scalar)."""
+    out = outs[0]
+    shape = _shape(method, out)
+    if shape is None or len(shape) != 4:
+        return None
+    group = [out]
+    for j in args[: len(args) - len(outs)]:
+        if not isinstance(method.plan.values[j].val, Tensor):
+            continue
+        s = _shape(method, j)
+        if s == shape:
+            group.append(j)
+        elif s is None or len(s) > 4 or not _pixels_once(s):
+            return None
+    return [group]
+
+
+def _spatial_mean(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+    """A mean over H and W of a 4-D tensor: its input (the output is one pixel)."""
+    shape = _shape(method, args[0])
+    dims = method.values[args[1]]
+    if shape is None or len(shape) != 4 or not isinstance(dims, (tuple, list)) or not dims:
+        return None
+    if any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+        return None
+    if sorted(d % 4 for d in dims) != [2, 3]:
+        return None
+    return [[args[0]]]
+
+
+def _pooling(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+    """A 2-D pooling: its input and values output in one layout (indices unread)."""
+    shape = _shape(method, args[0])
+    if shape is None or len(shape) != 4:
+        return None
+    if any(j in method.layout_read for j in outs[1:]):
+        return None  # max pooling's indices are read
+    return [[args[0], outs[0]]]
+
+
+def _channel_pieces(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+    """cat / split of 4-D tensors along dim 1: every piece and the whole in one layout."""
+    evalues = method.plan.values
+    dims = [method.values[j] for j in args[1:] if type(method.values[j]) is int]
+    if not dims or dims[-1] % 4 != 1:
+        return None
+    members: list[int] = []
+    for j in [*args, *outs]:
+        val = evalues[j].val
+        if isinstance(val, (TensorList, OptionalTensorList)):
+            members.extend(i for i in val.items if i >= 0)
+        elif isinstance(val, Tensor):
+            members.append(j)
+    if any((s := _shape(method, j)) is None or len(s) != 4 for j in members):
+        return None
+    return [sorted(set(members))]
+
+
+_ACCESS: dict[str, Access] = {
+    _CONVOLUTION: _convolution,
+    "aten::mean.out": _spatial_mean,
+    "aten::max_pool2d_with_indices.out": _pooling,
+    "aten::avg_pool2d.out": _pooling,
+    "aten::_adaptive_avg_pool2d.out": _pooling,
+    "aten::cat.out": _channel_pieces,
+    "aten::split_with_sizes_copy.out": _channel_pieces,
+    "aten::split_copy.Tensor_out": _channel_pieces,
+}
+
+
+def _access_of(name: str) -> Access | None:
+    from pyexecutorch.kernels.elementwise.formulas import FORMULAS  # noqa: PLC0415
+
+    return _elementwise if name in FORMULAS else _ACCESS.get(name)
+
+
+def _private(method: Any, flow: Flow, j: int) -> bool:
+    """Whether value ``j`` may change layout: a static planned float activation of the
+    method, written once before it is read, with no other value on its bytes while it
+    lives."""
+    val = method.plan.values[j].val
+    arr = method.capacity.get(j)
+    if (
+        not isinstance(val, Tensor)
+        or val.shape_dynamism != TensorShapeDynamism.STATIC
+        or val.allocation_info is None
+        or arr is None
+        or j in method.constant_values
+        or method.values[j] is not arr
+        or arr.ndim != 4
+        or arr.dtype not in _FLOATS
+        or not arr.flags.c_contiguous
+        or _pixels_once(arr.shape)
+        or j in flow.delegate_reads
+        or j in flow.rebound
+        or flow.write_count[j] != 1
+    ):
+        return False
+    writer = next((pc for pc, w in enumerate(flow.writes) if j in w), None)
+    if writer is None or flow.first_read.get(j, writer + 1) <= writer:
+        return False
+    if flow.aliases_reading(writer, j):
+        return False
+    region = flow.bounds.get(j)
+    last = flow.last_read.get(j, writer)
+    return region is not None and not any(
+        any(i != j for i in flow.writes[q]) and flow.writes_to(q, region)
+        for q in range(writer + 1, min(last, len(flow.writes)))
+    )
+
+
+def channels_last_values(method: Any, flow: Flow | None, read: set[int]) -> set[int]:
+    """The values of ``method`` (a LoadedMethod) to store channels-last (see the module
+    docstring); empty when the method has no convolution that would take one."""
+    if flow is None:
+        return set()
+    boundary = set(method.plan.inputs) | set(method.plan.outputs)
+    method.layout_read = read
+    parent: dict[int, int] = {}
+
+    def find(j: int) -> int:
+        while parent.setdefault(j, j) != j:
+            parent[j] = parent[parent[j]]
+            j = parent[j]
+        return j
+
+    pinned: set[int] = set()
+    next_to_convolution: set[int] = set()
+    for pc, a in enumerate(flow.instructions):
+        touched = {
+            j
+            for j in (*flow.reads[pc], *flow.writes[pc])
+            if j in method.capacity and not _pixels_once(method.capacity[j].shape)
+        }
+        groups = None
+        if isinstance(a, KernelCall):
+            k = method.kernels[a.op_index]
+            access = _access_of(k.name)
+            if access is not None:
+                args, outs = method.kernel_layout(k, a)
+                try:
+                    groups = access(method, args, outs)
+                except (IndexError, TypeError, ValueError, AttributeError):
+                    groups = None
+                if groups is not None and k.name == _CONVOLUTION:
+                    next_to_convolution.update(j for g in groups for j in g)
+        grouped: set[int] = set()
+        for group in groups or []:
+            members = [j for j in group if j in touched]
+            for j in members:
+                parent[find(j)] = find(members[0])
+            grouped.update(members)
+        pinned |= touched - grouped
+    components: dict[int, set[int]] = {}
+    for j in list(parent):
+        components.setdefault(find(j), set()).add(j)
+    chosen: set[int] = set()
+    for members in components.values():
+        if members & pinned or members & boundary or not members & next_to_convolution:
+            continue
+        if all(_private(method, flow, j) for j in members):
+            chosen |= members
+    del method.layout_read
+    return chosen
+
+
+def store_channels_last(method: Any, chosen: set[int]) -> Callable[[], None]:
+    """Rebind each chosen value (and the lists holding it) to a channels-last view of its
+    planned bytes; returns the function that restores the NCHW arrays."""
+    before = {j: method.values[j] for j in chosen}
+    lists = {}
+    for i, ev in enumerate(method.plan.values):
+        val = ev.val
+        if isinstance(val, (TensorList, OptionalTensorList)) and chosen & set(val.items):
+            lists[i] = method.values[i]
+    for j, arr in before.items():
+        n, c, h, w = arr.shape
+        view = arr.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+        method.values[j] = method.capacity[j] = view
+    for i in lists:
+        items = method.plan.values[i].val.items
+        method.values[i] = [None if j < 0 else method.values[j] for j in items]
+
+    def restore() -> None:
+        for j, arr in before.items():
+            method.values[j] = method.capacity[j] = arr
+        for i, held in lists.items():
+            method.values[i] = held
+
+    return restore
+
+
+# ---------------------------------------------------------------------------------------
+# Compiled steps of the operators other than convolutions (whose compiled form takes
+# channels-last arrays itself) on channels-last arrays.
+
+
+class PlannedStep:
+    """A kernel call on channels-last planned arrays as a compiled step: ``step`` is the
+    call a whole-method function makes; called as the kernel is (which only a method that
+    did not compile whole would do), it runs the reference kernel."""
+
+    fills_outputs = True  # its outputs stay their planned arrays (see runtime.method)
+
+    def __init__(self, step: tuple[Any, tuple[Any, ...]], reference: Any) -> None:
+        self.step = step
+        self._reference = reference
+
+    def __call__(self, *args: Any) -> Any:
+        return self._reference(*args)
+
+
+def _pool() -> Any:
+    """kernels.pool.compiled_nhwc (imported on first use: it needs numba)."""
+    from pyexecutorch.kernels.pool import compiled_nhwc  # noqa: PLC0415
+
+    return compiled_nhwc
+
+
+def _mean(x: Any, dims: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
+    if dtype is not None and dtype != x.dtype:
+        return None
+    if not isinstance(dims, (tuple, list)) or sorted(d % 4 for d in dims) != [2, 3]:
+        return None
+    return _pool().mean_hw_step(x, out)
+
+
+def _max_pool(x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, ceil: Any,
+              out: Any, indices: Any) -> Any:  # fmt: skip
+    return _pool().max_pool2d_step(x, out, kernel, stride, padding, dilation, ceil)
+
+
+def _avg_pool(x: Any, kernel: Any, stride: Any, padding: Any, ceil: Any, count_pad: Any,
+              divisor: Any, out: Any) -> Any:  # fmt: skip
+    return _pool().avg_pool2d_step(x, out, kernel, stride, padding, ceil, count_pad, divisor)
+
+
+def _adaptive_avg_pool(x: Any, size: Any, out: Any) -> Any:
+    return _pool().adaptive_avg_pool2d_step(x, out)
+
+
+def _cat(tensors: Any, dim: Any, out: Any) -> Any:
+    return _pool().cat_channels_step(tensors, out) if dim % 4 == 1 else None
+
+
+def _split(x: Any, sizes: Any, dim: Any, outs: Any) -> Any:
+    return _pool().split_channels_step(x, outs) if dim % 4 == 1 else None
+
+
+# Builders of each operator's step from its load-time arguments (the kernel's own
+# argument order, outs last); see kernels/pool/compiled_nhwc.py.
+_STEPS: dict[str, Callable[..., Any]] = {
+    "aten::mean.out": _mean,
+    "aten::max_pool2d_with_indices.out": _max_pool,
+    "aten::avg_pool2d.out": _avg_pool,
+    "aten::_adaptive_avg_pool2d.out": _adaptive_avg_pool,
+    "aten::cat.out": _cat,
+    "aten::split_with_sizes_copy.out": _split,
+    "aten::split_copy.Tensor_out": _split,
+}
+
+
+def channels_last_form(name: str, reference: Any, values: list[Any]) -> PlannedStep | None:
+    """The compiled step of kernel ``name`` on load-time ``values`` of which some array is
+    channels-last (and not also C-contiguous), or None."""
+    build = _STEPS.get(name)
+    if build is None:
+        return None
+    arrays = [a for v in values for a in (v if isinstance(v, list) else [v])]
+    if not any(isinstance(a, np.ndarray) and not a.flags.c_contiguous for a in arrays):
+        return None
+    try:
+        step = build(*values)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None if step is None else PlannedStep(step, reference)
