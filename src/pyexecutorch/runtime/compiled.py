@@ -8,13 +8,16 @@ with numba's ``cache=True``, so a second process finds both the source and the
 machine code there: the key is the generated source, numba's own index adds
 the argument types (dtypes, ranks, layouts). numba's machine code, of the
 generated loops and of the kernels' compiled forms alike, goes to ``numba/``
-under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise.
+under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise. A method
+compiled whole keeps its one function in a record of its own under
+``functions/`` (:mod:`pyexecutorch.runtime.function_records`).
 
-A warm load stays cheap three ways: machine code is read back without the
+A warm load stays cheap four ways: machine code is read back without the
 LLVM bitcode numba keeps for linking (parsed only when a new caller links it),
-the generated modules keep their bytecode, and a method that may compile whole
-defers its kernels' compiled functions (:func:`deferred_entry_points`), which
-it reads back only if it keeps their calls.
+the generated modules keep their bytecode, a method compiled whole reads its
+function's record without importing its module or making a dispatcher, and a
+method that may compile whole defers its kernels' compiled functions
+(:func:`deferred_entry_points`), which it reads back only if it keeps their calls.
 """
 
 from __future__ import annotations
@@ -354,6 +357,14 @@ def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     return result.entry_point
 
 
+def refresh_once(context: Any) -> None:
+    """Refresh numba's typing and target registries of ``context`` once in this process,
+    before the first compile result is read back (under numba's compiler lock)."""
+    if id(context) not in _refreshed:
+        context.refresh()
+        _refreshed.add(id(context))
+
+
 def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
     """numba's compile result for ``signature`` from ``cache`` (a function's disk cache),
     or None (not cached, or a numba this does not know).
@@ -375,15 +386,13 @@ def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
 
     with global_compiler_lock:
-        if id(context) not in _refreshed:
-            context.refresh()
-            _refreshed.add(id(context))
+        refresh_once(context)
         data_name = cache_file._load_index().get(cache._index_key(signature, context.codegen()))
         if data_name is None:
             return None
         try:
             with open(cache_file._data_path(data_name), "rb") as f:
-                payload = _CacheDataReader(io.BytesIO(f.read())).load()
+                payload = CacheDataReader(io.BytesIO(f.read())).load()
         except OSError:  # removed while its index still named it
             return None
         return impl.rebuild(context, payload)
@@ -391,53 +400,73 @@ def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
 
 # Generated functions compiled or read without a dispatcher (see plain_entry_point), by
 # (module, name, argument types): their compile results, which hold their machine code.
-_plain_results: dict[tuple[str, str, tuple[Any, ...]], Any] = {}
+_plain_results: dict[tuple[str, str, str], Any] = {}
 # How those were obtained in this process: "cache_hits" (read back) and "compilations".
 plain_stats: collections.Counter[str] = collections.Counter()
 
 
-def plain_entry_point(function: Any, arrays: tuple[Any, ...], prepare: Any = None) -> Any:
-    """The compiled function of the plain Python ``function`` (defined at the top level of
-    a generated module) for exactly these arguments' types, as
-    ``njit(cache=True, error_model="numpy")`` would compile it.
+def plain_entry_point(
+    function: GeneratedFunction, arrays: tuple[Any, ...], prepare: Any = None
+) -> Any:
+    """The compiled function of ``function`` (a plain Python function at the top level of
+    a generated module, named before the module is imported) for exactly these
+    arguments' types, as ``njit(error_model="numpy")`` compiles it.
 
-    Read back from the disk cache it makes no numba dispatcher: for a function of a few
-    hundred parameters (a CNN compiled whole) making one costs 5-10 ms, more than
-    reading its machine code. Otherwise ``prepare`` (if given) runs, and a dispatcher
-    compiles it and saves it to the cache.
+    Its machine code is kept in a record of its own (:mod:`.function_records`): read back,
+    it needs neither the generated module nor a numba dispatcher, whose making costs
+    5-10 ms for a function of a few hundred parameters (a CNN compiled whole), more than
+    reading its machine code. Otherwise ``prepare`` (if given) runs, the module is
+    imported and a dispatcher compiles the function, which is then recorded.
     """
+    from pyexecutorch.runtime import function_records  # noqa: PLC0415 - imports this module
+
     numba = numba_module()
-    signature = tuple(numba.typeof(a) for a in arrays)
-    key = (function.__module__, function.__qualname__, signature)
+    types = function_records.types_key(arrays)
+    if types is None:  # not every argument's type is read from its flags
+        types = repr(tuple(numba.typeof(a) for a in arrays))
+    key = (function.module_name, function.name, types)
     result = _plain_results.get(key)
     if result is None:
-        from numba.core.caching import FunctionCache  # noqa: PLC0415
-        from numba.core.registry import cpu_target  # noqa: PLC0415
-
-        cache = FunctionCache(function)
-        _read_lazily_from(cache)
-        result = _read_cache(cache, cpu_target.target_context, signature)
+        record = function_records.path_of(function, types)
+        result = function_records.read(record)
         if result is not None:
             plain_stats["cache_hits"] += 1
         else:
-            if prepare is not None:
-                prepare()
-            logger.info(
-                "compiling a method whole (%d arguments, one function): the first load takes "
-                "seconds to a minute; later loads read it from %s",
-                len(signature),
-                cache_dir(),
-            )
-            dispatcher = numba.njit(cache=True, error_model="numpy")(function)
-            with compiling(f"{function.__module__}.{function.__qualname__}"):
-                dispatcher.compile(signature)
-            result = dispatcher.overloads[signature]
+            result = _compile_plain(function, arrays, prepare)
+            function_records.write(record, result)
             plain_stats["compilations"] += 1
         _plain_results[key] = result
     return result.entry_point
 
 
-class _CacheDataReader(pickle.Unpickler):
+def _compile_plain(function: GeneratedFunction, arrays: tuple[Any, ...], prepare: Any) -> Any:
+    """numba's compile result of ``function`` for these arguments' types (see
+    :func:`plain_entry_point`)."""
+    numba = numba_module()
+    signature = tuple(numba.typeof(a) for a in arrays)
+    if prepare is not None:
+        prepare()
+    logger.info(
+        "compiling a method whole (%d arguments, one function): the first load takes "
+        "seconds to a minute; later loads read it from %s",
+        len(signature),
+        cache_dir(),
+    )
+    dispatcher = numba.njit(error_model="numpy")(function.load())
+    with compiling(f"{function.module_name}.{function.name}"):
+        dispatcher.compile(signature)
+    return dispatcher.overloads[signature]
+
+
+def lazy_rebuilder() -> Any:
+    """The function making numba's compile result from its serialized form with its
+    bitcode unparsed (see :func:`_make_lazy_cache_impl`), or None for a numba it does not
+    know."""
+    lazy = _lazy_cache_impl()
+    return None if lazy is None else lazy.rebuild_payload
+
+
+class CacheDataReader(pickle.Unpickler):
     """numba's cache data, its environments rebuilt by :func:`_rebuild_env`."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -500,23 +529,39 @@ def _lazy_cache_impl() -> Any:
 
 
 def _make_lazy_cache_impl() -> Any:
-    from numba.core import caching, codegen, compiler  # noqa: PLC0415 - compiled tier only
-    from numba.core.codegen import JITCodeLibrary  # noqa: PLC0415
+    from numba.core import caching, cgutils, codegen, compiler  # noqa: PLC0415 - compiled tier only
+    from numba.core.codegen import CodeLibrary, JITCodeLibrary  # noqa: PLC0415
 
     needed = (
         hasattr(caching, "CompileResultCacheImpl")
         and hasattr(JITCodeLibrary, "_set_compiled_object")
         and hasattr(JITCodeLibrary, "_finalize_final_module")
         and hasattr(codegen, "JitEngine")
+        and hasattr(cgutils, "normalize_ir_text")
         and getattr(compiler, "CR_FIELDS", None) is not None
         and "reload_init" in compiler.CR_FIELDS
     )
     if not needed:
         return None
     parse_bitcode = codegen.ll.parse_bitcode
+    parse_assembly = codegen.ll.parse_assembly
+    triple = codegen.ll.get_process_triple()
 
     class LazilyLinkedLibrary(JITCodeLibrary):
         """A library made from cached machine code, its linking bitcode parsed on demand."""
+
+        def __init__(self, codegen_: Any, name: str) -> None:
+            # As numba's, but the empty module that carries the machine code is parsed from
+            # its text: numba builds it as an llvmlite IR module first (~0.5 ms a library).
+            CodeLibrary.__init__(self, codegen_, name)
+            self._linking_libraries = []
+            normalized = cgutils.normalize_ir_text(name)
+            self._final_module = parse_assembly(
+                f'; ModuleID = "{normalized}"\ntarget triple = "{triple}"\n'
+                f'target datalayout = "{codegen_._data_layout or ""}"\n'
+            )
+            self._final_module.name = normalized
+            self._shared_module = None
 
         @property
         def _shared_module(self) -> Any:
@@ -531,51 +576,60 @@ def _make_lazy_cache_impl() -> Any:
         def _shared_module(self, module: Any) -> None:
             self.__dict__["_linking_module"] = module
 
+    def rebuild_payload(target_context: Any, payload: Any) -> Any:
+        """numba's compile result from its serialized form (``payload``, as numba's cache
+        data holds it), its machine code installed and its bitcode left unparsed; None for
+        a payload or a code generator this does not know. A payload without bitcode (see
+        :mod:`pyexecutorch.runtime.function_records`) makes a function nothing can link."""
+        libdata = payload[0] if isinstance(payload, tuple) else None
+        codegen_ = target_context.codegen()
+        if (
+            len(payload) != 9
+            or not (isinstance(libdata, tuple) and len(libdata) == 3)
+            or libdata[1] != "object"
+            or codegen_._library_class is not JITCodeLibrary
+        ):
+            return None
+        name, _, (object_code, linking_bitcode) = libdata
+        fndesc, env, signature, objectmode, lifted, typeann, reload_init, envs = payload[1:]
+        for init in reload_init:
+            init()
+        library = LazilyLinkedLibrary(codegen_, name)
+        library.enable_object_caching()
+        library._set_compiled_object(object_code)
+        library.__dict__["_linking_bitcode"] = linking_bitcode
+        library._finalize_final_module()
+        # The symbols this load looks up; the rest are known once the bitcode is parsed.
+        codegen_._engine._defined_symbols.update(
+            (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
+        )
+        result = compiler.CompileResult(
+            target_context=target_context,
+            typing_context=target_context.typing_context,
+            library=library,
+            environment=env,
+            entry_point=target_context.get_executable(library, fndesc, env),
+            fndesc=fndesc,
+            type_annotation=typeann,
+            signature=signature,
+            objectmode=objectmode,
+            lifted=lifted,
+            typing_error=None,
+            call_helper=None,
+            metadata=None,
+            reload_init=reload_init,
+            referenced_envs=envs,
+        )
+        for held in envs:
+            library.codegen.set_env(held.env_name, held)
+        return result
+
     class LazyLinkingCacheImpl(caching.CompileResultCacheImpl):
         def rebuild(self, target_context: Any, payload: Any) -> Any:
-            libdata = payload[0]
-            codegen_ = target_context.codegen()
-            if (
-                len(payload) != 9
-                or not (isinstance(libdata, tuple) and len(libdata) == 3)
-                or libdata[1] != "object"
-                or codegen_._library_class is not JITCodeLibrary
-            ):
-                return super().rebuild(target_context, payload)
-            name, _, (object_code, linking_bitcode) = libdata
-            fndesc, env, signature, objectmode, lifted, typeann, reload_init, envs = payload[1:]
-            for init in reload_init:
-                init()
-            library = LazilyLinkedLibrary(codegen_, name)
-            library.enable_object_caching()
-            library._set_compiled_object(object_code)
-            library.__dict__["_linking_bitcode"] = linking_bitcode
-            library._finalize_final_module()
-            # The symbols this load looks up; the rest are known once the bitcode is parsed.
-            codegen_._engine._defined_symbols.update(
-                (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
-            )
-            result = compiler.CompileResult(
-                target_context=target_context,
-                typing_context=target_context.typing_context,
-                library=library,
-                environment=env,
-                entry_point=target_context.get_executable(library, fndesc, env),
-                fndesc=fndesc,
-                type_annotation=typeann,
-                signature=signature,
-                objectmode=objectmode,
-                lifted=lifted,
-                typing_error=None,
-                call_helper=None,
-                metadata=None,
-                reload_init=reload_init,
-                referenced_envs=envs,
-            )
-            for held in envs:
-                library.codegen.set_env(held.env_name, held)
-            return result
+            result = rebuild_payload(target_context, payload)
+            return super().rebuild(target_context, payload) if result is None else result
 
+    LazyLinkingCacheImpl.rebuild_payload = staticmethod(rebuild_payload)
     return LazyLinkingCacheImpl
 
 

@@ -137,7 +137,8 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
     lines += [
         "",
         "",
-        "# compiled by compiled.plain_entry_point, as njit(cache=True, error_model='numpy')",
+        "# compiled by compiled.plain_entry_point, as njit(error_model='numpy'), and kept in",
+        "# a function record (runtime/function_records.py)",
         f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
         *calls,
         "    return -1",
@@ -154,14 +155,16 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
     if built is None:
         return None
     source, params, callees = built
-    module = compiled.generated_module(source, "whole")
+    # Named, not imported: read back from its record, the function needs no module.
+    whole = compiled.GeneratedFunction(source, "whole", "whole")
 
     def bind_callees() -> None:  # only before a compilation: see source_of
+        module = compiled.generated_module(source, "whole")
         for alias, function in callees:
             setattr(module, alias, compiled.dispatcher_of(function))
 
     arrays = tuple(params)
-    return compiled.plain_entry_point(module.whole, arrays, bind_callees), arrays, source
+    return compiled.plain_entry_point(whole, arrays, bind_callees), arrays, source
 
 
 # Copies whose source and destination hold the same elements in the same order
