@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -695,16 +695,22 @@ class PendingEntryPoint:
     loads the kept ones at load time and puts them in place of their placeholders.
     """
 
-    __slots__ = ("arguments", "dispatcher", "function")
+    __slots__ = ("arguments", "build", "dispatcher", "function")
 
-    def __init__(self, dispatcher: Any, arguments: tuple[Any, ...]) -> None:
+    def __init__(
+        self, dispatcher: Any, arguments: tuple[Any, ...], build: Callable[[], Any] | None = None
+    ) -> None:
         self.dispatcher = dispatcher
         self.arguments = arguments
+        self.build = build  # (see deferred_function)
         self.function: Any = None
 
     def load(self) -> Any:
         if self.function is None:
-            self.function = entry_point(self.dispatcher, self.arguments)
+            if self.build is not None:
+                self.function = self.build()
+            else:
+                self.function = entry_point(self.dispatcher, self.arguments)
         return self.function
 
     def __call__(self, *args: Any) -> Any:
@@ -712,6 +718,20 @@ class PendingEntryPoint:
 
 
 _deferral = threading.local()
+
+
+def deferred_function(build: Callable[[], Any]) -> Any:
+    """The function ``build()`` makes, made now; inside :func:`deferred_entry_points` a
+    :class:`PendingEntryPoint` that makes it when first called or when the method keeps
+    its lines (:func:`bind_entry_points`): a fast path that only a line calls (not a
+    whole-method function) and that costs milliseconds to make (a convolution's, with
+    its packed weights and generated code)."""
+    pending = getattr(_deferral, "pending", None)
+    if pending is None:
+        return build()
+    entry = PendingEntryPoint(None, (), build)
+    pending.append(entry)
+    return entry
 
 
 @contextlib.contextmanager
