@@ -1,0 +1,324 @@
+"""What a warm load of the compiled tier does not redo: a whole-method function read from its
+record (keyed by what it was made from), lane sums generated without one substitution per
+name, memory aliases looked up in an index, and an epilogue's convolution fast path made
+only for a method that keeps its lines. Each against the behaviour it replaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import types
+import warnings
+from bisect import bisect_right
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+
+from pyexecutorch.exir import to_edge  # noqa: E402
+from pyexecutorch.runtime import Runtime, compiled, function_records  # noqa: E402
+from pyexecutorch.runtime.dataflow import Flow  # noqa: E402
+from pyexecutorch.runtime.fusion_reductions import _LANES, _summed_in_lanes  # noqa: E402
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+# ----------------------------------------------------------------- function records
+
+# A plain function of a generated module compiled by plain_entry_point (as a method compiled
+# whole is); argv: the cache's use ("writable" or "readonly" input), and the scale.
+RECORD_CHILD = """
+import json, sys
+import numpy as np
+from pyexecutorch.runtime import compiled
+compiled.enabled(True)
+source = '''
+def whole(a0, a1):
+    for i in range(a0.size):
+        a1[i] = a0[i] * SCALE + 1.0
+    return -1
+'''.replace("SCALE", sys.argv[2])
+function = compiled.GeneratedFunction(source, "test_record", "whole")
+x = np.linspace(-2, 2, 7, dtype=np.float32)
+if sys.argv[1] == "readonly":
+    x.flags.writeable = False
+out = np.zeros(7, np.float32)
+entry = compiled.plain_entry_point(function, (x, out))
+assert entry(x, out) == -1
+module = sys.modules.get(function.module_name)
+print(json.dumps({
+    "hits": compiled.plain_stats["cache_hits"],
+    "compilations": compiled.plain_stats["compilations"],
+    "imported": module is not None and getattr(module, "__spec__", None) is not None,
+    "out": out.tolist(),
+}))
+"""
+
+
+def _record_child(cache: Path, use: str = "writable", scale: str = "3.0") -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    proc = subprocess.run(
+        [sys.executable, "-c", RECORD_CHILD, use, scale],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": SRC, "PYEXECUTORCH_CACHE_DIR": str(cache)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _want(scale: float) -> list[float]:
+    x = np.linspace(-2, 2, 7, dtype=np.float32)
+    return (x * np.float32(scale) + np.float32(1.0)).tolist()
+
+
+def test_a_record_is_read_back_without_importing_the_module_or_compiling(tmp_path):
+    cold = _record_child(tmp_path)
+    assert cold["compilations"] == 1 and cold["hits"] == 0 and cold["imported"]
+    records = list((tmp_path / "functions").glob("test_record_*.whole.*.nbr"))
+    assert len(records) == 1
+    warm = _record_child(tmp_path)
+    assert warm["compilations"] == 0 and warm["hits"] == 1
+    assert not warm["imported"]  # the machine code alone: no module, no dispatcher
+    assert warm["out"] == cold["out"] == _want(3.0)
+
+
+def test_a_record_is_kept_per_source_and_argument_types(tmp_path):
+    _record_child(tmp_path)
+    # a read-only input is another numba type: its own record, compiled once
+    readonly = _record_child(tmp_path, "readonly")
+    assert readonly["compilations"] == 1 and readonly["out"] == _want(3.0)
+    assert len(list((tmp_path / "functions").glob("*.nbr"))) == 2
+    assert _record_child(tmp_path, "readonly")["hits"] == 1
+    # another source (a changed generator, or build key) never reads the first's code
+    other = _record_child(tmp_path, scale="0.5")
+    assert other["compilations"] == 1 and other["hits"] == 0
+    assert other["out"] == _want(0.5)
+    assert len(list((tmp_path / "functions").glob("*.nbr"))) == 3
+
+
+def test_an_unreadable_record_is_compiled_again_and_rewritten(tmp_path):
+    _record_child(tmp_path)
+    (record,) = (tmp_path / "functions").glob("*.nbr")
+    record.write_bytes(b"not a record")
+    again = _record_child(tmp_path)
+    assert again["compilations"] == 1 and again["out"] == _want(3.0)
+    assert _record_child(tmp_path)["hits"] == 1
+
+
+def test_the_types_key_tells_apart_every_numba_type():
+    import numba  # noqa: PLC0415
+
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    readonly = base.copy()
+    readonly.flags.writeable = False
+    arrays = [
+        base,
+        base.T,  # F
+        base[:, ::2],  # A
+        base.reshape(-1),
+        base.reshape(-1)[::2],
+        base.reshape(2, 3, 4),
+        base.astype(np.float64),
+        base.astype(np.int64),
+        base > 3,
+        readonly,
+        np.asfortranarray(base),
+        np.zeros((1, 5), np.float32),  # both C and F contiguous: numba says C
+        np.zeros((), np.float32),
+    ]
+    for a in arrays:
+        for b in arrays:
+            same_key = function_records.types_key((a,)) == function_records.types_key((b,))
+            assert same_key == (numba.typeof(a) == numba.typeof(b)), (a.shape, b.shape)
+    # a subclass is not typed from its flags here
+    assert function_records.types_key((base.view(_Subclass),)) is None
+
+
+class _Subclass(np.ndarray):
+    pass
+
+
+# ----------------------------------------------------------------- lane sums
+
+
+def _lanes_by_substitution(last, loops, body, folded, indent):  # noqa: ANN001, ANN202
+    """The lane sums as they were generated before: one re.sub per name, line and lane."""
+    inner = indent + "    " * len(loops)
+    block = inner[:-4]
+    defined = [m.group(1) for line in body if (m := re.match(r"\s*(\w+) = ", line))]
+    out = [f"{indent}{r}_{lane} = 0.0" for r in folded for lane in range(_LANES)]
+    out += loops[:-1]
+    out.append(f"{block}for b{last} in range(0, n{last} - n{last} % {_LANES}, {_LANES}):")
+    for lane in range(_LANES):
+
+        def renamed(text: str, lane: int = lane) -> str:
+            for name in defined:
+                text = re.sub(rf"\b{name}\b", f"{name}_{lane}", text)
+            return text
+
+        out.append(f"{inner}i{last} = b{last} + {lane}")
+        out += [renamed(line) for line in body]
+        out += [f"{inner}{r}_{lane} += {renamed(x)}" for r, x in folded.items()]
+    out.append(f"{block}for i{last} in range(n{last} - n{last} % {_LANES}, n{last}):")
+    out += body
+    out += [f"{inner}{r} += {x}" for r, x in folded.items()]
+    for r in folded:
+        partial = [f"{r}_{lane}" for lane in range(_LANES)]
+        while len(partial) > 1:
+            partial = [f"({a} + {b})" for a, b in zip(partial[::2], partial[1::2], strict=True)]
+        out.append(f"{indent}{r} += {partial[0]}")
+    return out
+
+
+@pytest.mark.parametrize(
+    "body, folded",
+    [
+        (["            t1 = C(in0[i0, i1])", "            t10 = C(t1 * t1)"], {"t3": "t10"}),
+        (
+            [
+                "            t2 = C(in0[i0, i1] - t1)",
+                "            t4 = C(t2 * t2 + in1[i1])",
+                "            t12 = C(t4 * t2 + t41)",  # t41: not defined here, kept
+            ],
+            {"t5": "t4", "t13": "(t12 + t2)"},
+        ),
+        ([], {"t7": "in0[i0, i1]"}),  # nothing defined: a load folded directly
+    ],
+)
+def test_lane_sums_are_the_source_the_substitutions_made(body, folded):
+    loops = ["        for i1 in range(n1):"]
+    args = (1, loops, body, folded, "        ")
+    assert _summed_in_lanes(*args) == _lanes_by_substitution(*args)
+
+
+# ----------------------------------------------------------------- aliases
+
+
+def _aliases_by_scan(flow: Flow, pc: int, j: int) -> list[int]:
+    """Flow.aliases_reading as it was: every value's range and every write between scanned."""
+    region = flow.bounds.get(j)
+    if region is None:
+        return []
+    lo, hi = region
+    found = []
+    covering = flow._covering_writes()
+    for i, (a, b) in flow.bounds.items():
+        if i == j or b <= lo or a >= hi:
+            continue
+        reads = flow.read_at.get(i)
+        if not reads:
+            continue
+        at = bisect_right(reads, pc)
+        if at == len(reads):
+            continue
+        if not any(c <= a and b <= d for q in range(pc + 1, reads[at]) for c, d in covering[q]):
+            found.append(i)
+    return found
+
+
+class Block(nn.Module):
+    """A small transformer block: memory the planner reuses many times over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.qkv = nn.Linear(16, 48)
+        self.out = nn.Linear(16, 16)
+        self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
+        x = x + self.out(a)
+        return x + self.mlp(self.norm(x)).reshape(x.shape)
+
+
+def _program(model: nn.Module, example: torch.Tensor) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return to_edge(torch.export.export(model.eval(), (example,))).to_executorch().buffer
+
+
+def test_aliases_found_through_the_index_are_those_a_scan_finds():
+    pte = _program(Block(), torch.randn(2, 8, 16))
+    method = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    flow = Flow.of(method._loaded)
+    found = 0
+    for pc in range(len(flow.instructions)):
+        for j in flow.bounds:
+            want = _aliases_by_scan(flow, pc, j)
+            assert flow.aliases_reading(pc, j) == want, (pc, j)
+            found += bool(want)
+    assert found  # the planner shares memory here: the comparison covers real aliases
+
+
+# ----------------------------------------------------------------- epilogues
+
+
+class ConvThenUnfused(nn.Module):
+    """Convolutions with epilogues (one into the run's output, one over a skip tensor's
+    memory), then atan, which has no compiled step: the method keeps one line per call."""
+
+    def __init__(self, whole: bool) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(4, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1)
+        self.whole = whole
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        y = torch.relu(self.b(h) + h) * 2.0
+        return y if self.whole else torch.atan(y)
+
+
+def _closure_values(functions) -> list:  # noqa: ANN001
+    held, stack, seen = [], [f for f in functions if isinstance(f, types.FunctionType)], set()
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        for cell in f.__closure__ or ():
+            held.append(cell.cell_contents)
+            if isinstance(cell.cell_contents, types.FunctionType):
+                stack.append(cell.cell_contents)
+    return held
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "lines"])
+def test_an_epilogue_convolution_fast_path_is_made_only_for_lines(whole, monkeypatch):
+    from pyexecutorch.runtime.method import LoadedMethod  # noqa: PLC0415
+
+    made = []
+    specialized = LoadedMethod._specialized
+
+    def counting(self, k, args, written, read):  # noqa: ANN001, ANN202
+        made.append(k.name)
+        return specialized(self, k, args, written, read)
+
+    monkeypatch.setattr(LoadedMethod, "_specialized", counting)
+    torch.manual_seed(0)
+    model = ConvThenUnfused(whole).eval()
+    pte = _program(model, torch.randn(1, 4, 6, 6))
+    method = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    loaded = method._loaded
+    assert len(loaded.conv_epilogues) == 2
+    assert (loaded.whole_source is not None) == whole
+    convolutions = made.count("aten::convolution.out")
+    # once each in every method; again on the epilogue's arrays only when a line calls it
+    assert convolutions == (2 if whole else 4)
+    if not whole:
+        bound = _closure_values(loaded.chains[0].run.__globals__.values())
+        assert not any(isinstance(h, compiled.PendingEntryPoint) for h in bound)
+    for scale in (1.0, 3.0):
+        x = torch.randn(1, 4, 6, 6) * scale
+        got = method.execute([x.numpy()])[0]
+        np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
