@@ -265,17 +265,20 @@ def test_aliases_found_through_the_index_are_those_a_scan_finds():
 
 class ConvThenUnfused(nn.Module):
     """Convolutions with epilogues (one into the run's output, one over a skip tensor's
-    memory), then atan, which has no compiled step: the method keeps one line per call."""
+    memory) and one without (its output read twice by one call), then atan, which has no
+    compiled step, or not: the method keeps one line per call, or compiles whole."""
 
     def __init__(self, whole: bool) -> None:
         super().__init__()
         self.a = nn.Conv2d(4, 8, 3, padding=1)
         self.b = nn.Conv2d(8, 8, 3, padding=1)
+        self.c = nn.Conv2d(8, 4, 1)
         self.whole = whole
 
     def forward(self, x):
         h = torch.relu(self.a(x))
-        y = torch.relu(self.b(h) + h) * 2.0
+        z = self.c(torch.relu(self.b(h) + h) * 2.0)
+        y = z * z
         return y if self.whole else torch.atan(y)
 
 
@@ -294,17 +297,24 @@ def _closure_values(functions) -> list:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["whole", "lines"])
-def test_an_epilogue_convolution_fast_path_is_made_only_for_lines(whole, monkeypatch):
+def test_convolution_fast_paths_are_made_only_for_lines(whole, monkeypatch):
+    from pyexecutorch.kernels.registry import get_specializer  # noqa: PLC0415
     from pyexecutorch.runtime.method import LoadedMethod  # noqa: PLC0415
 
-    made = []
-    specialized = LoadedMethod._specialized
+    numpy_convolution = get_specializer("aten::convolution.out")
+    specialized, made = [], []
+    original_specialized, original_fast_path = LoadedMethod._specialized, LoadedMethod._fast_path
 
-    def counting(self, k, args, written, read):  # noqa: ANN001, ANN202
-        made.append(k.name)
-        return specialized(self, k, args, written, read)
+    def counting_specialized(self, k, args, written, read):  # noqa: ANN001, ANN202
+        specialized.append(k.name)
+        return original_specialized(self, k, args, written, read)
 
-    monkeypatch.setattr(LoadedMethod, "_specialized", counting)
+    def counting_fast_path(self, candidates, *rest):  # noqa: ANN001, ANN202
+        made.extend(c for c in candidates if c is numpy_convolution)
+        return original_fast_path(self, candidates, *rest)
+
+    monkeypatch.setattr(LoadedMethod, "_specialized", counting_specialized)
+    monkeypatch.setattr(LoadedMethod, "_fast_path", counting_fast_path)
     torch.manual_seed(0)
     model = ConvThenUnfused(whole).eval()
     pte = _program(model, torch.randn(1, 4, 6, 6))
@@ -312,13 +322,39 @@ def test_an_epilogue_convolution_fast_path_is_made_only_for_lines(whole, monkeyp
     loaded = method._loaded
     assert len(loaded.conv_epilogues) == 2
     assert (loaded.whole_source is not None) == whole
-    convolutions = made.count("aten::convolution.out")
-    # once each in every method; again on the epilogue's arrays only when a line calls it
-    assert convolutions == (2 if whole else 4)
+    # each convolution asked once, and again on its epilogue's arrays only for a line
+    assert specialized.count("aten::convolution.out") == (3 if whole else 5)
+    # numpy fast paths: none inside a whole-method function; for lines, the three called
+    assert len(made) == (0 if whole else 3)
     if not whole:
-        bound = _closure_values(loaded.chains[0].run.__globals__.values())
-        assert not any(isinstance(h, compiled.PendingEntryPoint) for h in bound)
+        bound = list(loaded.chains[0].run.__globals__.values())
+        held = bound + _closure_values(bound)
+        assert not any(isinstance(h, compiled.PendingEntryPoint) for h in held)
     for scale in (1.0, 3.0):
         x = torch.randn(1, 4, 6, 6) * scale
+        got = method.execute([x.numpy()])[0]
+        np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+class Volume(nn.Module):
+    """A 3-D convolution (no fast path takes it: its reference kernel runs), without an
+    epilogue (its output read twice by one call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(2, 3, 3, padding=1)
+
+    def forward(self, x):
+        z = self.conv(x)
+        return z * z
+
+
+def test_a_convolution_without_fast_path_runs_its_kernel_into_its_planned_output():
+    torch.manual_seed(0)
+    model = Volume().eval()
+    pte = _program(model, torch.randn(1, 2, 4, 5, 5))
+    method = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    for scale in (1.0, 3.0):
+        x = torch.randn(1, 2, 4, 5, 5) * scale
         got = method.execute([x.numpy()])[0]
         np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)

@@ -675,7 +675,7 @@ def form_entry_point(dispatcher: Any, arguments: tuple[Any, ...]) -> Any:
     if pending is None:
         return entry_point(dispatcher, arguments)
     held = dispatcher.loaded() if type(dispatcher) is GeneratedFunction else dispatcher
-    if held is not None:
+    if held is not None and held.overloads:  # (none read yet: no argument types to ask)
         numba = numba_module()
         loaded = held.overloads.get(tuple(numba.typeof(a) for a in arguments))
         if loaded is not None:
@@ -708,7 +708,13 @@ class PendingEntryPoint:
     def load(self) -> Any:
         if self.function is None:
             if self.build is not None:
-                self.function = self.build()
+                # made for a line: its own fast paths made now, none deferred again
+                outer = getattr(_deferral, "pending", None)
+                _deferral.pending = None
+                try:
+                    self.function = self.build()
+                finally:
+                    _deferral.pending = outer
             else:
                 self.function = entry_point(self.dispatcher, self.arguments)
         return self.function
@@ -717,7 +723,23 @@ class PendingEntryPoint:
         return self.load()(*args)
 
 
+class PendingFastPath(PendingEntryPoint):
+    """A kernel's load-time fast path that writes the out array it is given and returns
+    it (``fills_outputs``), made when first called or when its line is kept: in a method
+    compiled whole the kernel's compiled step does the work, and the fast path (a
+    convolution's packed weights and generated code) would never run."""
+
+    __slots__ = ()
+    fills_outputs = True
+
+
 _deferral = threading.local()
+
+
+def deferring() -> bool:
+    """Whether this thread is inside :func:`deferred_entry_points` (a method that may
+    compile whole is being built)."""
+    return getattr(_deferral, "pending", None) is not None
 
 
 def deferred_function(build: Callable[[], Any]) -> Any:

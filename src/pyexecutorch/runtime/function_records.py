@@ -18,8 +18,8 @@ Its record here is found by name instead, from what it is made of:
 - and this record format.
 
 A record holds numba's own serialized compile result (as its cache data files do)
-without the bitcode numba keeps for linking a function into a later caller: nothing
-calls a whole-method function. Records are written atomically, read whole, and one
+without the bitcode numba keeps for linking a function into a later caller (nothing
+calls a whole-method function) or its annotated source. Records are written atomically, read whole, and one
 that cannot be read is compiled again and overwritten.
 """
 
@@ -110,9 +110,12 @@ def write(path: Path, result: Any) -> None:
         return  # a numba whose results this module cannot read back
     from numba.core.serialize import dumps  # noqa: PLC0415
 
-    libdata, *rest = result._reduce()
+    libdata, fndesc, env, signature, objectmode, lifted, _typeann, *rest = result._reduce()
     name, kind, (object_code, _bitcode) = libdata
-    data = dumps(((name, kind, (object_code, None)), *rest))
+    # (nor numba's annotated source, which only inspect_types prints: 100 KB for a CNN)
+    data = dumps(
+        ((name, kind, (object_code, None)), fndesc, env, signature, objectmode, lifted, "", *rest)
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_bytes(data)
