@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -113,6 +114,54 @@ def test_an_unreadable_record_is_compiled_again_and_rewritten(tmp_path):
     assert _record_child(tmp_path)["hits"] == 1
 
 
+# A loop of a generated module read through its dispatcher (as a method that keeps its lines
+# reads its fused loops and compiled forms), with a scalar argument.
+LOOP_CHILD = """
+import json, sys
+import numpy as np
+from pyexecutorch.runtime import compiled
+compiled.enabled(True)
+loop = compiled.generated_module('''
+from numba import njit
+
+
+@njit(cache=True)
+def scale(x, out, by):
+    for i in range(x.size):
+        out[i] = x[i] * by - 1.0
+''', "test_loop")
+x, out = np.linspace(-2, 2, 9), np.empty(9)
+compiled.entry_point(loop.scale, (x, out, 2.5))(x, out, 2.5)
+print(json.dumps({
+    "hits": sum(loop.scale.stats.cache_hits.values()),
+    "misses": sum(loop.scale.stats.cache_misses.values()),
+    "out": out.tolist(),
+}))
+"""
+
+
+def test_a_dispatcher_loop_is_read_from_its_record(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(PYTHONPATH=SRC, PYEXECUTORCH_CACHE_DIR=str(tmp_path))
+
+    def child() -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-c", LOOP_CHILD], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    cold = child()
+    assert cold["misses"] == 1 and cold["hits"] == 0
+    assert len(list((tmp_path / "functions").glob("test_loop_*.scale.*.nbr"))) == 1
+    # numba's own cache gone: the record alone serves the second process
+    shutil.rmtree(tmp_path / "numba")
+    warm = child()
+    assert warm["hits"] == 1 and warm["misses"] == 0
+    want = (np.linspace(-2, 2, 9) * 2.5 - 1.0).tolist()
+    assert warm["out"] == cold["out"] == want
+
+
 def test_the_types_key_tells_apart_every_numba_type():
     import numba  # noqa: PLC0415
 
@@ -138,6 +187,15 @@ def test_the_types_key_tells_apart_every_numba_type():
         for b in arrays:
             same_key = function_records.types_key((a,)) == function_records.types_key((b,))
             assert same_key == (numba.typeof(a) == numba.typeof(b)), (a.shape, b.shape)
+    # scalars: one key, one numba type (some numba types have two keys: True, np.True_)
+    scalars = [1, -(2**40), True, 1.5, np.float32(1), np.float64(1), np.int64(3), np.int32(3)]
+    scalars += [np.bool_(True), np.uint8(1), *arrays[:3]]
+    for a in scalars:
+        for b in scalars:
+            if function_records.types_key((a,)) == function_records.types_key((b,)):
+                assert numba.typeof(a) == numba.typeof(b), (a, b)
+    assert function_records.types_key((2**63,)) is None  # numba types it uint64
+    assert function_records.types_key(("text",)) is None
     # a subclass is not typed from its flags here
     assert function_records.types_key((base.view(_Subclass),)) is None
 

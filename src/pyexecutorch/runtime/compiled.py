@@ -322,38 +322,71 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     Calling it skips the dispatcher's type resolution (about half a small
     call); only valid when every call passes arguments of those same types.
     Machine code read back from the disk cache is read without its linking
-    bitcode (see :func:`_read_lazily`).
+    bitcode (see :func:`_read_lazily`), from the function's record where it has one
+    (:mod:`.function_records`: no numba index, no argument typing), else from numba's
+    cache, which then gives the record its data.
     """
+    from pyexecutorch.runtime import function_records  # noqa: PLC0415 - imports this module
+
     numba = numba_module()
     dispatcher = dispatcher_of(dispatcher)
-    signature = tuple(numba.typeof(a) for a in arrays)
-    overload = dispatcher.overloads.get(signature)
-    if overload is not None:
-        return overload.entry_point
+    signature = None
+    if dispatcher.overloads:  # (none loaded: nothing to look up, and none read twice)
+        signature = tuple(numba.typeof(a) for a in arrays)
+        overload = dispatcher.overloads.get(signature)
+        if overload is not None:
+            return overload.entry_point
+    types = function_records.types_key(arrays)
+    record = None if types is None else function_records.dispatcher_path(dispatcher, types)
+    if record is not None:
+        result = function_records.read(record)
+        if result is not None and _install(dispatcher, result):
+            return result.entry_point
+    if signature is None:
+        signature = tuple(numba.typeof(a) for a in arrays)
     _read_lazily(dispatcher)
-    cached = _from_disk_cache(dispatcher, signature)
+    cached = _from_disk_cache(dispatcher, signature, record)
     if cached is not None:
         return cached
     with compiling(f"{getattr(dispatcher, '__qualname__', dispatcher)}{signature}"):
-        return dispatcher.compile(signature)
+        compiled_entry = dispatcher.compile(signature)
+    if record is not None:
+        function_records.write(record, dispatcher.overloads[signature], linkable=True)
+    return compiled_entry
 
 
 _refreshed: set[int] = set()  # the target contexts refreshed once in this process
 
 
-def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
-    its ``compile`` would read it (see :func:`_read_cache`), or None."""
+def _install(dispatcher: Any, result: Any) -> bool:
+    """Add a compile result read back to ``dispatcher``, as its ``compile`` does with one
+    read from numba's cache; False for a dispatcher this does not know."""
     context = getattr(dispatcher, "targetctx", None)
     if context is None or not hasattr(dispatcher, "_cache_hits"):
-        return None
-    result = _read_cache(getattr(dispatcher, "_cache", None), context, signature)
-    if result is None:
-        return None
-    dispatcher._cache_hits[signature] += 1
+        return False
+    dispatcher._cache_hits[tuple(result.signature.args)] += 1
     if not result.objectmode:
         context.insert_user_function(result.entry_point, result.fndesc, [result.library])
     dispatcher.add_overload(result)
+    return True
+
+
+def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...], record: Any = None) -> Any:
+    """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
+    its ``compile`` would read it (see :func:`_read_cache`), or None. Its data is copied
+    to ``record`` (a function record's path), if given."""
+    context = getattr(dispatcher, "targetctx", None)
+    if context is None or not hasattr(dispatcher, "_cache_hits"):
+        return None
+    read = _read_cache(getattr(dispatcher, "_cache", None), context, signature)
+    if read is None:
+        return None
+    result, data = read
+    if record is not None:
+        from pyexecutorch.runtime import function_records  # noqa: PLC0415
+
+        function_records.write_data(record, data)
+    _install(dispatcher, result)
     return result.entry_point
 
 
@@ -366,8 +399,8 @@ def refresh_once(context: Any) -> None:
 
 
 def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
-    """numba's compile result for ``signature`` from ``cache`` (a function's disk cache),
-    or None (not cached, or a numba this does not know).
+    """numba's compile result for ``signature`` from ``cache`` (a function's disk cache) and
+    the data it was read from, or None (not cached, or a numba this does not know).
 
     Two differences from numba's reader: numba refreshes its typing and target
     registries before every read (about 1 ms, most of a small method's read), which a
@@ -392,10 +425,10 @@ def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
             return None
         try:
             with open(cache_file._data_path(data_name), "rb") as f:
-                payload = CacheDataReader(io.BytesIO(f.read())).load()
+                data = f.read()
         except OSError:  # removed while its index still named it
             return None
-        return impl.rebuild(context, payload)
+        return impl.rebuild(context, CacheDataReader(io.BytesIO(data)).load()), data
 
 
 # Generated functions compiled or read without a dispatcher (see plain_entry_point), by

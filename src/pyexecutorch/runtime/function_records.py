@@ -1,4 +1,4 @@
-"""Whole-method functions on disk: one record per function and argument types.
+"""Compiled functions on disk: one record per function and argument types.
 
 A method compiled whole is one generated numba function of up to hundreds of array
 parameters (see :mod:`pyexecutorch.runtime.whole_method`). numba's own cache finds a
@@ -19,8 +19,17 @@ Its record here is found by name instead, from what it is made of:
 
 A record holds numba's own serialized compile result (as its cache data files do)
 without the bitcode numba keeps for linking a function into a later caller (nothing
-calls a whole-method function) or its annotated source. Records are written atomically, read whole, and one
-that cannot be read is compiled again and overwritten.
+calls a whole-method function) or its annotated source.
+
+The functions a method that keeps its lines calls through their numba dispatchers (a
+kernel's compiled form, a fused loop) have records too (:func:`dispatcher_path`), with
+their bitcode, keyed also by their compile options and, outside generated modules, their
+source file's stamp and the build key: a record read back is added to its dispatcher as
+numba's own reader would add it, so later compilations link it. Their data is copied from
+numba's cache the first time it serves them, or written when they compile.
+
+Records are written atomically, read whole, and one that cannot be read is compiled
+(or read from numba's cache) again and overwritten.
 """
 
 from __future__ import annotations
@@ -43,17 +52,28 @@ FORMAT = "1"
 _FOLDER = "functions"
 
 
-def types_key(arrays: tuple[Any, ...]) -> str | None:
-    """The argument types of ``arrays`` as text, one ``<dtype><rank><layout><w|r>`` each
-    (layout as numba maps it: C, else F, else A), or None when one is not a plain array
-    (its numba type is not read from its flags)."""
+def types_key(arguments: tuple[Any, ...]) -> str | None:
+    """The types of ``arguments`` as text, or None when one's numba type is not read here.
+
+    An array is ``<dtype><rank><layout><w|r>`` (layout as numba maps it: C, else F, else
+    A); a Python bool, int (in int64's range) or float, or a numpy scalar, its type. Each
+    is finer than the numba type it determines.
+    """
     parts = []
-    for a in arrays:
-        if type(a) is not np.ndarray:
+    for a in arguments:
+        kind = type(a)
+        if kind is np.ndarray:
+            flags = a.flags
+            layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+            parts.append(f"{a.dtype.str}{a.ndim}{layout}{'w' if flags.writeable else 'r'}")
+        elif kind is bool or kind is float:
+            parts.append(kind.__name__)
+        elif kind is int and -(1 << 63) <= a < 1 << 63:
+            parts.append("int")
+        elif isinstance(a, (np.bool_, np.number)) and kind.__module__ == "numpy":
+            parts.append(f"scalar{a.dtype.str}")
+        else:
             return None
-        flags = a.flags
-        layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
-        parts.append(f"{a.dtype.str}{a.ndim}{layout}{'w' if flags.writeable else 'r'}")
     return ",".join(parts)
 
 
@@ -103,20 +123,53 @@ def read(path: Path) -> Any:
         return rebuilder(context, payload)
 
 
-def write(path: Path, result: Any) -> None:
-    """Write numba's compile ``result`` as the record at ``path`` (without its linking
-    bitcode), atomically: another process may be reading it."""
+def dispatcher_path(dispatcher: Any, types: str) -> Path | None:
+    """The record of a numba dispatcher's function (a kernel's compiled form, or a loop of
+    a generated module) for argument types ``types``; None for one it cannot name (a
+    closure). Besides what :func:`path_of` keys, its compile options, and for a function
+    of a source file its file's stamp (as numba's index) and the build key."""
+    py = getattr(dispatcher, "py_func", None)
+    options = getattr(dispatcher, "targetoptions", None)
+    if py is None or options is None or py.__closure__ is not None:
+        return None
+    if not getattr(getattr(dispatcher, "_cache", None), "_enabled", False):
+        return None  # a function numba does not cache (cache=False) has no record either
+    module = py.__module__
+    if module.startswith(compiled.GENERATED_PREFIX):
+        stamp, module = "", module[len(compiled.GENERATED_PREFIX) :]  # (its source's hash)
+    else:
+        try:
+            st = os.stat(py.__code__.co_filename)
+        except OSError:
+            return None
+        stamp = f"{py.__code__.co_filename}:{st.st_size}:{st.st_mtime_ns}:{compiled.build_key()}"
+    text = f"{_machine()}\n{types}\n{module}.{py.__qualname__}\n{stamp}\n{sorted(options.items())}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+    return compiled.cache_dir() / _FOLDER / f"{module}.{py.__qualname__}.{digest}.nbr"
+
+
+def write(path: Path, result: Any, linkable: bool = False) -> None:
+    """Write numba's compile ``result`` as the record at ``path``, atomically (another
+    process may be reading it); without its linking bitcode unless ``linkable`` (a
+    function a later compilation may call)."""
     if compiled.lazy_rebuilder() is None:
         return  # a numba whose results this module cannot read back
+    if result.library.has_dynamic_globals or any(not f.can_cache for f in result.lifted):
+        # as numba's cache: machine code holding this process's addresses is not kept
+        compiled.logger.debug("not recording %s: it cannot be cached", path.name)
+        return
     from numba.core.serialize import dumps  # noqa: PLC0415
 
     libdata, fndesc, env, signature, objectmode, lifted, _typeann, *rest = result._reduce()
-    name, kind, (object_code, _bitcode) = libdata
+    name, kind, (object_code, bitcode) = libdata
+    libdata = (name, kind, (object_code, bitcode if linkable else None))
     # (nor numba's annotated source, which only inspect_types prints: 100 KB for a CNN)
-    data = dumps(
-        ((name, kind, (object_code, None)), fndesc, env, signature, objectmode, lifted, "", *rest)
-    )
+    write_data(path, dumps((libdata, fndesc, env, signature, objectmode, lifted, "", *rest)))
+
+
+def write_data(path: Path, data: bytes) -> None:
+    """Write ``data`` (a compile result as numba serializes it) as the record at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
