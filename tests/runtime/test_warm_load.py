@@ -114,6 +114,33 @@ def test_an_unreadable_record_is_compiled_again_and_rewritten(tmp_path):
     assert _record_child(tmp_path)["hits"] == 1
 
 
+DYNAMIC_SOURCE = """
+import ctypes
+
+_labs = ctypes.CDLL(None).labs
+_labs.restype = ctypes.c_long
+_labs.argtypes = [ctypes.c_long]
+
+
+def whole(a0):
+    a0[0] = _labs(-7)
+    return -1
+"""
+
+
+def test_a_function_holding_this_process_addresses_is_not_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path))
+    compiled.enabled(True)
+    function = compiled.GeneratedFunction(DYNAMIC_SOURCE, "test_dynamic", "whole")
+    out = np.zeros(1, np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        entry = compiled.plain_entry_point(function, (out,))
+    assert entry(out) == -1 and out[0] == 7
+    # (a ctypes function's address is this process's: numba would not cache it either)
+    assert not list(tmp_path.rglob("*.nbr"))
+
+
 # A loop of a generated module read through its dispatcher (as a method that keeps its lines
 # reads its fused loops and compiled forms), with a scalar argument.
 LOOP_CHILD = """
