@@ -499,6 +499,13 @@ def lazy_rebuilder() -> Any:
     return None if lazy is None else lazy.rebuild_payload
 
 
+def entry_rebuilder() -> Any:
+    """The function making a plain function's entry point from its light record (see
+    :func:`_make_lazy_cache_impl`), or None for a numba it does not know."""
+    lazy = _lazy_cache_impl()
+    return None if lazy is None else lazy.rebuild_entry
+
+
 class CacheDataReader(pickle.Unpickler):
     """numba's cache data, its environments rebuilt by :func:`_rebuild_env`."""
 
@@ -562,7 +569,8 @@ def _lazy_cache_impl() -> Any:
 
 
 def _make_lazy_cache_impl() -> Any:
-    from numba.core import caching, codegen, compiler  # noqa: PLC0415 - compiled tier only
+    from numba import _dynfunc  # noqa: PLC0415 - compiled tier only
+    from numba.core import caching, codegen, compiler, funcdesc  # noqa: PLC0415
     from numba.core.codegen import CodeLibrary, JITCodeLibrary  # noqa: PLC0415
 
     needed = (
@@ -574,6 +582,8 @@ def _make_lazy_cache_impl() -> Any:
         and hasattr(codegen.ll.ExecutionEngine, "add_object_file")
         and hasattr(codegen.ll, "object_file")
         and hasattr(codegen, "RuntimeLinker")
+        and hasattr(_dynfunc, "make_function")
+        and hasattr(funcdesc, "_dynamic_module")
         and getattr(compiler, "CR_FIELDS", None) is not None
         and "reload_init" in compiler.CR_FIELDS
     )
@@ -659,12 +669,46 @@ def _make_lazy_cache_impl() -> Any:
             library.codegen.set_env(held.env_name, held)
         return result
 
+    def rebuild_entry(target_context: Any, light: tuple) -> Any:
+        """A plain function's entry point from its light record (see
+        :func:`pyexecutorch.runtime.function_records.write`): its machine code installed
+        and called through numba's wrapper as ``get_executable`` makes it, without numba's
+        function descriptor or signature (their types unpickled cost a small method's
+        load a few tenths of a millisecond). None for a code generator this does not know."""
+        name, object_code, symbols, modname, qualname, env, envs, reload_init = light
+        codegen_ = target_context.codegen()
+        if codegen_._library_class is not JITCodeLibrary:
+            return None
+        for init in reload_init:
+            init()
+        library = LazilyLinkedLibrary(codegen_, name, object_code)
+        library.__dict__["_linking_bitcode"] = None  # nothing calls a plain function
+        codegen_._engine._defined_symbols.update(symbols)
+        module = sys.modules.get(modname)
+        if module is None:
+            try:
+                module = importlib.import_module(modname)
+            except ImportError:
+                module = funcdesc._dynamic_module
+        entry = _dynfunc.make_function(
+            module,
+            qualname.split(".")[-1],
+            f"compiled wrapper for {qualname!r}",
+            library.get_pointer_to_function(symbols[1]),
+            env,
+            (library,),  # kept alive with the function
+        )
+        for held in (env, *envs):
+            codegen_.set_env(held.env_name, held)
+        return types.SimpleNamespace(entry_point=entry, library=library, environment=env)
+
     class LazyLinkingCacheImpl(caching.CompileResultCacheImpl):
         def rebuild(self, target_context: Any, payload: Any) -> Any:
             result = rebuild_payload(target_context, payload)
             return super().rebuild(target_context, payload) if result is None else result
 
     LazyLinkingCacheImpl.rebuild_payload = staticmethod(rebuild_payload)
+    LazyLinkingCacheImpl.rebuild_entry = staticmethod(rebuild_entry)
     return LazyLinkingCacheImpl
 
 

@@ -48,7 +48,9 @@ import numpy as np
 from pyexecutorch.runtime import compiled
 
 # Bump when what a record holds, or how it is read, changes.
-FORMAT = "1"
+FORMAT = "2"
+# The first item of a plain function's record (the rest: see write).
+_LIGHT = "plain entry point"
 _FOLDER = "functions"
 
 
@@ -118,8 +120,10 @@ def read(path: Path) -> Any:
         except Exception:  # noqa: BLE001 - an unreadable record is compiled again
             compiled.logger.debug("unreadable function record %s", path)
             return None
-        if not isinstance(payload, tuple):
+        if not isinstance(payload, tuple) or not payload:
             return None
+        if payload[0] == _LIGHT:
+            return compiled.entry_rebuilder()(context, payload[1:])
         return rebuilder(context, payload)
 
 
@@ -160,10 +164,18 @@ def write(path: Path, result: Any, linkable: bool = False) -> None:
         return
     from numba.core.serialize import dumps  # noqa: PLC0415
 
+    if not linkable:
+        # A plain function, called only through its entry point: its light record, what
+        # numba's get_executable needs (see compiled.rebuild_entry).
+        fndesc = result.fndesc
+        name, _, (object_code, _bitcode) = result.library.serialize_using_object_code()
+        symbols = (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
+        envs = tuple(result._find_referenced_environments())
+        light = (name, object_code, symbols, fndesc.modname, fndesc.qualname)
+        write_data(path, dumps((_LIGHT, *light, result.environment, envs, result.reload_init)))
+        return
     libdata, fndesc, env, signature, objectmode, lifted, _typeann, *rest = result._reduce()
-    name, kind, (object_code, bitcode) = libdata
-    libdata = (name, kind, (object_code, bitcode if linkable else None))
-    # (nor numba's annotated source, which only inspect_types prints: 100 KB for a CNN)
+    # (not numba's annotated source, which only inspect_types prints: 100 KB for a CNN)
     write_data(path, dumps((libdata, fndesc, env, signature, objectmode, lifted, "", *rest)))
 
 
