@@ -276,6 +276,7 @@ def _lanes_by_substitution(last, loops, body, folded, indent):  # noqa: ANN001, 
             {"t5": "t4", "t13": "(t12 + t2)"},
         ),
         ([], {"t7": "in0[i0, i1]"}),  # nothing defined: a load folded directly
+        (["            t1 = C({2: in0[i0, i1] % 3}[2])"], {"t2": "t1"}),  # braces, a modulo
     ],
 )
 def test_lane_sums_are_the_source_the_substitutions_made(body, folded):

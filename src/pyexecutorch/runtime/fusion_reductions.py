@@ -585,6 +585,11 @@ def _at_names(names: list[str], texts: list[str]) -> list[list[str]]:
     return [pattern.split(text) for text in texts]
 
 
+def _braced(text: str) -> str:
+    """``text`` as literal text of a format string."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def _summed_in_lanes(
     last: int, loops: list[str], body: list[str], folded: dict[str, str], indent: str
 ) -> list[str]:
@@ -593,23 +598,21 @@ def _summed_in_lanes(
     inner = indent + "    " * len(loops)
     block = inner[:-4]
     defined = [m.group(1) for line in body if (m := _ASSIGNED.match(line))]
-    # Each line split once at the names the body defines (odd pieces), which every lane
-    # renames with its suffix: one split a line, not one substitution a name, line and lane.
-    lines = _at_names(defined, [*body, *folded.values()])
-    sums = list(folded)
+    # One lane's lines as a template, each name the body defines followed by its lane
+    # suffix ("_{0}"): one split at the names a line, one format a lane (not one
+    # substitution per name, line and lane).
+    pieces = _at_names(defined, [*body, *folded.values()])
+    marked = [
+        "".join(_braced(p) + "_{0}" if k % 2 else _braced(p) for k, p in enumerate(line))
+        for line in pieces
+    ]
+    sums = [f"{inner}{r}_{{0}} += {x}" for r, x in zip(folded, marked[len(body) :], strict=True)]
+    lane_text = "\n".join([f"{inner}i{last} = b{last} + {{0}}", *marked[: len(body)], *sums])
     out = [f"{indent}{r}_{lane} = 0.0" for r in folded for lane in range(_LANES)]
     out += loops[:-1]
     out.append(f"{block}for b{last} in range(0, n{last} - n{last} % {_LANES}, {_LANES}):")
     for lane in range(_LANES):
-        suffix = f"_{lane}"
-        renamed = [
-            "".join(p + suffix if k % 2 else p for k, p in enumerate(pieces)) for pieces in lines
-        ]
-        out.append(f"{inner}i{last} = b{last} + {lane}")
-        out += renamed[: len(body)]
-        out += [
-            f"{inner}{r}{suffix} += {x}" for r, x in zip(sums, renamed[len(body) :], strict=True)
-        ]
+        out += lane_text.format(lane).split("\n")
     out.append(f"{block}for i{last} in range(n{last} - n{last} % {_LANES}, n{last}):")
     out += body
     out += [f"{inner}{r} += {x}" for r, x in folded.items()]
