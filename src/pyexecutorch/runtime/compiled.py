@@ -8,16 +8,20 @@ with numba's ``cache=True``, so a second process finds both the source and the
 machine code there: the key is the generated source, numba's own index adds
 the argument types (dtypes, ranks, layouts). numba's machine code, of the
 generated loops and of the kernels' compiled forms alike, goes to ``numba/``
-under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise. A method
-compiled whole keeps its one function in a record of its own under
-``functions/`` (:mod:`pyexecutorch.runtime.function_records`).
+under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise. What a warm
+load reads back is kept a second way, in a record per function and argument types
+under ``functions/`` (:mod:`pyexecutorch.runtime.function_records`), found by name
+without numba's index: a method compiled whole keeps its one function only there.
 
-A warm load stays cheap four ways: machine code is read back without the
-LLVM bitcode numba keeps for linking (parsed only when a new caller links it),
-the generated modules keep their bytecode, a method compiled whole reads its
-function's record without importing its module or making a dispatcher, and a
-method that may compile whole defers its kernels' compiled functions
-(:func:`deferred_entry_points`), which it reads back only if it keeps their calls.
+A warm load stays cheap five ways: machine code is read back without the
+LLVM bitcode numba keeps for linking (parsed only when a new caller links it), and
+handed to LLVM as an object file; the generated modules keep their bytecode; a
+method compiled whole reads its function's record without importing its module or
+making a dispatcher; a function called through its dispatcher is read from its
+record without numba's index or argument typing; and a method that may compile
+whole defers its kernels' compiled functions (:func:`deferred_entry_points`) and
+fast paths only a line would call (:class:`PendingFastPath`), which it makes only
+if it keeps their calls.
 """
 
 from __future__ import annotations

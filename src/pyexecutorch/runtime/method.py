@@ -1276,7 +1276,9 @@ class LoadedMethod:
         fast = self._fast_path(candidates, args, dynamic, unused)
         return k.fn if fast is None else fast
 
-    def _fast_path(self, candidates: list, args: list[int], dynamic: bool, unused: frozenset):  # noqa: ANN202
+    def _fast_path(
+        self, candidates: list[Any], args: list[int], dynamic: bool, unused: frozenset[int]
+    ) -> Any:
         """The first fast path ``candidates`` (specializers) offer for these arguments, or None."""
         for special in candidates:
             parameters = _parameters(special)
