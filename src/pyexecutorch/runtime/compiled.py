@@ -489,7 +489,10 @@ def _compile_plain(function: GeneratedFunction, arrays: tuple[Any, ...], prepare
         len(signature),
         cache_dir(),
     )
-    dispatcher = numba.njit(error_model="numpy")(function.load())
+    # (where records cannot be read back, by a numba this module does not know, numba's own
+    # cache keeps the function, and its compile reads it from there)
+    cache = lazy_rebuilder() is None
+    dispatcher = numba.njit(cache=cache, error_model="numpy")(function.load())
     with compiling(f"{function.module_name}.{function.name}"):
         dispatcher.compile(signature)
     return dispatcher.overloads[signature]
