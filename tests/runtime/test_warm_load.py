@@ -189,6 +189,34 @@ def test_a_dispatcher_loop_is_read_from_its_record(tmp_path):
     assert warm["out"] == cold["out"] == want
 
 
+def test_a_dispatcher_record_is_keyed_by_its_source_file_and_options(tmp_path, monkeypatch):
+    import importlib.util  # noqa: PLC0415
+
+    import numba  # noqa: PLC0415
+
+    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path / "cache"))
+    source = tmp_path / "compiled_form.py"
+    source.write_text("def scale(x, out):\n    out[:] = x * 2.0\n")
+    spec = importlib.util.spec_from_file_location("test_record_form", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    types_ = function_records.types_key((np.zeros(3), np.zeros(3)))
+    serial = numba.njit(cache=True)(module.scale)
+    first = function_records.dispatcher_path(serial, types_)
+    assert first is not None and function_records.dispatcher_path(serial, types_) == first
+    # other compile options: another record
+    options = numba.njit(cache=True, error_model="numpy")(module.scale)
+    assert function_records.dispatcher_path(options, types_) != first
+    # other argument types: another record
+    assert function_records.dispatcher_path(serial, types_.replace("<f8", "<f4")) != first
+    # its source file changed (a later stamp): another record, as numba's index would
+    stamp = source.stat()
+    os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 10**9))
+    assert function_records.dispatcher_path(serial, types_) != first
+    # a function numba does not cache has no record
+    assert function_records.dispatcher_path(numba.njit(module.scale), types_) is None
+
+
 def test_the_types_key_tells_apart_every_numba_type():
     import numba  # noqa: PLC0415
 
