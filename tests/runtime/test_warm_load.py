@@ -259,6 +259,26 @@ class _Subclass(np.ndarray):
     pass
 
 
+class HalfChain(nn.Module):
+    """float16 loops around a transposing copy: a method compiled whole."""
+
+    def forward(self, x):
+        y = (x * 2.0 + 1.0).transpose(0, 1).contiguous()
+        return torch.softmax(y, dim=-1) * 3.0
+
+
+def test_a_float16_copy_is_a_step_of_a_whole_method(tmp_path, monkeypatch):
+    # (numba has no float16: the copy moves the values' bits; it failed the load before)
+    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path))
+    x = torch.randn(4, 24).to(torch.float16)
+    model = HalfChain().eval()
+    method = Runtime.get().load_program(_program(model, x), jit=True).load_method("forward")
+    assert method._loaded.whole_source is not None
+    got = method.execute([x.numpy()])[0]
+    want = Runtime.get().load_program(_program(model, x), jit=False).load_method("forward")
+    np.testing.assert_array_equal(got, want.execute([x.numpy()])[0])
+
+
 # ----------------------------------------------------------------- lane sums
 
 

@@ -253,7 +253,7 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         or _overlap_unsafe([src], out)
     ):
         return None
-    return Step(_copy_function("copy_flat"), (src.reshape(-1), out.reshape(-1)))
+    return Step(_copy_function("copy_flat"), (_bits(src.reshape(-1)), _bits(out.reshape(-1))))
 
 
 def view_copy_step(src: Any, dst: Any) -> Step | None:
@@ -269,7 +269,13 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
         or np.shares_memory(src, dst)
     ):
         return None
-    return Step(_copy_function("copy_view"), (src, dst))
+    return Step(_copy_function("copy_view"), (_bits(src), _bits(dst)))
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as numba takes it for a copy: float16, which numba has no type for, as its
+    uint16 bits (a copy of the bits is the copy of the values)."""
+    return a.view(np.uint16) if a.dtype == np.float16 else a
 
 
 def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
