@@ -270,13 +270,15 @@ class HalfChain(nn.Module):
 def test_a_float16_copy_is_a_step_of_a_whole_method(tmp_path, monkeypatch):
     # (numba has no float16: the copy moves the values' bits; it failed the load before)
     monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path))
-    x = torch.randn(4, 24).to(torch.float16)
+    x = torch.randn(4, 24, generator=torch.Generator().manual_seed(0)).to(torch.float16)
     model = HalfChain().eval()
     method = Runtime.get().load_program(_program(model, x), jit=True).load_method("forward")
     assert method._loaded.whole_source is not None
     got = method.execute([x.numpy()])[0]
     want = Runtime.get().load_program(_program(model, x), jit=False).load_method("forward")
-    np.testing.assert_array_equal(got, want.execute([x.numpy()])[0])
+    # (the compiled softmax sums in float64: within a float16 rounding of numpy's)
+    want = want.execute([x.numpy()])[0]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3)
 
 
 # ----------------------------------------------------------------- lane sums
