@@ -278,7 +278,8 @@ def test_a_float16_copy_is_a_step_of_a_whole_method(tmp_path, monkeypatch):
     want = Runtime.get().load_program(_program(model, x), jit=False).load_method("forward")
     # (the compiled softmax sums in float64: within a float16 rounding of numpy's)
     want = want.execute([x.numpy()])[0]
-    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3)
+    got, want = (np.asarray(a, dtype=np.float32) for a in (got, want))
+    np.testing.assert_allclose(got, want, rtol=2e-3)
 
 
 # ----------------------------------------------------------------- lane sums
