@@ -166,8 +166,10 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
     in_place = [j for j, a in extra.items() if np.may_share_memory(a, target)]
     if not in_place:
         # The convolution writes the run's output, and the run's loop reads the other
-        # inputs and reads and rewrites that one buffer.
-        conv = method._specialized(k, [*args[:-1], outputs[0]], written, read)
+        # inputs and reads and rewrites that one buffer. (Its fast path on that output is
+        # made only if a line calls it: not inside a whole-method function.)
+        into_args = [*args[:-1], outputs[0]]
+        conv = compiled.deferred_function(lambda: method._specialized(k, into_args, written, read))
         into, alias = target, conv_out
     elif (
         len(in_place) == 1
@@ -177,7 +179,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         # The planner put the run's output over a skip tensor (a residual add's usual
         # layout): the convolution keeps its own output and the loop updates the skip
         # tensor's memory in place, element by element.
-        conv = method._specialized(k, args, written, read)
+        conv = compiled.deferred_function(lambda: method._specialized(k, args, written, read))
         into, alias = conv_cap, in_place[0]
         extra[conv_out] = conv_cap
     else:

@@ -139,6 +139,30 @@ def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
     return check
 
 
+# Kernels whose numpy fast path costs a warm load milliseconds (a convolution packs its
+# weights and generates its code) while, inside a method compiled whole, the kernel's compiled
+# step does all the work: in a method that may compile whole, when the compiled form declines
+# its own fast path, the numpy one is made only if a line calls it (compiled.PendingFastPath).
+# It is taken to write its out array, as the numpy convolution's does; one that would not
+# (the reference kernel, where the fast path declines) is made to (see _filling).
+_STEP_ONLY_WHEN_WHOLE = frozenset({"aten::convolution.out"})
+
+
+def _filling(fast: Callable[..., Any]) -> Callable[..., Any]:
+    """``fast`` (a one-output kernel call), writing its out array and returning it."""
+    if getattr(fast, "fills_outputs", False):
+        return fast
+
+    def filled(*args: Any) -> Any:
+        out = args[-1]
+        result = fast(*args)
+        if result is not out:
+            np.copyto(out, result)
+        return out
+
+    return filled
+
+
 @functools.cache
 def _parameters(fast_path: Callable[..., Any]) -> frozenset[str]:
     """The parameter names of a kernel's fast path or compiled form (module-level
@@ -1025,6 +1049,9 @@ class LoadedMethod:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
                 compiled_tier.bind_entry_points(ns.names.values(), pending)
+                for name, held in list(ns.names.items()):  # see _STEP_ONLY_WHEN_WHOLE
+                    if type(held) is compiled_tier.PendingFastPath:
+                        ns.names[name] = held.load()
             entry_points.clear()
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
@@ -1265,6 +1292,31 @@ class LoadedMethod:
             planned = channels_last_form(k.name, k.fn, [self.load_time_value(j) for j in args])
             if planned is not None:
                 return planned
+        if (
+            len(candidates) == 2
+            and k.name in _STEP_ONLY_WHEN_WHOLE
+            and k.n_outs == 1
+            and not dynamic
+            and compiled_tier.deferring()
+        ):
+            # A method that may compile whole: the compiled form first, as always; the
+            # numpy fast path after it only when a line calls it (see _STEP_ONLY_WHEN_WHOLE).
+            fast = self._fast_path(candidates[:1], args, dynamic, unused)
+            if fast is not None:
+                return fast
+            numpy_fast = candidates[1:]
+            return compiled_tier.PendingFastPath(
+                None,
+                (),
+                lambda: _filling(self._fast_path(numpy_fast, args, dynamic, unused) or k.fn),
+            )
+        fast = self._fast_path(candidates, args, dynamic, unused)
+        return k.fn if fast is None else fast
+
+    def _fast_path(
+        self, candidates: list[Any], args: list[int], dynamic: bool, unused: frozenset[int]
+    ) -> Any:
+        """The first fast path ``candidates`` (specializers) offer for these arguments, or None."""
         for special in candidates:
             parameters = _parameters(special)
             kwargs: dict[str, Any] = {}
@@ -1281,7 +1333,7 @@ class LoadedMethod:
                 fast = None
             if fast is not None:
                 return fast
-        return k.fn
+        return None
 
     def _read_values(self) -> set[int]:
         """Values something reads: instruction inputs, method and chain outputs."""

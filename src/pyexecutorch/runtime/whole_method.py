@@ -141,7 +141,8 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
     lines += [
         "",
         "",
-        "# compiled by compiled.plain_entry_point, as njit(cache=True, error_model='numpy')",
+        "# compiled by compiled.plain_entry_point, as njit(error_model='numpy'), and kept in",
+        "# a function record (runtime/function_records.py)",
         f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
         *calls,
         "    return -1",
@@ -158,14 +159,16 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
     if built is None:
         return None
     source, params, callees = built
-    module = compiled.generated_module(source, "whole")
+    # Named, not imported: read back from its record, the function needs no module.
+    whole = compiled.GeneratedFunction(source, "whole", "whole")
 
     def bind_callees() -> None:  # only before a compilation: see source_of
+        module = compiled.generated_module(source, "whole")
         for alias, function in callees:
             setattr(module, alias, compiled.dispatcher_of(function))
 
     arrays = tuple(params)
-    return compiled.plain_entry_point(module.whole, arrays, bind_callees), arrays, source
+    return compiled.plain_entry_point(whole, arrays, bind_callees), arrays, source
 
 
 # Copies whose source and destination hold the same elements in the same order
@@ -254,7 +257,7 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         or _overlap_unsafe([src], out)
     ):
         return None
-    return Step(_copy_function("copy_flat"), (src.reshape(-1), out.reshape(-1)))
+    return Step(_copy_function("copy_flat"), (_bits(src.reshape(-1)), _bits(out.reshape(-1))))
 
 
 def view_copy_step(src: Any, dst: Any) -> Step | None:
@@ -270,7 +273,13 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
         or np.shares_memory(src, dst)
     ):
         return None
-    return Step(_copy_function("copy_view"), (src, dst))
+    return Step(_copy_function("copy_view"), (_bits(src), _bits(dst)))
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as numba takes it for a copy: float16, which numba has no type for, as its
+    uint16 bits (a copy of the bits is the copy of the values)."""
+    return a.view(np.uint16) if a.dtype == np.float16 else a
 
 
 def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
