@@ -57,6 +57,21 @@ def _lanes(a):  # noqa: ANN001, ANN202
     return simd.lanes_of(a)
 
 
+@numba.njit(inline="always")
+def _move_first(src, dst, i, n):  # noqa: ANN001, ANN202 - an inlined helper given pointers
+    if n >= simd.lanes_of(src):
+        simd.store(dst, i, simd.load(src, i))
+    else:
+        simd.store_first(dst, i, simd.load_first(src, i, n), n)
+
+
+@numba.njit
+def _through_pointers(a, out, i, n):  # noqa: ANN001, ANN202
+    src, dst = simd.pointer(a), simd.pointer(out)
+    _move_first(src, dst, i, n)
+    dst[0] = src[1] + src[2]  # element reads and writes
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_lanes_fill_one_vector_register(dtype):
     lanes = simd.lanes(dtype)
@@ -210,3 +225,18 @@ def test_running_max_keeps_the_first_of_equal_maxima_and_propagates_nan(dtype):
     expected = torch.nn.functional.max_pool2d(window, (1, 3)).reshape(lanes).numpy()
     np.testing.assert_array_equal(out, expected)
     assert (np.signbit(out) == np.signbit(expected)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 3, 100])
+def test_pointers_stand_for_arrays(dtype, n):
+    lanes = simd.lanes(dtype)
+    a = np.arange(1, 3 * lanes + 1, dtype=dtype)
+    out = np.full(3 * lanes, -1, dtype)
+    _through_pointers(a, out, 5, n)
+    expected = np.full(3 * lanes, -1, dtype)
+    expected[5 : 5 + min(n, lanes)] = a[5 : 5 + min(n, lanes)]
+    expected[0] = a[1] + a[2]
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(numba.TypingError):  # pointers of real numbers only
+        numba.njit(lambda b: simd.pointer(b))(np.zeros(4, np.complex64))

@@ -9,7 +9,8 @@ elements of float32 or float64 in one LLVM vector (a zmm register with AVX-512, 
 ymm registers with AVX2; LLVM splits wider vectors for narrower machines), and these
 intrinsics operate on them:
 
-* :func:`load` / :func:`store`: a vector at ``a[i : i + L]`` of a C-contiguous 1-D array;
+* :func:`load` / :func:`store`: a vector at ``a[i : i + L]`` of a C-contiguous 1-D array
+  (or of a :func:`pointer` to an array's data, which inlined helpers should take);
   :func:`load_first` / :func:`store_first` the first ``n < L`` of those lanes only
   (masked: the lanes past ``n`` are neither read nor written, their loaded value 0);
 * :func:`splat`: a scalar in every lane; :func:`lanes_of`: the lane count of an array's
@@ -81,14 +82,39 @@ def _vector_of(dtype: Any) -> Vector | None:
 
 
 def _flat_array(a: Any) -> bool:
+    """A 1-D C-contiguous array, or a :func:`pointer` (of a float type)."""
+    if isinstance(a, types.CPointer):
+        return a.dtype in _FLOAT_TYPES
     return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
 
 
 def _address(context: Any, builder: Any, array_type: Any, array: Any, index: Any) -> Any:
-    """Pointer to element ``index`` of a 1-D array, as a pointer to a vector."""
-    data = context.make_array(array_type)(context, builder, array).data
+    """Pointer to element ``index`` of a 1-D array (or from a pointer), as a pointer to a vector."""
+    if isinstance(array_type, types.CPointer):
+        data = array
+    else:
+        data = context.make_array(array_type)(context, builder, array).data
     vector = context.get_value_type(_vector_of(array_type.dtype))
     return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
+
+
+@intrinsic
+def pointer(typingctx: Any, a: Any) -> Any:
+    """The address of C-contiguous array ``a``'s first element (float or integer), as a
+    typed pointer: the intrinsics here take a float one in place of the array, and
+    ``p[i]`` reads or writes element i (no wraparound, no bounds). Helpers inlined into a kernel should take
+    pointers: numba counts references to an array handed to an inlined function under
+    a branch or between loops, a runtime call each way that spills every vector
+    register (a 1x1 convolution's tile ran 7x slower so). Valid while ``a`` lives."""
+    if not (isinstance(a, types.Array) and a.layout == "C"):
+        return None
+    if not isinstance(a.dtype, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return context.make_array(signature.args[0])(context, builder, args[0]).data
+
+    return types.CPointer(a.dtype)(a), codegen
 
 
 def _lane_mask(builder: Any, count: int, n: Any) -> Any:

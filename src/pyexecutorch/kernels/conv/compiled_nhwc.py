@@ -1,0 +1,963 @@
+"""Channels-last (NHWC) 2-D convolutions written with explicit SIMD vectors (compiled tier).
+
+The step the runtime's layout pass calls::
+
+    channels_last_conv_step(
+        input, weight, bias, stride, padding, dilation, groups, out,
+        *, low=-math.inf, high=math.inf, residual=None,
+    ) -> tuple[dispatcher, tuple] | None
+
+returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
+``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low, high)``
+(the residual term only when given; the clamp as torch.clamp's: NaN stays NaN, an infinite
+bound clamps nothing). ``function`` is a member of :data:`POINTWISE`, :data:`DENSE` or
+:data:`DEPTHWISE` (a serial and a parallel compilation each, importable by name,
+``cache=True``, generic in shape); ``args`` are arrays (the weights packed here, flat views
+of ``input``, ``out`` and ``residual``, buffers) and nothing else. It is None, and the
+existing steps apply, unless:
+
+* ``input`` and ``out`` are 4-D float32/float64 arrays of logical shape (N, C, H, W), each
+  C-contiguous (NCHW memory) or channels-last (:func:`compiled_arrays.channels_last`), at
+  least one of them channels-last;
+* ``weight`` (C_out, C_in/groups, KH, KW) and ``bias`` (C_out,) or None are constants (not
+  writeable) of the same dtype: they are packed at load, never in the hot loop;
+* ``groups`` is 1 (any kernel size, stride, padding, dilation) or depthwise
+  (groups == C_in == C_out);
+* ``residual`` is None or an array of ``out``'s shape, dtype and memory layout; it may be
+  ``out``'s own memory (same data, same strides: each element's residual is read before
+  its store). ``input`` may not overlap ``out``, nor a residual overlap it otherwise; no
+  bound is NaN.
+
+The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
+
+* :func:`_pointwise` (1x1, stride 1, no padding: a product pixels x C_in @ C_in x C_out)
+  and :func:`_dense` (any other dense convolution, directly: no im2col) share one register
+  tile, 4 output pixels x 2 vectors of output channels (8 pixels x 1 vector for an odd last
+  vector): ``fma(splat(x), w_vec, acc)`` over taps and input channels, starting from the
+  bias; the residual is added and the clamp applied in registers before the store (masked
+  for the channel tail). Tiles are 8 consecutive output pixels (across rows: small images
+  fill them); a tail tile repeats its last pixel and does not store the repeats. Weights
+  are packed per output vector (pair) tap-unit by tap-unit, zero-padded to whole vectors.
+  The dense kernel runs a tile whose windows all lie inside the image as contiguous runs
+  (a whole tap row's (kw, c_in) at once on an NHWC input) and any other tap by tap: a tap
+  inside for all its pixels unchecked, else with padding read as zero (a select). Input
+  scalars are read through strides, so the input may be NCHW (a stem reading the model's
+  input).
+* :func:`_depthwise`: vectors over channels, an output row a job; a 3x3 filter's nine
+  weight vectors held in registers, interior pixels of full channel vectors read
+  unmasked, the others (border pixels, the channel tail) through masked loads in which an
+  absent tap reads nothing (zero); other filters four pixels at a time sharing each
+  tap's weight load. An NCHW input is first copied channels-last into a buffer made at
+  load.
+
+An NCHW ``out`` is computed channels-last into a buffer made at load and copied over with
+the residual and clamp applied on the way (a rare case: a layer before a flatten).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from pyexecutorch.kernels import compiled_simd as simd
+from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
+from pyexecutorch.runtime.compiled import serial_and_parallel
+
+_inline = njit(inline="always", error_model="numpy")
+
+# Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
+(
+    _N,
+    _H,  # the input's
+    _W,
+    _CIN,
+    _X_NHWC,  # whether the input is channels-last
+    _XS_IMAGE,  # element strides of what the kernel reads (the input or its padded copy):
+    _XS_ROW,  # per image, row, column, channel
+    _XS_COL,
+    _XS_CHAN,
+    _OH,
+    _OW,
+    _COUT,
+    _KH,
+    _KW,
+    _SH,
+    _SW,
+    _PH,
+    _PW,
+    _DH,
+    _DW,
+    _RUNS,  # the dense kernel: runs of _RUN_LEN weight units, _RUN_STEP elements apart,
+    _RUN_LEN,  # from the offsets ``runs``
+    _RUN_STEP,
+    _HAS_RESIDUAL,
+    _TO_PLANES,  # out is a channels-last buffer, copied to the NCHW ``planes``
+    _COPY,  # 1: the input is first copied zero-padded, in its layout; 2: NCHW into NHWC
+    _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
+    _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
+    _GEOMETRY_SIZE,
+) = range(29)
+
+# The dtype's ``scalars`` argument: the clamp's bounds, then -inf, inf and 0.
+_LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
+
+
+@_inline
+def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """op[o : o + L] = clamp(acc + rp[o : o + L], low, high)."""
+    if has_residual:
+        acc = simd.add(acc, simd.load(rp, o))
+    simd.store(op, o, simd.clamp(acc, low, high))
+
+
+@_inline
+def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """op[o : o + count] = clamp(acc + rp[o : o + count], low, high)[:count]; nothing when
+    count is 0 (the residual read before the store, so rp may be op)."""
+    if count >= simd.lanes_of(op):
+        if has_residual:
+            acc = simd.add(acc, simd.load(rp, o))
+        simd.store(op, o, simd.clamp(acc, low, high))
+    elif count > 0:
+        if has_residual:
+            acc = simd.add(acc, simd.load_first(rp, o, count))
+        simd.store_first(op, o, simd.clamp(acc, low, high), count)
+
+
+@_inline
+def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
+    o0, o1, o2, o3 = o
+    v0, v1, v2, v3 = v
+    n0, n1 = count if stored > 0 else 0, count if stored > 1 else 0
+    n2, n3 = count if stored > 2 else 0, count if stored > 3 else 0
+    _finish(op, o0, v0, n0, rp, has_residual, low, high)
+    _finish(op, o1, v1, n1, rp, has_residual, low, high)
+    _finish(op, o2, v2, n2, rp, has_residual, low, high)
+    _finish(op, o3, v3, n3, rp, has_residual, low, high)
+
+
+@_inline
+def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
+    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
+        o0, o1, o2, o3, o4, o5, o6, o7 = o
+        v0, v1, v2, v3, v4, v5, v6, v7 = v
+        _finish_whole(op, o0, v0, rp, has_residual, low, high)
+        _finish_whole(op, o1, v1, rp, has_residual, low, high)
+        _finish_whole(op, o2, v2, rp, has_residual, low, high)
+        _finish_whole(op, o3, v3, rp, has_residual, low, high)
+        _finish_whole(op, o4, v4, rp, has_residual, low, high)
+        _finish_whole(op, o5, v5, rp, has_residual, low, high)
+        _finish_whole(op, o6, v6, rp, has_residual, low, high)
+        _finish_whole(op, o7, v7, rp, has_residual, low, high)
+    else:
+        _store4(op, o[:4], stored, count, v[:4], rp, has_residual, low, high)
+        _store4(op, o[4:], stored - 4, count, v[4:], rp, has_residual, low, high)
+
+
+@_inline
+def _shift8(a, d):  # noqa: ANN001, ANN202
+    return a[0] + d, a[1] + d, a[2] + d, a[3] + d, a[4] + d, a[5] + d, a[6] + d, a[7] + d
+
+
+# ---------------------------------------------------------------------------
+# The register tiles' inner products: ``count`` steps; pixel m's scalar at xp[i_m],
+# advancing by ``xstep``; the weight vectors at wp[w] (and wp[w + L]), advancing by
+# ``wstep``; accumulators ``acc`` in, sums out (pixel by pixel: the first vector's, then
+# the second's).
+
+# With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
+# vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
+_WIDE_TILE = simd.VECTOR_BYTES == 64
+
+
+@_inline
+def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
+    lanes = simd.lanes_of(wp)
+    i0, i1, i2, i3, i4, i5, i6, i7 = i
+    s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7 = acc
+    for _ in range(count):
+        wa = simd.load(wp, w)
+        wb = simd.load(wp, w + lanes)
+        v = simd.splat(xp[i0])
+        s0, t0 = simd.fma(v, wa, s0), simd.fma(v, wb, t0)
+        v = simd.splat(xp[i1])
+        s1, t1 = simd.fma(v, wa, s1), simd.fma(v, wb, t1)
+        v = simd.splat(xp[i2])
+        s2, t2 = simd.fma(v, wa, s2), simd.fma(v, wb, t2)
+        v = simd.splat(xp[i3])
+        s3, t3 = simd.fma(v, wa, s3), simd.fma(v, wb, t3)
+        v = simd.splat(xp[i4])
+        s4, t4 = simd.fma(v, wa, s4), simd.fma(v, wb, t4)
+        v = simd.splat(xp[i5])
+        s5, t5 = simd.fma(v, wa, s5), simd.fma(v, wb, t5)
+        v = simd.splat(xp[i6])
+        s6, t6 = simd.fma(v, wa, s6), simd.fma(v, wb, t6)
+        v = simd.splat(xp[i7])
+        s7, t7 = simd.fma(v, wa, s7), simd.fma(v, wb, t7)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        i4, i5, i6, i7 = i4 + xstep, i5 + xstep, i6 + xstep, i7 + xstep
+        w += wstep
+    return s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7
+
+
+@_inline
+def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
+    lanes = simd.lanes_of(wp)
+    i0, i1, i2, i3 = i
+    s0, s1, s2, s3, t0, t1, t2, t3 = acc
+    for _ in range(count):
+        wa = simd.load(wp, w)
+        wb = simd.load(wp, w + lanes)
+        v = simd.splat(xp[i0])
+        s0, t0 = simd.fma(v, wa, s0), simd.fma(v, wb, t0)
+        v = simd.splat(xp[i1])
+        s1, t1 = simd.fma(v, wa, s1), simd.fma(v, wb, t1)
+        v = simd.splat(xp[i2])
+        s2, t2 = simd.fma(v, wa, s2), simd.fma(v, wb, t2)
+        v = simd.splat(xp[i3])
+        s3, t3 = simd.fma(v, wa, s3), simd.fma(v, wb, t3)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        w += wstep
+    return s0, s1, s2, s3, t0, t1, t2, t3
+
+
+@_inline
+def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
+    i0, i1, i2, i3, i4, i5, i6, i7 = i
+    s0, s1, s2, s3, s4, s5, s6, s7 = acc
+    for _ in range(count):
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat(xp[i0]), wa, s0)
+        s1 = simd.fma(simd.splat(xp[i1]), wa, s1)
+        s2 = simd.fma(simd.splat(xp[i2]), wa, s2)
+        s3 = simd.fma(simd.splat(xp[i3]), wa, s3)
+        s4 = simd.fma(simd.splat(xp[i4]), wa, s4)
+        s5 = simd.fma(simd.splat(xp[i5]), wa, s5)
+        s6 = simd.fma(simd.splat(xp[i6]), wa, s6)
+        s7 = simd.fma(simd.splat(xp[i7]), wa, s7)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        i4, i5, i6, i7 = i4 + xstep, i5 + xstep, i6 + xstep, i7 + xstep
+        w += wstep
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@_inline
+def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN202
+    """8 pixels x 2 vectors (only the first 4 pixels computed when no more are stored)."""
+    if _WIDE_TILE and stored > 4:
+        return _dot8x2(xp, i, xstep, wp, w, wstep, count, acc)
+    first = _dot4x2(xp, i[:4], xstep, wp, w, wstep, count, acc[0:4] + acc[8:12])
+    second = acc[4:8] + acc[12:16]
+    if stored > 4:
+        second = _dot4x2(xp, i[4:], xstep, wp, w, wstep, count, second)
+    return first[:4] + second[:4] + first[4:] + second[4:]
+
+
+@_inline
+def _splat16(ba, bb):  # noqa: ANN001, ANN202
+    return ba, ba, ba, ba, ba, ba, ba, ba, bb, bb, bb, bb, bb, bb, bb, bb
+
+
+@_inline
+def _splat8(ba):  # noqa: ANN001, ANN202
+    return ba, ba, ba, ba, ba, ba, ba, ba
+
+
+# ---------------------------------------------------------------------------
+# Copies on the way in and out.
+
+
+@_inline
+def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
+    """dp[d : d + count] = sp[s : s + count], by vectors."""
+    lanes = simd.lanes_of(dp)
+    i = 0
+    while i + lanes <= count:
+        simd.store(dp, d + i, simd.load(sp, s + i))
+        i += lanes
+    if i < count:
+        simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
+
+
+@_inline
+def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
+    """The input into the interior of its zero-padded copy (the border was zeroed at load):
+    row by row in its own layout (_COPY 1), or NCHW into an NHWC copy (_COPY 2)."""
+    n_batch, height, width, channels = g[_N], g[_H], g[_W], g[_CIN]
+    ph, pw = g[_PH], g[_PW]
+    hp, wp = height + 2 * ph, width + 2 * pw
+    sp, dp = simd.pointer(x), simd.pointer(buffer)
+    if g[_COPY] == 2:
+        plane = height * width
+        for r in prange(n_batch * height):
+            n = r // height
+            h = r - n * height
+            for w in range(width):
+                d = ((n * hp + h + ph) * wp + w + pw) * channels
+                src = n * channels * plane + h * width + w
+                for c in range(channels):
+                    dp[d + c] = sp[src + c * plane]
+        return
+    unit = channels if g[_X_NHWC] != 0 else 1  # elements a pixel of a row
+    images = n_batch if g[_X_NHWC] != 0 else n_batch * channels
+    for r in prange(images * height):
+        image = r // height
+        h = r - image * height
+        d = ((image * hp + h + ph) * wp + pw) * unit
+        _copy_run(sp, r * width * unit, dp, d, width * unit)
+
+
+@_inline
+def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels, c_out):  # noqa: ANN001, ANN202
+    """planes (N, C, P) = clamp(scratch (N, P, C) + residual (N, C, P), lo, hi), scalar by
+    scalar (each residual element read before its store: it may be planes itself). Pixels
+    outside, so that the NCHW side is accessed at a stride of one plane, never of the
+    channel count (a large power of two maps every such access to one cache set)."""
+    sp, pp, rp = simd.pointer(scratch), simd.pointer(planes), simd.pointer(residual)
+    for job in prange(n_batch * pixels):
+        n = job // pixels
+        p = job - n * pixels
+        src = job * c_out
+        dst = n * c_out * pixels + p
+        for c in range(c_out):
+            v = sp[src + c]
+            if has_residual:
+                v += rp[dst]
+            if v < lo:  # (comparisons false for NaN: it stays)
+                v = lo
+            if v > hi:
+                v = hi
+            pp[dst] = v
+            dst += pixels
+
+
+# ---------------------------------------------------------------------------
+# 1x1, stride 1, no padding; and any dense convolution. Both over tiles of 8 output pixels.
+
+
+@_inline
+def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
+    """The 8 pixels of the tile starting at p0 (a tail repeats the last one, computed but
+    not stored) and how many are stored."""
+    last = pixels - 1
+    q = (p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last),
+         min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last))  # fmt: skip
+    return q, min(8, pixels - p0)
+
+
+@_inline
+def _scaled8(q, base, step):  # noqa: ANN001, ANN202
+    return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
+            base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
+
+
+@_inline
+def _pointwise_tiles(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
+    n_batch, c_in, c_out = g[_N], g[_CIN], g[_COUT]
+    pixels = g[_OH] * g[_OW]
+    xs_image, xs_pixel, xs_chan = g[_XS_IMAGE], g[_XS_COL], g[_XS_CHAN]
+    lanes = simd.lanes_of(op)
+    vectors = (c_out + lanes - 1) // lanes
+    tiles = (pixels + 7) // 8
+    for job in prange(n_batch * tiles):
+        n = job // tiles
+        q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
+        a = _scaled8(q, n * xs_image, xs_pixel)
+        o = _scaled8(q, n * pixels * c_out, c_out)
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            c1 = c0 + lanes
+            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
+            acc = _pair(xp, a, xs_chan, wp, c0 * c_in, 2 * lanes, c_in, stored, acc)
+            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
+            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
+        if vectors % 2:  # an odd last vector
+            c0 = (vectors - 1) * lanes
+            acc8 = _dot8x1(xp, a, xs_chan, wp, c0 * c_in, lanes, c_in, _splat8(simd.load(bp, c0)))
+            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+
+
+def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: ANN001, ANN201
+    """out (N, P, C_out) = x (N, P, C_in) @ W + bias, + residual, clamped; x read through its
+    strides (pixel _XS_COL, channel _XS_CHAN). With _TO_PLANES, ``out`` is a buffer for
+    the NCHW ``planes``."""
+    g = geometry
+    to_planes = g[_TO_PLANES] != 0
+    lo, hi = scalars[_LOW], scalars[_HIGH]
+    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
+    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
+    xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
+    op, rp = simd.pointer(out), simd.pointer(residual)
+    # (twice, the residual's test compiled away in each)
+    if g[_HAS_RESIDUAL] != 0 and not to_planes:
+        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, True)
+    else:
+        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, False)
+    if to_planes:
+        pixels = g[_OH] * g[_OW]
+        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
+    return out
+
+
+POINTWISE = serial_and_parallel(_pointwise, "nhwc_pointwise")
+
+
+@_inline
+def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
+    """(row, column) of the next output pixel, or the same when not advancing."""
+    if not advance:
+        return h, w
+    if w + 1 == out_w:
+        return h + 1, 0
+    return h, w + 1
+
+
+@_inline
+def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN202
+    """The first elements of the windows of the 8 pixels from p0 (the tail's repeats of the
+    last pixel as _tile_pixels); ``row_step`` and ``col_step`` are strides times stride."""
+    h0 = p0 // out_w
+    w0 = p0 - h0 * out_w
+    h1, w1 = _next_pixel(h0, w0, out_w, stored > 1)
+    h2, w2 = _next_pixel(h1, w1, out_w, stored > 2)
+    h3, w3 = _next_pixel(h2, w2, out_w, stored > 3)
+    h4, w4 = _next_pixel(h3, w3, out_w, stored > 4)
+    h5, w5 = _next_pixel(h4, w4, out_w, stored > 5)
+    h6, w6 = _next_pixel(h5, w5, out_w, stored > 6)
+    h7, w7 = _next_pixel(h6, w6, out_w, stored > 7)
+    return (base + h0 * row_step + w0 * col_step, base + h1 * row_step + w1 * col_step,
+            base + h2 * row_step + w2 * col_step, base + h3 * row_step + w3 * col_step,
+            base + h4 * row_step + w4 * col_step, base + h5 * row_step + w5 * col_step,
+            base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
+
+
+@_inline
+def _dense_tiles(xp, wp, bp, runp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
+    n_batch, out_h, out_w, c_out = g[_N], g[_OH], g[_OW], g[_COUT]
+    xs_image, row_step, col_step = g[_XS_IMAGE], g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
+    n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
+    lanes = simd.lanes_of(op)
+    vectors = (c_out + lanes - 1) // lanes
+    pixels = out_h * out_w
+    tiles = (pixels + 7) // 8
+    for job in prange(n_batch * tiles):
+        n = job // tiles
+        p0 = (job - n * tiles) * 8
+        q, stored = _tile_pixels(p0, pixels)
+        a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
+        o = _scaled8(q, n * pixels * c_out, c_out)
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            c1 = c0 + lanes
+            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
+            for r in range(n_runs):
+                w = (c0 * n_runs + 2 * lanes * r) * run_len
+                acc = _pair(xp, _shift8(a, runp[r]), run_step, wp, w, 2 * lanes, run_len, stored, acc)  # fmt: skip  # noqa: E501
+            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
+            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
+        if vectors % 2:  # an odd last vector
+            c0 = (vectors - 1) * lanes
+            acc8 = _splat8(simd.load(bp, c0))
+            for r in range(n_runs):
+                w = (c0 * n_runs + lanes * r) * run_len
+                acc8 = _dot8x1(xp, _shift8(a, runp[r]), run_step, wp, w, lanes, run_len, acc8)
+            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+
+
+def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
+    """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
+    convolution over tiles of 8 output pixels, every window inside the image (the padded
+    input is first copied into ``buffer`` with _COPY), read as runs: offsets ``runs`` of
+    _RUN_LEN weight units _RUN_STEP elements apart. The strides _XS_* are those of what is
+    read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
+    g = geometry
+    to_planes = g[_TO_PLANES] != 0
+    lo, hi = scalars[_LOW], scalars[_HIGH]
+    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
+    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
+    if g[_COPY] != 0:
+        _pad_input(x, buffer, g)
+        xp = simd.pointer(buffer)
+    else:
+        xp = simd.pointer(x)
+    wpp, bp, runp = simd.pointer(wp), simd.pointer(bias), simd.pointer(runs)
+    op, rp = simd.pointer(out), simd.pointer(residual)
+    if g[_HAS_RESIDUAL] != 0 and not to_planes:
+        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, True)
+    else:
+        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, False)
+    if to_planes:
+        pixels = g[_OH] * g[_OW]
+        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
+    return out
+
+
+DENSE = serial_and_parallel(_dense, "nhwc_dense")
+
+
+# ---------------------------------------------------------------------------
+# Depthwise: one filter a channel, vectors over channels, an output row a job.
+#
+# What is read is the input itself or its zero-padded copy (_COPY, made first). Filters
+# other than 3x3 always read every tap in full vectors: the input has no padding and whole
+# channel vectors, or it is copied, with room after its end (a channel tail's vector reads
+# on into the next pixel's channels, lanes never stored). A 3x3 filter on a large image
+# reads it uncopied (the copy would cost a third as much as the filter at stride 2): its
+# border pixels and channel tails through masked loads, an absent tap's lanes reading
+# nothing (zero).
+
+
+@_inline
+def _ld(xp, i, count, whole):  # noqa: ANN001, ANN202
+    """The vector at xp[i:], its first ``count`` lanes only unless ``whole``."""
+    return simd.load(xp, i) if whole else simd.load_first(xp, i, count)
+
+
+@_inline
+def _dw3x3_rows(xp, wp, wb, op, rp, low, high, ba, count, overread, xb, ob, oh0, oh1, sh,  # noqa: ANN001, ANN202
+                ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw, channels, per_vector,
+                has_residual):  # fmt: skip
+    """Output rows [oh0, oh1) of one channel vector of a 3x3 filter, its nine weight vectors
+    held in registers. The image: ``height`` rows of ``row`` elements from element xb (the
+    vector's first channel included); output row oh's window rows from oh * sh - ph,
+    columns from ow * sw - pw; output columns [lo, hi) have every window column inside.
+    With ``overread``, whole vectors may be read past the channels; with ``per_vector``
+    P > 1 (a few channels, stride 1, the image copied) a vector holds P pixels' channels."""
+    lanes = simd.lanes_of(wp)
+    w00, w01, w02 = simd.load(wp, wb), simd.load(wp, wb + lanes), simd.load(wp, wb + 2 * lanes)
+    w10, w11 = simd.load(wp, wb + 3 * lanes), simd.load(wp, wb + 4 * lanes)
+    w12, w20 = simd.load(wp, wb + 5 * lanes), simd.load(wp, wb + 6 * lanes)
+    w21, w22 = simd.load(wp, wb + 7 * lanes), simd.load(wp, wb + 8 * lanes)
+    step = dw * channels
+    whole = overread or count == lanes
+    for oh in range(oh0, oh1):
+        top = oh * sh - ph
+        y1, y2 = top + dh, top + 2 * dh
+        r0, r1, r2 = 0 <= top < height, 0 <= y1 < height, 0 <= y2 < height
+        x0, x1, x2 = xb + top * row, xb + y1 * row, xb + y2 * row
+        o_row = ob + oh * out_w * channels
+        first, end = (lo, hi) if r0 and r1 and r2 and whole else (out_w, out_w)
+        ow = first
+        while ow < end:  # (a range of run-time step divides to count its steps)
+            i = (ow * sw - pw) * channels
+            a, b, c = x0 + i, x1 + i, x2 + i
+            # (three chains of three: a chain of nine waits 9 latencies a pixel)
+            top_row = simd.fma(w00, simd.load(xp, a), ba)
+            mid_row = simd.mul(w10, simd.load(xp, b))
+            low_row = simd.mul(w20, simd.load(xp, c))
+            top_row = simd.fma(w01, simd.load(xp, a + step), top_row)
+            mid_row = simd.fma(w11, simd.load(xp, b + step), mid_row)
+            low_row = simd.fma(w21, simd.load(xp, c + step), low_row)
+            top_row = simd.fma(w02, simd.load(xp, a + 2 * step), top_row)
+            mid_row = simd.fma(w12, simd.load(xp, b + 2 * step), mid_row)
+            low_row = simd.fma(w22, simd.load(xp, c + 2 * step), low_row)
+            acc = simd.add(top_row, simd.add(mid_row, low_row))
+            stored = min(count, (out_w - ow) * channels)
+            if stored >= lanes:
+                _finish_whole(op, o_row + ow * channels, acc, rp, has_residual, low, high)
+            else:
+                _finish(op, o_row + ow * channels, acc, stored, rp, has_residual, low, high)
+            ow += per_vector
+        for k in range(out_w - (end - first)):  # the others: masked
+            ow = k if k < first else k + end - first
+            left = ow * sw - pw
+            i = left * channels
+            a, b, c = x0 + i, x1 + i, x2 + i
+            e0 = count if 0 <= left < width else 0
+            e1 = count if 0 <= left + dw < width else 0
+            e2 = count if 0 <= left + 2 * dw < width else 0
+            a0, a1, a2 = (e0, e1, e2) if r0 else (0, 0, 0)
+            b0, b1, b2 = (e0, e1, e2) if r1 else (0, 0, 0)
+            c0, c1, c2 = (e0, e1, e2) if r2 else (0, 0, 0)
+            acc = simd.fma(w00, simd.load_first(xp, a, a0), ba)
+            acc = simd.fma(w01, simd.load_first(xp, a + step, a1), acc)
+            acc = simd.fma(w02, simd.load_first(xp, a + 2 * step, a2), acc)
+            acc = simd.fma(w10, simd.load_first(xp, b, b0), acc)
+            acc = simd.fma(w11, simd.load_first(xp, b + step, b1), acc)
+            acc = simd.fma(w12, simd.load_first(xp, b + 2 * step, b2), acc)
+            acc = simd.fma(w20, simd.load_first(xp, c, c0), acc)
+            acc = simd.fma(w21, simd.load_first(xp, c + step, c1), acc)
+            acc = simd.fma(w22, simd.load_first(xp, c + 2 * step, c2), acc)
+            _finish(op, o_row + ow * channels, acc, count, rp, has_residual, low, high)
+
+
+@_inline
+def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # noqa: ANN001, ANN202
+    """One tap row of a 5-wide filter (dilation 1) for 4 consecutive output pixels at
+    stride ``sw`` (1 or 2), the row's first window column at element p: the columns the
+    pixels share loaded once (8 at stride 1, 11 at stride 2), each weight vector once."""
+    x0, x1, x2 = simd.load(xp, p), simd.load(xp, p + channels), simd.load(xp, p + 2 * channels)
+    x3, x4 = simd.load(xp, p + 3 * channels), simd.load(xp, p + 4 * channels)
+    x5, x6 = simd.load(xp, p + 5 * channels), simd.load(xp, p + 6 * channels)
+    x7 = simd.load(xp, p + 7 * channels)
+    if sw == 1:  # pixel m, tap k: column m + k
+        s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
+        s1 = simd.fma(t0, x1, simd.fma(t1, x2, simd.fma(t2, x3, simd.fma(t3, x4, simd.fma(t4, x5, s1)))))  # noqa: E501
+        s2 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s2)))))  # noqa: E501
+        s3 = simd.fma(t0, x3, simd.fma(t1, x4, simd.fma(t2, x5, simd.fma(t3, x6, simd.fma(t4, x7, s3)))))  # noqa: E501
+        return s0, s1, s2, s3
+    x8, x9 = simd.load(xp, p + 8 * channels), simd.load(xp, p + 9 * channels)
+    x10 = simd.load(xp, p + 10 * channels)
+    # pixel m, tap k: column 2m + k
+    s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
+    s1 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s1)))))  # noqa: E501
+    s2 = simd.fma(t0, x4, simd.fma(t1, x5, simd.fma(t2, x6, simd.fma(t3, x7, simd.fma(t4, x8, s2)))))  # noqa: E501
+    s3 = simd.fma(t0, x6, simd.fma(t1, x7, simd.fma(t2, x8, simd.fma(t3, x9, simd.fma(t4, x10, s3)))))  # noqa: E501
+    return s0, s1, s2, s3
+
+
+@_inline
+def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, out_w, sw,  # noqa: ANN001, ANN202
+            channels, kh_n, kw_n, has_residual):  # fmt: skip
+    """One output row of one channel vector of any filter, every tap inside what is read:
+    four output pixels at a time sharing each tap's weight vector (a tail group repeats
+    the row's last pixel); the row's first window at element xr, tap rows ``row_step``
+    and columns ``step`` apart."""
+    lanes = simd.lanes_of(wp)
+    pixel = sw * channels
+    last = out_w - 1
+    # 5 wide, dilation 1, stride 1 or 2: columns shared between pixels
+    shared = kw_n == 5 and step == channels and sw <= 2
+    for ow in range(0, out_w, 4):
+        s0, s1, s2, s3 = ba, ba, ba, ba
+        w = wb
+        if shared and ow + 4 <= out_w:
+            p = xr + ow * pixel
+            for _ in range(kh_n):
+                t0, t1, t2 = simd.load(wp, w), simd.load(wp, w + lanes), simd.load(wp, w + 2 * lanes)
+                t3, t4 = simd.load(wp, w + 3 * lanes), simd.load(wp, w + 4 * lanes)
+                s0, s1, s2, s3 = _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3)  # fmt: skip  # noqa: E501
+                p += row_step
+                w += 5 * lanes
+        else:
+            i0, i1 = xr + ow * pixel, xr + min(ow + 1, last) * pixel
+            i2, i3 = xr + min(ow + 2, last) * pixel, xr + min(ow + 3, last) * pixel
+            for kh in range(kh_n):
+                off = kh * row_step
+                for _ in range(kw_n):
+                    tap = simd.load(wp, w)
+                    s0 = simd.fma(tap, simd.load(xp, i0 + off), s0)
+                    s1 = simd.fma(tap, simd.load(xp, i1 + off), s1)
+                    s2 = simd.fma(tap, simd.load(xp, i2 + off), s2)
+                    s3 = simd.fma(tap, simd.load(xp, i3 + off), s3)
+                    off += step
+                    w += lanes
+        o = ob + ow * channels
+        _store4(op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
+                (s0, s1, s2, s3), rp, has_residual, low, high)  # fmt: skip
+
+
+@_inline
+def _depthwise_rows(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
+    """Jobs of (image, channel vector, band of output rows): a vector's weights and its
+    lanes of the image (a few KB) stay in L1 across the band's rows."""
+    n_batch, channels = g[_N], g[_CIN]
+    out_h, out_w = g[_OH], g[_OW]
+    kh_n, kw_n, sh, sw, dh, dw = g[_KH], g[_KW], g[_SH], g[_SW], g[_DH], g[_DW]
+    copied = g[_COPY] != 0
+    ph, pw = (0, 0) if copied else (g[_PH], g[_PW])  # (what is read is padded already)
+    height, width = g[_H] + 2 * g[_PH] - 2 * ph, g[_W] + 2 * g[_PW] - 2 * pw
+    per_vector = g[_PIXELS_PER_VECTOR]
+    bands = g[_BANDS]
+    lanes = simd.lanes_of(op)
+    vectors = (channels * per_vector + lanes - 1) // lanes
+    taps = kh_n * kw_n
+    row = width * channels
+    three = kh_n == 3 and kw_n == 3
+    # output columns whose 3x3 windows lie inside
+    lo = min(out_w, (pw + sw - 1) // sw)
+    hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
+    band = (out_h + bands - 1) // bands
+    for job in prange(n_batch * vectors * bands):
+        n, v, oh0 = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
+        if n_batch > 1:
+            n = job // (vectors * bands)
+            v = job - n * vectors * bands
+        if bands > 1:
+            rest = v
+            v = rest // bands
+            oh0 = (rest - v * bands) * band
+        oh1 = min(out_h, oh0 + band)
+        c0 = v * lanes
+        count = min(lanes, channels * per_vector - c0)
+        ba = simd.load(bp, c0)
+        xb = n * height * row + c0
+        ob = n * out_h * out_w * channels + c0
+        if three:
+            _dw3x3_rows(xp, wp, c0 * taps, op, rp, low, high, ba, count, copied, xb, ob, oh0,
+                        oh1, sh, ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw,
+                        channels, per_vector, has_residual)  # fmt: skip
+        else:
+            for oh in range(oh0, oh1):
+                _dw_row(xp, wp, c0 * taps, op, ob + oh * out_w * channels, rp, low, high, ba,
+                        count, xb + oh * sh * row, dh * row, dw * channels, out_w, sw, channels,
+                        kh_n, kw_n, has_residual)  # fmt: skip
+
+
+def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
+    """out (N, OH, OW, C) = depthwise conv2d(x, W) + bias, + residual, clamped. With _COPY,
+    x (NHWC, or NCHW for _COPY 2) is first copied into the zero-padded NHWC ``buffer``;
+    with _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
+    g = geometry
+    to_planes = g[_TO_PLANES] != 0
+    lo, hi = scalars[_LOW], scalars[_HIGH]
+    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
+    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
+    if g[_COPY] != 0:
+        _pad_input(x, buffer, g)
+        xp = simd.pointer(buffer)
+    else:
+        xp = simd.pointer(x)
+    wpp, bp = simd.pointer(wp), simd.pointer(bias)
+    op, rp = simd.pointer(out), simd.pointer(residual)
+    if g[_HAS_RESIDUAL] != 0 and not to_planes:
+        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, True)
+    else:
+        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, False)
+    if to_planes:
+        pixels = g[_OH] * g[_OW]
+        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_CIN])
+    return out
+
+
+DEPTHWISE = serial_and_parallel(_depthwise, "nhwc_depthwise")
+
+
+# ---------------------------------------------------------------------------
+# The step, built at load.
+
+# Multiply-adds above which a step takes its parallel compilation (with more than one
+# thread): a parallel region costs tens of microseconds on a busy machine, so only
+# convolutions taking a few hundred microseconds on one thread pay for it.
+PARALLEL_MACS = 8_000_000
+
+# Input pixels up to which a 3x3 depthwise convolution with padding (or a channel tail)
+# reads a zero-padded copy rather than the input with masked loads at its borders.
+COPY_PIXELS_3X3 = 64
+
+
+def _aligned(values: np.ndarray) -> np.ndarray:
+    """A copy of 1-D ``values`` starting on a 64-byte boundary (a cache line): a vector read
+    across two lines costs two."""
+    raw = np.empty(values.size * values.itemsize + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start : start + values.size * values.itemsize].view(values.dtype)
+    out[:] = values
+    return out
+
+
+def _zeros(size: int, dtype: Any) -> np.ndarray:
+    return _aligned(np.zeros(size, dtype))
+
+
+def _flat(a: np.ndarray, nhwc: bool) -> np.ndarray:
+    """The 1-D view of a 4-D array's memory, read as NHWC or NCHW."""
+    return (a.transpose(0, 2, 3, 1) if nhwc else a).reshape(-1)
+
+
+def _data(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _pack_vectors(units: np.ndarray, lanes: int) -> np.ndarray:
+    """Weights (C_out, U) in the tiles' order: output channels zero-padded to whole vectors;
+    vector pairs (v, v + 1) at element v * lanes * U, unit by unit, the pair's 2 * lanes
+    values of a unit together; an odd last vector unit by unit alone."""
+    c_out, count = units.shape
+    vectors = -(-c_out // lanes)
+    padded = np.zeros((vectors * lanes, count), units.dtype)
+    padded[:c_out] = units
+    parts = []
+    for v in range(0, vectors - 1, 2):
+        pair = padded[v * lanes : (v + 2) * lanes].reshape(2, lanes, count)
+        parts.append(pair.transpose(2, 0, 1).reshape(-1))
+    if vectors % 2:
+        parts.append(padded[(vectors - 1) * lanes :].T.reshape(-1))
+    return _aligned(np.concatenate(parts))
+
+
+def _padded(values: np.ndarray, lanes: int) -> np.ndarray:
+    out = np.zeros(-(-len(values) // lanes) * lanes, values.dtype)
+    out[: len(values)] = values
+    return _aligned(out)
+
+
+def _strides(nhwc: bool, c: int, h: int, w: int) -> tuple[int, int, int, int]:
+    """Element strides (image, row, column, channel) of an (N, C, H, W) array's memory."""
+    return (h * w * c, w * c, c, 1) if nhwc else (c * h * w, w, 1, h * w)
+
+
+def _dense_plan(weight: np.ndarray, geometry: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(packed weights, run offsets) of the dense kernel; sets geometry's run fields.
+
+    NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
+    Otherwise a run per tap over c_in, or, on NCHW memory with filters wider than its
+    channels (a stem: 3 channels, 3x3 or 7x7), a run per (c_in, kh) over kw.
+    """
+    c_out, c_in, kh_n, kw_n = weight.shape
+    g = geometry
+    xs_row, xs_col, xs_chan = int(g[_XS_ROW]), int(g[_XS_COL]), int(g[_XS_CHAN])
+    dh, dw = int(g[_DH]), int(g[_DW])
+    nhwc = xs_chan == 1 and c_in > 1
+    if not nhwc and kw_n > c_in:  # units (c_in, kh, kw)
+        units = weight.reshape(c_out, c_in * kh_n * kw_n)
+        runs = [c * xs_chan + kh * dh * xs_row for c in range(c_in) for kh in range(kh_n)]
+        g[_RUN_LEN], g[_RUN_STEP] = kw_n, dw * xs_col
+    else:  # units (kh, kw, c_in)
+        units = weight.transpose(0, 2, 3, 1).reshape(c_out, kh_n * kw_n * c_in)
+        if nhwc and dw == 1:
+            runs = [kh * dh * xs_row for kh in range(kh_n)]
+            g[_RUN_LEN], g[_RUN_STEP] = kw_n * c_in, 1
+        else:
+            runs = [kh * dh * xs_row + kw * dw * xs_col for kh in range(kh_n) for kw in range(kw_n)]
+            g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
+    g[_RUNS] = len(runs)
+    return _pack_vectors(units, lanes), np.array(runs, np.int64)
+
+
+def _depthwise_weights(
+    weight: np.ndarray, bias: np.ndarray, lanes: int, per_vector: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(packed weights, bias) of the depthwise kernel: channel vector by vector, its taps'
+    vectors in order, zero-padded; with ``per_vector`` pixels a vector, the channels
+    repeated that many times across one vector."""
+    c, _, kh, kw = weight.shape
+    taps = weight.reshape(c, kh * kw)
+    if per_vector > 1:
+        return _aligned(np.tile(taps.T, (1, per_vector)).reshape(-1)), _aligned(
+            np.tile(bias, per_vector)
+        )
+    vectors = -(-c // lanes)
+    packed = np.zeros((vectors * lanes, kh * kw), weight.dtype)
+    packed[:c] = taps
+    packed = packed.reshape(vectors, lanes, kh * kw).transpose(0, 2, 1)
+    return _aligned(packed.reshape(-1)), _padded(bias, lanes)
+
+
+def channels_last_conv_step(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    out: Any,
+    *,
+    low: float = -math.inf,
+    high: float = math.inf,
+    residual: Any = None,
+) -> tuple[Any, tuple[Any, ...]] | None:
+    """``(function, args)``: ``function(*args)`` writes
+    ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low,
+    high)`` into ``out``; or None where this module does not apply (see the module's
+    docstring)."""
+    from pyexecutorch.kernels.conv.conv import _signature  # noqa: PLC0415
+    from pyexecutorch.kernels.registry import KernelError  # noqa: PLC0415
+
+    arrays = (input, weight, out)
+    if not all(isinstance(a, np.ndarray) for a in arrays) or input.ndim != 4 or out.ndim != 4:
+        return None
+    dt = input.dtype
+    if dt not in FLOATS or weight.dtype != dt or out.dtype != dt or weight.flags.writeable:
+        return None
+    if bias is not None and not (
+        isinstance(bias, np.ndarray) and bias.dtype == dt and not bias.flags.writeable
+    ):
+        return None
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+        return None
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+        return None
+    if math.isnan(low) or math.isnan(high) or not out.flags.writeable:
+        return None
+    nhwc_in, nhwc_out = channels_last(input), channels_last(out)
+    if not (nhwc_in or input.flags.c_contiguous) or not (nhwc_out or out.flags.c_contiguous):
+        return None
+    if not (nhwc_in or nhwc_out):
+        return None  # both NCHW: the existing steps
+    try:
+        s, p, d, shape, _ = _signature(
+            input, weight, bias, stride, padding, dilation, False, (0, 0), groups
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
+    if tuple(shape) != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
+        return None
+    if np.shares_memory(input, out):
+        return None
+    if residual is not None:
+        if not (
+            isinstance(residual, np.ndarray)
+            and residual.dtype == dt
+            and residual.shape == out.shape
+            and (channels_last(residual) if nhwc_out else residual.flags.c_contiguous)
+        ):
+            return None
+        same = _data(residual) == _data(out) and residual.strides == out.strides
+        if not same and np.shares_memory(residual, out):
+            return None
+    n, c_in, h, w = input.shape
+    c_out, cg, kh, kw = weight.shape
+    oh, ow = out.shape[2:]
+    depthwise = groups == c_in == c_out and cg == 1 and groups > 1
+    if groups != 1 and not depthwise:
+        return None
+    lanes = simd.lanes(dt)
+    (sh, sw), (ph, pw) = s, p
+    hp, wp = h + 2 * ph, w + 2 * pw
+    x_flat = _flat(input, nhwc_in)
+    out_flat = _flat(out, nhwc_out)
+    # What the kernels write: out itself, or a channels-last buffer copied to NCHW out.
+    target = out_flat if nhwc_out else _zeros(out.size, dt)
+    res_flat = out_flat if residual is None else _flat(residual, nhwc_out)
+    b = np.zeros(c_out, dt) if bias is None else np.asarray(bias)
+
+    g = np.zeros(_GEOMETRY_SIZE, np.int64)
+    g[_N], g[_H], g[_W], g[_CIN], g[_X_NHWC] = n, h, w, c_in, nhwc_in
+    g[_OH], g[_OW], g[_COUT], g[_KH], g[_KW] = oh, ow, c_out, kh, kw
+    g[_SH], g[_SW], g[_PH], g[_PW], g[_DH], g[_DW] = sh, sw, ph, pw, *d
+    g[_HAS_RESIDUAL], g[_TO_PLANES], g[_PIXELS_PER_VECTOR] = residual is not None, not nhwc_out, 1
+    scalars = np.array([low, high, -math.inf, math.inf, 0.0], dt)
+    macs = out.size * cg * kh * kw
+
+    def pick(variants: tuple[Any, Any]) -> Any:
+        return variants[1] if macs >= PARALLEL_MACS and get_num_threads() > 1 else variants[0]
+
+    if depthwise:
+        # (a few channels at stride 1: several pixels a vector)
+        few = (kh, kw) == (3, 3) and sw == 1 and c_in < lanes and lanes % c_in == 0
+        per_vector = lanes // c_in if few else 1
+        g[_PIXELS_PER_VECTOR] = per_vector
+        g[_BANDS] = 1
+        uneven = ph > 0 or pw > 0 or c_in % lanes != 0
+        # (a 3x3 filter reads large images uncopied, through masked loads at the borders)
+        small = (kh, kw) != (3, 3) or h * w <= COPY_PIXELS_3X3
+        g[_COPY] = 2 if not nhwc_in else int(few or (uneven and small))
+        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
+        # (room after the padded image for a last vector's lanes past its channels)
+        buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
+        wd, bd = _depthwise_weights(weight, b, lanes, per_vector)
+        fn = pick(DEPTHWISE)
+        if fn is DEPTHWISE[1]:  # at least four jobs a thread
+            jobs = n * -(-c_in * per_vector // lanes)
+            g[_BANDS] = min(oh, -(-4 * get_num_threads() // jobs))
+        return fn, (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
+    bias_padded = _padded(b, lanes)
+    if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
+        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, h, w)
+        wm = _pack_vectors(weight.reshape(c_out, c_in), lanes)
+        return pick(POINTWISE), (x_flat, wm, bias_padded, g, scalars, res_flat, target, out_flat)
+    g[_COPY] = int(ph > 0 or pw > 0)
+    g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
+    buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
+    wm, runs = _dense_plan(weight, g, lanes)
+    args = (x_flat, wm, bias_padded, runs, g, scalars, res_flat, target, out_flat, buffer)
+    return pick(DENSE), args
