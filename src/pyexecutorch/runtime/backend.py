@@ -33,6 +33,9 @@ class BackendInitContext:
     # The method's pyexecutorch.runtime.etdump.EventTracer when ETDump is on: a
     # backend that sees one may record events from inside its delegate.
     event_tracer: Any = None
+    # Whether the method runs on the compiled tier (numba imports and the program was
+    # loaded with jit on): a backend may then compile its delegate.
+    jit: bool = False
 
 
 class BackendInterface:

@@ -323,6 +323,8 @@ def _traced_steps(
 class Plan:
     """The graph specialised to one set of input shapes."""
 
+    compiled = False  # (see compiled.CompiledPlan)
+
     def __init__(
         self,
         graph: Graph,
