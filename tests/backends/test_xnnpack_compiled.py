@@ -229,38 +229,62 @@ def test_convolution_reads_nchw_input_and_adds_its_residual():
 
 
 @pytest.mark.parametrize(
-    "params,declined",
+    "params,compiled",
     [
-        ((1, 9, 6, 4, 3, 1, 1, 1, 2), ["XNNConv2d"]),  # grouped: numpy
-        ((2, 8, 3, 5, 3, 2, 1, 1, 1), []),
-        ((1, 10, 4, 4, 3, 1, 2, 2, 1), []),
-        ((1, 7, 8, 6, 1, 2, 0, 1, 1), []),
-        ((1, 6, 4, 8, 1, 1, 0, 1, 1), []),
+        ((1, 9, 6, 4, 3, 1, 1, 1, 2), False),  # grouped: numpy (the delegate's only node)
+        ((2, 8, 3, 5, 3, 2, 1, 1, 1), True),
+        ((1, 10, 4, 4, 3, 1, 2, 2, 1), True),
+        ((1, 7, 8, 6, 1, 2, 0, 1, 1), True),
+        ((1, 6, 4, 8, 1, 1, 0, 1, 1), True),
     ],
 )
-def test_conv2d(plans, params, declined):
+def test_conv2d(plans, params, compiled):
     base.test_conv2d(*params)
-    assert [p.compiled for p in plans] == [True]
-    assert [name for _, name in plans[0].declined] == declined
+    assert [p.compiled for p in plans] == [compiled]
+
+
+def test_grouped_convolution_between_compiled_nodes():
+    # conv (compiled), grouped conv (numpy closures), relu6 + add (compiled)
+    x = _rand(1, 6, 7, 7)
+    w1, w2 = _rand(6, 6, 1, 1, seed=1), _rand(6, 3, 3, 3, seed=2)
+    g = GraphBuilder()
+    xi = g.input((1, 7, 7, 6))
+    a, b_, c = (g.tensor((1, 7, 7, 6)) for _ in range(3))
+    g.node(_conv_table(NODE["XNNConv2d"], xi, g.const(w1.transpose(0, 2, 3, 1)), S.INVALID_ID,
+                       a, k=1, cin=6, cout=6))  # fmt: skip
+    g.node(_conv_table(NODE["XNNConv2d"], a, g.const(w2.transpose(0, 2, 3, 1)), S.INVALID_ID,
+                       b_, k=3, pad=(1,) * 4, groups=2, cin=3, cout=3))  # fmt: skip
+    g.node(NODE["XNNAdd"](b_, xi, c, 0), (0.0, 6.0))
+    g.output_all(c)
+    got, ref, plan = run_both(g, _nhwc(torch.from_numpy(x)))
+    assert plan.declined == [(1, "XNNConv2d")]
+    kinds = [c.compiled for c in plan.calls]  # (the numpy builder's pad copy and conv)
+    assert kinds[0] and kinds[-1] and not any(kinds[1:-1])
+    _same(got, ref, rtol=1e-5, atol=1e-5)
+    t = F.conv2d(F.conv2d(torch.from_numpy(x), torch.from_numpy(w1)), torch.from_numpy(w2),
+                 padding=1, groups=2)  # fmt: skip
+    np.testing.assert_allclose(
+        got[0], _nhwc((t + torch.from_numpy(x)).clamp(0, 6)), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
-    "params,declined",
+    "params,compiled",
     [
-        ((9, 6, 1, 1, 1, 1), []),
-        ((9, 4, 2, 2, 1, 1), ["XNNDepthwiseConv2d"]),  # a depth multiplier: numpy
-        ((131, 16, 1, 2, 1, 1), []),
-        ((100, 24, 1, 1, 2, 2), []),
+        ((9, 6, 1, 1, 1, 1), True),
+        ((9, 4, 2, 2, 1, 1), False),  # a depth multiplier: numpy (the delegate's only node)
+        ((131, 16, 1, 2, 1, 1), True),
+        ((100, 24, 1, 1, 2, 2), True),
     ],
 )
-def test_depthwise_conv2d(plans, params, declined):
+def test_depthwise_conv2d(plans, params, compiled):
     base.test_depthwise_conv2d(*params)
-    assert [name for _, name in plans[0].declined] == declined
+    assert [p.compiled for p in plans] == [compiled]
 
 
 def test_transposed_convolution_runs_on_numpy(plans):
     base.test_conv_transpose2d(2, 2, 1, 1)
-    assert [name for _, name in plans[0].declined] == ["XNNConvTranspose2d"]
+    assert [p.compiled for p in plans] == [False]  # no compiled step: numpy's plan
 
 
 @pytest.mark.parametrize("params", [(7, 3, 3, 2, 1), (9, 5, 2, 2, 0), (66, 16, 3, 2, 1)])
@@ -477,10 +501,13 @@ def _check_program(case, pte):
         for g_, r in zip(got, ref, strict=True):
             np.testing.assert_allclose(g_, r, rtol=1e-4, atol=1e-5, err_msg=f"{case.name} {k}")
         official.assert_close(case, got, official.eager_outputs(case, inputs), what=case.name)
-    plans = _delegate_plans(method)
-    assert plans and all(p.compiled for p in plans), case.name
-    # one compiled function per delegate (none for one that only reshapes), no numpy
-    assert all(len(p.calls) <= 1 and not p.numpy_steps for p in plans), case.name
+    for _, handle in method._loaded._delegates:
+        kinds = {type(n.xnode_union).__name__ for n in handle.graph.nodes}
+        for plan in handle.plans.values():
+            if kinds <= {"XNNStaticReshape", "XNNCopy"}:
+                assert not plan.compiled  # nothing to compute: numpy's views
+            else:  # one compiled function per delegate, no numpy closure
+                assert plan.compiled and len(plan.calls) == 1 and not plan.numpy_steps
     assert not any(p.compiled for p in _delegate_plans(numpy_tier))
 
 
@@ -504,3 +531,33 @@ def test_architectures_compile_per_delegate_and_match_eager(name):
 
     case = architectures.get_arch(name)
     _check_program(case, official.official_export_xnnpack(case))
+
+
+# --------------------------------------------------------------------------------------
+# quantized payloads: their quantized nodes stay on the numpy interpreter
+
+
+def _quantized_cases():
+    from . import _quantized_programs as qp  # noqa: PLC0415
+
+    return [(model, recipe) for recipe, names in qp.RECIPES.items() for model in names]
+
+
+@pytest.mark.parametrize("model, recipe", _quantized_cases())
+def test_quantized_programs_run_their_quantized_nodes_on_numpy(model, recipe):
+    # (the float convolution and product after a dynamically quantized input: compiled)
+    from . import _quantized_programs as qp  # noqa: PLC0415
+    from .test_xnnpack_quantized_runtime import quantized  # noqa: PLC0415
+
+    pte = qp.official_pte(quantized(model, recipe), "xnnpack")
+    compiled_tier = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    for seed in (1, 2):
+        inputs = [x.numpy() for x in qp.inputs_for(model, seed)]
+        got, ref = compiled_tier.execute(list(inputs)), numpy_tier.execute(list(inputs))
+        np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-5)
+    # a delegate without any compiled step keeps the numpy plan; the others are mixed
+    plans = _delegate_plans(compiled_tier)
+    assert plans and all(p.declined for p in plans if p.compiled)
+    mixed = (model, recipe) == ("patch", "dynamic")
+    assert all(p.compiled == mixed for p in plans)

@@ -45,7 +45,7 @@ class Delegate:
         from pyexecutorch.backends.xnnpack.compiled import CompiledPlan  # noqa: PLC0415
 
         try:
-            return CompiledPlan(self.graph, key, declared)
+            compiled = CompiledPlan(self.graph, key, declared)
         except Exception:  # a defect of the compiled tier must not stop the model
             logger.warning(
                 "XNNPACK delegate: the compiled plan for input shapes %s failed; running "
@@ -54,6 +54,9 @@ class Delegate:
                 exc_info=True,
             )
             return plan
+        # (with no compiled step at all, as in a quantized delegate, numpy's plan binds
+        # the caller's arrays where the compiled one would copy them)
+        return compiled if compiled.steps else plan
 
     def _same_memory_plan(self, key: tuple[tuple[int, ...], ...]) -> Any:
         """A compiled plan for shapes that differ from ``key`` in dimensions of size 1 only
