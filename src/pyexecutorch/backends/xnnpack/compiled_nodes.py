@@ -71,6 +71,11 @@ def _float32(b: StepBuilder, *vids: int) -> bool:
     return True
 
 
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` reshaped as a view (what a step binds must be the value's memory), or None."""
+    return a.reshape(shape) if a.flags.c_contiguous else None
+
+
 def _step(pair: Any) -> Step | None:
     """A kernel's ``(function, args)`` (or a compiled form's ``.step``) as a Step."""
     if pair is None:
@@ -247,6 +252,8 @@ def _elementwise_run(b: StepBuilder, k: int) -> int:
         if not readers or readers - members or b.is_external(e.output):
             stored.append(m)
     loads = [b.array(v) for v in load_values]
+    if not all(a.flags.c_contiguous for a in loads):
+        return 0
     loop, load_shapes = _merged_dims(shape, [a.shape for a in loads])
     flat = len(loop) == 1 and all(s == loop for s in load_shapes)
     rank = len(loop)
@@ -489,7 +496,9 @@ def _fully_connected(b: StepBuilder, k: int) -> int:
     kk, units = wmat.shape
     m = math.prod(xs[:-1])
     out = b.new(u.output_id, xs[:-1] + (units,))
-    a2, o2 = b.array(u.input1_id).reshape(m, kk), out.reshape(m, units)
+    a2, o2 = _view(b.array(u.input1_id), (m, kk)), out.reshape(m, units)
+    if a2 is None:
+        return 0
     if has_bias:
         step = _form_step("aten::addmm.out", _readonly(bias), a2, wmat, 1, 1, o2, whole=True)
     else:
@@ -521,14 +530,19 @@ def _batch_matmul(b: StepBuilder, k: int) -> int:
         rhs = _readonly(const.swapaxes(-1, -2) if trans else const).reshape(batch, kk, p)
     elif trans:
         rhs = np.empty((batch, kk, p), F32)
-        src = b.array(u.input2_id).reshape(batch, p, kk).transpose(0, 2, 1)
+        src = _view(b.array(u.input2_id), (batch, p, kk))
+        if src is None:
+            return 0
+        src = src.transpose(0, 2, 1)
         copy = view_copy_step(src, rhs)
         if copy is None:
             return 0
         steps.append(copy)
     else:
-        rhs = b.array(u.input2_id).reshape(batch, kk, p)
-    lhs = b.array(u.input1_id).reshape(batch, n, kk)
+        rhs = _view(b.array(u.input2_id), (batch, kk, p))
+    lhs = _view(b.array(u.input1_id), (batch, n, kk))
+    if lhs is None or rhs is None:
+        return 0
     product = _form_step("aten::bmm.out", lhs, rhs, out.reshape(batch, n, p), whole=True)
     if product is None:
         return 0
