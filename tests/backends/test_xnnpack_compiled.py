@@ -394,11 +394,11 @@ def test_caller_arrays_are_bound_or_copied():
         np.testing.assert_allclose(s_out, x + y, rtol=1e-6)
         np.testing.assert_allclose(flat_out, np.tanh(x + y).reshape(-1), rtol=1e-6, atol=1e-7)
         assert plan.copy_in == [] and plan.copy_out == []
-    # an input of other strides, a read-only one, a 2-D output of the same memory
+    # an input of other strides, a read-only one, an output with a leading 1
     xt = np.asfortranarray(_rand(4, 33, seed=2))
     yr = _rand(33, seed=3)
     yr.flags.writeable = False
-    s2, flat2 = np.empty((4, 33), np.float32), np.empty((12, 11), np.float32)
+    s2, flat2 = np.empty((4, 33), np.float32), np.empty((1, 132), np.float32)
     assert backend.execute(handle, [xt, yr, s2, flat2]) is None
     assert {e.ext for e in plan.copy_in} == {0, 1} and plan.copy_out == []
     es, ef = _expected(xt, yr)

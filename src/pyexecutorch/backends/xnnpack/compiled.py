@@ -29,7 +29,7 @@ import numpy as np
 
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS
-from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph
+from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime import compiled as compiled_tier
@@ -201,7 +201,7 @@ class _External:
         return (
             type(a) is np.ndarray
             and a.dtype == p.dtype
-            and a.size == p.size
+            and same_memory_shape(a.shape, p.shape)
             and a.flags.c_contiguous
             and a.flags.writeable
             and a.flags.aligned
@@ -385,6 +385,9 @@ class CompiledPlan:
         for e in self.copy_out:
             a, val = args[e.ext], e.array
             if type(a) is np.ndarray and a.dtype == val.dtype and a.flags.writeable:
+                if a.flags.c_contiguous and same_memory_shape(a.shape, val.shape):
+                    np.copyto(a.reshape(val.shape), val)  # (its own array: a scalar's rank aside)
+                    continue
                 try:
                     dst = a if a.shape == val.shape else fit(a, val.shape)
                 except ValueError:

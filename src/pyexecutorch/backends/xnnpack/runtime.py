@@ -94,6 +94,7 @@ def _squeezed(key: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
 
 class XnnpackBackend(BackendInterface):
     tensor_arguments_only = True
+    fills_static_outputs = True  # (see Plan.run and CompiledPlan.run)
 
     def init(
         self, processed: memoryview, compile_specs: dict[str, bytes], context: BackendInitContext
