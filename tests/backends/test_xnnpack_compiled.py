@@ -244,28 +244,30 @@ def test_conv2d(plans, params, compiled):
 
 
 def test_grouped_convolution_between_compiled_nodes():
-    # conv (compiled), grouped conv (numpy closures), relu6 + add (compiled)
+    # an NCHW input transposed for two convolutions: the 1x1 one compiled (reading NCHW),
+    # the grouped one on numpy (the transpose made for it), then relu6(a + b) compiled
     x = _rand(1, 6, 7, 7)
     w1, w2 = _rand(6, 6, 1, 1, seed=1), _rand(6, 3, 3, 3, seed=2)
     g = GraphBuilder()
-    xi = g.input((1, 7, 7, 6))
-    a, b_, c = (g.tensor((1, 7, 7, 6)) for _ in range(3))
-    g.node(_conv_table(NODE["XNNConv2d"], xi, g.const(w1.transpose(0, 2, 3, 1)), S.INVALID_ID,
+    xi = g.input((1, 6, 7, 7))
+    t, a, b_, c = g.tensor((1, 7, 7, 6)), *(g.tensor((1, 7, 7, 6)) for _ in range(3))
+    g.node(S.XNNStaticTranspose(4, [0, 2, 3, 1], xi, t, 0))
+    g.node(_conv_table(NODE["XNNConv2d"], t, g.const(w1.transpose(0, 2, 3, 1)), S.INVALID_ID,
                        a, k=1, cin=6, cout=6))  # fmt: skip
-    g.node(_conv_table(NODE["XNNConv2d"], a, g.const(w2.transpose(0, 2, 3, 1)), S.INVALID_ID,
+    g.node(_conv_table(NODE["XNNConv2d"], t, g.const(w2.transpose(0, 2, 3, 1)), S.INVALID_ID,
                        b_, k=3, pad=(1,) * 4, groups=2, cin=3, cout=3))  # fmt: skip
-    g.node(NODE["XNNAdd"](b_, xi, c, 0), (0.0, 6.0))
+    g.node(NODE["XNNAdd"](a, b_, c, 0), (0.0, 6.0))
     g.output_all(c)
-    got, ref, plan = run_both(g, _nhwc(torch.from_numpy(x)))
-    assert plan.declined == [(1, "XNNConv2d")]
-    kinds = [c.compiled for c in plan.calls]  # (the numpy builder's pad copy and conv)
-    assert kinds[0] and kinds[-1] and not any(kinds[1:-1])
+    got, ref, plan = run_both(g, x)
+    assert plan.declined == [(2, "XNNConv2d")]
+    # the 1x1 convolution and the transpose, the numpy builder's pad copy and conv, the add
+    assert [c.compiled for c in plan.calls] == [True, False, False, True]
     _same(got, ref, rtol=1e-5, atol=1e-5)
-    t = F.conv2d(F.conv2d(torch.from_numpy(x), torch.from_numpy(w1)), torch.from_numpy(w2),
-                 padding=1, groups=2)  # fmt: skip
-    np.testing.assert_allclose(
-        got[0], _nhwc((t + torch.from_numpy(x)).clamp(0, 6)), rtol=1e-5, atol=1e-5
+    tx = torch.from_numpy(x)
+    expected = F.conv2d(tx, torch.from_numpy(w1)) + F.conv2d(
+        tx, torch.from_numpy(w2), padding=1, groups=2
     )
+    np.testing.assert_allclose(got[0], _nhwc(expected.clamp(0, 6)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
