@@ -240,3 +240,29 @@ def test_pointers_stand_for_arrays(dtype, n):
     np.testing.assert_array_equal(out, expected)
     with pytest.raises(numba.TypingError):  # pointers of real numbers only
         numba.njit(lambda b: simd.pointer(b))(np.zeros(4, np.complex64))
+
+
+@numba.njit
+def _pairs(a, i, out):  # noqa: ANN001, ANN202
+    v = simd.splat_pair(a, i)
+    simd.store(out, 0, v)
+    simd.store(out, simd.lanes_of(a), simd.fold_pairs(simd.load(a, 0)))
+    p = simd.pointer(a)
+    simd.store(out, 2 * simd.lanes_of(a), simd.splat_pair(p, i + 1))
+    simd.store(out, 3 * simd.lanes_of(a), simd.splat_pair_first(p, i, 1))
+    simd.store(out, 4 * simd.lanes_of(a), simd.splat_pair_first(a, i, 0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pair_broadcast_and_pair_sums(dtype):
+    lanes = simd.lanes(dtype)
+    a = np.arange(1, lanes + 3, dtype=dtype)
+    a[3] = np.nan
+    out = np.full(5 * lanes, -1, dtype)
+    _pairs(a, 1, out)
+    np.testing.assert_array_equal(out[:lanes], np.tile(a[1:3], lanes // 2))
+    sums = a[0:lanes:2] + a[1:lanes:2]
+    np.testing.assert_array_equal(out[lanes : 2 * lanes], np.tile(sums, 2))
+    np.testing.assert_array_equal(out[2 * lanes : 3 * lanes], np.tile(a[2:4], lanes // 2))
+    np.testing.assert_array_equal(out[3 * lanes : 4 * lanes], np.tile([a[1], 0], lanes // 2))
+    np.testing.assert_array_equal(out[4 * lanes :], np.zeros(lanes))

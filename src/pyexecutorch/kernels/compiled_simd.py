@@ -19,7 +19,10 @@ intrinsics operate on them:
   the scalar kernels do), :func:`add`, :func:`mul`, :func:`div`;
 * :func:`clamp`: ``min(max(v, lo), hi)`` that keeps NaN (as torch's clamp/hardtanh do),
   :func:`running_max` (a maximum over taps in order, as max pooling takes it: the
-  earlier of equal values kept, NaN propagated), and :func:`total` (the lanes' sum).
+  earlier of equal values kept, NaN propagated), and :func:`total` (the lanes' sum);
+* :func:`splat_pair` (:func:`splat_pair_first` masked) / :func:`fold_pairs`: two adjacent
+  elements in every pair of lanes, and the sums of lane pairs (a product over half-vector
+  outputs, two inputs a lane pair).
 
 No bounds are checked: a kernel computes its indices from the shapes it was given
 and handles tails with the masked forms. No fastmath flag is set anywhere.
@@ -341,6 +344,86 @@ def total(typingctx: Any, v: Any) -> Any:
         return builder.extract_element(value, ir.Constant(ir.IntType(32), 0))
 
     return v.dtype(v), codegen
+
+
+@intrinsic
+def splat_pair(typingctx: Any, a: Any, i: Any) -> Any:
+    """``a[i]`` in the even lanes and ``a[i + 1]`` in the odd ones (one 64-bit broadcast for
+    float32): with weights interleaved to match, one vector sums two input channels into
+    half as many outputs (see :func:`fold_pairs`)."""
+    if not (_flat_array(a) and isinstance(i, types.Integer)):
+        return None
+    vector = _vector_of(a.dtype)
+    if vector is None:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        element = context.get_value_type(vector.dtype)
+        if isinstance(signature.args[0], types.CPointer):
+            data = args[0]
+        else:
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        pair_type = ir.VectorType(element, 2)
+        pointer = builder.bitcast(builder.gep(data, [args[1]]), pair_type.as_pointer())
+        pair = builder.load(pointer)
+        pair.align = vector.dtype.bitwidth // 8
+        mask = ir.Constant(
+            ir.VectorType(ir.IntType(32), vector.count), [0, 1] * (vector.count // 2)
+        )
+        return builder.shuffle_vector(pair, ir.Constant(pair_type, ir.Undefined), mask)
+
+    return vector(a, i), codegen
+
+
+@intrinsic
+def splat_pair_first(typingctx: Any, a: Any, i: Any, n: Any) -> Any:
+    """As :func:`splat_pair` with only the first ``n`` (0 to 2) of ``a[i]``, ``a[i + 1]``
+    read, the others 0 (an odd run's last element, with nothing after it to read)."""
+    if not (_flat_array(a) and isinstance(i, types.Integer) and isinstance(n, types.Integer)):
+        return None
+    vector = _vector_of(a.dtype)
+    if vector is None:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        element = context.get_value_type(vector.dtype)
+        if isinstance(signature.args[0], types.CPointer):
+            data = args[0]
+        else:
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        pair_type = ir.VectorType(element, 2)
+        pointer = builder.bitcast(builder.gep(data, [args[1]]), pair_type.as_pointer())
+        mask = _lane_mask(builder, 2, args[2])
+        fnty = ir.FunctionType(pair_type, [pointer.type, ir.IntType(32), mask.type, pair_type])
+        suffix = f"v2{'f32' if vector.dtype == types.float32 else 'f64'}"
+        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.load.{suffix}.p0")
+        align = ir.Constant(ir.IntType(32), vector.dtype.bitwidth // 8)
+        pair = builder.call(fn, [pointer, align, mask, ir.Constant(pair_type, None)])
+        lanes = ir.Constant(
+            ir.VectorType(ir.IntType(32), vector.count), [0, 1] * (vector.count // 2)
+        )
+        return builder.shuffle_vector(pair, ir.Constant(pair_type, ir.Undefined), lanes)
+
+    return vector(a, i, n), codegen
+
+
+@intrinsic
+def fold_pairs(typingctx: Any, v: Any) -> Any:
+    """Lane k of the first half: ``v[2k] + v[2k + 1]``; the second half repeats the first."""
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        half = v.count // 2
+        indices = ir.VectorType(ir.IntType(32), v.count)
+        even = ir.Constant(indices, [2 * (k % half) for k in range(v.count)])
+        odd = ir.Constant(indices, [2 * (k % half) + 1 for k in range(v.count)])
+        return builder.fadd(
+            builder.shuffle_vector(args[0], args[0], even),
+            builder.shuffle_vector(args[0], args[0], odd),
+        )
+
+    return v(v), codegen
 
 
 def lanes_of(a):  # noqa: ANN001, ANN201 - numba matches the overload's signature to this

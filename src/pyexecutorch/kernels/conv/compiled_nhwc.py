@@ -10,11 +10,11 @@ The step the runtime's layout pass calls::
 returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
 ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low, high)``
 (the residual term only when given; the clamp as torch.clamp's: NaN stays NaN, an infinite
-bound clamps nothing). ``function`` is a member of :data:`POINTWISE`, :data:`DENSE` or
-:data:`DEPTHWISE` (a serial and a parallel compilation each, importable by name,
-``cache=True``, generic in shape); ``args`` are arrays (the weights packed here, flat views
-of ``input``, ``out`` and ``residual``, buffers) and nothing else. It is None, and the
-existing steps apply, unless:
+bound clamps nothing). ``function`` is a member of :data:`DENSE` or :data:`DEPTHWISE` (a
+serial and a parallel compilation each, importable by name, ``cache=True``, generic in
+shape: the parallel one only above :data:`PARALLEL_MACS`); ``args`` are arrays (the weights
+packed here, flat views of ``input``, ``out`` and ``residual``, buffers) and nothing else.
+It is None, and the existing steps apply, unless:
 
 * ``input`` and ``out`` are 4-D float32/float64 arrays of logical shape (N, C, H, W), each
   C-contiguous (NCHW memory) or channels-last (:func:`compiled_arrays.channels_last`), at
@@ -30,25 +30,29 @@ existing steps apply, unless:
 
 The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
 
-* :func:`_pointwise` (1x1, stride 1, no padding: a product pixels x C_in @ C_in x C_out)
-  and :func:`_dense` (any other dense convolution, directly: no im2col) share one register
-  tile, 4 output pixels x 2 vectors of output channels (8 pixels x 1 vector for an odd last
-  vector): ``fma(splat(x), w_vec, acc)`` over taps and input channels, starting from the
-  bias; the residual is added and the clamp applied in registers before the store (masked
-  for the channel tail). Tiles are 8 consecutive output pixels (across rows: small images
-  fill them); a tail tile repeats its last pixel and does not store the repeats. Weights
-  are packed per output vector (pair) tap-unit by tap-unit, zero-padded to whole vectors.
-  The dense kernel runs a tile whose windows all lie inside the image as contiguous runs
-  (a whole tap row's (kw, c_in) at once on an NHWC input) and any other tap by tap: a tap
-  inside for all its pixels unchecked, else with padding read as zero (a select). Input
-  scalars are read through strides, so the input may be NCHW (a stem reading the model's
-  input).
-* :func:`_depthwise`: vectors over channels, an output row a job; a 3x3 filter's nine
-  weight vectors held in registers, interior pixels of full channel vectors read
-  unmasked, the others (border pixels, the channel tail) through masked loads in which an
-  absent tap reads nothing (zero); other filters four pixels at a time sharing each
-  tap's weight load. An NCHW input is first copied channels-last into a buffer made at
-  load.
+* :func:`_dense` (any dense convolution, 1x1 included: a product pixels x C_in @ C_in x
+  C_out; directly, no im2col) over a register tile: 8 consecutive output pixels (across
+  rows: small images fill them; a tail tile repeats its last pixel, not stored) x 2
+  vectors of output channels (with AVX-512's 32 registers, else 4 pixels at a time; 8 x 1
+  for an odd last vector), accumulating ``fma(splat(x), w_vec, acc)`` over taps and input
+  channels from the bias; the residual is added and the clamp applied in registers before
+  the store (masked for a channel tail). Where all outputs fit in half a vector (8 float32
+  channels) each lane pair sums two adjacent input elements instead (``simd.splat_pair``,
+  ``simd.fold_pairs``): no lane idles. Weights are packed at load per output vector (pair),
+  unit by unit, zero-padded to whole vectors. An input with padding is read from a
+  zero-padded copy (made each call into a buffer made at load), so every window lies
+  inside what is read: as runs of contiguous units (a whole tap row's (kw, c_in) on NHWC
+  memory; (kw) a (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are
+  read through strides, so the input may be either layout.
+* :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
+  channel vectors). A 3x3 filter on a small image reads a zero-padded copy, pixel by pixel
+  over all channel vectors (or, with fewer channels than a vector's lanes at stride 1,
+  several pixels a vector); on a large one it reads in place, a vector's nine weight
+  vectors held in registers, with masked loads at the borders and in a channel tail (an
+  absent tap's lanes read nothing: zero). Other filters read every tap whole (the input
+  copied where it has padding or a channel tail), four output pixels at a time sharing
+  each weight vector (5-wide: the pixels' columns loaded once). An NCHW input is copied
+  channels-last.
 
 An NCHW ``out`` is computed channels-last into a buffer made at load and copied over with
 the residual and clamp applied on the way (a rare case: a layer before a flatten).
@@ -57,6 +61,7 @@ the residual and clamp applied on the way (a rare case: a layer before a flatten
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -66,7 +71,16 @@ from pyexecutorch.kernels import compiled_simd as simd
 from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
 from pyexecutorch.runtime.compiled import serial_and_parallel
 
+# Small pieces are inlined where numba builds its IR (_inline), each into a few sites: the
+# parts that hold a register tile (_part) are functions of their own, so that no tuple of
+# vectors crosses a call and numba's inlining (minutes when it built one function of all)
+# stays small. numba's analysis of parallel loops takes no vectors in tuples: each job is
+# a part that the (parallel) loop calls. Parts take pointers, not arrays (see
+# compiled_simd.pointer). The copies, parallel loops over scalars, are inlined into the
+# kernels (_loops: there they run in parallel).
+_part = njit(error_model="numpy")
 _inline = njit(inline="always", error_model="numpy")
+_loops = njit(inline="always", error_model="numpy")
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
 (
@@ -98,11 +112,14 @@ _inline = njit(inline="always", error_model="numpy")
     _COPY,  # 1: the input is first copied zero-padded, in its layout; 2: NCHW into NHWC
     _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
     _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
+    _PAIRED,  # (dense) outputs in half a vector: two input elements a lane pair
+    _GROUPS,  # (depthwise) groups of channel vectors a band's work is split into
+    _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
     _GEOMETRY_SIZE,
-) = range(29)
+) = range(32)
 
-# The dtype's ``scalars`` argument: the clamp's bounds, then -inf, inf and 0.
-_LOW, _HIGH, _NO_LOW, _NO_HIGH, _ZERO = range(5)
+# The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
+_LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
 
 
 @_inline
@@ -127,7 +144,7 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
         simd.store_first(op, o, simd.clamp(acc, low, high), count)
 
 
-@_inline
+@_part
 def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
     o0, o1, o2, o3 = o
@@ -169,10 +186,6 @@ def _shift8(a, d):  # noqa: ANN001, ANN202
 # advancing by ``xstep``; the weight vectors at wp[w] (and wp[w + L]), advancing by
 # ``wstep``; accumulators ``acc`` in, sums out (pixel by pixel: the first vector's, then
 # the second's).
-
-# With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
-# vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
-_WIDE_TILE = simd.VECTOR_BYTES == 64
 
 
 @_inline
@@ -247,15 +260,51 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
 
 
 @_inline
-def _pair(xp, i, xstep, wp, w, wstep, count, stored, acc):  # noqa: ANN001, ANN202
-    """8 pixels x 2 vectors (only the first 4 pixels computed when no more are stored)."""
-    if _WIDE_TILE and stored > 4:
-        return _dot8x2(xp, i, xstep, wp, w, wstep, count, acc)
-    first = _dot4x2(xp, i[:4], xstep, wp, w, wstep, count, acc[0:4] + acc[8:12])
-    second = acc[4:8] + acc[12:16]
-    if stored > 4:
-        second = _dot4x2(xp, i[4:], xstep, wp, w, wstep, count, second)
-    return first[:4] + second[:4] + first[4:] + second[4:]
+def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
+    """As _dot8x1 over a run of ``count`` contiguous input elements, two a step (the last
+    alone when ``count`` is odd): lane 2k + e of a weight vector holds output k's weight of
+    element 2j + e (see simd.fold_pairs)."""
+    lanes = simd.lanes_of(wp)
+    i0, i1, i2, i3, i4, i5, i6, i7 = i
+    s0, s1, s2, s3, s4, s5, s6, s7 = acc
+    for _ in range(count // 2):
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat_pair(xp, i0), wa, s0)
+        s1 = simd.fma(simd.splat_pair(xp, i1), wa, s1)
+        s2 = simd.fma(simd.splat_pair(xp, i2), wa, s2)
+        s3 = simd.fma(simd.splat_pair(xp, i3), wa, s3)
+        s4 = simd.fma(simd.splat_pair(xp, i4), wa, s4)
+        s5 = simd.fma(simd.splat_pair(xp, i5), wa, s5)
+        s6 = simd.fma(simd.splat_pair(xp, i6), wa, s6)
+        s7 = simd.fma(simd.splat_pair(xp, i7), wa, s7)
+        i0, i1, i2, i3 = i0 + 2, i1 + 2, i2 + 2, i3 + 2
+        i4, i5, i6, i7 = i4 + 2, i5 + 2, i6 + 2, i7 + 2
+        w += lanes
+    if count % 2:
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat_pair_first(xp, i0, 1), wa, s0)
+        s1 = simd.fma(simd.splat_pair_first(xp, i1, 1), wa, s1)
+        s2 = simd.fma(simd.splat_pair_first(xp, i2, 1), wa, s2)
+        s3 = simd.fma(simd.splat_pair_first(xp, i3, 1), wa, s3)
+        s4 = simd.fma(simd.splat_pair_first(xp, i4, 1), wa, s4)
+        s5 = simd.fma(simd.splat_pair_first(xp, i5, 1), wa, s5)
+        s6 = simd.fma(simd.splat_pair_first(xp, i6, 1), wa, s6)
+        s7 = simd.fma(simd.splat_pair_first(xp, i7, 1), wa, s7)
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@_inline
+def _fold8(v):  # noqa: ANN001, ANN202
+    return (
+        simd.fold_pairs(v[0]),
+        simd.fold_pairs(v[1]),
+        simd.fold_pairs(v[2]),
+        simd.fold_pairs(v[3]),
+        simd.fold_pairs(v[4]),
+        simd.fold_pairs(v[5]),
+        simd.fold_pairs(v[6]),
+        simd.fold_pairs(v[7]),
+    )
 
 
 @_inline
@@ -272,7 +321,7 @@ def _splat8(ba):  # noqa: ANN001, ANN202
 # Copies on the way in and out.
 
 
-@_inline
+@_part
 def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
     """dp[d : d + count] = sp[s : s + count], by vectors."""
     lanes = simd.lanes_of(dp)
@@ -284,7 +333,7 @@ def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
         simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
 
 
-@_inline
+@_loops
 def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
     """The input into the interior of its zero-padded copy (the border was zeroed at load):
     row by row in its own layout (_COPY 1), or NCHW into an NHWC copy (_COPY 2)."""
@@ -312,7 +361,7 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
         _copy_run(sp, r * width * unit, dp, d, width * unit)
 
 
-@_inline
+@_loops
 def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels, c_out):  # noqa: ANN001, ANN202
     """planes (N, C, P) = clamp(scratch (N, P, C) + residual (N, C, P), lo, hi), scalar by
     scalar (each residual element read before its store: it may be planes itself). Pixels
@@ -337,7 +386,7 @@ def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels,
 
 
 # ---------------------------------------------------------------------------
-# 1x1, stride 1, no padding; and any dense convolution. Both over tiles of 8 output pixels.
+# Dense convolutions (1x1 included): tiles of 8 output pixels, blocks of output vectors.
 
 
 @_inline
@@ -354,58 +403,6 @@ def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
 def _scaled8(q, base, step):  # noqa: ANN001, ANN202
     return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
             base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
-
-
-@_inline
-def _pointwise_tiles(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
-    n_batch, c_in, c_out = g[_N], g[_CIN], g[_COUT]
-    pixels = g[_OH] * g[_OW]
-    xs_image, xs_pixel, xs_chan = g[_XS_IMAGE], g[_XS_COL], g[_XS_CHAN]
-    lanes = simd.lanes_of(op)
-    vectors = (c_out + lanes - 1) // lanes
-    tiles = (pixels + 7) // 8
-    for job in prange(n_batch * tiles):
-        n = job // tiles
-        q, stored = _tile_pixels((job - n * tiles) * 8, pixels)
-        a = _scaled8(q, n * xs_image, xs_pixel)
-        o = _scaled8(q, n * pixels * c_out, c_out)
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
-            c1 = c0 + lanes
-            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
-            acc = _pair(xp, a, xs_chan, wp, c0 * c_in, 2 * lanes, c_in, stored, acc)
-            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
-        if vectors % 2:  # an odd last vector
-            c0 = (vectors - 1) * lanes
-            acc8 = _dot8x1(xp, a, xs_chan, wp, c0 * c_in, lanes, c_in, _splat8(simd.load(bp, c0)))
-            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
-
-
-def _pointwise(x, wp, bias, geometry, scalars, residual, out, planes):  # noqa: ANN001, ANN201
-    """out (N, P, C_out) = x (N, P, C_in) @ W + bias, + residual, clamped; x read through its
-    strides (pixel _XS_COL, channel _XS_CHAN). With _TO_PLANES, ``out`` is a buffer for
-    the NCHW ``planes``."""
-    g = geometry
-    to_planes = g[_TO_PLANES] != 0
-    lo, hi = scalars[_LOW], scalars[_HIGH]
-    low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
-    high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
-    xp, wpp, bp = simd.pointer(x), simd.pointer(wp), simd.pointer(bias)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    # (twice, the residual's test compiled away in each)
-    if g[_HAS_RESIDUAL] != 0 and not to_planes:
-        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, True)
-    else:
-        _pointwise_tiles(xp, wpp, bp, op, rp, g, low, high, False)
-    if to_planes:
-        pixels = g[_OH] * g[_OW]
-        _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
-    return out
-
-
-POINTWISE = serial_and_parallel(_pointwise, "nhwc_pointwise")
 
 
 @_inline
@@ -437,48 +434,122 @@ def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN2
             base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
 
 
-@_inline
-def _dense_tiles(xp, wp, bp, runp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
-    n_batch, out_h, out_w, c_out = g[_N], g[_OH], g[_OW], g[_COUT]
-    xs_image, row_step, col_step = g[_XS_IMAGE], g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
+@_part
+def _pair_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
+    """Output channels [c0, c0 + 2L) of the 8 pixels whose windows start at a_m (stored at
+    o_m, the first ``stored``): the runs' products summed onto the bias, the epilogue."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    w = c0 * n_runs * run_len
+    ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
+    acc = _splat16(ba, bb)
+    for r in range(n_runs):
+        acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, acc)
+        w += 2 * lanes * run_len
+    na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
+    _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
+    _store8(op, _shift8(o, c0 + lanes), stored, nb, acc[8:], rp, has_residual, low, high)
+
+
+@_part
+def _pair_block_narrow(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
+    """_pair_block with 16 vector registers: 4 pixels at a time (the second 4 where stored)."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    w = c0 * n_runs * run_len
+    ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
+    low_acc = (ba, ba, ba, ba, bb, bb, bb, bb)
+    high_acc = low_acc
+    for r in range(n_runs):
+        i = _shift8(a, runs[r])
+        low_acc = _dot4x2(xp, i[:4], run_step, wp, w, 2 * lanes, run_len, low_acc)
+        if stored > 4:
+            high_acc = _dot4x2(xp, i[4:], run_step, wp, w, 2 * lanes, run_len, high_acc)
+        w += 2 * lanes * run_len
+    na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
+    first, second = low_acc[:4] + high_acc[:4], low_acc[4:] + high_acc[4:]
+    _store8(op, _shift8(o, c0), stored, na, first, rp, has_residual, low, high)
+    _store8(op, _shift8(o, c0 + lanes), stored, nb, second, rp, has_residual, low, high)
+
+
+# With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
+# vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
+_PAIR_BLOCK = _pair_block if simd.VECTOR_BYTES == 64 else _pair_block_narrow
+
+
+@_part
+def _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _pair_block for one vector of output channels from c0 (an odd last one)."""
+    lanes = simd.lanes_of(op)
     n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
+    w = c0 * n_runs * run_len
+    acc = _splat8(simd.load(bp, c0))
+    for r in range(n_runs):
+        acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc)
+        w += lanes * run_len
+    _store8(op, _shift8(o, c0), stored, g[_COUT] - c0, acc, rp, has_residual, low, high)
+
+
+@_part
+def _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual):  # noqa: ANN001, ANN202
+    """As _single_block for all outputs, in half a vector: two contiguous input elements
+    a lane pair (see _dot8x1_paired), the pairs folded before the epilogue."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len = g[_RUNS], g[_RUN_LEN]
+    acc = _splat8(simd.load(bp, 0))
+    for r in range(n_runs):
+        w = r * ((run_len + 1) // 2) * lanes
+        acc = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc)
+    _store8(op, o, stored, g[_COUT], _fold8(acc), rp, has_residual, low, high)
+
+
+@_part
+def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
+    """Tile ``job`` (8 output pixels, all output channels) of a dense convolution."""
+    out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
     lanes = simd.lanes_of(op)
     vectors = (c_out + lanes - 1) // lanes
     pixels = out_h * out_w
     tiles = (pixels + 7) // 8
-    for job in prange(n_batch * tiles):
-        n = job // tiles
-        p0 = (job - n * tiles) * 8
-        q, stored = _tile_pixels(p0, pixels)
-        a = _windows(p0, stored, out_w, n * xs_image, row_step, col_step)
-        o = _scaled8(q, n * pixels * c_out, c_out)
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
-            c1 = c0 + lanes
-            acc = _splat16(simd.load(bp, c0), simd.load(bp, c1))
-            for r in range(n_runs):
-                w = (c0 * n_runs + 2 * lanes * r) * run_len
-                acc = _pair(xp, _shift8(a, runp[r]), run_step, wp, w, 2 * lanes, run_len, stored, acc)  # fmt: skip  # noqa: E501
-            na, nb = min(lanes, c_out - c0), min(lanes, c_out - c1)
-            _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-            _store8(op, _shift8(o, c1), stored, nb, acc[8:], rp, has_residual, low, high)
-        if vectors % 2:  # an odd last vector
-            c0 = (vectors - 1) * lanes
-            acc8 = _splat8(simd.load(bp, c0))
-            for r in range(n_runs):
-                w = (c0 * n_runs + lanes * r) * run_len
-                acc8 = _dot8x1(xp, _shift8(a, runp[r]), run_step, wp, w, lanes, run_len, acc8)
-            _store8(op, _shift8(o, c0), stored, c_out - c0, acc8, rp, has_residual, low, high)
+    n = job // tiles if g[_N] > 1 else 0
+    p0 = (job - n * tiles) * 8
+    q, stored = _tile_pixels(p0, pixels)
+    row_step, col_step = g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
+    a = _windows(p0, stored, out_w, n * g[_XS_IMAGE], row_step, col_step)
+    o = _scaled8(q, n * pixels * c_out, c_out)
+    if g[_PAIRED] != 0:
+        _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual)
+        return
+    for v in range(0, vectors - 1, 2):
+        c0 = v * lanes
+        if stored > 4:
+            _PAIR_BLOCK(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
+        else:  # (at most 4 pixels stored, a tiny image's: only they are computed)
+            _pair_block_narrow(
+                xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual
+            )
+    if vectors % 2:
+        c0 = (vectors - 1) * lanes
+        _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
+
+
+@_part
+def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    if has_residual:  # (twice, the residual's test compiled away in each)
+        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, True)
+    else:
+        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, False)
 
 
 def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
     """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
-    convolution over tiles of 8 output pixels, every window inside the image (the padded
-    input is first copied into ``buffer`` with _COPY), read as runs: offsets ``runs`` of
+    convolution over tiles of 8 output pixels, every window inside what is read (an input
+    with padding first copied into ``buffer``, _COPY), read as runs: offsets ``runs`` of
     _RUN_LEN weight units _RUN_STEP elements apart. The strides _XS_* are those of what is
     read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
+    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
@@ -488,13 +559,11 @@ def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):
     else:
         xp = simd.pointer(x)
     wpp, bp, runp = simd.pointer(wp), simd.pointer(bias), simd.pointer(runs)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    if g[_HAS_RESIDUAL] != 0 and not to_planes:
-        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, True)
-    else:
-        _dense_tiles(xp, wpp, bp, runp, op, rp, g, low, high, False)
+    op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
+    pixels = g[_OH] * g[_OW]
+    for job in prange(g[_N] * ((pixels + 7) // 8)):  # (its index unsigned in parallel)
+        _dense_job(xp, wpp, bp, runp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
-        pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
@@ -503,10 +572,10 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 
 
 # ---------------------------------------------------------------------------
-# Depthwise: one filter a channel, vectors over channels, an output row a job.
+# Depthwise: one filter a channel, vectors over channels.
 #
 # What is read is the input itself or its zero-padded copy (_COPY, made first). Filters
-# other than 3x3 always read every tap in full vectors: the input has no padding and whole
+# other than 3x3 always read every tap in whole vectors: the input has no padding and whole
 # channel vectors, or it is copied, with room after its end (a channel tail's vector reads
 # on into the next pixel's channels, lanes never stored). A 3x3 filter on a large image
 # reads it uncopied (the copy would cost a third as much as the filter at stride 2): its
@@ -515,40 +584,54 @@ DENSE = serial_and_parallel(_dense, "nhwc_dense")
 
 
 @_inline
-def _ld(xp, i, count, whole):  # noqa: ANN001, ANN202
-    """The vector at xp[i:], its first ``count`` lanes only unless ``whole``."""
-    return simd.load(xp, i) if whole else simd.load_first(xp, i, count)
+def _div(a, b):  # noqa: ANN001, ANN202
+    """a // b, without dividing by 1 (a division costs tens of cycles)."""
+    return a if b == 1 else a // b
 
 
-@_inline
-def _dw3x3_rows(xp, wp, wb, op, rp, low, high, ba, count, overread, xb, ob, oh0, oh1, sh,  # noqa: ANN001, ANN202
-                ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw, channels, per_vector,
-                has_residual):  # fmt: skip
-    """Output rows [oh0, oh1) of one channel vector of a 3x3 filter, its nine weight vectors
-    held in registers. The image: ``height`` rows of ``row`` elements from element xb (the
-    vector's first channel included); output row oh's window rows from oh * sh - ph,
-    columns from ow * sw - pw; output columns [lo, hi) have every window column inside.
-    With ``overread``, whole vectors may be read past the channels; with ``per_vector``
-    P > 1 (a few channels, stride 1, the image copied) a vector holds P pixels' channels."""
+@_part
+def _read_geometry(g):  # noqa: ANN001, ANN202
+    """(channels, height, width, row elements, pad top, pad left) of what a depthwise
+    kernel reads: the input, or its padded copy (then padded already)."""
+    copied = g[_COPY] != 0
+    ph, pw = (0, 0) if copied else (g[_PH], g[_PW])
+    height, width = g[_H] + 2 * (g[_PH] - ph), g[_W] + 2 * (g[_PW] - pw)
+    return g[_CIN], height, width, width * g[_CIN], ph, pw
+
+
+@_part
+def _dw3x3_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """Output rows [oh0, oh1) of image n, channel vector from c0 (``count`` lanes stored),
+    of a 3x3 filter, its nine weight vectors held in registers. Interior pixels read whole
+    vectors (past the channels where the input was copied); the others masked. With
+    _PIXELS_PER_VECTOR P > 1 (a few channels, stride 1, copied) a vector holds P pixels."""
     lanes = simd.lanes_of(wp)
+    channels, height, width, row, ph, pw = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    per_vector = g[_PIXELS_PER_VECTOR]
+    wb = c0 * 9
     w00, w01, w02 = simd.load(wp, wb), simd.load(wp, wb + lanes), simd.load(wp, wb + 2 * lanes)
     w10, w11 = simd.load(wp, wb + 3 * lanes), simd.load(wp, wb + 4 * lanes)
     w12, w20 = simd.load(wp, wb + 5 * lanes), simd.load(wp, wb + 6 * lanes)
     w21, w22 = simd.load(wp, wb + 7 * lanes), simd.load(wp, wb + 8 * lanes)
     step = dw * channels
-    whole = overread or count == lanes
+    whole = g[_COPY] != 0 or count == lanes
+    # output columns [lo, hi) whose windows lie inside
+    lo = min(out_w, _div(pw + sw - 1, sw))
+    hi = max(lo, min(out_w, _div(width - 1 - 2 * dw + pw, sw) + 1))
+    xb = n * height * row + c0
     for oh in range(oh0, oh1):
         top = oh * sh - ph
         y1, y2 = top + dh, top + 2 * dh
         r0, r1, r2 = 0 <= top < height, 0 <= y1 < height, 0 <= y2 < height
         x0, x1, x2 = xb + top * row, xb + y1 * row, xb + y2 * row
-        o_row = ob + oh * out_w * channels
+        o_row = ((n * out_h + oh) * out_w) * channels + c0
         first, end = (lo, hi) if r0 and r1 and r2 and whole else (out_w, out_w)
         ow = first
         while ow < end:  # (a range of run-time step divides to count its steps)
             i = (ow * sw - pw) * channels
             a, b, c = x0 + i, x1 + i, x2 + i
-            # (three chains of three: a chain of nine waits 9 latencies a pixel)
+            # (three chains of three: a chain of nine waits nine latencies a pixel)
             top_row = simd.fma(w00, simd.load(xp, a), ba)
             mid_row = simd.mul(w10, simd.load(xp, b))
             low_row = simd.mul(w20, simd.load(xp, c))
@@ -575,20 +658,69 @@ def _dw3x3_rows(xp, wp, wb, op, rp, low, high, ba, count, overread, xb, ob, oh0,
             e2 = count if 0 <= left + 2 * dw < width else 0
             a0, a1, a2 = (e0, e1, e2) if r0 else (0, 0, 0)
             b0, b1, b2 = (e0, e1, e2) if r1 else (0, 0, 0)
-            c0, c1, c2 = (e0, e1, e2) if r2 else (0, 0, 0)
+            c0_, c1, c2 = (e0, e1, e2) if r2 else (0, 0, 0)
             acc = simd.fma(w00, simd.load_first(xp, a, a0), ba)
             acc = simd.fma(w01, simd.load_first(xp, a + step, a1), acc)
             acc = simd.fma(w02, simd.load_first(xp, a + 2 * step, a2), acc)
             acc = simd.fma(w10, simd.load_first(xp, b, b0), acc)
             acc = simd.fma(w11, simd.load_first(xp, b + step, b1), acc)
             acc = simd.fma(w12, simd.load_first(xp, b + 2 * step, b2), acc)
-            acc = simd.fma(w20, simd.load_first(xp, c, c0), acc)
+            acc = simd.fma(w20, simd.load_first(xp, c, c0_), acc)
             acc = simd.fma(w21, simd.load_first(xp, c + step, c1), acc)
             acc = simd.fma(w22, simd.load_first(xp, c + 2 * step, c2), acc)
             _finish(op, o_row + ow * channels, acc, count, rp, has_residual, low, high)
 
 
+@_part
+def _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """Output rows [oh0, oh1) of image n, channel vectors [v0, v1), of a 3x3 filter on a
+    tiny copied image: pixel by pixel, every vector's weights read again (from L1) rather
+    than held, which costs less than setting up each vector for a few pixels."""
+    lanes = simd.lanes_of(wp)
+    channels, height, _, row, _, _ = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    step, row_step = dw * channels, dh * row
+    for oh in range(oh0, oh1):
+        x_row = (n * height + oh * sh) * row
+        o_row = ((n * out_h + oh) * out_w) * channels
+        for ow in range(out_w):
+            a = x_row + ow * sw * channels + v0 * lanes
+            b, c = a + row_step, a + 2 * row_step
+            o = o_row + ow * channels + v0 * lanes
+            w = v0 * lanes * 9
+            for v in range(v0, v1):
+                top_row = simd.fma(simd.load(wp, w), simd.load(xp, a), simd.load(bp, v * lanes))
+                mid_row = simd.mul(simd.load(wp, w + 3 * lanes), simd.load(xp, b))
+                low_row = simd.mul(simd.load(wp, w + 6 * lanes), simd.load(xp, c))
+                top_row = simd.fma(simd.load(wp, w + lanes), simd.load(xp, a + step), top_row)
+                mid_row = simd.fma(simd.load(wp, w + 4 * lanes), simd.load(xp, b + step), mid_row)
+                low_row = simd.fma(simd.load(wp, w + 7 * lanes), simd.load(xp, c + step), low_row)
+                top_row = simd.fma(
+                    simd.load(wp, w + 2 * lanes), simd.load(xp, a + 2 * step), top_row
+                )
+                mid_row = simd.fma(
+                    simd.load(wp, w + 5 * lanes), simd.load(xp, b + 2 * step), mid_row
+                )
+                low_row = simd.fma(
+                    simd.load(wp, w + 8 * lanes), simd.load(xp, c + 2 * step), low_row
+                )
+                acc = simd.add(top_row, simd.add(mid_row, low_row))
+                count = min(lanes, channels - v * lanes)
+                _finish(op, o, acc, count, rp, has_residual, low, high)
+                a, b, c, o, w = a + lanes, b + lanes, c + lanes, o + lanes, w + 9 * lanes
+
+
 @_inline
+def _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, acc):  # noqa: ANN001, ANN202
+    """acc + t0 x0 + t1 x1 + ... + t4 x4."""
+    acc = simd.fma(t4, x4, acc)
+    acc = simd.fma(t3, x3, acc)
+    acc = simd.fma(t2, x2, acc)
+    acc = simd.fma(t1, x1, acc)
+    return simd.fma(t0, x0, acc)
+
+
+@_part
 def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # noqa: ANN001, ANN202
     """One tap row of a 5-wide filter (dilation 1) for 4 consecutive output pixels at
     stride ``sw`` (1 or 2), the row's first window column at element p: the columns the
@@ -598,107 +730,108 @@ def _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3):  # no
     x5, x6 = simd.load(xp, p + 5 * channels), simd.load(xp, p + 6 * channels)
     x7 = simd.load(xp, p + 7 * channels)
     if sw == 1:  # pixel m, tap k: column m + k
-        s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
-        s1 = simd.fma(t0, x1, simd.fma(t1, x2, simd.fma(t2, x3, simd.fma(t3, x4, simd.fma(t4, x5, s1)))))  # noqa: E501
-        s2 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s2)))))  # noqa: E501
-        s3 = simd.fma(t0, x3, simd.fma(t1, x4, simd.fma(t2, x5, simd.fma(t3, x6, simd.fma(t4, x7, s3)))))  # noqa: E501
+        s0 = _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, s0)
+        s1 = _taps5(t0, t1, t2, t3, t4, x1, x2, x3, x4, x5, s1)
+        s2 = _taps5(t0, t1, t2, t3, t4, x2, x3, x4, x5, x6, s2)
+        s3 = _taps5(t0, t1, t2, t3, t4, x3, x4, x5, x6, x7, s3)
         return s0, s1, s2, s3
     x8, x9 = simd.load(xp, p + 8 * channels), simd.load(xp, p + 9 * channels)
     x10 = simd.load(xp, p + 10 * channels)
     # pixel m, tap k: column 2m + k
-    s0 = simd.fma(t0, x0, simd.fma(t1, x1, simd.fma(t2, x2, simd.fma(t3, x3, simd.fma(t4, x4, s0)))))  # noqa: E501
-    s1 = simd.fma(t0, x2, simd.fma(t1, x3, simd.fma(t2, x4, simd.fma(t3, x5, simd.fma(t4, x6, s1)))))  # noqa: E501
-    s2 = simd.fma(t0, x4, simd.fma(t1, x5, simd.fma(t2, x6, simd.fma(t3, x7, simd.fma(t4, x8, s2)))))  # noqa: E501
-    s3 = simd.fma(t0, x6, simd.fma(t1, x7, simd.fma(t2, x8, simd.fma(t3, x9, simd.fma(t4, x10, s3)))))  # noqa: E501
+    s0 = _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, s0)
+    s1 = _taps5(t0, t1, t2, t3, t4, x2, x3, x4, x5, x6, s1)
+    s2 = _taps5(t0, t1, t2, t3, t4, x4, x5, x6, x7, x8, s2)
+    s3 = _taps5(t0, t1, t2, t3, t4, x6, x7, x8, x9, x10, s3)
     return s0, s1, s2, s3
 
 
-@_inline
-def _dw_row(xp, wp, wb, op, ob, rp, low, high, ba, count, xr, row_step, step, out_w, sw,  # noqa: ANN001, ANN202
-            channels, kh_n, kw_n, has_residual):  # fmt: skip
-    """One output row of one channel vector of any filter, every tap inside what is read:
-    four output pixels at a time sharing each tap's weight vector (a tail group repeats
-    the row's last pixel); the row's first window at element xr, tap rows ``row_step``
-    and columns ``step`` apart."""
+@_part
+def _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """As _dw3x3_rows for any filter, every tap inside what is read: four output pixels at
+    a time sharing each tap's weight vector (a tail group repeats the row's last pixel);
+    for a 5-wide one at dilation 1 and stride 1 or 2, columns shared between pixels."""
     lanes = simd.lanes_of(wp)
-    pixel = sw * channels
+    channels, height, _, row, _, _ = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    kh_n, kw_n = g[_KH], g[_KW]
+    pixel, step, row_step = sw * channels, dw * channels, dh * row
     last = out_w - 1
-    # 5 wide, dilation 1, stride 1 or 2: columns shared between pixels
-    shared = kw_n == 5 and step == channels and sw <= 2
-    for ow in range(0, out_w, 4):
-        s0, s1, s2, s3 = ba, ba, ba, ba
-        w = wb
-        if shared and ow + 4 <= out_w:
-            p = xr + ow * pixel
-            for _ in range(kh_n):
-                t0, t1, t2 = simd.load(wp, w), simd.load(wp, w + lanes), simd.load(wp, w + 2 * lanes)
-                t3, t4 = simd.load(wp, w + 3 * lanes), simd.load(wp, w + 4 * lanes)
-                s0, s1, s2, s3 = _dw5_columns(xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3)  # fmt: skip  # noqa: E501
-                p += row_step
-                w += 5 * lanes
-        else:
-            i0, i1 = xr + ow * pixel, xr + min(ow + 1, last) * pixel
-            i2, i3 = xr + min(ow + 2, last) * pixel, xr + min(ow + 3, last) * pixel
-            for kh in range(kh_n):
-                off = kh * row_step
-                for _ in range(kw_n):
-                    tap = simd.load(wp, w)
-                    s0 = simd.fma(tap, simd.load(xp, i0 + off), s0)
-                    s1 = simd.fma(tap, simd.load(xp, i1 + off), s1)
-                    s2 = simd.fma(tap, simd.load(xp, i2 + off), s2)
-                    s3 = simd.fma(tap, simd.load(xp, i3 + off), s3)
-                    off += step
-                    w += lanes
-        o = ob + ow * channels
-        _store4(op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
-                (s0, s1, s2, s3), rp, has_residual, low, high)  # fmt: skip
+    shared = kw_n == 5 and dw == 1 and sw <= 2
+    for oh in range(oh0, oh1):
+        xr = (n * height + oh * sh) * row + c0
+        o_row = ((n * out_h + oh) * out_w) * channels + c0
+        for ow in range(0, out_w, 4):
+            s0, s1, s2, s3 = ba, ba, ba, ba
+            w = c0 * kh_n * kw_n
+            if shared and ow + 4 <= out_w:
+                p = xr + ow * pixel
+                for _ in range(kh_n):
+                    t0, t1 = simd.load(wp, w), simd.load(wp, w + lanes)
+                    t2, t3 = simd.load(wp, w + 2 * lanes), simd.load(wp, w + 3 * lanes)
+                    t4 = simd.load(wp, w + 4 * lanes)
+                    s0, s1, s2, s3 = _dw5_columns(
+                        xp, p, channels, sw, t0, t1, t2, t3, t4, s0, s1, s2, s3
+                    )
+                    p += row_step
+                    w += 5 * lanes
+            else:
+                i0, i1 = xr + ow * pixel, xr + min(ow + 1, last) * pixel
+                i2, i3 = xr + min(ow + 2, last) * pixel, xr + min(ow + 3, last) * pixel
+                for kh in range(kh_n):
+                    off = kh * row_step
+                    for _ in range(kw_n):
+                        tap = simd.load(wp, w)
+                        s0 = simd.fma(tap, simd.load(xp, i0 + off), s0)
+                        s1 = simd.fma(tap, simd.load(xp, i1 + off), s1)
+                        s2 = simd.fma(tap, simd.load(xp, i2 + off), s2)
+                        s3 = simd.fma(tap, simd.load(xp, i3 + off), s3)
+                        off += step
+                        w += lanes
+            o = o_row + ow * channels
+            _store4(
+                op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
+                (s0, s1, s2, s3), rp, has_residual, low, high,
+            )  # fmt: skip
 
 
-@_inline
-def _depthwise_rows(xp, wp, bp, op, rp, g, low, high, has_residual):  # noqa: ANN001, ANN202
-    """Jobs of (image, channel vector, band of output rows): a vector's weights and its
-    lanes of the image (a few KB) stay in L1 across the band's rows."""
-    n_batch, channels = g[_N], g[_CIN]
-    out_h, out_w = g[_OH], g[_OW]
-    kh_n, kw_n, sh, sw, dh, dw = g[_KH], g[_KW], g[_SH], g[_SW], g[_DH], g[_DW]
-    copied = g[_COPY] != 0
-    ph, pw = (0, 0) if copied else (g[_PH], g[_PW])  # (what is read is padded already)
-    height, width = g[_H] + 2 * g[_PH] - 2 * ph, g[_W] + 2 * g[_PW] - 2 * pw
-    per_vector = g[_PIXELS_PER_VECTOR]
-    bands = g[_BANDS]
+@_part
+def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Job (image, band of output rows, group of channel vectors) of a depthwise
+    convolution; a vector's weights and its lanes of the band's rows stay in cache across
+    the rows, the band's rows across the vectors."""
     lanes = simd.lanes_of(op)
-    vectors = (channels * per_vector + lanes - 1) // lanes
-    taps = kh_n * kw_n
-    row = width * channels
-    three = kh_n == 3 and kw_n == 3
-    # output columns whose 3x3 windows lie inside
-    lo = min(out_w, (pw + sw - 1) // sw)
-    hi = max(lo, min(out_w, (width - 1 - 2 * dw + pw) // sw + 1))
-    band = (out_h + bands - 1) // bands
-    for job in prange(n_batch * vectors * bands):
-        n, v, oh0 = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
-        if n_batch > 1:
-            n = job // (vectors * bands)
-            v = job - n * vectors * bands
-        if bands > 1:
-            rest = v
-            v = rest // bands
-            oh0 = (rest - v * bands) * band
-        oh1 = min(out_h, oh0 + band)
+    vectors = (g[_CIN] * g[_PIXELS_PER_VECTOR] + lanes - 1) // lanes
+    bands, groups, out_h = g[_BANDS], g[_GROUPS], g[_OH]
+    n, group, band = 0, job, 0  # (integer divisions cost tens of cycles: only where needed)
+    if g[_N] > 1:
+        n = job // (bands * groups)
+        group = job - n * bands * groups
+    if bands > 1:
+        band = group // groups
+        group -= band * groups
+    rows = _div(out_h + bands - 1, bands)
+    oh0, oh1 = band * rows, min(out_h, (band + 1) * rows)
+    per_group = _div(vectors + groups - 1, groups)
+    v0, v1 = group * per_group, min(vectors, (group + 1) * per_group)
+    if g[_PIXEL_MAJOR] != 0:
+        _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
+        return
+    for v in range(v0, v1):
         c0 = v * lanes
-        count = min(lanes, channels * per_vector - c0)
+        count = min(lanes, g[_CIN] * g[_PIXELS_PER_VECTOR] - c0)
         ba = simd.load(bp, c0)
-        xb = n * height * row + c0
-        ob = n * out_h * out_w * channels + c0
-        if three:
-            _dw3x3_rows(xp, wp, c0 * taps, op, rp, low, high, ba, count, copied, xb, ob, oh0,
-                        oh1, sh, ph, height, row, out_w, lo, hi, sw, pw, width, dh, dw,
-                        channels, per_vector, has_residual)  # fmt: skip
+        if g[_KH] == 3 and g[_KW] == 3:
+            _dw3x3_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual)
         else:
-            for oh in range(oh0, oh1):
-                _dw_row(xp, wp, c0 * taps, op, ob + oh * out_w * channels, rp, low, high, ba,
-                        count, xb + oh * sh * row, dh * row, dw * channels, out_w, sw, channels,
-                        kh_n, kw_n, has_residual)  # fmt: skip
+            _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual)
+
+
+@_part
+def _depthwise_jobs(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    if has_residual:  # (twice, the residual's test compiled away in each)
+        _depthwise_job(xp, wp, bp, op, rp, g, low, high, True, job)
+    else:
+        _depthwise_job(xp, wp, bp, op, rp, g, low, high, False, job)
 
 
 def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
@@ -707,6 +840,7 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
     with _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
+    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
@@ -716,11 +850,9 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
     else:
         xp = simd.pointer(x)
     wpp, bp = simd.pointer(wp), simd.pointer(bias)
-    op, rp = simd.pointer(out), simd.pointer(residual)
-    if g[_HAS_RESIDUAL] != 0 and not to_planes:
-        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, True)
-    else:
-        _depthwise_rows(xp, wpp, bp, op, rp, g, low, high, False)
+    op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
+    for job in prange(g[_N] * g[_BANDS] * g[_GROUPS]):  # (its index unsigned in parallel)
+        _depthwise_jobs(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
         pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_CIN])
@@ -738,9 +870,15 @@ DEPTHWISE = serial_and_parallel(_depthwise, "nhwc_depthwise")
 # convolutions taking a few hundred microseconds on one thread pay for it.
 PARALLEL_MACS = 8_000_000
 
+# Input bytes a depthwise job's band of rows reads at most (held in L2 across the channel
+# vectors that read it in turn).
+BAND_BYTES = 64 * 1024
+
 # Input pixels up to which a 3x3 depthwise convolution with padding (or a channel tail)
-# reads a zero-padded copy rather than the input with masked loads at its borders.
+# reads a zero-padded copy rather than the input with masked loads at its borders; at
+# stride 1 (where the copy costs a ninth of the filter) up to the larger number.
 COPY_PIXELS_3X3 = 64
+COPY_PIXELS_3X3_STRIDE_1 = 256
 
 
 def _aligned(values: np.ndarray) -> np.ndarray:
@@ -783,7 +921,28 @@ def _pack_vectors(units: np.ndarray, lanes: int) -> np.ndarray:
     return _aligned(np.concatenate(parts))
 
 
+def _pack_paired(
+    units: np.ndarray, bias: np.ndarray, lanes: int, run_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (C_out <= lanes / 2, units in runs of ``run_len``) and bias for the paired
+    tile: a run's unit pair j in one vector, output k's weights of units 2j, 2j + 1 in
+    lanes 2k, 2k + 1 (of an odd run's last unit in lane 2k, lane 2k + 1 zero); the bias in
+    the even lanes."""
+    c_out, count = units.shape
+    runs = count // run_len
+    pairs = -(-run_len // 2)
+    even = np.zeros((c_out, runs, 2 * pairs), units.dtype)
+    even[:, :, :run_len] = units.reshape(c_out, runs, run_len)
+    packed = np.zeros((runs, pairs, lanes), units.dtype)
+    for e in range(2):
+        packed[:, :, e : 2 * c_out : 2] = even[:, :, e::2].transpose(1, 2, 0)
+    b = np.zeros(lanes, bias.dtype)
+    b[0 : 2 * c_out : 2] = bias
+    return _aligned(packed.reshape(-1)), _aligned(b)
+
+
 def _padded(values: np.ndarray, lanes: int) -> np.ndarray:
+    """``values`` zero-padded to whole vectors, aligned."""
     out = np.zeros(-(-len(values) // lanes) * lanes, values.dtype)
     out[: len(values)] = values
     return _aligned(out)
@@ -794,8 +953,11 @@ def _strides(nhwc: bool, c: int, h: int, w: int) -> tuple[int, int, int, int]:
     return (h * w * c, w * c, c, 1) if nhwc else (c * h * w, w, 1, h * w)
 
 
-def _dense_plan(weight: np.ndarray, geometry: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(packed weights, run offsets) of the dense kernel; sets geometry's run fields.
+def _dense_plan(
+    weight: np.ndarray, geometry: np.ndarray, lanes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(weights as (C_out, units) in the runs' order, run offsets) of the dense kernel;
+    sets geometry's run fields.
 
     NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
     Otherwise a run per tap over c_in, or, on NCHW memory with filters wider than its
@@ -819,7 +981,7 @@ def _dense_plan(weight: np.ndarray, geometry: np.ndarray, lanes: int) -> tuple[n
             runs = [kh * dh * xs_row + kw * dw * xs_col for kh in range(kh_n) for kw in range(kw_n)]
             g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
     g[_RUNS] = len(runs)
-    return _pack_vectors(units, lanes), np.array(runs, np.int64)
+    return units, np.array(runs, np.int64)
 
 
 def _depthwise_weights(
@@ -872,10 +1034,12 @@ def channels_last_conv_step(
         isinstance(bias, np.ndarray) and bias.dtype == dt and not bias.flags.writeable
     ):
         return None
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups <= 0:
         return None
-    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+    groups = int(groups)
+    if not (isinstance(low, numbers.Real) and isinstance(high, numbers.Real)):
         return None
+    low, high = float(low), float(high)
     if math.isnan(low) or math.isnan(high) or not out.flags.writeable:
         return None
     nhwc_in, nhwc_out = channels_last(input), channels_last(out)
@@ -925,7 +1089,7 @@ def channels_last_conv_step(
     g[_OH], g[_OW], g[_COUT], g[_KH], g[_KW] = oh, ow, c_out, kh, kw
     g[_SH], g[_SW], g[_PH], g[_PW], g[_DH], g[_DW] = sh, sw, ph, pw, *d
     g[_HAS_RESIDUAL], g[_TO_PLANES], g[_PIXELS_PER_VECTOR] = residual is not None, not nhwc_out, 1
-    scalars = np.array([low, high, -math.inf, math.inf, 0.0], dt)
+    scalars = np.array([low, high, -math.inf, math.inf], dt)
     macs = out.size * cg * kh * kw
 
     def pick(variants: tuple[Any, Any]) -> Any:
@@ -936,28 +1100,45 @@ def channels_last_conv_step(
         few = (kh, kw) == (3, 3) and sw == 1 and c_in < lanes and lanes % c_in == 0
         per_vector = lanes // c_in if few else 1
         g[_PIXELS_PER_VECTOR] = per_vector
-        g[_BANDS] = 1
         uneven = ph > 0 or pw > 0 or c_in % lanes != 0
         # (a 3x3 filter reads large images uncopied, through masked loads at the borders)
-        small = (kh, kw) != (3, 3) or h * w <= COPY_PIXELS_3X3
+        limit = COPY_PIXELS_3X3_STRIDE_1 if s == (1, 1) else COPY_PIXELS_3X3
+        small = (kh, kw) != (3, 3) or h * w <= limit
         g[_COPY] = 2 if not nhwc_in else int(few or (uneven and small))
+        vectors = -(-c_in * per_vector // lanes)
+        # On a copied image with several channel vectors, pixel by pixel over all vectors
+        # rather than vector by vector with the weights held, whose setup costs as much as
+        # ten pixels (us, one thread: 240 channels at 2x2 0.65 -> 0.40, 96 at 6x6 1.40 ->
+        # 1.18, 48 at 16x16 5.3 -> 4.4; one vector of 16 at 32x32 5.0 -> 6.7, so not then).
+        g[_PIXEL_MAJOR] = (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
         g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
         # (room after the padded image for a last vector's lanes past its channels)
         buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
         wd, bd = _depthwise_weights(weight, b, lanes, per_vector)
         fn = pick(DEPTHWISE)
-        if fn is DEPTHWISE[1]:  # at least four jobs a thread
-            jobs = n * -(-c_in * per_vector // lanes)
-            g[_BANDS] = min(oh, -(-4 * get_num_threads() // jobs))
+        # Bands of output rows whose input rows fit in L2 (each channel vector's job strides
+        # over its lanes of every pixel of the band); one job a band serially, in parallel
+        # the vectors split into groups, at least four jobs a thread.
+        band_rows = max(1, BAND_BYTES // (w * c_in * dt.itemsize * sh))
+        g[_BANDS] = bands = min(oh, -(-oh // band_rows))
+        g[_GROUPS] = 1
+        if fn is DEPTHWISE[1]:
+            jobs = 4 * get_num_threads()
+            g[_GROUPS] = groups = min(vectors, -(-jobs // (n * bands)))
+            g[_BANDS] = min(oh, max(bands, -(-jobs // (n * groups))))
         return fn, (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
-    bias_padded = _padded(b, lanes)
-    if (kh, kw) == (1, 1) and s == (1, 1) and p == (0, 0):
-        g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, h, w)
-        wm = _pack_vectors(weight.reshape(c_out, c_in), lanes)
-        return pick(POINTWISE), (x_flat, wm, bias_padded, g, scalars, res_flat, target, out_flat)
+
+    def packed(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # outputs in half a vector, runs of contiguous elements: paired
+        g[_PAIRED] = c_out <= lanes // 2 and g[_RUN_STEP] == 1
+        if g[_PAIRED]:
+            return _pack_paired(units, b, lanes, int(g[_RUN_LEN]))
+        return _pack_vectors(units, lanes), _padded(b, lanes)
+
     g[_COPY] = int(ph > 0 or pw > 0)
     g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
-    wm, runs = _dense_plan(weight, g, lanes)
-    args = (x_flat, wm, bias_padded, runs, g, scalars, res_flat, target, out_flat, buffer)
+    units, runs = _dense_plan(weight, g, lanes)
+    wm, bm = packed(units)
+    args = (x_flat, wm, bm, runs, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
