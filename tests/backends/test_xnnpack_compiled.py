@@ -361,6 +361,37 @@ def test_elementwise_and_shape_nodes(plans):
     assert declined == ["XNNConvert", "XNNStaticConstantPad"]
 
 
+def test_half_precision_values_move_on_numpy(caplog):
+    # float16 (numba has none): the conversion and the half transpose and slice run on
+    # numpy, the float32 absolute value between them is compiled
+    x = _specials((2, 3, 5))
+    x[x == 1e30] = 7.0  # (beyond float16)
+    x = x.astype(np.float16)
+    g = GraphBuilder()
+    xi = g.input(x.shape, S.XNNDatatype.fp16)
+    f32, ab = g.tensor(x.shape), g.tensor(x.shape)
+    half_t, half_s = (
+        g.tensor((5, 2, 3), S.XNNDatatype.fp16),
+        g.tensor((2, 2, 3), S.XNNDatatype.fp16),
+    )
+    g.node(NODE["XNNConvert"](xi, f32, 0))
+    g.node(NODE["XNNAbs"](f32, ab, 0))
+    g.node(S.XNNStaticTranspose(3, [2, 0, 1], xi, half_t, 0))
+    g.node(S.XNNStaticSlice(3, [1, 0, 0], [2, 2, 3], half_t, half_s, 0))
+    g.output_all(ab, half_s)
+    with caplog.at_level(logging.WARNING):
+        got, ref, plan = run_both(g, x)
+    assert caplog.text == ""
+    assert [name for _, name in plan.declined] == [
+        "XNNConvert",
+        "XNNStaticTranspose",
+        "XNNStaticSlice",
+    ]
+    _same(got, ref, rtol=0, atol=0)
+    np.testing.assert_array_equal(got[0], np.abs(x.astype(np.float32)))
+    np.testing.assert_array_equal(got[1], x.transpose(2, 0, 1)[1:3])
+
+
 def test_input_shape_change_builds_a_new_plan(plans):
     base.test_input_shape_change_builds_a_new_plan()
     assert len(plans) == 3 and all(p.compiled and p.declined == [] for p in plans)

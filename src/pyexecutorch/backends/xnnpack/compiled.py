@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.backends.xnnpack import schema as S
-from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS
+from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
 from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
@@ -101,8 +101,10 @@ class StepBuilder(Builder):
         src = self.deferred.pop(vid, None)
         if src is not None:
             out = np.empty(self.shapes[vid], self.dtype(vid))
-            step = view_copy_step(self.env[src].transpose(0, 2, 3, 1), out)
-            if step is None:  # (only for dtypes without a compiled copy)
+            step = None
+            if movable(self, vid, src):
+                step = view_copy_step(self.env[src].transpose(0, 2, 3, 1), out)
+            if step is None:
                 x = self.env[src]
 
                 def transpose(out: NDArray = out, x: NDArray = x) -> None:

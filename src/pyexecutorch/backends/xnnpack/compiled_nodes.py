@@ -71,6 +71,16 @@ def _float32(b: StepBuilder, *vids: int) -> bool:
     return True
 
 
+def movable(b: StepBuilder, *vids: int) -> bool:
+    """Whether compiled copies can move these values: not quantized (their numpy builders
+    apply zero points), not float16 (which numba does not type)."""
+    for v in vids:
+        value = b.value(v)
+        if value.quant is not None or value.dtype == np.float16:
+            return False
+    return True
+
+
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``a`` reshaped as a view (what a step binds must be the value's memory), or None."""
     return a.reshape(shape) if a.flags.c_contiguous else None
@@ -588,7 +598,7 @@ def _view_or_copy(b: StepBuilder, vid: int, view: np.ndarray) -> bool:
 @maker("XNNStaticTranspose")
 def _transpose(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
-    if b.value(u.input_id).quant is not None or b.value(u.output_id).quant is not None:
+    if not movable(b, u.input_id, u.output_id):
         return 0
     perm = tuple(int(p) for p in u.perm)
     src_shape = b.shape(u.input_id)
@@ -608,7 +618,7 @@ def _transpose(b: StepBuilder, k: int) -> int:
 @maker("XNNStaticSlice")
 def _slice(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
-    if b.value(u.input_id).quant is not None:
+    if not movable(b, u.input_id, u.output_id):
         return 0
     src = b.shape(u.input_id)
     key = tuple(
@@ -625,7 +635,7 @@ def _concat(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
     count = int(type(u).__name__[-1])
     ids = [u.input1_id, u.input2_id, u.input3_id, u.input4_id, u.input5_id][:count]
-    if any(b.value(v).quant is not None for v in [*ids, u.output_id]):
+    if not movable(b, *ids, u.output_id):
         return 0
     shapes = [b.shape(v) for v in ids]
     axis = u.axis
@@ -658,7 +668,7 @@ def _concat(b: StepBuilder, k: int) -> int:
 @maker("XNNStaticConstantPad")
 def _pad(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
-    if b.value(u.input_id).quant is not None or b.is_external(u.output_id):
+    if not movable(b, u.input_id, u.output_id) or b.is_external(u.output_id):
         return 0  # (a delegate output is the caller's array: its border is not kept)
     src = b.shape(u.input_id)
     pre, post = list(u.pre_paddings), list(u.post_paddings)
