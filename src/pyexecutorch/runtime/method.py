@@ -554,6 +554,7 @@ class LoadedMethod:
                 self._named_data,
                 backends.effective_options(delegate.id, backend_options),
                 event_tracer=self.tracer,
+                jit=self.jit,
             )
             try:
                 handle = backend.init(memoryview(processed).cast("B"), specs, context)
