@@ -594,3 +594,17 @@ def test_quantized_programs_run_their_quantized_nodes_on_numpy(model, recipe):
     assert plans and all(p.declined for p in plans if p.compiled)
     mixed = (model, recipe) == ("patch", "dynamic")
     assert all(p.compiled == mixed for p in plans)
+
+
+def test_a_method_compiles_whole_with_its_delegates_inside():
+    # ShuffleNetV2's six delegates and the channel shuffles between them: one function
+    import architectures  # noqa: PLC0415
+
+    case = architectures.get_arch("shufflenet_v2")
+    method = Runtime.get().load_program(official.official_export_xnnpack(case), jit=True)
+    method = method.load_method("forward")
+    source = method._loaded.whole_source
+    assert source is not None and "compiled_nhwc:DEPTHWISE" in source
+    for inputs in case.all_inputs():
+        got = [official.to_numpy(x) for x in method.execute(list(inputs))]
+        official.assert_close(case, got, official.eager_outputs(case, inputs), what=case.name)

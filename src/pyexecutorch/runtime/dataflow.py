@@ -27,7 +27,9 @@ from pyexecutorch.schema.program import (
     KernelCall,
     MoveCall,
     OptionalTensorList,
+    Tensor,
     TensorList,
+    TensorShapeDynamism,
 )
 
 
@@ -67,6 +69,21 @@ def accesses(method: Any, a: Any) -> tuple[list[int], list[int]]:
     return [], []
 
 
+def fills_in_place(method: Any, a: DelegateCall, j: int) -> bool:
+    """Whether delegate call ``a`` leaves value ``j`` its planned array: a static tensor
+    of a backend that fills such outputs in place (``fills_static_outputs``)."""
+    delegates = getattr(method, "_delegates", None)
+    if not delegates or not 0 <= a.delegate_index < len(delegates):
+        return False
+    backend = delegates[a.delegate_index][0]
+    val = method.plan.values[j].val
+    return (
+        getattr(backend, "fills_static_outputs", False)
+        and isinstance(val, Tensor)
+        and val.shape_dynamism == TensorShapeDynamism.STATIC
+    )
+
+
 @dataclass
 class Flow:
     """Reads, writes and memory of one method's values (see the module docstring)."""
@@ -98,7 +115,9 @@ class Flow:
             r, w = accesses(method, a)
             if isinstance(a, DelegateCall):
                 delegate_reads.update(r)
-            if isinstance(a, (DelegateCall, MoveCall)):
+                w_rebound = [j for j in w if not fills_in_place(method, a, j)]
+                rebound.update(w_rebound)
+            if isinstance(a, MoveCall):
                 rebound.update(w)
             reads.append(r)
             writes.append(w)

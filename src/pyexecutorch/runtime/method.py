@@ -39,7 +39,7 @@ from pyexecutorch.runtime.codegen import (
     failing_instruction,
     literal,
 )
-from pyexecutorch.runtime.dataflow import Flow, accesses
+from pyexecutorch.runtime.dataflow import Flow, accesses, fills_in_place
 from pyexecutorch.runtime.epilogue import fuse_epilogues
 from pyexecutorch.runtime.errors import (
     ExecutionError,
@@ -957,6 +957,14 @@ class LoadedMethod:
             stored = splits or outs[0] not in fixed
             steps[pc] = (make, [f"v[{outs[0]}] = {out_expr(outs[0])}"] if stored else [])
 
+        def delegate_step(pc: int, call: DelegateCall) -> None:
+            """A delegate call as the steps its backend offers on the arrays bound here."""
+            backend, handle = self._delegates[call.delegate_index]
+            arrays = [bound_array(j) for j in call.args]
+            if any(a is None for a in arrays):
+                return  # (an argument read live)
+            steps[pc] = (lambda: backend.whole_steps(handle, arrays), [])
+
         def plain_copy(source: int, out: int, pc: int) -> str:
             """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
             dst = self.capacity[out]
@@ -1030,6 +1038,8 @@ class LoadedMethod:
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
+                    if whole_candidate:
+                        delegate_step(pc, a)
                 elif isinstance(a, MoveCall):
                     lines.append(Line(f"v[{a.move_to}] = v[{a.move_from}]", pc))
                 elif isinstance(a, FreeCall):
@@ -1225,6 +1235,13 @@ class LoadedMethod:
             for pc, a in enumerate(flow.instructions)
             if isinstance(a, KernelCall)
         }
+        fills: dict[int, int] = {}  # delegate calls that leave a value its planned array
+        for pc, a in enumerate(flow.instructions):
+            if isinstance(a, DelegateCall):
+                for j in flow.writes[pc]:
+                    if fills_in_place(self, a, j):
+                        fills[j] = fills.get(j, 0) + 1
+                        inline_outs[j] = inline_outs.get(j, 0) + 1
         writers: dict[int, int] = {}
         for pc, w in enumerate(flow.writes):
             if in_place.get(pc):
@@ -1245,7 +1262,9 @@ class LoadedMethod:
             ):
                 continue
             if j in inputs:
-                if not writers.get(j):  # install puts a static planned input in its storage
+                # install puts a static planned input in its storage (a delegate reading it
+                # counts as writing it: see dataflow)
+                if writers.get(j, 0) == fills.get(j, 0):
                     fixed.add(j)
             elif writers.get(j, 0) == inline_outs.get(j, 0):
                 # (no writer at all: a static view the planner put on its base's bytes)
