@@ -1120,7 +1120,9 @@ class LoadedMethod:
             return lines
         fn, arrays, self.whole_source = whole
         stores = [s for line in lines for s in steps[line.instruction][1]]
-        call = f"{ns.bind(fn, 'W')}({', '.join(ns.bind(a, 'C') for a in arrays)})"
+        # (its arrays are the method's planned ones, held as long as the method)
+        self.whole_arrays = arrays
+        call = f"{ns.bind(fn.entry, 'W')}({ns.bind(fn.bind(arrays), 'M')})"
         if references:
             call = f"{ns.bind(_checker(references), 'R')}({call})"
         return [Line("; ".join([call, *stores]), lines[0].instruction)]

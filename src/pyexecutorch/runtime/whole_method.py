@@ -30,6 +30,13 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.whole_arguments import (
+    WholeFunction,
+    bound_array_source,
+    describe,
+    kinds_of,
+    words,
+)
 
 
 @dataclass(frozen=True)
@@ -135,15 +142,26 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
             calls += [f"    if not {call}:", f"        return {index}"]
         else:
             calls.append(f"    {call}")
-    lines = ["import numpy as np", ""]
+    lines = [
+        "import numpy as np",
+        "",
+        "from pyexecutorch.runtime.bound_arrays import bound_array",
+        "",
+    ]
     for (module, name), (alias, _) in callees.items():
         lines.append(f"{alias} = None  # {module}:{name}")
+    # the arrays come as the words of one array (see runtime.whole_arguments)
+    unpack, offset = [], 0
+    for k, a in enumerate(params):
+        unpack.append(f"    a{k} = {bound_array_source(a, offset)}")
+        offset += words(a)
     lines += [
         "",
         "",
         "# compiled by compiled.plain_entry_point, as njit(error_model='numpy'), and kept in",
         "# a function record (runtime/function_records.py)",
-        f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
+        "def whole(meta):",
+        *unpack,
         *calls,
         "    return -1",
         "",
@@ -151,8 +169,10 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
     return "\n".join(lines), params, list(callees.values())
 
 
-def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] | None:
-    """(compiled function, its arguments, its source) running ``steps`` in one call, or None."""
+def compile_steps(steps: list[Step]) -> tuple[WholeFunction, tuple[np.ndarray, ...], str] | None:
+    """(compiled function, the arrays it takes, its source) running ``steps`` in one call,
+    or None. The function is called on the arrays' words: ``function.entry(meta)`` with
+    ``meta = function.bind(arrays)`` (see runtime.whole_arguments)."""
     if not steps:
         return None
     built = source_of(steps)
@@ -168,7 +188,9 @@ def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] 
             setattr(module, alias, compiled.dispatcher_of(function))
 
     arrays = tuple(params)
-    return compiled.plain_entry_point(whole, arrays, bind_callees), arrays, source
+    meta = describe(arrays)
+    entry = compiled.plain_entry_point(whole, (meta,), bind_callees)
+    return WholeFunction(entry, kinds_of(arrays)), arrays, source
 
 
 # Copies whose source and destination hold the same elements in the same order

@@ -33,6 +33,7 @@ from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memor
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime import compiled as compiled_tier
+from pyexecutorch.runtime.whole_arguments import WholeFunction
 from pyexecutorch.runtime.whole_method import Step, compile_steps, view_copy_step
 
 NDArray = np.ndarray
@@ -266,7 +267,7 @@ class CompiledPlan:
             call.recipes = self._recipes(call.args, call.compiled)
         self.step_recipes = [self._recipes(s.args, True) for s in self.steps]
         self.held: list[Any] = []  # the caller's arguments the calls are bound to
-        self.bound = [(c.function, c.args) for c in self.calls]
+        self._set_bound([(c.function, c.args) for c in self.calls])
         self.copy_in = [e for e in externals if not e.output]
         self.copy_out = [e for e in externals if e.output]
 
@@ -321,6 +322,16 @@ class CompiledPlan:
             params[position] = view
         return tuple(params), None
 
+    def _set_bound(self, bound: list[tuple[Any, tuple[Any, ...]]]) -> None:
+        """The calls made with these arguments. A function compiled from several steps
+        takes its arrays' words (runtime.whole_arguments), made once here; the arrays they
+        describe are held beside them."""
+        self.bound_arrays = [params for _, params in bound]
+        self.bound = [
+            (f.entry, (f.bind(params),)) if isinstance(f, WholeFunction) else (f, params)
+            for f, params in bound
+        ]
+
     def _bind(self, args: list[Any]) -> None:
         """Bind the calls to the caller's arrays where they fit."""
         chosen = self._chosen(args)
@@ -334,7 +345,7 @@ class CompiledPlan:
                 bound.append((call.function, params))
             else:
                 break
-        self.bound = bound
+        self._set_bound(bound)
         self.copy_in = [e for e in self.externals if not e.output and id(e) not in chosen]
         self.copy_out = [e for e in self.externals if e.output and id(e) not in chosen]
         self.held = list(args)
