@@ -290,7 +290,9 @@ def forget_modules() -> None:
 
 
 def load_compiled_forms() -> None:
-    """Import every kernel family's compiled forms (``kernels/<family>/compiled.py``), once."""
+    """Import every kernel family's compiled forms (``kernels/<family>/compiled*.py``: the
+    forms and the steps they build, the channels-last ones included) once, and the
+    whole-method functions' argument binding."""
     global _compiled_forms_loaded
     if _compiled_forms_loaded:
         return
@@ -299,9 +301,13 @@ def load_compiled_forms() -> None:
             return
         import pyexecutorch.kernels as kernels  # noqa: PLC0415
 
-        for family in sorted(p.name for p in Path(kernels.__path__[0]).iterdir() if p.is_dir()):
-            if (Path(kernels.__path__[0]) / family / "compiled.py").exists():
-                importlib.import_module(f"pyexecutorch.kernels.{family}.compiled")
+        root = Path(kernels.__path__[0])
+        for family in sorted(p.name for p in root.iterdir() if p.is_dir()):
+            # (compiled.py first: it registers the forms the others serve)
+            names = sorted(p.stem for p in (root / family).glob("compiled*.py"))
+            for name in sorted(names, key=lambda n: n != "compiled"):
+                importlib.import_module(f"pyexecutorch.kernels.{family}.{name}")
+        importlib.import_module("pyexecutorch.runtime.bound_arrays")
         _compiled_forms_loaded = True
 
 
