@@ -13,6 +13,7 @@ import pytest
 numba = pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
 from pyexecutorch.kernels import compiled_simd as simd  # noqa: E402
+from pyexecutorch.kernels.compiled_math import exp_f32  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 
@@ -277,8 +278,6 @@ def _vector_exp(x, out):  # noqa: ANN001, ANN202
 
 @numba.njit
 def _scalar_exp(x, out):  # noqa: ANN001, ANN202
-    from pyexecutorch.kernels.compiled_math import exp_f32
-
     for i in range(x.size):
         out[i] = exp_f32(x[i])
 
