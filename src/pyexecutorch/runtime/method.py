@@ -147,6 +147,11 @@ def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
 # (the reference kernel, where the fast path declines) is made to (see _filling).
 _STEP_ONLY_WHEN_WHOLE = frozenset({"aten::convolution.out"})
 
+# Products whose whole-method form sums differently from their per-instruction one (a loop
+# up to more multiply-adds): a traced method, which never compiles whole, takes the
+# whole-method form, so that tracing a method does not change its numbers.
+_TRACED_AS_WHOLE = frozenset({"aten::mm.out", "aten::bmm.out", "aten::addmm.out"})
+
 
 def _filling(fast: Callable[..., Any]) -> Callable[..., Any]:
     """``fast`` (a one-output kernel call), writing its out array and returning it."""
@@ -1332,16 +1337,25 @@ class LoadedMethod:
                 (),
                 lambda: _filling(self._fast_path(numpy_fast, args, dynamic, unused) or k.fn),
             )
-        fast = self._fast_path(candidates, args, dynamic, unused)
+        as_whole = self.jit and self.tracer is not None and k.name in _TRACED_AS_WHOLE
+        fast = self._fast_path(candidates, args, dynamic, unused, as_whole)
         return k.fn if fast is None else fast
 
     def _fast_path(
-        self, candidates: list[Any], args: list[int], dynamic: bool, unused: frozenset[int]
+        self,
+        candidates: list[Any],
+        args: list[int],
+        dynamic: bool,
+        unused: frozenset[int],
+        as_whole: bool = False,
     ) -> Any:
-        """The first fast path ``candidates`` (specializers) offer for these arguments, or None."""
+        """The first fast path ``candidates`` (specializers) offer for these arguments, or
+        None; ``as_whole``: the one a compiled form offers inside a whole method."""
         for special in candidates:
             parameters = _parameters(special)
             kwargs: dict[str, Any] = {}
+            if as_whole and "whole" in parameters:
+                kwargs["whole"] = True
             if dynamic:
                 # Only fast paths that size their outputs per call take dynamic shapes.
                 if "dynamic" not in parameters:
