@@ -13,8 +13,8 @@ intrinsics operate on them:
   (or of a :func:`pointer` to an array's data, which inlined helpers should take);
   :func:`load_first` / :func:`store_first` the first ``n < L`` of those lanes only
   (masked: the lanes past ``n`` are neither read nor written, their loaded value 0);
-* :func:`splat`: a scalar in every lane; :func:`lanes_of`: the lane count of an array's
-  dtype, a compile-time constant;
+* :func:`splat`: a scalar in every lane; :func:`zeros_like`: a vector of zeros;
+  :func:`lanes_of`: the lane count of an array's dtype, a compile-time constant;
 * :func:`fma` (``a * b + c`` through ``llvm.fmuladd``: fused where the CPU has FMA, as
   the scalar kernels do), :func:`add`, :func:`mul`, :func:`div`;
 * :func:`clamp`: ``min(max(v, lo), hi)`` that keeps NaN (as torch's clamp/hardtanh do),
@@ -22,7 +22,7 @@ intrinsics operate on them:
   earlier of equal values kept, NaN propagated), and :func:`total` (the lanes' sum);
 * :func:`splat_pair` (:func:`splat_pair_first` masked) / :func:`fold_pairs`: two adjacent
   elements in every pair of lanes, and the sums of lane pairs (a product over half-vector
-  outputs, two inputs a lane pair).
+  outputs, two inputs a lane pair); :func:`fold_pairs2` folds two such vectors into one.
 
 No bounds are checked: a kernel computes its indices from the shapes it was given
 and handles tails with the masked forms. No fastmath flag is set anywhere.
@@ -239,6 +239,19 @@ def splat(typingctx: Any, x: Any) -> Any:
     return vector(x), codegen
 
 
+@intrinsic
+def zeros_like(typingctx: Any, v: Any) -> Any:
+    """A vector of ``v``'s type, every lane 0.0 (a sum's start where no scalar of the dtype
+    is at hand)."""
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return ir.Constant(args[0].type, None)
+
+    return v(v), codegen
+
+
 def _same_vectors(*vs: Any) -> bool:
     return isinstance(vs[0], Vector) and all(v == vs[0] for v in vs)
 
@@ -424,6 +437,27 @@ def fold_pairs(typingctx: Any, v: Any) -> Any:
         )
 
     return v(v), codegen
+
+
+@intrinsic
+def fold_pairs2(typingctx: Any, a: Any, b: Any) -> Any:
+    """Lane k of the first half: ``a[2k] + a[2k + 1]``; of the second: ``b[2k] + b[2k + 1]``
+    (two pixels' paired sums in one vector: their outputs side by side, as NHWC memory
+    holds two pixels of half-vector outputs)."""
+    if not _same_vectors(a, b):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        count = a.count
+        indices = ir.VectorType(ir.IntType(32), count)
+        even = ir.Constant(indices, [2 * k for k in range(count)])
+        odd = ir.Constant(indices, [2 * k + 1 for k in range(count)])
+        return builder.fadd(
+            builder.shuffle_vector(args[0], args[1], even),
+            builder.shuffle_vector(args[0], args[1], odd),
+        )
+
+    return a(a, b), codegen
 
 
 def lanes_of(a):  # noqa: ANN001, ANN201 - numba matches the overload's signature to this

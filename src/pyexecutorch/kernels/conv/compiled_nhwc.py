@@ -115,8 +115,10 @@ _loops = njit(inline="always", error_model="numpy")
     _PAIRED,  # (dense) outputs in half a vector: two input elements a lane pair
     _GROUPS,  # (depthwise) groups of channel vectors a band's work is split into
     _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
+    _STRIPS,  # (dense) strips of output pixels an image (jobs), of _STRIP_PIXELS pixels
+    _STRIP_PIXELS,
     _GEOMETRY_SIZE,
-) = range(32)
+) = range(34)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
@@ -142,38 +144,6 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
         if has_residual:
             acc = simd.add(acc, simd.load_first(rp, o, count))
         simd.store_first(op, o, simd.clamp(acc, low, high), count)
-
-
-@_part
-def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
-    o0, o1, o2, o3 = o
-    v0, v1, v2, v3 = v
-    n0, n1 = count if stored > 0 else 0, count if stored > 1 else 0
-    n2, n3 = count if stored > 2 else 0, count if stored > 3 else 0
-    _finish(op, o0, v0, n0, rp, has_residual, low, high)
-    _finish(op, o1, v1, n1, rp, has_residual, low, high)
-    _finish(op, o2, v2, n2, rp, has_residual, low, high)
-    _finish(op, o3, v3, n3, rp, has_residual, low, high)
-
-
-@_inline
-def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
-    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
-        o0, o1, o2, o3, o4, o5, o6, o7 = o
-        v0, v1, v2, v3, v4, v5, v6, v7 = v
-        _finish_whole(op, o0, v0, rp, has_residual, low, high)
-        _finish_whole(op, o1, v1, rp, has_residual, low, high)
-        _finish_whole(op, o2, v2, rp, has_residual, low, high)
-        _finish_whole(op, o3, v3, rp, has_residual, low, high)
-        _finish_whole(op, o4, v4, rp, has_residual, low, high)
-        _finish_whole(op, o5, v5, rp, has_residual, low, high)
-        _finish_whole(op, o6, v6, rp, has_residual, low, high)
-        _finish_whole(op, o7, v7, rp, has_residual, low, high)
-    else:
-        _store4(op, o[:4], stored, count, v[:4], rp, has_residual, low, high)
-        _store4(op, o[4:], stored - 4, count, v[4:], rp, has_residual, low, high)
 
 
 @_inline
@@ -257,6 +227,21 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
         i4, i5, i6, i7 = i4 + xstep, i5 + xstep, i6 + xstep, i7 + xstep
         w += wstep
     return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@_inline
+def _dot4x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
+    i0, i1, i2, i3 = i
+    s0, s1, s2, s3 = acc
+    for _ in range(count):
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat(xp[i0]), wa, s0)
+        s1 = simd.fma(simd.splat(xp[i1]), wa, s1)
+        s2 = simd.fma(simd.splat(xp[i2]), wa, s2)
+        s3 = simd.fma(simd.splat(xp[i3]), wa, s3)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        w += wstep
+    return s0, s1, s2, s3
 
 
 @_inline
@@ -386,167 +371,267 @@ def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels,
 
 
 # ---------------------------------------------------------------------------
-# Dense convolutions (1x1 included): tiles of 8 output pixels, blocks of output vectors.
+# Dense convolutions (1x1 included): tiles of 8 consecutive output pixels (across rows),
+# their windows' first elements read from a table made at load; blocks of output vectors.
 
 
 @_inline
-def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
-    """The 8 pixels of the tile starting at p0 (a tail repeats the last one, computed but
-    not stored) and how many are stored."""
-    last = pixels - 1
-    q = (p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last),
-         min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last))  # fmt: skip
-    return q, min(8, pixels - p0)
+def _starts8(wt, p, base):  # noqa: ANN001, ANN202
+    """The first elements of the windows of pixels p .. p + 7 (the table repeats its last
+    pixel up to whole tiles)."""
+    return (base + wt[p], base + wt[p + 1], base + wt[p + 2], base + wt[p + 3],
+            base + wt[p + 4], base + wt[p + 5], base + wt[p + 6], base + wt[p + 7])  # fmt: skip
 
 
 @_inline
-def _scaled8(q, base, step):  # noqa: ANN001, ANN202
-    return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
-            base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
+def _starts4(wt, p, base):  # noqa: ANN001, ANN202
+    return base + wt[p], base + wt[p + 1], base + wt[p + 2], base + wt[p + 3]
 
 
 @_inline
-def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
-    """(row, column) of the next output pixel, or the same when not advancing."""
-    if not advance:
-        return h, w
-    if w + 1 == out_w:
-        return h + 1, 0
-    return h, w + 1
+def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
+    v0, v1, v2, v3, v4, v5, v6, v7 = v
+    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
+        _finish_whole(op, o, v0, rp, has_residual, low, high)
+        _finish_whole(op, o + step, v1, rp, has_residual, low, high)
+        _finish_whole(op, o + 2 * step, v2, rp, has_residual, low, high)
+        _finish_whole(op, o + 3 * step, v3, rp, has_residual, low, high)
+        _finish_whole(op, o + 4 * step, v4, rp, has_residual, low, high)
+        _finish_whole(op, o + 5 * step, v5, rp, has_residual, low, high)
+        _finish_whole(op, o + 6 * step, v6, rp, has_residual, low, high)
+        _finish_whole(op, o + 7 * step, v7, rp, has_residual, low, high)
+    else:
+        _store_pixels4(op, o, step, stored, count, (v0, v1, v2, v3), rp, has_residual, low, high)
+        o4 = o + 4 * step
+        _store_pixels4(
+            op, o4, step, stored - 4, count, (v4, v5, v6, v7), rp, has_residual, low, high
+        )
 
 
 @_inline
-def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN202
-    """The first elements of the windows of the 8 pixels from p0 (the tail's repeats of the
-    last pixel as _tile_pixels); ``row_step`` and ``col_step`` are strides times stride."""
-    h0 = p0 // out_w
-    w0 = p0 - h0 * out_w
-    h1, w1 = _next_pixel(h0, w0, out_w, stored > 1)
-    h2, w2 = _next_pixel(h1, w1, out_w, stored > 2)
-    h3, w3 = _next_pixel(h2, w2, out_w, stored > 3)
-    h4, w4 = _next_pixel(h3, w3, out_w, stored > 4)
-    h5, w5 = _next_pixel(h4, w4, out_w, stored > 5)
-    h6, w6 = _next_pixel(h5, w5, out_w, stored > 6)
-    h7, w7 = _next_pixel(h6, w6, out_w, stored > 7)
-    return (base + h0 * row_step + w0 * col_step, base + h1 * row_step + w1 * col_step,
-            base + h2 * row_step + w2 * col_step, base + h3 * row_step + w3 * col_step,
-            base + h4 * row_step + w4 * col_step, base + h5 * row_step + w5 * col_step,
-            base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
+def _store_pixels4(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
+    v0, v1, v2, v3 = v
+    _finish(op, o, v0, count if stored > 0 else 0, rp, has_residual, low, high)
+    _finish(op, o + step, v1, count if stored > 1 else 0, rp, has_residual, low, high)
+    _finish(op, o + 2 * step, v2, count if stored > 2 else 0, rp, has_residual, low, high)
+    _finish(op, o + 3 * step, v3, count if stored > 3 else 0, rp, has_residual, low, high)
 
 
 @_part
-def _pair_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
-    """Output channels [c0, c0 + 2L) of the 8 pixels whose windows start at a_m (stored at
-    o_m, the first ``stored``): the runs' products summed onto the bias, the epilogue."""
+def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """Output channels [c0, c0 + 2L) of pixels [p0, p1) of an image (its windows at
+    ``base`` + the table's starts, its outputs at op[o:]), 8 at a time: the runs'
+    products summed onto the bias, the epilogue."""
     lanes = simd.lanes_of(op)
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
-    w = c0 * n_runs * run_len
     ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
-    acc = _splat16(ba, bb)
-    for r in range(n_runs):
-        acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, acc)
-        w += 2 * lanes * run_len
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
-    _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-    _store8(op, _shift8(o, c0 + lanes), stored, nb, acc[8:], rp, has_residual, low, high)
+    for p in range(p0, p1, 8):
+        acc = _splat16(ba, bb)
+        a = _starts8(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, acc)
+            w += 2 * lanes * run_len
+        q, stored = o + p * c_out + c0, min(8, p1 - p)
+        _store_pixels8(op, q, c_out, stored, na, acc[:8], rp, has_residual, low, high)
+        _store_pixels8(op, q + lanes, c_out, stored, nb, acc[8:], rp, has_residual, low, high)
 
 
 @_part
-def _pair_block_narrow(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
-    """_pair_block with 16 vector registers: 4 pixels at a time (the second 4 where stored)."""
+def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _pair8 for one vector of output channels from c0 (an odd last one)."""
     lanes = simd.lanes_of(op)
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
-    w = c0 * n_runs * run_len
+    b = simd.load(bp, c0)
+    for p in range(p0, p1, 8):
+        acc = _splat8(b)
+        a = _starts8(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc)
+            w += lanes * run_len
+        q, stored = o + p * c_out + c0, min(8, p1 - p)
+        _store_pixels8(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
+
+
+@_part
+def _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _pair8, 4 pixels at a time."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
     ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
-    low_acc = (ba, ba, ba, ba, bb, bb, bb, bb)
-    high_acc = low_acc
-    for r in range(n_runs):
-        i = _shift8(a, runs[r])
-        low_acc = _dot4x2(xp, i[:4], run_step, wp, w, 2 * lanes, run_len, low_acc)
-        if stored > 4:
-            high_acc = _dot4x2(xp, i[4:], run_step, wp, w, 2 * lanes, run_len, high_acc)
-        w += 2 * lanes * run_len
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
-    first, second = low_acc[:4] + high_acc[:4], low_acc[4:] + high_acc[4:]
-    _store8(op, _shift8(o, c0), stored, na, first, rp, has_residual, low, high)
-    _store8(op, _shift8(o, c0 + lanes), stored, nb, second, rp, has_residual, low, high)
+    for p in range(p0, p1, 4):
+        acc = (ba, ba, ba, ba, bb, bb, bb, bb)
+        a = _starts4(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            d = runs[r]
+            i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
+            acc = _dot4x2(xp, i, run_step, wp, w, 2 * lanes, run_len, acc)
+            w += 2 * lanes * run_len
+        q, stored = o + p * c_out + c0, min(4, p1 - p)
+        _store_pixels4(op, q, c_out, stored, na, acc[:4], rp, has_residual, low, high)
+        _store_pixels4(op, q + lanes, c_out, stored, nb, acc[4:], rp, has_residual, low, high)
+
+
+@_part
+def _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _single8, 4 pixels at a time."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    b = simd.load(bp, c0)
+    for p in range(p0, p1, 4):
+        acc = (b, b, b, b)
+        a = _starts4(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            d = runs[r]
+            i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
+            acc = _dot4x1(xp, i, run_step, wp, w, lanes, run_len, acc)
+            w += lanes * run_len
+        q, stored = o + p * c_out + c0, min(4, p1 - p)
+        _store_pixels4(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
+
+
+@_part
+def _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, c0, width, has_residual):  # noqa: ANN001, ANN202
+    """Output channels [c0, c0 + width * L) (width 1 or 2) of one pixel, its window at
+    xp[a], its outputs at op[o:]: a product of a vector by a matrix, four units at a time
+    into four sets of sums (a chain of one sum a vector would wait an FMA's latency
+    every unit)."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    wstep = width * lanes
+    w = c0 * n_runs * run_len
+    zero = simd.zeros_like(simd.load(bp, c0))
+    s0, s1, s2, s3 = simd.load(bp, c0), zero, zero, zero
+    t0, t1, t2, t3 = simd.load(bp, c0 + lanes) if width == 2 else zero, zero, zero, zero
+    for r in range(n_runs):
+        i = a + runs[r]
+        for _ in range(run_len // 4):
+            x0, x1 = simd.splat(xp[i]), simd.splat(xp[i + run_step])
+            x2, x3 = simd.splat(xp[i + 2 * run_step]), simd.splat(xp[i + 3 * run_step])
+            s0 = simd.fma(x0, simd.load(wp, w), s0)
+            s1 = simd.fma(x1, simd.load(wp, w + wstep), s1)
+            s2 = simd.fma(x2, simd.load(wp, w + 2 * wstep), s2)
+            s3 = simd.fma(x3, simd.load(wp, w + 3 * wstep), s3)
+            if width == 2:
+                t0 = simd.fma(x0, simd.load(wp, w + lanes), t0)
+                t1 = simd.fma(x1, simd.load(wp, w + wstep + lanes), t1)
+                t2 = simd.fma(x2, simd.load(wp, w + 2 * wstep + lanes), t2)
+                t3 = simd.fma(x3, simd.load(wp, w + 3 * wstep + lanes), t3)
+            i += 4 * run_step
+            w += 4 * wstep
+        for _ in range(run_len % 4):
+            x0 = simd.splat(xp[i])
+            s0 = simd.fma(x0, simd.load(wp, w), s0)
+            if width == 2:
+                t0 = simd.fma(x0, simd.load(wp, w + lanes), t0)
+            i += run_step
+            w += wstep
+    s = simd.add(simd.add(s0, s1), simd.add(s2, s3))
+    _finish(op, o + c0, s, min(lanes, c_out - c0), rp, has_residual, low, high)
+    if width == 2:
+        t = simd.add(simd.add(t0, t1), simd.add(t2, t3))
+        _finish(op, o + c0 + lanes, t, min(lanes, c_out - c0 - lanes), rp, has_residual, low, high)
+
+
+@_part
+def _paired8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, has_residual):  # noqa: ANN001, ANN202
+    """All outputs of pixels [p0, p1), in half a vector, 8 pixels at a time: two
+    contiguous input elements a lane pair (see _dot8x1_paired). With exactly half a
+    vector of outputs, two pixels' folded sums make one vector (NHWC holds them side by
+    side): whole stores."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, c_out = g[_RUNS], g[_RUN_LEN], g[_COUT]
+    b = simd.load(bp, 0)
+    half = 2 * c_out == lanes
+    for p in range(p0, p1, 8):
+        acc = _splat8(b)
+        a = _starts8(wt, p, base)
+        for r in range(n_runs):
+            w = r * ((run_len + 1) // 2) * lanes
+            acc = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc)
+        q, stored = o + p * c_out, min(8, p1 - p)
+        if stored == 8 and half:
+            v0, v1, v2, v3, v4, v5, v6, v7 = acc
+            _finish_whole(op, q, simd.fold_pairs2(v0, v1), rp, has_residual, low, high)
+            _finish_whole(op, q + lanes, simd.fold_pairs2(v2, v3), rp, has_residual, low, high)
+            _finish_whole(op, q + 2 * lanes, simd.fold_pairs2(v4, v5), rp, has_residual, low, high)
+            _finish_whole(op, q + 3 * lanes, simd.fold_pairs2(v6, v7), rp, has_residual, low, high)
+        else:
+            _store_pixels8(op, q, c_out, stored, c_out, _fold8(acc), rp, has_residual, low, high)
 
 
 # With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
 # vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
-_PAIR_BLOCK = _pair_block if simd.VECTOR_BYTES == 64 else _pair_block_narrow
+_WIDE = simd.VECTOR_BYTES == 64
 
 
 @_part
-def _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
-    """As _pair_block for one vector of output channels from c0 (an odd last one)."""
+def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_residual):  # noqa: ANN001, ANN202
+    """Output pixels [p0, p1) of image n, all output channels, a block of output vectors
+    at a time (its weights stay in L1 across the pixels); a one-pixel image as a product
+    of a vector by a matrix."""
     lanes = simd.lanes_of(op)
-    n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
-    w = c0 * n_runs * run_len
-    acc = _splat8(simd.load(bp, c0))
-    for r in range(n_runs):
-        acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc)
-        w += lanes * run_len
-    _store8(op, _shift8(o, c0), stored, g[_COUT] - c0, acc, rp, has_residual, low, high)
-
-
-@_part
-def _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual):  # noqa: ANN001, ANN202
-    """As _single_block for all outputs, in half a vector: two contiguous input elements
-    a lane pair (see _dot8x1_paired), the pairs folded before the epilogue."""
-    lanes = simd.lanes_of(op)
-    n_runs, run_len = g[_RUNS], g[_RUN_LEN]
-    acc = _splat8(simd.load(bp, 0))
-    for r in range(n_runs):
-        w = r * ((run_len + 1) // 2) * lanes
-        acc = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc)
-    _store8(op, o, stored, g[_COUT], _fold8(acc), rp, has_residual, low, high)
-
-
-@_part
-def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
-    """Tile ``job`` (8 output pixels, all output channels) of a dense convolution."""
-    out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
-    lanes = simd.lanes_of(op)
-    vectors = (c_out + lanes - 1) // lanes
-    pixels = out_h * out_w
-    tiles = (pixels + 7) // 8
-    n = job // tiles if g[_N] > 1 else 0
-    p0 = (job - n * tiles) * 8
-    q, stored = _tile_pixels(p0, pixels)
-    row_step, col_step = g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
-    a = _windows(p0, stored, out_w, n * g[_XS_IMAGE], row_step, col_step)
-    o = _scaled8(q, n * pixels * c_out, c_out)
+    c_out = g[_COUT]
+    pixels = g[_OH] * g[_OW]
+    base, o = n * g[_XS_IMAGE], n * pixels * c_out
     if g[_PAIRED] != 0:
-        _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual)
+        _paired8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, has_residual)
         return
-    for v in range(0, vectors - 1, 2):
-        c0 = v * lanes
-        if stored > 4:
-            _PAIR_BLOCK(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
-        else:  # (at most 4 pixels stored, a tiny image's: only they are computed)
-            _pair_block_narrow(
-                xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual
+    vectors = (c_out + lanes - 1) // lanes
+    last = (vectors - 1) * lanes  # (an odd last vector's first channel)
+    if pixels == 1:
+        a = base + wt[0]
+        for v in range(0, vectors - 1, 2):
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, v * lanes, 2, has_residual)
+        if vectors % 2:
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, 1, has_residual)
+    elif _WIDE and pixels > 4:
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual)
+        if vectors % 2:
+            _single8(
+                xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, has_residual
             )
-    if vectors % 2:
-        c0 = (vectors - 1) * lanes
-        _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
+    else:  # (AVX2, or a tiny image: only its pixels computed)
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual)
+        if vectors % 2:
+            _single4(
+                xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, has_residual
+            )
 
 
 @_part
-def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+def _dense_job(xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Job (image, strip of _STRIP_PIXELS output pixels)."""
+    strips = g[_STRIPS]
+    n = job // strips if g[_N] > 1 else 0
+    pixels = g[_OH] * g[_OW]
+    per_strip = g[_STRIP_PIXELS]
+    p0 = (job - n * strips) * per_strip
+    p1 = min(pixels, p0 + per_strip)
     if has_residual:  # (twice, the residual's test compiled away in each)
-        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, True)
+        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, True)
     else:
-        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, False)
+        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, False)
 
 
-def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
+def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
     """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
     convolution over tiles of 8 output pixels, every window inside what is read (an input
     with padding first copied into ``buffer``, _COPY), read as runs: offsets ``runs`` of
-    _RUN_LEN weight units _RUN_STEP elements apart. The strides _XS_* are those of what is
-    read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
+    _RUN_LEN weight units _RUN_STEP elements apart from each pixel's window start
+    (``windows``, per pixel of an image). The strides _XS_* are those of what is read.
+    With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
     has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
@@ -558,12 +643,17 @@ def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):
         xp = simd.pointer(buffer)
     else:
         xp = simd.pointer(x)
-    wpp, bp, runp = simd.pointer(wp), simd.pointer(bias), simd.pointer(runs)
+    wpp, bp, runp, wtp = (
+        simd.pointer(wp),
+        simd.pointer(bias),
+        simd.pointer(runs),
+        simd.pointer(windows),
+    )
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
-    pixels = g[_OH] * g[_OW]
-    for job in prange(g[_N] * ((pixels + 7) // 8)):  # (its index unsigned in parallel)
-        _dense_job(xp, wpp, bp, runp, op, rp, gp, low, high, has_residual, np.int64(job))
+    for job in prange(g[_N] * g[_STRIPS]):  # (its index unsigned in parallel)
+        _dense_job(xp, wpp, bp, runp, wtp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
+        pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
@@ -788,10 +878,9 @@ def _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_resid
                         off += step
                         w += lanes
             o = o_row + ow * channels
-            _store4(
-                op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
-                (s0, s1, s2, s3), rp, has_residual, low, high,
-            )  # fmt: skip
+            _store_pixels4(
+                op, o, channels, out_w - ow, count, (s0, s1, s2, s3), rp, has_residual, low, high
+            )
 
 
 @_part
@@ -960,15 +1049,17 @@ def _dense_plan(
     sets geometry's run fields.
 
     NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
-    Otherwise a run per tap over c_in, or, on NCHW memory with filters wider than its
-    channels (a stem: 3 channels, 3x3 or 7x7), a run per (c_in, kh) over kw.
+    Otherwise a run per tap over c_in, or, on NCHW memory with filters as wide as its
+    channels (a stem: 3 channels, 3x3 or 7x7) or outputs in half a vector (paired: runs
+    of contiguous elements), a run per (c_in, kh) over kw.
     """
     c_out, c_in, kh_n, kw_n = weight.shape
     g = geometry
     xs_row, xs_col, xs_chan = int(g[_XS_ROW]), int(g[_XS_COL]), int(g[_XS_CHAN])
     dh, dw = int(g[_DH]), int(g[_DW])
     nhwc = xs_chan == 1 and c_in > 1
-    if not nhwc and kw_n > c_in:  # units (c_in, kh, kw)
+    over_kw = kw_n >= c_in or (c_out <= lanes // 2 and dw * xs_col == 1)
+    if not nhwc and kw_n > 1 and over_kw:  # units (c_in, kh, kw)
         units = weight.reshape(c_out, c_in * kh_n * kw_n)
         runs = [c * xs_chan + kh * dh * xs_row for c in range(c_in) for kh in range(kh_n)]
         g[_RUN_LEN], g[_RUN_STEP] = kw_n, dw * xs_col
@@ -982,6 +1073,15 @@ def _dense_plan(
             g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
     g[_RUNS] = len(runs)
     return units, np.array(runs, np.int64)
+
+
+def _window_starts(oh: int, ow: int, row_step: int, col_step: int) -> np.ndarray:
+    """The first element of each output pixel's window in what the dense kernel reads
+    (relative to its image), row by row; the last repeated up to whole tiles of 8 (a
+    tail tile computes copies of its last pixel, not stored)."""
+    h, w = np.divmod(np.arange(-(-oh * ow // 8) * 8), ow)
+    starts = np.minimum(h, oh - 1) * row_step + np.where(h < oh, w, ow - 1) * col_step
+    return starts.astype(np.int64)
 
 
 def _depthwise_weights(
@@ -1140,5 +1240,14 @@ def channels_last_conv_step(
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
     units, runs = _dense_plan(weight, g, lanes)
     wm, bm = packed(units)
-    args = (x_flat, wm, bm, runs, g, scalars, res_flat, target, out_flat, buffer)
+    # strips of whole tiles of 8 pixels: an image a strip serially; in parallel, at least
+    # four strips a thread
+    tiles = -(-oh * ow // 8)
+    strip_tiles = tiles
+    if pick(DENSE) is DENSE[1]:
+        strip_tiles = -(-tiles // -(-4 * get_num_threads() // n))
+    g[_STRIP_PIXELS] = 8 * strip_tiles
+    g[_STRIPS] = -(-tiles // strip_tiles)
+    windows = _window_starts(oh, ow, sh * int(g[_XS_ROW]), sw * int(g[_XS_COL]))
+    args = (x_flat, wm, bm, runs, windows, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
