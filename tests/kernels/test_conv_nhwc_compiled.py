@@ -73,6 +73,13 @@ CASES = [
     (1, 8, 8, 9, 9, (7, 7), 1, 3, 1, "dw"),
     (1, 16, 16, 6, 7, (1, 3), 2, (0, 1), 1, "dw"),
     (1, 32, 32, 9, 9, (5, 5), 1, 0, 1, "dw"),  # no padding, whole vectors: read in place
+    # depthwise on small images, only the taps inside: blocks of four vectors, single ones,
+    # a channel tail; batches, strides, dilation, one pixel
+    (1, 288, 288, 2, 2, (5, 5), 1, 2, 1, "dw"),
+    (2, 72, 72, 2, 3, (5, 5), 1, 2, 1, "dw"),
+    (1, 40, 40, 3, 3, (5, 5), 2, 2, 1, "dw"),
+    (1, 20, 20, 1, 1, (7, 7), 1, 3, 1, "dw"),
+    (1, 64, 64, 3, 9, (5, 5), 1, (2, 1), (1, 2), "dw"),
 ]
 LAYOUTS = [(True, True), (False, True), (True, False)]  # (input channels-last, out channels-last)
 RESIDUALS = [None, "separate", "alias"]

@@ -11,6 +11,7 @@ intrinsics operate on them:
 
 * :func:`load` / :func:`store`: a vector at ``a[i : i + L]`` of a C-contiguous 1-D array
   (or of a :func:`pointer` to an array's data, which inlined helpers should take);
+  :func:`store_interleaved3` three vectors' lanes as triples;
   :func:`load_first` / :func:`store_first` the first ``n < L`` of those lanes only
   (masked: the lanes past ``n`` are neither read nor written, their loaded value 0);
 * :func:`splat`: a scalar in every lane; :func:`zeros_like`: a vector of zeros;
@@ -121,19 +122,18 @@ def pointer(typingctx: Any, a: Any) -> Any:
 
 
 def _lane_mask(builder: Any, count: int, n: Any) -> Any:
-    """<count x i1>: lane k is on when k < n."""
+    """<count x i1>: lane k is on when k < n (0 <= n; all lanes from n >= count on): the
+    bits of (1 << min(n, count)) - 1, a shift and a decrement (a mask register with
+    AVX-512), rather than a comparison of lane positions (a compare per 8 lanes)."""
     i64 = ir.IntType(64)
-    positions = ir.Constant(ir.VectorType(i64, count), list(range(count)))
     n = builder.sext(n, i64) if n.type.width < 64 else n
-    limit = builder.insert_element(
-        ir.Constant(ir.VectorType(i64, count), ir.Undefined), n, ir.Constant(ir.IntType(32), 0)
+    limited = builder.select(
+        builder.icmp_signed("<", n, ir.Constant(i64, count)), n, ir.Constant(i64, count)
     )
-    limit = builder.shuffle_vector(
-        limit,
-        ir.Constant(ir.VectorType(i64, count), ir.Undefined),
-        ir.Constant(ir.VectorType(ir.IntType(32), count), [0] * count),
+    bits = builder.sub(builder.shl(ir.Constant(i64, 1), limited), ir.Constant(i64, 1))
+    return builder.bitcast(
+        builder.trunc(bits, ir.IntType(count)), ir.VectorType(ir.IntType(1), count)
     )
-    return builder.icmp_signed("<", positions, limit)
 
 
 def _suffix(vector: Vector) -> str:
@@ -219,6 +219,49 @@ def store_first(typingctx: Any, a: Any, i: Any, v: Any, n: Any) -> Any:
         return context.get_dummy_value()
 
     return types.void(a, i, v, n), codegen
+
+
+@intrinsic
+def store_interleaved3(typingctx: Any, a: Any, i: Any, x: Any, y: Any, z: Any) -> Any:
+    """``a[i + 3k] = x[k]``, ``a[i + 3k + 1] = y[k]``, ``a[i + 3k + 2] = z[k]`` for every
+    lane k: three planes' vectors as 3L elements of (x, y, z) triples, as three channels'
+    planes become channels-last pixels (LLVM turns the interleave into a few two-source
+    permutes)."""
+    if not (
+        _flat_array(a)
+        and isinstance(i, types.Integer)
+        and _same_vectors(x, y, z)
+        and x == _vector_of(a.dtype)
+    ):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        count = x.count
+        indices = ir.IntType(32)
+        both = builder.shuffle_vector(
+            args[2], args[3], ir.Constant(ir.VectorType(indices, 2 * count), list(range(2 * count)))
+        )
+        third = builder.shuffle_vector(
+            args[4],
+            ir.Constant(args[4].type, ir.Undefined),
+            ir.Constant(ir.VectorType(indices, 2 * count), list(range(count)) * 2),
+        )
+        order = [k + (m % 3) * count for k in range(count) for m in range(3)]
+        value = builder.shuffle_vector(
+            both, third, ir.Constant(ir.VectorType(indices, 3 * count), order)
+        )
+        element = context.get_value_type(x.dtype)
+        if isinstance(signature.args[0], types.CPointer):
+            data = args[0]
+        else:
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        wide = ir.VectorType(element, 3 * count)
+        pointer = builder.bitcast(builder.gep(data, [args[1]]), wide.as_pointer())
+        done = builder.store(value, pointer)
+        done.align = x.dtype.bitwidth // 8
+        return context.get_dummy_value()
+
+    return types.void(a, i, x, y, z), codegen
 
 
 @intrinsic

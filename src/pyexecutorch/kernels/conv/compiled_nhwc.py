@@ -328,14 +328,22 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
     sp, dp = simd.pointer(x), simd.pointer(buffer)
     if g[_COPY] == 2:
         plane = height * width
+        lanes = simd.lanes_of(buffer)
         for r in prange(n_batch * height):
             n = r // height
             h = r - n * height
-            for w in range(width):
-                d = ((n * hp + h + ph) * wp + w + pw) * channels
-                src = n * channels * plane + h * width + w
+            d = ((n * hp + h + ph) * wp + pw) * channels
+            src = n * channels * plane + h * width
+            done = 0
+            if channels == 3:  # (an image's three planes: whole vectors interleaved)
+                while done + lanes <= width:
+                    x0, x1 = simd.load(sp, src + done), simd.load(sp, src + done + plane)
+                    x2 = simd.load(sp, src + done + 2 * plane)
+                    simd.store_interleaved3(dp, d + 3 * done, x0, x1, x2)
+                    done += lanes
+            for w in range(done, width):
                 for c in range(channels):
-                    dp[d + c] = sp[src + c * plane]
+                    dp[d + w * channels + c] = sp[src + w + c * plane]
         return
     unit = channels if g[_X_NHWC] != 0 else 1  # elements a pixel of a row
     images = n_batch if g[_X_NHWC] != 0 else n_batch * channels
@@ -801,6 +809,93 @@ def _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_res
 
 
 @_inline
+def _tap_range(start, step, count, size):  # noqa: ANN001, ANN202
+    """[k0, k1): the taps k < count whose position start + k * step lies in [0, size)."""
+    k0 = 0 if start >= 0 else _div(step - 1 - start, step)
+    k1 = min(count, _div(size - start + step - 1, step)) if size > start else 0
+    return k0, max(k0, k1)
+
+
+@_inline
+def _dw_clipped4(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, has_residual):  # noqa: ANN001, ANN202
+    """Four whole channel vectors from c0 of one output pixel (its window's first valid
+    input at xp[x], its output at op[o]) over the taps (kh0, kh1, kw0, kw1): four chains,
+    sums from the bias vectors ``b``."""
+    lanes = simd.lanes_of(wp)
+    kh0, kh1, kw0, kw1 = taps
+    channels, kw_n, size = g[_CIN], g[_KW], g[_KH] * g[_KW]
+    step, row_step = g[_DW] * channels, g[_DH] * _read_geometry(g)[3]
+    wstep = size * lanes  # (between vectors' filters)
+    s0, s1, s2, s3 = b
+    xr, wr = x + c0, (c0 * size + (kh0 * kw_n + kw0) * lanes)
+    for _ in range(kh0, kh1):
+        for k in range(kw1 - kw0):
+            xi, wi = xr + k * step, wr + k * lanes
+            s0 = simd.fma(simd.load(wp, wi), simd.load(xp, xi), s0)
+            s1 = simd.fma(simd.load(wp, wi + wstep), simd.load(xp, xi + lanes), s1)
+            s2 = simd.fma(simd.load(wp, wi + 2 * wstep), simd.load(xp, xi + 2 * lanes), s2)
+            s3 = simd.fma(simd.load(wp, wi + 3 * wstep), simd.load(xp, xi + 3 * lanes), s3)
+        xr += row_step
+        wr += kw_n * lanes
+    _finish_whole(op, o + c0, s0, rp, has_residual, low, high)
+    _finish_whole(op, o + c0 + lanes, s1, rp, has_residual, low, high)
+    _finish_whole(op, o + c0 + 2 * lanes, s2, rp, has_residual, low, high)
+    _finish_whole(op, o + c0 + 3 * lanes, s3, rp, has_residual, low, high)
+
+
+@_inline
+def _dw_clipped1(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, count, has_residual):  # noqa: ANN001, ANN202
+    """As _dw_clipped4 for one channel vector of ``count`` lanes (masked when fewer than a
+    vector: a channel tail)."""
+    lanes = simd.lanes_of(wp)
+    kh0, kh1, kw0, kw1 = taps
+    channels, kw_n, size = g[_CIN], g[_KW], g[_KH] * g[_KW]
+    step, row_step = g[_DW] * channels, g[_DH] * _read_geometry(g)[3]
+    acc = b
+    xr, wr = x + c0, (c0 * size + (kh0 * kw_n + kw0) * lanes)
+    for _ in range(kh0, kh1):
+        for k in range(kw1 - kw0):
+            xv = simd.load_first(xp, xr + k * step, count)
+            acc = simd.fma(simd.load(wp, wr + k * lanes), xv, acc)
+        xr += row_step
+        wr += kw_n * lanes
+    _finish(op, o + c0, acc, count, rp, has_residual, low, high)
+
+
+@_part
+def _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """Output rows [oh0, oh1) of image n, channel vectors [v0, v1), of any filter on a
+    small image: pixel by pixel, four whole vectors at a time (then one at a time, a
+    channel tail masked), reading only the taps whose inputs lie inside the image (a 5x5
+    filter over 2x2 pixels reads 4 taps of 25 a pixel; a copy with padding would be read
+    whole), in place."""
+    lanes = simd.lanes_of(wp)
+    channels, height, width, row, ph, pw = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    kh_n, kw_n = g[_KH], g[_KW]
+    fours = v0 + (min(v1, channels // lanes) - v0) // 4 * 4
+    for oh in range(oh0, oh1):
+        top = oh * sh - ph
+        kh0, kh1 = _tap_range(top, dh, kh_n, height)
+        for ow in range(out_w):
+            left = ow * sw - pw
+            kw0, kw1 = _tap_range(left, dw, kw_n, width)
+            taps = (kh0, kh1, kw0, kw1)
+            x = (n * height + top + kh0 * dh) * row + (left + kw0 * dw) * channels
+            o = ((n * out_h + oh) * out_w + ow) * channels
+            for v in range(v0, fours, 4):
+                c0 = v * lanes
+                b = (simd.load(bp, c0), simd.load(bp, c0 + lanes),
+                     simd.load(bp, c0 + 2 * lanes), simd.load(bp, c0 + 3 * lanes))  # fmt: skip
+                _dw_clipped4(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, has_residual)
+            for v in range(fours, v1):
+                c0 = v * lanes
+                count = min(lanes, channels - c0)
+                b = simd.load(bp, c0)
+                _dw_clipped1(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, count, has_residual)
+
+
+@_inline
 def _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, acc):  # noqa: ANN001, ANN202
     """acc + t0 x0 + t1 x1 + ... + t4 x4."""
     acc = simd.fma(t4, x4, acc)
@@ -902,6 +997,9 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
     oh0, oh1 = band * rows, min(out_h, (band + 1) * rows)
     per_group = _div(vectors + groups - 1, groups)
     v0, v1 = group * per_group, min(vectors, (group + 1) * per_group)
+    if g[_PIXEL_MAJOR] == 2:
+        _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
+        return
     if g[_PIXEL_MAJOR] != 0:
         _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
         return
@@ -967,6 +1065,11 @@ BAND_BYTES = 64 * 1024
 # reads a zero-padded copy rather than the input with masked loads at its borders; at
 # stride 1 (where the copy costs a ninth of the filter) up to the larger number.
 COPY_PIXELS_3X3 = 64
+
+# The share of a depthwise filter's taps (over all output pixels) inside the image below
+# which only those are computed (us, 1 thread: 288 channels 5x5 at 2x2, 4 of 25 taps a
+# pixel, 2.76 -> 0.58; 120 at 4x4, 12 of 25, 1.45 -> 1.50, so not then).
+CLIPPED_SHARE = 0.45
 COPY_PIXELS_3X3_STRIDE_1 = 256
 
 
@@ -1073,6 +1176,13 @@ def _dense_plan(
             g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
     g[_RUNS] = len(runs)
     return units, np.array(runs, np.int64)
+
+
+def _taps_inside(size: int, out: int, k: int, stride: int, pad: int, dilation: int) -> int:
+    """The taps of a filter's k along one dimension, summed over the ``out`` outputs,
+    that lie inside an input of ``size``."""
+    starts = np.arange(out)[:, None] * stride - pad + np.arange(k)[None, :] * dilation
+    return int(((starts >= 0) & (starts < size)).sum())
 
 
 def _window_starts(oh: int, ow: int, row_step: int, col_step: int) -> np.ndarray:
@@ -1206,11 +1316,21 @@ def channels_last_conv_step(
         small = (kh, kw) != (3, 3) or h * w <= limit
         g[_COPY] = 2 if not nhwc_in else int(few or (uneven and small))
         vectors = -(-c_in * per_vector // lanes)
+        # Filters other than 3x3 on small images, mostly over padding, or at most 3
+        # pixels wide (the 4-pixel groups would compute repeats): only their taps
+        # inside the image (3x3 keeps its unrolled forms).
+        inside = _taps_inside(h, oh, kh, sh, ph, d[0]) * _taps_inside(w, ow, kw, sw, pw, d[1])
+        if (kh, kw) != (3, 3) and (inside < CLIPPED_SHARE * kh * kw * oh * ow or ow < 4):
+            g[_COPY] = 2 if not nhwc_in else 0
+            g[_PIXEL_MAJOR] = 2
         # On a copied image with several channel vectors, pixel by pixel over all vectors
         # rather than vector by vector with the weights held, whose setup costs as much as
         # ten pixels (us, one thread: 240 channels at 2x2 0.65 -> 0.40, 96 at 6x6 1.40 ->
         # 1.18, 48 at 16x16 5.3 -> 4.4; one vector of 16 at 32x32 5.0 -> 6.7, so not then).
-        g[_PIXEL_MAJOR] = (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
+        if g[_PIXEL_MAJOR] != 2:
+            g[_PIXEL_MAJOR] = (
+                (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
+            )
         g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
         # (room after the padded image for a last vector's lanes past its channels)
         buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
@@ -1235,8 +1355,11 @@ def channels_last_conv_step(
             return _pack_paired(units, b, lanes, int(g[_RUN_LEN]))
         return _pack_vectors(units, lanes), _padded(b, lanes)
 
-    g[_COPY] = int(ph > 0 or pw > 0)
-    g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
+    # An NCHW input of a few channels and a filter wider than one (a stem over the model's
+    # input) is read from an NHWC copy: runs of (kw, c_in) contiguous, a few per window.
+    stem = not nhwc_in and c_in <= 4 and kw > 1 and d[1] == 1
+    g[_COPY] = 2 if stem else int(ph > 0 or pw > 0)
+    g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in or stem, c_in, hp, wp)
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
     units, runs = _dense_plan(weight, g, lanes)
     wm, bm = packed(units)
