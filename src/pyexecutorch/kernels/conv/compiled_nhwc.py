@@ -399,8 +399,8 @@ def _starts4(wt, p, base):  # noqa: ANN001, ANN202
 @_inline
 def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
-    v0, v1, v2, v3, v4, v5, v6, v7 = v
     if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
+        v0, v1, v2, v3, v4, v5, v6, v7 = v
         _finish_whole(op, o, v0, rp, has_residual, low, high)
         _finish_whole(op, o + step, v1, rp, has_residual, low, high)
         _finish_whole(op, o + 2 * step, v2, rp, has_residual, low, high)
@@ -410,16 +410,35 @@ def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high): 
         _finish_whole(op, o + 6 * step, v6, rp, has_residual, low, high)
         _finish_whole(op, o + 7 * step, v7, rp, has_residual, low, high)
     else:
-        _store_pixels4(op, o, step, stored, count, (v0, v1, v2, v3), rp, has_residual, low, high)
-        o4 = o + 4 * step
-        _store_pixels4(
-            op, o4, step, stored - 4, count, (v4, v5, v6, v7), rp, has_residual, low, high
-        )
+        _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high)
+
+
+@_part
+def _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """_store_pixels8 of a tail tile or a channel tail: a function of its own (its masked
+    stores inlined into every tile would multiply the kernels' compile time)."""
+    v0, v1, v2, v3, v4, v5, v6, v7 = v
+    _store_some4(op, o, step, stored, count, (v0, v1, v2, v3), rp, has_residual, low, high)
+    o4 = o + 4 * step
+    _store_some4(op, o4, step, stored - 4, count, (v4, v5, v6, v7), rp, has_residual, low, high)
 
 
 @_inline
 def _store_pixels4(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
+    if stored >= 4 and count >= simd.lanes_of(op):
+        v0, v1, v2, v3 = v
+        _finish_whole(op, o, v0, rp, has_residual, low, high)
+        _finish_whole(op, o + step, v1, rp, has_residual, low, high)
+        _finish_whole(op, o + 2 * step, v2, rp, has_residual, low, high)
+        _finish_whole(op, o + 3 * step, v3, rp, has_residual, low, high)
+    else:
+        _store_some4(op, o, step, stored, count, v, rp, has_residual, low, high)
+
+
+@_part
+def _store_some4(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """_store_pixels4 of fewer pixels or a channel tail (see _store_some8)."""
     v0, v1, v2, v3 = v
     _finish(op, o, v0, count if stored > 0 else 0, rp, has_residual, low, high)
     _finish(op, o + step, v1, count if stored > 1 else 0, rp, has_residual, low, high)
