@@ -117,8 +117,9 @@ _loops = njit(inline="always", error_model="numpy")
     _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
     _STRIPS,  # (dense) strips of output pixels an image (jobs), of _STRIP_PIXELS pixels
     _STRIP_PIXELS,
+    _BANDED,  # (dense) strips are bands of output rows that copy their input rows
     _GEOMETRY_SIZE,
-) = range(34)
+) = range(35)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
@@ -318,20 +319,17 @@ def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
         simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
 
 
-@_loops
-def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
-    """The input into the interior of its zero-padded copy (the border was zeroed at load):
-    row by row in its own layout (_COPY 1), or NCHW into an NHWC copy (_COPY 2)."""
-    n_batch, height, width, channels = g[_N], g[_H], g[_W], g[_CIN]
+@_part
+def _pad_rows(sp, dp, g, n, r0, r1):  # noqa: ANN001, ANN202
+    """Input rows [r0, r1) of image n into the interior of its zero-padded copy (the border
+    was zeroed at load): in its own layout (_COPY 1), or NCHW into NHWC (_COPY 2)."""
+    height, width, channels = g[_H], g[_W], g[_CIN]
     ph, pw = g[_PH], g[_PW]
     hp, wp = height + 2 * ph, width + 2 * pw
-    sp, dp = simd.pointer(x), simd.pointer(buffer)
-    if g[_COPY] == 2:
-        plane = height * width
-        lanes = simd.lanes_of(buffer)
-        for r in prange(n_batch * height):
-            n = r // height
-            h = r - n * height
+    lanes = simd.lanes_of(dp)
+    plane = height * width
+    for h in range(r0, r1):
+        if g[_COPY] == 2:
             d = ((n * hp + h + ph) * wp + pw) * channels
             src = n * channels * plane + h * width
             done = 0
@@ -344,14 +342,26 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
             for w in range(done, width):
                 for c in range(channels):
                     dp[d + w * channels + c] = sp[src + w + c * plane]
-        return
-    unit = channels if g[_X_NHWC] != 0 else 1  # elements a pixel of a row
-    images = n_batch if g[_X_NHWC] != 0 else n_batch * channels
-    for r in prange(images * height):
-        image = r // height
-        h = r - image * height
-        d = ((image * hp + h + ph) * wp + pw) * unit
-        _copy_run(sp, r * width * unit, dp, d, width * unit)
+        elif g[_X_NHWC] != 0:
+            d = ((n * hp + h + ph) * wp + pw) * channels
+            _copy_run(sp, (n * height + h) * width * channels, dp, d, width * channels)
+        else:  # (each channel's plane row)
+            for c in range(channels):
+                image = n * channels + c
+                d = (image * hp + h + ph) * wp + pw
+                _copy_run(sp, (image * height + h) * width, dp, d, width)
+
+
+@_loops
+def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
+    """The whole input into the interior of its zero-padded copy (_pad_rows), a row at a
+    time (in parallel in the parallel kernels)."""
+    height = g[_H]
+    sp, dp = simd.pointer(x), simd.pointer(buffer)
+    for r in prange(g[_N] * height):
+        n = r // height
+        h = r - n * height
+        _pad_rows(sp, dp, g, n, h, h + 1)
 
 
 @_loops
@@ -638,14 +648,21 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_resi
 
 
 @_part
-def _dense_job(xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
-    """Job (image, strip of _STRIP_PIXELS output pixels)."""
+def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Job (image, strip of _STRIP_PIXELS output pixels); with _BANDED, the strip first
+    copies the input rows it reads (from sp to xp): they are read from L1 right after."""
     strips = g[_STRIPS]
     n = job // strips if g[_N] > 1 else 0
     pixels = g[_OH] * g[_OW]
     per_strip = g[_STRIP_PIXELS]
     p0 = (job - n * strips) * per_strip
     p1 = min(pixels, p0 + per_strip)
+    if g[_BANDED] != 0:
+        out_w = g[_OW]
+        oh0, oh1 = p0 // out_w, (p1 + out_w - 1) // out_w
+        r0 = max(0, oh0 * g[_SH] - g[_PH])
+        r1 = min(g[_H], (oh1 - 1) * g[_SH] - g[_PH] + (g[_KH] - 1) * g[_DH] + 1)
+        _pad_rows(sp, xp, g, n, r0, max(r0, r1))
     if has_residual:  # (twice, the residual's test compiled away in each)
         _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, True)
     else:
@@ -665,11 +682,9 @@ def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes,
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
-    if g[_COPY] != 0:
+    if g[_COPY] != 0 and g[_BANDED] == 0:
         _pad_input(x, buffer, g)
-        xp = simd.pointer(buffer)
-    else:
-        xp = simd.pointer(x)
+    xp = simd.pointer(buffer) if g[_COPY] != 0 else simd.pointer(x)
     wpp, bp, runp, wtp = (
         simd.pointer(wp),
         simd.pointer(bias),
@@ -678,7 +693,10 @@ def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes,
     )
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
     for job in prange(g[_N] * g[_STRIPS]):  # (its index unsigned in parallel)
-        _dense_job(xp, wpp, bp, runp, wtp, op, rp, gp, low, high, has_residual, np.int64(job))
+        _dense_job(
+            simd.pointer(x), xp, wpp, bp, runp, wtp, op, rp, gp, low, high, has_residual,
+            np.int64(job),
+        )  # fmt: skip
     if to_planes:
         pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
@@ -1089,6 +1107,10 @@ COPY_PIXELS_3X3 = 64
 # which only those are computed (us, 1 thread: 288 channels 5x5 at 2x2, 4 of 25 taps a
 # pixel, 2.76 -> 0.58; 120 at 4x4, 12 of 25, 1.45 -> 1.50, so not then).
 CLIPPED_SHARE = 0.45
+
+# Bytes of padded input rows a dense band copies and then reads (see _dense_job): well
+# inside L1.
+BAND_COPY_BYTES = 16 * 1024
 COPY_PIXELS_3X3_STRIDE_1 = 256
 
 
@@ -1206,9 +1228,10 @@ def _taps_inside(size: int, out: int, k: int, stride: int, pad: int, dilation: i
 
 def _window_starts(oh: int, ow: int, row_step: int, col_step: int) -> np.ndarray:
     """The first element of each output pixel's window in what the dense kernel reads
-    (relative to its image), row by row; the last repeated up to whole tiles of 8 (a
-    tail tile computes copies of its last pixel, not stored)."""
-    h, w = np.divmod(np.arange(-(-oh * ow // 8) * 8), ow)
+    (relative to its image), row by row; the last repeated for 8 more and up to whole
+    tiles of 8 (a tail tile, of an image or a band of rows, computes copies of pixels
+    past its end, not stored)."""
+    h, w = np.divmod(np.arange(-(-oh * ow // 8) * 8 + 8), ow)
     starts = np.minimum(h, oh - 1) * row_step + np.where(h < oh, w, ow - 1) * col_step
     return starts.astype(np.int64)
 
@@ -1390,6 +1413,13 @@ def channels_last_conv_step(
         strip_tiles = -(-tiles // -(-4 * get_num_threads() // n))
     g[_STRIP_PIXELS] = 8 * strip_tiles
     g[_STRIPS] = -(-tiles // strip_tiles)
+    # A copied input larger than L1 is copied band by band, each band of output pixels
+    # (whole tiles) copying the input rows it reads just before.
+    row_bytes = int(g[_XS_ROW]) * dt.itemsize * (c_in if not (nhwc_in or stem) else 1)
+    band = max(1, (BAND_COPY_BYTES // row_bytes - kh) // sh)
+    if g[_COPY] and band < oh and pick(DENSE) is DENSE[0]:
+        strip = max(8, band * ow // 8 * 8)
+        g[_BANDED], g[_STRIP_PIXELS], g[_STRIPS] = 1, strip, -(-oh * ow // strip)
     windows = _window_starts(oh, ow, sh * int(g[_XS_ROW]), sw * int(g[_XS_COL]))
     args = (x_flat, wm, bm, runs, windows, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
