@@ -257,7 +257,8 @@ def test_weights_are_packed_at_load():
     case = (1, 8, 24, 5, 5, (3, 3), 1, 1, 1, 1)
     x, weight, bias, geometry, groups, residual = _problem(case, np.float32)
     out = _channels_last(np.zeros(residual.shape, np.float32))
-    fn, args = channels_last_conv_step(_channels_last(x), weight, bias, *geometry, groups, out)
+    x = _channels_last(x)  # (the input the step reads, which its arguments view)
+    fn, args = channels_last_conv_step(x, weight, bias, *geometry, groups, out)
     assert not any(a is weight or a is bias for a in args)
     for a in args:  # the kernel reads its own aligned copies
         if (
