@@ -31,28 +31,38 @@ It is None, and the existing steps apply, unless:
 The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
 
 * :func:`_dense` (any dense convolution, 1x1 included: a product pixels x C_in @ C_in x
-  C_out; directly, no im2col) over a register tile: 8 consecutive output pixels (across
-  rows: small images fill them; a tail tile repeats its last pixel, not stored) x 2
-  vectors of output channels (with AVX-512's 32 registers, else 4 pixels at a time; 8 x 1
-  for an odd last vector), accumulating ``fma(splat(x), w_vec, acc)`` over taps and input
-  channels from the bias; the residual is added and the clamp applied in registers before
-  the store (masked for a channel tail). Where all outputs fit in half a vector (8 float32
-  channels) each lane pair sums two adjacent input elements instead (``simd.splat_pair``,
-  ``simd.fold_pairs``): no lane idles. Weights are packed at load per output vector (pair),
-  unit by unit, zero-padded to whole vectors. An input with padding is read from a
-  zero-padded copy (made each call into a buffer made at load), so every window lies
-  inside what is read: as runs of contiguous units (a whole tap row's (kw, c_in) on NHWC
-  memory; (kw) a (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are
-  read through strides, so the input may be either layout.
+  C_out; directly, no im2col) over register tiles of 8 consecutive output pixels (across
+  rows: small images fill them; each pixel's window start read from a table made at load,
+  which repeats the last pixel past the end: a tail tile computes repeats, not stored) x
+  2 vectors of output channels (with AVX-512's 32 registers, else 4 pixels at a time; 8 x
+  1 for an odd last vector), accumulating ``fma(splat(x), w_vec, acc)`` over taps and
+  input channels from the bias; the residual is added and the clamp applied in registers
+  before the store (masked for a channel tail). Jobs are strips of pixels (an image
+  serially); a strip runs each block of output vectors over all its pixels in turn, the
+  block's weights held in L1. Where all outputs fit in half a vector (8 float32 channels)
+  each lane pair sums two adjacent input elements instead (``simd.splat_pair``): no lane
+  idles, and with exactly half a vector two pixels' folded sums make one whole store
+  (``simd.fold_pairs2``). A one-pixel image (a squeeze-excite gate) is a product of a
+  vector by a matrix in four chains of sums; an image of at most 4 pixels computes only
+  those. Weights are packed at load per output vector (pair), unit by unit, zero-padded to
+  whole vectors. An input with padding is read from a zero-padded copy (made each call
+  into a buffer made at load; when larger than L1, band by band, each strip copying the
+  rows it reads just before), so every window lies inside what is read: as runs of
+  contiguous units (a whole tap row's (kw, c_in) on NHWC memory). A stem (an NCHW input
+  of at most 4 channels, a filter wider than 1) reads an NHWC copy (three planes
+  interleaved by vectors: ``simd.store_interleaved3``); other NCHW inputs are read through
+  strides, a run per tap over c_in, or per (c_in, kh) over kw.
 * :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
   channel vectors). A 3x3 filter on a small image reads a zero-padded copy, pixel by pixel
   over all channel vectors (or, with fewer channels than a vector's lanes at stride 1,
   several pixels a vector); on a large one it reads in place, a vector's nine weight
   vectors held in registers, with masked loads at the borders and in a channel tail (an
-  absent tap's lanes read nothing: zero). Other filters read every tap whole (the input
-  copied where it has padding or a channel tail), four output pixels at a time sharing
-  each weight vector (5-wide: the pixels' columns loaded once). An NCHW input is copied
-  channels-last.
+  absent tap's lanes read nothing: zero). Other filters on small images mostly over
+  padding (a 5x5 filter over 2x2 pixels) compute only the taps inside the image, in
+  place, pixel by pixel, four channel vectors at a time (:data:`CLIPPED_SHARE`); else they
+  read every tap whole (the input copied where it has padding or a channel tail), four
+  output pixels at a time sharing each weight vector (5-wide: the pixels' columns loaded
+  once). An NCHW input is copied channels-last.
 
 An NCHW ``out`` is computed channels-last into a buffer made at load and copied over with
 the residual and clamp applied on the way (a rare case: a layer before a flatten).
@@ -672,7 +682,8 @@ def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job
 def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
     """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
     convolution over tiles of 8 output pixels, every window inside what is read (an input
-    with padding first copied into ``buffer``, _COPY), read as runs: offsets ``runs`` of
+    with padding first copied into ``buffer``, _COPY; with _BANDED by the jobs, each the
+    rows it reads), read as runs: offsets ``runs`` of
     _RUN_LEN weight units _RUN_STEP elements apart from each pixel's window start
     (``windows``, per pixel of an image). The strides _XS_* are those of what is read.
     With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
@@ -1102,6 +1113,7 @@ BAND_BYTES = 64 * 1024
 # reads a zero-padded copy rather than the input with masked loads at its borders; at
 # stride 1 (where the copy costs a ninth of the filter) up to the larger number.
 COPY_PIXELS_3X3 = 64
+COPY_PIXELS_3X3_STRIDE_1 = 256
 
 # The share of a depthwise filter's taps (over all output pixels) inside the image below
 # which only those are computed (us, 1 thread: 288 channels 5x5 at 2x2, 4 of 25 taps a
@@ -1111,7 +1123,6 @@ CLIPPED_SHARE = 0.45
 # Bytes of padded input rows a dense band copies and then reads (see _dense_job): well
 # inside L1.
 BAND_COPY_BYTES = 16 * 1024
-COPY_PIXELS_3X3_STRIDE_1 = 256
 
 
 def _aligned(values: np.ndarray) -> np.ndarray:
