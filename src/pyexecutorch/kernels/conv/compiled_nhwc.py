@@ -329,7 +329,7 @@ def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
         simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
 
 
-@_part
+@_inline
 def _pad_rows(sp, dp, g, n, r0, r1):  # noqa: ANN001, ANN202
     """Input rows [r0, r1) of image n into the interior of its zero-padded copy (the border
     was zeroed at load): in its own layout (_COPY 1), or NCHW into NHWC (_COPY 2)."""
@@ -631,14 +631,16 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_resi
     if g[_PAIRED] != 0:
         _paired8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, has_residual)
         return
+    # (the tiny images' forms take the residual's test at run time: compiled once)
+    summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
     vectors = (c_out + lanes - 1) // lanes
     last = (vectors - 1) * lanes  # (an odd last vector's first channel)
     if pixels == 1:
         a = base + wt[0]
         for v in range(0, vectors - 1, 2):
-            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, v * lanes, 2, has_residual)
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, v * lanes, 2, summed)
         if vectors % 2:
-            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, 1, has_residual)
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, 1, summed)
     elif _WIDE and pixels > 4:
         for v in range(0, vectors - 1, 2):
             c0 = v * lanes
@@ -650,11 +652,9 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_resi
     else:  # (AVX2, or a tiny image: only its pixels computed)
         for v in range(0, vectors - 1, 2):
             c0 = v * lanes
-            _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual)
+            _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, summed)
         if vectors % 2:
-            _single4(
-                xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, has_residual
-            )
+            _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, summed)
 
 
 @_part
@@ -1045,8 +1045,9 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
     oh0, oh1 = band * rows, min(out_h, (band + 1) * rows)
     per_group = _div(vectors + groups - 1, groups)
     v0, v1 = group * per_group, min(vectors, (group + 1) * per_group)
-    if g[_PIXEL_MAJOR] == 2:
-        _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
+    if g[_PIXEL_MAJOR] == 2:  # (the residual's test at run time: compiled once)
+        summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
+        _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, summed)
         return
     if g[_PIXEL_MAJOR] != 0:
         _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
