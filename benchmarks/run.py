@@ -91,6 +91,7 @@ LATENCY = [
     ("ours_jit", "jit", "ours, compiled tier, on our .pte"),
     ("ours_on_official", "ours/off", "ours on official .pte"),
     ("ours_on_official_xnnpack", "ours/xnn", "ours on official XNNPACK .pte"),
+    ("ours_jit_on_official_xnnpack", "jit/xnn", "ours, compiled tier, on official XNNPACK .pte"),
 ]
 
 
@@ -395,6 +396,17 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None) -> dict:
                 )
             except Exception as e:  # noqa: BLE001
                 errors["ours_on_official_xnnpack"] = _error(e)
+            if compiled.numba_module() is not None and timer is not None:
+                try:  # the delegates compiled (see backends/xnnpack/compiled.py)
+                    with time_limit(COMPILE_LIMIT_S):
+                        mj_xnn = _our_method(xnn, jit=True)
+                        row["jit_xnn_correct"] = check_ours(case, xnn, jit=True)
+                    timeit(
+                        "ours_jit_on_official_xnnpack",
+                        lambda: mj_xnn.execute(np_inputs, clone_outputs=False),
+                    )
+                except Exception as e:  # noqa: BLE001
+                    errors["ours_jit_on_official_xnnpack"] = _error(e)
         else:
             errors["ours_on_official_xnnpack"] = "our runtime has no XnnpackBackend yet"
     with torch.no_grad():  # eager's column, timed with the others
@@ -407,6 +419,7 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None) -> dict:
         ("ours_jit", "official_xnnpack"),
         ("ours_jit", "ours_on_ours"),
         ("ours_jit", "eager"),
+        ("ours_jit_on_official_xnnpack", "official_xnnpack"),
     ):
         if row.get(key) and row.get(base):
             row[f"{key}_vs_{base}"] = row[key] / row[base]
@@ -426,7 +439,7 @@ W = 10  # width of a latency column
 
 HEADER = (
     f"{'model':<24}{'eager':>{W}}{'portable':>{W}}{'xnnpack':>{W}}{'ours':>{W}}{'jit':>{W}}"
-    f"{'ours/off':>{W}}{'ours/xnn':>{W}}{'÷port':>7}{'÷xnn':>7}{'jit÷port':>9}{'jit÷xnn':>8}"
+    f"{'ours/off':>{W}}{'ours/xnn':>{W}}{'jit/xnn':>{W}}{'÷port':>7}{'÷xnn':>7}{'jit÷port':>9}{'jit÷xnn':>8}"
     f"{'load np':>8}{'cold':>8}{'warm':>7}{'exp ours':>9}{'exp off':>8}  check"
 )
 
@@ -453,6 +466,7 @@ def table_row(row: dict) -> str:
             "ours_jit",
             "ours_on_official",
             "ours_on_official_xnnpack",
+            "ours_jit_on_official_xnnpack",
         )
     )
 
@@ -464,6 +478,8 @@ def table_row(row: dict) -> str:
 
     if row.get("jit_correct", "ok") != "ok":
         check = f"{check}; jit {row['jit_correct']}"
+    if row.get("jit_xnn_correct", "ok") != "ok":
+        check = f"{check}; jit/xnn {row['jit_xnn_correct']}"
     return (
         f"{row['model']:<24}{lat}"
         f"{ratio(row.get('ours_on_ours'), row.get('official_portable')):>7}"
@@ -492,6 +508,7 @@ def summarize(rows: list[dict]) -> dict:
         ("ours_on_ours", "official_xnnpack"),
         ("ours_on_official", "official_portable"),
         ("ours_on_official_xnnpack", "official_xnnpack"),
+        ("ours_jit_on_official_xnnpack", "official_xnnpack"),
         ("ours_on_ours", "eager"),
         ("ours_jit", "official_portable"),
         ("ours_jit", "official_xnnpack"),
@@ -551,6 +568,7 @@ def chart(result: dict, path: Path) -> None:
         "ours_jit": ("P", "tab:olive"),
         "ours_on_official": ("x", "tab:red"),
         "ours_on_official_xnnpack": ("+", "tab:purple"),
+        "ours_jit_on_official_xnnpack": ("1", "tab:brown"),
     }
     for ax, rows, run in zip(axes[0], runs, result["runs"], strict=False):
         ys = [y[r["model"]] for r in rows]
@@ -779,7 +797,8 @@ def preamble(meta: dict, n_models: int, threads: int, counts: dict) -> str:
         f"{n_models} models; {meta['processor']}, {meta['cpus']} CPUs, {threads} thread(s) "
         f"(threads in use: {used}), torch {meta['torch']}, executorch {meta['executorch']}\n"
         "latency: median in microseconds; ours/off, ours/xnn: our runtime on the official portable /\n"
-        "XNNPACK .pte; ÷port, ÷xnn: ours on our .pte over the official portable / XNNPACK runtime\n"
+        "XNNPACK .pte; jit/xnn: its compiled tier on the official XNNPACK .pte (delegates compiled);\n"
+        "÷port, ÷xnn: ours on our .pte over the official portable / XNNPACK runtime\n"
         "jit: our compiled tier on our .pte (jit÷port, jit÷xnn its ratios); load np / cold / warm:\n"
         "load_method of the numpy tier, of the compiled tier compiling, and reading its disk cache\n"
         "export: seconds from nn.Module to .pte bytes (torch.export included)\n"
@@ -815,6 +834,10 @@ def footer(result: dict) -> str:
         (
             "geomean_ours_on_official_xnnpack_vs_official_xnnpack",
             "ours on official XNNPACK .pte / official XNNPACK",
+        ),
+        (
+            "geomean_ours_jit_on_official_xnnpack_vs_official_xnnpack",
+            "compiled tier on official XNNPACK .pte / official XNNPACK",
         ),
         ("geomean_ours_on_ours_vs_eager", "ours / torch eager"),
         ("geomean_ours_jit_vs_official_portable", "compiled tier / official portable"),

@@ -13,6 +13,7 @@ import pytest
 numba = pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
 from pyexecutorch.kernels import compiled_simd as simd  # noqa: E402
+from pyexecutorch.kernels.compiled_math import exp_f32  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 
@@ -267,3 +268,48 @@ def test_pair_broadcast_and_pair_sums(dtype):
     np.testing.assert_array_equal(out[2 * lanes : 3 * lanes], np.tile(a[2:4], lanes // 2))
     np.testing.assert_array_equal(out[3 * lanes : 4 * lanes], np.tile([a[1], 0], lanes // 2))
     np.testing.assert_array_equal(out[4 * lanes :], np.zeros(lanes))
+
+
+@numba.njit
+def _vector_exp(x, out):  # noqa: ANN001, ANN202
+    lanes = simd.lanes_of(x)
+    for i in range(0, x.size, lanes):
+        simd.store(out, i, simd.exp(simd.load(x, i)))
+
+
+@numba.njit
+def _scalar_exp(x, out):  # noqa: ANN001, ANN202
+    for i in range(x.size):
+        out[i] = exp_f32(x[i])
+
+
+def test_vector_exp_is_the_scalar_float32_exp_lane_by_lane():
+    lanes = simd.lanes(np.float32)
+    x = np.linspace(-120.0, 100.0, lanes * 4096, dtype=np.float32)
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, -87.5, -103.9]
+    got, want = np.empty_like(x), np.empty_like(x)
+    _vector_exp(x, got)
+    _scalar_exp(x, want)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    finite = np.isfinite(x) & (x > -80) & (x < 80)
+    np.testing.assert_allclose(got[finite], np.exp(x[finite].astype(np.float64)), rtol=2.5e-7)
+
+
+@numba.njit
+def _sub_neg(a, b, out):  # noqa: ANN001, ANN202
+    lanes = simd.lanes_of(a)
+    simd.store(out, 0, simd.sub(simd.load(a, 0), simd.load(b, 0)))
+    simd.store(out, lanes, simd.neg(simd.load(a, 0)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sub_and_neg(dtype):
+    lanes = simd.lanes(dtype)
+    a = np.arange(lanes, dtype=dtype) - 3
+    a[0], a[1] = 0.0, np.nan
+    b = np.full(lanes, 0.5, dtype)
+    out = np.empty(2 * lanes, dtype)
+    _sub_neg(a, b, out)
+    np.testing.assert_array_equal(out[:lanes], a - b)
+    np.testing.assert_array_equal(out[lanes:], -a)
+    assert np.signbit(out[lanes])  # -(0.0) is -0.0

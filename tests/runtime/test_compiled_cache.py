@@ -143,11 +143,15 @@ def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path)
     assert cold["whole"] and cold["misses"] >= 1
     assert len(list((cache / "generated").glob("whole_*.py"))) == 1
     assert cold["modules"].count("fused") == 2 and "whole" in cold["modules"]
+    # the whole function's machine code is kept in a record of its own, not numba's index
+    assert len(list((cache / "functions").glob("whole_*.nbr"))) == 1
+    assert not list((cache / "numba").rglob("whole_*"))
     warm = _child(pte, cache)
     # only the function calling the loops and the copy is read back (its machine code holds
-    # theirs): the loops' modules are not even imported for a method compiled whole
+    # theirs), from its record: no generated module is imported for a method compiled whole,
+    # not even its own
     assert warm["whole"] and warm["misses"] == 0 and warm["hits"] == 1
-    assert warm["modules"] == ["whole"]
+    assert warm["modules"] == []
     assert warm["out"] == cold["out"]
     want = WholeMethod()(torch.linspace(-3, 3, 24).reshape(4, 6))
     torch.testing.assert_close(torch.tensor(warm["out"]), want, rtol=1e-6, atol=1e-6)

@@ -515,3 +515,82 @@ def _lanes_of(a):  # noqa: ANN001, ANN202
         return None
     count = vector.count
     return lambda a: count
+
+
+@intrinsic
+def exp(typingctx: Any, v: Any) -> Any:
+    """e**v of a float32 vector, lane by lane: ``compiled_math.exp_f32``'s arithmetic
+    (Cody-Waite reduction, Cephes' polynomial, a scaling by 2**n in two halves), so each
+    lane equals what that scalar function gives (within one ulp of the correctly rounded
+    result; NaN stays NaN, overflow is inf, underflow 0)."""
+    if not (isinstance(v, Vector) and v.dtype == types.float32):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        from pyexecutorch.kernels import compiled_math as m  # noqa: PLC0415 - its constants
+
+        x = args[0]
+        vty = x.type
+        count = v.count
+        i32 = ir.IntType(32)
+        ity = ir.VectorType(i32, count)
+
+        def const(value: float) -> Any:
+            return ir.Constant(vty, [float(value)] * count)
+
+        def iconst(value: int) -> Any:
+            return ir.Constant(ity, [int(value)] * count)
+
+        fmuladd = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fmuladd.{_suffix(v)}"
+        )
+
+        def fma_(a: Any, b: Any, c: Any) -> Any:
+            return builder.call(fmuladd, [a, b, c])
+
+        hi, lo = const(m._EXP32_HI), const(m._EXP32_LO)
+        c = builder.select(builder.fcmp_ordered(">", x, hi), hi, x)
+        c = builder.select(builder.fcmp_ordered("<", c, lo), lo, c)
+        round32 = const(m._ROUND32)
+        t = fma_(c, const(m._LOG2E32), round32)
+        n = builder.fsub(t, round32)
+        r = fma_(n, const(m._LN2_HI32), c)
+        r = fma_(n, const(m._LN2_LO32), r)
+        r2 = builder.fmul(r, r)
+        q = fma_(fma_(const(m._C5), r, const(m._C4)), r2, fma_(const(m._C3), r, const(m._C2)))
+        q = fma_(q, r2, fma_(const(m._C1), r, const(m._C0)))
+        p = builder.fadd(fma_(q, r2, r), const(m._ONE32))
+        # p * 2**k, k in t's low mantissa bits, in two halves (a subnormal rounds once)
+        k = builder.sub(builder.bitcast(t, ity), iconst(m._ROUND32_BITS))
+        half = builder.ashr(k, iconst(1))
+        rest = builder.sub(k, half)
+        s1 = builder.bitcast(builder.shl(builder.add(half, iconst(127)), iconst(23)), vty)
+        s2 = builder.bitcast(builder.shl(builder.add(rest, iconst(127)), iconst(23)), vty)
+        y = builder.fmul(builder.fmul(p, s1), s2)
+        return builder.select(builder.fcmp_ordered("==", x, x), y, x)
+
+    return v(v), codegen
+
+
+@intrinsic
+def sub(typingctx: Any, a: Any, b: Any) -> Any:
+    """``a - b`` lane by lane."""
+    if not _same_vectors(a, b):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.fsub(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@intrinsic
+def neg(typingctx: Any, a: Any) -> Any:
+    """``-a`` lane by lane (the sign flipped: -0.0 for 0.0, NaN's sign too)."""
+    if not isinstance(a, Vector):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.fneg(args[0])
+
+    return a(a), codegen

@@ -33,6 +33,9 @@ class BackendInitContext:
     # The method's pyexecutorch.runtime.etdump.EventTracer when ETDump is on: a
     # backend that sees one may record events from inside its delegate.
     event_tracer: Any = None
+    # Whether the method runs on the compiled tier (numba imports and the program was
+    # loaded with jit on): a backend may then compile its delegate.
+    jit: bool = False
 
 
 class BackendInterface:
@@ -41,6 +44,9 @@ class BackendInterface:
     # True: every argument of the backend's delegate calls must be a tensor, which
     # loading checks (a corrupt call passing an int fails at load, not in ``execute``).
     tensor_arguments_only: bool = False
+    # True: ``execute`` writes each output of a static shape into the array it is given
+    # and never returns another array for it (a method then keeps its planned arrays).
+    fills_static_outputs: bool = False
 
     def is_available(self) -> bool:
         return True
@@ -55,6 +61,12 @@ class BackendInterface:
         Python scalars). Write outputs into the output arrays in place, or return a
         full list of the same length whose output entries replace them."""
         raise NotImplementedError
+
+    def whole_steps(self, handle: Any, args: list[Any]) -> list[Any] | None:
+        """The delegate's call on ``args`` (arrays a method made at load and passes on
+        every call) as compiled steps (:class:`pyexecutorch.runtime.whole_method.Step`)
+        that a method compiled whole calls in its place, or None (the default)."""
+        return None
 
     def destroy(self, handle: Any) -> None:
         return None

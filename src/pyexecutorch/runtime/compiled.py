@@ -8,13 +8,20 @@ with numba's ``cache=True``, so a second process finds both the source and the
 machine code there: the key is the generated source, numba's own index adds
 the argument types (dtypes, ranks, layouts). numba's machine code, of the
 generated loops and of the kernels' compiled forms alike, goes to ``numba/``
-under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise.
+under the same directory unless ``NUMBA_CACHE_DIR`` says otherwise. What a warm
+load reads back is kept a second way, in a record per function and argument types
+under ``functions/`` (:mod:`pyexecutorch.runtime.function_records`), found by name
+without numba's index: a method compiled whole keeps its one function only there.
 
-A warm load stays cheap three ways: machine code is read back without the
-LLVM bitcode numba keeps for linking (parsed only when a new caller links it),
-the generated modules keep their bytecode, and a method that may compile whole
-defers its kernels' compiled functions (:func:`deferred_entry_points`), which
-it reads back only if it keeps their calls.
+A warm load stays cheap five ways: machine code is read back without the
+LLVM bitcode numba keeps for linking (parsed only when a new caller links it), and
+handed to LLVM as an object file; the generated modules keep their bytecode; a
+method compiled whole reads its function's record without importing its module or
+making a dispatcher; a function called through its dispatcher is read from its
+record without numba's index or argument typing; and a method that may compile
+whole defers its kernels' compiled functions (:func:`deferred_entry_points`) and
+fast paths only a line would call (:class:`PendingFastPath`), which it makes only
+if it keeps their calls.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -283,7 +290,9 @@ def forget_modules() -> None:
 
 
 def load_compiled_forms() -> None:
-    """Import every kernel family's compiled forms (``kernels/<family>/compiled.py``), once."""
+    """Import every kernel family's compiled forms (``kernels/<family>/compiled*.py``: the
+    forms and the steps they build, the channels-last ones included) once, and the
+    whole-method functions' argument binding."""
     global _compiled_forms_loaded
     if _compiled_forms_loaded:
         return
@@ -292,9 +301,13 @@ def load_compiled_forms() -> None:
             return
         import pyexecutorch.kernels as kernels  # noqa: PLC0415
 
-        for family in sorted(p.name for p in Path(kernels.__path__[0]).iterdir() if p.is_dir()):
-            if (Path(kernels.__path__[0]) / family / "compiled.py").exists():
-                importlib.import_module(f"pyexecutorch.kernels.{family}.compiled")
+        root = Path(kernels.__path__[0])
+        for family in sorted(p.name for p in root.iterdir() if p.is_dir()):
+            # (compiled.py first: it registers the forms the others serve)
+            names = sorted(p.stem for p in (root / family).glob("compiled*.py"))
+            for name in sorted(names, key=lambda n: n != "compiled"):
+                importlib.import_module(f"pyexecutorch.kernels.{family}.{name}")
+        importlib.import_module("pyexecutorch.runtime.bound_arrays")
         _compiled_forms_loaded = True
 
 
@@ -319,44 +332,85 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     Calling it skips the dispatcher's type resolution (about half a small
     call); only valid when every call passes arguments of those same types.
     Machine code read back from the disk cache is read without its linking
-    bitcode (see :func:`_read_lazily`).
+    bitcode (see :func:`_read_lazily`), from the function's record where it has one
+    (:mod:`.function_records`: no numba index, no argument typing), else from numba's
+    cache, which then gives the record its data.
     """
+    from pyexecutorch.runtime import function_records  # noqa: PLC0415 - imports this module
+
     numba = numba_module()
     dispatcher = dispatcher_of(dispatcher)
-    signature = tuple(numba.typeof(a) for a in arrays)
-    overload = dispatcher.overloads.get(signature)
-    if overload is not None:
-        return overload.entry_point
+    signature = None
+    if dispatcher.overloads:  # (none loaded: nothing to look up, and none read twice)
+        signature = tuple(numba.typeof(a) for a in arrays)
+        overload = dispatcher.overloads.get(signature)
+        if overload is not None:
+            return overload.entry_point
+    types = function_records.types_key(arrays)
+    record = None if types is None else function_records.dispatcher_path(dispatcher, types)
+    if record is not None:
+        result = function_records.read(record)
+        if result is not None and _install(dispatcher, result):
+            return result.entry_point
+    if signature is None:
+        signature = tuple(numba.typeof(a) for a in arrays)
     _read_lazily(dispatcher)
-    cached = _from_disk_cache(dispatcher, signature)
+    cached = _from_disk_cache(dispatcher, signature, record)
     if cached is not None:
         return cached
     with compiling(f"{getattr(dispatcher, '__qualname__', dispatcher)}{signature}"):
-        return dispatcher.compile(signature)
+        compiled_entry = dispatcher.compile(signature)
+    if record is not None:
+        function_records.write(record, dispatcher.overloads[signature], linkable=True)
+    return compiled_entry
 
 
 _refreshed: set[int] = set()  # the target contexts refreshed once in this process
 
 
-def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
-    its ``compile`` would read it (see :func:`_read_cache`), or None."""
+def _install(dispatcher: Any, result: Any) -> bool:
+    """Add a compile result read back to ``dispatcher``, as its ``compile`` does with one
+    read from numba's cache; False for a dispatcher this does not know."""
     context = getattr(dispatcher, "targetctx", None)
     if context is None or not hasattr(dispatcher, "_cache_hits"):
-        return None
-    result = _read_cache(getattr(dispatcher, "_cache", None), context, signature)
-    if result is None:
-        return None
-    dispatcher._cache_hits[signature] += 1
+        return False
+    dispatcher._cache_hits[tuple(result.signature.args)] += 1
     if not result.objectmode:
         context.insert_user_function(result.entry_point, result.fndesc, [result.library])
     dispatcher.add_overload(result)
+    return True
+
+
+def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...], record: Any = None) -> Any:
+    """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
+    its ``compile`` would read it (see :func:`_read_cache`), or None. Its data is copied
+    to ``record`` (a function record's path), if given."""
+    context = getattr(dispatcher, "targetctx", None)
+    if context is None or not hasattr(dispatcher, "_cache_hits"):
+        return None
+    read = _read_cache(getattr(dispatcher, "_cache", None), context, signature)
+    if read is None:
+        return None
+    result, data = read
+    if record is not None:
+        from pyexecutorch.runtime import function_records  # noqa: PLC0415
+
+        function_records.write_data(record, data)
+    _install(dispatcher, result)
     return result.entry_point
 
 
+def refresh_once(context: Any) -> None:
+    """Refresh numba's typing and target registries of ``context`` once in this process,
+    before the first compile result is read back (under numba's compiler lock)."""
+    if id(context) not in _refreshed:
+        context.refresh()
+        _refreshed.add(id(context))
+
+
 def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
-    """numba's compile result for ``signature`` from ``cache`` (a function's disk cache),
-    or None (not cached, or a numba this does not know).
+    """numba's compile result for ``signature`` from ``cache`` (a function's disk cache) and
+    the data it was read from, or None (not cached, or a numba this does not know).
 
     Two differences from numba's reader: numba refreshes its typing and target
     registries before every read (about 1 ms, most of a small method's read), which a
@@ -375,69 +429,97 @@ def _read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core.compiler_lock import global_compiler_lock  # noqa: PLC0415
 
     with global_compiler_lock:
-        if id(context) not in _refreshed:
-            context.refresh()
-            _refreshed.add(id(context))
+        refresh_once(context)
         data_name = cache_file._load_index().get(cache._index_key(signature, context.codegen()))
         if data_name is None:
             return None
         try:
             with open(cache_file._data_path(data_name), "rb") as f:
-                payload = _CacheDataReader(io.BytesIO(f.read())).load()
+                data = f.read()
         except OSError:  # removed while its index still named it
             return None
-        return impl.rebuild(context, payload)
+        return impl.rebuild(context, CacheDataReader(io.BytesIO(data)).load()), data
 
 
 # Generated functions compiled or read without a dispatcher (see plain_entry_point), by
 # (module, name, argument types): their compile results, which hold their machine code.
-_plain_results: dict[tuple[str, str, tuple[Any, ...]], Any] = {}
+_plain_results: dict[tuple[str, str, str], Any] = {}
 # How those were obtained in this process: "cache_hits" (read back) and "compilations".
 plain_stats: collections.Counter[str] = collections.Counter()
 
 
-def plain_entry_point(function: Any, arrays: tuple[Any, ...], prepare: Any = None) -> Any:
-    """The compiled function of the plain Python ``function`` (defined at the top level of
-    a generated module) for exactly these arguments' types, as
-    ``njit(cache=True, error_model="numpy")`` would compile it.
+def plain_entry_point(
+    function: GeneratedFunction, arrays: tuple[Any, ...], prepare: Any = None
+) -> Any:
+    """The compiled function of ``function`` (a plain Python function at the top level of
+    a generated module, named before the module is imported) for exactly these
+    arguments' types, as ``njit(error_model="numpy")`` compiles it.
 
-    Read back from the disk cache it makes no numba dispatcher: for a function of a few
-    hundred parameters (a CNN compiled whole) making one costs 5-10 ms, more than
-    reading its machine code. Otherwise ``prepare`` (if given) runs, and a dispatcher
-    compiles it and saves it to the cache.
+    Its machine code is kept in a record of its own (:mod:`.function_records`): read back,
+    it needs neither the generated module nor a numba dispatcher, whose making costs
+    5-10 ms for a function of a few hundred parameters (a CNN compiled whole), more than
+    reading its machine code. Otherwise ``prepare`` (if given) runs, the module is
+    imported and a dispatcher compiles the function, which is then recorded.
     """
+    from pyexecutorch.runtime import function_records  # noqa: PLC0415 - imports this module
+
     numba = numba_module()
-    signature = tuple(numba.typeof(a) for a in arrays)
-    key = (function.__module__, function.__qualname__, signature)
+    types = function_records.types_key(arrays)
+    if types is None:  # not every argument's type is read from its flags
+        types = repr(tuple(numba.typeof(a) for a in arrays))
+    key = (function.module_name, function.name, types)
     result = _plain_results.get(key)
     if result is None:
-        from numba.core.caching import FunctionCache  # noqa: PLC0415
-        from numba.core.registry import cpu_target  # noqa: PLC0415
-
-        cache = FunctionCache(function)
-        _read_lazily_from(cache)
-        result = _read_cache(cache, cpu_target.target_context, signature)
+        record = function_records.path_of(function, types)
+        result = function_records.read(record)
         if result is not None:
             plain_stats["cache_hits"] += 1
         else:
-            if prepare is not None:
-                prepare()
-            logger.info(
-                "compiling a method whole (%d arguments, one function): the first load takes "
-                "seconds to a minute; later loads read it from %s",
-                len(signature),
-                cache_dir(),
-            )
-            dispatcher = numba.njit(cache=True, error_model="numpy")(function)
-            with compiling(f"{function.__module__}.{function.__qualname__}"):
-                dispatcher.compile(signature)
-            result = dispatcher.overloads[signature]
+            result = _compile_plain(function, arrays, prepare)
+            function_records.write(record, result)
             plain_stats["compilations"] += 1
         _plain_results[key] = result
     return result.entry_point
 
 
-class _CacheDataReader(pickle.Unpickler):
+def _compile_plain(function: GeneratedFunction, arrays: tuple[Any, ...], prepare: Any) -> Any:
+    """numba's compile result of ``function`` for these arguments' types (see
+    :func:`plain_entry_point`)."""
+    numba = numba_module()
+    signature = tuple(numba.typeof(a) for a in arrays)
+    if prepare is not None:
+        prepare()
+    logger.info(
+        "compiling a method whole (%d arguments, one function): the first load takes "
+        "seconds to a minute; later loads read it from %s",
+        len(signature),
+        cache_dir(),
+    )
+    # (where records cannot be read back, by a numba this module does not know, numba's own
+    # cache keeps the function, and its compile reads it from there)
+    cache = lazy_rebuilder() is None
+    dispatcher = numba.njit(cache=cache, error_model="numpy")(function.load())
+    with compiling(f"{function.module_name}.{function.name}"):
+        dispatcher.compile(signature)
+    return dispatcher.overloads[signature]
+
+
+def lazy_rebuilder() -> Any:
+    """The function making numba's compile result from its serialized form with its
+    bitcode unparsed (see :func:`_make_lazy_cache_impl`), or None for a numba it does not
+    know."""
+    lazy = _lazy_cache_impl()
+    return None if lazy is None else lazy.rebuild_payload
+
+
+def entry_rebuilder() -> Any:
+    """The function making a plain function's entry point from its light record (see
+    :func:`_make_lazy_cache_impl`), or None for a numba it does not know."""
+    lazy = _lazy_cache_impl()
+    return None if lazy is None else lazy.rebuild_entry
+
+
+class CacheDataReader(pickle.Unpickler):
     """numba's cache data, its environments rebuilt by :func:`_rebuild_env`."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -500,23 +582,47 @@ def _lazy_cache_impl() -> Any:
 
 
 def _make_lazy_cache_impl() -> Any:
-    from numba.core import caching, codegen, compiler  # noqa: PLC0415 - compiled tier only
-    from numba.core.codegen import JITCodeLibrary  # noqa: PLC0415
+    from numba import _dynfunc  # noqa: PLC0415 - compiled tier only
+    from numba.core import caching, codegen, compiler, funcdesc  # noqa: PLC0415
+    from numba.core.codegen import CodeLibrary, JITCodeLibrary  # noqa: PLC0415
 
     needed = (
         hasattr(caching, "CompileResultCacheImpl")
         and hasattr(JITCodeLibrary, "_set_compiled_object")
         and hasattr(JITCodeLibrary, "_finalize_final_module")
         and hasattr(codegen, "JitEngine")
+        and hasattr(codegen.JitEngine, "finalize_object")
+        and hasattr(codegen.ll.ExecutionEngine, "add_object_file")
+        and hasattr(codegen.ll, "object_file")
+        and hasattr(codegen, "RuntimeLinker")
+        and hasattr(_dynfunc, "make_function")
+        and hasattr(funcdesc, "_dynamic_module")
         and getattr(compiler, "CR_FIELDS", None) is not None
         and "reload_init" in compiler.CR_FIELDS
     )
     if not needed:
         return None
     parse_bitcode = codegen.ll.parse_bitcode
+    object_file = codegen.ll.object_file
 
     class LazilyLinkedLibrary(JITCodeLibrary):
         """A library made from cached machine code, its linking bitcode parsed on demand."""
+
+        def __init__(self, codegen_: Any, name: str, object_code: bytes) -> None:
+            # numba's library of cached machine code is an empty module (parsed from IR
+            # text) that the engine compiles by asking numba's object cache, which hands it
+            # the machine code. This one hands the machine code to the engine itself, as
+            # an object file: no module, no IR parser, no call back into Python, one copy
+            # fewer (~0.5-1 ms of a warm load's first library, mostly first-touched code).
+            CodeLibrary.__init__(self, codegen_, name)
+            self._linking_libraries = []
+            self._final_module = None  # (only a compilation of it, or inspection, reads it)
+            self._shared_module = None
+            engine = codegen_._engine
+            engine._ee.add_object_file(object_file.ObjectFileRef.from_data(object_code))
+            engine.finalize_object()
+            codegen_._rtlinker.resolve(engine)  # as numba does after adding a module
+            self._finalized = True
 
         @property
         def _shared_module(self) -> Any:
@@ -531,51 +637,91 @@ def _make_lazy_cache_impl() -> Any:
         def _shared_module(self, module: Any) -> None:
             self.__dict__["_linking_module"] = module
 
+    def rebuild_payload(target_context: Any, payload: Any) -> Any:
+        """numba's compile result from its serialized form (``payload``, as numba's cache
+        data holds it), its machine code installed and its bitcode left unparsed; None for
+        a payload or a code generator this does not know. A payload without bitcode (see
+        :mod:`pyexecutorch.runtime.function_records`) makes a function nothing can link."""
+        libdata = payload[0] if isinstance(payload, tuple) else None
+        codegen_ = target_context.codegen()
+        if (
+            len(payload) != 9
+            or not (isinstance(libdata, tuple) and len(libdata) == 3)
+            or libdata[1] != "object"
+            or codegen_._library_class is not JITCodeLibrary
+        ):
+            return None
+        name, _, (object_code, linking_bitcode) = libdata
+        fndesc, env, signature, objectmode, lifted, typeann, reload_init, envs = payload[1:]
+        for init in reload_init:
+            init()
+        library = LazilyLinkedLibrary(codegen_, name, object_code)
+        library.__dict__["_linking_bitcode"] = linking_bitcode
+        # The symbols this load looks up; the rest are known once the bitcode is parsed.
+        codegen_._engine._defined_symbols.update(
+            (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
+        )
+        result = compiler.CompileResult(
+            target_context=target_context,
+            typing_context=target_context.typing_context,
+            library=library,
+            environment=env,
+            entry_point=target_context.get_executable(library, fndesc, env),
+            fndesc=fndesc,
+            type_annotation=typeann,
+            signature=signature,
+            objectmode=objectmode,
+            lifted=lifted,
+            typing_error=None,
+            call_helper=None,
+            metadata=None,
+            reload_init=reload_init,
+            referenced_envs=envs,
+        )
+        for held in envs:
+            library.codegen.set_env(held.env_name, held)
+        return result
+
+    def rebuild_entry(target_context: Any, light: tuple) -> Any:
+        """A plain function's entry point from its light record (see
+        :func:`pyexecutorch.runtime.function_records.write`): its machine code installed
+        and called through numba's wrapper as ``get_executable`` makes it, without numba's
+        function descriptor or signature (their types unpickled cost a small method's
+        load a few tenths of a millisecond). None for a code generator this does not know."""
+        name, object_code, symbols, modname, qualname, env, envs, reload_init = light
+        codegen_ = target_context.codegen()
+        if codegen_._library_class is not JITCodeLibrary:
+            return None
+        for init in reload_init:
+            init()
+        library = LazilyLinkedLibrary(codegen_, name, object_code)
+        library.__dict__["_linking_bitcode"] = None  # nothing calls a plain function
+        codegen_._engine._defined_symbols.update(symbols)
+        module = sys.modules.get(modname)
+        if module is None:
+            try:
+                module = importlib.import_module(modname)
+            except ImportError:
+                module = funcdesc._dynamic_module
+        entry = _dynfunc.make_function(
+            module,
+            qualname.split(".")[-1],
+            f"compiled wrapper for {qualname!r}",
+            library.get_pointer_to_function(symbols[1]),
+            env,
+            (library,),  # kept alive with the function
+        )
+        for held in (env, *envs):
+            codegen_.set_env(held.env_name, held)
+        return types.SimpleNamespace(entry_point=entry, library=library, environment=env)
+
     class LazyLinkingCacheImpl(caching.CompileResultCacheImpl):
         def rebuild(self, target_context: Any, payload: Any) -> Any:
-            libdata = payload[0]
-            codegen_ = target_context.codegen()
-            if (
-                len(payload) != 9
-                or not (isinstance(libdata, tuple) and len(libdata) == 3)
-                or libdata[1] != "object"
-                or codegen_._library_class is not JITCodeLibrary
-            ):
-                return super().rebuild(target_context, payload)
-            name, _, (object_code, linking_bitcode) = libdata
-            fndesc, env, signature, objectmode, lifted, typeann, reload_init, envs = payload[1:]
-            for init in reload_init:
-                init()
-            library = LazilyLinkedLibrary(codegen_, name)
-            library.enable_object_caching()
-            library._set_compiled_object(object_code)
-            library.__dict__["_linking_bitcode"] = linking_bitcode
-            library._finalize_final_module()
-            # The symbols this load looks up; the rest are known once the bitcode is parsed.
-            codegen_._engine._defined_symbols.update(
-                (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
-            )
-            result = compiler.CompileResult(
-                target_context=target_context,
-                typing_context=target_context.typing_context,
-                library=library,
-                environment=env,
-                entry_point=target_context.get_executable(library, fndesc, env),
-                fndesc=fndesc,
-                type_annotation=typeann,
-                signature=signature,
-                objectmode=objectmode,
-                lifted=lifted,
-                typing_error=None,
-                call_helper=None,
-                metadata=None,
-                reload_init=reload_init,
-                referenced_envs=envs,
-            )
-            for held in envs:
-                library.codegen.set_env(held.env_name, held)
-            return result
+            result = rebuild_payload(target_context, payload)
+            return super().rebuild(target_context, payload) if result is None else result
 
+    LazyLinkingCacheImpl.rebuild_payload = staticmethod(rebuild_payload)
+    LazyLinkingCacheImpl.rebuild_entry = staticmethod(rebuild_entry)
     return LazyLinkingCacheImpl
 
 
@@ -621,7 +767,7 @@ def form_entry_point(dispatcher: Any, arguments: tuple[Any, ...]) -> Any:
     if pending is None:
         return entry_point(dispatcher, arguments)
     held = dispatcher.loaded() if type(dispatcher) is GeneratedFunction else dispatcher
-    if held is not None:
+    if held is not None and held.overloads:  # (none read yet: no argument types to ask)
         numba = numba_module()
         loaded = held.overloads.get(tuple(numba.typeof(a) for a in arguments))
         if loaded is not None:
@@ -641,23 +787,65 @@ class PendingEntryPoint:
     loads the kept ones at load time and puts them in place of their placeholders.
     """
 
-    __slots__ = ("arguments", "dispatcher", "function")
+    __slots__ = ("arguments", "build", "dispatcher", "function")
 
-    def __init__(self, dispatcher: Any, arguments: tuple[Any, ...]) -> None:
+    def __init__(
+        self, dispatcher: Any, arguments: tuple[Any, ...], build: Callable[[], Any] | None = None
+    ) -> None:
         self.dispatcher = dispatcher
         self.arguments = arguments
+        self.build = build  # (see deferred_function)
         self.function: Any = None
 
     def load(self) -> Any:
         if self.function is None:
-            self.function = entry_point(self.dispatcher, self.arguments)
+            if self.build is not None:
+                # made for a line: its own fast paths made now, none deferred again
+                outer = getattr(_deferral, "pending", None)
+                _deferral.pending = None
+                try:
+                    self.function = self.build()
+                finally:
+                    _deferral.pending = outer
+            else:
+                self.function = entry_point(self.dispatcher, self.arguments)
         return self.function
 
     def __call__(self, *args: Any) -> Any:
         return self.load()(*args)
 
 
+class PendingFastPath(PendingEntryPoint):
+    """A kernel's load-time fast path that writes the out array it is given and returns
+    it (``fills_outputs``), made when first called or when its line is kept: in a method
+    compiled whole the kernel's compiled step does the work, and the fast path (a
+    convolution's packed weights and generated code) would never run."""
+
+    __slots__ = ()
+    fills_outputs = True
+
+
 _deferral = threading.local()
+
+
+def deferring() -> bool:
+    """Whether this thread is inside :func:`deferred_entry_points` (a method that may
+    compile whole is being built)."""
+    return getattr(_deferral, "pending", None) is not None
+
+
+def deferred_function(build: Callable[[], Any]) -> Any:
+    """The function ``build()`` makes, made now; inside :func:`deferred_entry_points` a
+    :class:`PendingEntryPoint` that makes it when first called or when the method keeps
+    its lines (:func:`bind_entry_points`): a fast path that only a line calls (not a
+    whole-method function) and that costs milliseconds to make (a convolution's, with
+    its packed weights and generated code)."""
+    pending = getattr(_deferral, "pending", None)
+    if pending is None:
+        return build()
+    entry = PendingEntryPoint(None, (), build)
+    pending.append(entry)
+    return entry
 
 
 @contextlib.contextmanager

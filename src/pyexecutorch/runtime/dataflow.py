@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from pyexecutorch.schema.program import (
@@ -26,7 +27,9 @@ from pyexecutorch.schema.program import (
     KernelCall,
     MoveCall,
     OptionalTensorList,
+    Tensor,
     TensorList,
+    TensorShapeDynamism,
 )
 
 
@@ -66,6 +69,21 @@ def accesses(method: Any, a: Any) -> tuple[list[int], list[int]]:
     return [], []
 
 
+def fills_in_place(method: Any, a: DelegateCall, j: int) -> bool:
+    """Whether delegate call ``a`` leaves value ``j`` its planned array: a static tensor
+    of a backend that fills such outputs in place (``fills_static_outputs``)."""
+    delegates = getattr(method, "_delegates", None)
+    if not delegates or not 0 <= a.delegate_index < len(delegates):
+        return False
+    backend = delegates[a.delegate_index][0]
+    val = method.plan.values[j].val
+    return (
+        getattr(backend, "fills_static_outputs", False)
+        and isinstance(val, Tensor)
+        and val.shape_dynamism == TensorShapeDynamism.STATIC
+    )
+
+
 @dataclass
 class Flow:
     """Reads, writes and memory of one method's values (see the module docstring)."""
@@ -81,6 +99,7 @@ class Flow:
     bounds: dict[int, tuple[int, int]]  # bytes of each tensor in an arena
     read_at: dict[int, list[int]] = field(default_factory=dict)  # value -> reading instructions
     _written_ranges: list[list[tuple[int, int]]] | None = None  # see _covering_writes
+    _aliases: _AliasIndex | None = None  # see aliases_reading
 
     @staticmethod
     def of(method: Any) -> Flow | None:
@@ -96,7 +115,9 @@ class Flow:
             r, w = accesses(method, a)
             if isinstance(a, DelegateCall):
                 delegate_reads.update(r)
-            if isinstance(a, (DelegateCall, MoveCall)):
+                w_rebound = [j for j in w if not fills_in_place(method, a, j)]
+                rebound.update(w_rebound)
+            if isinstance(a, MoveCall):
                 rebound.update(w)
             reads.append(r)
             writes.append(w)
@@ -146,11 +167,11 @@ class Flow:
         if region is None:
             return []
         lo, hi = region
+        index = self._alias_index()
         found = []
         read_at = self.read_at
-        covering = self._covering_writes()
-        for i, (a, b) in self.bounds.items():
-            if i == j or b <= lo or a >= hi:
+        for i in index.overlapping(lo, hi):
+            if i == j:
                 continue
             reads = read_at.get(i)
             if not reads:
@@ -158,9 +179,16 @@ class Flow:
             at = bisect_right(reads, pc)  # reads are in instruction order
             if at == len(reads):
                 continue
-            if not any(c <= a and b <= d for q in range(pc + 1, reads[at]) for c, d in covering[q]):
-                found.append(i)
+            covers = index.covering(i, self.bounds[i])
+            k = bisect_right(covers, pc)
+            if k == len(covers) or covers[k] >= reads[at]:
+                found.append(i)  # no instruction overwrites all of it before that read
         return found
+
+    def _alias_index(self) -> _AliasIndex:
+        if self._aliases is None:
+            self._aliases = _AliasIndex(self.bounds, self._covering_writes())
+        return self._aliases
 
     def _covering_writes(self) -> list[list[tuple[int, int]]]:
         """Per instruction, the byte ranges it writes whole (a delegate argument may be only
@@ -178,3 +206,31 @@ class Flow:
         lo, hi = region
         bounds = self.bounds
         return any(j in bounds and bounds[j][0] < hi and lo < bounds[j][1] for j in self.writes[pc])
+
+
+class _AliasIndex:
+    """The values' byte ranges and the instructions' whole-range writes as arrays, for
+    :meth:`Flow.aliases_reading`: asked for each fused or viewed value, a scan of every
+    value's range per question cost a transformer's load milliseconds."""
+
+    def __init__(self, bounds: dict[int, tuple[int, int]], written: list[list[tuple[int, int]]]):
+        self.ids = np.fromiter(bounds, np.int64, len(bounds))
+        self.lo = np.fromiter((r[0] for r in bounds.values()), np.int64, len(bounds))
+        self.hi = np.fromiter((r[1] for r in bounds.values()), np.int64, len(bounds))
+        n = sum(map(len, written))
+        self.pcs = np.fromiter((pc for pc, w in enumerate(written) for _ in w), np.int64, n)
+        self.starts = np.fromiter((r[0] for w in written for r in w), np.int64, n)
+        self.ends = np.fromiter((r[1] for w in written for r in w), np.int64, n)
+        self._covers: dict[int, list[int]] = {}
+
+    def overlapping(self, lo: int, hi: int) -> list[int]:
+        """The values whose bytes meet [lo, hi), in ``bounds`` order."""
+        return self.ids[(self.hi > lo) & (self.lo < hi)].tolist()
+
+    def covering(self, i: int, region: tuple[int, int]) -> list[int]:
+        """The instructions, in order, that write all of value ``i``'s bytes (``region``)."""
+        covers = self._covers.get(i)
+        if covers is None:
+            a, b = region
+            covers = self._covers[i] = self.pcs[(self.starts <= a) & (self.ends >= b)].tolist()
+        return covers

@@ -166,8 +166,10 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
     in_place = [j for j, a in extra.items() if np.may_share_memory(a, target)]
     if not in_place:
         # The convolution writes the run's output, and the run's loop reads the other
-        # inputs and reads and rewrites that one buffer.
-        conv = method._specialized(k, [*args[:-1], outputs[0]], written, read)
+        # inputs and reads and rewrites that one buffer. (Its fast path on that output is
+        # made only if a line calls it: not inside a whole-method function.)
+        into_args = [*args[:-1], outputs[0]]
+        conv = compiled.deferred_function(lambda: method._specialized(k, into_args, written, read))
         into, alias = target, conv_out
     elif (
         len(in_place) == 1
@@ -177,7 +179,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         # The planner put the run's output over a skip tensor (a residual add's usual
         # layout): the convolution keeps its own output and the loop updates the skip
         # tensor's memory in place, element by element.
-        conv = method._specialized(k, args, written, read)
+        conv = compiled.deferred_function(lambda: method._specialized(k, args, written, read))
         into, alias = conv_cap, in_place[0]
         extra[conv_out] = conv_cap
     else:
@@ -219,39 +221,95 @@ _CLAMPS = {
 }
 
 
-def _store_pass(method: Any, conv_out: int, pcs: list[int]) -> tuple[int | None, Any, Any] | None:
-    """(residual value, low, high) when the run after a convolution is an add of a tensor
-    (alpha 1) and/or one clamp, each reading the one before: what the channels-last
-    kernels apply in registers. None for any other run."""
-    current, residual, bounds = conv_out, None, (-math.inf, math.inf)
-    steps = list(pcs)
+# Activations the channels-last kernels apply in registers (their ``activation`` codes).
+SILU, HARDSWISH = 1, 2
+
+
+def _number(method: Any, j: int) -> float | None:
+    """Value ``j`` as a number: a scalar, or a one-element constant tensor."""
+    v = method.values[j]
+    if isinstance(v, np.ndarray) and v.size == 1 and j in method.constant_values:
+        v = v.reshape(()).item()
+    return float(v) if type(v) in (int, float) else None
+
+
+def _store_pass(method: Any, conv_out: int, pcs: list[int]) -> tuple[Any, ...] | None:
+    """(residual value, low, high, activation) when the run after a convolution is what
+    the channels-last kernels apply as they store: an add of a tensor (alpha 1), then SiLU
+    (x * sigmoid(x)) or hardswish (x * clamp(x + 3, 0, 6) / 6, as exported), then clamps,
+    each reading the one before. None for any other run."""
     instructions = method.plan.chains[0].instructions
-    first = instructions[steps[0]].instr_args
-    k = method.kernels[first.op_index]
-    if k.name == "aten::add.out":
-        args, outs = method.kernel_layout(k, first)
-        alpha = method.values[args[2]]
-        if type(alpha) not in (int, float) or alpha != 1 or current not in args[:2]:
-            return None
-        residual = args[1] if args[0] == current else args[0]
-        if residual == current:
-            return None
-        current = outs[0]
-        steps.pop(0)
-    if len(steps) > 1:
-        return None
-    if steps:
-        a = instructions[steps[0]].instr_args
+    ops = []
+    for pc in pcs:
+        a = instructions[pc].instr_args
         k = method.kernels[a.op_index]
         args, outs = method.kernel_layout(k, a)
-        clamp = _CLAMPS.get(k.name)
+        ops.append((k.name, args, outs[0] if outs else None))
+    current, residual, activation = conv_out, None, 0
+    low, high = -math.inf, math.inf
+
+    def take(n: int) -> None:
+        nonlocal ops, current
+        current = ops[n - 1][2]
+        ops = ops[n:]
+
+    if ops and ops[0][0] == "aten::add.out":
+        args = ops[0][1]
+        if _number(method, args[2]) != 1 or current not in args[:2]:
+            return None
+        residual = args[1] if args[0] == current else args[0]
+        if residual == current or isinstance(method.values[residual], (int, float)):
+            return None
+        take(1)
+    if (
+        len(ops) >= 2
+        and ops[0][0] == "aten::sigmoid.out"
+        and ops[0][1][0] == current
+        and ops[1][0] == "aten::mul.out"
+        and sorted(ops[1][1][:2]) == sorted([current, ops[0][2]])
+    ):
+        activation = SILU
+        take(2)
+    elif (found := _hardswish(method, ops, current)) is not None:
+        activation = HARDSWISH
+        take(found)
+    for clamps, (name, args, _) in enumerate(list(ops)):
+        clamp = _CLAMPS.get(name)
         if clamp is None or args[0] != current:
             return None
-        values = [method.values[j] for j in args]
-        bounds = clamp(values)
-        if any(b is not None and type(b) not in (int, float) for b in bounds):
+        bounds = clamp([method.values[j] for j in args])
+        if any(type(b) not in (int, float) for b in bounds):
             return None
-    return residual, *bounds
+        if clamps and (bounds[0] > high or bounds[1] < low):
+            return None  # (disjoint clamps in a row are not one clamp)
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+        take(1)
+    return residual, low, high, activation
+
+
+def _hardswish(method: Any, ops: list, x: int) -> int | None:
+    """How many of ``ops`` compute hardswish of ``x`` as exported: add 3, clamp to [0, 6]
+    (one or two clamps), multiply by ``x``, divide by 6; or None."""
+    if len(ops) < 4 or ops[0][0] != "aten::add.out":
+        return None
+    args = ops[0][1]
+    if args[0] != x or _number(method, args[1]) != 3 or _number(method, args[2]) != 1:
+        return None
+    t, n, low, high = ops[0][2], 1, -math.inf, math.inf
+    while n < len(ops) and ops[n][0] in _CLAMPS and ops[n][1][0] == t:
+        bounds = _CLAMPS[ops[n][0]]([method.values[j] for j in ops[n][1]])
+        if any(type(b) not in (int, float) for b in bounds):
+            return None
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+        t, n = ops[n][2], n + 1
+    if (low, high) != (0, 6) or n + 2 > len(ops):
+        return None
+    mul, div = ops[n], ops[n + 1]
+    if mul[0] != "aten::mul.out" or sorted(mul[1][:2]) != sorted([x, t]):
+        return None
+    if div[0] != "aten::div.out" or div[1][0] != mul[2] or _number(method, div[1][1]) != 6:
+        return None
+    return n + 2
 
 
 def _channels_last_epilogue(method, args, conv_out, pcs, out, target, x_cap):  # noqa: ANN001, ANN202
@@ -262,7 +320,7 @@ def _channels_last_epilogue(method, args, conv_out, pcs, out, target, x_cap):  #
     found = _store_pass(method, conv_out, pcs)
     if found is None:
         return None
-    residual, low, high = found
+    residual, low, high, activation = found
     extra = None
     if residual is not None:
         extra = _planned(method, residual)
@@ -275,7 +333,13 @@ def _channels_last_epilogue(method, args, conv_out, pcs, out, target, x_cap):  #
     if np.may_share_memory(target, x_cap):
         return None
     values = [method.load_time_value(j) for j in args[:-1]]
-    conv = channels_last_step(*values, target, low=low, high=high, residual=extra)
+    epilogue = {"low": low, "high": high, "residual": extra}
+    if activation:
+        epilogue["activation"] = activation
+    try:
+        conv = channels_last_step(*values, target, **epilogue)
+    except TypeError:  # (kernels without that activation)
+        return None
     if conv is None:
         return None
     return conv, pcs[-1], out

@@ -573,6 +573,23 @@ def _laned(dims: tuple[int, ...], kinds: list[str | None], body: list[str]) -> b
     return not any(call in line for line in body for call in _LIBRARY_CALLS)
 
 
+_ASSIGNED = re.compile(r"\s*(\w+) = ")
+
+
+def _at_names(names: list[str], texts: list[str]) -> list[list[str]]:
+    """Each of ``texts`` split at the whole-word occurrences of ``names``: literal text at
+    even positions, a name at odd ones."""
+    if not names:
+        return [[text] for text in texts]
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    return [pattern.split(text) for text in texts]
+
+
+def _braced(text: str) -> str:
+    """``text`` as literal text of a format string."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def _summed_in_lanes(
     last: int, loops: list[str], body: list[str], folded: dict[str, str], indent: str
 ) -> list[str]:
@@ -580,20 +597,22 @@ def _summed_in_lanes(
     ``body`` inside ``loops``) with the last reduced dimension split into lanes."""
     inner = indent + "    " * len(loops)
     block = inner[:-4]
-    defined = [m.group(1) for line in body if (m := re.match(r"\s*(\w+) = ", line))]
+    defined = [m.group(1) for line in body if (m := _ASSIGNED.match(line))]
+    # One lane's lines as a template, each name the body defines followed by its lane
+    # suffix ("_{0}"): one split at the names a line, one format a lane (not one
+    # substitution per name, line and lane).
+    pieces = _at_names(defined, [*body, *folded.values()])
+    marked = [
+        "".join(_braced(p) + "_{0}" if k % 2 else _braced(p) for k, p in enumerate(line))
+        for line in pieces
+    ]
+    sums = [f"{inner}{r}_{{0}} += {x}" for r, x in zip(folded, marked[len(body) :], strict=True)]
+    lane_text = "\n".join([f"{inner}i{last} = b{last} + {{0}}", *marked[: len(body)], *sums])
     out = [f"{indent}{r}_{lane} = 0.0" for r in folded for lane in range(_LANES)]
     out += loops[:-1]
     out.append(f"{block}for b{last} in range(0, n{last} - n{last} % {_LANES}, {_LANES}):")
     for lane in range(_LANES):
-
-        def renamed(text: str, lane: int = lane) -> str:
-            for name in defined:
-                text = re.sub(rf"\b{name}\b", f"{name}_{lane}", text)
-            return text
-
-        out.append(f"{inner}i{last} = b{last} + {lane}")
-        out += [renamed(line) for line in body]
-        out += [f"{inner}{r}_{lane} += {renamed(x)}" for r, x in folded.items()]
+        out += lane_text.format(lane).split("\n")
     out.append(f"{block}for i{last} in range(n{last} - n{last} % {_LANES}, n{last}):")
     out += body
     out += [f"{inner}{r} += {x}" for r, x in folded.items()]

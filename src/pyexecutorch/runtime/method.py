@@ -39,7 +39,7 @@ from pyexecutorch.runtime.codegen import (
     failing_instruction,
     literal,
 )
-from pyexecutorch.runtime.dataflow import Flow, accesses
+from pyexecutorch.runtime.dataflow import Flow, accesses, fills_in_place
 from pyexecutorch.runtime.epilogue import fuse_epilogues
 from pyexecutorch.runtime.errors import (
     ExecutionError,
@@ -137,6 +137,30 @@ def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
             raise KernelError(f"a compiled step (step {failed}) refused arguments the kernel took")
 
     return check
+
+
+# Kernels whose numpy fast path costs a warm load milliseconds (a convolution packs its
+# weights and generates its code) while, inside a method compiled whole, the kernel's compiled
+# step does all the work: in a method that may compile whole, when the compiled form declines
+# its own fast path, the numpy one is made only if a line calls it (compiled.PendingFastPath).
+# It is taken to write its out array, as the numpy convolution's does; one that would not
+# (the reference kernel, where the fast path declines) is made to (see _filling).
+_STEP_ONLY_WHEN_WHOLE = frozenset({"aten::convolution.out"})
+
+
+def _filling(fast: Callable[..., Any]) -> Callable[..., Any]:
+    """``fast`` (a one-output kernel call), writing its out array and returning it."""
+    if getattr(fast, "fills_outputs", False):
+        return fast
+
+    def filled(*args: Any) -> Any:
+        out = args[-1]
+        result = fast(*args)
+        if result is not out:
+            np.copyto(out, result)
+        return out
+
+    return filled
 
 
 @functools.cache
@@ -544,6 +568,7 @@ class LoadedMethod:
                 self._named_data,
                 backends.effective_options(delegate.id, backend_options),
                 event_tracer=self.tracer,
+                jit=self.jit,
             )
             try:
                 handle = backend.init(memoryview(processed).cast("B"), specs, context)
@@ -946,6 +971,14 @@ class LoadedMethod:
             stored = splits or outs[0] not in fixed
             steps[pc] = (make, [f"v[{outs[0]}] = {out_expr(outs[0])}"] if stored else [])
 
+        def delegate_step(pc: int, call: DelegateCall) -> None:
+            """A delegate call as the steps its backend offers on the arrays bound here."""
+            backend, handle = self._delegates[call.delegate_index]
+            arrays = [bound_array(j) for j in call.args]
+            if any(a is None for a in arrays):
+                return  # (an argument read live)
+            steps[pc] = (lambda: backend.whole_steps(handle, arrays), [])
+
         def plain_copy(source: int, out: int, pc: int) -> str:
             """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
             dst = self.capacity[out]
@@ -1019,6 +1052,8 @@ class LoadedMethod:
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)
                     lines.append(Line(f"{ns.bind(runner, 'D')}(v)", pc))
+                    if whole_candidate:
+                        delegate_step(pc, a)
                 elif isinstance(a, MoveCall):
                     lines.append(Line(f"v[{a.move_to}] = v[{a.move_from}]", pc))
                 elif isinstance(a, FreeCall):
@@ -1039,6 +1074,9 @@ class LoadedMethod:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
                 compiled_tier.bind_entry_points(ns.names.values(), pending)
+                for name, held in list(ns.names.items()):  # see _STEP_ONLY_WHEN_WHOLE
+                    if type(held) is compiled_tier.PendingFastPath:
+                        ns.names[name] = held.load()
             entry_points.clear()
             budget = self.limits.max_instructions
             over = (budget, InstructionBudgetError.raiser(self.name, c, budget)) if budget else None
@@ -1096,7 +1134,9 @@ class LoadedMethod:
             return lines
         fn, arrays, self.whole_source = whole
         stores = [s for line in lines for s in steps[line.instruction][1]]
-        call = f"{ns.bind(fn, 'W')}({', '.join(ns.bind(a, 'C') for a in arrays)})"
+        # (its arrays are the method's planned ones, held as long as the method)
+        self.whole_arrays = arrays
+        call = f"{ns.bind(fn.entry, 'W')}({ns.bind(fn.bind(arrays), 'M')})"
         if references:
             call = f"{ns.bind(_checker(references), 'R')}({call})"
         return [Line("; ".join([call, *stores]), lines[0].instruction)]
@@ -1211,6 +1251,13 @@ class LoadedMethod:
             for pc, a in enumerate(flow.instructions)
             if isinstance(a, KernelCall)
         }
+        fills: dict[int, int] = {}  # delegate calls that leave a value its planned array
+        for pc, a in enumerate(flow.instructions):
+            if isinstance(a, DelegateCall):
+                for j in flow.writes[pc]:
+                    if fills_in_place(self, a, j):
+                        fills[j] = fills.get(j, 0) + 1
+                        inline_outs[j] = inline_outs.get(j, 0) + 1
         writers: dict[int, int] = {}
         for pc, w in enumerate(flow.writes):
             if in_place.get(pc):
@@ -1231,7 +1278,9 @@ class LoadedMethod:
             ):
                 continue
             if j in inputs:
-                if not writers.get(j):  # install puts a static planned input in its storage
+                # install puts a static planned input in its storage (a delegate reading it
+                # counts as writing it: see dataflow)
+                if writers.get(j, 0) == fills.get(j, 0):
                     fixed.add(j)
             elif writers.get(j, 0) == inline_outs.get(j, 0):
                 # (no writer at all: a static view the planner put on its base's bytes)
@@ -1279,6 +1328,31 @@ class LoadedMethod:
             planned = channels_last_form(k.name, k.fn, [self.load_time_value(j) for j in args])
             if planned is not None:
                 return planned
+        if (
+            len(candidates) == 2
+            and k.name in _STEP_ONLY_WHEN_WHOLE
+            and k.n_outs == 1
+            and not dynamic
+            and compiled_tier.deferring()
+        ):
+            # A method that may compile whole: the compiled form first, as always; the
+            # numpy fast path after it only when a line calls it (see _STEP_ONLY_WHEN_WHOLE).
+            fast = self._fast_path(candidates[:1], args, dynamic, unused)
+            if fast is not None:
+                return fast
+            numpy_fast = candidates[1:]
+            return compiled_tier.PendingFastPath(
+                None,
+                (),
+                lambda: _filling(self._fast_path(numpy_fast, args, dynamic, unused) or k.fn),
+            )
+        fast = self._fast_path(candidates, args, dynamic, unused)
+        return k.fn if fast is None else fast
+
+    def _fast_path(
+        self, candidates: list[Any], args: list[int], dynamic: bool, unused: frozenset[int]
+    ) -> Any:
+        """The first fast path ``candidates`` (specializers) offer for these arguments, or None."""
         for special in candidates:
             parameters = _parameters(special)
             kwargs: dict[str, Any] = {}
@@ -1295,7 +1369,7 @@ class LoadedMethod:
                 fast = None
             if fast is not None:
                 return fast
-        return k.fn
+        return None
 
     def _read_values(self) -> set[int]:
         """Values something reads: instruction inputs, method and chain outputs."""

@@ -30,6 +30,13 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime.whole_arguments import (
+    WholeFunction,
+    bound_array_source,
+    describe,
+    kinds_of,
+    words,
+)
 
 
 @dataclass(frozen=True)
@@ -135,14 +142,26 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
             calls += [f"    if not {call}:", f"        return {index}"]
         else:
             calls.append(f"    {call}")
-    lines = ["import numpy as np", ""]
+    lines = [
+        "import numpy as np",
+        "",
+        "from pyexecutorch.runtime.bound_arrays import bound_array",
+        "",
+    ]
     for (module, name), (alias, _) in callees.items():
         lines.append(f"{alias} = None  # {module}:{name}")
+    # the arrays come as the words of one array (see runtime.whole_arguments)
+    unpack, offset = [], 0
+    for k, a in enumerate(params):
+        unpack.append(f"    a{k} = {bound_array_source(a, offset)}")
+        offset += words(a)
     lines += [
         "",
         "",
-        "# compiled by compiled.plain_entry_point, as njit(cache=True, error_model='numpy')",
-        f"def whole({', '.join(f'a{k}' for k in range(len(params)))}):",
+        "# compiled by compiled.plain_entry_point, as njit(error_model='numpy'), and kept in",
+        "# a function record (runtime/function_records.py)",
+        "def whole(meta):",
+        *unpack,
         *calls,
         "    return -1",
         "",
@@ -150,22 +169,28 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
     return "\n".join(lines), params, list(callees.values())
 
 
-def compile_steps(steps: list[Step]) -> tuple[Any, tuple[np.ndarray, ...], str] | None:
-    """(compiled function, its arguments, its source) running ``steps`` in one call, or None."""
+def compile_steps(steps: list[Step]) -> tuple[WholeFunction, tuple[np.ndarray, ...], str] | None:
+    """(compiled function, the arrays it takes, its source) running ``steps`` in one call,
+    or None. The function is called on the arrays' words: ``function.entry(meta)`` with
+    ``meta = function.bind(arrays)`` (see runtime.whole_arguments)."""
     if not steps:
         return None
     built = source_of(steps)
     if built is None:
         return None
     source, params, callees = built
-    module = compiled.generated_module(source, "whole")
+    # Named, not imported: read back from its record, the function needs no module.
+    whole = compiled.GeneratedFunction(source, "whole", "whole")
 
     def bind_callees() -> None:  # only before a compilation: see source_of
+        module = compiled.generated_module(source, "whole")
         for alias, function in callees:
             setattr(module, alias, compiled.dispatcher_of(function))
 
     arrays = tuple(params)
-    return compiled.plain_entry_point(module.whole, arrays, bind_callees), arrays, source
+    meta = describe(arrays)
+    entry = compiled.plain_entry_point(whole, (meta,), bind_callees)
+    return WholeFunction(entry, kinds_of(arrays)), arrays, source
 
 
 # Copies whose source and destination hold the same elements in the same order
@@ -254,7 +279,7 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         or _overlap_unsafe([src], out)
     ):
         return None
-    return Step(_copy_function("copy_flat"), (src.reshape(-1), out.reshape(-1)))
+    return Step(_copy_function("copy_flat"), (_bits(src.reshape(-1)), _bits(out.reshape(-1))))
 
 
 def view_copy_step(src: Any, dst: Any) -> Step | None:
@@ -270,7 +295,13 @@ def view_copy_step(src: Any, dst: Any) -> Step | None:
         or np.shares_memory(src, dst)
     ):
         return None
-    return Step(_copy_function("copy_view"), (src, dst))
+    return Step(_copy_function("copy_view"), (_bits(src), _bits(dst)))
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as numba takes it for a copy: float16, which numba has no type for, as its
+    uint16 bits (a copy of the bits is the copy of the values)."""
+    return a.view(np.uint16) if a.dtype == np.float16 else a
 
 
 def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:

@@ -320,8 +320,15 @@ def _traced_steps(
     return traced
 
 
+def same_memory_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether two shapes differ in dimensions of size 1 only."""
+    return [d for d in a if d != 1] == [d for d in b if d != 1]
+
+
 class Plan:
     """The graph specialised to one set of input shapes."""
+
+    compiled = False  # (see compiled.CompiledPlan)
 
     def __init__(
         self,
@@ -385,6 +392,9 @@ class Plan:
                 env[vid] = own
                 continue
             if type(a) is np.ndarray and a.dtype == dtype and a.flags.writeable:
+                if a.flags.c_contiguous and same_memory_shape(a.shape, shape):
+                    np.copyto(a.reshape(shape), val)  # (its own array: a scalar's rank aside)
+                    continue
                 try:
                     dst = a if a.shape == shape else fit(a, shape)
                 except ValueError:
