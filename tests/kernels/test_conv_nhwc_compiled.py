@@ -51,6 +51,10 @@ CASES = [
     (1, 1, 1, 4, 4, (3, 3), 1, 1, 1, 1),  # one channel (groups 1 == channels)
     (1, 8, 8, 6, 5, (3, 3), 1, 1, 1, 1),  # paired, even runs
     (2, 5, 4, 7, 7, (3, 3), 2, 1, 1, 1),  # paired, odd runs
+    # copies larger than L1: bands of output pixels copying their input rows first
+    (1, 24, 40, 12, 12, (3, 3), 1, 1, 1, 1),
+    (2, 16, 24, 20, 20, (3, 3), 1, 1, 1, 1),
+    (1, 3, 8, 96, 96, (3, 3), 2, 1, 1, 1),  # a stem over a larger image
     # depthwise 3x3: copied (small images) and masked borders (large ones), stride 1 and 2
     (1, 8, 8, 32, 32, (3, 3), 1, 1, 1, "dw"),  # a few channels: pixels share a vector
     (1, 48, 48, 32, 32, (3, 3), 2, 1, 1, "dw"),
@@ -73,6 +77,13 @@ CASES = [
     (1, 8, 8, 9, 9, (7, 7), 1, 3, 1, "dw"),
     (1, 16, 16, 6, 7, (1, 3), 2, (0, 1), 1, "dw"),
     (1, 32, 32, 9, 9, (5, 5), 1, 0, 1, "dw"),  # no padding, whole vectors: read in place
+    # depthwise on small images, only the taps inside: blocks of four vectors, single ones,
+    # a channel tail; batches, strides, dilation, one pixel
+    (1, 288, 288, 2, 2, (5, 5), 1, 2, 1, "dw"),
+    (2, 72, 72, 2, 3, (5, 5), 1, 2, 1, "dw"),
+    (1, 40, 40, 3, 3, (5, 5), 2, 2, 1, "dw"),
+    (1, 20, 20, 1, 1, (7, 7), 1, 3, 1, "dw"),
+    (1, 64, 64, 3, 9, (5, 5), 1, (2, 1), (1, 2), "dw"),
 ]
 LAYOUTS = [(True, True), (False, True), (True, False)]  # (input channels-last, out channels-last)
 RESIDUALS = [None, "separate", "alias"]
@@ -231,8 +242,9 @@ def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
 
 
 def test_steps_are_importable_cached_dispatchers_over_arrays_and_scalars():
-    pointwise, dense, depthwise = CASES[0], CASES[11], CASES[25]
-    assert (pointwise[5], dense[5], depthwise[9]) == ((1, 1), (3, 3), "dw")
+    pointwise = next(c for c in CASES if c[5] == (1, 1))
+    dense = next(c for c in CASES if c[5] == (3, 3) and c[9] == 1)
+    depthwise = next(c for c in CASES if c[9] == "dw")
     for case in (pointwise, dense, depthwise):
         _, _, _, (fn, args) = _run(case, np.float32, (True, True), None, (0.0, 6.0))
         assert whole_method._module_name(fn) is not None  # how a whole method names it
@@ -245,7 +257,8 @@ def test_weights_are_packed_at_load():
     case = (1, 8, 24, 5, 5, (3, 3), 1, 1, 1, 1)
     x, weight, bias, geometry, groups, residual = _problem(case, np.float32)
     out = _channels_last(np.zeros(residual.shape, np.float32))
-    fn, args = channels_last_conv_step(_channels_last(x), weight, bias, *geometry, groups, out)
+    x = _channels_last(x)  # (the input the step reads, which its arguments view)
+    fn, args = channels_last_conv_step(x, weight, bias, *geometry, groups, out)
     assert not any(a is weight or a is bias for a in args)
     for a in args:  # the kernel reads its own aligned copies
         if (
@@ -310,3 +323,45 @@ def test_declines_overlapping_arrays_but_takes_the_residual_in_outs_place():
     assert _step(x, w, out2, residual=res2) is None  # partly over out
     assert _step(x, w, out, residual=np.zeros((1, 4, 6, 6), f32)) is None  # NCHW residual
     assert _step(x, w, out, residual=out[:, :, :, :]) is not None
+
+
+def _paths() -> list[tuple[str, tuple, tuple[bool, bool], str]]:
+    """(path, case, layout, what its geometry shows) for each form the step picks, sized
+    by this machine's lanes (a half vector of outputs is 8 with AVX-512, 4 with AVX2)."""
+    half = simd.lanes(np.float32) // 2
+    nhwc, stem = (True, True), (False, True)
+    return [
+        ("paired pixel pairs", (1, 16, half, 9, 7, (1, 1), 1, 0, 1, 1), nhwc, "pairs"),
+        ("paired tail tile", (1, 24, half - 1, 3, 5, (3, 3), 1, 1, 1, 1), nhwc, "paired"),
+        ("one pixel", (1, 48, 5 * half, 1, 1, (1, 1), 1, 0, 1, 1), nhwc, "one"),
+        ("tiny image", (1, 40, 3 * half + 1, 2, 2, (1, 1), 1, 0, 1, 1), nhwc, "tiny"),
+        ("stem NHWC copy", (2, 3, 3 * half, 20, 18, (3, 3), 2, 1, 1, 1), stem, "stem"),
+        ("banded copy", (1, 3, half, 96, 96, (3, 3), 2, 1, 1, 1), stem, "banded"),
+        ("clipped depthwise", (1, 288, 288, 2, 2, (5, 5), 1, 2, 1, "dw"), nhwc, "clipped"),
+    ]
+
+
+@pytest.mark.parametrize("path", _paths(), ids=[p[0] for p in _paths()])
+def test_each_path_is_taken_and_matches_torch(path):
+    _, case, layout, shows = path
+    m = compiled_nhwc
+    for residual_kind in RESIDUALS:
+        out, want, ref, (fn, args) = _run(case, np.float32, layout, residual_kind, (0.0, 6.0))
+        np.testing.assert_allclose(out, want, **_tolerance(np.float32))
+        np.testing.assert_allclose(out, ref, **_tolerance(np.float32))
+    g = next(
+        a
+        for a in args
+        if isinstance(a, np.ndarray) and a.dtype == np.int64 and a.size == m._GEOMETRY_SIZE
+    )
+    pixels, c_out = g[m._OH] * g[m._OW], g[m._COUT]
+    taken = {
+        "pairs": g[m._PAIRED] and 2 * c_out == simd.lanes(np.float32),
+        "paired": g[m._PAIRED] and pixels % 8 != 0,
+        "one": not g[m._PAIRED] and pixels == 1,
+        "tiny": not g[m._PAIRED] and 1 < pixels <= 4,
+        "stem": g[m._COPY] == 2 and fn in m.DENSE,
+        "banded": g[m._BANDED] == 1,
+        "clipped": g[m._PIXEL_MAJOR] == 2 and fn in m.DEPTHWISE,
+    }[shows]
+    assert taken

@@ -123,6 +123,9 @@ def test_a_mobile_cnn_runs_channels_last_whole_and_matches_eager():
         assert arr.transpose(0, 2, 3, 1).flags.c_contiguous and not arr.flags.c_contiguous
         # a view of the method's own planned bytes, not a copy
         assert any(np.shares_memory(arr, arena) for arena in loaded.arenas)
+    # arenas start on a cache line: the kernels' 64-byte vectors of tensors at 64-byte
+    # offsets never straddle two lines
+    assert all(arena.ctypes.data % 64 == 0 for arena in loaded.arenas if arena.size)
 
 
 def test_batches_and_float64_run_channels_last():

@@ -11,10 +11,11 @@ intrinsics operate on them:
 
 * :func:`load` / :func:`store`: a vector at ``a[i : i + L]`` of a C-contiguous 1-D array
   (or of a :func:`pointer` to an array's data, which inlined helpers should take);
+  :func:`store_interleaved3` three vectors' lanes as triples;
   :func:`load_first` / :func:`store_first` the first ``n < L`` of those lanes only
   (masked: the lanes past ``n`` are neither read nor written, their loaded value 0);
-* :func:`splat`: a scalar in every lane; :func:`lanes_of`: the lane count of an array's
-  dtype, a compile-time constant;
+* :func:`splat`: a scalar in every lane; :func:`zeros_like`: a vector of zeros;
+  :func:`lanes_of`: the lane count of an array's dtype, a compile-time constant;
 * :func:`fma` (``a * b + c`` through ``llvm.fmuladd``: fused where the CPU has FMA, as
   the scalar kernels do), :func:`add`, :func:`mul`, :func:`div`;
 * :func:`clamp`: ``min(max(v, lo), hi)`` that keeps NaN (as torch's clamp/hardtanh do),
@@ -22,7 +23,7 @@ intrinsics operate on them:
   earlier of equal values kept, NaN propagated), and :func:`total` (the lanes' sum);
 * :func:`splat_pair` (:func:`splat_pair_first` masked) / :func:`fold_pairs`: two adjacent
   elements in every pair of lanes, and the sums of lane pairs (a product over half-vector
-  outputs, two inputs a lane pair).
+  outputs, two inputs a lane pair); :func:`fold_pairs2` folds two such vectors into one.
 
 No bounds are checked: a kernel computes its indices from the shapes it was given
 and handles tails with the masked forms. No fastmath flag is set anywhere.
@@ -121,19 +122,18 @@ def pointer(typingctx: Any, a: Any) -> Any:
 
 
 def _lane_mask(builder: Any, count: int, n: Any) -> Any:
-    """<count x i1>: lane k is on when k < n."""
+    """<count x i1>: lane k is on when k < n (0 <= n; all lanes from n >= count on): the
+    bits of (1 << min(n, count)) - 1, a shift and a decrement (a mask register with
+    AVX-512), rather than a comparison of lane positions (a compare per 8 lanes)."""
     i64 = ir.IntType(64)
-    positions = ir.Constant(ir.VectorType(i64, count), list(range(count)))
     n = builder.sext(n, i64) if n.type.width < 64 else n
-    limit = builder.insert_element(
-        ir.Constant(ir.VectorType(i64, count), ir.Undefined), n, ir.Constant(ir.IntType(32), 0)
+    limited = builder.select(
+        builder.icmp_signed("<", n, ir.Constant(i64, count)), n, ir.Constant(i64, count)
     )
-    limit = builder.shuffle_vector(
-        limit,
-        ir.Constant(ir.VectorType(i64, count), ir.Undefined),
-        ir.Constant(ir.VectorType(ir.IntType(32), count), [0] * count),
+    bits = builder.sub(builder.shl(ir.Constant(i64, 1), limited), ir.Constant(i64, 1))
+    return builder.bitcast(
+        builder.trunc(bits, ir.IntType(count)), ir.VectorType(ir.IntType(1), count)
     )
-    return builder.icmp_signed("<", positions, limit)
 
 
 def _suffix(vector: Vector) -> str:
@@ -222,6 +222,49 @@ def store_first(typingctx: Any, a: Any, i: Any, v: Any, n: Any) -> Any:
 
 
 @intrinsic
+def store_interleaved3(typingctx: Any, a: Any, i: Any, x: Any, y: Any, z: Any) -> Any:
+    """``a[i + 3k] = x[k]``, ``a[i + 3k + 1] = y[k]``, ``a[i + 3k + 2] = z[k]`` for every
+    lane k: three planes' vectors as 3L elements of (x, y, z) triples, as three channels'
+    planes become channels-last pixels (LLVM turns the interleave into a few two-source
+    permutes)."""
+    if not (
+        _flat_array(a)
+        and isinstance(i, types.Integer)
+        and _same_vectors(x, y, z)
+        and x == _vector_of(a.dtype)
+    ):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        count = x.count
+        indices = ir.IntType(32)
+        both = builder.shuffle_vector(
+            args[2], args[3], ir.Constant(ir.VectorType(indices, 2 * count), list(range(2 * count)))
+        )
+        third = builder.shuffle_vector(
+            args[4],
+            ir.Constant(args[4].type, ir.Undefined),
+            ir.Constant(ir.VectorType(indices, 2 * count), list(range(count)) * 2),
+        )
+        order = [k + (m % 3) * count for k in range(count) for m in range(3)]
+        value = builder.shuffle_vector(
+            both, third, ir.Constant(ir.VectorType(indices, 3 * count), order)
+        )
+        element = context.get_value_type(x.dtype)
+        if isinstance(signature.args[0], types.CPointer):
+            data = args[0]
+        else:
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        wide = ir.VectorType(element, 3 * count)
+        pointer = builder.bitcast(builder.gep(data, [args[1]]), wide.as_pointer())
+        done = builder.store(value, pointer)
+        done.align = x.dtype.bitwidth // 8
+        return context.get_dummy_value()
+
+    return types.void(a, i, x, y, z), codegen
+
+
+@intrinsic
 def splat(typingctx: Any, x: Any) -> Any:
     """``x`` (float32 or float64) in every lane."""
     vector = _vector_of(x)
@@ -237,6 +280,19 @@ def splat(typingctx: Any, x: Any) -> Any:
         return builder.shuffle_vector(one, ir.Constant(lty, ir.Undefined), zeros)
 
     return vector(x), codegen
+
+
+@intrinsic
+def zeros_like(typingctx: Any, v: Any) -> Any:
+    """A vector of ``v``'s type, every lane 0.0 (a sum's start where no scalar of the dtype
+    is at hand)."""
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return ir.Constant(args[0].type, None)
+
+    return v(v), codegen
 
 
 def _same_vectors(*vs: Any) -> bool:
@@ -424,6 +480,27 @@ def fold_pairs(typingctx: Any, v: Any) -> Any:
         )
 
     return v(v), codegen
+
+
+@intrinsic
+def fold_pairs2(typingctx: Any, a: Any, b: Any) -> Any:
+    """Lane k of the first half: ``a[2k] + a[2k + 1]``; of the second: ``b[2k] + b[2k + 1]``
+    (two pixels' paired sums in one vector: their outputs side by side, as NHWC memory
+    holds two pixels of half-vector outputs)."""
+    if not _same_vectors(a, b):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        count = a.count
+        indices = ir.VectorType(ir.IntType(32), count)
+        even = ir.Constant(indices, [2 * k for k in range(count)])
+        odd = ir.Constant(indices, [2 * k + 1 for k in range(count)])
+        return builder.fadd(
+            builder.shuffle_vector(args[0], args[1], even),
+            builder.shuffle_vector(args[0], args[1], odd),
+        )
+
+    return a(a, b), codegen
 
 
 def lanes_of(a):  # noqa: ANN001, ANN201 - numba matches the overload's signature to this

@@ -266,7 +266,21 @@ class SharedArenas:
                 f"the program's shared arenas need {sum(sizes.values())} bytes ({asked}), more "
                 f"than the limit of {limit} bytes (max_arena_bytes={limits.max_arena_bytes})"
             )
-        return SharedArenas({m: np.zeros(n, dtype=np.uint8) for m, n in sizes.items()}, set())
+        return SharedArenas({m: arena_bytes(n) for m, n in sizes.items()}, set())
+
+
+# Bytes an arena's start is aligned to: a cache line. Planned offsets are multiples of 16
+# (the format's alignment) and, for most tensors, of 64; an arena starting on a line keeps
+# those tensors' vectors within lines (numpy's own 16-byte start split every 64-byte vector
+# access of the compiled kernels in two: up to twice their time).
+ARENA_ALIGNMENT = 64
+
+
+def arena_bytes(size: int) -> np.ndarray:
+    """``size`` zeroed bytes starting on an ARENA_ALIGNMENT boundary."""
+    raw = np.zeros(size + ARENA_ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ARENA_ALIGNMENT
+    return raw[start : start + size]
 
 
 # Memory id 1 holds each method's own activations; ids from 2 are shared state.
@@ -324,7 +338,7 @@ class LoadedMethod:
         self.arenas = arenas or [
             shared.arenas[mem_id]
             if shared is not None and mem_id in shared.arenas
-            else np.zeros(max(size, 0), dtype=np.uint8)
+            else arena_bytes(max(size, 0))
             for mem_id, size in enumerate(plan.non_const_buffer_sizes)
         ]
         self.values: list[Any] = [None] * len(plan.values)

@@ -31,28 +31,38 @@ It is None, and the existing steps apply, unless:
 The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
 
 * :func:`_dense` (any dense convolution, 1x1 included: a product pixels x C_in @ C_in x
-  C_out; directly, no im2col) over a register tile: 8 consecutive output pixels (across
-  rows: small images fill them; a tail tile repeats its last pixel, not stored) x 2
-  vectors of output channels (with AVX-512's 32 registers, else 4 pixels at a time; 8 x 1
-  for an odd last vector), accumulating ``fma(splat(x), w_vec, acc)`` over taps and input
-  channels from the bias; the residual is added and the clamp applied in registers before
-  the store (masked for a channel tail). Where all outputs fit in half a vector (8 float32
-  channels) each lane pair sums two adjacent input elements instead (``simd.splat_pair``,
-  ``simd.fold_pairs``): no lane idles. Weights are packed at load per output vector (pair),
-  unit by unit, zero-padded to whole vectors. An input with padding is read from a
-  zero-padded copy (made each call into a buffer made at load), so every window lies
-  inside what is read: as runs of contiguous units (a whole tap row's (kw, c_in) on NHWC
-  memory; (kw) a (c_in, kh) on NCHW memory, a stem reading the model's input). Scalars are
-  read through strides, so the input may be either layout.
+  C_out; directly, no im2col) over register tiles of 8 consecutive output pixels (across
+  rows: small images fill them; each pixel's window start read from a table made at load,
+  which repeats the last pixel past the end: a tail tile computes repeats, not stored) x
+  2 vectors of output channels (with AVX-512's 32 registers, else 4 pixels at a time; 8 x
+  1 for an odd last vector), accumulating ``fma(splat(x), w_vec, acc)`` over taps and
+  input channels from the bias; the residual is added and the clamp applied in registers
+  before the store (masked for a channel tail). Jobs are strips of pixels (an image
+  serially); a strip runs each block of output vectors over all its pixels in turn, the
+  block's weights held in L1. Where all outputs fit in half a vector (8 float32 channels)
+  each lane pair sums two adjacent input elements instead (``simd.splat_pair``): no lane
+  idles, and with exactly half a vector two pixels' folded sums make one whole store
+  (``simd.fold_pairs2``). A one-pixel image (a squeeze-excite gate) is a product of a
+  vector by a matrix in four chains of sums; an image of at most 4 pixels computes only
+  those. Weights are packed at load per output vector (pair), unit by unit, zero-padded to
+  whole vectors. An input with padding is read from a zero-padded copy (made each call
+  into a buffer made at load; when larger than L1, band by band, each strip copying the
+  rows it reads just before), so every window lies inside what is read: as runs of
+  contiguous units (a whole tap row's (kw, c_in) on NHWC memory). A stem (an NCHW input
+  of at most 4 channels, a filter wider than 1) reads an NHWC copy (three planes
+  interleaved by vectors: ``simd.store_interleaved3``); other NCHW inputs are read through
+  strides, a run per tap over c_in, or per (c_in, kh) over kw.
 * :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
   channel vectors). A 3x3 filter on a small image reads a zero-padded copy, pixel by pixel
   over all channel vectors (or, with fewer channels than a vector's lanes at stride 1,
   several pixels a vector); on a large one it reads in place, a vector's nine weight
   vectors held in registers, with masked loads at the borders and in a channel tail (an
-  absent tap's lanes read nothing: zero). Other filters read every tap whole (the input
-  copied where it has padding or a channel tail), four output pixels at a time sharing
-  each weight vector (5-wide: the pixels' columns loaded once). An NCHW input is copied
-  channels-last.
+  absent tap's lanes read nothing: zero). Other filters on small images mostly over
+  padding (a 5x5 filter over 2x2 pixels) compute only the taps inside the image, in
+  place, pixel by pixel, four channel vectors at a time (:data:`CLIPPED_SHARE`); else they
+  read every tap whole (the input copied where it has padding or a channel tail), four
+  output pixels at a time sharing each weight vector (5-wide: the pixels' columns loaded
+  once). An NCHW input is copied channels-last.
 
 An NCHW ``out`` is computed channels-last into a buffer made at load and copied over with
 the residual and clamp applied on the way (a rare case: a layer before a flatten).
@@ -115,8 +125,11 @@ _loops = njit(inline="always", error_model="numpy")
     _PAIRED,  # (dense) outputs in half a vector: two input elements a lane pair
     _GROUPS,  # (depthwise) groups of channel vectors a band's work is split into
     _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
+    _STRIPS,  # (dense) strips of output pixels an image (jobs), of _STRIP_PIXELS pixels
+    _STRIP_PIXELS,
+    _BANDED,  # (dense) strips are bands of output rows that copy their input rows
     _GEOMETRY_SIZE,
-) = range(32)
+) = range(35)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
@@ -142,38 +155,6 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
         if has_residual:
             acc = simd.add(acc, simd.load_first(rp, o, count))
         simd.store_first(op, o, simd.clamp(acc, low, high), count)
-
-
-@_part
-def _store4(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
-    o0, o1, o2, o3 = o
-    v0, v1, v2, v3 = v
-    n0, n1 = count if stored > 0 else 0, count if stored > 1 else 0
-    n2, n3 = count if stored > 2 else 0, count if stored > 3 else 0
-    _finish(op, o0, v0, n0, rp, has_residual, low, high)
-    _finish(op, o1, v1, n1, rp, has_residual, low, high)
-    _finish(op, o2, v2, n2, rp, has_residual, low, high)
-    _finish(op, o3, v3, n3, rp, has_residual, low, high)
-
-
-@_inline
-def _store8(op, o, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o_m:]."""
-    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
-        o0, o1, o2, o3, o4, o5, o6, o7 = o
-        v0, v1, v2, v3, v4, v5, v6, v7 = v
-        _finish_whole(op, o0, v0, rp, has_residual, low, high)
-        _finish_whole(op, o1, v1, rp, has_residual, low, high)
-        _finish_whole(op, o2, v2, rp, has_residual, low, high)
-        _finish_whole(op, o3, v3, rp, has_residual, low, high)
-        _finish_whole(op, o4, v4, rp, has_residual, low, high)
-        _finish_whole(op, o5, v5, rp, has_residual, low, high)
-        _finish_whole(op, o6, v6, rp, has_residual, low, high)
-        _finish_whole(op, o7, v7, rp, has_residual, low, high)
-    else:
-        _store4(op, o[:4], stored, count, v[:4], rp, has_residual, low, high)
-        _store4(op, o[4:], stored - 4, count, v[4:], rp, has_residual, low, high)
 
 
 @_inline
@@ -260,6 +241,21 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
 
 
 @_inline
+def _dot4x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
+    i0, i1, i2, i3 = i
+    s0, s1, s2, s3 = acc
+    for _ in range(count):
+        wa = simd.load(wp, w)
+        s0 = simd.fma(simd.splat(xp[i0]), wa, s0)
+        s1 = simd.fma(simd.splat(xp[i1]), wa, s1)
+        s2 = simd.fma(simd.splat(xp[i2]), wa, s2)
+        s3 = simd.fma(simd.splat(xp[i3]), wa, s3)
+        i0, i1, i2, i3 = i0 + xstep, i1 + xstep, i2 + xstep, i3 + xstep
+        w += wstep
+    return s0, s1, s2, s3
+
+
+@_inline
 def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
     """As _dot8x1 over a run of ``count`` contiguous input elements, two a step (the last
     alone when ``count`` is odd): lane 2k + e of a weight vector holds output k's weight of
@@ -333,32 +329,49 @@ def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
         simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
 
 
-@_loops
-def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
-    """The input into the interior of its zero-padded copy (the border was zeroed at load):
-    row by row in its own layout (_COPY 1), or NCHW into an NHWC copy (_COPY 2)."""
-    n_batch, height, width, channels = g[_N], g[_H], g[_W], g[_CIN]
+@_inline
+def _pad_rows(sp, dp, g, n, r0, r1):  # noqa: ANN001, ANN202
+    """Input rows [r0, r1) of image n into the interior of its zero-padded copy (the border
+    was zeroed at load): in its own layout (_COPY 1), or NCHW into NHWC (_COPY 2)."""
+    height, width, channels = g[_H], g[_W], g[_CIN]
     ph, pw = g[_PH], g[_PW]
     hp, wp = height + 2 * ph, width + 2 * pw
-    sp, dp = simd.pointer(x), simd.pointer(buffer)
-    if g[_COPY] == 2:
-        plane = height * width
-        for r in prange(n_batch * height):
-            n = r // height
-            h = r - n * height
-            for w in range(width):
-                d = ((n * hp + h + ph) * wp + w + pw) * channels
-                src = n * channels * plane + h * width + w
+    lanes = simd.lanes_of(dp)
+    plane = height * width
+    for h in range(r0, r1):
+        if g[_COPY] == 2:
+            d = ((n * hp + h + ph) * wp + pw) * channels
+            src = n * channels * plane + h * width
+            done = 0
+            if channels == 3:  # (an image's three planes: whole vectors interleaved)
+                while done + lanes <= width:
+                    x0, x1 = simd.load(sp, src + done), simd.load(sp, src + done + plane)
+                    x2 = simd.load(sp, src + done + 2 * plane)
+                    simd.store_interleaved3(dp, d + 3 * done, x0, x1, x2)
+                    done += lanes
+            for w in range(done, width):
                 for c in range(channels):
-                    dp[d + c] = sp[src + c * plane]
-        return
-    unit = channels if g[_X_NHWC] != 0 else 1  # elements a pixel of a row
-    images = n_batch if g[_X_NHWC] != 0 else n_batch * channels
-    for r in prange(images * height):
-        image = r // height
-        h = r - image * height
-        d = ((image * hp + h + ph) * wp + pw) * unit
-        _copy_run(sp, r * width * unit, dp, d, width * unit)
+                    dp[d + w * channels + c] = sp[src + w + c * plane]
+        elif g[_X_NHWC] != 0:
+            d = ((n * hp + h + ph) * wp + pw) * channels
+            _copy_run(sp, (n * height + h) * width * channels, dp, d, width * channels)
+        else:  # (each channel's plane row)
+            for c in range(channels):
+                image = n * channels + c
+                d = (image * hp + h + ph) * wp + pw
+                _copy_run(sp, (image * height + h) * width, dp, d, width)
+
+
+@_loops
+def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
+    """The whole input into the interior of its zero-padded copy (_pad_rows), a row at a
+    time (in parallel in the parallel kernels)."""
+    height = g[_H]
+    sp, dp = simd.pointer(x), simd.pointer(buffer)
+    for r in prange(g[_N] * height):
+        n = r // height
+        h = r - n * height
+        _pad_rows(sp, dp, g, n, h, h + 1)
 
 
 @_loops
@@ -386,184 +399,317 @@ def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels,
 
 
 # ---------------------------------------------------------------------------
-# Dense convolutions (1x1 included): tiles of 8 output pixels, blocks of output vectors.
+# Dense convolutions (1x1 included): tiles of 8 consecutive output pixels (across rows),
+# their windows' first elements read from a table made at load; blocks of output vectors.
 
 
 @_inline
-def _tile_pixels(p0, pixels):  # noqa: ANN001, ANN202
-    """The 8 pixels of the tile starting at p0 (a tail repeats the last one, computed but
-    not stored) and how many are stored."""
-    last = pixels - 1
-    q = (p0, min(p0 + 1, last), min(p0 + 2, last), min(p0 + 3, last),
-         min(p0 + 4, last), min(p0 + 5, last), min(p0 + 6, last), min(p0 + 7, last))  # fmt: skip
-    return q, min(8, pixels - p0)
+def _starts8(wt, p, base):  # noqa: ANN001, ANN202
+    """The first elements of the windows of pixels p .. p + 7 (the table repeats its last
+    pixel up to whole tiles)."""
+    return (base + wt[p], base + wt[p + 1], base + wt[p + 2], base + wt[p + 3],
+            base + wt[p + 4], base + wt[p + 5], base + wt[p + 6], base + wt[p + 7])  # fmt: skip
 
 
 @_inline
-def _scaled8(q, base, step):  # noqa: ANN001, ANN202
-    return (base + q[0] * step, base + q[1] * step, base + q[2] * step, base + q[3] * step,
-            base + q[4] * step, base + q[5] * step, base + q[6] * step, base + q[7] * step)  # fmt: skip
+def _starts4(wt, p, base):  # noqa: ANN001, ANN202
+    return base + wt[p], base + wt[p + 1], base + wt[p + 2], base + wt[p + 3]
 
 
 @_inline
-def _next_pixel(h, w, out_w, advance):  # noqa: ANN001, ANN202
-    """(row, column) of the next output pixel, or the same when not advancing."""
-    if not advance:
-        return h, w
-    if w + 1 == out_w:
-        return h + 1, 0
-    return h, w + 1
-
-
-@_inline
-def _windows(p0, stored, out_w, base, row_step, col_step):  # noqa: ANN001, ANN202
-    """The first elements of the windows of the 8 pixels from p0 (the tail's repeats of the
-    last pixel as _tile_pixels); ``row_step`` and ``col_step`` are strides times stride."""
-    h0 = p0 // out_w
-    w0 = p0 - h0 * out_w
-    h1, w1 = _next_pixel(h0, w0, out_w, stored > 1)
-    h2, w2 = _next_pixel(h1, w1, out_w, stored > 2)
-    h3, w3 = _next_pixel(h2, w2, out_w, stored > 3)
-    h4, w4 = _next_pixel(h3, w3, out_w, stored > 4)
-    h5, w5 = _next_pixel(h4, w4, out_w, stored > 5)
-    h6, w6 = _next_pixel(h5, w5, out_w, stored > 6)
-    h7, w7 = _next_pixel(h6, w6, out_w, stored > 7)
-    return (base + h0 * row_step + w0 * col_step, base + h1 * row_step + w1 * col_step,
-            base + h2 * row_step + w2 * col_step, base + h3 * row_step + w3 * col_step,
-            base + h4 * row_step + w4 * col_step, base + h5 * row_step + w5 * col_step,
-            base + h6 * row_step + w6 * col_step, base + h7 * row_step + w7 * col_step)  # fmt: skip
+def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
+    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
+        v0, v1, v2, v3, v4, v5, v6, v7 = v
+        _finish_whole(op, o, v0, rp, has_residual, low, high)
+        _finish_whole(op, o + step, v1, rp, has_residual, low, high)
+        _finish_whole(op, o + 2 * step, v2, rp, has_residual, low, high)
+        _finish_whole(op, o + 3 * step, v3, rp, has_residual, low, high)
+        _finish_whole(op, o + 4 * step, v4, rp, has_residual, low, high)
+        _finish_whole(op, o + 5 * step, v5, rp, has_residual, low, high)
+        _finish_whole(op, o + 6 * step, v6, rp, has_residual, low, high)
+        _finish_whole(op, o + 7 * step, v7, rp, has_residual, low, high)
+    else:
+        _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high)
 
 
 @_part
-def _pair_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
-    """Output channels [c0, c0 + 2L) of the 8 pixels whose windows start at a_m (stored at
-    o_m, the first ``stored``): the runs' products summed onto the bias, the epilogue."""
-    lanes = simd.lanes_of(op)
-    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
-    w = c0 * n_runs * run_len
-    ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
-    acc = _splat16(ba, bb)
-    for r in range(n_runs):
-        acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, acc)
-        w += 2 * lanes * run_len
-    na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
-    _store8(op, _shift8(o, c0), stored, na, acc[:8], rp, has_residual, low, high)
-    _store8(op, _shift8(o, c0 + lanes), stored, nb, acc[8:], rp, has_residual, low, high)
+def _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """_store_pixels8 of a tail tile or a channel tail: a function of its own (its masked
+    stores inlined into every tile would multiply the kernels' compile time)."""
+    v0, v1, v2, v3, v4, v5, v6, v7 = v
+    _store_some4(op, o, step, stored, count, (v0, v1, v2, v3), rp, has_residual, low, high)
+    o4 = o + 4 * step
+    _store_some4(op, o4, step, stored - 4, count, (v4, v5, v6, v7), rp, has_residual, low, high)
+
+
+@_inline
+def _store_pixels4(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
+    if stored >= 4 and count >= simd.lanes_of(op):
+        v0, v1, v2, v3 = v
+        _finish_whole(op, o, v0, rp, has_residual, low, high)
+        _finish_whole(op, o + step, v1, rp, has_residual, low, high)
+        _finish_whole(op, o + 2 * step, v2, rp, has_residual, low, high)
+        _finish_whole(op, o + 3 * step, v3, rp, has_residual, low, high)
+    else:
+        _store_some4(op, o, step, stored, count, v, rp, has_residual, low, high)
 
 
 @_part
-def _pair_block_narrow(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
-    """_pair_block with 16 vector registers: 4 pixels at a time (the second 4 where stored)."""
+def _store_some4(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """_store_pixels4 of fewer pixels or a channel tail (see _store_some8)."""
+    v0, v1, v2, v3 = v
+    _finish(op, o, v0, count if stored > 0 else 0, rp, has_residual, low, high)
+    _finish(op, o + step, v1, count if stored > 1 else 0, rp, has_residual, low, high)
+    _finish(op, o + 2 * step, v2, count if stored > 2 else 0, rp, has_residual, low, high)
+    _finish(op, o + 3 * step, v3, count if stored > 3 else 0, rp, has_residual, low, high)
+
+
+@_part
+def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """Output channels [c0, c0 + 2L) of pixels [p0, p1) of an image (its windows at
+    ``base`` + the table's starts, its outputs at op[o:]), 8 at a time: the runs'
+    products summed onto the bias, the epilogue."""
     lanes = simd.lanes_of(op)
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
-    w = c0 * n_runs * run_len
     ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
-    low_acc = (ba, ba, ba, ba, bb, bb, bb, bb)
-    high_acc = low_acc
-    for r in range(n_runs):
-        i = _shift8(a, runs[r])
-        low_acc = _dot4x2(xp, i[:4], run_step, wp, w, 2 * lanes, run_len, low_acc)
-        if stored > 4:
-            high_acc = _dot4x2(xp, i[4:], run_step, wp, w, 2 * lanes, run_len, high_acc)
-        w += 2 * lanes * run_len
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
-    first, second = low_acc[:4] + high_acc[:4], low_acc[4:] + high_acc[4:]
-    _store8(op, _shift8(o, c0), stored, na, first, rp, has_residual, low, high)
-    _store8(op, _shift8(o, c0 + lanes), stored, nb, second, rp, has_residual, low, high)
+    for p in range(p0, p1, 8):
+        acc = _splat16(ba, bb)
+        a = _starts8(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, 2 * lanes, run_len, acc)
+            w += 2 * lanes * run_len
+        q, stored = o + p * c_out + c0, min(8, p1 - p)
+        _store_pixels8(op, q, c_out, stored, na, acc[:8], rp, has_residual, low, high)
+        _store_pixels8(op, q + lanes, c_out, stored, nb, acc[8:], rp, has_residual, low, high)
+
+
+@_part
+def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _pair8 for one vector of output channels from c0 (an odd last one)."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    b = simd.load(bp, c0)
+    for p in range(p0, p1, 8):
+        acc = _splat8(b)
+        a = _starts8(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc)
+            w += lanes * run_len
+        q, stored = o + p * c_out + c0, min(8, p1 - p)
+        _store_pixels8(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
+
+
+@_part
+def _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _pair8, 4 pixels at a time."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
+    na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
+    for p in range(p0, p1, 4):
+        acc = (ba, ba, ba, ba, bb, bb, bb, bb)
+        a = _starts4(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            d = runs[r]
+            i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
+            acc = _dot4x2(xp, i, run_step, wp, w, 2 * lanes, run_len, acc)
+            w += 2 * lanes * run_len
+        q, stored = o + p * c_out + c0, min(4, p1 - p)
+        _store_pixels4(op, q, c_out, stored, na, acc[:4], rp, has_residual, low, high)
+        _store_pixels4(op, q + lanes, c_out, stored, nb, acc[4:], rp, has_residual, low, high)
+
+
+@_part
+def _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
+    """As _single8, 4 pixels at a time."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    b = simd.load(bp, c0)
+    for p in range(p0, p1, 4):
+        acc = (b, b, b, b)
+        a = _starts4(wt, p, base)
+        w = c0 * n_runs * run_len
+        for r in range(n_runs):
+            d = runs[r]
+            i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
+            acc = _dot4x1(xp, i, run_step, wp, w, lanes, run_len, acc)
+            w += lanes * run_len
+        q, stored = o + p * c_out + c0, min(4, p1 - p)
+        _store_pixels4(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
+
+
+@_part
+def _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, c0, width, has_residual):  # noqa: ANN001, ANN202
+    """Output channels [c0, c0 + width * L) (width 1 or 2) of one pixel, its window at
+    xp[a], its outputs at op[o:]: a product of a vector by a matrix, four units at a time
+    into four sets of sums (a chain of one sum a vector would wait an FMA's latency
+    every unit)."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
+    wstep = width * lanes
+    w = c0 * n_runs * run_len
+    zero = simd.zeros_like(simd.load(bp, c0))
+    s0, s1, s2, s3 = simd.load(bp, c0), zero, zero, zero
+    t0, t1, t2, t3 = simd.load(bp, c0 + lanes) if width == 2 else zero, zero, zero, zero
+    for r in range(n_runs):
+        i = a + runs[r]
+        for _ in range(run_len // 4):
+            x0, x1 = simd.splat(xp[i]), simd.splat(xp[i + run_step])
+            x2, x3 = simd.splat(xp[i + 2 * run_step]), simd.splat(xp[i + 3 * run_step])
+            s0 = simd.fma(x0, simd.load(wp, w), s0)
+            s1 = simd.fma(x1, simd.load(wp, w + wstep), s1)
+            s2 = simd.fma(x2, simd.load(wp, w + 2 * wstep), s2)
+            s3 = simd.fma(x3, simd.load(wp, w + 3 * wstep), s3)
+            if width == 2:
+                t0 = simd.fma(x0, simd.load(wp, w + lanes), t0)
+                t1 = simd.fma(x1, simd.load(wp, w + wstep + lanes), t1)
+                t2 = simd.fma(x2, simd.load(wp, w + 2 * wstep + lanes), t2)
+                t3 = simd.fma(x3, simd.load(wp, w + 3 * wstep + lanes), t3)
+            i += 4 * run_step
+            w += 4 * wstep
+        for _ in range(run_len % 4):
+            x0 = simd.splat(xp[i])
+            s0 = simd.fma(x0, simd.load(wp, w), s0)
+            if width == 2:
+                t0 = simd.fma(x0, simd.load(wp, w + lanes), t0)
+            i += run_step
+            w += wstep
+    s = simd.add(simd.add(s0, s1), simd.add(s2, s3))
+    _finish(op, o + c0, s, min(lanes, c_out - c0), rp, has_residual, low, high)
+    if width == 2:
+        t = simd.add(simd.add(t0, t1), simd.add(t2, t3))
+        _finish(op, o + c0 + lanes, t, min(lanes, c_out - c0 - lanes), rp, has_residual, low, high)
+
+
+@_part
+def _paired8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, has_residual):  # noqa: ANN001, ANN202
+    """All outputs of pixels [p0, p1), in half a vector, 8 pixels at a time: two
+    contiguous input elements a lane pair (see _dot8x1_paired). With exactly half a
+    vector of outputs, two pixels' folded sums make one vector (NHWC holds them side by
+    side): whole stores."""
+    lanes = simd.lanes_of(op)
+    n_runs, run_len, c_out = g[_RUNS], g[_RUN_LEN], g[_COUT]
+    b = simd.load(bp, 0)
+    half = 2 * c_out == lanes
+    for p in range(p0, p1, 8):
+        acc = _splat8(b)
+        a = _starts8(wt, p, base)
+        for r in range(n_runs):
+            w = r * ((run_len + 1) // 2) * lanes
+            acc = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc)
+        q, stored = o + p * c_out, min(8, p1 - p)
+        if stored == 8 and half:
+            v0, v1, v2, v3, v4, v5, v6, v7 = acc
+            _finish_whole(op, q, simd.fold_pairs2(v0, v1), rp, has_residual, low, high)
+            _finish_whole(op, q + lanes, simd.fold_pairs2(v2, v3), rp, has_residual, low, high)
+            _finish_whole(op, q + 2 * lanes, simd.fold_pairs2(v4, v5), rp, has_residual, low, high)
+            _finish_whole(op, q + 3 * lanes, simd.fold_pairs2(v6, v7), rp, has_residual, low, high)
+        else:
+            _store_pixels8(op, q, c_out, stored, c_out, _fold8(acc), rp, has_residual, low, high)
 
 
 # With AVX-512's 32 vector registers 8 pixels x 2 vectors of sums fit (16, + 2 weight
 # vectors + a broadcast); AVX2's 16 take 4 pixels x 2.
-_PAIR_BLOCK = _pair_block if simd.VECTOR_BYTES == 64 else _pair_block_narrow
+_WIDE = simd.VECTOR_BYTES == 64
 
 
 @_part
-def _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual):  # noqa: ANN001, ANN202
-    """As _pair_block for one vector of output channels from c0 (an odd last one)."""
+def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_residual):  # noqa: ANN001, ANN202
+    """Output pixels [p0, p1) of image n, all output channels, a block of output vectors
+    at a time (its weights stay in L1 across the pixels); a one-pixel image as a product
+    of a vector by a matrix."""
     lanes = simd.lanes_of(op)
-    n_runs, run_len, run_step = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP]
-    w = c0 * n_runs * run_len
-    acc = _splat8(simd.load(bp, c0))
-    for r in range(n_runs):
-        acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, lanes, run_len, acc)
-        w += lanes * run_len
-    _store8(op, _shift8(o, c0), stored, g[_COUT] - c0, acc, rp, has_residual, low, high)
-
-
-@_part
-def _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual):  # noqa: ANN001, ANN202
-    """As _single_block for all outputs, in half a vector: two contiguous input elements
-    a lane pair (see _dot8x1_paired), the pairs folded before the epilogue."""
-    lanes = simd.lanes_of(op)
-    n_runs, run_len = g[_RUNS], g[_RUN_LEN]
-    acc = _splat8(simd.load(bp, 0))
-    for r in range(n_runs):
-        w = r * ((run_len + 1) // 2) * lanes
-        acc = _dot8x1_paired(xp, _shift8(a, runs[r]), wp, w, run_len, acc)
-    _store8(op, o, stored, g[_COUT], _fold8(acc), rp, has_residual, low, high)
-
-
-@_part
-def _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, has_residual):  # noqa: ANN001, ANN202
-    """Tile ``job`` (8 output pixels, all output channels) of a dense convolution."""
-    out_h, out_w, c_out = g[_OH], g[_OW], g[_COUT]
-    lanes = simd.lanes_of(op)
-    vectors = (c_out + lanes - 1) // lanes
-    pixels = out_h * out_w
-    tiles = (pixels + 7) // 8
-    n = job // tiles if g[_N] > 1 else 0
-    p0 = (job - n * tiles) * 8
-    q, stored = _tile_pixels(p0, pixels)
-    row_step, col_step = g[_SH] * g[_XS_ROW], g[_SW] * g[_XS_COL]
-    a = _windows(p0, stored, out_w, n * g[_XS_IMAGE], row_step, col_step)
-    o = _scaled8(q, n * pixels * c_out, c_out)
+    c_out = g[_COUT]
+    pixels = g[_OH] * g[_OW]
+    base, o = n * g[_XS_IMAGE], n * pixels * c_out
     if g[_PAIRED] != 0:
-        _paired_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, has_residual)
+        _paired8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, has_residual)
         return
-    for v in range(0, vectors - 1, 2):
-        c0 = v * lanes
-        if stored > 4:
-            _PAIR_BLOCK(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
-        else:  # (at most 4 pixels stored, a tiny image's: only they are computed)
-            _pair_block_narrow(
-                xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual
+    # (the tiny images' forms take the residual's test at run time: compiled once)
+    summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
+    vectors = (c_out + lanes - 1) // lanes
+    last = (vectors - 1) * lanes  # (an odd last vector's first channel)
+    if pixels == 1:
+        a = base + wt[0]
+        for v in range(0, vectors - 1, 2):
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, v * lanes, 2, summed)
+        if vectors % 2:
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, 1, summed)
+    elif _WIDE and pixels > 4:
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual)
+        if vectors % 2:
+            _single8(
+                xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, has_residual
             )
-    if vectors % 2:
-        c0 = (vectors - 1) * lanes
-        _single_block(xp, wp, bp, runs, op, rp, g, low, high, a, o, stored, c0, has_residual)
+    else:  # (AVX2, or a tiny image: only its pixels computed)
+        for v in range(0, vectors - 1, 2):
+            c0 = v * lanes
+            _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, summed)
+        if vectors % 2:
+            _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, summed)
 
 
 @_part
-def _dense_job(xp, wp, bp, runs, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
+    """Job (image, strip of _STRIP_PIXELS output pixels); with _BANDED, the strip first
+    copies the input rows it reads (from sp to xp): they are read from L1 right after."""
+    strips = g[_STRIPS]
+    n = job // strips if g[_N] > 1 else 0
+    pixels = g[_OH] * g[_OW]
+    per_strip = g[_STRIP_PIXELS]
+    p0 = (job - n * strips) * per_strip
+    p1 = min(pixels, p0 + per_strip)
+    if g[_BANDED] != 0:
+        out_w = g[_OW]
+        oh0, oh1 = p0 // out_w, (p1 + out_w - 1) // out_w
+        r0 = max(0, oh0 * g[_SH] - g[_PH])
+        r1 = min(g[_H], (oh1 - 1) * g[_SH] - g[_PH] + (g[_KH] - 1) * g[_DH] + 1)
+        _pad_rows(sp, xp, g, n, r0, max(r0, r1))
     if has_residual:  # (twice, the residual's test compiled away in each)
-        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, True)
+        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, True)
     else:
-        _dense_tile(xp, wp, bp, runs, op, rp, g, low, high, job, False)
+        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, False)
 
 
-def _dense(x, wp, bias, runs, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
+def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
     """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
     convolution over tiles of 8 output pixels, every window inside what is read (an input
-    with padding first copied into ``buffer``, _COPY), read as runs: offsets ``runs`` of
-    _RUN_LEN weight units _RUN_STEP elements apart. The strides _XS_* are those of what is
-    read. With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
+    with padding first copied into ``buffer``, _COPY; with _BANDED by the jobs, each the
+    rows it reads), read as runs: offsets ``runs`` of
+    _RUN_LEN weight units _RUN_STEP elements apart from each pixel's window start
+    (``windows``, per pixel of an image). The strides _XS_* are those of what is read.
+    With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
     has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
-    if g[_COPY] != 0:
+    if g[_COPY] != 0 and g[_BANDED] == 0:
         _pad_input(x, buffer, g)
-        xp = simd.pointer(buffer)
-    else:
-        xp = simd.pointer(x)
-    wpp, bp, runp = simd.pointer(wp), simd.pointer(bias), simd.pointer(runs)
+    xp = simd.pointer(buffer) if g[_COPY] != 0 else simd.pointer(x)
+    wpp, bp, runp, wtp = (
+        simd.pointer(wp),
+        simd.pointer(bias),
+        simd.pointer(runs),
+        simd.pointer(windows),
+    )
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
-    pixels = g[_OH] * g[_OW]
-    for job in prange(g[_N] * ((pixels + 7) // 8)):  # (its index unsigned in parallel)
-        _dense_job(xp, wpp, bp, runp, op, rp, gp, low, high, has_residual, np.int64(job))
+    for job in prange(g[_N] * g[_STRIPS]):  # (its index unsigned in parallel)
+        _dense_job(
+            simd.pointer(x), xp, wpp, bp, runp, wtp, op, rp, gp, low, high, has_residual,
+            np.int64(job),
+        )  # fmt: skip
     if to_planes:
+        pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_COUT])
     return out
 
@@ -711,6 +857,93 @@ def _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_res
 
 
 @_inline
+def _tap_range(start, step, count, size):  # noqa: ANN001, ANN202
+    """[k0, k1): the taps k < count whose position start + k * step lies in [0, size)."""
+    k0 = 0 if start >= 0 else _div(step - 1 - start, step)
+    k1 = min(count, _div(size - start + step - 1, step)) if size > start else 0
+    return k0, max(k0, k1)
+
+
+@_inline
+def _dw_clipped4(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, has_residual):  # noqa: ANN001, ANN202
+    """Four whole channel vectors from c0 of one output pixel (its window's first valid
+    input at xp[x], its output at op[o]) over the taps (kh0, kh1, kw0, kw1): four chains,
+    sums from the bias vectors ``b``."""
+    lanes = simd.lanes_of(wp)
+    kh0, kh1, kw0, kw1 = taps
+    channels, kw_n, size = g[_CIN], g[_KW], g[_KH] * g[_KW]
+    step, row_step = g[_DW] * channels, g[_DH] * _read_geometry(g)[3]
+    wstep = size * lanes  # (between vectors' filters)
+    s0, s1, s2, s3 = b
+    xr, wr = x + c0, (c0 * size + (kh0 * kw_n + kw0) * lanes)
+    for _ in range(kh0, kh1):
+        for k in range(kw1 - kw0):
+            xi, wi = xr + k * step, wr + k * lanes
+            s0 = simd.fma(simd.load(wp, wi), simd.load(xp, xi), s0)
+            s1 = simd.fma(simd.load(wp, wi + wstep), simd.load(xp, xi + lanes), s1)
+            s2 = simd.fma(simd.load(wp, wi + 2 * wstep), simd.load(xp, xi + 2 * lanes), s2)
+            s3 = simd.fma(simd.load(wp, wi + 3 * wstep), simd.load(xp, xi + 3 * lanes), s3)
+        xr += row_step
+        wr += kw_n * lanes
+    _finish_whole(op, o + c0, s0, rp, has_residual, low, high)
+    _finish_whole(op, o + c0 + lanes, s1, rp, has_residual, low, high)
+    _finish_whole(op, o + c0 + 2 * lanes, s2, rp, has_residual, low, high)
+    _finish_whole(op, o + c0 + 3 * lanes, s3, rp, has_residual, low, high)
+
+
+@_inline
+def _dw_clipped1(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, count, has_residual):  # noqa: ANN001, ANN202
+    """As _dw_clipped4 for one channel vector of ``count`` lanes (masked when fewer than a
+    vector: a channel tail)."""
+    lanes = simd.lanes_of(wp)
+    kh0, kh1, kw0, kw1 = taps
+    channels, kw_n, size = g[_CIN], g[_KW], g[_KH] * g[_KW]
+    step, row_step = g[_DW] * channels, g[_DH] * _read_geometry(g)[3]
+    acc = b
+    xr, wr = x + c0, (c0 * size + (kh0 * kw_n + kw0) * lanes)
+    for _ in range(kh0, kh1):
+        for k in range(kw1 - kw0):
+            xv = simd.load_first(xp, xr + k * step, count)
+            acc = simd.fma(simd.load(wp, wr + k * lanes), xv, acc)
+        xr += row_step
+        wr += kw_n * lanes
+    _finish(op, o + c0, acc, count, rp, has_residual, low, high)
+
+
+@_part
+def _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """Output rows [oh0, oh1) of image n, channel vectors [v0, v1), of any filter on a
+    small image: pixel by pixel, four whole vectors at a time (then one at a time, a
+    channel tail masked), reading only the taps whose inputs lie inside the image (a 5x5
+    filter over 2x2 pixels reads 4 taps of 25 a pixel; a copy with padding would be read
+    whole), in place."""
+    lanes = simd.lanes_of(wp)
+    channels, height, width, row, ph, pw = _read_geometry(g)
+    out_h, out_w, sh, sw, dh, dw = g[_OH], g[_OW], g[_SH], g[_SW], g[_DH], g[_DW]
+    kh_n, kw_n = g[_KH], g[_KW]
+    fours = v0 + (min(v1, channels // lanes) - v0) // 4 * 4
+    for oh in range(oh0, oh1):
+        top = oh * sh - ph
+        kh0, kh1 = _tap_range(top, dh, kh_n, height)
+        for ow in range(out_w):
+            left = ow * sw - pw
+            kw0, kw1 = _tap_range(left, dw, kw_n, width)
+            taps = (kh0, kh1, kw0, kw1)
+            x = (n * height + top + kh0 * dh) * row + (left + kw0 * dw) * channels
+            o = ((n * out_h + oh) * out_w + ow) * channels
+            for v in range(v0, fours, 4):
+                c0 = v * lanes
+                b = (simd.load(bp, c0), simd.load(bp, c0 + lanes),
+                     simd.load(bp, c0 + 2 * lanes), simd.load(bp, c0 + 3 * lanes))  # fmt: skip
+                _dw_clipped4(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, has_residual)
+            for v in range(fours, v1):
+                c0 = v * lanes
+                count = min(lanes, channels - c0)
+                b = simd.load(bp, c0)
+                _dw_clipped1(xp, wp, op, rp, g, low, high, x, o, c0, taps, b, count, has_residual)
+
+
+@_inline
 def _taps5(t0, t1, t2, t3, t4, x0, x1, x2, x3, x4, acc):  # noqa: ANN001, ANN202
     """acc + t0 x0 + t1 x1 + ... + t4 x4."""
     acc = simd.fma(t4, x4, acc)
@@ -788,10 +1021,9 @@ def _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_resid
                         off += step
                         w += lanes
             o = o_row + ow * channels
-            _store4(
-                op, (o, o + channels, o + 2 * channels, o + 3 * channels), out_w - ow, count,
-                (s0, s1, s2, s3), rp, has_residual, low, high,
-            )  # fmt: skip
+            _store_pixels4(
+                op, o, channels, out_w - ow, count, (s0, s1, s2, s3), rp, has_residual, low, high
+            )
 
 
 @_part
@@ -813,6 +1045,10 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
     oh0, oh1 = band * rows, min(out_h, (band + 1) * rows)
     per_group = _div(vectors + groups - 1, groups)
     v0, v1 = group * per_group, min(vectors, (group + 1) * per_group)
+    if g[_PIXEL_MAJOR] == 2:  # (the residual's test at run time: compiled once)
+        summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
+        _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, summed)
+        return
     if g[_PIXEL_MAJOR] != 0:
         _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
         return
@@ -879,6 +1115,15 @@ BAND_BYTES = 64 * 1024
 # stride 1 (where the copy costs a ninth of the filter) up to the larger number.
 COPY_PIXELS_3X3 = 64
 COPY_PIXELS_3X3_STRIDE_1 = 256
+
+# The share of a depthwise filter's taps (over all output pixels) inside the image below
+# which only those are computed (us, 1 thread: 288 channels 5x5 at 2x2, 4 of 25 taps a
+# pixel, 2.76 -> 0.58; 120 at 4x4, 12 of 25, 1.45 -> 1.50, so not then).
+CLIPPED_SHARE = 0.45
+
+# Bytes of padded input rows a dense band copies and then reads (see _dense_job): well
+# inside L1.
+BAND_COPY_BYTES = 16 * 1024
 
 
 def _aligned(values: np.ndarray) -> np.ndarray:
@@ -960,15 +1205,17 @@ def _dense_plan(
     sets geometry's run fields.
 
     NHWC memory holds a tap row's (kw, c_in) contiguous at dilation 1: a run per kh.
-    Otherwise a run per tap over c_in, or, on NCHW memory with filters wider than its
-    channels (a stem: 3 channels, 3x3 or 7x7), a run per (c_in, kh) over kw.
+    Otherwise a run per tap over c_in, or, on NCHW memory with filters as wide as its
+    channels (a stem: 3 channels, 3x3 or 7x7) or outputs in half a vector (paired: runs
+    of contiguous elements), a run per (c_in, kh) over kw.
     """
     c_out, c_in, kh_n, kw_n = weight.shape
     g = geometry
     xs_row, xs_col, xs_chan = int(g[_XS_ROW]), int(g[_XS_COL]), int(g[_XS_CHAN])
     dh, dw = int(g[_DH]), int(g[_DW])
     nhwc = xs_chan == 1 and c_in > 1
-    if not nhwc and kw_n > c_in:  # units (c_in, kh, kw)
+    over_kw = kw_n >= c_in or (c_out <= lanes // 2 and dw * xs_col == 1)
+    if not nhwc and kw_n > 1 and over_kw:  # units (c_in, kh, kw)
         units = weight.reshape(c_out, c_in * kh_n * kw_n)
         runs = [c * xs_chan + kh * dh * xs_row for c in range(c_in) for kh in range(kh_n)]
         g[_RUN_LEN], g[_RUN_STEP] = kw_n, dw * xs_col
@@ -982,6 +1229,23 @@ def _dense_plan(
             g[_RUN_LEN], g[_RUN_STEP] = c_in, xs_chan
     g[_RUNS] = len(runs)
     return units, np.array(runs, np.int64)
+
+
+def _taps_inside(size: int, out: int, k: int, stride: int, pad: int, dilation: int) -> int:
+    """The taps of a filter's k along one dimension, summed over the ``out`` outputs,
+    that lie inside an input of ``size``."""
+    starts = np.arange(out)[:, None] * stride - pad + np.arange(k)[None, :] * dilation
+    return int(((starts >= 0) & (starts < size)).sum())
+
+
+def _window_starts(oh: int, ow: int, row_step: int, col_step: int) -> np.ndarray:
+    """The first element of each output pixel's window in what the dense kernel reads
+    (relative to its image), row by row; the last repeated for 8 more and up to whole
+    tiles of 8 (a tail tile, of an image or a band of rows, computes copies of pixels
+    past its end, not stored)."""
+    h, w = np.divmod(np.arange(-(-oh * ow // 8) * 8 + 8), ow)
+    starts = np.minimum(h, oh - 1) * row_step + np.where(h < oh, w, ow - 1) * col_step
+    return starts.astype(np.int64)
 
 
 def _depthwise_weights(
@@ -1106,11 +1370,21 @@ def channels_last_conv_step(
         small = (kh, kw) != (3, 3) or h * w <= limit
         g[_COPY] = 2 if not nhwc_in else int(few or (uneven and small))
         vectors = -(-c_in * per_vector // lanes)
+        # Filters other than 3x3 on small images, mostly over padding, or at most 3
+        # pixels wide (the 4-pixel groups would compute repeats): only their taps
+        # inside the image (3x3 keeps its unrolled forms).
+        inside = _taps_inside(h, oh, kh, sh, ph, d[0]) * _taps_inside(w, ow, kw, sw, pw, d[1])
+        if (kh, kw) != (3, 3) and (inside < CLIPPED_SHARE * kh * kw * oh * ow or ow < 4):
+            g[_COPY] = 2 if not nhwc_in else 0
+            g[_PIXEL_MAJOR] = 2
         # On a copied image with several channel vectors, pixel by pixel over all vectors
         # rather than vector by vector with the weights held, whose setup costs as much as
         # ten pixels (us, one thread: 240 channels at 2x2 0.65 -> 0.40, 96 at 6x6 1.40 ->
         # 1.18, 48 at 16x16 5.3 -> 4.4; one vector of 16 at 32x32 5.0 -> 6.7, so not then).
-        g[_PIXEL_MAJOR] = (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
+        if g[_PIXEL_MAJOR] != 2:
+            g[_PIXEL_MAJOR] = (
+                (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
+            )
         g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
         # (room after the padded image for a last vector's lanes past its channels)
         buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
@@ -1135,10 +1409,29 @@ def channels_last_conv_step(
             return _pack_paired(units, b, lanes, int(g[_RUN_LEN]))
         return _pack_vectors(units, lanes), _padded(b, lanes)
 
-    g[_COPY] = int(ph > 0 or pw > 0)
-    g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in, c_in, hp, wp)
+    # An NCHW input of a few channels and a filter wider than one (a stem over the model's
+    # input) is read from an NHWC copy: runs of (kw, c_in) contiguous, a few per window.
+    stem = not nhwc_in and c_in <= 4 and kw > 1 and d[1] == 1
+    g[_COPY] = 2 if stem else int(ph > 0 or pw > 0)
+    g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(nhwc_in or stem, c_in, hp, wp)
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
     units, runs = _dense_plan(weight, g, lanes)
     wm, bm = packed(units)
-    args = (x_flat, wm, bm, runs, g, scalars, res_flat, target, out_flat, buffer)
+    # strips of whole tiles of 8 pixels: an image a strip serially; in parallel, at least
+    # four strips a thread
+    tiles = -(-oh * ow // 8)
+    strip_tiles = tiles
+    if pick(DENSE) is DENSE[1]:
+        strip_tiles = -(-tiles // -(-4 * get_num_threads() // n))
+    g[_STRIP_PIXELS] = 8 * strip_tiles
+    g[_STRIPS] = -(-tiles // strip_tiles)
+    # A copied input larger than L1 is copied band by band, each band of output pixels
+    # (whole tiles) copying the input rows it reads just before.
+    row_bytes = int(g[_XS_ROW]) * dt.itemsize * (c_in if not (nhwc_in or stem) else 1)
+    band = max(1, (BAND_COPY_BYTES // row_bytes - kh) // sh)
+    if g[_COPY] and band < oh and pick(DENSE) is DENSE[0]:
+        strip = max(8, band * ow // 8 * 8)
+        g[_BANDED], g[_STRIP_PIXELS], g[_STRIPS] = 1, strip, -(-oh * ow // strip)
+    windows = _window_starts(oh, ow, sh * int(g[_XS_ROW]), sw * int(g[_XS_COL]))
+    args = (x_flat, wm, bm, runs, windows, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
