@@ -223,18 +223,25 @@ def test_clamp_keeps_nan_and_clamps_infinities_as_torch():
     assert np.nanmax(out) == 6.0 and np.nanmin(out) == 0.0  # the infinities clamped
 
 
-@pytest.mark.parametrize("kernel", ["pointwise", "dense", "depthwise"])
+@pytest.mark.parametrize("kernel", ["pointwise", "dense", "by_channels", "depthwise"])
 def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
     case = {
         "pointwise": (2, 24, 40, 9, 7, (1, 1), 1, 0, 1, 1),
         "dense": (2, 8, 24, 9, 7, (3, 3), 1, 1, 1, 1),
+        # weights outweighing the input: jobs split the output vectors (an odd last one,
+        # with a channel tail, in the last group)
+        "by_channels": (2, 64, 72, 5, 5, (3, 3), 1, 1, 1, 1),
         "depthwise": (2, 40, 40, 9, 7, (3, 3), 1, 1, 1, "dw"),
     }[kernel]
     monkeypatch.setattr(compiled_nhwc, "PARALLEL_MACS", 0)
+    monkeypatch.setattr(compiled_nhwc, "DEPTHWISE_PARALLEL_MACS", 0)
     monkeypatch.setattr(compiled_nhwc, "get_num_threads", lambda: 2)
     out, want, _, (fn, args) = _run(case, np.float32, (True, True), "separate", (0.0, 6.0))
     variants = compiled_nhwc.DEPTHWISE if kernel == "depthwise" else compiled_nhwc.DENSE
     assert fn is variants[1]
+    geometry = args[5] if variants is compiled_nhwc.DENSE else args[3]
+    if kernel == "by_channels":
+        assert (geometry[compiled_nhwc._STRIPS], geometry[compiled_nhwc._GROUPS]) == (1, 2)
     np.testing.assert_allclose(out, want, **_tolerance(np.float32))
     parallel = out.copy()
     variants[0](*args)  # the serial form on the same arguments (bands and all)

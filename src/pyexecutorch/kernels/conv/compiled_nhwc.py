@@ -12,7 +12,7 @@ returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
 (the residual term only when given; the clamp as torch.clamp's: NaN stays NaN, an infinite
 bound clamps nothing). ``function`` is a member of :data:`DENSE` or :data:`DEPTHWISE` (a
 serial and a parallel compilation each, importable by name, ``cache=True``, generic in
-shape: the parallel one only above :data:`PARALLEL_MACS`); ``args`` are arrays (the weights
+shape: the parallel one only from :data:`PARALLEL_MACS`); ``args`` are arrays (the weights
 packed here, flat views of ``input``, ``out`` and ``residual``, buffers) and nothing else.
 It is None, and the existing steps apply, unless:
 
@@ -123,13 +123,12 @@ _loops = njit(inline="always", error_model="numpy")
     _PIXELS_PER_VECTOR,  # (depthwise) pixels a vector spans (channels fewer than its lanes)
     _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
     _PAIRED,  # (dense) outputs in half a vector: two input elements a lane pair
-    _GROUPS,  # (depthwise) groups of channel vectors a band's work is split into
+    _GROUPS,  # groups of channel vectors (dense: vector pairs) an image's work is split into
     _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
-    _STRIPS,  # (dense) strips of output pixels an image (jobs), of _STRIP_PIXELS pixels
-    _STRIP_PIXELS,
+    _STRIPS,  # (dense) strips of output pixels an image is split into (whole tiles of 8)
     _BANDED,  # (dense) strips are bands of output rows that copy their input rows
     _GEOMETRY_SIZE,
-) = range(35)
+) = range(34)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
@@ -620,10 +619,10 @@ _WIDE = simd.VECTOR_BYTES == 64
 
 
 @_part
-def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_residual):  # noqa: ANN001, ANN202
-    """Output pixels [p0, p1) of image n, all output channels, a block of output vectors
-    at a time (its weights stay in L1 across the pixels); a one-pixel image as a product
-    of a vector by a matrix."""
+def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, has_residual):  # noqa: ANN001, ANN202, E501
+    """Output pixels [p0, p1) of image n, output vector pairs [q0, q1) and, with ``tail``,
+    an odd last vector: a block of output vectors at a time (its weights stay in L1 across
+    the pixels); a one-pixel image as a product of a vector by a matrix."""
     lanes = simd.lanes_of(op)
     c_out = g[_COUT]
     pixels = g[_OH] * g[_OW]
@@ -633,40 +632,53 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, has_resi
         return
     # (the tiny images' forms take the residual's test at run time: compiled once)
     summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
-    vectors = (c_out + lanes - 1) // lanes
-    last = (vectors - 1) * lanes  # (an odd last vector's first channel)
+    last = 2 * (q1 if tail else 0) * lanes  # (an odd last vector's first channel)
     if pixels == 1:
         a = base + wt[0]
-        for v in range(0, vectors - 1, 2):
-            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, v * lanes, 2, summed)
-        if vectors % 2:
+        for q in range(q0, q1):
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, 2 * q * lanes, 2, summed)
+        if tail:
             _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, 1, summed)
     elif _WIDE and pixels > 4:
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
+        for q in range(q0, q1):
+            c0 = 2 * q * lanes
             _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual)
-        if vectors % 2:
+        if tail:
             _single8(
                 xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, has_residual
             )
     else:  # (AVX2, or a tiny image: only its pixels computed)
-        for v in range(0, vectors - 1, 2):
-            c0 = v * lanes
+        for q in range(q0, q1):
+            c0 = 2 * q * lanes
             _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, summed)
-        if vectors % 2:
+        if tail:
             _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, last, summed)
 
 
 @_part
 def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
-    """Job (image, strip of _STRIP_PIXELS output pixels); with _BANDED, the strip first
-    copies the input rows it reads (from sp to xp): they are read from L1 right after."""
-    strips = g[_STRIPS]
-    n = job // strips if g[_N] > 1 else 0
+    """Job (image, strip, group) of a dense convolution: strips split an image's tiles of 8
+    output pixels evenly, groups its output vector pairs (the last group also taking an
+    odd last vector). With _BANDED, the strip first copies the input rows it reads (from
+    sp to xp): they are read from L1 right after."""
+    strips, groups = g[_STRIPS], g[_GROUPS]
     pixels = g[_OH] * g[_OW]
-    per_strip = g[_STRIP_PIXELS]
-    p0 = (job - n * strips) * per_strip
-    p1 = min(pixels, p0 + per_strip)
+    n, k = 0, job  # (integer divisions cost tens of cycles: only where needed)
+    if g[_N] > 1:
+        n = job // (strips * groups)
+        k = job - n * strips * groups
+    strip, group = k, 0
+    if groups > 1:
+        strip = k // groups
+        group = k - strip * groups
+    tiles = (pixels + 7) // 8
+    p0 = 8 * _div(strip * tiles, strips)
+    p1 = min(pixels, 8 * _div((strip + 1) * tiles, strips))
+    lanes = simd.lanes_of(op)
+    vectors = (g[_COUT] + lanes - 1) // lanes
+    pairs = vectors // 2
+    q0, q1 = _div(group * pairs, groups), _div((group + 1) * pairs, groups)
+    tail = vectors % 2 == 1 and group == groups - 1
     if g[_BANDED] != 0:
         out_w = g[_OW]
         oh0, oh1 = p0 // out_w, (p1 + out_w - 1) // out_w
@@ -674,9 +686,9 @@ def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job
         r1 = min(g[_H], (oh1 - 1) * g[_SH] - g[_PH] + (g[_KH] - 1) * g[_DH] + 1)
         _pad_rows(sp, xp, g, n, r0, max(r0, r1))
     if has_residual:  # (twice, the residual's test compiled away in each)
-        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, True)
+        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, True)
     else:
-        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, False)
+        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, False)
 
 
 def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
@@ -703,7 +715,7 @@ def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes,
         simd.pointer(windows),
     )
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
-    for job in prange(g[_N] * g[_STRIPS]):  # (its index unsigned in parallel)
+    for job in prange(g[_N] * g[_STRIPS] * g[_GROUPS]):  # (its index unsigned in parallel)
         _dense_job(
             simd.pointer(x), xp, wpp, bp, runp, wtp, op, rp, gp, low, high, has_residual,
             np.int64(job),
@@ -1101,10 +1113,14 @@ DEPTHWISE = serial_and_parallel(_depthwise, "nhwc_depthwise")
 # ---------------------------------------------------------------------------
 # The step, built at load.
 
-# Multiply-adds above which a step takes its parallel compilation (with more than one
-# thread): a parallel region costs tens of microseconds on a busy machine, so only
-# convolutions taking a few hundred microseconds on one thread pay for it.
-PARALLEL_MACS = 8_000_000
+# Multiply-adds from which a step takes its parallel compilation (with more than one
+# thread): a parallel region costs a few microseconds, so a dense convolution pays for it
+# from about 10 us on one thread (us, 1 -> 2 threads: 64 -> 64 channels 1x1 at 14x14, 20
+# -> 16; 16 -> 16 3x3 at 14x14, 0.45M, 8.5 -> 9.6) and a depthwise one, split into bands and
+# channel groups, from a little more (1024 channels 3x3 at 7x7, 0.45M, 32 -> 29; 672, 0.3M,
+# 18 -> 21).
+PARALLEL_MACS = 600_000
+DEPTHWISE_PARALLEL_MACS = 400_000
 
 # Input bytes a depthwise job's band of rows reads at most (held in L2 across the channel
 # vectors that read it in turn).
@@ -1124,6 +1140,10 @@ CLIPPED_SHARE = 0.45
 # Bytes of padded input rows a dense band copies and then reads (see _dense_job): well
 # inside L1.
 BAND_COPY_BYTES = 16 * 1024
+
+# Input bytes a serial dense strip reads about (see _dense_jobs): its pixels stay in L2 while
+# each block of output vectors reads them.
+STRIP_BYTES = 128 * 1024
 
 
 def _aligned(values: np.ndarray) -> np.ndarray:
@@ -1267,6 +1287,33 @@ def _depthwise_weights(
     return _aligned(packed.reshape(-1)), _padded(bias, lanes)
 
 
+def _dense_jobs(
+    parallel: bool, input_bytes: int, weight_bytes: int, pixels: int, c_out: int, lanes: int
+) -> tuple[int, int]:
+    """(strips, groups) an image's dense convolution is split into: jobs of whole tiles of
+    8 pixels by groups of output vector pairs.
+
+    Serially, strips whose input (about :data:`STRIP_BYTES`) stays in cache while every
+    block of output vectors reads it in turn. In parallel (the loop's threads each take an
+    equal run of jobs), a number of jobs a multiple of the threads: by output channels where
+    the weights outweigh the input (each thread then reads only its share of the weights:
+    small late images), else by pixels.
+    """
+    tiles = -(-pixels // 8)
+    strips = min(tiles, max(1, input_bytes // STRIP_BYTES))
+    if not parallel:
+        return strips, 1
+    threads = get_num_threads()
+    pairs = -(-c_out // lanes) // 2
+    even = pairs % threads == 0 or pairs >= 4 * threads
+    if (weight_bytes > input_bytes or tiles < threads) and pairs >= threads and even:
+        return 1, threads
+    if tiles < threads:
+        return tiles, 1
+    strips = max(strips, 4 * threads if tiles >= 16 * threads else threads)
+    return min(tiles // threads, -(-strips // threads)) * threads, 1
+
+
 def channels_last_conv_step(
     input: Any,
     weight: Any,
@@ -1357,7 +1404,8 @@ def channels_last_conv_step(
     macs = out.size * cg * kh * kw
 
     def pick(variants: tuple[Any, Any]) -> Any:
-        return variants[1] if macs >= PARALLEL_MACS and get_num_threads() > 1 else variants[0]
+        least = DEPTHWISE_PARALLEL_MACS if depthwise else PARALLEL_MACS
+        return variants[1] if macs >= least and get_num_threads() > 1 else variants[0]
 
     if depthwise:
         # (a few channels at stride 1: several pixels a vector)
@@ -1417,21 +1465,15 @@ def channels_last_conv_step(
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
     units, runs = _dense_plan(weight, g, lanes)
     wm, bm = packed(units)
-    # strips of whole tiles of 8 pixels: an image a strip serially; in parallel, at least
-    # four strips a thread
-    tiles = -(-oh * ow // 8)
-    strip_tiles = tiles
-    if pick(DENSE) is DENSE[1]:
-        strip_tiles = -(-tiles // -(-4 * get_num_threads() // n))
-    g[_STRIP_PIXELS] = 8 * strip_tiles
-    g[_STRIPS] = -(-tiles // strip_tiles)
+    g[_STRIPS], g[_GROUPS] = _dense_jobs(
+        pick(DENSE) is DENSE[1], c_in * h * w * dt.itemsize, weight.nbytes, oh * ow, c_out, lanes
+    )
     # A copied input larger than L1 is copied band by band, each band of output pixels
     # (whole tiles) copying the input rows it reads just before.
     row_bytes = int(g[_XS_ROW]) * dt.itemsize * (c_in if not (nhwc_in or stem) else 1)
     band = max(1, (BAND_COPY_BYTES // row_bytes - kh) // sh)
     if g[_COPY] and band < oh and pick(DENSE) is DENSE[0]:
-        strip = max(8, band * ow // 8 * 8)
-        g[_BANDED], g[_STRIP_PIXELS], g[_STRIPS] = 1, strip, -(-oh * ow // strip)
+        g[_BANDED], g[_STRIPS] = 1, -(-oh * ow // max(8, band * ow // 8 * 8))
     windows = _window_starts(oh, ow, sh * int(g[_XS_ROW]), sw * int(g[_XS_COL]))
     args = (x_flat, wm, bm, runs, windows, g, scalars, res_flat, target, out_flat, buffer)
     return pick(DENSE), args
