@@ -9,6 +9,8 @@ eager and the numpy tier.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -109,6 +111,12 @@ def test_a_mobile_cnn_runs_channels_last_whole_and_matches_eager():
     loaded = _check(SmallMobileNet(), (torch.randn(1, 3, 24, 20),))
     assert loaded.whole_source is not None
     assert "compiled_nhwc" in loaded.whole_source
+    # the global mean reads the channels-last activation in its memory's order (a fused
+    # reduction would read its rows across it)
+    average = re.search(r"^(f\d+) = None  # .*WINDOW_AVERAGE_NHWC", loaded.whole_source, re.M)
+    assert average is not None
+    # (the squeeze-excite's mean and the global one)
+    assert loaded.whole_source.count(f"    {average.group(1)}(") == 2
     chosen = loaded.channels_last
     # every activation between the stem and the global mean: 4-D, more than one pixel
     activations = {

@@ -204,6 +204,10 @@ def reduction_member(fuser: Fuser, pc: int, k: Any, args: list[int], outs: list[
         return None
     dtype = m.capacity[x].dtype
     full = m.capacity[x].shape
+    if not m.capacity[x].flags.c_contiguous:
+        # a channels-last activation (see runtime.layout): its rows would be read across
+        # the memory's order; the layout's own steps (a spatial mean) read it in order
+        return None
     if dtype not in ({np.dtype(np.bool_)} if op.tests else _FLOAT_DTYPES) or not full or 0 in full:
         return None
     if any(m.capacity[o].dtype != dtype or o in m.constant_values for o in outs):
