@@ -345,6 +345,13 @@ def _paths() -> list[tuple[str, tuple, tuple[bool, bool], str]]:
         ("stem NHWC copy", (2, 3, 3 * half, 20, 18, (3, 3), 2, 1, 1, 1), stem, "stem"),
         ("banded copy", (1, 3, half, 96, 96, (3, 3), 2, 1, 1, 1), stem, "banded"),
         ("clipped depthwise", (1, 288, 288, 2, 2, (5, 5), 1, 2, 1, "dw"), nhwc, "clipped"),
+        # 3x3 depthwise: a vector in place row by row, weights held; whole vectors tiled
+        # (stride 1 and 2, windows at every border); a channel tail copied, pixel by pixel
+        ("depthwise rows", (1, 2 * half, 2 * half, 20, 18, (3, 3), 1, 1, 1, "dw"), nhwc, "rows"),
+        ("depthwise tiled", (2, 6 * half, 6 * half, 9, 11, (3, 3), 1, 1, 1, "dw"), nhwc, "tiled"),
+        ("tiled stride 2", (1, 4 * half, 4 * half, 12, 13, (3, 3), 2, 1, 1, "dw"), nhwc, "tiled"),
+        ("tiled unpadded", (1, 4 * half, 4 * half, 7, 10, (3, 3), 2, 0, 1, "dw"), nhwc, "tiled"),
+        ("depthwise copied", (1, 5 * half, 5 * half, 6, 6, (3, 3), 1, 1, 1, "dw"), nhwc, "copied"),
     ]
 
 
@@ -370,5 +377,8 @@ def test_each_path_is_taken_and_matches_torch(path):
         "stem": g[m._COPY] == 2 and fn in m.DENSE,
         "banded": g[m._BANDED] == 1,
         "clipped": g[m._PIXEL_MAJOR] == 2 and fn in m.DEPTHWISE,
+        "rows": g[m._PIXEL_MAJOR] == 0 and g[m._COPY] == 0 and fn in m.DEPTHWISE,
+        "tiled": g[m._PIXEL_MAJOR] == 3 and g[m._COPY] == 0 and fn in m.DEPTHWISE,
+        "copied": g[m._PIXEL_MAJOR] == 1 and g[m._COPY] == 1 and fn in m.DEPTHWISE,
     }[shows]
     assert taken

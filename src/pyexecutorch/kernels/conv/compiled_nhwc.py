@@ -53,11 +53,16 @@ The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
   interleaved by vectors: ``simd.store_interleaved3``); other NCHW inputs are read through
   strides, a run per tap over c_in, or per (c_in, kh) over kw.
 * :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
-  channel vectors). A 3x3 filter on a small image reads a zero-padded copy, pixel by pixel
-  over all channel vectors (or, with fewer channels than a vector's lanes at stride 1,
-  several pixels a vector); on a large one it reads in place, a vector's nine weight
-  vectors held in registers, with masked loads at the borders and in a channel tail (an
-  absent tap's lanes read nothing: zero). Other filters on small images mostly over
+  channel vectors). A 3x3 filter at dilation 1 and stride 1 or 2 over channels that fill
+  at least :data:`TILED_VECTORS` vectors reads in place, pixel by pixel over the vectors
+  (contiguous: a whole pixel's stride between loads would crowd a few cache sets), 4
+  output pixels inside the image at a time, each vector's nine weights loaded once for the
+  four and each input column once for the pixels sharing it; border pixels one at a time
+  through masked loads (an absent tap's lanes read nothing: zero). Other 3x3 filters on a
+  small image read a zero-padded copy, pixel by pixel over all channel vectors (or, with
+  fewer channels than a vector's lanes at stride 1, several pixels a vector); on a large
+  one they read in place, a vector's nine weight vectors held in registers, with masked
+  loads at the borders and in a channel tail. Other filters on small images mostly over
   padding (a 5x5 filter over 2x2 pixels) compute only the taps inside the image, in
   place, pixel by pixel, four channel vectors at a time (:data:`CLIPPED_SHARE`); else they
   read every tap whole (the input copied where it has padding or a channel tail), four
@@ -124,7 +129,7 @@ _loops = njit(inline="always", error_model="numpy")
     _BANDS,  # (depthwise) bands of output rows a channel vector's work is split into
     _PAIRED,  # (dense) outputs in half a vector: two input elements a lane pair
     _GROUPS,  # groups of channel vectors (dense: vector pairs) an image's work is split into
-    _PIXEL_MAJOR,  # (depthwise 3x3, copied) pixel by pixel, all channel vectors each
+    _PIXEL_MAJOR,  # (depthwise) 1: 3x3 copied, pixel by pixel; 2: clipped taps; 3: tiled
     _STRIPS,  # (dense) strips of output pixels an image is split into (whole tiles of 8)
     _BANDED,  # (dense) strips are bands of output rows that copy their input rows
     _GEOMETRY_SIZE,
@@ -869,6 +874,144 @@ def _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_res
 
 
 @_inline
+def _dw3x3_weights(wp, w):  # noqa: ANN001, ANN202
+    lanes = simd.lanes_of(wp)
+    return (
+        simd.load(wp, w), simd.load(wp, w + lanes), simd.load(wp, w + 2 * lanes),
+        simd.load(wp, w + 3 * lanes), simd.load(wp, w + 4 * lanes), simd.load(wp, w + 5 * lanes),
+        simd.load(wp, w + 6 * lanes), simd.load(wp, w + 7 * lanes), simd.load(wp, w + 8 * lanes),
+    )  # fmt: skip
+
+
+@_inline
+def _row4(xp, a, step, two, ta, tb, tc, s0, s1, s2, s3):  # noqa: ANN001, ANN202
+    """Sums s_p of 4 output pixels, plus one filter row (taps ta, tb, tc) over the input
+    row whose first window column is xp[a] (columns ``step`` apart; with ``two`` the
+    pixels 2 columns apart, else 1: each column loaded once)."""
+    c0, c1, c2 = simd.load(xp, a), simd.load(xp, a + step), simd.load(xp, a + 2 * step)
+    s0 = simd.fma(tc, c2, simd.fma(tb, c1, simd.fma(ta, c0, s0)))
+    if two:
+        c3, c4 = simd.load(xp, a + 3 * step), simd.load(xp, a + 4 * step)
+        s1 = simd.fma(tc, c4, simd.fma(tb, c3, simd.fma(ta, c2, s1)))
+        c5, c6 = simd.load(xp, a + 5 * step), simd.load(xp, a + 6 * step)
+        s2 = simd.fma(tc, c6, simd.fma(tb, c5, simd.fma(ta, c4, s2)))
+        c7, c8 = simd.load(xp, a + 7 * step), simd.load(xp, a + 8 * step)
+        s3 = simd.fma(tc, c8, simd.fma(tb, c7, simd.fma(ta, c6, s3)))
+    else:
+        c3 = simd.load(xp, a + 3 * step)
+        s1 = simd.fma(tc, c3, simd.fma(tb, c2, simd.fma(ta, c1, s1)))
+        c4 = simd.load(xp, a + 4 * step)
+        s2 = simd.fma(tc, c4, simd.fma(tb, c3, simd.fma(ta, c2, s2)))
+        c5 = simd.load(xp, a + 5 * step)
+        s3 = simd.fma(tc, c5, simd.fma(tb, c4, simd.fma(ta, c3, s3)))
+    return s0, s1, s2, s3
+
+
+@_part
+def _dw3x3_tile4(xp, wp, bp, op, rp, low, high, a, row, o, channels, v0, v1, two, has_residual):  # noqa: ANN001, ANN202, E501
+    """4 consecutive output pixels inside the image (the first window's top left at xp[a],
+    outputs at op[o:], input rows ``row`` elements apart, pixels ``channels``), channel
+    vectors [v0, v1) in turn: each vector's nine weights loaded once for the four pixels,
+    each input column once for the pixels sharing it (stride 1, or 2 with ``two``)."""
+    lanes = simd.lanes_of(wp)
+    ostep = channels
+    for v in range(v0, v1):
+        c = v * lanes
+        t00, t01, t02, t10, t11, t12, t20, t21, t22 = _dw3x3_weights(wp, 9 * c)
+        b = simd.load(bp, c)
+        s0, s1, s2, s3 = _row4(xp, a + c, channels, two, t00, t01, t02, b, b, b, b)
+        s0, s1, s2, s3 = _row4(xp, a + row + c, channels, two, t10, t11, t12, s0, s1, s2, s3)
+        s0, s1, s2, s3 = _row4(xp, a + 2 * row + c, channels, two, t20, t21, t22, s0, s1, s2, s3)
+        _finish_whole(op, o + c, s0, rp, has_residual, low, high)
+        _finish_whole(op, o + ostep + c, s1, rp, has_residual, low, high)
+        _finish_whole(op, o + 2 * ostep + c, s2, rp, has_residual, low, high)
+        _finish_whole(op, o + 3 * ostep + c, s3, rp, has_residual, low, high)
+
+
+@_part
+def _dw3x3_pixel(xp, wp, bp, op, rp, low, high, x0, x1, x2, e, o, channels, v0, v1, has_residual):  # noqa: ANN001, ANN202, E501
+    """One output pixel, channel vectors [v0, v1) (whole vectors): its window's rows at
+    xp[x_r:] (columns ``channels`` apart), tap (r, k) read where e[r][k] (else zero, masked
+    loads reading nothing)."""
+    lanes = simd.lanes_of(wp)
+    (a0, a1, a2), (b0, b1, b2), (c0, c1, c2) = e
+    for v in range(v0, v1):
+        c = v * lanes
+        w = 9 * c
+        acc = simd.fma(simd.load(wp, w), simd.load_first(xp, x0 + c, a0), simd.load(bp, c))
+        acc = simd.fma(simd.load(wp, w + lanes), simd.load_first(xp, x0 + channels + c, a1), acc)
+        acc = simd.fma(
+            simd.load(wp, w + 2 * lanes), simd.load_first(xp, x0 + 2 * channels + c, a2), acc
+        )
+        top = acc
+        acc = simd.mul(simd.load(wp, w + 3 * lanes), simd.load_first(xp, x1 + c, b0))
+        acc = simd.fma(
+            simd.load(wp, w + 4 * lanes), simd.load_first(xp, x1 + channels + c, b1), acc
+        )
+        acc = simd.fma(
+            simd.load(wp, w + 5 * lanes), simd.load_first(xp, x1 + 2 * channels + c, b2), acc
+        )
+        mid = acc
+        acc = simd.mul(simd.load(wp, w + 6 * lanes), simd.load_first(xp, x2 + c, c0))
+        acc = simd.fma(
+            simd.load(wp, w + 7 * lanes), simd.load_first(xp, x2 + channels + c, c1), acc
+        )
+        acc = simd.fma(
+            simd.load(wp, w + 8 * lanes), simd.load_first(xp, x2 + 2 * channels + c, c2), acc
+        )
+        _finish_whole(op, o + c, simd.add(top, simd.add(mid, acc)), rp, has_residual, low, high)
+
+
+@_part
+def _dw3x3_tiled(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual):  # noqa: ANN001, ANN202
+    """Output rows [oh0, oh1) of image n, channel vectors [v0, v1) (whole: the channels
+    fill them) of a 3x3 filter at dilation 1, stride 1 or 2, read in place: pixel by
+    pixel over the vectors, 4 pixels at a time inside the image (:func:`_dw3x3_tile4`),
+    the others one at a time with masked loads at the borders. Each pixel's vectors are
+    contiguous: no stride of a whole pixel between loads, whose cache sets a large
+    channel count would crowd."""
+    lanes = simd.lanes_of(wp)
+    channels, height, width, row, ph, pw = _read_geometry(g)
+    out_h, out_w, sh, sw = g[_OH], g[_OW], g[_SH], g[_SW]
+    two = sw == 2
+    # output columns [lo, hi) whose windows lie inside
+    lo = min(out_w, _div(pw + sw - 1, sw))
+    hi = max(lo, min(out_w, _div(width - 3 + pw, sw) + 1))
+    xb = n * height * row
+    for oh in range(oh0, oh1):
+        top = oh * sh - ph
+        r0, r1, r2 = 0 <= top < height, 0 <= top + 1 < height, 0 <= top + 2 < height
+        x0, x1, x2 = xb + top * row, xb + (top + 1) * row, xb + (top + 2) * row
+        o_row = ((n * out_h + oh) * out_w) * channels
+        first, end = (lo, hi) if r0 and r1 and r2 else (out_w, out_w)
+        ow = first
+        while ow + 4 <= end:
+            i = (ow * sw - pw) * channels
+            q = o_row + ow * channels
+            _dw3x3_tile4(
+                xp, wp, bp, op, rp, low, high, x0 + i, row, q, channels, v0, v1, two, has_residual
+            )
+            ow += 4
+        for k in range(out_w - (ow - first)):  # the rest, one at a time (masked)
+            ow_k = k if k < first else k + ow - first
+            left = ow_k * sw - pw
+            i = left * channels
+            e0 = lanes if 0 <= left < width else 0
+            e1 = lanes if 0 <= left + 1 < width else 0
+            e2 = lanes if 0 <= left + 2 < width else 0
+            e = (
+                (e0, e1, e2) if r0 else (0, 0, 0),
+                (e0, e1, e2) if r1 else (0, 0, 0),
+                (e0, e1, e2) if r2 else (0, 0, 0),
+            )
+            q = o_row + ow_k * channels
+            _dw3x3_pixel(
+                xp, wp, bp, op, rp, low, high, x0 + i, x1 + i, x2 + i, e, q, channels, v0, v1,
+                has_residual,
+            )  # fmt: skip
+
+
+@_inline
 def _tap_range(start, step, count, size):  # noqa: ANN001, ANN202
     """[k0, k1): the taps k < count whose position start + k * step lies in [0, size)."""
     k0 = 0 if start >= 0 else _div(step - 1 - start, step)
@@ -1061,6 +1204,9 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
         summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
         _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, summed)
         return
+    if g[_PIXEL_MAJOR] == 3:
+        _dw3x3_tiled(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
+        return
     if g[_PIXEL_MAJOR] != 0:
         _dw3x3_pixels(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, has_residual)
         return
@@ -1131,6 +1277,10 @@ BAND_BYTES = 64 * 1024
 # stride 1 (where the copy costs a ninth of the filter) up to the larger number.
 COPY_PIXELS_3X3 = 64
 COPY_PIXELS_3X3_STRIDE_1 = 256
+
+# Channel vectors from which a 3x3 depthwise convolution runs pixel by pixel over them
+# (see _dw3x3_tiled) rather than vector by vector.
+TILED_VECTORS = 2
 
 # The share of a depthwise filter's taps (over all output pixels) inside the image below
 # which only those are computed (us, 1 thread: 288 channels 5x5 at 2x2, 4 of 25 taps a
@@ -1433,6 +1583,20 @@ def channels_last_conv_step(
             g[_PIXEL_MAJOR] = (
                 (kh, kw) == (3, 3) and g[_COPY] != 0 and per_vector == 1 and vectors > 1
             )
+        # Whole channel vectors, at least TILED_VECTORS, dilation 1, stride 1 or 2: in
+        # place, pixel by pixel over the vectors, 4 pixels at a time (us, one thread: 512
+        # channels at 14x14 45 -> 29, 256 at 28x28 79 -> 52, 64 at 112x112 stride 2 208 ->
+        # 139; one vector of 16 at 112x112 49 -> 61, so not then).
+        if (
+            (kh, kw) == (3, 3)
+            and nhwc_in
+            and tuple(d) == (1, 1)
+            and sw in (1, 2)
+            and per_vector == 1
+            and c_in % lanes == 0
+            and vectors >= TILED_VECTORS
+        ):
+            g[_COPY], g[_PIXEL_MAJOR] = 0, 3
         g[_XS_IMAGE], g[_XS_ROW], g[_XS_COL], g[_XS_CHAN] = _strides(True, c_in, hp, wp)
         # (room after the padded image for a last vector's lanes past its channels)
         buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
