@@ -535,6 +535,24 @@ def test_mm_bmm_addmm(n, k, p, dtype):
 
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
 @pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_large_one_row_product_splits_its_columns_over_the_threads(dtype, monkeypatch):
+    monkeypatch.setattr(linalg_compiled, "get_num_threads", lambda: 2)
+    k, p = 512, 1000  # a classifier: past SPLIT_GEMV_MACS
+    a, b = _x((1, k), dtype, 1), _x((k, p), dtype, 2)
+    bias = _read_only(_x((p,), dtype, 3))
+    out = np.zeros((1, p), dtype)
+    fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out, whole=True)
+    dispatcher, args = fast.step
+    assert dispatcher is linalg_compiled.BLAS_MATMUL[1] and args[-1] == 2
+    fast(bias, a, b, 1, 1, out)
+    np.testing.assert_allclose(out, torch.addmm(_t(bias), _t(a), _t(b)).numpy(), **TOL[dtype])
+    # a product of several rows, or a small one, stays one serial BLAS call
+    assert linalg_compiled.blas_form(1, 2, k, p) == (linalg_compiled.blas_matmul, 1)
+    assert linalg_compiled.blas_form(1, 1, 16, 16) == (linalg_compiled.blas_matmul, 1)
+
+
+@pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
+@pytest.mark.parametrize("dtype", [F32, F64])
 def test_products_past_the_loop_are_one_blas_call(dtype):
     n, k, p = 17, 48, 40  # past WHOLE_MAX_MACS: BLAS steps in whole methods, else numpy
     a, b = _x((n, k), dtype, 1), _x((k, p), dtype, 2)
