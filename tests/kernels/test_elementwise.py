@@ -385,6 +385,19 @@ def test_tensor_binary(name, data):
     compare(name, [a, b], TENSOR_BINARY[name], exact=exact, rtol=_rtol(op, a.dtype), layout=layout)
 
 
+@pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_xor"])
+def test_logical_operands_are_tested_in_their_common_dtype(name):
+    # a 0-dim int32 tensor next to an int8 one is cast to int8 first: -2**31 becomes 0
+    a, b = np.array([14, 0, -3], np.int8), np.array(-(2**31), np.int32)
+    assert (
+        compare(f"aten::{name}.out", [a, b], TENSOR_BINARY[f"aten::{name}.out"], exact=True) is None
+    )
+    a, b = np.array([0.25, 0.0]), np.array(256, np.int64)  # (float64: 256 stays nonzero)
+    assert (
+        compare(f"aten::{name}.out", [a, b], TENSOR_BINARY[f"aten::{name}.out"], exact=True) is None
+    )
+
+
 @pytest.mark.parametrize("name", sorted(SCALAR_BINARY))
 @SETTINGS
 @given(data=st.data())

@@ -928,38 +928,31 @@ def _dw3x3_tile4(xp, wp, bp, op, rp, low, high, a, row, o, channels, v0, v1, two
         _finish_whole(op, o + 3 * ostep + c, s3, rp, has_residual, low, high)
 
 
+@_inline
+def _masked_row3(xp, wp, w, x, step, e, acc):  # noqa: ANN001, ANN202
+    """acc + one filter row (weight vectors at wp[w:]) over the columns xp[x], xp[x + step],
+    xp[x + 2 step], column k read in its first e[k] lanes (0: none, a zero)."""
+    lanes = simd.lanes_of(wp)
+    acc = simd.fma(simd.load(wp, w), simd.load_first(xp, x, e[0]), acc)
+    acc = simd.fma(simd.load(wp, w + lanes), simd.load_first(xp, x + step, e[1]), acc)
+    return simd.fma(simd.load(wp, w + 2 * lanes), simd.load_first(xp, x + 2 * step, e[2]), acc)
+
+
 @_part
 def _dw3x3_pixel(xp, wp, bp, op, rp, low, high, x0, x1, x2, e, o, channels, v0, v1, has_residual):  # noqa: ANN001, ANN202, E501
     """One output pixel, channel vectors [v0, v1) (whole vectors): its window's rows at
     xp[x_r:] (columns ``channels`` apart), tap (r, k) read where e[r][k] (else zero, masked
-    loads reading nothing)."""
+    loads reading nothing); the rows summed apart (a chain of nine waits nine latencies)."""
     lanes = simd.lanes_of(wp)
-    (a0, a1, a2), (b0, b1, b2), (c0, c1, c2) = e
     for v in range(v0, v1):
         c = v * lanes
         w = 9 * c
-        acc = simd.fma(simd.load(wp, w), simd.load_first(xp, x0 + c, a0), simd.load(bp, c))
-        acc = simd.fma(simd.load(wp, w + lanes), simd.load_first(xp, x0 + channels + c, a1), acc)
-        acc = simd.fma(
-            simd.load(wp, w + 2 * lanes), simd.load_first(xp, x0 + 2 * channels + c, a2), acc
-        )
-        top = acc
-        acc = simd.mul(simd.load(wp, w + 3 * lanes), simd.load_first(xp, x1 + c, b0))
-        acc = simd.fma(
-            simd.load(wp, w + 4 * lanes), simd.load_first(xp, x1 + channels + c, b1), acc
-        )
-        acc = simd.fma(
-            simd.load(wp, w + 5 * lanes), simd.load_first(xp, x1 + 2 * channels + c, b2), acc
-        )
-        mid = acc
-        acc = simd.mul(simd.load(wp, w + 6 * lanes), simd.load_first(xp, x2 + c, c0))
-        acc = simd.fma(
-            simd.load(wp, w + 7 * lanes), simd.load_first(xp, x2 + channels + c, c1), acc
-        )
-        acc = simd.fma(
-            simd.load(wp, w + 8 * lanes), simd.load_first(xp, x2 + 2 * channels + c, c2), acc
-        )
-        _finish_whole(op, o + c, simd.add(top, simd.add(mid, acc)), rp, has_residual, low, high)
+        b = simd.load(bp, c)
+        zero = simd.zeros_like(b)
+        top = _masked_row3(xp, wp, w, x0 + c, channels, e[0], b)
+        mid = _masked_row3(xp, wp, w + 3 * lanes, x1 + c, channels, e[1], zero)
+        bottom = _masked_row3(xp, wp, w + 6 * lanes, x2 + c, channels, e[2], zero)
+        _finish_whole(op, o + c, simd.add(top, simd.add(mid, bottom)), rp, has_residual, low, high)
 
 
 @_part

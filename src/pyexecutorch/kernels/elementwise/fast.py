@@ -341,7 +341,9 @@ def _logical(ufunc: np.ufunc):  # noqa: ANN202
 
     def specialize(a: Any, b: Any, out: Any) -> Any:
         if arrays(a, b, out) and out.dtype == BOOL and broadcasts_to(out, a, b):
-            return inline
+            # (a 0-dim operand of another dtype is first cast to the common one: the kernel)
+            if a.dtype == b.dtype or (a.ndim and b.ndim):
+                return inline
         return None
 
     return specialize
