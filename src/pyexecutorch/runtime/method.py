@@ -848,7 +848,15 @@ class LoadedMethod:
             for j in args:
                 val = evalues[j].val
                 if j in outs:
-                    values.append(self.capacity[j])
+                    if isinstance(val, TensorList):  # (a split's outputs)
+                        items = [self.capacity.get(i) for i in val.items]
+                        if any(a is None for a in items):
+                            return None
+                        values.append(items)
+                    elif j in self.capacity:
+                        values.append(self.capacity[j])
+                    else:
+                        return None
                 elif isinstance(val, Tensor):
                     values.append(bound_array(j))
                     if values[-1] is None:
