@@ -396,6 +396,12 @@ def test_logical_operands_are_tested_in_their_common_dtype(name):
     assert (
         compare(f"aten::{name}.out", [a, b], TENSOR_BINARY[f"aten::{name}.out"], exact=True) is None
     )
+    # int32 next to a 0-dim float16 is cast to float16: -2**31 overflows to -inf (true),
+    # without a numpy warning
+    a, b = np.array([14, -(2**31), 0], np.int32), np.array(1.5, np.float16)
+    assert (
+        compare(f"aten::{name}.out", [a, b], TENSOR_BINARY[f"aten::{name}.out"], exact=True) is None
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCALAR_BINARY))

@@ -526,6 +526,7 @@ for _name, _ufunc in (
 
 
 def _logical(ufunc: np.ufunc) -> Callable:
+    @quiet  # (the cast to the common dtype may overflow: int32 -> float16 inf, true as torch's)
     def run(a, b, out):
         sa, sb = a.shape, b.shape
         shape = sa if sa == sb else broadcast_shape(sa, sb)
