@@ -547,8 +547,8 @@ def test_a_large_one_row_product_splits_its_columns_over_the_threads(dtype, monk
     fast(bias, a, b, 1, 1, out)
     np.testing.assert_allclose(out, torch.addmm(_t(bias), _t(a), _t(b)).numpy(), **TOL[dtype])
     # a product of several rows, or a small one, stays one serial BLAS call
-    assert linalg_compiled.blas_form(1, 2, k, p) == (linalg_compiled.blas_matmul, 1)
-    assert linalg_compiled.blas_form(1, 1, 16, 16) == (linalg_compiled.blas_matmul, 1)
+    assert linalg_compiled.blas_form(2, k, p) == (linalg_compiled.blas_matmul, 1)
+    assert linalg_compiled.blas_form(1, 16, 16) == (linalg_compiled.blas_matmul, 1)
 
 
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")

@@ -345,7 +345,7 @@ def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
             rows = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
         except ValueError:
             return None
-    function, blocks = linalg.blas_form(1, *a.shape, b.shape[1])
+    function, blocks = linalg.blas_form(*a.shape, b.shape[1])
     return Step(function, (a[None], b[None], rows, out[None], bias is not None, blocks))
 
 

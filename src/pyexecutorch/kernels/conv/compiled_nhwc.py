@@ -637,7 +637,7 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, 
         return
     # (the tiny images' forms take the residual's test at run time: compiled once)
     summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
-    last = 2 * (q1 if tail else 0) * lanes  # (an odd last vector's first channel)
+    last = 2 * q1 * lanes  # (with ``tail``, the odd last vector's first channel)
     if pixels == 1:
         a = base + wt[0]
         for q in range(q0, q1):
@@ -914,7 +914,6 @@ def _dw3x3_tile4(xp, wp, bp, op, rp, low, high, a, row, o, channels, v0, v1, two
     vectors [v0, v1) in turn: each vector's nine weights loaded once for the four pixels,
     each input column once for the pixels sharing it (stride 1, or 2 with ``two``)."""
     lanes = simd.lanes_of(wp)
-    ostep = channels
     for v in range(v0, v1):
         c = v * lanes
         t00, t01, t02, t10, t11, t12, t20, t21, t22 = _dw3x3_weights(wp, 9 * c)
@@ -923,9 +922,9 @@ def _dw3x3_tile4(xp, wp, bp, op, rp, low, high, a, row, o, channels, v0, v1, two
         s0, s1, s2, s3 = _row4(xp, a + row + c, channels, two, t10, t11, t12, s0, s1, s2, s3)
         s0, s1, s2, s3 = _row4(xp, a + 2 * row + c, channels, two, t20, t21, t22, s0, s1, s2, s3)
         _finish_whole(op, o + c, s0, rp, has_residual, low, high)
-        _finish_whole(op, o + ostep + c, s1, rp, has_residual, low, high)
-        _finish_whole(op, o + 2 * ostep + c, s2, rp, has_residual, low, high)
-        _finish_whole(op, o + 3 * ostep + c, s3, rp, has_residual, low, high)
+        _finish_whole(op, o + channels + c, s1, rp, has_residual, low, high)
+        _finish_whole(op, o + 2 * channels + c, s2, rp, has_residual, low, high)
+        _finish_whole(op, o + 3 * channels + c, s3, rp, has_residual, low, high)
 
 
 @_inline

@@ -77,7 +77,7 @@ WHOLE_BLAS_MAX_MACS = 1 << 62 if NUMPY_BLAS else 1 << 18
 # One-row products (a classifier, a decoded token) from this many multiply-adds split
 # their columns over the threads, a gemv each: one gemv streams the weight on one thread
 # (OpenBLAS's own threads stay off, see compiled_gemv), and a memory-bound stream gains
-# from a second core's (1024 x 1000 float32, 2 threads: 139 -> 75 us).
+# from a second core's (two 1024 x 1000 float32 products, 2 threads: 284 -> 142 us).
 SPLIT_GEMV_MACS = 1 << 18
 
 
@@ -106,10 +106,10 @@ def _blas_matmul(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
     return out
 
 
-def blas_form(batch: int, n: int, k: int, p: int) -> tuple[Any, int]:
-    """(the :data:`BLAS_MATMUL` dispatcher, its ``blocks`` argument) for a product of
-    ``batch`` (n, k) @ (k, p): the parallel compilation only for one row of enough work,
-    split over the threads."""
+def blas_form(n: int, k: int, p: int) -> tuple[Any, int]:
+    """(the :data:`BLAS_MATMUL` dispatcher, its ``blocks`` argument) for products
+    (n, k) @ (k, p): the parallel compilation only for one row of enough work, split over
+    the threads (each product of a batch in turn)."""
     threads = get_num_threads()
     if n != 1 or k * p < SPLIT_GEMV_MACS or threads < 2 or p < 32:
         return BLAS_MATMUL[0], 1
@@ -231,7 +231,7 @@ def _bind(
         dispatcher = choose(MATMUL, batch * n * k * p)
         kern = pick(MATMUL, batch * n * k * p, load)
     else:
-        dispatcher, blocks = blas_form(batch, n, k, p)
+        dispatcher, blocks = blas_form(n, k, p)
         load += (blocks,)
         kern = form_entry_point(dispatcher, load)
     extra = load[5:]  # (BLAS's gemv blocks)
