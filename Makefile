@@ -4,14 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Every package below comes from the lock, pinned exactly (scripts/lock.py writes it).
+LOCK := requirements.lock
+PIP_INSTALL := $(PY) -m pip install -q -c $(LOCK)
+# Both cores; one test file per worker at a time, so module-scoped exports run once.
+TEST_WORKERS ?= 2
 
-.PHONY: venv test demo lint format bench clean
+.PHONY: venv test demo lint format bench lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to the CPU build that the export extra names exactly.
-	$(PY) -m pip install -q -e '.[export,dev]'
+	# The build tools first, from the lock: the project then builds without isolation,
+	# so no unpinned setuptools is fetched for it.
+	$(PIP_INSTALL) pip setuptools wheel
+	$(PIP_INSTALL) --no-build-isolation -e '.[export,jit,llm,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -19,7 +25,7 @@ venv: $(STAMP)
 # One BLAS thread: tests check numbers, not speed, and OpenBLAS threads stall
 # badly when the cores are shared with other jobs.
 test: $(STAMP)
-	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider tests
+	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
 
 demo: $(STAMP)
 	$(PY) -m pyexecutorch demo
@@ -34,6 +40,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+
+# Refresh the lock on purpose: after changing a dependency in pyproject.toml, or to
+# take newer releases. Run `make test` on the result and commit the two together.
+lock:
+	$(PYTHON) scripts/lock.py
 
 clean:
 	rm -rf $(VENV) .cache

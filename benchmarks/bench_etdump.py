@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 DEBUG_BUFFER = 16 << 20
 
 

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 
 def _quiet() -> None:
@@ -57,8 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     _quiet()
-    import models
-    import official
+    from tests import models, official
 
     official.silence_noise()
     import executorch.exir  # noqa: F401 - import once, outside the timings

@@ -35,8 +35,8 @@ import torch
 from bench_xnnpack_export import paired
 from common import fmt_us
 
-import official
 from pyexecutorch.cli.sizes import breakdown
+from tests import official
 
 STATIC = ("resnet18", "mobilenet_v2", "mobilenet_v3", "efficientnet", "squeezenet")
 STATIC += ("shufflenet_v2", "convnext")
@@ -97,7 +97,7 @@ def _time_official(ours: bytes, theirs: bytes, inputs: tuple, budget: float) -> 
 
 def bench(name: str, budget: float, portable: bool, keep: Path | None) -> dict:
     """One case. Our runtime's columns are left out, with the error, where it fails."""
-    from backends._quantized_models import official_pte, quantized_case
+    from tests.backends._quantized_models import official_pte, quantized_case
 
     t0 = time.perf_counter()
     arch, recipe = name.rsplit("-", 1)

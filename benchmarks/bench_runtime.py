@@ -19,9 +19,8 @@ import numpy as np
 import torch
 from common import fmt_us, measure, ratio
 
-import models
-import official
 from pyexecutorch.runtime import Runtime, compiled
+from tests import models, official
 
 
 def _numpy_inputs(inputs):
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = models.cases(official_exportable=True)
     if args.large:
-        import models_large  # noqa: PLC0415
+        from benchmarks import models_large  # noqa: PLC0415
 
         cases = cases + list(models_large.LARGE_CASES)
     if args.models:

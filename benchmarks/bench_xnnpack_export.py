@@ -37,9 +37,7 @@ import numpy as np
 import torch
 from common import fmt_us
 
-import architectures
-import models
-import official
+from tests import architectures, models, official
 
 # The official XNNPACK exporter fails on these models.
 OFFICIAL_FAILS = {"cond"}
@@ -290,7 +288,7 @@ def select(args) -> list:
     every = [c for c in models.cases(official_exportable=True) if c.name not in OFFICIAL_FAILS]
     every += architectures.ARCH_CASES
     if args.large:
-        import models_large  # noqa: PLC0415
+        from benchmarks import models_large  # noqa: PLC0415
 
         every += list(models_large.LARGE_CASES)
     if not args.models:

@@ -9,9 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for extra in (ROOT / "tests", ROOT / "benchmarks"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
+# The repository root, so that the suite's helpers import as ``tests.models``,
+# ``tests.official`` and ``benchmarks.models_large``: never ``tests/`` itself, whose
+# folders (kernels, backends, ...) would shadow installed packages of those names.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def samples(fn: Callable[[], object], *, budget_s: float, min_runs: int) -> list[float]:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 
@@ -70,8 +70,8 @@ def _report(
 
 def run_random(seconds: float, seed: int, out: Path) -> int:
     from pyexecutorch.runtime import Verification
-    from reliability.harness import Finding, check, seeds
-    from reliability.mutations import (
+    from tests.reliability.harness import Finding, check, seeds
+    from tests.reliability.mutations import (
         STRUCTURAL,
         field_mutation,
         raw_mutation,
@@ -119,8 +119,8 @@ def run_random(seconds: float, seed: int, out: Path) -> int:
 
 def _devtools_cases(target: str, rng: random.Random):
     """Endless (data, judge) pairs: mutations of the bundled or ETDump seeds."""
-    from reliability.harness import bundled_seeds, check_bundled, check_etdump, etdump_seeds
-    from reliability.mutations import (
+    from tests.reliability.harness import bundled_seeds, check_bundled, check_etdump, etdump_seeds
+    from tests.reliability.mutations import (
         bundled_fields,
         etdump_fields,
         field_mutation,
@@ -159,7 +159,7 @@ def _devtools_cases(target: str, rng: random.Random):
 
 
 def run_devtools(target: str, seconds: float, seed: int, out: Path) -> int:
-    from reliability.harness import Finding
+    from tests.reliability.harness import Finding
 
     rng = random.Random(seed)
     outcomes: collections.Counter = collections.Counter()
@@ -188,7 +188,7 @@ def run_atheris(seconds: float, out: Path, target: str = "program") -> int:
         import pyexecutorch.devtools.inspector  # noqa: F401
         import pyexecutorch.kernels  # noqa: F401
         import pyexecutorch.runtime  # noqa: F401
-        from reliability.harness import (
+        from tests.reliability.harness import (
             CORPUS,
             attempt,
             attempt_bundled,

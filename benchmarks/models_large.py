@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models import ModelCase, TinyGPT, _fresh, _perturb_norm_stats, randint, randn  # noqa: E402
+from tests.models import ModelCase, TinyGPT, _fresh, _perturb_norm_stats, randint, randn  # noqa: E402
 
 # --------------------------------------------------------------------------------------
 # MobileNet-like CNN

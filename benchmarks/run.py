@@ -55,10 +55,9 @@ import torch
 from bench_runtime import _numpy_inputs, _our_method, bench_overhead
 from common import fmt_us, ratio, samples, statistics_of
 
-import models
-import official
 from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.threads import set_threads, thread_counts
+from tests import models, official
 
 HERE = Path(__file__).resolve().parent
 # The most one check or one measurement of one runtime may take (a step past it is
@@ -632,9 +631,8 @@ def chart(result: dict, path: Path) -> None:
 
 
 def select_cases(args) -> list:
-    import models_large  # noqa: PLC0415
-
-    import architectures  # noqa: PLC0415
+    from benchmarks import models_large  # noqa: PLC0415
+    from tests import architectures  # noqa: PLC0415
 
     suite = models.cases(official_exportable=True)
     large = [] if args.no_large else [*models_large.LARGE_CASES, *architectures.ARCH_CASES]

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 RSS_ALLOWANCE = 16 << 20  # bytes of growth after warm-up
@@ -62,7 +62,7 @@ def summary(samples: list[dict[str, int]]) -> dict[str, object]:
 
 def executions(n: int, every: int) -> dict[str, object]:
     from pyexecutorch.runtime import Runtime
-    from reliability.harness import CORPUS
+    from tests.reliability.harness import CORPUS
 
     program = Runtime.get().load_program(CORPUS / "official_dynamic_batch.pte")
     method = program.load_method("forward")
@@ -85,7 +85,7 @@ def executions(n: int, every: int) -> dict[str, object]:
 def cycles(n: int, every: int) -> dict[str, object]:
     from pyexecutorch import portable_lib as pl
     from pyexecutorch.runtime import Runtime
-    from reliability.harness import CORPUS, inputs_for, seeds
+    from tests.reliability.harness import CORPUS, inputs_for, seeds
 
     corpus = seeds()
     rng = np.random.default_rng(0)

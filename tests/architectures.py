@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import ModelCase, _perturb_norm_stats, randint, randn
+from tests.models import ModelCase, _perturb_norm_stats, randint, randn
 
 # The official exports of these cases are cached keyed by the sources of the functions
 # that build them; the blocks below are not all reachable from there, so the key

@@ -1,15 +1,14 @@
-"""Shared test setup: the suite helpers (models.py, official.py) import as top-level
-modules, and the official package's import-time noise is muted."""
+"""Shared test setup: the suite's defaults (numpy tier, cache folder) and the official
+package's import-time noise muted.
+
+``tests`` is a package: its helpers import as ``tests.models``, ``tests.official``,
+``tests.runtime._suite``, never as top-level names, so a test folder such as
+``tests/kernels`` can neither shadow an installed package called ``kernels`` nor be
+shadowed by one (tests/test_import_isolation.py checks it)."""
 
 import logging
 import os
-import sys
 import tempfile
-from pathlib import Path
-
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
 # The suite runs on the numpy tier; the compiled tier's tests ask for it with
 # jit=True (tests/runtime/test_compiled_*.py, test_fusion.py). Its generated

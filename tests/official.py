@@ -15,11 +15,16 @@ takes seconds), so ``eager_outputs`` / ``assert_close`` are cheap to use on thei
 
 Cache: ``$PYEXECUTORCH_TEST_CACHE`` or ``<repo>/.cache/official``; one file per case
 and flavour, keyed by a hash of the case (module sources, weights, inputs, dynamic
-shapes, constant methods), the torch and executorch versions and ``RECIPE_VERSION``.
+shapes, constant methods), the torch, executorch and torchao versions and
+``RECIPE_VERSION``. ``cached_file`` is the one way in: the suite's other caches of
+official results (quantizations, lowered programs) use it too, and a worker that needs
+an entry another worker is making waits for it instead of making it again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import inspect
 import logging
@@ -27,7 +32,7 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +40,8 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten
 
-import models
-from models import ModelCase
+from tests import models
+from tests.models import ModelCase
 
 REPO = Path(__file__).resolve().parents[1]
 # Bump when the export recipe below changes.
@@ -73,6 +78,15 @@ def executorch_version() -> str:
     from importlib.metadata import version
 
     return version("executorch")
+
+
+def versions() -> str:
+    """The package versions every cached official result depends on."""
+    from importlib.metadata import version
+
+    return (
+        f"torch {torch.__version__}|executorch {executorch_version()}|torchao {version('torchao')}"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -173,8 +187,7 @@ def case_key(case: ModelCase, flavor: str) -> str:
         models.SUITE_VERSION,
         RECIPE_VERSION,
         flavor,
-        torch.__version__,
-        executorch_version(),
+        versions(),
         case.name,
         repr(case.dynamic_shapes),
         repr(sorted(case.constant_methods.items())),
@@ -206,22 +219,59 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold the lock of cache entry ``path`` (a ``.lock`` file beside it).
+
+    The suite runs on several workers: a second worker that needs an official
+    program being made by the first waits here, then reads the first one's file,
+    instead of running the official exporter again.
+    """
+    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def cached_file(
+    path: Path, build: Callable[[], bytes | None], fail: Path | None = None
+) -> bytes | None:
+    """The bytes at ``path``, made once by ``build`` (under :func:`exclusive`) when absent.
+
+    ``build`` returning None (the official exporter refused the model) is remembered
+    as an empty ``fail`` file, and None is returned from then on.
+    """
+
+    def stored() -> tuple[bool, bytes | None]:
+        if path.exists():
+            return True, path.read_bytes()
+        return (fail is not None and fail.exists()), None
+
+    found, data = stored()
+    if found:
+        return data
+    with exclusive(path):
+        found, data = stored()  # made by another worker while this one waited
+        if found:
+            return data
+        data = build()
+        if data is None:
+            if fail is None:
+                raise ValueError(f"building {path.name} gave nothing, and it has no fail file")
+            _write_atomic(fail, b"")
+        else:
+            _write_atomic(path, data)
+        return data
+
+
 def _cached(case: ModelCase, flavor: str, build, use_cache: bool) -> bytes | None:
     if not use_cache:
         return build()
     # The key is part of the name so that a changed model is exported again.
     stem = f"{case.name}.{flavor}.{case_key(case, flavor)}"
-    pte, fail = cache_dir() / f"{stem}.pte", cache_dir() / f"{stem}.fail"
-    if pte.exists():
-        return pte.read_bytes()
-    if fail.exists():
-        return None
-    data = build()
-    if data is None:
-        _write_atomic(fail, b"")
-    else:
-        _write_atomic(pte, data)
-    return data
+    return cached_file(cache_dir() / f"{stem}.pte", build, cache_dir() / f"{stem}.fail")
 
 
 def official_export(case: ModelCase, *, use_cache: bool = True) -> bytes:
@@ -411,8 +461,7 @@ if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     suite = list(models.CASES)
     if "--large" in sys.argv:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-        from models_large import LARGE_CASES
+        from benchmarks.models_large import LARGE_CASES
 
         suite += LARGE_CASES
     print(arena_table(suite))

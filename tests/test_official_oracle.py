@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import models
-import official
-from models import CASES, ModelCase
-from official import (
+from tests import models, official
+from tests.models import CASES, ModelCase
+from tests.official import (
     OfficialRunner,
     assert_close,
     eager_call_outputs,

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import official
-from architectures import get_arch
+from tests import official
+from tests.architectures import get_arch
 
 
 @dataclass
@@ -111,26 +111,24 @@ def quantized_case(arch: str, recipe: str) -> QuantizedCase:
 def _key(q: QuantizedCase, flavor: str) -> str:
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(Path(official.__file__).with_name("architectures.py").read_bytes())
-    h.update(
-        f"{q.name}|{flavor}|{q.fuse}|{torch.__version__}|{official.executorch_version()}".encode()
-    )
+    h.update(f"{q.name}|{flavor}|{q.fuse}|{official.versions()}".encode())
     return h.hexdigest()[:16]
 
 
 def official_pte(q: QuantizedCase, flavor: str) -> bytes:
     """The official exporter's ``.pte`` (``xnnpack`` or ``portable``), cached."""
     path = official.cache_dir() / f"quantarch-{q.name}.{flavor}.{_key(q, flavor)}.pte"
-    if path.exists():
-        return path.read_bytes()
-    import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
 
-    exir = official._exir()
-    partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
-    edge = exir.to_edge_transform_and_lower(q.program(), partitioner=partitioner)
-    config = exir.ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse)
-    data = edge.to_executorch(config).buffer
-    official._write_atomic(path, data)
-    return data
+    def build() -> bytes:
+        import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
+
+        exir = official._exir()
+        partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
+        edge = exir.to_edge_transform_and_lower(q.program(), partitioner=partitioner)
+        config = exir.ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse)
+        return edge.to_executorch(config).buffer
+
+    return official.cached_file(path, build)
 
 
 def snr_db(reference: np.ndarray, got: np.ndarray) -> float:

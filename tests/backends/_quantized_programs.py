@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-import official
+from tests import official
 
 
 class SmallCNN(nn.Module):
@@ -137,21 +137,21 @@ def quantize(model: str, recipe: str) -> Quantized:
 
 def _key(name: str, flavor: str) -> str:
     h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(f"{name}|{flavor}|{torch.__version__}|{official.executorch_version()}".encode())
+    h.update(f"{name}|{flavor}|{official.versions()}".encode())
     return h.hexdigest()[:16]
 
 
 def official_pte(q: Quantized, flavor: str) -> bytes:
     """The official exporter's ``.pte`` of ``q``: ``portable`` or ``xnnpack``, cached."""
     path = official.cache_dir() / f"quant-{q.name}.{flavor}.{_key(q.name, flavor)}.pte"
-    if path.exists():
-        return path.read_bytes()
-    import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
 
-    partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
-    data = official.export_programs({"forward": q.program}, partitioner=partitioner)
-    official._write_atomic(path, data)
-    return data
+    def build() -> bytes:
+        import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
+
+        partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
+        return official.export_programs({"forward": q.program}, partitioner=partitioner)
+
+    return official.cached_file(path, build)
 
 
 def official_run(pte: bytes, inputs) -> list[np.ndarray]:

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 import torch
 
-import official
+from tests import official
 
 official.silence_noise()
 # The official package defines the quantized out variants and fused embedding operators

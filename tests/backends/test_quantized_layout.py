@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-import official
+from tests import official
 
 official.silence_noise()
 import executorch.exir  # noqa: E402, F401 - before ours define the same operators
@@ -68,15 +68,17 @@ def programs():
 
 def _official(graph: nn.Module, x: tuple) -> bytes:
     key = hashlib.sha256(Path(__file__).read_bytes())
-    key.update(f"{torch.__version__}|{official.executorch_version()}".encode())
+    key.update(official.versions().encode())
     path = official.cache_dir() / f"quantlayout.{key.hexdigest()[:16]}.pte"
-    if not path.exists():
+
+    def build() -> bytes:
         exir = official._exir()
         edge = exir.to_edge_transform_and_lower(
             torch.export.export(graph, x), partitioner=official._xnnpack_partitioner()
         )
-        official._write_atomic(path, edge.to_executorch().buffer)
-    return path.read_bytes()
+        return edge.to_executorch().buffer
+
+    return official.cached_file(path, build)
 
 
 def _node_types(pte: bytes) -> Counter:

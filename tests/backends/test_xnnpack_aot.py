@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import official
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.partition.config import ConfigPrecisionType
 from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
 from pyexecutorch.exir.backend import get_delegation_info, get_lowered_backend_modules, to_backend
 from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
+from tests import official
 
 official.silence_noise()
 warnings.filterwarnings("ignore", category=UserWarning)

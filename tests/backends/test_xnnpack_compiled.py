@@ -20,13 +20,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import models
-import official
 from pyexecutorch.backends.xnnpack import compiled_nodes
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.runtime import Delegate, XnnpackBackend
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.backend import BackendInitContext
+from tests import models, official
 
 from . import test_xnnpack_runtime as base
 from .test_xnnpack_runtime import NODE, GraphBuilder, _conv_table, _nhwc, _rand
@@ -561,7 +560,7 @@ ARCHITECTURES = ["resnet18", "mobilenet_v2", "mobilenet_v3", "efficientnet", "sq
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_architectures_compile_per_delegate_and_match_eager(name):
-    import architectures  # noqa: PLC0415
+    from tests import architectures  # noqa: PLC0415
 
     case = architectures.get_arch(name)
     _check_program(case, official.official_export_xnnpack(case))
@@ -599,7 +598,7 @@ def test_quantized_programs_run_their_quantized_nodes_on_numpy(model, recipe):
 
 def test_a_method_compiles_whole_with_its_delegates_inside():
     # ShuffleNetV2's six delegates and the channel shuffles between them: one function
-    import architectures  # noqa: PLC0415
+    from tests import architectures  # noqa: PLC0415
 
     case = architectures.get_arch("shufflenet_v2")
     method = Runtime.get().load_program(official.official_export_xnnpack(case), jit=True)

@@ -26,9 +26,7 @@ from typing import Any
 
 import pytest
 
-import architectures
-import models
-import official
+from tests import architectures, models, official
 
 # The official XNNPACK exporter fails on these (tests/backends/test_xnnpack_runtime.py
 # keeps that true), so there is nothing to compare with.

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-import official
+from tests import official
 
 official.silence_noise()
 import executorch.exir  # noqa: E402, F401 - before ours define the same operators

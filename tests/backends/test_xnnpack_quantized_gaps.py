@@ -26,7 +26,7 @@ import pytest
 import torch
 from torch import nn
 
-import official
+from tests import official
 
 official.silence_noise()
 import executorch.exir  # noqa: E402, F401 - before ours define the same operators
@@ -102,18 +102,17 @@ def _lowered(name: str, module: nn.Module | Callable[[], nn.Module], example) ->
     """The official exporter's lowered ``.pte`` of ``module`` (or of what a function
     builds), cached under this file's source."""
     h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(f"{name}|{torch.__version__}|{official.executorch_version()}".encode())
+    h.update(f"{name}|{official.versions()}".encode())
     path = official.cache_dir() / f"qgaps-{name}.{h.hexdigest()[:16]}.pte"
-    if path.exists():
-        return path.read_bytes()
-    if not isinstance(module, nn.Module):
-        module = module()
-    program = torch.export.export(module, example)
-    data = official.export_programs(
-        {"forward": program}, partitioner=official._xnnpack_partitioner()
-    )
-    official._write_atomic(path, data)
-    return data
+
+    def build() -> bytes:
+        built = module if isinstance(module, nn.Module) else module()
+        program = torch.export.export(built, example)
+        return official.export_programs(
+            {"forward": program}, partitioner=official._xnnpack_partitioner()
+        )
+
+    return official.cached_file(path, build)
 
 
 def _node_types(pte: bytes) -> list[str]:

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import torchao
 from torch import nn
 
-import official
+from tests import official
 
 official.silence_noise()
 
@@ -122,22 +121,21 @@ def _official_result(how: str, kw: dict, qat: bool) -> tuple[list[tuple], torch.
     (a QAT prepare and convert costs a minute, mostly torchao's conv-bn pattern tracing,
     whatever the model), keyed by this file and the package versions."""
     h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(f"{how}|{sorted(kw.items())}|{qat}|{torch.__version__}".encode())
-    h.update(f"{official.executorch_version()}|{torchao.__version__}".encode())
+    h.update(f"{how}|{sorted(kw.items())}|{qat}|{official.versions()}".encode())
     path = official.cache_dir() / f"quantizer-{how}-{h.hexdigest()[:16]}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=False)
-    theirs = _quantize(
-        _configure(
-            official_q.XNNPACKQuantizer, official_q.get_symmetric_quantization_config, how, **kw
-        ),
-        qat,
-    )
-    result = (_qdq(theirs), theirs(*X).detach())
-    buffer = io.BytesIO()
-    torch.save(result, buffer)
-    official._write_atomic(path, buffer.getvalue())
-    return result
+
+    def build() -> bytes:
+        theirs = _quantize(
+            _configure(
+                official_q.XNNPACKQuantizer, official_q.get_symmetric_quantization_config, how, **kw
+            ),
+            qat,
+        )
+        buffer = io.BytesIO()
+        torch.save((_qdq(theirs), theirs(*X).detach()), buffer)
+        return buffer.getvalue()
+
+    return torch.load(io.BytesIO(official.cached_file(path, build)), weights_only=False)
 
 
 def test_config_matches_official_fields():

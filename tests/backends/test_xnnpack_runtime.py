@@ -20,8 +20,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import models
-import official
 from pyexecutorch.backends.xnnpack import nodes
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.runtime import XnnpackBackend
@@ -29,6 +27,7 @@ from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.backend import BackendInitContext, get_backend
 from pyexecutorch.runtime.errors import MissingBackendError
 from pyexecutorch.schema.errors import FormatError
+from tests import models, official
 
 # Outputs where the official XNNPACK delegate itself computes something other than
 # eager; there our runtime is compared with the official runtime instead.
@@ -39,8 +38,7 @@ OFFICIAL_DIFFERS = {
 
 
 def _large_cases() -> list[models.ModelCase]:
-    sys.path.insert(0, str(official.REPO / "benchmarks"))
-    from models_large import LARGE_CASES
+    from benchmarks.models_large import LARGE_CASES
 
     return list(LARGE_CASES)
 

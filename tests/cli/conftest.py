@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import models
-import official
 from pyexecutorch.cli.main import main
+from tests import models, official
 
 MODEL_FILE = """\
 import torch

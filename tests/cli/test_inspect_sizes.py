@@ -8,12 +8,11 @@ from collections import Counter
 
 import pytest
 
-import models
-import official
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.cli.sizes import breakdown
 from pyexecutorch.schema.program import DataLocation
 from pyexecutorch.schema.pte import ExtendedHeader, decode_pte, encode_pte
+from tests import models, official
 
 from .conftest import run_blocked_torch
 

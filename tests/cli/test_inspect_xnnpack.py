@@ -9,11 +9,10 @@ import re
 
 import pytest
 
-import models
-import official
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.schema.program import DataLocation
 from pyexecutorch.schema.pte import decode_pte, encode_pte
+from tests import models, official
 
 from .conftest import run_blocked_torch
 
@@ -219,7 +218,7 @@ def test_describe_covers_every_node_table():
 def test_inspect_official_quantized_delegate(cli, tmp_path):
     """Quantized values (per-token dynamic inputs, per-channel weights whose scales are
     constants of their own) and every named-data byte counted once."""
-    from backends._quantized_programs import official_pte, quantize
+    from tests.backends._quantized_programs import official_pte, quantize
 
     path = tmp_path / "mlp_dynamic.pte"
     path.write_bytes(official_pte(quantize("mlp", "dynamic"), "xnnpack"))

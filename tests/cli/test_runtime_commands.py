@@ -9,9 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-import models
-import official
 from pyexecutorch.cli.main import COMMANDS
+from tests import models, official
 
 from .conftest import run_blocked_torch
 

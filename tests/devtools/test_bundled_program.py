@@ -6,9 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-import models
-import official
-from cli.conftest import run_blocked_torch
 from pyexecutorch import portable_lib as pl
 from pyexecutorch.cli.main import main
 from pyexecutorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
@@ -19,6 +16,8 @@ from pyexecutorch.devtools.bundled_program.serialize import (
     serialize_from_bundled_program_to_flatbuffer,
 )
 from pyexecutorch.schema.bundled_program import PROGRAM_ALIGNMENT, Tensor
+from tests import models, official
+from tests.cli.conftest import run_blocked_torch
 
 
 @pytest.fixture(scope="module")

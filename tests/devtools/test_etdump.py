@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import models
-import official
 from pyexecutorch import portable_lib as pl
 from pyexecutorch.devtools import Inspector
 from pyexecutorch.runtime import Runtime
@@ -23,6 +21,7 @@ from pyexecutorch.schema.etdump import (
     decode_etdump,
     encode_etdump,
 )
+from tests import models, official
 
 DEBUG_SIZE = 1 << 16
 

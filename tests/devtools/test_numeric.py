@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-import official
 from pyexecutorch.backends.example import runtime as example_runtime
 from pyexecutorch.backends.example.aot import ExamplePartitioner
 from pyexecutorch.cli.main import main
 from pyexecutorch.devtools import compare
 from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
 from pyexecutorch.kernels import registry
+from tests import official
 
 MODEL = """\
 import torch
@@ -135,25 +135,29 @@ def official_xnnpack(net):
     import hashlib
 
     d, model, x = net
-    key = hashlib.sha256(
-        (MODEL + official.executorch_version() + torch.__version__).encode()
-    ).hexdigest()[:16]
+    key = hashlib.sha256((MODEL + official.versions()).encode()).hexdigest()[:16]
     pte_path = official.cache_dir() / f"devtools-numeric.xnnpack.{key}.pte"
     record_path = official.cache_dir() / f"devtools-numeric.xnnpack.{key}.etrecord"
-    if not (pte_path.exists() and record_path.exists()):
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        from executorch.exir import to_edge_transform_and_lower as official_lower
-
-        et = official_lower(
-            torch.export.export(model, (x,)),
-            partitioner=[XnnpackPartitioner()],
-            generate_etrecord=True,
-        ).to_executorch()
-        tmp = d / "official.etrecord"
-        et.get_etrecord().save(tmp)
-        official._write_atomic(record_path, tmp.read_bytes())
-        official._write_atomic(pte_path, et.buffer)
+    with official.exclusive(pte_path):
+        if not (pte_path.exists() and record_path.exists()):
+            _official_numeric_files(model, x, d, pte_path, record_path)
     return pte_path.read_bytes(), record_path
+
+
+def _official_numeric_files(model, x, d, pte_path, record_path) -> None:  # noqa: ANN001
+    """The official exporter's XNNPACK program of ``model`` and its ETRecord."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower as official_lower
+
+    et = official_lower(
+        torch.export.export(model, (x,)),
+        partitioner=[XnnpackPartitioner()],
+        generate_etrecord=True,
+    ).to_executorch()
+    tmp = d / "official.etrecord"
+    et.get_etrecord().save(tmp)
+    official._write_atomic(record_path, tmp.read_bytes())
+    official._write_atomic(pte_path, et.buffer)
 
 
 @pytest.fixture(scope="module")

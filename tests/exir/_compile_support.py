@@ -7,8 +7,7 @@ import warnings
 
 import numpy as np
 
-import models
-import official
+from tests import models, official
 
 
 @functools.cache

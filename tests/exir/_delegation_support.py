@@ -7,11 +7,10 @@ import warnings
 
 import numpy as np
 
-import models
-import official
 from pyexecutorch.backends.example.aot import ExamplePartitioner
 from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
 from pyexecutorch.runtime import Runtime
+from tests import models, official
 
 FLOWS = ("to_edge_transform_and_lower", "to_edge_to_backend")
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 
-import models
-import official
+from tests import models, official
 
 
 class _Captured(Exception):

@@ -4,10 +4,9 @@ run in the OFFICIAL runtime and compared with torch eager."""
 from __future__ import annotations
 
 import pytest
-from _compile_support import assert_matches, compile_case
 
-import models
-import official
+from tests import models, official
+from tests.exir._compile_support import assert_matches, compile_case
 
 CASES = models.CASES
 

@@ -9,10 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _delegation_support import check_runs_like_eager, lower
 
-import models
-import official
 from pyexecutorch.backends.example.aot import ExampleBackend, ExamplePartitioner
 from pyexecutorch.backends.example.runtime import ExampleBackend as ExampleRuntime
 from pyexecutorch.exir import EdgeProgramManager, to_edge, to_edge_transform_and_lower
@@ -44,6 +41,8 @@ from pyexecutorch.exir.error import op_name
 from pyexecutorch.exir.graph_utils import graph_modules
 from pyexecutorch.exir.passes.decompose import decompose
 from pyexecutorch.runtime import MissingBackendError, Runtime, register_backend
+from tests import models, official
+from tests.exir._delegation_support import check_runs_like_eager, lower
 
 aten = torch.ops.aten
 MLP = models.get_case("mlp")

@@ -5,13 +5,13 @@ pyexecutorch's runtime and compared with torch eager."""
 from __future__ import annotations
 
 import pytest
-from _delegation_support import FLOWS, check_runs_like_eager, lower
 
-import models
 from pyexecutorch.exir.backend import executorch_call_delegate, get_delegation_info
 from pyexecutorch.exir.error import op_name
 from pyexecutorch.exir.graph_utils import graph_modules
 from pyexecutorch.schema import DelegateCall, decode_pte
+from tests import models
+from tests.exir._delegation_support import FLOWS, check_runs_like_eager, lower
 
 # Models the example backend takes completely (every operator node delegated).
 WHOLE = {"mlp", "dynamic_batch", "multi_method"}

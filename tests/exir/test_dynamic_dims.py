@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch.export import Dim, export
 
-import official
 from pyexecutorch.exir import to_edge
 from pyexecutorch.runtime import Runtime
+from tests import official
 
 B = Dim("b", min=1, max=32)
 B3 = Dim("b3", min=3, max=16)  # x[1:] and x[::2] must not have size 1 (export's guard)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_dynamic_dims import CASES, _compiled, _eager, _inputs
 from torch.export import Dim, export
 
-import models
-import official
 from pyexecutorch.exir import to_edge
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.io import InstallError
+from tests import models, official
+from tests.exir.test_dynamic_dims import CASES, _compiled, _eager, _inputs
 
 # Cases whose every static plan compiles whole (the others run their static plans
 # instruction by instruction: some kernel there has no compiled step at those shapes).

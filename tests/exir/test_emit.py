@@ -14,8 +14,6 @@ import pytest
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
-import models
-import official
 from pyexecutorch.exir import ExecutorchBackendConfig, to_edge
 from pyexecutorch.exir.emit import EmitError, emit_program
 from pyexecutorch.exir.emit._method import MethodEmitter
@@ -39,6 +37,7 @@ from pyexecutorch.schema.program import (
     TensorList,
 )
 from pyexecutorch.schema.scalar_type import ScalarType
+from tests import models, official
 
 
 def _compile(programs, constant_methods=None, **config):

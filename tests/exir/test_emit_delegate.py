@@ -11,14 +11,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _emit_support import case_execution_programs
 
-import models
-import official
 from pyexecutorch.exir import to_edge
 from pyexecutorch.exir.emit import EmitError, emit_program
 from pyexecutorch.schema import decode_pte, encode_pte
 from pyexecutorch.schema.program import DataLocation, DelegateCall, JumpFalseCall, Tensor
+from tests import models, official
+from tests.exir._emit_support import case_execution_programs
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,11 @@ import hashlib
 import os
 
 import pytest
-from _emit_support import case_execution_programs
 
-import models
-import official
 from pyexecutorch.exir.emit import emit_program
 from pyexecutorch.schema import encode_pte
+from tests import models, official
+from tests.exir._emit_support import case_execution_programs
 
 DEFAULT = {
     "mlp",

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import official
 from pyexecutorch.exir import ExecutorchBackendConfig, to_edge
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.schema.flat_tensor import decode_ptd, encode_ptd
+from tests import official
 
 
 class _Net(torch.nn.Module):

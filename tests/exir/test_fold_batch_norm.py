@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 import pytest
 import torch
 from torch import nn
 
-import models
-import official
+from benchmarks import models_large
 from pyexecutorch.runtime import Runtime
-
-sys.path.insert(0, str(official.REPO / "benchmarks"))
-import models_large  # noqa: E402
+from tests import models, official
 
 BN = "_native_batch_norm_legit_no_training"
 

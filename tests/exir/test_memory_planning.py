@@ -8,11 +8,7 @@ import random
 
 import pytest
 import torch
-from _compile_support import compile_case
-from _plan_check import PlanViolation, check_plan
 
-import models
-import official
 from pyexecutorch.exir.memory_planning import (
     PlanItem,
     best_fit,
@@ -22,6 +18,9 @@ from pyexecutorch.exir.memory_planning import (
     verify_memory_plan,
 )
 from pyexecutorch.exir.tensor_spec import TensorSpec
+from tests import models, official
+from tests.exir._compile_support import compile_case
+from tests.exir._plan_check import PlanViolation, check_plan
 
 
 def _items(rng: random.Random, n: int) -> list[PlanItem]:

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-import official
 import pyexecutorch.exir as ours
 from pyexecutorch.exir import (
     DynamicMemoryPlanningMode,
@@ -24,6 +23,7 @@ from pyexecutorch.exir import (
     to_edge,
 )
 from pyexecutorch.runtime import Runtime
+from tests import official
 
 
 class _Net(torch.nn.Module):

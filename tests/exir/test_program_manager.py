@@ -9,8 +9,6 @@ import pytest
 import torch
 from torch import nn
 
-import models
-import official
 from pyexecutorch.exir import (
     EdgeCompileConfig,
     ExecutorchBackendConfig,
@@ -23,6 +21,7 @@ from pyexecutorch.exir import (
     to_edge_with_preserved_ops,
 )
 from pyexecutorch.exir.memory_planning import naive
+from tests import models, official
 
 aten = torch.ops.aten
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-import official
 from pyexecutorch.exir.memory_planning import MemoryPlanError
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.schema.pte import decode_pte
+from tests import official
 
 
 class _State(torch.nn.Module):

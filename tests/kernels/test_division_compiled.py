@@ -162,10 +162,12 @@ def test_forms_decline_what_the_loop_cannot_bind():
 
 
 def test_int_remainder_and_a_zero_divisor_in_a_whole_method():
-    import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
-    import official  # noqa: PLC0415
     from pyexecutorch.exir import to_edge  # noqa: PLC0415
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+    from tests import (
+        models,  # noqa: PLC0415 - the compiler suite (tests/models.py)
+        official,  # noqa: PLC0415
+    )
 
     case = models.get_case("int_remainder")
     pte = to_edge(models.export(case)).to_executorch().buffer

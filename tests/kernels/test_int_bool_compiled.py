@@ -201,10 +201,12 @@ def test_lone_logical_not_of_bools_is_a_one_operator_loop():
     "name", ["int_arith", "bool_ops", "elementwise", "argmax_topk", "shape_ops"]
 )
 def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
-    import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
-    import official  # noqa: PLC0415
     from pyexecutorch.exir import to_edge  # noqa: PLC0415
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+    from tests import (
+        models,  # noqa: PLC0415 - the compiler suite (tests/models.py)
+        official,  # noqa: PLC0415
+    )
 
     case = models.get_case(name)
     pte = to_edge(models.export(case)).to_executorch().buffer

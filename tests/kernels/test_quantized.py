@@ -18,8 +18,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import official
 from pyexecutorch.kernels import KernelError, get_kernel
+from tests import official
 
 official.silence_noise()
 import executorch.exir.passes._quant_patterns_and_replacements  # noqa: E402, F401

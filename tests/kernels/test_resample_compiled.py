@@ -246,10 +246,12 @@ def test_constant_pad_steps_decline_what_they_cannot_bind():
 
 
 def test_conv_transpose_upsample_compiles_whole_and_matches_numpy_tier_and_eager():
-    import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
-    import official  # noqa: PLC0415
     from pyexecutorch.exir import to_edge  # noqa: PLC0415
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+    from tests import (
+        models,  # noqa: PLC0415 - the compiler suite (tests/models.py)
+        official,  # noqa: PLC0415
+    )
 
     case = models.get_case("conv_transpose_upsample")
     pte = to_edge(models.export(case)).to_executorch().buffer

@@ -13,9 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-import models
-import official
 from pyexecutorch import portable_lib as pl
+from tests import models, official
 
 RECIPE_VERSION = 1
 

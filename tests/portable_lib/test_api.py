@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-import models
 from pyexecutorch import portable_lib as pl
 from pyexecutorch.runtime import ExecutionError
 from pyexecutorch.runtime import MethodMeta as RuntimeMethodMeta
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.schema.etdump import decode_etdump
+from tests import models
 
 
 def raises(cls, message):

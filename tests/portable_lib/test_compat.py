@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import models
-import official
+from tests import models, official
 
 SCRIPT = Path(__file__).with_name("compat_script.py")
 OFFICIAL_IMPORT = "from executorch.extension.pybindings import portable_lib as pl"

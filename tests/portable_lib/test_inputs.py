@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-import models
-import official
-from portable_lib.conftest import Conv
 from pyexecutorch import portable_lib as pl
 from pyexecutorch.runtime.io import InputDecl, read_input
 from pyexecutorch.runtime.meta import Tag
 from pyexecutorch.schema.scalar_type import ScalarType as ST
+from tests import models, official
+from tests.portable_lib.conftest import Conv
 
 M = "forward"
 

@@ -7,9 +7,8 @@ import threading
 import numpy as np
 import torch
 
-import models
-import official
 from pyexecutorch import portable_lib as pl
+from tests import models, official
 
 THREADS = 8
 CALLS = 200

@@ -2,7 +2,7 @@
 
 Run from the repository root (needs torch and the official package)::
 
-    PYTHONPATH=src:tests python -m tests.reliability.make_corpus
+    PYTHONPATH=src python -m tests.reliability.make_corpus
 
 The files land in ``tests/data/fuzz_corpus/`` and are committed: the fuzz tests read
 them without torch. Each ``.pte`` named ``<stem>.pte`` may have data files
@@ -28,10 +28,9 @@ from torch import nn
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "data" / "fuzz_corpus"
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
-import models  # noqa: E402
-import official  # noqa: E402
+from tests import models, official  # noqa: E402
 
 # Small suite cases: straight-line, several methods, mutable state, dynamic shapes,
 # control flow (cond's jumps, a while loop), scalar inputs, integer and bool ops.
@@ -100,7 +99,7 @@ def _test_inputs(pte: bytes, method: str, seed: int) -> list:
     import numpy as np
 
     from pyexecutorch.runtime import Runtime
-    from reliability.harness import inputs_for
+    from tests.reliability.harness import inputs_for
 
     program = Runtime.get().load_program(pte)
     plans = {p.name: p for p in program.pte_file.program.execution_plan}
@@ -167,7 +166,7 @@ def _fixed_times(etdump: bytes) -> bytes:
     """``etdump`` with every profile event's start and end times set to fixed values."""
     import struct
 
-    from reliability.mutations import etdump_fields
+    from tests.reliability.mutations import etdump_fields
 
     out = bytearray(etdump)
     clock = 1000

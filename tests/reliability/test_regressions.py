@@ -232,11 +232,7 @@ def test_xnnpack_padding_that_would_allocate_gigabytes_fails_at_init():
     ],
 )
 def test_example_backend_payload_checked_at_init(edit, message):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from backends._programs import delegate_program, linear_relu_bytes
+    from tests.backends._programs import delegate_program, linear_relu_bytes
 
     header, blob = unpack(memoryview(linear_relu_bytes()))
     edit(header)

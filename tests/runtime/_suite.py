@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import models
-import official
 from pyexecutorch.runtime import Program
+from tests import models, official
 
 
 def _run(method, inputs):  # noqa: ANN001

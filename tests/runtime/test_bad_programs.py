@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import models
-import official
 from pyexecutorch.runtime import (
     ExecutionError,
     InvalidProgramError,
@@ -14,6 +12,7 @@ from pyexecutorch.runtime import (
     Verification,
 )
 from pyexecutorch.schema import KernelCall, Operator, Tensor, decode_pte, encode_pte
+from tests import models, official
 
 
 @pytest.fixture(scope="module")

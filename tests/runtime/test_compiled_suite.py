@@ -8,11 +8,11 @@ both ways.
 from __future__ import annotations
 
 import pytest
-from _suite import assert_program_matches_eager
-from test_our_programs import _compile
 
-import models
 from pyexecutorch.runtime import Runtime
+from tests import models
+from tests.runtime._suite import assert_program_matches_eager
+from tests.runtime.test_our_programs import _compile
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
 

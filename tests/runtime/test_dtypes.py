@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import official
 from pyexecutorch import portable_lib as pl
 from pyexecutorch.exir import to_edge
 from pyexecutorch.runtime import Runtime
+from tests import official
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -61,17 +61,10 @@ def _cached_official(ep) -> bytes:
     import inspect
 
     key = hashlib.sha256(
-        (
-            inspect.getsource(_Block)
-            + inspect.getsource(_bf16_case)
-            + torch.__version__
-            + official.executorch_version()
-        ).encode()
+        (inspect.getsource(_Block) + inspect.getsource(_bf16_case) + official.versions()).encode()
     ).hexdigest()[:20]
     path = official.cache_dir() / f"bf16_block.portable.{key}.pte"
-    if not path.exists():
-        path.write_bytes(official.export_programs({"forward": ep}))
-    return path.read_bytes()
+    return official.cached_file(path, lambda: official.export_programs({"forward": ep}))
 
 
 def _as_float(outs) -> list[np.ndarray]:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import models
 from pyexecutorch.exir import to_edge
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.io import InstallError
+from tests import models
 
 
 def _method(name: str):  # noqa: ANN202

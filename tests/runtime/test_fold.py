@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _suite import assert_program_matches_eager
 
-import models
-import official
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.fold import IMPURE_OPERATORS
 from pyexecutorch.schema.program import KernelCall
+from tests import models, official
+from tests.runtime._suite import assert_program_matches_eager
 
 
 def _operators_run(method) -> list[str]:  # noqa: ANN001

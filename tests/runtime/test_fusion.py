@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _tiers import both_tiers, program
 
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS
 from pyexecutorch.runtime import Runtime
+from tests.runtime._tiers import both_tiers, program
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
 

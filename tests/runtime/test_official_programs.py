@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from _suite import assert_program_matches_eager
 
-import models
-import official
 from pyexecutorch.runtime import Runtime
+from tests import models, official
+from tests.runtime._suite import assert_program_matches_eager
 
 CASES = models.cases(official_exportable=True)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from _suite import assert_program_matches_eager
 
-import models
 from pyexecutorch.exir import to_edge
 from pyexecutorch.runtime import Runtime
+from tests import models
+from tests.runtime._suite import assert_program_matches_eager
 
 CASES = models.CASES
 

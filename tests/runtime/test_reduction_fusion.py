@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _tiers import both_tiers
+
+from tests.runtime._tiers import both_tiers
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
 

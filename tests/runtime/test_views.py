@@ -7,9 +7,8 @@ import re
 import numpy as np
 import torch
 
-import models
-import official
 from pyexecutorch.runtime import Runtime
+from tests import models, official
 
 
 def _view_lines(method) -> list[str]:  # noqa: ANN001

@@ -251,8 +251,10 @@ def test_torch_outputs_are_kept_unless_the_caller_changed_them():
     + ["gpt_block_sdpa"],  # products past the loop's size: BLAS steps
 )
 def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
-    import models  # noqa: PLC0415 - the compiler suite (tests/models.py)
-    import official  # noqa: PLC0415
+    from tests import (
+        models,  # noqa: PLC0415 - the compiler suite (tests/models.py)
+        official,  # noqa: PLC0415
+    )
 
     case = models.get_case(name)
     pte = to_edge(models.export(case)).to_executorch().buffer

@@ -142,9 +142,11 @@ def test_one_token_cache_update_compiles_whole_and_a_bad_position_raises_as_nump
 
 @pytest.mark.parametrize("name", ["llama"])  # vit and convnext: their patterns above
 def test_architectures_compile_whole_and_match_eager(name):
-    import architectures  # noqa: PLC0415 - the held-out architectures (tests/architectures.py)
-    import models  # noqa: PLC0415
-    import official  # noqa: PLC0415
+    from tests import (
+        architectures,  # noqa: PLC0415 - the held-out architectures (tests/architectures.py)
+        models,  # noqa: PLC0415
+        official,  # noqa: PLC0415
+    )
 
     case = architectures.get_arch(name)
     pte = to_edge(models.export(case)).to_executorch().buffer

@@ -8,8 +8,7 @@ import textwrap
 
 import numpy as np
 
-import models
-import official
+from tests import models, official
 
 
 def test_runs_with_torch_blocked(tmp_path):
