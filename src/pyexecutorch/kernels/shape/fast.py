@@ -369,7 +369,9 @@ def _select(a: Any, dim: Any, index: Any, out: Any) -> Any:
         return None
     if not -a.shape[axis] <= index < a.shape[axis]:
         return None
-    key = (slice(None),) * axis + (index,)
+    # The trailing Ellipsis keeps a selection from a 1-D input a 0-d view: a plain
+    # a[(i,)] is a numpy scalar, a copy taken once at load that later calls repeat.
+    key = (slice(None),) * axis + (index, Ellipsis)
     if a[key].shape != out.shape:
         return None
     return _copy_from(lambda a: a[key], a)
