@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pyexecutorch.cli.common import CLIError, UsageError, first_line
 
-COMMANDS = ("export", "run", "inspect", "bench", "profile", "debug", "demo")
+COMMANDS = ("export", "run", "inspect", "bench", "profile", "debug", "demo", "generate")
 
 EPILOG = """\
 examples:

@@ -1,0 +1,1 @@
+"""Extensions beside the runtime: model families with their own runners and recipes."""
