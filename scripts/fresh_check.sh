@@ -36,6 +36,6 @@ step "make demo" make demo || status=1
 tail -n 5 "$scratch/make demo.log"
 step "make test" make test || status=1
 echo "test summary:"
-grep -E '^=+ .*(passed|failed|error).* in ' "$scratch/make test.log" | tail -n 1
+grep -E '(passed|failed|error).* in [0-9.]+s' "$scratch/make test.log" | tail -n 1
 grep -E -A 12 '^=+ slowest' "$scratch/make test.log" | head -n 13
 exit $status

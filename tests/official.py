@@ -107,8 +107,11 @@ def export_programs(
     constant_methods: dict[str, Any] | None = None,
     partitioner: list | None = None,
     init_mutable_buffers: bool = True,
+    on_edge: Callable[[Any], None] | None = None,
 ) -> bytes:
     """The official pipeline, uncached: to_edge_transform_and_lower -> to_executorch.
+
+    ``on_edge`` sees the lowered edge program manager before ``to_executorch``.
 
     By default the official emitter stores only the shape of a mutated buffer and
     leaves its initial contents undefined; with ``init_mutable_buffers`` (the
@@ -121,6 +124,8 @@ def export_programs(
         partitioner=partitioner,
         constant_methods=constant_methods or None,
     )
+    if on_edge is not None:
+        on_edge(edge)
     passes = []
     mutated = mutated_buffers({m: edge.exported_program(m) for m in programs})
     if init_mutable_buffers and mutated:
@@ -266,12 +271,18 @@ def cached_file(
         return data
 
 
+def _entry(case: ModelCase, flavor: str) -> tuple[Path, Path]:
+    """The cache files of ``case`` in ``flavor``: the result, and the mark of a failure.
+    The key is part of the name so that a changed model is exported again."""
+    stem = cache_dir() / f"{case.name}.{flavor}.{case_key(case, flavor)}"
+    return stem.with_name(stem.name + ".pte"), stem.with_name(stem.name + ".fail")
+
+
 def _cached(case: ModelCase, flavor: str, build, use_cache: bool) -> bytes | None:
     if not use_cache:
         return build()
-    # The key is part of the name so that a changed model is exported again.
-    stem = f"{case.name}.{flavor}.{case_key(case, flavor)}"
-    return cached_file(cache_dir() / f"{stem}.pte", build, cache_dir() / f"{stem}.fail")
+    result, fail = _entry(case, flavor)
+    return cached_file(result, build, fail)
 
 
 def official_export(case: ModelCase, *, use_cache: bool = True) -> bytes:
@@ -290,10 +301,20 @@ def official_export(case: ModelCase, *, use_cache: bool = True) -> bytes:
 def official_export_xnnpack(case: ModelCase, *, use_cache: bool = True) -> bytes | None:
     """The official ``.pte`` with the XNNPACK partitioner, or None where that fails."""
 
+    def record_partition(edge) -> None:  # noqa: ANN001
+        # The XNNPACK export tests compare the official partition with ours: keep it,
+        # rather than partitioning the case a second time for them.
+        from tests.backends._partition_summary import summarize
+
+        _write_atomic(_entry(case, "xnnpack-partition")[0], summarize(edge).to_json())
+
     def build():
         try:
             return export_programs(
-                models.export(case), case.constant_methods, _xnnpack_partitioner()
+                models.export(case),
+                case.constant_methods,
+                _xnnpack_partitioner(),
+                on_edge=record_partition if use_cache else None,
             )
         except Exception as e:  # the official exporter raises many types
             print(f"official XNNPACK export of {case.name} failed: {e!r}"[:500], file=sys.stderr)

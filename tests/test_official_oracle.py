@@ -6,6 +6,9 @@ that the compiler, runtime and benchmark tests rely on.
 Cases the official package gets wrong carry a flag (official_exportable=False,
 official_mismatch) and a test here checks that the flag still holds."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -183,13 +186,40 @@ def test_export_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PYEXECUTORCH_TEST_CACHE", str(tmp_path))
     case = models.get_case("mlp")
     first = official_export(case)
-    files = list(tmp_path.iterdir())
+    files = [f for f in tmp_path.iterdir() if f.suffix != ".lock"]
     assert len(files) == 1 and files[0].read_bytes() == first
     assert official_export(case) == first
     # A different model (weights) gets a different key.
     other = case.replace(make=lambda: torch.nn.Linear(16, 8).eval())
     assert official.case_key(other, "portable") != official.case_key(case, "portable")
     assert official.case_key(case, "portable") == official.case_key(case, "portable")
+
+
+def test_cached_file_is_made_once_for_workers_that_need_it_together(tmp_path):
+    """Workers needing the same official program wait for the one making it."""
+    path = tmp_path / "entry.pte"
+    builds = []
+    started = threading.Event()
+
+    def build() -> bytes:
+        builds.append(threading.get_ident())
+        started.set()
+        time.sleep(0.3)  # the second caller arrives while this one builds
+        return b"program"
+
+    results = []
+    first = threading.Thread(target=lambda: results.append(official.cached_file(path, build)))
+    first.start()
+    started.wait(5)
+    results.append(official.cached_file(path, build))
+    first.join()
+    assert results == [b"program", b"program"] and len(builds) == 1
+    # A refused build is remembered in its fail file: not tried again.
+    refused, fail = tmp_path / "refused.pte", tmp_path / "refused.fail"
+    assert official.cached_file(refused, lambda: None, fail) is None
+    assert official.cached_file(refused, lambda: b"never built", fail) is None
+    with pytest.raises(ValueError, match="no fail file"):
+        official.cached_file(tmp_path / "other.pte", lambda: None)
 
 
 def test_assert_close_messages():
