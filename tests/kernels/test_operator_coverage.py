@@ -5,7 +5,6 @@ from __future__ import annotations
 from pyexecutorch.kernels import operator_names
 from tests import official
 
-
 # Namespaces that the official runtime lists only once an optional library is loaded
 # (by another test in the same process): the quantized kernels and the LLM custom ops.
 _OPTIONAL_LIBRARIES = ("quantized_decomposed::", "llama::", "preprocess::")
