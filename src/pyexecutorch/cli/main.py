@@ -14,7 +14,17 @@ from collections.abc import Sequence
 
 from pyexecutorch.cli.common import CLIError, UsageError, first_line
 
-COMMANDS = ("export", "run", "inspect", "bench", "profile", "debug", "demo", "generate")
+COMMANDS = (
+    "export",
+    "export-llm",
+    "run",
+    "inspect",
+    "bench",
+    "profile",
+    "debug",
+    "demo",
+    "generate",
+)
 
 EPILOG = """\
 examples:
@@ -40,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _command_module(name: str):  # noqa: ANN202
     # "inspect" would shadow the standard library module inside the package.
-    module = {"inspect": "inspect_cmd"}.get(name, name)
+    module = {"inspect": "inspect_cmd"}.get(name, name).replace("-", "_")
     return importlib.import_module(f"pyexecutorch.cli.{module}")
 
 
