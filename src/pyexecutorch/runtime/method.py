@@ -811,7 +811,10 @@ class LoadedMethod:
                     # channels-last (runtime.layout): the loop nest in memory order
                     moved = call.in_memory_order(arrays)
                     if moved is not None:
+                        # the reordered loop indexes the transposed views, so the line
+                        # must pass those views, not the arrays in their logical order
                         call, arrays = moved
+                        exprs = [ns.bind(a, "C") for a in arrays]
                 n_in = len(call.inputs)
                 for k, a in enumerate(arrays[:n_in]):
                     for o, b in enumerate(arrays[n_in:]):

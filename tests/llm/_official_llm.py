@@ -1,0 +1,258 @@
+"""Tiny random-weight Llama programs written by the official LLM tooling (``export_llama``,
+``export_llm`` and, where it is importable, optimum-executorch), cached on disk, for
+running through our runtime and runner.
+
+Each variant is one export: a seeded checkpoint of the official ``Transformer``'s
+weights, a params json and the tool's flags. The export runs in a subprocess (the
+tools seed torch, configure logging and, for ``export_llm``, start Hydra).
+
+The checkpoint keeps the special tokens and the tokens that are only part of a UTF-8
+character from ever winning greedy decoding (the official runner's Python callback
+cannot take a partial character). The official model has no output bias, so residual
+dimension 0 stands in for one: every embedding holds 1 there and no layer writes to
+it, so after the final RMSNorm it is positive; the banned tokens' output rows are zero
+but for a negative weight on it, which puts their logits below zero, under the best
+of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tests import official
+
+PARAMS = {
+    "dim": 64,
+    "n_layers": 2,
+    "n_heads": 4,
+    "n_kv_heads": 2,  # grouped-query attention: two query heads per KV head
+    "vocab_size": 300,  # the test tokenizer's (tests/llm/_programs.make_tokenizer)
+    "hidden_dim": 128,
+    "norm_eps": 1e-5,
+}
+MAX_SEQ_LEN = 128  # a flag of the tools (--max_seq_length), not a params key
+BOS_ID, EOS_ID = 0, 1
+SEED = 0
+# The banned rows' weight on the positive dimension 0; small, so that every logit
+# stays about as large as the others (fp32 rounding differences grow with them).
+BANNED_WEIGHT = -10.0
+GROUP_SIZE = 32
+
+_COMMON = [
+    "--model", "llama3",
+    "-kv", "--use_sdpa_with_kv_cache",
+    "--max_seq_length", str(MAX_SEQ_LEN), "--max_context_length", str(MAX_SEQ_LEN),
+    "-m", json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]}),
+]  # fmt: skip
+_STATIC = ["--disable_dynamic_shape"]  # export_llama's shapes are dynamic by default
+_8DA4W = ["-X", "-qmode", "8da4w", "-G", str(GROUP_SIZE)]
+
+# The export_llm config (Hydra/OmegaConf yaml as JSON, which yaml reads): XNNPACK with
+# the extended operators and 8da4w, as in export_llm's own usage example.
+_EXPORT_LLM = {
+    "base": {"model_class": "llama3", "metadata": json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]})},
+    "model": {"use_kv_cache": True, "use_sdpa_with_kv_cache": True, "enable_dynamic_shape": True},
+    "export": {"max_seq_length": MAX_SEQ_LEN, "max_context_length": MAX_SEQ_LEN},
+    "backend": {"xnnpack": {"enabled": True, "extended_ops": True}},
+    "quantization": {"qmode": "8da4w", "group_size": GROUP_SIZE},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    tool: str  # "export_llama", "export_llm" or "optimum"
+    flags: tuple[str, ...]  # export_llama's flags, after the common ones
+    quantized: bool
+    dynamic: bool
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("fp32_static", "export_llama", (*_STATIC,), False, False),
+        Variant("fp32_dynamic", "export_llama", (), False, True),
+        Variant("xnnpack_fp32_static", "export_llama", ("-X", *_STATIC), False, False),
+        Variant("xnnpack_fp32_dynamic", "export_llama", ("-X",), False, True),
+        Variant("xnnpack_8da4w_static", "export_llama", (*_8DA4W, *_STATIC), True, False),
+        Variant("xnnpack_8da4w_dynamic", "export_llama", (*_8DA4W,), True, True),
+        Variant("export_llm_xnnpack_8da4w", "export_llm", (), True, True),
+        Variant("optimum_xnnpack_fp32", "optimum", (), False, True),
+    )
+}
+
+
+def optimum_available() -> bool:
+    """Whether optimum-executorch can be imported (it is not a dependency of the project)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("optimum.exporters.executorch") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def checkpoint(banned: Sequence[int]) -> dict[str, torch.Tensor]:
+    """The seeded weights, in the official ``Transformer``'s names."""
+    dim, hidden, vocab = PARAMS["dim"], PARAMS["hidden_dim"], PARAMS["vocab_size"]
+    head_dim = dim // PARAMS["n_heads"]
+    kv_dim = PARAMS["n_kv_heads"] * head_dim
+    gen = torch.Generator().manual_seed(SEED)
+
+    def linear(out: int, inp: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(out, inp, generator=gen) * (scale / inp**0.5)
+
+    def norm() -> torch.Tensor:  # not all ones, so that a weight left out would show
+        return 1.0 + 0.2 * torch.randn(dim, generator=gen)
+
+    state = {"tok_embeddings.weight": torch.randn(vocab, dim, generator=gen)}
+    state["tok_embeddings.weight"][:, 0] = 1.0
+    for i in range(PARAMS["n_layers"]):
+        p = f"layers.{i}."
+        state |= {
+            p + "attention.wq.weight": linear(dim, dim),
+            p + "attention.wk.weight": linear(kv_dim, dim),
+            p + "attention.wv.weight": linear(kv_dim, dim),
+            p + "attention.wo.weight": linear(dim, dim),
+            p + "feed_forward.w1.weight": linear(hidden, dim),
+            p + "feed_forward.w2.weight": linear(dim, hidden),
+            p + "feed_forward.w3.weight": linear(hidden, dim),
+            p + "attention_norm.weight": norm(),
+            p + "ffn_norm.weight": norm(),
+        }
+        # Nothing writes residual dimension 0: it stays the embeddings' 1.
+        state[p + "attention.wo.weight"][0] = 0.0
+        state[p + "feed_forward.w2.weight"][0] = 0.0
+    state["norm.weight"] = norm()
+    state["norm.weight"][0] = 1.0
+    # A larger scale than the layers': clear-cut greedy choices.
+    output = linear(vocab, dim, scale=4.0)
+    output[:, 0] = 0.0
+    output[list(banned)] = 0.0
+    output[list(banned), 0] = BANNED_WEIGHT
+    state["output.weight"] = output
+    return state
+
+
+# The same weights as a HuggingFace ``LlamaForCausalLM`` (which rotates by halves where
+# the official model rotates pairs: another model, as good for the test).
+_HF_NAMES = {
+    "tok_embeddings": "model.embed_tokens",
+    "norm": "model.norm",
+    "output": "lm_head",
+    "attention.wq": "self_attn.q_proj",
+    "attention.wk": "self_attn.k_proj",
+    "attention.wv": "self_attn.v_proj",
+    "attention.wo": "self_attn.o_proj",
+    "feed_forward.w1": "mlp.gate_proj",
+    "feed_forward.w2": "mlp.down_proj",
+    "feed_forward.w3": "mlp.up_proj",
+    "attention_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_OPTIMUM_SCRIPT = """
+import json, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from optimum.exporters.executorch import main_export
+params, ckpt, names, model_dir, out_dir = sys.argv[1:6]
+p, names = json.loads(params), json.loads(names)
+config = LlamaConfig(
+    vocab_size=p["vocab_size"], hidden_size=p["dim"], intermediate_size=p["hidden_dim"],
+    num_hidden_layers=p["n_layers"], num_attention_heads=p["n_heads"],
+    num_key_value_heads=p["n_kv_heads"], rms_norm_eps=p["norm_eps"],
+    max_position_embeddings=int(sys.argv[6]), bos_token_id=int(sys.argv[7]),
+    eos_token_id=int(sys.argv[8]), tie_word_embeddings=False,
+)
+model = LlamaForCausalLM(config)
+state = {}
+for key, value in torch.load(ckpt).items():
+    parts = key.split(".")
+    if parts[0] == "layers":
+        state[f"model.layers.{parts[1]}.{names['.'.join(parts[2:-1])]}.weight"] = value
+    else:
+        state[names[parts[0]] + ".weight"] = value
+model.load_state_dict(state, strict=True)
+model.save_pretrained(model_dir)
+# use_custom_kv_cache stays off: optimum-executorch 1.1's cache module imports
+# transformers' HybridCache, which transformers 5 after 5.0.0rc1 no longer has.
+main_export(model_dir, task="text-generation", recipe="xnnpack", output_dir=out_dir,
+            use_custom_sdpa=True, max_seq_len=int(sys.argv[6]))
+"""
+
+
+def _command(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[str]:
+    if variant.tool == "optimum":
+        return [
+            sys.executable, "-c", _OPTIMUM_SCRIPT, params.read_text(), str(ckpt),
+            json.dumps(_HF_NAMES), str(out_dir / "hf"), str(out_dir),
+            str(MAX_SEQ_LEN), str(BOS_ID), str(EOS_ID),
+        ]  # fmt: skip
+    if variant.tool == "export_llama":
+        return [
+            sys.executable, "-m", "executorch.examples.models.llama.export_llama",
+            "-p", str(params), "-c", str(ckpt), *_COMMON, *variant.flags,
+            "-o", str(out_dir), "-n", "model.pte",
+        ]  # fmt: skip
+    config = json.loads(json.dumps(_EXPORT_LLM))
+    config["base"] |= {"params": str(params), "checkpoint": str(ckpt)}
+    config["export"] |= {"output_dir": str(out_dir), "output_name": "model.pte"}
+    (out_dir / "config.yaml").write_text(json.dumps(config))
+    return [
+        sys.executable, "-m", "executorch.extension.llm.export.export_llm",
+        "--config", str(out_dir / "config.yaml"),
+        f"hydra.run.dir={out_dir / 'hydra'}",  # Hydra's logs go here, not into the cwd
+    ]  # fmt: skip
+
+
+def _key(variant: Variant, banned: Sequence[int]) -> str:
+    """A hash of everything the export depends on."""
+    from importlib.metadata import version
+
+    parts = [
+        Path(__file__).read_text(),
+        json.dumps(PARAMS, sort_keys=True),
+        repr(variant),
+        repr(list(banned)),
+        official.versions(),
+    ]
+    if variant.tool == "optimum":
+        parts += [version("optimum-executorch"), version("transformers")]
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+    return h.hexdigest()[:20]
+
+
+def export(variant: Variant, banned: Sequence[int]) -> bytes:
+    """The ``.pte`` bytes of ``variant`` (made once, then read from the cache)."""
+
+    def build() -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            params, ckpt = root / "params.json", root / "ckpt.pth"
+            params.write_text(json.dumps(PARAMS))
+            torch.save(checkpoint(banned), ckpt)
+            result = subprocess.run(
+                _command(variant, params, ckpt, root),
+                capture_output=True,
+                text=True,
+                cwd=root,
+                timeout=900,
+            )
+            if result.returncode != 0:
+                raise RuntimeError(
+                    f"{variant.tool} failed on {variant.name}:\n{result.stderr[-4000:]}"
+                )
+            return (root / "model.pte").read_bytes()
+
+    path = official.cache_dir() / f"official_llm.{variant.name}.{_key(variant, banned)}.pte"
+    return official.cached_file(path, build)
