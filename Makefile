@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	# The build tools first, from the lock: the project then builds without isolation,
 	# so no unpinned setuptools is fetched for it.
 	$(PIP_INSTALL) pip setuptools wheel
-	$(PIP_INSTALL) --no-build-isolation -e '.[export,jit,llm,dev]'
+	$(PIP_INSTALL) --no-build-isolation -e '.[export,jit,llm,scale,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
