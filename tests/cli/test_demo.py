@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from pyexecutorch.cli import demo
+from pyexecutorch.cli.common import CLIError
 from pyexecutorch.examples.generate import greedy
 from pyexecutorch.examples.gpt import eager_step, make_model
 
@@ -103,7 +104,7 @@ def test_demo_end_to_end(cli, tmp_path, monkeypatch):
     compiled tier where numba is installed); tokens equal eager's."""
     monkeypatch.setenv("PYEXECUTORCH_JIT", "1")
     out = tmp_path / "gpt.pte"
-    r = cli("demo", "-n", "8", "--out", out)
+    r = cli("demo", "-n", "8", "--out", out, "--no-text")
     assert r.rc == 0, r.err + r.out
     lines = r.out.splitlines()
     assert lines[0].startswith("pyexecutorch demo: ")
@@ -119,3 +120,26 @@ def test_demo_end_to_end(cli, tmp_path, monkeypatch):
     r = cli("inspect", out)
     assert r.rc == 0, r.err
     assert "aten::index_put.out" in r.out or "aten::index_copy.out" in r.out
+
+
+def test_demo_text_part_streams_hugging_face_greedy_text(capsys, monkeypatch):
+    """export_llm on the text example, `pyexecutorch generate` with torch blocked (numpy
+    tier: no compile time), its streamed text equal to HF generate's."""
+    monkeypatch.setenv("PYEXECUTORCH_JIT", "0")
+    demo.text_demo(seed=0, new_tokens=8)
+    out = capsys.readouterr().out
+    assert "export     export_llm (XNNPACK, KV cache, dynamic length) " in out
+    assert "  match: the same text as Hugging Face generate (greedy, 8 tokens at most)" in out
+    assert "decode: " in out and "tokens/s" in out
+
+
+def test_demo_text_part_reports_a_difference(monkeypatch, capsys):
+    """The comparison itself: the export and the generate process faked."""
+    import pyexecutorch.extension.llm.export as llm_export
+
+    monkeypatch.setattr(
+        llm_export, "export_llm", lambda model, output, **_: output.write_bytes(b"x")
+    )
+    monkeypatch.setattr(demo, "_stream_command", lambda argv, path: ("not the text", "rates"))
+    with pytest.raises(CLIError, match="the generated text differs from Hugging Face generate"):
+        demo.text_demo(seed=0, new_tokens=4)

@@ -1,6 +1,7 @@
 """``pyexecutorch demo``: export a GPT-style model with a KV cache, generate with it in
 the runtime (in a process where torch cannot be imported), and check the tokens
-against torch eager."""
+against torch eager; then export a small Hugging Face Llama with ``export_llm`` and
+stream text from it with ``pyexecutorch generate``, checked against HF ``generate``."""
 
 from __future__ import annotations
 
@@ -27,13 +28,18 @@ The whole path in one command:
   3. load the .pte in the pyexecutorch runtime in a separate process in which torch
      is blocked, and generate tokens greedily, one call per token,
   4. check that the tokens equal torch eager's, and print the export time, the file
-     size, the planned arena size and the per-token latency next to eager's.
-Exit status 1 when the tokens differ."""
+     size, the planned arena size and the per-token latency next to eager's;
+  5. text: train a small tokenizer, export a random-weight Hugging Face Llama with
+     pyexecutorch.extension.llm.export (XNNPACK, KV cache, dynamic length), run
+     `pyexecutorch generate` on it with torch blocked, and check its greedy text
+     against Hugging Face generate (needs the llm extra and transformers).
+Exit status 1 when the tokens or the text differ."""
 EXAMPLES = """\
 examples:
   pyexecutorch demo
   pyexecutorch demo -n 48 --prompt 5,17,3
   pyexecutorch demo --out gpt.pte     # keep the program (then: pyexecutorch inspect gpt.pte)
+  pyexecutorch demo --no-text         # only the GPT part
 """
 
 # Starts the runtime half with torch blocked: any `import torch` raises ImportError.
@@ -52,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", metavar="PTE", help="write the program here (default: a temporary directory)"
     )
+    p.add_argument("--no-text", action="store_true", help="skip the text part (Llama + generate)")
 
 
 def _parse_prompt(text: str, vocab: int) -> list[int]:
@@ -93,15 +100,28 @@ def export_example(model: Any, path: Path) -> dict[str, float]:
     return times
 
 
-def run_worker(
-    pte: Path, prompt: list[int], n: int, jit: bool = False, timeout: float = 600
-) -> dict[str, Any]:
-    """Generate in a subprocess where torch is blocked (numpy tier, or ``jit``: compiled tier)."""
+# `pyexecutorch <argv>` with torch blocked, as a user without torch runs it.
+COMMAND_BOOT = (
+    "import sys; sys.modules['torch'] = None; "
+    "from pyexecutorch.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _runtime_env() -> dict[str, str]:
+    """This environment, with this pyexecutorch first on the path of a child process."""
     import pyexecutorch  # noqa: PLC0415
 
     env = dict(os.environ)
     src = str(Path(pyexecutorch.__file__).resolve().parents[1])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_worker(
+    pte: Path, prompt: list[int], n: int, jit: bool = False, timeout: float = 600
+) -> dict[str, Any]:
+    """Generate in a subprocess where torch is blocked (numpy tier, or ``jit``: compiled tier)."""
+    env = _runtime_env()
     cmd = [
         sys.executable,
         "-c",
@@ -226,10 +246,93 @@ def run(args: argparse.Namespace) -> int:
         f"\nexport {hs(total)}   .pte {common.human_bytes(size)}   arena {common.human_bytes(arena)}"
     )
     if not same:
-        pairs = list(zip(ours_tokens, eager_tokens, strict=False))
-        first = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs))
-        raise common.CLIError(
-            f"tokens differ from torch eager from generated token {first} on "
-            f"(pyexecutorch {ours_tokens[first : first + 1]}, eager {eager_tokens[first : first + 1]})"
-        )
+        raise _differing_tokens(ours_tokens, eager_tokens)
+    if not args.no_text:
+        text_demo(args.seed)
     return 0
+
+
+def _differing_tokens(ours_tokens: list[int], eager_tokens: list[int]) -> common.CLIError:
+    pairs = list(zip(ours_tokens, eager_tokens, strict=False))
+    first = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs))
+    return common.CLIError(
+        f"tokens differ from torch eager from generated token {first} on "
+        f"(pyexecutorch {ours_tokens[first : first + 1]}, eager {eager_tokens[first : first + 1]})"
+    )
+
+
+def text_demo(seed: int, new_tokens: int = 32) -> None:
+    """Export the text example with export_llm, stream from it with ``pyexecutorch
+    generate`` in a process where torch is blocked, check the text against HF generate."""
+    import importlib.util  # noqa: PLC0415
+
+    hs = common.human_seconds
+    print("\ntext generation: a Hugging Face Llama, export_llm, then `pyexecutorch generate`")
+    missing = [m for m in ("transformers", "pytorch_tokenizers") if not importlib.util.find_spec(m)]
+    if missing:
+        print(f"  skipped: {', '.join(missing)} not installed (pip install 'pyexecutorch[llm]')")
+        return
+    import logging  # noqa: PLC0415
+
+    # torchao reports its optional CUDA libraries, and torch a deprecation, at import.
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    from pyexecutorch.examples import text_llm  # noqa: PLC0415
+    from pyexecutorch.extension.llm.export import export_llm  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="pyexecutorch-demo-text-") as tmp:
+        tokenizer = text_llm.make_tokenizer(Path(tmp) / "tokenizer.json")
+        model = text_llm.make_llama(seed)
+        c = model.config
+        params = sum(p.numel() for p in model.parameters())
+        print(
+            f"model      LlamaForCausalLM: {c.num_hidden_layers} layers, width {c.hidden_size}, "
+            f"vocab {c.vocab_size}, context {text_llm.MAX_SEQ}; {params / 1e6:.1f}M parameters "
+            f"(random, seed {seed}: the words are noise); tokenizer: byte-level BPE trained here"
+        )
+        pte = Path(tmp) / "llama.pte"
+        start = time.perf_counter()
+        export_llm(model, max_seq_length=text_llm.MAX_SEQ, xnnpack=True, output=pte, progress=False)
+        print(
+            f"export     export_llm (XNNPACK, KV cache, dynamic length) {hs(time.perf_counter() - start)}"
+            f"; {pte.name}: {common.human_bytes(pte.stat().st_size)}"
+        )
+        argv = ["generate", str(pte), "--tokenizer", str(tokenizer), "--prompt", text_llm.PROMPT]
+        argv += ["--temperature", "0", "--max-new-tokens", str(new_tokens), "--no-echo"]
+        print("\n$ pyexecutorch generate llama.pte --tokenizer tokenizer.json \\")
+        print(f"      --prompt {text_llm.PROMPT!r} --temperature 0 --max-new-tokens {new_tokens}")
+        print(f"  {text_llm.PROMPT}", end="", flush=True)
+        ours, rates = _stream_command(argv, Path(tmp) / "stderr.txt")
+        print(f"  {rates}")
+        want = text_llm.eager_text(model, tokenizer, text_llm.PROMPT, new_tokens)
+    if ours != want:
+        raise common.CLIError(
+            f"the generated text differs from Hugging Face generate:\n  ours  {ours!r}\n  eager {want!r}"
+        )
+    print(f"  match: the same text as Hugging Face generate (greedy, {new_tokens} tokens at most)")
+
+
+def _stream_command(argv: list[str], stderr_path: Path) -> tuple[str, str]:
+    """Run ``pyexecutorch <argv>`` with torch blocked, echoing its stdout as it comes;
+    (its stdout without the final newline, the last line of its stderr)."""
+    with stderr_path.open("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", COMMAND_BOOT, *argv],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=_runtime_env(),
+        )
+        assert proc.stdout is not None
+        pieces = []
+        while piece := proc.stdout.read(1):
+            pieces.append(piece)
+            print(piece, end="", flush=True)
+        status = proc.wait()
+        err.seek(0)
+        lines = [ln for ln in err.read().splitlines() if ln.strip()]
+    if status != 0:
+        raise common.CLIError(
+            f"pyexecutorch generate failed: {lines[-1] if lines else f'exit status {status}'}"
+        )
+    return "".join(pieces).removesuffix("\n"), lines[-1] if lines else ""
