@@ -11,6 +11,7 @@ convolutions), ``debug_handle_map``, and the bad cases with their messages.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import warnings
 
@@ -26,6 +27,7 @@ from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackP
 from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
 from pyexecutorch.exir.backend import get_delegation_info, get_lowered_backend_modules, to_backend
 from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
+from pyexecutorch.schema import decode_pte
 from tests import official
 
 official.silence_noise()
@@ -97,6 +99,13 @@ CASES = {
     "conv_transpose": (
         lambda: nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)),
         lambda: (R(1, 4, 5, 5),),
+        None,
+    ),
+    # lowered as a 2-D transposed convolution of height 1: no adjustment along the height
+    # (one there made the official runtime refuse the file, issue 29)
+    "conv_transpose1d": (
+        lambda: nn.Sequential(nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1)),
+        lambda: (R(2, 4, 7),),
         None,
     ),
     "elementwise": (
@@ -241,6 +250,36 @@ def test_model_matches_eager_and_official_partition(name):
     assert (info.num_delegated_subgraphs, info.num_delegated_nodes) == _official_counts(ep)
     pte = edge.to_executorch().buffer
     _check_outputs(name, pte, module, args)
+
+
+def test_official_conv_transpose1d_runs_in_our_runtime():
+    """The official exporter's file for the model above runs in ours, as ours in its runtime
+    (test_model_matches_eager_and_official_partition); ours is one XNNConvTranspose2d with
+    no adjustment along its height of 1 (the official one lays the rows out as a column)."""
+    module, args, ep = _export("conv_transpose1d")
+    key = hashlib.sha256(f"{ep.graph}{official.versions()}".encode()).hexdigest()[:16]
+
+    def build() -> bytes:
+        lowered = official._exir().to_edge_transform_and_lower(
+            copy.deepcopy(ep), partitioner=official._xnnpack_partitioner()
+        )
+        return lowered.to_executorch().buffer
+
+    theirs = official.cached_file(official.cache_dir() / f"convtranspose1d.{key}.pte", build)
+    with torch.no_grad():
+        expected = official.flatten_outputs(module(*args))
+    got = [
+        np.asarray(o) for o in _load_for_executorch_from_buffer(theirs).run_method("forward", args)
+    ]
+    official.assert_close("conv_transpose1d", got, expected, rtol=1e-4, atol=1e-5)
+    ours = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    convs = [
+        n.xnode_union
+        for seg in decode_pte(ours.to_executorch().buffer).delegate_segments
+        for n in S.decode_payload(seg).graph.xnodes
+        if type(n.xnode_union).__name__ == "XNNConvTranspose2d"
+    ]
+    assert [(c.adjustment_height, c.adjustment_width) for c in convs] == [(0, 1)]
 
 
 def _payloads(edge_ep) -> list[S.Payload]:

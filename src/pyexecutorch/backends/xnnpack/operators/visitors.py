@@ -285,10 +285,13 @@ def _convolution(b: GraphBuilder, node: Node) -> None:
     stride, padding, dilation, out_pad = (
         _pairs(v, 1 if one_d else 2) for v in (stride, padding, dilation, out_pad)
     )
-    if one_d:  # as a 2-D convolution of height 1
+    if one_d:  # as a 2-D convolution of height 1: stride and dilation 1, no padding and
+        # no output adjustment along the height (an adjustment of 1 would make it 2 rows)
         weight = weight.unsqueeze(2)
-        stride, padding, dilation, out_pad = ([1, *v] for v in (stride, padding, dilation, out_pad))
-        padding[0] = 0
+        stride, padding, dilation, out_pad = (
+            [first, *v]
+            for first, v in zip((1, 0, 1, 0), (stride, padding, dilation, out_pad), strict=True)
+        )
     groups = int(groups)
     if transposed:
         group_in, group_out = weight.shape[0] // groups, weight.shape[1]
