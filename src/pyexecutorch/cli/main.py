@@ -24,6 +24,7 @@ COMMANDS = (
     "debug",
     "demo",
     "generate",
+    "eval",
 )
 
 EPILOG = """\
