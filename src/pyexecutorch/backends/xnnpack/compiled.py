@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.backends.xnnpack import compiled_quantized  # noqa: F401 - its makers
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
 from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape

@@ -1,0 +1,255 @@
+"""Integer SIMD vectors for the quantized compiled kernels: int8 dot products in registers.
+
+The float vectors of :mod:`pyexecutorch.kernels.compiled_simd` hold ``L`` float32
+lanes (16 with AVX-512, else 8); the types here are their integer companions, one
+register wide too:
+
+* :class:`Int32Vector`: ``L`` int32 lanes (a group's accumulators);
+* :class:`ByteVector`: ``4 L`` bytes, four per int32 lane (the operands of a dot product).
+
+and these intrinsics:
+
+* :func:`load_bytes`: the ``4 L`` bytes at ``p + i`` of an int8/uint8 :func:`pointer`;
+* :func:`splat_quad`: the four bytes of an int32 (four consecutive int8 inputs) in every lane;
+* :func:`low_nibbles` / :func:`high_nibbles`: each byte's 4-bit halves as bytes 0..15;
+* :func:`dot_u8s8`: ``acc + sum over each lane's 4 bytes of u8(a) * s8(b)``: one
+  ``vpdpbusd`` where the CPU has AVX-512 VNNI (or AVX-VNNI at 256 bits), else the same
+  sums spelled in plain LLVM integer vectors (LLVM picks ``pmaddubsw``/``pmaddwd``-style
+  code); exact in int32 for the sums a kernel here makes (no saturation anywhere);
+* :func:`izeros`, :func:`isplat`, :func:`iadd`, :func:`imul`, :func:`to_float` (int32
+  lanes to the float32 :data:`~pyexecutorch.kernels.compiled_simd.Vector` of the same lanes).
+
+Imported only by the compiled tier (it needs numba).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import binding, ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+from pyexecutorch.kernels import compiled_simd as simd
+
+LANES = simd.lanes("float32")  # int32 lanes: as many as a float32 vector's
+
+
+def _features() -> dict[str, bool]:
+    try:
+        return dict(binding.get_host_cpu_features())
+    except Exception:  # noqa: BLE001 - unknown features: the portable form is safe
+        return {}
+
+
+_CPU = _features()
+# the x86 instruction a dot product becomes, when the CPU has it at this width
+if LANES == 16 and _CPU.get("avx512vnni"):
+    VNNI: str | None = "llvm.x86.avx512.vpdpbusd.512"
+elif LANES == 8 and (_CPU.get("avxvnni") or (_CPU.get("avx512vnni") and _CPU.get("avx512vl"))):
+    VNNI = "llvm.x86.avx512.vpdpbusd.256"
+else:
+    VNNI = None
+
+
+class Int32Vector(types.Type):
+    def __init__(self) -> None:
+        super().__init__(name=f"Int32Vector({LANES})")
+
+
+class ByteVector(types.Type):
+    def __init__(self) -> None:
+        super().__init__(name=f"ByteVector({4 * LANES})")
+
+
+INT32_VECTOR, BYTE_VECTOR = Int32Vector(), ByteVector()
+_I32, _I8 = ir.IntType(32), ir.IntType(8)
+_IVEC, _BVEC = ir.VectorType(_I32, LANES), ir.VectorType(_I8, 4 * LANES)
+
+
+@register_model(Int32Vector)
+class _Int32Model(models.PrimitiveModel):
+    def __init__(self, dmm: Any, fe_type: Int32Vector) -> None:
+        super().__init__(dmm, fe_type, _IVEC)
+
+
+@register_model(ByteVector)
+class _ByteModel(models.PrimitiveModel):
+    def __init__(self, dmm: Any, fe_type: ByteVector) -> None:
+        super().__init__(dmm, fe_type, _BVEC)
+
+
+def _byte_pointer(p: Any) -> bool:
+    return isinstance(p, types.CPointer) and p.dtype in (types.int8, types.uint8)
+
+
+@intrinsic
+def load_bytes(typingctx: Any, p: Any, i: Any) -> Any:
+    """The ``4 L`` bytes at ``p + i`` (``p`` an int8/uint8 pointer; no alignment needed)."""
+    if not (_byte_pointer(p) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
+        value = builder.load(address)
+        value.align = 1
+        return value
+
+    return BYTE_VECTOR(p, i), codegen
+
+
+def _splat(builder: Any, value: Any, vty: ir.VectorType) -> Any:
+    one = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(_I32, 0))
+    zeros = ir.Constant(ir.VectorType(_I32, vty.count), [0] * vty.count)
+    return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
+
+
+@intrinsic
+def splat_quad(typingctx: Any, q: Any) -> Any:
+    """The int32 ``q`` (four bytes: four int8 inputs, the first lowest) in every lane."""
+    if not isinstance(q, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        v = args[0]
+        if v.type.width != 32:
+            v = builder.trunc(v, _I32) if v.type.width > 32 else builder.sext(v, _I32)
+        return builder.bitcast(_splat(builder, v, _IVEC), _BVEC)
+
+    return BYTE_VECTOR(q), codegen
+
+
+@intrinsic
+def low_nibbles(typingctx: Any, v: Any) -> Any:
+    """Each byte's low four bits, as a byte 0..15."""
+    if v != BYTE_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.and_(args[0], ir.Constant(_BVEC, [15] * _BVEC.count))
+
+    return BYTE_VECTOR(v), codegen
+
+
+@intrinsic
+def high_nibbles(typingctx: Any, v: Any) -> Any:
+    """Each byte's high four bits, as a byte 0..15."""
+    if v != BYTE_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.lshr(args[0], ir.Constant(_BVEC, [4] * _BVEC.count))
+
+    return BYTE_VECTOR(v), codegen
+
+
+def _portable_dot(builder: Any, acc: Any, a: Any, b: Any) -> Any:
+    """acc + per-lane sums of four u8(a) * s8(b) products, in plain integer vectors."""
+    wide = ir.VectorType(_I32, 4 * LANES)
+    products = builder.mul(builder.zext(a, wide), builder.sext(b, wide))
+    for t in range(4):
+        picks = ir.Constant(ir.VectorType(_I32, LANES), [4 * j + t for j in range(LANES)])
+        acc = builder.add(
+            acc, builder.shuffle_vector(products, ir.Constant(wide, ir.Undefined), picks)
+        )
+    return acc
+
+
+@intrinsic
+def dot_u8s8(typingctx: Any, acc: Any, a: Any, b: Any) -> Any:
+    """``acc[j] + sum_t u8(a[4j + t]) * s8(b[4j + t])`` for every lane j."""
+    if not (acc == INT32_VECTOR and a == BYTE_VECTOR and b == BYTE_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        acc_v, a_v, b_v = args
+        if VNNI is None:
+            return _portable_dot(builder, acc_v, a_v, b_v)
+        # (LLVM 22 declares the byte operands as <4L x i8>; older ones as <L x i32>)
+        fnty = ir.FunctionType(_IVEC, [_IVEC, _BVEC, _BVEC])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, VNNI)
+        return builder.call(fn, [acc_v, a_v, b_v])
+
+    return INT32_VECTOR(acc, a, b), codegen
+
+
+@intrinsic
+def izeros(typingctx: Any) -> Any:
+    """int32 lanes, all 0."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return ir.Constant(_IVEC, None)
+
+    return INT32_VECTOR(), codegen
+
+
+@intrinsic
+def isplat(typingctx: Any, x: Any) -> Any:
+    """The integer ``x`` (as int32) in every lane."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        v = args[0]
+        if v.type.width != 32:
+            v = builder.trunc(v, _I32) if v.type.width > 32 else builder.sext(v, _I32)
+        return _splat(builder, v, _IVEC)
+
+    return INT32_VECTOR(x), codegen
+
+
+@intrinsic
+def iload(typingctx: Any, p: Any, i: Any) -> Any:
+    """The ``L`` int32 at ``p + i`` (``p`` an int32 pointer)."""
+    if not (isinstance(p, types.CPointer) and p.dtype == types.int32):
+        return None
+    if not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), _IVEC.as_pointer())
+        value = builder.load(address)
+        value.align = 4
+        return value
+
+    return INT32_VECTOR(p, i), codegen
+
+
+@intrinsic
+def iadd(typingctx: Any, a: Any, b: Any) -> Any:
+    """``a + b`` lane by lane (int32, wrapping)."""
+    if not (a == INT32_VECTOR and b == INT32_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.add(args[0], args[1])
+
+    return INT32_VECTOR(a, b), codegen
+
+
+@intrinsic
+def imul(typingctx: Any, a: Any, b: Any) -> Any:
+    """``a * b`` lane by lane (int32, wrapping)."""
+    if not (a == INT32_VECTOR and b == INT32_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.mul(args[0], args[1])
+
+    return INT32_VECTOR(a, b), codegen
+
+
+_FLOAT_VECTOR = simd.Vector(types.float32, LANES)
+
+
+@intrinsic
+def to_float(typingctx: Any, a: Any) -> Any:
+    """int32 lanes as float32 lanes (rounded to nearest, as a C cast is)."""
+    if a != INT32_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.sitofp(args[0], ir.VectorType(ir.FloatType(), LANES))
+
+    return _FLOAT_VECTOR(a), codegen

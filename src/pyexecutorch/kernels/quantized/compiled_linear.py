@@ -1,0 +1,354 @@
+"""Dynamically quantized linears, compiled: int8 rows against int8 or 4-bit weights.
+
+XNNPACK's ``qd8-f32-qc8w`` and ``qd8-f32-qb4w`` fully connected layers (the linears of
+8da4w and dynamic-int8 programs): each input row is quantized at run time to int8 with
+its own scale and zero point (:func:`quantize_rows`, XNNPACK's asymmetric parameters,
+bit-exact with the numpy interpreter's ``DynamicRows``), multiplied in int32 against
+weights packed at load, and scaled back to float32:
+
+* int8 per-channel weights: ``y = float(acc) * x_scale * w_scale[n] + bias``, ``acc``
+  the exact sum of ``(q - zp) * w``;
+* 4-bit blockwise weights (scales per output channel and block of ``bl`` inputs):
+  one exact int32 sum of ``(q - zp) * w`` per block, scaled by the block's scale and
+  summed in float32, then times ``x_scale`` plus the bias (XNNPACK's order; XNNPACK
+  folds the zero point's share into one float term per column, which cancels badly
+  against the products for rows whose zero point is large, so it is kept exact here).
+
+Weights are packed at load (:func:`pack_int8`, :func:`pack_int4`) in tiles of ``L``
+output columns (``L`` = the float32 lanes of a vector): within a tile, each 4 inputs
+of a column are 4 consecutive bytes, so one ``vpdpbusd``
+(:func:`~pyexecutorch.kernels.quantized.compiled_int8_simd.dot_u8s8`) adds 4 inputs
+of ``L`` columns. 4-bit weights stay packed, two per byte (offset by 8: 0..15), and are
+unpacked in registers (a mask and a shift): half the bytes to stream, and a decoded
+token's linears are bound by those bytes. The kernels take any shapes (dtype and rank
+only), so one compiled form serves every program; the rows go inside tiles of 4 L
+columns (the tiles' weights read from cache for every row) and the tiles split over the threads.
+
+:func:`linear_8da4w` / :class:`DynamicLinear` are the entry points for callers outside
+the XNNPACK interpreter (an LLM program's 8da4w linears): prepack once, call per token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from pyexecutorch.kernels import compiled_simd as simd
+from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
+from pyexecutorch.runtime import compiled as compiled_tier
+
+NDArray = np.ndarray
+L = iv.LANES
+_F32 = np.float32
+_QUAD_XOR = np.int32(-2139062144)  # 0x80808080: four int8 as uint8 (+128 each)
+
+
+# ------------------------------------------------------------------ packing (at load)
+
+
+def _tiles(n: int) -> int:
+    return -(-n // L)
+
+
+def pack_int8(w: NDArray) -> tuple[NDArray, NDArray]:
+    """int8 weights (N, K), K a multiple of 4, as (tiles, K // 4, 4 L) bytes, and each
+    padded column's sum (tiles, L) int32."""
+    n, k = w.shape
+    t = _tiles(n)
+    full = np.zeros((t * L, k), np.int8)
+    full[:n] = w
+    # [tile, column j, quad c, byte] -> [tile, quad c, column j, byte]
+    packed = full.reshape(t, L, k // 4, 4).transpose(0, 2, 1, 3)
+    sums = full.astype(np.int32).sum(axis=1, dtype=np.int32).reshape(t, L)
+    return np.ascontiguousarray(packed).reshape(t, k // 4, 4 * L), sums
+
+
+def pack_int4(w: NDArray, scales: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+    """4-bit weights (N, K) as int8 in [-8, 7] and their scales (N, blocks), a block a
+    multiple of 8 inputs: the bytes (tiles, K // 8, 4 L), two weights (plus 8) a byte
+    (inputs 8c..8c+3 low, 8c+4..8c+7 high); the scales (tiles, blocks, L) float32; and
+    each block's sum of weights (tiles, blocks, L) int32."""
+    n, k = w.shape
+    blocks = scales.shape[1]
+    t = _tiles(n)
+    full = np.zeros((t * L, k), np.int8)
+    full[:n] = w
+    s = np.zeros((t * L, blocks), _F32)
+    s[:n] = scales
+    eights = (full.astype(np.int16) + 8).astype(np.uint8).reshape(t, L, k // 8, 2, 4)
+    packed = eights[:, :, :, 0, :] | (eights[:, :, :, 1, :] << 4)  # [tile, column, chunk, byte]
+    packed = np.ascontiguousarray(packed.transpose(0, 2, 1, 3)).reshape(t, k // 8, 4 * L)
+    sums = full.reshape(t, L, blocks, k // blocks).sum(axis=3, dtype=np.int32)
+    block_sums = np.ascontiguousarray(sums.transpose(0, 2, 1))
+    block_scales = np.ascontiguousarray(s.reshape(t, L, blocks).transpose(0, 2, 1))
+    return packed, block_scales, block_sums
+
+
+# ------------------------------------------------------------------ compiled kernels
+
+
+@njit(cache=True, error_model="numpy")
+def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
+    """Rows of float32 ``x`` (M, K) as int8 ``q`` with XNNPACK's asymmetric parameters:
+    the range [min(0, lo), max(0, hi)], the multiplier ``255 / span`` (1 for an all-zero
+    row), the zero point from the end with the smaller error, ``q = clamp(rint(v *
+    mult), -128 - zp, 127 - zp) + zp``; ``scales`` gets ``1 / mult``, ``zps`` the zero
+    points (float32 throughout, as ``DynamicRows``)."""
+    m, k = x.shape
+    zero, full, one = _F32(0.0), _F32(255.0), _F32(1.0)
+    qlo, qhi = _F32(-128.0), _F32(127.0)
+    for r in range(m):
+        low = zero
+        high = zero
+        for i in range(k):
+            v = x[r, i]
+            low = min(low, v)
+            high = max(high, v)
+        span = high - low
+        if span == zero:
+            span = full
+        mult = full / span
+        lo_m = low * mult
+        hi_m = high * mult
+        if (lo_m + qlo) + (hi_m + qhi) > zero:
+            zp = qlo - lo_m
+        else:
+            zp = qhi - hi_m
+        zp = np.rint(min(max(zp, qlo), qhi))
+        zps[r] = np.int32(zp)
+        scales[r] = one / mult
+        bottom, top = qlo - zp, qhi - zp
+        for i in range(k):
+            c = np.rint(x[r, i] * mult)
+            c = min(max(c, bottom), top)
+            q[r, i] = np.int8(c + zp)
+
+
+@njit(cache=True, error_model="numpy")
+def _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t0, t1):  # noqa: ANN001, ANN202
+    """Output tiles t0..t1 of the 4-bit product (see :func:`int4_linear`)."""
+    m_rows = q32.shape[0]
+    blocks = bscales.shape[1]
+    chunks = wp.shape[1] // blocks  # 8-input chunks a block
+    n = out.shape[1]
+    stride = 4 * L
+    wptr = simd.pointer(wp)
+    sptr = simd.pointer(bscales)
+    cptr = simd.pointer(bsums)
+    bptr = simd.pointer(bias)
+    optr = simd.pointer(out)
+    low_v = simd.splat(_F32(lo))
+    high_v = simd.splat(_F32(hi))
+    for t in range(t0, t1):
+        tile_w = t * wp.shape[1] * stride
+        for r in range(m_rows):
+            facc = simd.splat(_F32(0.0))
+            zp = iv.isplat(-zps[r])
+            for g in range(blocks):
+                a0 = iv.izeros()
+                a1 = iv.izeros()
+                base = tile_w + g * chunks * stride
+                c0 = 2 * g * chunks
+                for c in range(chunks):
+                    v = iv.load_bytes(wptr, base + c * stride)
+                    a0 = iv.dot_u8s8(a0, iv.low_nibbles(v), iv.splat_quad(q32[r, c0 + 2 * c]))
+                    a1 = iv.dot_u8s8(a1, iv.high_nibbles(v), iv.splat_quad(q32[r, c0 + 2 * c + 1]))
+                # the exact block sum of (q - zp) * w: the nibbles are w + 8
+                at = (t * blocks + g) * L
+                acc = iv.iadd(iv.iadd(a0, a1), iv.isplat(rsum[r, g]))
+                acc = iv.iadd(acc, iv.imul(zp, iv.iload(cptr, at)))
+                facc = simd.fma(iv.to_float(acc), simd.load(sptr, at), facc)
+            y = simd.add(simd.mul(facc, simd.splat(xscales[r])), simd.load(bptr, t * L))
+            y = simd.clamp(y, low_v, high_v)
+            left = n - t * L
+            if left >= L:
+                simd.store(optr, r * n + t * L, y)
+            else:
+                simd.store_first(optr, r * n + t * L, y, left)
+
+
+@njit(cache=True, error_model="numpy")
+def _row_block_terms(q, zps, blocks, rsum):  # noqa: ANN001, ANN202
+    """Per row and block: ``-8 * sum q`` (the nibbles' offset's share)."""
+    m, k = q.shape
+    bl = k // blocks
+    for r in range(m):
+        for g in range(blocks):
+            s = np.int32(0)
+            for i in range(g * bl, (g + 1) * bl):
+                s += np.int32(q[r, i])
+            rsum[r, g] = np.int32(-8) * s
+
+
+def int4_linear(q, q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum):  # noqa: ANN001, ANN201
+    """``out (M, N) = clamp(dequantized(q) @ w4.T + bias, lo, hi)`` for rows ``q`` (M, K)
+    int8 (``q32`` the same memory as int32 quads) with zero points ``zps`` and scales
+    ``xscales``, and 4-bit weights packed by :func:`pack_int4` (``bias`` padded to the
+    tiles, zeros without one); ``rsum`` (M, blocks) int32 scratch."""
+    _row_block_terms(q, zps, bscales.shape[1], rsum)
+    tiles = wp.shape[0]
+    for part in prange(tiles // 4 + 1):
+        t0 = part * 4
+        t1 = min(t0 + 4, tiles)
+        if t0 < t1:
+            _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t0, t1)
+
+
+@njit(cache=True, error_model="numpy")
+def _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):  # noqa: ANN001, ANN202
+    """Output tiles t0..t1 of the int8 product (see :func:`int8_linear`)."""
+    m_rows = q32.shape[0]
+    quads = wp.shape[1]
+    n = out.shape[1]
+    stride = 4 * L
+    wptr = simd.pointer(wp)
+    sumptr = simd.pointer(sums)
+    wsptr = simd.pointer(wscales)
+    bptr = simd.pointer(bias)
+    optr = simd.pointer(out)
+    low_v = simd.splat(_F32(lo))
+    high_v = simd.splat(_F32(hi))
+    for t in range(t0, t1):
+        base = t * quads * stride
+        for r in range(m_rows):
+            a0 = iv.izeros()
+            a1 = iv.izeros()
+            c = 0
+            while c + 1 < quads:
+                x0 = iv.splat_quad(q32[r, c] ^ _QUAD_XOR)
+                x1 = iv.splat_quad(q32[r, c + 1] ^ _QUAD_XOR)
+                a0 = iv.dot_u8s8(a0, x0, iv.load_bytes(wptr, base + c * stride))
+                a1 = iv.dot_u8s8(a1, x1, iv.load_bytes(wptr, base + (c + 1) * stride))
+                c += 2
+            if c < quads:
+                x0 = iv.splat_quad(q32[r, c] ^ _QUAD_XOR)
+                a0 = iv.dot_u8s8(a0, x0, iv.load_bytes(wptr, base + c * stride))
+            # the uint8 inputs are q + 128: take (128 + zp) * column sum back
+            shift = iv.isplat(-(np.int32(128) + np.int32(zps[r])))
+            acc = iv.iadd(iv.iadd(a0, a1), iv.imul(shift, iv.iload(sumptr, t * L)))
+            y = simd.mul(iv.to_float(acc), simd.splat(xscales[r]))
+            y = simd.add(simd.mul(y, simd.load(wsptr, t * L)), simd.load(bptr, t * L))
+            y = simd.clamp(y, low_v, high_v)
+            left = n - t * L
+            if left >= L:
+                simd.store(optr, r * n + t * L, y)
+            else:
+                simd.store_first(optr, r * n + t * L, y, left)
+
+
+def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out):  # noqa: ANN001, ANN201
+    """``out (M, N) = clamp(float(acc) * xscales[m] * wscales[n] + bias[n], lo, hi)``,
+    ``acc`` the exact sum of ``(q - zp) * w``, for rows ``q32`` (M, K / 4) int8 quads with
+    zero points ``zps`` and int8 weights packed by :func:`pack_int8` (``sums`` their
+    column sums; ``wscales`` and ``bias`` padded to the tiles)."""
+    tiles = wp.shape[0]
+    for part in prange(tiles // 4 + 1):
+        t0 = part * 4
+        t1 = min(t0 + 4, tiles)
+        if t0 < t1:
+            _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1)
+
+
+INT4_LINEAR = compiled_tier.serial_and_parallel(int4_linear, "int4_linear")
+INT8_LINEAR = compiled_tier.serial_and_parallel(int8_linear, "int8_linear")
+
+
+class DynamicLinear:
+    """An 8da4w (4-bit blockwise) or dynamic-int8 linear, packed once, called per input.
+
+    ``weight`` (N, K) int8 holds the integer weights (in [-8, 7] for 4-bit), ``scales``
+    is (N,) for per-channel int8 weights or (N, K // block) for 4-bit blocks (a block a
+    multiple of 8 inputs; int8 needs K a multiple of 4); ``bias`` (N,) float32 or None.
+    A call quantizes the rows of ``x`` (..., K) float32 as XNNPACK does and returns (or
+    writes into ``out``) the (..., N) float32 product, clamped to [low, high].
+    """
+
+    def __init__(
+        self,
+        weight: NDArray,
+        scales: NDArray,
+        bias: NDArray | None = None,
+        low: float = -np.inf,
+        high: float = np.inf,
+    ) -> None:
+        w = np.asarray(weight)
+        s = np.asarray(scales, _F32)
+        if w.ndim != 2 or w.dtype != np.int8:
+            raise ValueError(
+                f"DynamicLinear: weight must be a 2-D int8 array, got {w.dtype} {w.shape}"
+            )
+        n, k = w.shape
+        self.units, self.inputs = n, k
+        self.low, self.high = float(low), float(high)
+        if s.ndim == 2:
+            blocks = s.shape[1]
+            if s.shape[0] != n or blocks == 0 or k % blocks or (k // blocks) % 8:
+                raise ValueError(
+                    f"DynamicLinear: 4-bit scales {s.shape} for weight {w.shape}: blocks must "
+                    "split the inputs into equal blocks of a multiple of 8"
+                )
+            if w.min(initial=0) < -8 or w.max(initial=0) > 7:
+                raise ValueError("DynamicLinear: 4-bit weights must lie in [-8, 7]")
+            self.packed = pack_int4(w, s)
+            self.kind = "int4"
+        else:
+            s = s.reshape(-1)
+            if s.size not in (1, n) or k % 4:
+                raise ValueError(
+                    f"DynamicLinear: int8 scales {s.shape} for weight {w.shape}: one scale or "
+                    "one per output, and inputs a multiple of 4"
+                )
+            self.packed = pack_int8(w)
+            self.wscales = padded(np.broadcast_to(s, (n,)), self.packed[0].shape[0] * L)
+            self.kind = "int8"
+        b = None if bias is None else np.asarray(bias, _F32).reshape(-1)
+        if b is not None and b.size != n:
+            raise ValueError(f"DynamicLinear: bias of {b.size} values for {n} outputs")
+        self.bias = padded(b, self.packed[0].shape[0] * L)
+        self._rows = 0
+
+    def _scratch(self, m: int) -> None:
+        if m > self._rows:
+            self._q = np.empty((m, self.inputs), np.int8)
+            self._zps = np.empty(m, np.int32)
+            self._scales = np.empty(m, _F32)
+            blocks = self.packed[1].shape[1] if self.kind == "int4" else 1
+            self._sums = np.empty((m, blocks), np.int32)
+            self._rows = m
+
+    def __call__(self, x: NDArray, out: NDArray | None = None) -> NDArray:
+        x = np.asarray(x)
+        if x.dtype != _F32 or x.ndim < 1 or x.shape[-1] != self.inputs:
+            raise ValueError(
+                f"DynamicLinear: input must be float32 (..., {self.inputs}), got {x.dtype} {x.shape}"
+            )
+        m = x.size // self.inputs
+        shape = x.shape[:-1] + (self.units,)
+        if out is None:
+            out = np.empty(shape, _F32)
+        elif out.shape != shape or out.dtype != _F32 or not out.flags.c_contiguous:
+            raise ValueError(f"DynamicLinear: out must be a C-contiguous float32 {shape}")
+        self._scratch(m)
+        q, zps, xs = self._q[:m], self._zps[:m], self._scales[:m]
+        quantize_rows(np.ascontiguousarray(x).reshape(m, self.inputs), q, zps, xs)
+        o2 = out.reshape(m, self.units)
+        work = m * self.units * self.inputs // 4
+        if self.kind == "int4":
+            wp, bs, col = self.packed
+            args = (q, q.view(np.int32), zps, xs, wp, bs, col, self.bias, self.low, self.high,
+                    o2, self._sums[:m])  # fmt: skip
+            compiled_tier.choose(INT4_LINEAR, work)(*args)
+        else:
+            wp, sums = self.packed
+            args = (q.view(np.int32), zps, xs, wp, sums, self.wscales, self.bias, self.low,
+                    self.high, o2)  # fmt: skip
+            compiled_tier.choose(INT8_LINEAR, work)(*args)
+        return out
+
+
+def padded(values: NDArray | None, size: int) -> NDArray:
+    """``values`` (or zeros) in a float32 array of ``size``, zeros past them."""
+    out = np.zeros(size, _F32)
+    if values is not None:
+        out[: values.size] = values
+    return out
