@@ -1,8 +1,8 @@
 """Engines: where the chunks of rows run. Each calls ``on_result`` with each chunk's
 result (in any order) as it arrives.
 
-* ``embedded``: in this process (one worker), or a local process pool (``spawn``ed,
-  the program loaded once per process by the pool's initializer).
+* ``embedded``: in this process (one worker), or a local process pool (started from a
+  fork server, the program loaded once per process by the pool's initializer).
 * ``ray``: Ray Data. The chunks become Arrow blocks; ``map_batches`` runs them through
   a callable class that loads the program once per actor, the program's bytes fetched
   from the object store. Ray schedules, retries and spills; nothing here does.
@@ -42,8 +42,10 @@ def run_embedded(job: Job, chunks: Iterator[Columns], workers: int, on_result: O
         for chunk in chunks:
             on_result(evaluator(chunk))
         return
-    # spawn, not fork: the parent may hold BLAS and numba thread pools mid-flight.
-    context = multiprocessing.get_context("spawn")
+    # Not fork: the parent may hold BLAS and numba thread pools mid-flight. A fork server
+    # imports the runtime once, and every pool after the first starts from it.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["pyexecutorch.data.worker", "pyexecutorch.runtime"])
     with futures.ProcessPoolExecutor(
         workers, mp_context=context, initializer=_init_process, initargs=(job,)
     ) as pool:
