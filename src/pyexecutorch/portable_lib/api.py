@@ -39,6 +39,7 @@ from pyexecutorch.runtime.io import (
     normalize_inputs,
     read_input,
 )
+from pyexecutorch.runtime.loader import owned_bytes
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.program import Program, Runtime, Verification
 from pyexecutorch.runtime.threads import set_threads
@@ -415,16 +416,9 @@ def _verification(value: Any) -> Verification:
 
 
 def _owned_buffer(buffer: Any, what: str) -> Any:
-    """``buffer`` itself when its bytes cannot change (bytes, read-only memory), else a copy."""
-    if isinstance(buffer, bytes):
-        return buffer
-    try:
-        view = memoryview(buffer)
-    except TypeError:
-        raise TypeError(
-            f"{what} must be a bytes-like object, got {type(buffer).__name__}"
-        ) from None
-    return buffer if view.readonly else view.tobytes()
+    """``buffer`` itself when its bytes cannot change (``bytes``, read-only views of
+    ``bytes``), else a copy (a read-only view of a ``bytearray`` too)."""
+    return owned_bytes(buffer, what)
 
 
 def _load(
@@ -434,6 +428,7 @@ def _load(
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
+    max_instructions: int | None = None,
 ) -> Program:
     data_files = [] if data is None else list(data) if isinstance(data, (list, tuple)) else [data]
     try:
@@ -444,6 +439,7 @@ def _load(
             backend_options=backend_options or None,
             enable_etdump=bool(enable_etdump),
             debug_buffer_size=debug_buffer_size,
+            max_instructions=max_instructions,
         )
     except OSError as e:
         raise RuntimeError(
@@ -463,6 +459,7 @@ def _load_for_executorch(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
+    max_instructions: int | None = None,
 ) -> ExecuTorchModule:
     """Load the program at ``program_path`` (weights in ``data_path`` when they live apart)."""
     program = _load(
@@ -471,6 +468,7 @@ def _load_for_executorch(
         program_verification,
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
+        max_instructions=max_instructions,
     )
     return ExecuTorchModule(program, _Etdump(program))
 
@@ -481,6 +479,7 @@ def _load_for_executorch_from_buffer(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
+    max_instructions: int | None = None,
 ) -> ExecuTorchModule:
     """Load a program from bytes. The module keeps ``buffer`` alive for as long
     as anything loaded from it lives; a writable buffer is copied first."""
@@ -490,6 +489,7 @@ def _load_for_executorch_from_buffer(
         program_verification,
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
+        max_instructions=max_instructions,
     )
     return ExecuTorchModule(program, _Etdump(program))
 
@@ -499,6 +499,7 @@ def _load_for_executorch_from_data_loader(
     data_path: str | os.PathLike | None = None,
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
+    max_instructions: int | None = None,
 ) -> ExecuTorchModule:
     """Load a program through a data loader (``FileDataLoader``, ``MmapDataLoader``,
     ``BufferDataLoader`` or any object with ``size`` and ``load(offset, size)``);
@@ -514,6 +515,7 @@ def _load_for_executorch_from_data_loader(
         Verification.InternalConsistency,
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
+        max_instructions=max_instructions,
     )
     return ExecuTorchModule(program, _Etdump(program))
 
@@ -525,6 +527,7 @@ def _load_program(
     program_verification: Verification = Verification.Minimal,
     data_path: str | os.PathLike | None = None,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    max_instructions: int | None = None,
 ) -> ExecuTorchProgram:
     options = _load_options(backend_options)
     program = _load(
@@ -534,6 +537,7 @@ def _load_program(
         options,
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
+        max_instructions=max_instructions,
     )
     return ExecuTorchProgram(program, _Etdump(program))
 
@@ -545,6 +549,7 @@ def _load_program_from_buffer(
     program_verification: Verification = Verification.Minimal,
     data_path: str | os.PathLike | None = None,
     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    max_instructions: int | None = None,
 ) -> ExecuTorchProgram:
     options = _load_options(backend_options)
     program = _load(
@@ -554,6 +559,7 @@ def _load_program_from_buffer(
         options,
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
+        max_instructions=max_instructions,
     )
     return ExecuTorchProgram(program, _Etdump(program))
 

@@ -9,7 +9,13 @@ needs it loads. Three loaders come with it:
 
 - :class:`FileDataLoader`: reads the file with positioned reads, on demand;
 - :class:`MmapDataLoader`: maps the file; ``load`` returns views of the mapping;
-- :class:`BufferDataLoader`: over bytes already in memory (views, no copy).
+- :class:`BufferDataLoader`: over bytes already in memory (views, no copy of ``bytes``;
+  writable memory is copied once).
+
+A program never changes after it loads: the file loaders refuse, with
+``FormatError``, to read a file truncated or rewritten since they opened it (a
+method loaded later fails instead of running on other weights, and a mapped file
+never faults), and memory a caller can still change is copied.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pyexecutorch.runtime.loader import owned_bytes
 from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.pte import ExtendedHeader, PteFile
 
@@ -74,10 +81,13 @@ def load_checked(loader: Any, offset: int, size: int, total: int) -> memoryview:
 
 
 class BufferDataLoader:
-    """Bytes already in memory; ``load`` returns views of them."""
+    """Bytes already in memory; ``load`` returns views of them. Memory the caller can
+    still change (a ``bytearray``, a writable array, a read-only view of either) is
+    copied once here, so that changing it later cannot change a program loaded through
+    this loader; ``bytes`` are used as they are."""
 
     def __init__(self, data: Any) -> None:
-        self._view = memoryview(data).cast("B")
+        self._view = memoryview(owned_bytes(data, "BufferDataLoader data")).cast("B")
 
     def size(self) -> int:
         return len(self._view)
@@ -86,25 +96,62 @@ class BufferDataLoader:
         return self._view[offset : offset + size]
 
 
+class _OpenFile:
+    """An open file and what it looked like when opened: a loader refuses to read a file
+    that was truncated or rewritten since (its segments would not be those its program
+    tables describe), with ``FormatError``. A file replaced by a new one (renamed over
+    it) is harmless: the open descriptor still reads the old one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"file not found: {path!r}") from None
+        self.size, self._stamp = self._state()
+
+    def _state(self) -> tuple[int, int]:
+        st = os.fstat(self.fd)
+        return st.st_size, st.st_mtime_ns
+
+    def check(self, offset: int, size: int) -> None:
+        """``FormatError`` unless the file is as it was and holds ``[offset, offset + size)``."""
+        now, stamp = self._state()
+        if now < offset + size:
+            raise FormatError(
+                f"{self.path!r}: the file is {now} bytes, too short for [{offset}, "
+                f"{offset + size}): truncated after it was opened ({self.size} bytes then)"
+            )
+        if now != self.size or stamp != self._stamp:
+            raise FormatError(
+                f"{self.path!r} changed on disk after it was opened (size {self.size} -> {now} "
+                "bytes, or rewritten): its segments no longer match its program"
+            )
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class FileDataLoader:
-    """A file read on demand with positioned reads (nothing is read until asked for)."""
+    """A file read on demand with positioned reads (nothing is read until asked for);
+    a file truncated or rewritten after it was opened fails with ``FormatError``."""
 
     def __init__(self, path: str | os.PathLike, alignment: int = 16) -> None:
         self.path = str(path)
         self.alignment = alignment
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"file not found: {self.path!r}") from None
-        self._size = os.fstat(self._fd).st_size
+        self._file = _OpenFile(self.path)
+        self._size = self._file.size
 
     def size(self) -> int:
         return self._size
 
     def load(self, offset: int, size: int) -> bytes:
+        self._file.check(offset, size)
         chunks = []
         while size:
-            chunk = os.pread(self._fd, size, offset)
+            chunk = os.pread(self._file.fd, size, offset)
             if not chunk:
                 raise FormatError(f"{self.path!r}: unexpected end of file at offset {offset}")
             chunks.append(chunk)
@@ -113,29 +160,39 @@ class FileDataLoader:
         return b"".join(chunks)
 
     def __del__(self) -> None:
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            os.close(fd)
-            self._fd = None
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
 
 
 class MmapDataLoader:
-    """A memory-mapped file; ``load`` returns views of the mapping (no copy)."""
+    """A memory-mapped file; ``load`` returns views of the mapping (no copy).
+
+    Reading a mapped page past the end of a file truncated after it was mapped raises
+    SIGBUS, which kills the interpreter. So each ``load`` first checks, with ``fstat``,
+    that the file still has the size and modification time it had when mapped, and
+    raises ``FormatError`` otherwise; a program copies what it loads at once (see
+    :class:`LoadedBytes`), so a later truncation cannot reach it. (A truncation in the
+    microseconds between that check and the copy is the one case this cannot catch.)
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = str(Path(path))
-        try:
-            with open(self.path, "rb") as f:
-                self._size = os.fstat(f.fileno()).st_size
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self._size else b""
-        except FileNotFoundError:
-            raise FileNotFoundError(f"file not found: {self.path!r}") from None
+        self._file = _OpenFile(self.path)
+        self._size = self._file.size
+        self._map = mmap.mmap(self._file.fd, 0, access=mmap.ACCESS_READ) if self._size else b""
 
     def size(self) -> int:
         return self._size
 
     def load(self, offset: int, size: int) -> memoryview:
+        self._file.check(offset, size)
         return memoryview(self._map)[offset : offset + size]
+
+    def __del__(self) -> None:
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
 
 
 # --------------------------------------------------------------------------------------

@@ -6,9 +6,14 @@ unplanned tensors need are added up and checked against ``max_arena_bytes``
 (by default the machine's physical memory), so that the error names the method
 and the amount instead of the allocator failing somewhere inside numpy.
 
-``max_instructions`` (off by default) bounds the instructions one run of a
-chain with jumps may execute, so that a ``JumpFalseCall`` loop that never ends
-raises :class:`~pyexecutorch.runtime.errors.ExecutionError` instead of hanging.
+``max_instructions`` bounds the instructions one run of a chain with jumps may
+execute, so that a ``JumpFalseCall`` loop that never ends raises
+:class:`InstructionBudgetError` (an
+:class:`~pyexecutorch.runtime.errors.ExecutionError`) instead of hanging. It is
+on by default: :data:`DEFAULT_MAX_INSTRUCTIONS` (ten million, about ten seconds
+of the cheapest instructions, far more than any exported ``cond``, ``map`` or
+``while_loop`` runs; pass a larger number for a longer loop). A chain without
+jumps runs each instruction once and is never counted.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from pyexecutorch.schema.program import ExecutionPlan, Tensor, TensorShapeDynami
 from pyexecutorch.schema.scalar_type import SCALAR_TYPE_ITEMSIZE
 
 _EXTERNAL = 1  # TensorDataLocation.EXTERNAL
+
+# The instruction budget of one run of a chain with jumps when the caller sets none.
+DEFAULT_MAX_INSTRUCTIONS = 10_000_000
 
 
 @cache
@@ -42,7 +50,8 @@ class LoadLimits:
     ``max_arena_bytes``: the most memory one method may allocate at load for its
     planned arenas and unplanned tensors (``None``: the machine's physical memory).
     ``max_instructions``: the most instructions one run of a chain with jumps may
-    execute (``None``: no limit; a straight-line chain runs each instruction once).
+    execute (``None``: :data:`DEFAULT_MAX_INSTRUCTIONS`; a straight-line chain runs
+    each instruction once and is not counted).
     """
 
     max_arena_bytes: int | None = None
@@ -55,6 +64,8 @@ class LoadLimits:
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
             ):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        if self.max_instructions is None:  # a frozen dataclass: set through object
+            object.__setattr__(self, "max_instructions", DEFAULT_MAX_INSTRUCTIONS)
 
     @property
     def arena_bytes(self) -> int:

@@ -73,7 +73,7 @@ from pyexecutorch.runtime.limits import (
 from pyexecutorch.runtime.low_precision import is_low, widened
 from pyexecutorch.runtime.shape_plans import ShapePlans, static_plan
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
-from pyexecutorch.runtime.verify import verify_plan
+from pyexecutorch.runtime.verify import check_data_flow, verify_plan
 from pyexecutorch.runtime.views import ViewElider, identity
 from pyexecutorch.runtime.whole_method import (
     Step,
@@ -348,6 +348,7 @@ class LoadedMethod:
         self._build_values()
         self.inputs = [self._input_spec(i) for i in plan.inputs]
         self._resolve_kernels()
+        check_data_flow(self)  # needs the kernels: which arguments each call writes
         self._delegates = self._init_delegates(backend_options)
         dynamic = shape_plans.dynamic_values(self) if jit and event_tracer is None else None
         # The compiled tier runs such a method through static plans of it, one per input

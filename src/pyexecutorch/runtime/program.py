@@ -323,7 +323,8 @@ class Runtime:
         :meth:`Program.write_etdump_result_to_file`.
         ``max_arena_bytes`` bounds the memory one method allocates when it loads
         (default: the machine's physical memory); ``max_instructions`` bounds the
-        instructions one run of a chain with jumps executes (default: no bound).
+        instructions one run of a chain with jumps executes (default:
+        ``DEFAULT_MAX_INSTRUCTIONS``, ten million).
         See :mod:`pyexecutorch.runtime.limits`.
         """
         limits = LoadLimits(max_arena_bytes, max_instructions)

@@ -8,9 +8,15 @@ naming the method and the value, instruction or delegate at fault.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from typing import Any
 
+from numpy.lib.array_utils import byte_bounds
+
+from pyexecutorch.runtime.dataflow import _with_items, accesses
 from pyexecutorch.runtime.errors import InvalidProgramError
 from pyexecutorch.schema.program import (
+    Bool,
     BoolList,
     DataLocation,
     DelegateCall,
@@ -28,7 +34,7 @@ from pyexecutorch.schema.program import (
     TensorList,
 )
 from pyexecutorch.schema.pte import PteFile
-from pyexecutorch.schema.scalar_type import SCALAR_TYPE_ITEMSIZE
+from pyexecutorch.schema.scalar_type import SCALAR_TYPE_ITEMSIZE, ScalarType
 
 _MAX_RANK = 16
 
@@ -140,6 +146,21 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
                 check_index(args.move_to, f"{where} (MoveCall) destination")
             elif isinstance(args, JumpFalseCall):
                 check_index(args.cond_value_index, f"{where} (JumpFalseCall) condition")
+                cond = values[args.cond_value_index].val
+                # The official runtime branches on a Bool or a Bool tensor, nothing else:
+                # an Int condition that is never false would loop forever.
+                if not isinstance(cond, Bool) and not (
+                    isinstance(cond, Tensor) and cond.scalar_type == ScalarType.BOOL
+                ):
+                    kind = (
+                        f"a {ScalarType(cond.scalar_type).name} tensor"
+                        if isinstance(cond, Tensor)
+                        else type(cond).__name__
+                    )
+                    fail(
+                        f"{where} (JumpFalseCall): condition value {args.cond_value_index} is "
+                        f"{kind}, expected a Bool or a Bool tensor"
+                    )
                 if not 0 <= args.destination_instruction <= n_instr:
                     fail(
                         f"{where}: jump destination {args.destination_instruction} out of range ({n_instr} instructions)"
@@ -208,3 +229,176 @@ def _verify_tensor(
             fail(
                 f"value {i}: constant tensor needs {nbytes} bytes but buffer {t.data_buffer_idx} has {have}"
             )
+
+
+# ----------------------------------------------------------------------------- data flow
+
+
+def check_data_flow(method: Any) -> None:
+    """Refuse a method (a LoadedMethod, its kernels resolved) in which an instruction reads
+    a value that is not an input, a constant or state, and that no instruction writes
+    before it on every path through the chains' jumps.
+
+    Such a read sees whatever an earlier call (or nothing) left in planned memory, so the
+    tiers, which keep different intermediates, disagree. Defined from the start: inputs,
+    scalars and lists, constants, tensors with initial data, shared state (memory ids 2
+    and up) and state a method updates in place (an in-place kernel's first argument, or
+    a value no instruction writes whose bytes the output of an instruction reading it
+    shares). Any other value no instruction writes is a static view: defined where a
+    value sharing its bytes is.
+    """
+    plan = method.plan
+    evalues = plan.values
+    steps = [[instr.instr_args for instr in chain.instructions] for chain in plan.chains]
+    layout = [[_accesses(method, a) for a in chain] for chain in steps]
+    start = set(plan.inputs)
+    written: set[int] = set()
+    for chain in layout:
+        for _, writes, _ in chain:
+            written.update(writes)
+    for chain, instructions in zip(layout, steps, strict=True):
+        for (_, writes, aliased), a in zip(chain, instructions, strict=True):
+            if isinstance(a, KernelCall) and method.kernels[a.op_index].n_outs == 0:
+                start.update(writes)  # mutated in place: the value is state
+            # A value no instruction writes, read by one whose output shares its bytes:
+            # state updated in place through an aliasing output (a KV cache).
+            start.update(j for j in aliased if j not in written)
+    for i, ev in enumerate(evalues):
+        t = ev.val
+        if not isinstance(t, Tensor):
+            start.add(i)  # scalars, strings, lists (their items are checked) and nulls
+        elif t.data_buffer_idx or (
+            t.extra_tensor_info is not None and int(t.extra_tensor_info.location) == 1
+        ):
+            start.add(i)  # a constant, or a mutable buffer's initial state
+        elif t.allocation_info is not None and t.allocation_info.memory_id >= 2:
+            start.add(i)  # state shared between methods
+    bases = _view_bases(method, written | start, written | start)
+
+    def constant(j: int) -> bool | None:
+        val = evalues[j].val
+        return val.bool_val if isinstance(val, Bool) and j not in written else None
+
+    defined = set(start)
+    for c, chain in enumerate(layout):
+        defined = _chain_flow(plan, c, steps[c], chain, defined, bases, constant)
+
+
+def _accesses(method: Any, a: Any) -> tuple[list[int], list[int], list[int]]:
+    """(values read, values written, values read that share bytes with one written) of
+    one instruction; see check_data_flow."""
+    if isinstance(a, DelegateCall):
+        # A program does not say which delegate arguments are inputs: none is checked.
+        return [], list(_with_items(method.plan.values, a.args)), []
+    if isinstance(a, FreeCall):
+        return [], [], []
+    reads, writes = accesses(method, a)
+    aliased = []
+    if writes:
+        spans = [s for s in (_span(method, j) for j in writes) if s is not None]
+        for j in reads:
+            span = _span(method, j)
+            if span is not None and any(span[0] < hi and lo < span[1] for lo, hi in spans):
+                aliased.append(j)
+    return reads, writes, aliased
+
+
+def _span(method: Any, j: int) -> tuple[int, int] | None:
+    cap = method.capacity.get(j)
+    if cap is None or not cap.size:
+        return None
+    return byte_bounds(cap)
+
+
+def _view_bases(method: Any, candidates: set[int], written: set[int]) -> dict[int, list[int]]:
+    """For each planned tensor no instruction writes, the written or initially defined
+    tensors sharing its bytes (the base of a static view)."""
+    spans = {j: s for j in candidates if (s := _span(method, j)) is not None}
+    order = sorted(spans.items(), key=lambda item: item[1])
+    starts = [s[0] for _, s in order]
+    bases: dict[int, list[int]] = {}
+    for j, ev in enumerate(method.plan.values):
+        if j in written or not isinstance(ev.val, Tensor):
+            continue
+        span = _span(method, j)
+        if span is not None:
+            lo, hi = span
+            end = bisect_right(starts, hi - 1)
+            bases[j] = [other for other, (_, ohi) in order[:end] if ohi > lo and other != j]
+    return bases
+
+
+def _successors(
+    instructions: list[Any], starts: list[int], ends: list[int], constant: Any
+) -> list[list[int]]:
+    """Each basic block's successor blocks (``len(starts)``: the chain's end)."""
+    n = len(instructions)
+    block = {s: b for b, s in enumerate(starts)}
+    out = []
+    for lo, hi in zip(starts, ends, strict=True):
+        last = instructions[hi - 1] if hi > lo else None
+        nxt = [hi]
+        if isinstance(last, JumpFalseCall):
+            known = constant(last.cond_value_index)  # a Bool no instruction writes
+            dest = last.destination_instruction
+            nxt = [hi] if known is True else [dest] if known is False else [hi, dest]
+        out.append(sorted({block.get(s, len(starts)) if s < n else len(starts) for s in nxt}))
+    return out
+
+
+def _chain_flow(
+    plan: ExecutionPlan,
+    c: int,
+    instructions: list[Any],
+    chain: list[tuple[list[int], list[int], list[int]]],
+    defined: set[int],
+    bases: dict[int, list[int]],
+    constant: Any,
+) -> set[int]:
+    """Check one chain's reads given the values ``defined`` on entry; the values defined on
+    every path to its end."""
+    n = len(instructions)
+    starts = {0}
+    for pc, a in enumerate(instructions):
+        if isinstance(a, JumpFalseCall):
+            starts.update((a.destination_instruction, pc + 1))
+    starts = sorted(s for s in starts if s < n) or [0]
+    ends = [*starts[1:], n]
+    succ = _successors(instructions, starts, ends, constant)
+    exit_block = len(starts)
+    ins: list[set[int] | None] = [None] * (exit_block + 1)  # None: not reached (yet)
+    ins[0] = set(defined)
+    work = [0]
+    while work:
+        b = work.pop()
+        out = set(ins[b])
+        for pc in range(starts[b], ends[b]):
+            out.update(chain[pc][1])
+        for s in succ[b]:
+            merged = out if ins[s] is None else ins[s] & out
+            if ins[s] is None or merged != ins[s]:
+                ins[s] = set(merged)
+                if s != exit_block:
+                    work.append(s)
+    for b in range(exit_block):
+        if ins[b] is None:
+            continue  # unreachable
+        have = set(ins[b])
+        for pc in range(starts[b], ends[b]):
+            reads, writes, _ = chain[pc]
+            for j in reads:
+                if j in have or any(base in have for base in bases.get(j, ())):
+                    continue
+                a = instructions[pc]
+                what = (
+                    plan.operators[a.op_index].qualified_name
+                    if isinstance(a, KernelCall)
+                    else type(a).__name__
+                )
+                raise InvalidProgramError(
+                    f"method '{plan.name}': chain {c} instruction {pc} ({what}) reads value {j} "
+                    "before any instruction writes it (on some path through the chain); it is "
+                    "not an input, a constant or state"
+                )
+            have.update(writes)
+    return ins[exit_block] if ins[exit_block] is not None else set(defined)

@@ -13,8 +13,11 @@ where torch refuses them (gather, scatter, index_select, embedding).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from pyexecutorch.kernels.bounds import check_output_size
 from pyexecutorch.kernels.common import broadcast_shape, fit, normalize_dim
 from pyexecutorch.kernels.registry import KernelError, kernel
 
@@ -80,6 +83,26 @@ def _index_tuple(self: np.ndarray, indices: list, name: str) -> tuple:
         parts.append(ix)
         dim += ix.ndim
     return tuple(parts)
+
+
+def _index_elements(self: np.ndarray, tup: tuple) -> int | None:
+    """How many elements ``self[tup]`` has (advanced indices broadcast together, sliced
+    dimensions kept), without computing it; None when numpy would refuse the index."""
+    shapes, kept, dim = [], 1, 0
+    for part in tup:
+        if isinstance(part, slice):
+            kept *= self.shape[dim] if dim < self.ndim else 1
+            dim += 1
+        elif part.dtype == _BOOL:
+            shapes.append((int(np.count_nonzero(part)),))
+            dim += part.ndim
+        else:
+            shapes.append(part.shape)
+            dim += 1
+    try:
+        return math.prod(np.broadcast_shapes(*shapes)) * kept * math.prod(self.shape[dim:])
+    except ValueError:
+        return None
 
 
 def _index_error(name: str, e: Exception) -> KernelError:
@@ -165,6 +188,9 @@ def index_tensor_out(self, indices, out):
             _check_range(ix, self.shape[axis], "index", axis, True)
             np.take(self, ix, axis=axis, out=out, mode="wrap")
         return out
+    count = _index_elements(self, tup)
+    if count is not None:  # the gather below allocates its result: bound it first
+        check_output_size(out, (count,), "index")
     try:
         result = self[tup]
     except IndexError as e:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.bounds import bounded_fit
 from pyexecutorch.kernels.registry import KernelError, kernel
 from pyexecutorch.kernels.shape.shape import assign, cast_scalar
 
@@ -85,7 +85,7 @@ def _constant_plan(shape: tuple[int, ...], pad: tuple[int, ...]):
 @kernel("aten::constant_pad_nd.out")
 def constant_pad_nd(self, pad, value, out):
     out_shape, kind, src, dst = _constant_plan(self.shape, tuple(pad))
-    out = fit(out, out_shape)
+    out = bounded_fit(out, out_shape, "constant_pad_nd")
     if kind == "crop":
         assign(out, self[src])
         return out
@@ -200,7 +200,7 @@ def _pad_kernel(dims: int, mode: str):
 
     def pad(self, padding, out):
         out_shape, center, copies = _edge_plan(self.shape, tuple(padding), dims, mode, op)
-        out = fit(out, out_shape)
+        out = bounded_fit(out, out_shape, op)
         if out.size == 0:
             return out
         if center is None:

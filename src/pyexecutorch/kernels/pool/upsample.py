@@ -15,7 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit, quiet_fp
+from pyexecutorch.kernels.bounds import bounded_fit
+from pyexecutorch.kernels.common import quiet_fp
 from pyexecutorch.kernels.conv.conv import float_compute_dtype, scratch, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
 
@@ -88,7 +89,7 @@ def upsample_nearest2d(input, output_size, scale_factors, out):
     op = "upsample_nearest2d"
     (oh, ow), (sh, sw) = _resolve_size(op, input, output_size, scale_factors)
     n, c, h, w = input.shape
-    o = fit(out, (n, c, oh, ow))
+    o = bounded_fit(out, (n, c, oh, ow), op)
     if o.size == 0:
         return o
     ch = _opmath(input.dtype).char if input.dtype.kind == "f" else "f"
@@ -145,7 +146,7 @@ def upsample_bilinear2d(input, output_size, align_corners, scale_factors, out):
     cdt = float_compute_dtype(input, "input", op)
     (oh, ow), (sh, sw) = _resolve_size(op, input, output_size, scale_factors)
     n, c, h, w = input.shape
-    o = fit(out, (n, c, oh, ow))
+    o = bounded_fit(out, (n, c, oh, ow), op)
     if o.size == 0:
         return o
     ac = bool(align_corners)
@@ -218,7 +219,7 @@ def upsample_bilinear2d_aa(self, output_size, align_corners, scales_h, scales_w,
     if h <= 0 or w <= 0:
         raise KernelError(f"{op}: input of shape {self.shape} has an empty spatial dim")
     oh, ow = size
-    o = fit(out, (n, c, oh, ow))
+    o = bounded_fit(out, (n, c, oh, ow), op)
     if o.size == 0:
         return o
     ac = bool(align_corners)
@@ -304,7 +305,7 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
         )
     n, c, h, w = input.shape
     oh, ow = grid.shape[1:3]
-    o = fit(out, (n, c, oh, ow))
+    o = bounded_fit(out, (n, c, oh, ow), op)
     if o.size == 0:
         return o
     if h == 0 or w == 0:

@@ -8,9 +8,11 @@ computes its length and values by torch's rules.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
+from pyexecutorch.kernels.bounds import bounded_fit, check_output_size
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.registry import KernelError, kernel
 from pyexecutorch.kernels.shape.shape import assign, cast_scalar, check_sizes
@@ -26,7 +28,7 @@ def manual_seed(seed: int) -> None:
 
 @kernel("aten::empty.out")
 def empty(size, memory_format, out):
-    return fit(out, check_sizes(size))
+    return bounded_fit(out, check_sizes(size), "empty")
 
 
 @kernel("dim_order_ops::_empty_dim_order.out")
@@ -37,12 +39,12 @@ def empty_dim_order(size, dim_order, out):
             f"_empty_dim_order: dim_order {list(dim_order)} is not a permutation of the "
             f"{len(size)} dimensions"
         )
-    return fit(out, size)
+    return bounded_fit(out, size, "_empty_dim_order")
 
 
 @kernel("aten::full.out")
 def full(size, fill_value, out):
-    out = fit(out, check_sizes(size))
+    out = bounded_fit(out, check_sizes(size), "full")
     out[...] = cast_scalar(fill_value, out.dtype, "fill_value")
     return out
 
@@ -56,14 +58,14 @@ def full_like(self, fill_value, memory_format, out):
 
 @kernel("aten::ones.out")
 def ones(size, out):
-    out = fit(out, check_sizes(size))
+    out = bounded_fit(out, check_sizes(size), "ones")
     out[...] = 1
     return out
 
 
 @kernel("aten::zeros.out")
 def zeros(size, out):
-    out = fit(out, check_sizes(size))
+    out = bounded_fit(out, check_sizes(size), "zeros")
     out[...] = 0
     return out
 
@@ -84,7 +86,10 @@ def _arange(start, end, step, out):
     key = (start, end, step, out.dtype)
     values = _ARANGES.get(key)
     if values is None:
-        values = _arange_values(start, end, step, out.dtype)
+        # The length first: a hostile end must fail before the range is built.
+        n, wide = _arange_plan(start, end, step, out.dtype)
+        check_output_size(out, (n,), "arange")
+        values = wide()
         if len(_ARANGES) > 256:
             _ARANGES.clear()
         if values.size <= 1 << 16:
@@ -95,8 +100,9 @@ def _arange(start, end, step, out):
     return out
 
 
-def _arange_values(start, end, step, dtype: np.dtype) -> np.ndarray:
-    """torch's arange: its length rule, values start + i * step rounded once."""
+def _arange_plan(start, end, step, dtype: np.dtype) -> tuple[int, Callable[[], np.ndarray]]:
+    """torch's arange: its length rule, and a function building the values start + i * step
+    (rounded once) in ``dtype``; nothing is allocated until that function is called."""
     if dtype.kind not in "iuf":
         raise KernelError(f"arange: unsupported output dtype {dtype}")
     fs, fe, fp = float(start), float(end), float(step)
@@ -124,16 +130,21 @@ def _arange_values(start, end, step, dtype: np.dtype) -> np.ndarray:
             n = abs(num) // abs(p) * (1 if (num >= 0) == (p > 0) else -1)
         else:
             n = math.ceil((fe - fs) / fp)
-        wide = np.arange(max(n, 0), dtype=np.int64)
-        wide *= p
-        wide += s
+        n = max(n, 0)
+        first, stride, wide_dtype = s, p, np.int64
     else:
-        wide = np.arange(math.ceil((fe - fs) / fp), dtype=np.float64)
-        wide *= fp
-        wide += fs
-    values = np.empty(wide.shape, dtype)
-    assign(values, wide)
-    return values
+        n = max(math.ceil((fe - fs) / fp), 0)
+        first, stride, wide_dtype = fs, fp, np.float64
+
+    def build() -> np.ndarray:
+        wide = np.arange(n, dtype=wide_dtype)
+        wide *= stride
+        wide += first
+        values = np.empty(wide.shape, dtype)
+        assign(values, wide)
+        return values
+
+    return n, build
 
 
 @kernel("aten::arange.out")
@@ -154,7 +165,7 @@ def _float_out(out: np.ndarray, op: str) -> None:
 @kernel("aten::rand.out")
 def rand(size, out):
     """Uniform samples in [0, 1) from numpy's default generator."""
-    out = fit(out, check_sizes(size))
+    out = bounded_fit(out, check_sizes(size), "rand")
     _float_out(out, "rand")
     if out.dtype == np.float16:
         # 11 random bits, exactly representable: never rounds up to 1.0.
@@ -170,7 +181,7 @@ def rand(size, out):
 @kernel("aten::randn.out")
 def randn(size, out):
     """Standard normal samples from numpy's default generator."""
-    out = fit(out, check_sizes(size))
+    out = bounded_fit(out, check_sizes(size), "randn")
     _float_out(out, "randn")
     if out.dtype != np.float16 and out.flags.c_contiguous:
         _RNG.standard_normal(out=out, dtype=out.dtype)

@@ -16,6 +16,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from pyexecutorch.kernels.bounds import bounded_fit
 from pyexecutorch.kernels.common import fit, quiet_fp
 from pyexecutorch.kernels.registry import KernelError, kernel
 
@@ -267,7 +268,7 @@ def expand_copy(self, size, implicit, out):
             )
         elif s < 0:
             raise KernelError(f"expand size {list(size)} has an invalid dimension {s}")
-    out = fit(out, tuple(shape))
+    out = bounded_fit(out, tuple(shape), "expand_copy")
     assign(out, self)
     return out
 
@@ -599,7 +600,7 @@ def repeat(self, repeats, out):
         if r < 0:
             raise KernelError(f"repeat(): repeats {list(repeats)} must be non-negative")
     shape = (1,) * (k - n) + self.shape
-    out = fit(out, tuple(r * s for r, s in zip(repeats, shape, strict=True)))
+    out = bounded_fit(out, tuple(r * s for r, s in zip(repeats, shape, strict=True)), "repeat")
     if out.size == 0:
         return out
     # Split each output dimension d into (repeats[d], shape[d]) -- always a
@@ -628,7 +629,7 @@ def repeat_interleave(repeats, output_size, out):
         raise KernelError(
             f"repeat_interleave(): output_size {output_size} must equal repeats.sum() = {total}"
         )
-    out = fit(out, (total,))
+    out = bounded_fit(out, (total,), "repeat_interleave")
     assign(out, np.repeat(np.arange(repeats.shape[0], dtype=out.dtype), repeats))
     return out
 
