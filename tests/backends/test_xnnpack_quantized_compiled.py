@@ -68,6 +68,18 @@ def _expected(x, w, scales, bias, low, high):
     return np.clip(y, low, high)
 
 
+def _fold_error(x, w, scales):
+    """What XNNPACK's fold of the 4-bit zero point's share, ``zp * sum_b s_b * sum_k w``
+    in float32, may lose per output: a few float32 roundings of that term."""
+    if scales.ndim == 1:
+        return 0.0  # (int8: exact integer sums)
+    _, zps, xs = _reference_rows(x)
+    block = w.shape[1] // scales.shape[1]
+    sums = w.reshape(w.shape[0], -1, block).sum(axis=2, dtype=np.int64)
+    share = np.abs(sums * scales.astype(np.float64)).sum(axis=1)
+    return 8 * np.finfo(np.float32).eps * np.abs(zps * xs)[:, None] * share
+
+
 @pytest.mark.parametrize(
     "kind, m, k, n, block",
     [("int4", 1, 256, 100, 32), ("int4", 3, 384, 48, 128), ("int4", 2, 64, 5, 8),
@@ -90,7 +102,11 @@ def test_dynamic_linear_against_float64(kind, m, k, n, block):
         got = linear(x, out if call else None)
         expected = _expected(x, w, scales, bias, low, high)
         assert got.shape == (m, n) and got.dtype == np.float32
-        np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
+        bound = 2e-5 * (np.abs(expected).max() + np.abs(expected)) + _fold_error(x, w, scales)
+        err = np.abs(got - expected)
+        assert (err <= bound).all(), (
+            f"call {call}: worst {err.max():.3g}, over by {(err - bound).max():.3g}"
+        )
 
 
 def test_dynamic_linear_refuses_bad_arguments():

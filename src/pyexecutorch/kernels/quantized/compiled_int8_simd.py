@@ -253,3 +253,29 @@ def to_float(typingctx: Any, a: Any) -> Any:
         return builder.sitofp(args[0], ir.VectorType(ir.FloatType(), LANES))
 
     return _FLOAT_VECTOR(a), codegen
+
+
+@intrinsic
+def load_scales(typingctx: Any, p: Any, i: Any) -> Any:
+    """The ``L`` scales at ``p + i`` as float32 lanes: ``p`` a float32 pointer, or a
+    uint16 one holding bfloat16 (widened exactly: the bits shifted up by 16)."""
+    if not (isinstance(p, types.CPointer) and isinstance(i, types.Integer)):
+        return None
+    if p.dtype not in (types.float32, types.uint16):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        floats = ir.VectorType(ir.FloatType(), LANES)
+        if p.dtype == types.float32:
+            address = builder.bitcast(builder.gep(args[0], [args[1]]), floats.as_pointer())
+            value = builder.load(address)
+            value.align = 4
+            return value
+        halves = ir.VectorType(ir.IntType(16), LANES)
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), halves.as_pointer())
+        bits = builder.load(address)
+        bits.align = 2
+        wide = builder.shl(builder.zext(bits, _IVEC), ir.Constant(_IVEC, [16] * LANES))
+        return builder.bitcast(wide, floats)
+
+    return _FLOAT_VECTOR(p, i), codegen

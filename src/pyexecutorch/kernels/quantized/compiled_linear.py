@@ -9,10 +9,12 @@ weights packed at load, and scaled back to float32:
 * int8 per-channel weights: ``y = float(acc) * x_scale * w_scale[n] + bias``, ``acc``
   the exact sum of ``(q - zp) * w``;
 * 4-bit blockwise weights (scales per output channel and block of ``bl`` inputs):
-  one exact int32 sum of ``(q - zp) * w`` per block, scaled by the block's scale and
-  summed in float32, then times ``x_scale`` plus the bias (XNNPACK's order; XNNPACK
-  folds the zero point's share into one float term per column, which cancels badly
-  against the products for rows whose zero point is large, so it is kept exact here).
+  one exact int32 sum of ``q * w`` per block, scaled by the block's scale and summed
+  in float32, less the zero point's share (one float term per column, ``zp * sum_b s_b
+  * sum_k w``, folded as XNNPACK folds it), then times ``x_scale`` plus the bias.
+  The fold costs accuracy where a row's zero point is large (its share cancels against
+  the products), as it does in XNNPACK; exact block sums would stream another 4 bytes
+  per block and column, a third more than the weights at blocks of 32.
 
 Weights are packed at load (:func:`pack_int8`, :func:`pack_int4`) in tiles of ``L``
 output columns (``L`` = the float32 lanes of a vector): within a tile, each 4 inputs
@@ -63,11 +65,18 @@ def pack_int8(w: NDArray) -> tuple[NDArray, NDArray]:
     return np.ascontiguousarray(packed).reshape(t, k // 4, 4 * L), sums
 
 
+def _bf16_exact(s: NDArray) -> NDArray | None:
+    """float32 scales as bfloat16 bits (uint16) when every one is a bfloat16, else None."""
+    bits = np.ascontiguousarray(s, _F32).view(np.uint32)
+    return (bits >> 16).astype(np.uint16) if not (bits & 0xFFFF).any() else None
+
+
 def pack_int4(w: NDArray, scales: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     """4-bit weights (N, K) as int8 in [-8, 7] and their scales (N, blocks), a block a
     multiple of 8 inputs: the bytes (tiles, K // 8, 4 L), two weights (plus 8) a byte
-    (inputs 8c..8c+3 low, 8c+4..8c+7 high); the scales (tiles, blocks, L) float32; and
-    each block's sum of weights (tiles, blocks, L) int32."""
+    (inputs 8c..8c+3 low, 8c+4..8c+7 high); the scales (tiles, blocks, L), as bfloat16
+    bits (uint16) where they all are bfloat16 (XNNPACK's programs: half the bytes to
+    stream), else float32; and each column's ``sum_b s_b * sum_k w`` (tiles, L) float32."""
     n, k = w.shape
     blocks = scales.shape[1]
     t = _tiles(n)
@@ -78,10 +87,11 @@ def pack_int4(w: NDArray, scales: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     eights = (full.astype(np.int16) + 8).astype(np.uint8).reshape(t, L, k // 8, 2, 4)
     packed = eights[:, :, :, 0, :] | (eights[:, :, :, 1, :] << 4)  # [tile, column, chunk, byte]
     packed = np.ascontiguousarray(packed.transpose(0, 2, 1, 3)).reshape(t, k // 8, 4 * L)
-    sums = full.reshape(t, L, blocks, k // blocks).sum(axis=3, dtype=np.int32)
-    block_sums = np.ascontiguousarray(sums.transpose(0, 2, 1))
+    sums = full.reshape(t * L, blocks, k // blocks).sum(axis=2, dtype=np.int64)
+    column = (sums * s.astype(np.float64)).sum(axis=1).astype(_F32).reshape(t, L)
     block_scales = np.ascontiguousarray(s.reshape(t, L, blocks).transpose(0, 2, 1))
-    return packed, block_scales, block_sums
+    bits = _bf16_exact(block_scales)
+    return packed, block_scales if bits is None else bits, column
 
 
 # ------------------------------------------------------------------ compiled kernels
@@ -125,7 +135,7 @@ def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, error_model="numpy")
-def _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t0, t1):  # noqa: ANN001, ANN202
+def _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, t0, t1):  # noqa: ANN001, ANN202
     """Output tiles t0..t1 of the 4-bit product (see :func:`int4_linear`)."""
     m_rows = q32.shape[0]
     blocks = bscales.shape[1]
@@ -134,7 +144,7 @@ def _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t
     stride = 4 * L
     wptr = simd.pointer(wp)
     sptr = simd.pointer(bscales)
-    cptr = simd.pointer(bsums)
+    cptr = simd.pointer(column)
     bptr = simd.pointer(bias)
     optr = simd.pointer(out)
     low_v = simd.splat(_F32(lo))
@@ -143,7 +153,7 @@ def _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t
         tile_w = t * wp.shape[1] * stride
         for r in range(m_rows):
             facc = simd.splat(_F32(0.0))
-            zp = iv.isplat(-zps[r])
+            zp = simd.splat(_F32(-zps[r]))
             for g in range(blocks):
                 a0 = iv.izeros()
                 a1 = iv.izeros()
@@ -153,11 +163,11 @@ def _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t
                     v = iv.load_bytes(wptr, base + c * stride)
                     a0 = iv.dot_u8s8(a0, iv.low_nibbles(v), iv.splat_quad(q32[r, c0 + 2 * c]))
                     a1 = iv.dot_u8s8(a1, iv.high_nibbles(v), iv.splat_quad(q32[r, c0 + 2 * c + 1]))
-                # the exact block sum of (q - zp) * w: the nibbles are w + 8
-                at = (t * blocks + g) * L
+                # the block's sum of q * w (the nibbles are w + 8)
                 acc = iv.iadd(iv.iadd(a0, a1), iv.isplat(rsum[r, g]))
-                acc = iv.iadd(acc, iv.imul(zp, iv.iload(cptr, at)))
-                facc = simd.fma(iv.to_float(acc), simd.load(sptr, at), facc)
+                facc = simd.fma(iv.to_float(acc), iv.load_scales(sptr, (t * blocks + g) * L), facc)
+            # less the zero point's share, zp * sum_b s_b * sum_k w, as XNNPACK folds it
+            facc = simd.fma(zp, simd.load(cptr, t * L), facc)
             y = simd.add(simd.mul(facc, simd.splat(xscales[r])), simd.load(bptr, t * L))
             y = simd.clamp(y, low_v, high_v)
             left = n - t * L
@@ -180,7 +190,7 @@ def _row_block_terms(q, zps, blocks, rsum):  # noqa: ANN001, ANN202
             rsum[r, g] = np.int32(-8) * s
 
 
-def int4_linear(q, q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum):  # noqa: ANN001, ANN201
+def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum):  # noqa: ANN001, ANN201
     """``out (M, N) = clamp(dequantized(q) @ w4.T + bias, lo, hi)`` for rows ``q`` (M, K)
     int8 (``q32`` the same memory as int32 quads) with zero points ``zps`` and scales
     ``xscales``, and 4-bit weights packed by :func:`pack_int4` (``bias`` padded to the
@@ -191,7 +201,7 @@ def int4_linear(q, q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsu
         t0 = part * 4
         t1 = min(t0 + 4, tiles)
         if t0 < t1:
-            _int4_rows(q32, zps, xscales, wp, bscales, bsums, bias, lo, hi, out, rsum, t0, t1)
+            _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, t0, t1)
 
 
 @njit(cache=True, error_model="numpy")
