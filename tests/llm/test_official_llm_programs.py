@@ -170,6 +170,11 @@ def test_logits_match_official(store, name, tier):
         token = compare(tokens, start)
     for k in range(DECODE_STEPS):
         token = compare([token], len(prompt) + k)
+    if variant.dynamic and TIERS[tier]:
+        # the compiled tier runs a dynamic program through a static plan per input length
+        # (its start position read live, its delegates shared): one for the decode steps
+        plans = ours._loaded.shape_plans
+        assert plans is not None and any(key[0][-1] == 1 for key in plans.plans)
 
 
 # --------------------------------------------------------------------------------------

@@ -316,10 +316,11 @@ class LoadedMethod:
         limits: LoadLimits = DEFAULT_LIMITS,
         verify: bool = True,
         arenas: list[np.ndarray] | None = None,
+        delegates: list[tuple[Any, Any]] | None = None,
     ) -> None:
         """``arenas``: those of the dynamic-shape method this one is a static plan of (see
         :mod:`pyexecutorch.runtime.shape_plans`); their state is kept, no initial data
-        written."""
+        written. ``delegates``: that method's delegate handles, used (not destroyed) here."""
         start = clock()
         # With a tracer the method compiles to an instrumented variant (see _traced_lines).
         self.tracer = event_tracer
@@ -349,7 +350,10 @@ class LoadedMethod:
         self.inputs = [self._input_spec(i) for i in plan.inputs]
         self._resolve_kernels()
         check_data_flow(self)  # needs the kernels: which arguments each call writes
-        self._delegates = self._init_delegates(backend_options)
+        if delegates is None:
+            self._delegates = self._init_delegates(backend_options)
+        else:
+            self._delegates, self._release = delegates, lambda: None
         dynamic = shape_plans.dynamic_values(self) if jit and event_tracer is None else None
         # The compiled tier runs such a method through static plans of it, one per input
         # shapes; its own code is the numpy tier's, which stores every size it computes.
@@ -437,6 +441,7 @@ class LoadedMethod:
             limits=self.limits,
             verify=False,
             arenas=self.arenas,
+            delegates=self._delegates,
         )
         method.instruction_numbers = kept
         return method

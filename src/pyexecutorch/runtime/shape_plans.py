@@ -14,6 +14,14 @@ of its upper-bound storage, as :func:`pyexecutorch.kernels.common.fit` places
 it). So it compiles whole like any static method, and the disk cache serves
 every size alike (generated sources do not depend on sizes).
 
+A scalar read from data (``_local_scalar_dense``: an LLM's start position) and the
+scalars computed from it stay live in a static plan, their instructions kept; they
+may only reach operators whose output shapes do not depend on them (the KV-cache
+operators, ``select``) or a ``slice_copy``, whose length a static plan checks after
+each run against the one it was built with (a slice clamped at the end of its
+dimension would be shorter). Delegate calls keep the dynamic method's handles: a
+backend sees the static shapes of each plan (XNNPACK keeps a plan per shape).
+
 A shape seen for the first time runs instruction by instruction (the numpy
 tier, which stores every tensor it resizes); the second call at that shape
 builds the static method from what the first recorded, and later calls run it.
@@ -29,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.runtime.dataflow import accesses
+from pyexecutorch.runtime.errors import ExecutionError
 from pyexecutorch.schema.program import (
     Bool,
+    DelegateCall,
     Double,
     EValue,
     Instruction,
@@ -59,6 +69,23 @@ _SIZE_PREFIX = "executorch_prim::"
 _NOT_SIZE = frozenset({"executorch_prim::et_copy_index.tensor", "executorch_prim::et_view.default"})
 
 
+# Operators reading a scalar from a tensor's data: their outputs stay live in a static plan.
+_DATA_SCALARS = frozenset({"aten::_local_scalar_dense"})
+# Operators that may take such a scalar as an argument: their output shapes do not depend
+# on it (a slice's does: see _SLICE).
+_TAKES_DATA_SCALARS = frozenset(
+    {
+        "llama::update_cache.out",
+        "llama::update_cache_with_indices.out",
+        "llama::update_quantized_cache.out",
+        "llama::custom_sdpa.out",
+        "llama::sdpa_with_kv_cache.out",
+        "llama::custom_quantized_sdpa.out",
+        "aten::select_copy.int_out",
+    }
+)
+_SLICE = "aten::slice_copy.Tensor_out"
+
 _RUN_TIME_VIEW = "executorch_prim::et_view.default"
 _VIEW_COPY = Operator(name="aten::view_copy", overload="out")
 
@@ -78,6 +105,9 @@ class Dynamic:
     # the run-time views (et_view: neither it nor its source written after it): copies in a
     # static plan
     views: frozenset[int] = frozenset()
+    # slices taking scalars read from data: (instruction, its arguments: input, dim, start,
+    # end, step, out), their lengths checked after each run of a static plan
+    slices: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 # At most this many static plans per method; later new shapes run instruction by instruction.
@@ -94,14 +124,15 @@ def dynamic_values(method: Any) -> Dynamic | None:
     """What static plans of ``method`` (a LoadedMethod) are made from, or None when they
     cannot serve it.
 
-    It must be one straight-line chain of kernel calls with no delegate, take tensor
+    It must be one straight-line chain of kernel and delegate calls, take tensor
     inputs only (one of them dynamic), keep its dynamic tensors dense in the default
-    dim order within their bounds, compute scalars only from sizes (see _size_op),
-    and call no operator whose output size depends on data.
+    dim order within their bounds, compute scalars from sizes (see _size_op) or read
+    them from data where only the operators of _TAKES_DATA_SCALARS and slices take
+    them, and call no operator whose output size depends on data.
     """
     plan = method.plan
     evalues = plan.values
-    if len(plan.chains) != 1 or plan.delegates:
+    if len(plan.chains) != 1:
         return None
     if any(spec.kind != "tensor" for spec in method.inputs):
         return None
@@ -121,21 +152,39 @@ def dynamic_values(method: Any) -> Dynamic | None:
     sizers = set()
     views: dict[int, tuple[int, int]] = {}  # et_view instruction -> (its source, its output)
     writers: dict[int, list[int]] = {}  # value -> the instructions writing it
+    from_data: set[int] = set()  # scalars read from data, or computed from such scalars
+    slices = []
     for pc, instr in enumerate(plan.chains[0].instructions):
         a = instr.instr_args
+        if isinstance(a, DelegateCall):
+            for j in _delegate_writes(method, a):
+                writers.setdefault(j, []).append(pc)
+                written.add(j)
+            continue
         if not isinstance(a, KernelCall):
             return None
         name = method.kernels[a.op_index].name
         if name in _DATA_DEPENDENT or (name == "aten::index.Tensor_out" and _bool_index(method, a)):
             return None
         writes = accesses(method, a)[1]
+        takes_data = any(j in from_data for j in a.args)
         if _size_op(name):
             if any(isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
                 return None
-            scalars += writes
-            sizers.add(pc)
+            if takes_data:
+                from_data.update(writes)  # computed from data: kept live
+            else:
+                scalars += writes
+                sizers.add(pc)
         elif any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
-            return None  # a scalar computed from data (item) at run time
+            if name not in _DATA_SCALARS or takes_data:
+                return None
+            from_data.update(writes)  # a scalar read from data (item) at run time
+        elif takes_data:
+            if name == _SLICE and len(a.args) == 7:
+                slices.append((pc, tuple(a.args[:6])))
+            elif name not in _TAKES_DATA_SCALARS:
+                return None  # its output shape may follow the scalar
         if name == _RUN_TIME_VIEW and len(a.args) == 3:
             views[pc] = (a.args[0], a.args[2])
         for j in writes:
@@ -149,7 +198,19 @@ def dynamic_values(method: Any) -> Dynamic | None:
             # a view in a static plan, its source's bytes would look free to the load-time
             # view elision once the source is last read by name.)
             return None
-    return Dynamic(tuple(dynamic), tuple(scalars), frozenset(sizers), frozenset(views))
+    return Dynamic(
+        tuple(dynamic), tuple(scalars), frozenset(sizers), frozenset(views), tuple(slices)
+    )
+
+
+def _delegate_writes(method: Any, call: DelegateCall) -> list[int]:
+    """The values a delegate call writes: its outputs where its handle says how many inputs
+    come first (``input_ext``, as XNNPACK's does), else every argument."""
+    _, handle = method._delegates[call.delegate_index]
+    inputs = getattr(handle, "input_ext", None)
+    if isinstance(inputs, list) and len(inputs) <= len(call.args):
+        return list(call.args[len(inputs) :])
+    return accesses(method, call)[1]
 
 
 def _bool_index(method: Any, call: KernelCall) -> bool:
@@ -190,6 +251,8 @@ class ShapePlans:
         self._build = build
         self._generic = generic
         self.plans: dict[tuple[tuple[int, ...], ...], Any] = {}
+        # per plan: its slices that take scalars read from data, checked after each run
+        self._slices: dict[tuple[tuple[int, ...], ...], list[_SliceCheck]] = {}
         self._seen: set[tuple[tuple[int, ...], ...]] = set()
         self._refused: set[tuple[tuple[int, ...], ...]] = set()
 
@@ -206,6 +269,8 @@ class ShapePlans:
         for j in self._handed:
             pv[j] = v[j]
         plan.run()
+        for check in self._slices[key]:
+            check.verify(pv)
         for j in self._outputs:
             v[j] = pv[j]
 
@@ -231,9 +296,54 @@ class ShapePlans:
                 return
             fixed[j] = v[j]
         try:
-            self.plans[key] = self._build(fixed)
+            built = self._build(fixed)
+            sizes = built.plan.values
+            self._slices[key] = [
+                _SliceCheck(pc, *args, tuple(sizes[args[0]].val.sizes), sizes[args[-1]].val.sizes)
+                for pc, args in self.dynamic.slices
+            ]
+            self.plans[key] = built
         except Exception:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
             self._refused.add(key)
+
+
+@dataclass(frozen=True)
+class _SliceCheck:
+    """A slice of a static plan whose bounds are read from data: the length they give must
+    be the one the plan was built with (``slice_copy`` clamps them to the dimension, and a
+    static output of another length would hold a stale tail)."""
+
+    pc: int
+    source: int
+    dim: int
+    start: int
+    end: int
+    step: int
+    out: int
+    source_sizes: tuple[int, ...]
+    out_sizes: list[int]
+
+    def verify(self, values: list[Any]) -> None:
+        dim = values[self.dim]
+        dim += len(self.source_sizes) if dim < 0 else 0
+        size = self.source_sizes[dim]
+        length = _slice_length(size, values[self.start], values[self.end], values[self.step])
+        if length != self.out_sizes[dim]:
+            raise ExecutionError(
+                f"instruction {self.pc} (aten::slice_copy.Tensor_out): the bounds read from "
+                f"the inputs ({values[self.start]}, {values[self.end]}) give {length} "
+                f"elements of dim {dim} (size {size}), not the {self.out_sizes[dim]} that "
+                "the other tensors of this call's shapes have"
+            )
+
+
+def _slice_length(size: int, start: int | None, end: int | None, step: int) -> int:
+    """torch's slice length: bounds wrapped once when negative, then clamped to the dimension."""
+    start = 0 if start is None else start + (size if start < 0 else 0)
+    end = size if end is None else end + (size if end < 0 else 0)
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return (end - start + step - 1) // step
 
 
 _SCALAR_VALUE = {bool: Bool, int: Int, float: Double}
