@@ -3,23 +3,39 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
 from pyexecutorch.kernels.registry import KernelError
+
+# The planned arrays of static tensors (see keep_size), by id: a weak map, so that a
+# method's arrays go with it.
+_STATIC: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def keep_size(out: np.ndarray) -> None:
+    """Mark ``out`` as a static tensor's planned array: :func:`fit` never resizes it."""
+    _STATIC[id(out)] = out
 
 
 def fit(out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Return ``out`` viewed with ``shape``, the shape the kernel computed.
 
     ``out`` is the planned storage of the output: exactly ``shape`` for a
-    static tensor (the fast path: one tuple compare), the upper-bound shape
-    for a dynamic-bound tensor (a prefix of its contiguous memory is used),
-    or a zero-size array for a tensor that memory planning left unplanned
-    (a new array is allocated).
+    static tensor (the fast path: one tuple compare; any other shape is an
+    error, as on the compiled tier, which keeps a static tensor at its planned
+    size), the upper-bound shape for a dynamic-bound tensor (a prefix of its
+    contiguous memory is used), or a zero-size array for a tensor that memory
+    planning left unplanned (a new array is allocated).
     """
     if out.shape == shape:
         return out
+    if _STATIC.get(id(out)) is out:
+        raise KernelError(
+            f"a result of shape {tuple(shape)} does not fit the output, a static tensor "
+            f"planned with shape {out.shape}"
+        )
     n = math.prod(shape)
     if n <= out.size and out.flags.c_contiguous:
         return out.reshape(-1)[:n].reshape(shape)

@@ -279,6 +279,14 @@ def _widens(shape: tuple[int, ...], to: tuple[int, ...], run: list[_Member]) -> 
     return cheap or math.prod(to) <= _WIDEN_ANY * math.prod(shape)
 
 
+def _broadcasts_to(a_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether an operand of ``a_shape`` broadcasts to exactly ``shape``."""
+    try:
+        return len(a_shape) <= len(shape) and np.broadcast_shapes(a_shape, shape) == shape
+    except ValueError:
+        return False
+
+
 def _dense_like(a_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     """Whether an operand of ``a_shape`` has ``shape``'s elements in order (leading 1s aside)."""
     lead = len(shape) - len(a_shape)
@@ -642,7 +650,7 @@ def fuse(
     candidates: dict[int, _Member] = {}
     reductions: dict[int, Any] = {}
     for (c, pc), (kind, _fast) in decisions.items():
-        if c != 0 or kind == "view":
+        if c != 0 or kind in ("view", "refused"):  # (refused: see runtime.argument_checks)
             continue
         a = flow.instructions[pc]
         if not isinstance(a, KernelCall):
@@ -714,15 +722,20 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     if dtype == HALF and not formula.halves:
         return None
     constants = {p: a for p, a in enumerate(args) if p not in formula.tensors}
-    expression = formula.expression(constants)
+    try:
+        expression = formula.expression(constants)
+    except (KeyError, TypeError, ValueError):
+        return None  # (arguments its check refuses: see kernels.elementwise.checks)
     if expression is None:
         return None
     names: dict[int, str] = {}
     loads: list[tuple[str, str, int]] = []
     for pos in formula.tensors:
-        a = args[pos]
+        a = args[pos] if pos < len(args) else None
         want = np.dtype(np.bool_) if pos in formula.bool_tensors else dtype
-        if not isinstance(a, np.ndarray) or a.dtype != want:
+        if not isinstance(a, np.ndarray) or a.dtype != want or a.ndim > out.ndim:
+            return None
+        if not _broadcasts_to(a.shape, out.shape):
             return None
         offset = out.ndim - a.ndim
         at = [

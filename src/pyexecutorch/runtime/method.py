@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
+from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore, keep_size
 from pyexecutorch.kernels.registry import (
     Const,
     Inline,
@@ -30,6 +30,7 @@ from pyexecutorch.kernels.registry import (
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import compiled as compiled_tier
 from pyexecutorch.runtime import shape_plans
+from pyexecutorch.runtime.argument_checks import refused_instructions
 from pyexecutorch.runtime.arity import check_kernel_call
 from pyexecutorch.runtime.codegen import (
     CompiledChain,
@@ -494,6 +495,8 @@ class LoadedMethod:
                 arr = self._tensor(i, val)
                 v[i] = arr
                 self.capacity[i] = arr
+                if val.shape_dynamism == TensorShapeDynamism.STATIC:
+                    keep_size(arr)  # a kernel may not resize it (see kernels.common.fit)
             elif isinstance(val, Int):
                 v[i] = val.int_val
             elif isinstance(val, Double):
@@ -676,6 +679,8 @@ class LoadedMethod:
         read = self._read_values()
         v = self.values
         evalues = plan.values
+        # Instructions whose arguments their kernel refuses: no faster form (argument_checks).
+        self.refused = refused_instructions(self, written)
 
         # First pass: what each kernel call becomes (a view, an inline numpy
         # call, or a kernel call), so that values every writer of which is an
@@ -691,6 +696,9 @@ class LoadedMethod:
                 low = self.widened_kernel(k, args, outs)
                 if low is not None:  # bfloat16 / float8: the reference kernel in float32
                     decisions[c, pc] = ("call", low)
+                    continue
+                if (c, pc) in self.refused:  # its kernel raises the error when it runs
+                    decisions[c, pc] = ("refused", k.fn)
                     continue
                 fast = self._specialized(k, args, written, read)
                 if c == 0 and (view := elider.view_for(pc, args, outs, fast)) is not None:
@@ -1069,7 +1077,7 @@ class LoadedMethod:
                             parts.append(store(j).replace("_r", f"_r{n}"))
                         src = "; ".join(parts)
                     lines.append(Line(src, pc))
-                    if whole_candidate:
+                    if whole_candidate and kind != "refused":
                         kernel_step(pc, k, args, outs, fast)
                 elif isinstance(a, DelegateCall):
                     runner = self._delegate_runner(a)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pyexecutorch.kernels.checks import number
 from pyexecutorch.kernels.common import fit, normalize_dim
 from pyexecutorch.kernels.elementwise.unary import (
     BOOL,
@@ -72,7 +73,7 @@ def _relu_general(x, o):
 @quiet
 def leaky_relu(x, negative_slope, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
-    slope = float(negative_slope)
+    slope = float(number(negative_slope, "leaky_relu", "negative_slope"))
 
     def compute(v, dst):
         # x > 0 ? x : x * slope, each element read before it is written (the
@@ -89,9 +90,10 @@ def leaky_relu(x, negative_slope, out):
 @quiet
 def elu(x, alpha, scale, input_scale, out):
     o = out if out.shape == x.shape else fit(out, x.shape)
-    neg_coef = float(alpha) * float(scale)
-    pos_coef = float(scale)
-    in_coef = float(input_scale)
+    # (the checks the compiled tier makes at load: see kernels.elementwise.checks)
+    pos_coef = float(number(scale, "elu", "scale"))
+    neg_coef = float(number(alpha, "elu", "alpha")) * pos_coef
+    in_coef = float(number(input_scale, "elu", "input_scale"))
 
     def compute(v, dst):
         # x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale, as the

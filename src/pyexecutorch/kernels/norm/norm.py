@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pyexecutorch.kernels.checks import number
 from pyexecutorch.kernels.common import fit, normalize_dim, quiet_fp
 from pyexecutorch.kernels.conv.conv import (
     derived,
@@ -142,7 +143,9 @@ def row_normalizer(m: int, k: int, cdt: np.dtype, eps: float) -> RowNormalizer:
 _LN_SIGNATURES: dict[tuple, tuple] = {}
 
 
-def _ln_signature(input, ns, weight, bias):
+def layer_norm_arguments(input, ns, weight, bias):
+    """(rows, row length, statistics' shape, compute dtype) of a layer norm, or KernelError:
+    the family's argument check (see kernels.norm.checks), made once per signature."""
     op = "native_layer_norm"
     cdt = float_compute_dtype(input, "input", op)
     nd = len(ns)
@@ -192,7 +195,8 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps, out0, out1, ou
     )
     sig = _LN_SIGNATURES.get(key)
     if sig is None:
-        sig = _ln_signature(input, ns, weight, bias)
+        number(eps, "native_layer_norm", "eps")
+        sig = layer_norm_arguments(input, ns, weight, bias)
         if len(_LN_SIGNATURES) >= 512:
             _LN_SIGNATURES.clear()
         _LN_SIGNATURES[key] = sig

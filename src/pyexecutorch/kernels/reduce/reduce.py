@@ -35,15 +35,21 @@ _BOOL = np.dtype(np.bool_)
 # helpers
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=1024, typed=True)  # (typed: keepdim 1 is refused, True is not)
 def _plan(
     shape: tuple[int, ...], dim: tuple[int, ...] | None, keepdim: bool, empty_is_all: bool
 ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """Axes to reduce, the result shape and the number of reduced elements."""
+    """Axes to reduce, the result shape and the number of reduced elements; refuses a
+    keepdim that is not a bool and dims that are not ints (the family's argument check,
+    see kernels.reduce.checks)."""
+    if not isinstance(keepdim, bool):
+        raise KernelError(f"keepdim must be a bool, got {keepdim!r}")
     ndim = len(shape)
     if dim is None or (empty_is_all and len(dim) == 0):
         axes = tuple(range(ndim))
     else:
+        if any(isinstance(d, bool) or not isinstance(d, int) for d in dim):
+            raise KernelError(f"dims must be ints, got {list(dim)}")
         axes = tuple(normalize_dim(d, ndim) for d in dim)
         if len(set(axes)) != len(axes):
             seen: set[int] = set()
@@ -66,7 +72,9 @@ def _dims(dim: object) -> tuple[int, ...] | None:
         return None
     if isinstance(dim, int):
         return (dim,)
-    return tuple(dim)  # type: ignore[arg-type]
+    if not isinstance(dim, (tuple, list)):
+        raise KernelError(f"dim must be an int or a list of ints, got {dim!r}")
+    return tuple(dim)
 
 
 def _requested(dtype: int | None, name: str) -> np.dtype | None:

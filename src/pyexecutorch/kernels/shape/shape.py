@@ -12,6 +12,7 @@ The helpers at the top (:func:`assign`, :func:`cast_scalar`, :func:`infer_size`,
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -478,11 +479,13 @@ def _split_into(self, a, sizes, outs, op):
     return result
 
 
-@kernel("aten::split_copy.Tensor_out")
-def split_copy(self, split_size, dim, out):
+def split_parts(self: np.ndarray, split_size: int, dim: int) -> tuple[int, list[int]]:
+    """split's axis and the sizes of its parts (the argument check, see shape.checks)."""
     _require_dims(self, "split")
     a = _axis(self.ndim, dim)
     n = self.shape[a]
+    if isinstance(split_size, bool) or not isinstance(split_size, int):
+        raise KernelError(f"split(): split_size must be an int, got {split_size!r}")
     if split_size < 0:
         raise KernelError(f"split(): split_size must be non-negative, got {split_size}")
     if split_size == 0:
@@ -490,18 +493,18 @@ def split_copy(self, split_size, dim, out):
             raise KernelError(
                 f"split(): split_size can only be 0 if the dimension size is 0, but got size {n}"
             )
-        sizes = [0]
-    else:
-        count = max(-(-n // split_size), 1)
-        sizes = [split_size] * (count - 1) + [n - split_size * (count - 1)]
-    return _split_into(self, a, sizes, out, "split_copy")
+        return a, [0]
+    count = max(-(-n // split_size), 1)
+    return a, [split_size] * (count - 1) + [n - split_size * (count - 1)]
 
 
-@kernel("aten::split_with_sizes_copy.out")
-def split_with_sizes_copy(self, split_sizes, dim, out):
+def split_with_sizes_parts(self: np.ndarray, split_sizes: Any, dim: int) -> tuple[int, list[int]]:
+    """split_with_sizes's axis and the sizes of its parts (the argument check)."""
     _require_dims(self, "split_with_sizes")
     a = _axis(self.ndim, dim)
     n = self.shape[a]
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in split_sizes):
+        raise KernelError(f"split_with_sizes(): split sizes {list(split_sizes)} must be ints")
     if any(s < 0 for s in split_sizes):
         raise KernelError(f"split_with_sizes(): split sizes {list(split_sizes)} must be >= 0")
     if sum(split_sizes) != n:
@@ -509,7 +512,19 @@ def split_with_sizes_copy(self, split_sizes, dim, out):
             f"split_with_sizes(): split sizes {list(split_sizes)} must sum to the dimension "
             f"size {n}"
         )
-    return _split_into(self, a, list(split_sizes), out, "split_with_sizes_copy")
+    return a, list(split_sizes)
+
+
+@kernel("aten::split_copy.Tensor_out")
+def split_copy(self, split_size, dim, out):
+    a, sizes = split_parts(self, split_size, dim)
+    return _split_into(self, a, sizes, out, "split_copy")
+
+
+@kernel("aten::split_with_sizes_copy.out")
+def split_with_sizes_copy(self, split_sizes, dim, out):
+    a, sizes = split_with_sizes_parts(self, split_sizes, dim)
+    return _split_into(self, a, sizes, out, "split_with_sizes_copy")
 
 
 @kernel("aten::unbind_copy.int_out")

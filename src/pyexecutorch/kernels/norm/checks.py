@@ -1,0 +1,28 @@
+"""The normalization family's argument checks (see :mod:`pyexecutorch.kernels.checks`):
+a layer norm's normalized shape, weight, bias and eps, through the function its numpy
+kernel calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.kernels.checks import argument_check, number
+from pyexecutorch.kernels.norm.norm import layer_norm_arguments
+from pyexecutorch.kernels.registry import KernelError
+
+Shape = tuple[int, ...]
+
+
+@argument_check("aten::native_layer_norm.out")
+def check_layer_norm(
+    x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: Any
+) -> tuple[Shape, Shape, Shape]:
+    op = "native_layer_norm"
+    for what, a in (("input", x), ("weight", weight), ("bias", bias)):
+        if not (isinstance(a, np.ndarray) or (a is None and what != "input")):
+            raise KernelError(f"{op}: {what} must be a tensor, got {type(a).__name__}")
+    number(eps, op, "eps")
+    _, _, stats, _ = layer_norm_arguments(x, tuple(normalized_shape), weight, bias)
+    return x.shape, stats, stats

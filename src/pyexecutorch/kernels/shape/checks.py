@@ -1,0 +1,32 @@
+"""The shape family's argument checks (see :mod:`pyexecutorch.kernels.checks`): the
+splits' parts, through the functions their numpy kernels call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.kernels.checks import argument_check
+from pyexecutorch.kernels.registry import KernelError
+from pyexecutorch.kernels.shape.shape import split_parts, split_with_sizes_parts
+
+
+def _pieces(x: Any, axis: int, sizes: list[int]) -> tuple[list[tuple[int, ...]]]:
+    return ([x.shape[:axis] + (n,) + x.shape[axis + 1 :] for n in sizes],)
+
+
+def _tensor(x: Any, op: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise KernelError(f"{op}: the input must be a tensor, got {type(x).__name__}")
+    return x
+
+
+@argument_check("aten::split_copy.Tensor_out")
+def check_split(x: Any, split_size: Any, dim: Any) -> tuple[list[tuple[int, ...]]]:
+    return _pieces(x, *split_parts(_tensor(x, "split"), split_size, dim))
+
+
+@argument_check("aten::split_with_sizes_copy.out")
+def check_split_with_sizes(x: Any, sizes: Any, dim: Any) -> tuple[list[tuple[int, ...]]]:
+    return _pieces(x, *split_with_sizes_parts(_tensor(x, "split_with_sizes"), sizes, dim))
