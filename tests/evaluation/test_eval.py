@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -231,69 +233,99 @@ def test_ray_matches_embedded(cnn, ray_local):
     _same_rows(embedded, on_ray)
 
 
+def test_npz_and_parquet_rows_give_the_same_outputs(cnn, embedded, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ds = _images(cnn)
+    good = [i for i, p in enumerate(ds.columns["path"]) if p != cnn["broken"]]
+    pixels, labels = np.stack(_features(cnn, ds)), ds.columns["label"][good]
+    np.savez(tmp_path / "rows.npz", label=labels, pixels=pixels)
+    table = pa.table({"pixels": pixels.tolist(), "label": labels})
+    pq.write_table(table, tmp_path / "rows.parquet")
+    for name in ("rows.npz", "rows.parquet"):
+        rows = data.read(tmp_path / name, labels="label")
+        result = data.evaluate(cnn["static"], rows, metrics="top1", keep_outputs=True)
+        assert (result.rows, result.failed) == (15, 0)
+        np.testing.assert_array_equal(
+            result.per_row["output_0"], embedded.per_row["output_0"][good]
+        )
+        assert result.metrics["top1"] == embedded.metrics["top1"]
+
+
+def test_importing_data_loads_no_optional_package():
+    code = (
+        "import sys, pyexecutorch.data; "
+        "print(sorted(m for m in ('torch', 'ray', 'PIL', 'pyarrow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "[]\n"
+
+
 # --------------------------------------------------------------------------------------
 # The LLM: perplexity
 
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory):
+    """The tokenizer, the corpus in windows, both layouts' models and programs, and the
+    plain loop's ``(nll, count)`` per window from the eager modules."""
     root = tmp_path_factory.mktemp("text")
     tokenizer = llm.make_tokenizer(root / "tokenizer.json")
+    corpus = P.write_corpus(root / "corpus.txt", 20)
+    windows = data.text_windows(corpus, tokenizer, window=12, stride=5)
     models = {name: llm.make_model(name, seed=3) for name in ("llama", "optimum")}
+    eager = {}
+    for layout, model in models.items():
+        eager[layout] = [
+            P.eager_window_nll(model, layout, tokens[:n].tolist(), int(start))
+            for tokens, n, start in zip(
+                windows.columns["tokens"],
+                windows.columns["length"],
+                windows.columns["score_from"],
+                strict=True,
+            )
+        ]
     return {
-        "tokenizer": tokenizer,
-        "corpus": P.write_corpus(root / "corpus.txt", 30),
-        "models": models,
+        "windows": windows,
+        "eager": eager,
         "llama": llm.export(models["llama"], "llama", False),
         "optimum": llm.export(models["optimum"], "optimum", True),
     }
 
 
-def _eager_perplexity(text, layout: str, ds: data.Dataset, skip: int | None = None):
-    nll = count = 0
-    per_row = []
-    for i in range(len(ds)):
-        n = int(ds.columns["length"][i])
-        tokens = ds.columns["tokens"][i][:n].tolist()
-        if i == skip:
-            per_row.append(math.nan)
-            continue
-        row = P.eager_window_nll(
-            text["models"][layout], layout, tokens, int(ds.columns["score_from"][i])
-        )
-        per_row.append(row[0])
-        nll, count = nll + row[0], count + row[1]
-    return math.exp(nll / count), count, per_row
+def _perplexity(rows: list[tuple[float, int]]) -> float:
+    return math.exp(sum(r[0] for r in rows) / sum(r[1] for r in rows))
 
 
 @pytest.mark.parametrize("layout", ["llama", "optimum"])
 def test_perplexity_matches_eager(text, layout):
-    ds = data.text_windows(text["corpus"], text["tokenizer"], window=16, stride=6)
+    ds, eager = text["windows"], text["eager"][layout]
     total = ds.info["tokens"]
-    assert len(ds) >= 4 and ds.columns["length"].max() == 16
-    ppl, count, per_row = _eager_perplexity(text, layout, ds)
-    assert count == total - 1  # every token after the first, once
+    assert len(ds) >= 4 and ds.columns["length"].max() == 12
+    assert sum(count for _, count in eager) == total - 1  # every token after the first, once
     result = data.evaluate(text[layout], ds, metrics="perplexity")
     assert result.failed == 0
     assert result.metrics["tokens"] == total - 1
-    assert result.metrics["perplexity"] == pytest.approx(ppl, rel=1e-5)
-    np.testing.assert_allclose(result.per_row["nll"], per_row, rtol=1e-5)
+    assert result.metrics["perplexity"] == pytest.approx(_perplexity(eager), rel=1e-5)
+    np.testing.assert_allclose(result.per_row["nll"], [nll for nll, _ in eager], rtol=1e-5)
 
 
 def test_perplexity_on_ray_with_a_failing_window(text, ray_local):
-    ds = data.text_windows(text["corpus"], text["tokenizer"], window=16, stride=8)
-    ds.columns["tokens"][1, 3] = 10**6  # no such token: that window fails, alone
+    ds = text["windows"]
+    tokens = ds.columns["tokens"].copy()
+    tokens[1, 3] = 10**6  # no such token: that window fails, alone
+    ds = data.Dataset({**ds.columns, "tokens": tokens}, None, task="text")
     embedded = data.evaluate(text["llama"], ds, metrics="perplexity")
     on_ray = data.evaluate(text["llama"], ds, metrics="perplexity", engine="ray", workers=2)
     for result in (embedded, on_ray):
         assert result.failed == 1
         ((row, message),) = result.errors
         assert row == 1 and "1000000" in message, message
-    ppl, count, _ = _eager_perplexity(text, "llama", ds, skip=1)
-    assert embedded.metrics["tokens"] == count
-    assert embedded.metrics["perplexity"] == pytest.approx(ppl, rel=1e-5)
-    assert on_ray.metrics["perplexity"] == pytest.approx(embedded.metrics["perplexity"], rel=1e-9)
-    np.testing.assert_allclose(on_ray.per_row["nll"], embedded.per_row["nll"], rtol=1e-9)
+    rest = [r for i, r in enumerate(text["eager"]["llama"]) if i != 1]
+    assert embedded.metrics["perplexity"] == pytest.approx(_perplexity(rest), rel=1e-5)
+    np.testing.assert_array_equal(on_ray.per_row["nll"], embedded.per_row["nll"])
+    assert on_ray.metrics == embedded.metrics
 
 
 # --------------------------------------------------------------------------------------

@@ -165,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
     reference = _reference(args.reference, engine == "embedded" and args.workers == 1)
     metrics = args.metric or _default_metrics(ds, reference)
     address = None if args.ray in (None, "local") else args.ray
+    if args.ray:
+        import logging  # noqa: PLC0415
+
+        # Ray Data logs each dataset's start and end; the progress bar says as much.
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
         result = data.evaluate(
             program_bytes,

@@ -16,8 +16,8 @@ import numpy as np
 
 from pyexecutorch.runtime.meta import Tag
 
-# ScalarType codes the readers can feed (the runtime's numbering).
-_DTYPES = {
+# ScalarType codes of the tensors rows feed and outputs hold (the runtime's numbering).
+DTYPES = {
     0: np.uint8,
     1: np.int8,
     2: np.int16,
@@ -108,7 +108,7 @@ def plan_batches(program: Any, method: str, requested: int | None = None) -> Bat
             )
         info = meta.input_tensor_meta(i)
         sizes = tuple(info.sizes())
-        dtype = _DTYPES.get(info.dtype())
+        dtype = DTYPES.get(info.dtype())
         if not sizes or dtype is None:
             raise ValueError(
                 f"input {i} of '{method}' ({info.dtype_name()} {list(sizes)}) has no batch "

@@ -11,6 +11,7 @@ result (in any order) as it arrives.
 from __future__ import annotations
 
 import concurrent.futures as futures
+import logging
 import multiprocessing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -96,7 +97,12 @@ def ray_connect(address: str | None) -> Any:
     except ImportError as e:
         raise ImportError("the Ray engine needs Ray Data: pip install 'pyexecutorch[scale]'") from e
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     return ray
 
 

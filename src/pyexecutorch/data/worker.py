@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.data.batching import DTYPES as OUTPUT_DTYPES
 from pyexecutorch.data.batching import BatchPlan, plan_batches, split_outputs
 from pyexecutorch.data.dataset import RowFeatures
 from pyexecutorch.data.metrics import MetricError, parse_metrics
@@ -122,8 +123,10 @@ class Evaluator:
             s for m in self.metrics for s in m.stat_names(self.reference is not None)
         )
         meta = self.method.metadata
-        self.output_shapes = [
-            tuple(meta.output_tensor_meta(i).sizes()[1:]) for i in range(meta.num_outputs())
+        infos = [meta.output_tensor_meta(i) for i in range(meta.num_outputs())]
+        self.output_shapes = [tuple(info.sizes()[1:]) for info in infos]
+        self.output_dtypes = [
+            np.dtype(OUTPUT_DTYPES.get(info.dtype(), np.float32)) for info in infos
         ]
         self.predicts = len(self.output_shapes) > 0 and len(self.output_shapes[0]) == 1
 
@@ -138,7 +141,10 @@ class Evaluator:
             self._score_text(chunk, errors, stats)
             return {"row": rows, "error": errors, **stats}
         outputs = (
-            [np.zeros((n, *s), dtype=np.float32) for s in self.output_shapes]
+            [
+                np.zeros((n, *s), dtype=d)
+                for s, d in zip(self.output_shapes, self.output_dtypes, strict=True)
+            ]
             if self.job.keep_outputs
             else None
         )
