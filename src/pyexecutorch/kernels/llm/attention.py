@@ -98,7 +98,9 @@ def _scores(q, k, n: int, kv_heads: int, qparams) -> np.ndarray:
     """``q @ k[:, :n].T`` per kv head: ``[B, kv_heads, reps * S, n]`` float32."""
     keys = k[:, :n].transpose(0, 2, 3, 1)  # [B, kv_heads, D, n]
     if qparams is None:
-        return np.matmul(_by_kv_head(q, kv_heads).astype(_F32), keys.astype(_F32))
+        return np.matmul(
+            _by_kv_head(q, kv_heads).astype(_F32, copy=False), keys.astype(_F32, copy=False)
+        )
     (qz, qs), (kz, ks) = qparams
     # Zero-point-shifted int8 products summed over a head are integers below
     # 2**53: float64 gives the exact integer product, like the int8 kernel.
@@ -174,7 +176,8 @@ def attend(
         if q.dtype in _REDUCED:
             # The official kernel multiplies values by weights in the input dtype.
             scores = scores.astype(q.dtype).astype(_F32)
-        values = v[:, :n].transpose(0, 2, 1, 3).astype(_F32)  # [B, kv_heads, n, D]
+        # [B, kv_heads, n, D]: a view of a float32 cache (no copy of the cache per step)
+        values = v[:, :n].transpose(0, 2, 1, 3).astype(_F32, copy=False)
         if qparams is not None:
             vz, vs = (p[:, :n].transpose(0, 2, 1, 3) for p in qparams[2])
             values -= vz
