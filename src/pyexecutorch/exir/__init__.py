@@ -8,6 +8,10 @@ Mirrors ``executorch.exir``: an export script ports by changing the import::
         et.write_to_file(f)
 """
 
+from typing import Any
+
+from torch.export import ExportedProgram, ExportGraphSignature
+
 from pyexecutorch.exir.config import (
     DynamicMemoryPlanningMode,
     EdgeCompileConfig,
@@ -49,6 +53,9 @@ from pyexecutorch.exir.program_manager import (
 )
 from pyexecutorch.exir.tensor_spec import TensorSpec
 
+# A value of a traced graph (the official package's alias, for type hints).
+Value = Any
+
 __all__ = [
     "ConstraintBasedSymShapeEvalPass",
     "DynamicMemoryPlanningMode",
@@ -56,6 +63,8 @@ __all__ = [
     "EdgeCompileConfig",
     "EdgeProgramManager",
     "ExecutorchBackendConfig",
+    "ExportGraphSignature",
+    "ExportedProgram",
     "ExecutorchProgram",
     "ExecutorchProgramManager",
     "ExirExportedProgram",
@@ -70,6 +79,7 @@ __all__ = [
     "PropagateDeviceConfig",
     "TensorSpec",
     "ToOutVarPass",
+    "Value",
     "edge_to_executorch_passes",
     "exir_ops",
     "lift_constant_tensor_pass",

@@ -2,19 +2,56 @@
 
 from __future__ import annotations
 
+import enum
 import operator
 import os
 import re
 
 import torch
+from torch._export.verifier import SpecViolationError
+
+
+class ExportErrorType(enum.Enum):
+    """The official exporter's error categories (its ``ExportError`` takes one first)."""
+
+    INVALID_INPUT_TYPE = 1
+    INVALID_OUTPUT_TYPE = 2
+    VIOLATION_OF_SPEC = 3
+    NOT_SUPPORTED = 4
+    MISSING_PROPERTY = 5
+    UNINITIALIZED = 6
 
 
 class ExportError(Exception):
-    """Base class of the compiler's errors."""
+    """Base class of the compiler's errors.
+
+    Raised with a message; the official form ``ExportError(ExportErrorType.X, message)``
+    is accepted too (the message is then prefixed with the category)."""
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 2 and isinstance(args[0], ExportErrorType):
+            args = (f"[{args[0]}]: {args[1]}",)
+        super().__init__(*args)
+
+    @property
+    def msg(self) -> str:
+        return str(self)
 
 
-class IRValidityError(ExportError):
-    """An operator outside the Core ATen opset reached the edge dialect."""
+class InternalError(Exception):
+    """An invariant of the compiler itself was broken: a bug to report, not a user error."""
+
+
+def internal_assert(pred: bool, assert_msg: str) -> None:
+    """Raise :class:`InternalError` with ``assert_msg`` unless ``pred`` holds."""
+    if not pred:
+        raise InternalError(assert_msg)
+
+
+class IRValidityError(ExportError, SpecViolationError):
+    """An operator outside the Core ATen opset reached the edge dialect (a
+    ``SpecViolationError``, as the official verifier raises, so code catching that
+    keeps working)."""
 
 
 class MissingOutVariantError(ExportError):

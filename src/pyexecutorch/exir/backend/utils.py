@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
-from torch.fx import GraphModule, Node
+from torch.fx import Graph, GraphModule, Node
 
 from pyexecutorch.exir.backend.lowered_module import executorch_call_delegate
 from pyexecutorch.exir.backend.partitioner import DELEGATION_TAG
@@ -68,6 +68,32 @@ def tag_constant_data(exported_program: ExportedProgram) -> None:
         tags = {u.meta.get(DELEGATION_TAG) for u in node.users}
         if len(tags) == 1 and None not in tags:
             node.meta[DELEGATION_TAG] = tags.pop()
+
+
+def tag_mutated_buffer(edge_program: ExportedProgram) -> None:
+    """Give each mutated buffer the tag of its users when they all share one, so the
+    delegate owns the buffer and its update. Call it after tagging the operators."""
+    sig = edge_program.graph_signature
+    mutated = set(sig.buffers_to_mutate.values())
+    for node in edge_program.graph.nodes:
+        if node.op != "placeholder" or sig.inputs_to_buffers.get(node.name) not in mutated:
+            continue
+        tags = {u.meta.get(DELEGATION_TAG) for u in node.users}
+        if len(tags) == 1 and None not in tags:
+            node.meta[DELEGATION_TAG] = tags.pop()
+
+
+def get_delegates(graph: Graph) -> list[Node]:
+    """The ``get_attr`` nodes of ``graph`` that hold lowered modules, in graph order."""
+    return [
+        node
+        for node in graph.nodes
+        if node.op == "get_attr"
+        and any(
+            u.op == "call_function" and u.target is executorch_call_delegate and u.args[0] is node
+            for u in node.users
+        )
+    ]
 
 
 @dataclass
@@ -133,4 +159,11 @@ def get_delegation_info(graph_module: GraphModule) -> DelegationInfo:
     return info
 
 
-__all__ = ["DelegationInfo", "get_delegation_info", "tag_constant_data", "tag_supported_nodes"]
+__all__ = [
+    "DelegationInfo",
+    "get_delegates",
+    "get_delegation_info",
+    "tag_constant_data",
+    "tag_mutated_buffer",
+    "tag_supported_nodes",
+]

@@ -9,7 +9,11 @@ port by changing the import.  ``dim_order_ops`` resolves to the operators in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from torch._C import DispatchKey
+from torch.library import Library
 
 from pyexecutorch.exir.dialects import dim_order_ops
 
@@ -62,4 +66,38 @@ class _Ops:
 
 ops = _Ops()
 
-__all__ = ["ops"]
+# Kernels that make an operator traceable: with none of them, the bound pattern is
+# registered as its composite (decomposing) implementation.
+_KERNEL_KEYS = (
+    DispatchKey.CompositeExplicitAutograd,
+    DispatchKey.CompositeImplicitAutograd,
+    DispatchKey.Meta,
+)
+
+
+def bind_pattern_to_op(library: Library, schema_or_name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``pattern`` becomes the implementation of the backend operator
+    ``library.ns::schema_or_name`` (defined from the schema when one is given, e.g.
+    ``"add_relu(Tensor x, Tensor y) -> Tensor"``), unless the operator already has a
+    kernel. A pass can then replace the pattern with the operator, and retracing a
+    graph holding it runs the pattern. The operator's ``_equivalent_callable`` is the
+    pattern."""
+
+    def bind(pattern: Callable) -> Callable:
+        text = schema_or_name.split("::")[-1]
+        if "(" in text:
+            library.define(text)
+            text = text[: text.index("(")]
+        name, _, overload = text.partition(".")
+        overload = overload or "default"
+        op = getattr(getattr(getattr(torch.ops, library.ns), name), overload)
+        if not any(op.has_kernel_for_dispatch_key(k) for k in _KERNEL_KEYS):
+            qualified = name if overload == "default" else f"{name}.{overload}"
+            library.impl(qualified, pattern, "CompositeImplicitAutograd")
+        op._equivalent_callable = pattern
+        return pattern
+
+    return bind
+
+
+__all__ = ["bind_pattern_to_op", "ops"]

@@ -39,6 +39,7 @@ import torch
 import torch.fx
 from torch.export.exported_program import ExportedProgram, OutputKind
 
+from pyexecutorch.exir.backend.compile_spec_schema import spec_bytes
 from pyexecutorch.exir.emit._convert import (
     LAYOUT_CODE,
     MEMORY_FORMAT_CODE,
@@ -1070,7 +1071,7 @@ class MethodEmitter:
             store = getattr(lowered, "data_store_output", None)
         self.state.add_named_data(store, who)
         compile_specs = [
-            CompileSpec(key=str(cs.key), value=bytes(cs.value)) for cs in lowered.compile_specs
+            CompileSpec(key=str(cs.key), value=spec_bytes(cs.value)) for cs in lowered.compile_specs
         ]
         self.delegates.append(
             BackendDelegate(id=backend_id, processed=reference, compile_specs=compile_specs)

@@ -21,7 +21,8 @@ def _static(t) -> bool:
     return all(isinstance(s, int) for s in t.shape)
 
 
-def _is_noop(node: Node) -> bool:
+def is_noop(node: Node) -> bool:
+    """A copy that changes nothing: same dtype, layout and shape."""
     target = node.target
     if target not in (aten._to_copy.default, aten.slice_copy.Tensor, aten.alias_copy.default):
         return False
@@ -47,6 +48,17 @@ def _is_noop(node: Node) -> bool:
     return a.shape == b.shape  # full-range slice
 
 
+def replace_packets(gm: GraphModule) -> bool:
+    """``sym_size``/``sym_stride``/``sym_numel`` packets to their overloads."""
+    changed = False
+    for g in graph_modules(gm):
+        for node in g.graph.nodes:
+            if node.op == "call_function" and node.target in _PACKETS:
+                node.target = _PACKETS[node.target]
+                changed = True
+    return changed
+
+
 def normalize(gm: GraphModule) -> bool:
     changed = False
     for g in graph_modules(gm):
@@ -56,7 +68,7 @@ def normalize(gm: GraphModule) -> bool:
             if node.target in _PACKETS:
                 node.target = _PACKETS[node.target]
                 changed = True
-            if _is_noop(node) and all(u.op != "output" for u in node.users):
+            if is_noop(node) and all(u.op != "output" for u in node.users):
                 node.replace_all_uses_with(node.args[0])
                 g.graph.erase_node(node)
                 changed = True

@@ -1,0 +1,292 @@
+"""Conformance harness: the official executorch wheel's own test files, run against
+pyexecutorch after a mechanical import rewrite, beside the official package's
+results on the very same files.
+
+    python scripts/conformance.py                 # every suite file, table on stdout
+    python scripts/conformance.py --files devtools/etdump/tests/serialize_test.py
+    python scripts/conformance.py --json out.json # per-test outcomes as well
+
+What it does, and nothing more:
+
+1. copies the wheel's test files (every ``.py`` under ``executorch/<scope>`` with a
+   path component starting with ``test``; the helpers the suites import live there
+   too) into ``.cache/conformance/{official,ours}/``;
+2. in the ``ours`` copy, rewrites ``from executorch`` / ``import executorch`` to
+   ``pyexecutorch`` on import lines only; no other line is touched;
+3. runs each suite file in its own pytest process (``ours`` with
+   scripts/conformance_overlay.py mounting the copied helpers under
+   ``pyexecutorch``) and reads the outcomes from its JUnit XML;
+4. prints per file: passed/failed/errors for the official package and for ours,
+   how many official passes we pass, and how many of the rest read an official
+   private member (scripts/conformance_exclusions.toml).
+
+The official side depends only on the wheel, so its outcomes are cached, keyed by
+the executorch version and each file's content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRATCH = REPO / ".cache" / "conformance"
+EXCLUSIONS = REPO / "scripts" / "conformance_exclusions.toml"
+
+# Folders of the wheel whose test-support files are copied (the APIs pyexecutorch ports).
+SCOPES = (
+    "exir",
+    "devtools",
+    "extension/pybindings",
+    "extension/pytree",
+    "backends/xnnpack",
+    "backends/test",
+)
+
+# The suites of issue 31, relative to the wheel's package folder; a folder stands for
+# its test files.
+SUITES = (
+    "extension/pybindings/test",
+    "exir/program/test",
+    "exir/tests/test_memory_planning.py",
+    "exir/tests/test_passes.py",
+    "exir/backend/test/test_backends_lifted.py",
+    "exir/backend/test/test_partitioner.py",
+    "devtools/bundled_program/test",
+    "devtools/etdump/tests",
+    "devtools/inspector/tests",
+    "backends/xnnpack/test/ops/test_add.py",
+    "backends/xnnpack/test/ops/test_conv2d.py",
+    "backends/xnnpack/test/ops/test_linear.py",
+    "backends/xnnpack/test/models/resnet.py",
+)
+
+# Import lines only: "from executorch..." / "import executorch..." at a statement start.
+_IMPORT = re.compile(r"^(\s*)(from|import)(\s+)executorch(?=[.\s]|$)", re.MULTILINE)
+
+
+def wheel_root() -> Path:
+    spec = importlib.util.find_spec("executorch")  # locates without importing
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the official executorch package is not installed in this venv")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def is_test_path(rel: Path) -> bool:
+    return any(part.startswith("test") for part in rel.parts)
+
+
+def rewrite_imports(source: str) -> str:
+    return _IMPORT.sub(r"\1\2\3pyexecutorch", source)
+
+
+def suite_files(wheel: Path, only: list[str] | None = None) -> list[str]:
+    files: list[str] = []
+    for entry in only or SUITES:
+        path = wheel / entry
+        if path.is_dir():
+            for f in sorted(path.glob("*.py")):
+                if f.name.startswith("test_") or f.name.endswith("_test.py"):
+                    files.append(str(f.relative_to(wheel)))
+        elif path.is_file():
+            files.append(entry)
+        else:
+            raise SystemExit(f"{entry}: not in the wheel at {wheel}")
+    return files
+
+
+def populate(wheel: Path, side: str) -> Path:
+    """Copy (and for ``ours``, rewrite) the wheel's test files into a fresh scratch tree."""
+    root = SCRATCH / side
+    if root.exists():
+        shutil.rmtree(root)
+    for scope in SCOPES:
+        for src in (wheel / scope).rglob("*.py"):
+            rel = src.relative_to(wheel)
+            if not is_test_path(rel):
+                continue
+            dst = root / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            text = src.read_text()
+            dst.write_text(rewrite_imports(text) if side == "ours" else text)
+    # Our own pytest configuration only: the repository's must not apply here.
+    (root / "pytest.ini").write_text("[pytest]\n")
+    return root
+
+
+@dataclass
+class FileResult:
+    outcomes: dict[str, str] = field(default_factory=dict)  # test id -> outcome
+    seconds: float = 0.0
+    note: str = ""
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes.values() if o == outcome)
+
+
+def run_file(
+    root: Path, rel: str, side: str, timeout: float, ours_path: str | None = None
+) -> FileResult:
+    xml = root / (rel.replace("/", "__") + ".xml")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    cmd += ["--import-mode=importlib", f"--junitxml={xml}", "-o", "junit_family=xunit1"]
+    if side == "ours":
+        env["CONFORMANCE_OVERLAY"] = str(root)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (ours_path, str(REPO / "scripts"), env.get("PYTHONPATH", "")) if p
+        )
+        cmd += ["-p", "conformance_overlay"]
+    cmd.append(rel)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        note = "" if proc.returncode in (0, 1) else f"pytest exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        note = f"timed out after {timeout:.0f} s"
+    result = FileResult(seconds=time.perf_counter() - start, note=note)
+    if xml.is_file():
+        result.outcomes = parse_junit(xml, rel)
+    elif not note:
+        result.note = "no report"
+    return result
+
+
+def parse_junit(xml: Path, rel: str) -> dict[str, str]:
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        cls = case.get("classname", "")
+        # classname is the dotted module path (+ class); keep only the class part
+        parts = cls.split(".")
+        klass = parts[-1] if parts and parts[-1][:1].isupper() else ""
+        name = case.get("name", "")
+        test_id = f"{rel}::{klass}::{name}" if klass else f"{rel}::{name}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
+                break
+        outcomes[test_id] = outcome
+    return outcomes
+
+
+def official_cache_key(wheel: Path, rel: str) -> str:
+    digest = hashlib.sha256((wheel / rel).read_bytes()).hexdigest()[:16]
+    return f"{importlib.metadata.version('executorch')}:{rel}:{digest}"
+
+
+def run_official(wheel: Path, files: list[str], timeout: float) -> dict[str, FileResult]:
+    cache_path = SCRATCH / "official_results.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    results: dict[str, FileResult] = {}
+    root: Path | None = None
+    for rel in files:
+        key = official_cache_key(wheel, rel)
+        if key in cache:
+            results[rel] = FileResult(**cache[key])
+            continue
+        root = root or populate(wheel, "official")
+        print(f"[official] {rel} ...", file=sys.stderr, flush=True)
+        results[rel] = run_file(root, rel, "official", timeout)
+        if not results[rel].note:  # a timeout is not a result worth keeping
+            cache[key] = results[rel].__dict__
+            cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    return results
+
+
+def run_ours(
+    wheel: Path, files: list[str], timeout: float, ours_path: str | None = None
+) -> dict[str, FileResult]:
+    root = populate(wheel, "ours")
+    results: dict[str, FileResult] = {}
+    for rel in files:
+        print(f"[ours] {rel} ...", file=sys.stderr, flush=True)
+        results[rel] = run_file(root, rel, "ours", timeout, ours_path)
+    return results
+
+
+def load_exclusions() -> dict[str, str]:
+    """test id -> the official private member it reads."""
+    data = tomllib.loads(EXCLUSIONS.read_text())
+    return {entry["test"]: entry["member"] for entry in data.get("private", [])}
+
+
+def table(files: list[str], official: dict[str, FileResult], ours: dict[str, FileResult]) -> str:
+    excluded = load_exclusions()
+    head = (
+        f"{'file':58} {'official p/f/e':>15} {'ours p/f/e':>12} "
+        f"{'both pass':>9} {'lost':>5} {'private':>7} {'ours s':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    totals = [0] * 9
+    for rel in files:
+        off, our = official[rel], ours[rel]
+        off_pass = {t for t, o in off.outcomes.items() if o == "passed"}
+        our_pass = {t for t, o in our.outcomes.items() if o == "passed"}
+        lost = off_pass - our_pass
+        private = {t for t in lost if t in excluded}
+        row = [
+            off.count("passed"),
+            off.count("failed"),
+            off.count("error"),
+            our.count("passed"),
+            our.count("failed"),
+            our.count("error"),
+            len(off_pass & our_pass),
+            len(lost) - len(private),
+            len(private),
+        ]
+        totals = [a + b for a, b in zip(totals, row, strict=True)]
+        note = f"  ({our.note})" if our.note else ""
+        lines.append(
+            f"{rel:58} {row[0]:>5}/{row[1]}/{row[2]:<5} {row[3]:>4}/{row[4]}/{row[5]:<4}"
+            f" {row[6]:>9} {row[7]:>5} {row[8]:>7} {our.seconds:>7.1f}{note}"
+        )
+    lines.append("-" * len(head))
+    t = totals
+    lines.append(
+        f"{'total':58} {t[0]:>5}/{t[1]}/{t[2]:<5} {t[3]:>4}/{t[4]}/{t[5]:<4}"
+        f" {t[6]:>9} {t[7]:>5} {t[8]:>7}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", nargs="*", help="suite files or folders (wheel-relative)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per file")
+    parser.add_argument("--json", type=Path, help="write per-test outcomes here")
+    parser.add_argument(
+        "--ours-path", help="a src folder whose pyexecutorch to test instead (an older checkout)"
+    )
+    args = parser.parse_args(argv)
+    wheel = wheel_root()
+    files = suite_files(wheel, args.files)
+    official = run_official(wheel, files, args.timeout)
+    ours = run_ours(wheel, files, args.timeout, args.ours_path)
+    print(table(files, official, ours))
+    if args.json:
+        payload = {
+            rel: {"official": official[rel].outcomes, "ours": ours[rel].outcomes} for rel in files
+        }
+        args.json.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

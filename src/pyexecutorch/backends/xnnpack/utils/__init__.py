@@ -1,0 +1,1 @@
+"""Helpers for XNNPACK export scripts (the official ``backends.xnnpack.utils``)."""

@@ -1,0 +1,21 @@
+"""Mean squared error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pyexecutorch.devtools.inspector.numerical_comparator.numerical_comparator_base import (
+    NumericalComparatorBase,
+    same_shape,
+)
+
+
+class MSEComparator(NumericalComparatorBase):
+    def element_compare(self, a: Any, b: Any) -> float:
+        fa, fb = same_shape(a, b)
+        return float(np.square(fa - fb).mean())
+
+
+__all__ = ["MSEComparator"]

@@ -1,0 +1,5 @@
+"""``SpecPropPass`` under its official module path."""
+
+from pyexecutorch.exir.passes.executorch_passes import SpecPropPass
+
+__all__ = ["SpecPropPass"]

@@ -1,0 +1,1 @@
+"""Checks of exported graphs (the official ``exir.verification`` path)."""
