@@ -88,6 +88,13 @@ def refusal(check: Check, inputs: Sequence[Any], outputs: Sequence[Any]) -> str 
     return None
 
 
+def scalar(value: object, op: str, what: str) -> complex | float | int:
+    """``value`` when it is a Scalar (a number, complex too), else KernelError."""
+    if not isinstance(value, (int, float, complex)):
+        raise KernelError(f"{op}: {what} must be a number, got {value!r}")
+    return value
+
+
 def number(value: object, op: str, what: str) -> float | int:
     """``value`` when it is a number (a bool counts, as in torch), else KernelError."""
     if not isinstance(value, (int, float)):

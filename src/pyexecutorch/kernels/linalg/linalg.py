@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pyexecutorch.kernels.checks import scalar
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.conv.conv import derived, scratch, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
@@ -49,8 +50,8 @@ def _matmul_into(a: np.ndarray, b: np.ndarray, o: np.ndarray, cdt: np.dtype) -> 
         np.copyto(o, tmp, casting="unsafe")
 
 
-@kernel("aten::mm.out")
-def mm(self, mat2, out):
+def mm_shape(self: np.ndarray, mat2: np.ndarray) -> tuple[int, int]:
+    """mm's result shape, or KernelError: the argument check (see linalg.checks)."""
     if self.ndim != 2 or mat2.ndim != 2:
         raise KernelError(
             f"mm: self and mat2 must be 2-D, got shapes {self.shape} and {mat2.shape}"
@@ -60,7 +61,12 @@ def mm(self, mat2, out):
             f"mm: self of shape {self.shape} and mat2 of shape {mat2.shape} cannot be "
             f"multiplied ({self.shape[1]} != {mat2.shape[0]})"
         )
-    o = fit(out, (self.shape[0], mat2.shape[1]))
+    return self.shape[0], mat2.shape[1]
+
+
+@kernel("aten::mm.out")
+def mm(self, mat2, out):
+    o = fit(out, mm_shape(self, mat2))
     if self.dtype in _BLAS and self.dtype == mat2.dtype == o.dtype:
         np.matmul(self, mat2, out=o)
         return o
@@ -69,8 +75,8 @@ def mm(self, mat2, out):
     return o
 
 
-@kernel("aten::bmm.out")
-def bmm(self, mat2, out):
+def bmm_shape(self: np.ndarray, mat2: np.ndarray) -> tuple[int, int, int]:
+    """bmm's result shape, or KernelError: the argument check (see linalg.checks)."""
     if self.ndim != 3 or mat2.ndim != 3:
         raise KernelError(
             f"bmm: self and mat2 must be 3-D, got shapes {self.shape} and {mat2.shape}"
@@ -80,7 +86,12 @@ def bmm(self, mat2, out):
             f"bmm: self of shape {self.shape} and mat2 of shape {mat2.shape} cannot be "
             "multiplied (need (b, n, m) and (b, m, p))"
         )
-    o = fit(out, (self.shape[0], self.shape[1], mat2.shape[2]))
+    return self.shape[0], self.shape[1], mat2.shape[2]
+
+
+@kernel("aten::bmm.out")
+def bmm(self, mat2, out):
+    o = fit(out, bmm_shape(self, mat2))
     if self.dtype in _BLAS and self.dtype == mat2.dtype == o.dtype:
         np.matmul(self, mat2, out=o)
         return o
@@ -98,8 +109,8 @@ def _scalar_for(value, cdt: np.dtype, name: str, op: str):
     return value
 
 
-@kernel("aten::addmm.out")
-def addmm(self, mat1, mat2, beta, alpha, out):
+def addmm_shape(self: np.ndarray, mat1: np.ndarray, mat2: np.ndarray) -> tuple[int, int]:
+    """addmm's result shape, or KernelError: the argument check (see linalg.checks)."""
     op = "addmm"
     if mat1.ndim != 2 or mat2.ndim != 2:
         raise KernelError(
@@ -119,10 +130,17 @@ def addmm(self, mat1, mat2, beta, alpha, out):
         raise KernelError(
             f"{op}: self of shape {ss} does not broadcast to the product's shape {shape}"
         )
+    return shape
+
+
+@kernel("aten::addmm.out")
+def addmm(self, mat1, mat2, beta, alpha, out):
+    op = "addmm"
+    shape = addmm_shape(self, mat1, mat2)
     o = fit(out, shape)
     cdt = _compute_dtype(op, self, mat1, mat2)
-    beta = _scalar_for(beta, cdt, "beta", op)
-    alpha = _scalar_for(alpha, cdt, "alpha", op)
+    beta = _scalar_for(scalar(beta, op, "beta"), cdt, "beta", op)
+    alpha = _scalar_for(scalar(alpha, op, "alpha"), cdt, "alpha", op)
     t = o if o.dtype == cdt else scratch("addmm-cast", shape, cdt)
     if alpha == 0:
         # As in BLAS, a zero alpha skips the product (inf/NaN there do not leak).

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check, number
-from pyexecutorch.kernels.norm.norm import layer_norm_arguments
+from pyexecutorch.kernels.norm.norm import layer_norm_arguments, softmax_arguments
 from pyexecutorch.kernels.registry import KernelError
 
 Shape = tuple[int, ...]
@@ -26,3 +26,17 @@ def check_layer_norm(
     number(eps, op, "eps")
     _, _, stats, _ = layer_norm_arguments(x, tuple(normalized_shape), weight, bias)
     return x.shape, stats, stats
+
+
+def _softmax_check(op: str) -> Any:
+    def check(x: Any, dim: Any, half_to_float: Any) -> tuple[Shape]:
+        if not isinstance(x, np.ndarray):
+            raise KernelError(f"{op}: the input must be a tensor, got {type(x).__name__}")
+        softmax_arguments(op, x, dim, half_to_float)
+        return (x.shape,)
+
+    return check
+
+
+for _op in ("_softmax", "_log_softmax"):
+    argument_check(f"aten::{_op}.out")(_softmax_check(_op))

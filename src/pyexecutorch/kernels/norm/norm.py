@@ -434,14 +434,23 @@ def native_batch_norm_legit_no_stats(
 # Softmax.
 
 
-def _softmax_setup(op, self, dim, half_to_float, out):
+def softmax_arguments(op: str, self, dim, half_to_float) -> tuple[np.dtype, int]:
+    """(compute dtype, dim) of a softmax, or KernelError: the argument check (norm.checks)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise KernelError(f"{op}: dim must be an int, got {dim!r}")
+    if not isinstance(half_to_float, bool):
+        raise KernelError(f"{op}: half_to_float must be a bool, got {half_to_float!r}")
     if half_to_float:
         if self.dtype != _F16:
             raise KernelError(f"{op}: half_to_float=True needs a float16 input, got {self.dtype}")
         cdt = _F32
     else:
         cdt = float_compute_dtype(self, "input", op)
-    d = normalize_dim(dim, self.ndim)
+    return cdt, normalize_dim(dim, self.ndim)
+
+
+def _softmax_setup(op, self, dim, half_to_float, out):
+    cdt, d = softmax_arguments(op, self, dim, half_to_float)
     o = fit(out, self.shape)
     return cdt, d, o
 

@@ -1,5 +1,5 @@
 """The shape family's argument checks (see :mod:`pyexecutorch.kernels.checks`): the
-splits' parts, through the functions their numpy kernels call."""
+splits' parts and cat's operands, through the functions their numpy kernels call."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check
 from pyexecutorch.kernels.registry import KernelError
-from pyexecutorch.kernels.shape.shape import split_parts, split_with_sizes_parts
+from pyexecutorch.kernels.shape.shape import cat_parts, split_parts, split_with_sizes_parts
 
 
 def _pieces(x: Any, axis: int, sizes: list[int]) -> tuple[list[tuple[int, ...]]]:
@@ -30,3 +30,10 @@ def check_split(x: Any, split_size: Any, dim: Any) -> tuple[list[tuple[int, ...]
 @argument_check("aten::split_with_sizes_copy.out")
 def check_split_with_sizes(x: Any, sizes: Any, dim: Any) -> tuple[list[tuple[int, ...]]]:
     return _pieces(x, *split_with_sizes_parts(_tensor(x, "split_with_sizes"), sizes, dim))
+
+
+@argument_check("aten::cat.out")
+def check_cat(tensors: Any, dim: Any) -> tuple[tuple[int, ...]]:
+    if not isinstance(tensors, list):
+        raise KernelError(f"cat(): expected a list of tensors, got {type(tensors).__name__}")
+    return (cat_parts(tensors, dim)[2],)

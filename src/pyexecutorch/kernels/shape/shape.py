@@ -383,13 +383,15 @@ def narrow_copy(self, dim, start, length, out):
 # --------------------------------------------------------------------------
 
 
-@kernel("aten::cat.out")
-def cat(tensors, dim, out):
+def cat_parts(tensors: Any, dim: int) -> tuple[list[np.ndarray], int, tuple[int, ...]]:
+    """The tensors cat joins, its axis and its result shape, or KernelError: the argument
+    check (see shape.checks)."""
     kept = []
-    same_dtype = True
     first = None
     total = a = 0
     for i, t in enumerate(tensors):
+        if not hasattr(t, "shape"):
+            raise KernelError(f"cat(): expected tensors, got {type(t).__name__} at position {i}")
         shape = t.shape
         if shape == (0,):
             continue  # torch's legacy rule: 1-D empty tensors take no part
@@ -412,13 +414,20 @@ def cat(tensors, dim, out):
             )
         total += shape[a]
         kept.append(t)
-        if t.dtype != out.dtype:
-            same_dtype = False
     if first is None:
         if not tensors:
             raise KernelError("cat(): expected a non-empty list of tensors")
-        return fit(out, (0,))
-    out = fit(out, first[:a] + (total,) + first[a + 1 :])
+        return kept, 0, (0,)
+    return kept, a, first[:a] + (total,) + first[a + 1 :]
+
+
+@kernel("aten::cat.out")
+def cat(tensors, dim, out):
+    kept, a, shape = cat_parts(tensors, dim)
+    out = fit(out, shape)
+    if not kept:
+        return out
+    same_dtype = all(t.dtype == out.dtype for t in kept)
     if len(kept) == 1:
         assign(out, kept[0])
     elif same_dtype:
