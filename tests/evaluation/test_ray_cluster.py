@@ -1,6 +1,6 @@
 """The multi-node path: a two-node Ray cluster on this machine (``ray.cluster_utils``,
 one CPU per node, so the two actors run on different nodes), giving the same rows and
-metrics as the embedded engine for the CNN and the LLM."""
+metrics as the embedded engine for the CNN and the LLM, a failing row of each included."""
 
 from __future__ import annotations
 
@@ -60,10 +60,12 @@ def test_two_nodes_give_the_embedded_numbers(cluster, tmp_path):
     tokenizer = llm.make_tokenizer(tmp_path / "tokenizer.json")
     corpus = P.write_corpus(tmp_path / "corpus.txt", 16)
     windows = data.text_windows(corpus, tokenizer, window=12, stride=6)
+    windows.columns["tokens"][2, 4] = 10**6  # outside the vocabulary: that window fails
     program = llm.export(llm.make_model("llama", seed=3), "llama", False)
     embedded = data.evaluate(program, windows, metrics="perplexity")
     on_cluster = data.evaluate(program, windows, metrics="perplexity", engine="ray", workers=2)
-    assert embedded.failed == on_cluster.failed == 0
+    assert embedded.failed == on_cluster.failed == 1
+    assert on_cluster.errors == embedded.errors and on_cluster.errors[0][0] == 2
     np.testing.assert_array_equal(on_cluster.per_row["nll"], embedded.per_row["nll"])
     assert on_cluster.metrics == embedded.metrics
     assert 1 < embedded.metrics["perplexity"] < llm.Config().vocab * 10
