@@ -4,6 +4,7 @@
     python benchmarks/fuzz.py --engine atheris --seconds 600 # coverage-guided (libFuzzer)
     python benchmarks/fuzz.py --target bundled --seconds 300 # bundled programs (.bpte)
     python benchmarks/fuzz.py --target etdump --seconds 300  # ETDumps read by the Inspector
+    nice -n 19 python benchmarks/fuzz.py --tiers --count 20000 --workers 2  # both tiers
 
 ``--target``: ``program`` (``.pte``/``.ptd``, the default), ``bundled`` (loaded
 with the bundled loader, every test case run and verified) or ``etdump`` (read
@@ -16,6 +17,13 @@ from a seeded generator, each judged by ``tests/reliability/harness.py``.
 coverage of ``pyexecutorch``. Both print executions, distinct outcomes and
 findings; a finding's file is written to ``--out`` (default ``.cache/fuzz``) so
 that it can become a regression test. Exit status 1 when anything was found.
+
+``--tiers``: ``--count`` mutants of ``tests/reliability/campaign.py`` (every kind, byte-level
+and structure-aware), each run on the numpy and the compiled tier and compared, in
+``--workers`` worker processes (a worker that dies is a ``crash`` of its mutant; one that
+gives no answer in ``--timeout`` seconds a ``hang``). Prints per mutation kind: mutants,
+ok, refused, crashes, hangs, imprecise exceptions, tier differences; findings' files go
+to ``--out``.
 """
 
 from __future__ import annotations
@@ -244,6 +252,132 @@ def run_atheris(seconds: float, out: Path, target: str = "program") -> int:
     return 0
 
 
+def _tier_worker(conn, campaign_seed: int) -> None:  # noqa: ANN001
+    """Judge the mutants whose indices arrive on ``conn``; send back each verdict."""
+    import dataclasses
+    import warnings
+
+    warnings.simplefilter("ignore")
+    from tests.reliability.campaign import judge, mutant
+    from tests.reliability.harness import seeds
+
+    corpus = seeds(campaign=True)
+    while True:
+        index = conn.recv()
+        if index is None:
+            return
+        conn.send(dataclasses.asdict(judge(mutant(corpus, index, campaign_seed))))
+
+
+def run_tiers(
+    count: int, workers: int, seed: int, out: Path, timeout: float, start: int = 0
+) -> int:
+    import multiprocessing as mp
+
+    from tests.reliability.campaign import FINDINGS, KINDS, mutant
+    from tests.reliability.harness import seeds
+
+    corpus = seeds(campaign=True)
+    ctx = mp.get_context("spawn")
+    pending = list(range(start + count - 1, start - 1, -1))
+    per_kind: dict[str, collections.Counter] = {k: collections.Counter() for k in KINDS}
+    per_seed: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    findings: list[dict] = []
+    began = time.monotonic()
+    done = 0
+
+    def spawn():  # noqa: ANN202
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_tier_worker, args=(child, seed), daemon=True)
+        proc.start()
+        return {"proc": proc, "conn": parent, "index": None, "since": 0.0}
+
+    def record(v: dict) -> None:
+        nonlocal done
+        done += 1
+        per_kind[v["kind"]][v["label"]] += 1
+        per_seed[v["seed"]][v["label"]] += 1
+        if v["label"] in FINDINGS:
+            m = mutant(corpus, v["index"], seed)
+            if m.pte is not None:
+                _save(
+                    out,
+                    m.pte,
+                    f"{v['label']}: #{v['index']} {v['seed']} {v['kind']} "
+                    f"{m.verification.name}: {v['detail']}",
+                    findings,
+                )
+
+    pool = [spawn() for _ in range(workers)]
+    while pending or any(w["index"] is not None for w in pool):
+        for w in pool:
+            if w["index"] is None and pending:
+                w["index"], w["since"] = pending.pop(), time.monotonic()
+                w["conn"].send(w["index"])
+        for w in pool:
+            if w["index"] is None:
+                continue
+            index = w["index"]
+            try:
+                ready = w["conn"].poll(0.05)
+                reply = w["conn"].recv() if ready else None
+            except (EOFError, OSError):
+                reply = "crash"
+            if reply is None and not w["proc"].is_alive():
+                reply = "crash"
+            if reply is None and time.monotonic() - w["since"] > timeout:
+                w["proc"].kill()
+                reply = "hang"
+            if reply is None:
+                continue
+            if isinstance(reply, str):  # the worker is gone: start another
+                m = mutant(corpus, index, seed)
+                code = w["proc"].exitcode
+                record(
+                    {
+                        "index": index,
+                        "seed": m.seed,
+                        "kind": m.kind,
+                        "label": reply,
+                        "detail": f"worker exit code {code}",
+                    }
+                )
+                w.update(spawn())
+            else:
+                record(reply)
+            w["index"] = None
+        if done and done % 500 == 0:
+            print(f"{done} mutants, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+    for w in pool:
+        w["conn"].send(None)
+        w["proc"].join(10)
+    labels = ("ok", "refused", "skipped", *FINDINGS)
+    table = {
+        k: {label: c[label] for label in labels} | {"mutants": sum(c.values())}
+        for k, c in per_kind.items()
+    }
+    total = collections.Counter()
+    for c in per_kind.values():
+        total.update(c)
+    print(
+        json.dumps(
+            {
+                "engine": "tiers",
+                "campaign_seed": seed,
+                "indices": [start, start + count],
+                "seconds": round(time.monotonic() - began, 1),
+                "mutants": done,
+                "total": {label: total[label] for label in labels},
+                "per_kind": table,
+                "per_seed": {s: dict(c) for s, c in sorted(per_seed.items())},
+                "findings": findings,
+            },
+            indent=1,
+        )
+    )
+    return 1 if findings else 0
+
+
 SUSPICIOUS = {"IndexError", "KeyError", "AttributeError", "MemoryError", "RecursionError"}
 
 
@@ -254,7 +388,14 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=REPO / ".cache" / "fuzz")
+    p.add_argument("--tiers", action="store_true", help="both tiers on --count mutants")
+    p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--start", type=int, default=0, help="first mutant index (--tiers)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=240.0, help="per mutant (--tiers)")
     args = p.parse_args()
+    if args.tiers:
+        sys.exit(run_tiers(args.count, args.workers, args.seed, args.out, args.timeout, args.start))
     if args.engine == "atheris":
         sys.exit(run_atheris(args.seconds, args.out, args.target))
     if args.target != "program":

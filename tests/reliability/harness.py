@@ -76,8 +76,10 @@ class Seed:
     data_files: tuple[bytes, ...] = ()
 
 
-def seeds() -> list[Seed]:
-    """The corpus, in name order."""
+def seeds(campaign: bool = False) -> list[Seed]:
+    """The corpus, in name order; with ``campaign`` also the seeds only the two-tier
+    campaign uses (XNNPACK and quantized programs whose compiled forms take long to build
+    in a cold cache: see ``campaign.py``)."""
     manifest = json.loads((CORPUS / "manifest.json").read_text())
     return [
         Seed(
@@ -86,6 +88,7 @@ def seeds() -> list[Seed]:
             tuple((CORPUS / d).read_bytes() for d in entry["data_files"]),
         )
         for name, entry in sorted(manifest.items())
+        if campaign or not entry.get("campaign_only")
     ]
 
 

@@ -10,7 +10,9 @@ them without torch. Each ``.pte`` named ``<stem>.pte`` may have data files
 
 Bundled programs (``.bpte``) and ETDump traces (``.etdp``, with an optional debug
 buffer ``<stem>.debug.bin``) are made from those programs; ``devtools.json`` lists
-them. ``--devtools`` writes only these, from the committed programs. Every profile
+them. ``--devtools`` writes only these, from the committed programs.
+``--add-delegated`` adds (without rewriting the others) our exporter's XNNPACK
+programs and both exporters' static-int8 programs, portable and XNNPACK-lowered. Every profile
 event's timestamps are rewritten in place to fixed values, so the bytes are the
 same on every run.
 """
@@ -235,9 +237,76 @@ def write_devtools_seeds() -> None:
     (CORPUS / "devtools.json").write_text(json.dumps(listing, indent=1, sort_keys=True) + "\n")
 
 
+def _quantized_seeds() -> dict[str, tuple[bytes, str]]:
+    """Static int8 (per-channel weights) programs of a small CNN and MLP, quantized by the
+    official XNNPACKQuantizer: both exporters, portable and XNNPACK-lowered."""
+    import copy
+
+    import executorch.exir  # noqa: F401 - before ours define the quantized operators
+    import executorch.kernels.quantized  # noqa: F401
+
+    from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import (
+        XnnpackPartitioner,
+    )
+    from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
+    from tests.backends import _quantized_programs as qp
+
+    out = {}
+    for model in ("cnn", "mlp"):
+        q = qp.quantize(model, "static")
+        what = f"{model} quantized static int8 (official XNNPACKQuantizer)"
+        for flavor in ("portable", "xnnpack"):
+            pte = qp.official_pte(q, flavor)
+            out[f"official_quant_{flavor}_{model}"] = (pte, f"executorch 1.5.1 exporter, {what}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lowered = to_edge_transform_and_lower(
+                copy.deepcopy(q.program), partitioner=[XnnpackPartitioner()]
+            )
+            out[f"ours_quant_xnnpack_{model}"] = (
+                lowered.to_executorch().buffer,
+                f"pyexecutorch exporter with the XNNPACK partitioner, {what}",
+            )
+            out[f"ours_quant_portable_{model}"] = (
+                to_edge(copy.deepcopy(q.program)).to_executorch().buffer,
+                f"pyexecutorch exporter, {what}",
+            )
+    return out
+
+
+def add_delegated_seeds() -> None:
+    """Add our XNNPACK programs and the quantized ones to the committed corpus."""
+    # The official package defines the quantized out variants (and refuses to once ours
+    # exist): import it first.
+    import executorch.exir  # noqa: F401
+    import executorch.kernels.quantized  # noqa: F401
+
+    from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import (
+        XnnpackPartitioner,
+    )
+
+    manifest = json.loads((CORPUS / "manifest.json").read_text())
+    seeds = {
+        f"ours_xnnpack_{name}": (
+            _ours(models.CASES_BY_NAME[name], [XnnpackPartitioner()]),
+            f"pyexecutorch exporter with the XNNPACK partitioner, suite case {name}",
+        )
+        for name in XNNPACK_CASES
+    }
+    seeds.update(_quantized_seeds())
+    for stem, (pte, source) in seeds.items():
+        (CORPUS / f"{stem}.pte").write_bytes(pte)
+        manifest[f"{stem}.pte"] = {"source": source, "data_files": [], "campaign_only": True}
+        print(f"{stem}: {len(pte)} bytes", file=sys.stderr)
+    (CORPUS / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
 def main() -> None:
     if "--devtools" in sys.argv[1:]:
         write_devtools_seeds()
+        return
+    if "--add-delegated" in sys.argv[1:]:
+        add_delegated_seeds()
         return
     CORPUS.mkdir(parents=True, exist_ok=True)
     for old in CORPUS.iterdir():

@@ -29,6 +29,7 @@ from pyexecutorch.schema.etdump import ETDump
 from pyexecutorch.schema.flatbuffer import SCALARS, Reader, fields_of
 from pyexecutorch.schema.program import (
     Bool,
+    Double,
     EValue,
     Instruction,
     Int,
@@ -39,6 +40,7 @@ from pyexecutorch.schema.program import (
     Program,
     ScalarType,
     Tensor,
+    TensorShapeDynamism,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -349,6 +351,53 @@ def _huge_arena(plan: Any, a: int, b: int) -> None:
         sizes[a % len(sizes)] = [1020 << 30, (1 << 63) - 1, 1 << 40, -1, 0][b % 5]
 
 
+def _reorder(plan: Any, a: int, b: int) -> None:
+    """Two instructions of a chain exchanged (a read may come before its write)."""
+    chain = plan.chains[a % len(plan.chains)]
+    n = len(chain.instructions)
+    if n >= 2:
+        i, j = a % n, b % n
+        ins = chain.instructions
+        ins[i], ins[j] = ins[j], ins[i]
+
+
+def _delete(plan: Any, a: int, b: int) -> None:
+    """One instruction deleted, or one duplicated."""
+    chain = plan.chains[a % len(plan.chains)]
+    if chain.instructions:
+        pc = b % len(chain.instructions)
+        if a & 1:
+            del chain.instructions[pc]
+        else:
+            chain.instructions.insert(pc, chain.instructions[pc])
+
+
+def _hostile_scalar(plan: Any, a: int, b: int) -> None:
+    """An Int (a size, a dim, a repeat count, a range end...) or Double argument set to
+    a hostile value."""
+    scalars = [ev.val for ev in plan.values if isinstance(ev.val, (Int, Double))]
+    if scalars:
+        v = scalars[a % len(scalars)]
+        if isinstance(v, Int):
+            v.int_val = [0, -1, 1 << 40, -(1 << 40), (1 << 63) - 1, -(1 << 63), 1 << 20][b % 7]
+        else:
+            v.double_val = [float("nan"), float("inf"), -float("inf"), 1e300, -0.0][b % 5]
+
+
+def _dynamic_bound(plan: Any, a: int, b: int) -> None:
+    """A tensor's dynamism changed (static <-> bound <-> unbound), its planned memory
+    dropped, or both."""
+    tensors = _tensors(plan)
+    if tensors:
+        t = tensors[a % len(tensors)][1]
+        choice = b % 4
+        if choice < 3:
+            t.shape_dynamism = TensorShapeDynamism(choice)
+        else:
+            t.allocation_info = None
+            t.shape_dynamism = TensorShapeDynamism.DYNAMIC_UNBOUND
+
+
 STRUCTURAL = (
     _drop_argument,
     _add_argument,
@@ -359,6 +408,10 @@ STRUCTURAL = (
     _out_of_range,
     _swap_arguments,
     _huge_arena,
+    _reorder,
+    _delete,
+    _hostile_scalar,
+    _dynamic_bound,
 )
 
 

@@ -244,8 +244,8 @@ def check_data_flow(method: Any) -> None:
     scalars and lists, constants, tensors with initial data, shared state (memory ids 2
     and up) and state a method updates in place (an in-place kernel's first argument, or
     a value no instruction writes whose bytes the output of an instruction reading it
-    shares). Any other value no instruction writes is a static view: defined where a
-    value sharing its bytes is.
+    shares, or whose bytes nothing written shares). Any other value no instruction
+    writes is a static view: defined where a value sharing its bytes is.
     """
     plan = method.plan
     evalues = plan.values
@@ -274,6 +274,23 @@ def check_data_flow(method: Any) -> None:
         elif t.allocation_info is not None and t.allocation_info.memory_id >= 2:
             start.add(i)  # state shared between methods
     bases = _view_bases(method, written | start, written | start)
+    # A value no instruction writes and whose bytes nothing written shares: state kept
+    # from call to call (a zero-initialized KV cache that a kernel updates in place).
+    start.update(j for j, found in bases.items() if not found)
+    # A kernel's outputs overwrite the other written values on their bytes: the planner
+    # reuses a value's bytes once it is dead, so a read after that reads another value.
+    # Moves (which rebind), delegates (whose arguments may only be read), views and
+    # in-place updates (whose other views are meant to see the new data) overwrite
+    # nothing, and a value a move rebinds is never overwritten.
+    moved = {a.move_to for chain in steps for a in chain if isinstance(a, MoveCall)}
+    overlap = _overlaps({j: s for j in written - moved if (s := _span(method, j)) is not None})
+    layout = [
+        [
+            (reads, writes, _overwritten(writes, overlap) if _overwrites(method, a) else [])
+            for (reads, writes, _), a in zip(chain, instructions, strict=True)
+        ]
+        for chain, instructions in zip(layout, steps, strict=True)
+    ]
 
     def constant(j: int) -> bool | None:
         val = evalues[j].val
@@ -328,6 +345,35 @@ def _view_bases(method: Any, candidates: set[int], written: set[int]) -> dict[in
     return bases
 
 
+def _overlaps(spans: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
+    """For each value of ``spans``, the others whose bytes overlap its own."""
+    order = sorted(spans.items(), key=lambda item: item[1])
+    out: dict[int, list[int]] = {}
+    for k, (j, (_, hi)) in enumerate(order):
+        for other, (olo, _) in order[k + 1 :]:
+            if olo >= hi:
+                break
+            out.setdefault(j, []).append(other)
+            out.setdefault(other, []).append(j)
+    return out
+
+
+# Kernels whose output is a view of an argument's bytes: they change no data.
+_VIEW_KERNELS = frozenset({"executorch_prim::et_view.default"})
+
+
+def _overwrites(method: Any, a: Any) -> bool:
+    """Whether instruction ``a`` changes the data of values sharing its outputs' bytes."""
+    if not isinstance(a, KernelCall):
+        return False
+    k = method.kernels[a.op_index]
+    return k.n_outs > 0 and k.name not in _VIEW_KERNELS
+
+
+def _overwritten(writes: list[int], overlap: dict[int, list[int]]) -> list[int]:
+    return [v for w in writes for v in overlap.get(w, ()) if v not in writes]
+
+
 def _successors(
     instructions: list[Any], starts: list[int], ends: list[int], constant: Any
 ) -> list[list[int]]:
@@ -350,7 +396,7 @@ def _chain_flow(
     plan: ExecutionPlan,
     c: int,
     instructions: list[Any],
-    chain: list[tuple[list[int], list[int], list[int]]],
+    chain: list[tuple[list[int], list[int], list[int]]],  # reads, writes, overwritten
     defined: set[int],
     bases: dict[int, list[int]],
     constant: Any,
@@ -373,6 +419,7 @@ def _chain_flow(
         b = work.pop()
         out = set(ins[b])
         for pc in range(starts[b], ends[b]):
+            out.difference_update(chain[pc][2])
             out.update(chain[pc][1])
         for s in succ[b]:
             merged = out if ins[s] is None else ins[s] & out
@@ -385,7 +432,7 @@ def _chain_flow(
             continue  # unreachable
         have = set(ins[b])
         for pc in range(starts[b], ends[b]):
-            reads, writes, _ = chain[pc]
+            reads, writes, overwritten = chain[pc]
             for j in reads:
                 if j in have or any(base in have for base in bases.get(j, ())):
                     continue
@@ -397,8 +444,9 @@ def _chain_flow(
                 )
                 raise InvalidProgramError(
                     f"method '{plan.name}': chain {c} instruction {pc} ({what}) reads value {j} "
-                    "before any instruction writes it (on some path through the chain); it is "
-                    "not an input, a constant or state"
+                    "before it is written on every path through the chain (or after a value "
+                    "sharing its bytes overwrote it); it is not an input, a constant or state"
                 )
+            have.difference_update(overwritten)
             have.update(writes)
     return ins[exit_block] if ins[exit_block] is not None else set(defined)

@@ -181,12 +181,20 @@ def dequantize_per_tensor_tensor2(
 # --------------------------------------------------------------------- per channel
 
 
+def _check_tensor_param(op: str, name: str, p, optional: bool = True) -> None:  # noqa: ANN001
+    """A per-channel or per-token parameter is a tensor (a corrupt program may pass a
+    scalar or a list where the operator takes one)."""
+    if not isinstance(p, np.ndarray) and not (optional and p is None):
+        raise KernelError(f"{op}: {name} must be a tensor, got {type(p).__name__}")
+
+
 def _channel_shape(op: str, x: np.ndarray, axis: int, params: dict) -> tuple[int, ...]:
     """The shape that lays one value per channel of ``axis`` along that axis."""
     if x.ndim == 0:
         raise KernelError(f"{op}: input must have at least one dimension")
     axis = normalize_dim(axis, x.ndim)
     for name, p in params.items():
+        _check_tensor_param(op, name, p)
         if p is not None and p.size != x.shape[axis]:
             raise KernelError(
                 f"{op}: {name} has {p.size} elements but input has {x.shape[axis]} "
@@ -228,6 +236,7 @@ def _token_shape(op: str, x: np.ndarray, params: dict) -> tuple[int, ...]:
         raise KernelError(f"{op}: input must have at least one dimension")
     tokens = math.prod(x.shape[:-1])
     for name, p in params.items():
+        _check_tensor_param(op, name, p, optional=False)
         if p.size != tokens:
             raise KernelError(f"{op}: {name} has {p.size} elements for {tokens} tokens")
     return x.shape[:-1] + (1,)
