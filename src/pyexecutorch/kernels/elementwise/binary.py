@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pyexecutorch.kernels.checks import number
 from pyexecutorch.kernels.common import broadcast_shape, fit
+from pyexecutorch.kernels.elementwise.checks import rounding_mode
 from pyexecutorch.kernels.elementwise.unary import (
     BOOL,
     F16,
@@ -269,7 +271,7 @@ def _div_mode(a, b, mode, o) -> None:
     elif mode == "floor":
         _floor_div(a, b, o)
     else:
-        raise KernelError(f"rounding_mode must be None, 'trunc' or 'floor', got {mode!r}")
+        rounding_mode(mode)  # raises: the check the compiled tier makes at load
 
 
 @kernel("aten::div.out")
@@ -346,6 +348,7 @@ def _remainder_like(ufunc: np.ufunc, name: str) -> tuple[Callable, Callable]:
 
     @quiet
     def scalar_op(a, b, out):
+        number(b, name, "other")  # (the check the compiled tier makes at load)
         return run(a, b, out if out.shape == a.shape else fit(out, a.shape))
 
     return tensor_op, scalar_op

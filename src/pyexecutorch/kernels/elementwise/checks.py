@@ -1,7 +1,8 @@
 """The elementwise family's argument checks (see :mod:`pyexecutorch.kernels.checks`).
 
 For every operator with a scalar formula (the ones the compiled tier fuses,
-:data:`~pyexecutorch.kernels.elementwise.formulas.FORMULAS`): its tensor operands
+:data:`~pyexecutorch.kernels.elementwise.formulas.FORMULAS`) and the other elementwise
+operators with compiled forms (:data:`OTHERS`): its tensor operands
 broadcast together (:func:`~pyexecutorch.kernels.common.broadcast_shape`, as the
 kernels broadcast), that broadcast is the output's shape, and its scalar
 arguments are numbers (:func:`number`, which the kernels call for theirs) or,
@@ -17,12 +18,19 @@ import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check, number
 from pyexecutorch.kernels.common import broadcast_shape
-from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
+from pyexecutorch.kernels.elementwise.formulas import FORMULAS
 from pyexecutorch.kernels.registry import KernelError
 
 
 def optional_number(value: object, op: str, what: str) -> float | int | None:
     return None if value is None else number(value, op, what)
+
+
+def rounding_mode(value: object) -> str | None:
+    """div's rounding mode (None, 'trunc' or 'floor'), else KernelError."""
+    if value not in (None, "trunc", "floor"):
+        raise KernelError(f"rounding_mode must be None, 'trunc' or 'floor', got {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def gelu_approximation(value: object) -> str:
@@ -60,10 +68,23 @@ def _operand(value: Any, op: str, pos: int) -> tuple[int, ...]:
     return value.shape
 
 
-def _check_of(name: str, formula: Formula) -> Callable[..., tuple[tuple[int, ...]]]:
+_MODE = {2: ("rounding_mode", lambda v, op, what: rounding_mode(v))}
+# The other elementwise operators with compiled forms: (tensor operands, scalar arguments).
+OTHERS: dict[str, tuple[tuple[int, ...], dict[int, tuple[str, _Scalar]]]] = {
+    "aten::div.out_mode": ((0, 1), _MODE),
+    "aten::div.Scalar_mode_out": ((0,), {**_OTHER, **_MODE}),
+    "aten::floor_divide.out": ((0, 1), {}),
+    "aten::fmod.Tensor_out": ((0, 1), {}),
+    "aten::remainder.Tensor_out": ((0, 1), {}),
+    "aten::fmod.Scalar_out": ((0,), _OTHER),
+    "aten::remainder.Scalar_out": ((0,), _OTHER),
+}
+
+
+def _check_of(
+    name: str, operands: tuple[int, ...], scalars: dict[int, tuple[str, _Scalar]]
+) -> Callable[..., tuple[tuple[int, ...]]]:
     op = name.split("::", 1)[1].split(".", 1)[0]
-    scalars = SCALARS.get(name, {})
-    operands = (*formula.tensors, *formula.shape_only)
 
     def check(*args: Any) -> tuple[tuple[int, ...]]:
         for pos, (what, valid) in scalars.items():
@@ -83,4 +104,7 @@ def _check_of(name: str, formula: Formula) -> Callable[..., tuple[tuple[int, ...
 
 
 for _name, _formula in FORMULAS.items():
-    argument_check(_name)(_check_of(_name, _formula))
+    _operands = (*_formula.tensors, *_formula.shape_only)
+    argument_check(_name)(_check_of(_name, _operands, SCALARS.get(_name, {})))
+for _name, (_operands, _scalars) in OTHERS.items():
+    argument_check(_name)(_check_of(_name, _operands, _scalars))

@@ -1,5 +1,6 @@
 """The shape family's argument checks (see :mod:`pyexecutorch.kernels.checks`): the
-splits' parts and cat's operands, through the functions their numpy kernels call."""
+splits' parts, cat's operands and the copies' dim orders, through the functions their numpy
+kernels call."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check
 from pyexecutorch.kernels.registry import KernelError
+from pyexecutorch.kernels.shape.copy import _check_dim_order
 from pyexecutorch.kernels.shape.shape import cat_parts, split_parts, split_with_sizes_parts
 
 
@@ -37,3 +39,15 @@ def check_cat(tensors: Any, dim: Any) -> tuple[tuple[int, ...]]:
     if not isinstance(tensors, list):
         raise KernelError(f"cat(): expected a list of tensors, got {type(tensors).__name__}")
     return (cat_parts(tensors, dim)[2],)
+
+
+@argument_check("aten::_to_copy.out", "aten::clone.out")
+def check_copy(x: Any, *options: Any) -> tuple[tuple[int, ...]]:
+    return (_tensor(x, "copy").shape,)
+
+
+@argument_check("dim_order_ops::_to_dim_order_copy.out", "dim_order_ops::_clone_dim_order.out")
+def check_dim_order_copy(x: Any, non_blocking: Any, dim_order: Any) -> tuple[tuple[int, ...]]:
+    x = _tensor(x, "_to_dim_order_copy")
+    _check_dim_order(dim_order, x.ndim, "_to_dim_order_copy")
+    return (x.shape,)
