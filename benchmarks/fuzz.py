@@ -308,6 +308,12 @@ def run_tiers(
                     findings,
                 )
 
+    def report() -> str:
+        return _tier_report(
+            seed, start, count, time.monotonic() - began, done, per_kind, per_seed, findings
+        )
+
+    reported = 0
     pool = [spawn() for _ in range(workers)]
     while pending or any(w["index"] is not None for w in pool):
         for w in pool:
@@ -346,11 +352,26 @@ def run_tiers(
             else:
                 record(reply)
             w["index"] = None
-        if done and done % 500 == 0:
+        if done and done % 250 == 0 and done != reported:
+            reported = done
             print(f"{done} mutants, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "report.json").write_text(report())  # what a killed run leaves
     for w in pool:
         w["conn"].send(None)
         w["proc"].join(10)
+    text = report()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(text)
+    print(text)
+    return 1 if findings else 0
+
+
+def _tier_report(
+    seed: int, start: int, count: int, seconds: float, done: int, per_kind, per_seed, findings
+) -> str:
+    from tests.reliability.campaign import FINDINGS
+
     labels = ("ok", "refused", "skipped", *FINDINGS)
     table = {
         k: {label: c[label] for label in labels} | {"mutants": sum(c.values())}
@@ -359,23 +380,20 @@ def run_tiers(
     total = collections.Counter()
     for c in per_kind.values():
         total.update(c)
-    print(
-        json.dumps(
-            {
-                "engine": "tiers",
-                "campaign_seed": seed,
-                "indices": [start, start + count],
-                "seconds": round(time.monotonic() - began, 1),
-                "mutants": done,
-                "total": {label: total[label] for label in labels},
-                "per_kind": table,
-                "per_seed": {s: dict(c) for s, c in sorted(per_seed.items())},
-                "findings": findings,
-            },
-            indent=1,
-        )
+    return json.dumps(
+        {
+            "engine": "tiers",
+            "campaign_seed": seed,
+            "indices": [start, start + count],
+            "seconds": round(seconds, 1),
+            "mutants": done,
+            "total": {label: total[label] for label in labels},
+            "per_kind": table,
+            "per_seed": {s: dict(c) for s, c in sorted(per_seed.items())},
+            "findings": findings,
+        },
+        indent=1,
     )
-    return 1 if findings else 0
 
 
 SUSPICIOUS = {"IndexError", "KeyError", "AttributeError", "MemoryError", "RecursionError"}

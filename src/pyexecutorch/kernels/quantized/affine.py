@@ -54,6 +54,7 @@ def check_qrange(op: str, quant_min: int, quant_max: int, dtype: np.dtype) -> No
 
 
 def _check_float(op: str, name: str, a: np.ndarray) -> None:
+    _check_tensor_param(op, name, a, optional=False)
     if a.dtype.kind != "f":
         raise KernelError(f"{op}: {name} must be floating point, got {a.dtype}")
 
@@ -61,6 +62,7 @@ def _check_float(op: str, name: str, a: np.ndarray) -> None:
 def _check_quant_out(op: str, x: np.ndarray, quant_min, quant_max, dtype: int, out) -> np.ndarray:
     _check_float(op, "input", x)
     qdtype = scalar_dtype(op, "dtype", dtype)
+    _check_tensor_param(op, "out", out, optional=False)
     if out.dtype != qdtype:
         raise KernelError(f"{op}: out has dtype {out.dtype} but dtype says {qdtype}")
     check_qrange(op, int(quant_min), int(quant_max), qdtype)
@@ -69,6 +71,8 @@ def _check_quant_out(op: str, x: np.ndarray, quant_min, quant_max, dtype: int, o
 
 def _check_dequant(op: str, q: np.ndarray, quant_min, quant_max, dtype: int, out_dtype, out):
     qdtype = scalar_dtype(op, "dtype", dtype)
+    _check_tensor_param(op, "input", q, optional=False)
+    _check_tensor_param(op, "out", out, optional=False)
     if q.dtype != qdtype:
         raise KernelError(f"{op}: input has dtype {q.dtype} but dtype says {qdtype}")
     if q.dtype not in QUANT_BOUNDS:
