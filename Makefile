@@ -10,7 +10,7 @@ PIP_INSTALL := $(PY) -m pip install -q -c $(LOCK)
 # Both cores; one test file per worker at a time, so module-scoped exports run once.
 TEST_WORKERS ?= 2
 
-.PHONY: venv test demo lint format bench lock clean
+.PHONY: venv test demo lint format bench lock clean conformance
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+
+# The official wheel's own test files for the ported APIs, imports rewritten to
+# pyexecutorch, beside the official package's results (scripts/conformance.py;
+# the official side is cached under .cache/conformance).
+conformance: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(PY) scripts/conformance.py
 
 # Refresh the lock on purpose: after changing a dependency in pyproject.toml, or to
 # take newer releases. Run `make test` on the result and commit the two together.

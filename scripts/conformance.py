@@ -108,9 +108,10 @@ def suite_files(wheel: Path, only: list[str] | None = None) -> list[str]:
     return files
 
 
-def populate(wheel: Path, side: str) -> Path:
-    """Copy (and for ``ours``, rewrite) the wheel's test files into a fresh scratch tree."""
-    root = SCRATCH / side
+def populate(wheel: Path, side: str, root: Path | None = None) -> Path:
+    """Copy (and for ``ours``, rewrite) the wheel's test files into a fresh scratch
+    tree (``root``, by default ``.cache/conformance/<side>``)."""
+    root = root or SCRATCH / side
     if root.exists():
         shutil.rmtree(root)
     for scope in SCOPES:
@@ -140,7 +141,15 @@ class FileResult:
 def run_file(
     root: Path, rel: str, side: str, timeout: float, ours_path: str | None = None
 ) -> FileResult:
-    xml = root / (rel.replace("/", "__") + ".xml")
+    return run_files(root, [rel], side, timeout, ours_path)[rel]
+
+
+def run_files(
+    root: Path, rels: list[str], side: str, timeout: float, ours_path: str | None = None
+) -> dict[str, FileResult]:
+    """Run ``rels`` in one pytest process (one file per process is the default; a
+    slice shares the import cost); outcomes are split by file."""
+    xml = root / (rels[0].replace("/", "__") + f"+{len(rels)}.xml")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     cmd += ["--import-mode=importlib", f"--junitxml={xml}", "-o", "junit_family=xunit1"]
@@ -150,7 +159,7 @@ def run_file(
             p for p in (ours_path, str(REPO / "scripts"), env.get("PYTHONPATH", "")) if p
         )
         cmd += ["-p", "conformance_overlay"]
-    cmd.append(rel)
+    cmd += rels
     start = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -159,15 +168,20 @@ def run_file(
         note = "" if proc.returncode in (0, 1) else f"pytest exit {proc.returncode}"
     except subprocess.TimeoutExpired:
         note = f"timed out after {timeout:.0f} s"
-    result = FileResult(seconds=time.perf_counter() - start, note=note)
-    if xml.is_file():
-        result.outcomes = parse_junit(xml, rel)
-    elif not note:
-        result.note = "no report"
-    return result
+    seconds = time.perf_counter() - start
+    outcomes = parse_junit(xml, rels) if xml.is_file() else {}
+    if not outcomes and not note:
+        note = "no report"
+    return {
+        rel: FileResult(
+            {t: o for t, o in outcomes.items() if t.split("::")[0] == rel}, seconds, note
+        )
+        for rel in rels
+    }
 
 
-def parse_junit(xml: Path, rel: str) -> dict[str, str]:
+def parse_junit(xml: Path, rels: list[str]) -> dict[str, str]:
+    """Test id (``file::Class::test``) -> passed/failed/error/skipped."""
     outcomes: dict[str, str] = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         cls = case.get("classname", "")
@@ -175,6 +189,11 @@ def parse_junit(xml: Path, rel: str) -> dict[str, str]:
         parts = cls.split(".")
         klass = parts[-1] if parts and parts[-1][:1].isupper() else ""
         name = case.get("name", "")
+        path = case.get("file") or ""
+        rel = next((r for r in rels if path == r or path.endswith("/" + r)), None)
+        if rel is None:  # a collection error names no file: it is its module's
+            module = cls.replace(".", "/")
+            rel = next((r for r in rels if r[:-3] in module or module in r), rels[0])
         test_id = f"{rel}::{klass}::{name}" if klass else f"{rel}::{name}"
         outcome = "passed"
         for child in case:

@@ -418,10 +418,11 @@ def test_tags_must_form_one_piece():
         _edge().to_backend(Gappy())
 
 
-def test_compile_spec_values_are_bytes():
+def test_compile_spec_values_are_bytes_or_str():
     assert CompileSpec("k", bytearray(b"v")).value == b"v"
-    with pytest.raises(TypeError, match="CompileSpec 'k': value must be bytes, got str"):
-        CompileSpec("k", "v")
+    assert CompileSpec("k", "v").value == "v"  # official scripts pass str (stored as UTF-8)
+    with pytest.raises(TypeError, match="CompileSpec 'k': value must be bytes or str, got int"):
+        CompileSpec("k", 1)
 
 
 def test_backends_are_direct_subclasses():

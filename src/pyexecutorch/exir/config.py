@@ -45,6 +45,8 @@ class EdgeCompileConfig:
       conversion, as the official exporter does.
     - ``_core_aten_ops_exception_list``: non-core operators to accept anyway.
     - ``preserve_ops``: operators not to decompose.
+
+    ``None`` for either list means empty, as official scripts pass it.
     """
 
     _check_ir_validity: bool = True
@@ -53,6 +55,10 @@ class EdgeCompileConfig:
     _use_edge_ops: bool = True
     _core_aten_ops_exception_list: list[torch._ops.OpOverload] = field(default_factory=list)
     preserve_ops: list[torch._ops.OpOverload] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._core_aten_ops_exception_list = list(self._core_aten_ops_exception_list or ())
+        self.preserve_ops = list(self.preserve_ops or ())
 
 
 @dataclass

@@ -630,6 +630,10 @@ def plan_memory(
 ) -> dict[str, int]:
     """Plan ``gm``'s memory in place; returns each algorithm's arena size
     (``"chosen"`` is the one kept, ``"lower_bound"`` the live peak)."""
+    algorithms = tuple(algorithms)
+    # An algorithm of the official protocol places every tensor itself, as there:
+    # no result is written over a dying input behind its back.
+    reuse_in_place = reuse_in_place and all(_algorithms.takes_items(a) for a in algorithms)
     life = compute_lifetimes(
         gm,
         signature,
@@ -643,7 +647,10 @@ def plan_memory(
     report: dict[str, int] = {}
     chosen: Plan | None = None
     for algo in algorithms:
-        plan = algo(items)
+        if _algorithms.takes_items(algo):
+            plan = algo(items)
+        else:
+            plan = _algorithms.run_official(algo, items, gm, signature, alignment)
         name = plan.algorithm or getattr(algo, "__name__", repr(algo))
         report[name] = plan.size
         if chosen is None or plan.size < chosen.size:
@@ -675,7 +682,11 @@ class MemoryPlanningPass(PassBase):
 
     - ``memory_planning_algo``: a callable ``items -> Plan`` or a list of them
       (all run, the smallest arena kept); defaults to ``greedy``, ``naive`` and
-      ``best_fit``.
+      ``best_fit``. The official protocol is accepted too: a
+      ``MemoryPlanningAlgorithmSuite`` or ``algo(alignment, specs, graph_module,
+      graph_signature, extra_padding) -> MemoryAlgoResult`` (see
+      :mod:`pyexecutorch.exir.memory_algorithms`); such an algorithm places every
+      tensor itself (no in-place reuse of dying inputs).
     - ``allow_lifetime_and_storage_overlap``: accepted as in the official pass, where it
       only relaxes a debug check; our plans are always verified without overlap.
     - ``alloc_graph_input`` / ``alloc_graph_output`` / ``alloc_mutable_buffers``: plan
@@ -864,3 +875,15 @@ def verify_memory_plan(gm: GraphModule, signature: ExportGraphSignature | None =
                         raise MemoryPlanError(f"{s} used by {node.format_node()} was not planned")
 
     check(gm, True)
+
+
+# The official algorithm protocol and helper names, re-exported here under the
+# official module path (memory_algorithms builds on the definitions above).
+from pyexecutorch.exir import memory_algorithms as _algorithms  # noqa: E402
+
+for _name in _algorithms.__all__:
+    globals().setdefault(_name, getattr(_algorithms, _name))
+
+# Callable with items (ours) or as official algorithms: (alignment, specs, ...).
+greedy = _algorithms.as_official(greedy)
+naive = _algorithms.as_official(naive)

@@ -110,6 +110,7 @@ class TensorSpec:
     requires_grad: bool = False
     mem_id: int | None = None
     mem_offset: int | None = None
+    mem_obj_id: int | None = None  # the official planners' shared-object index
     lifetime: list[Any] = field(default_factory=lambda: [None, None])
     is_user_input: bool = False
     is_mutable_buffer: bool = False
@@ -207,6 +208,7 @@ class TensorSpec:
         self.lifetime = [None, None]
         self.mem_id = None
         self.mem_offset = None
+        self.mem_obj_id = None
 
     def __repr__(self) -> str:
         extra = ""

@@ -8,6 +8,14 @@ from typing import Any
 
 from pyexecutorch.devtools.bundled_program.values import as_array
 
+# The official type names. A value is a tensor (torch or numpy: ``Any`` keeps this
+# module torch-free), an int, a bool or a float; inputs and outputs may nest in
+# lists, tuples (named ones too) and dicts.
+ConfigValue = Any | int | bool | float
+MethodInputType = Sequence[ConfigValue]
+MethodOutputType = Sequence[Any]
+DataContainer = list | tuple | dict
+
 
 def _flatten(data: Any) -> list[Any]:
     """Leaves of nested lists, tuples (named ones too) and dicts, in order."""

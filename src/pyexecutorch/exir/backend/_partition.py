@@ -41,8 +41,14 @@ from pyexecutorch.exir.graph_utils import is_control_flow, submodule_nodes
 _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
 
-class DelegationError(ExportError):
-    """A partitioner's tags cannot be turned into delegates."""
+class DelegationError(ExportError, RuntimeError):
+    """A partitioner's tags cannot be turned into delegates (a ``RuntimeError``, as
+    the official ``to_backend`` raises)."""
+
+
+class PartitionerChangedGraphError(DelegationError, AssertionError):
+    """A partitioner changed the graph it was given instead of only tagging it (also
+    an ``AssertionError``: the official check is an assert)."""
 
 
 @dataclass

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
 from torch.fx import GraphModule
 
 from pyexecutorch.exir.backend._partition import (
     DelegationError,
     Partition,
+    PartitionerChangedGraphError,
     _max_debug_handle,
     lower_partition_children,
     make_partition,
@@ -218,10 +220,11 @@ def _run_partitioner(
             "DelegationSpec(backend_id, compile_specs)"
         )
     if _validate_partitioners and not _same_graphs(tagged.graph_module, ep.graph_module):
-        raise DelegationError(
+        raise PartitionerChangedGraphError(
             f"partitioner {name} changed the graph of method {method!r}; a partitioner may only "
             "set node.meta['delegation_tag'] (rewrite graphs with transform passes before to_backend)"
         )
+    _check_tagged_nodes(name, method, tagged)
     specs: dict[str, DelegationSpec] = {}
     for tag, spec in tags.items():
         backend_id = getattr(spec, "backend_id", None)
@@ -234,6 +237,29 @@ def _run_partitioner(
         )
         specs[tag] = DelegationSpec(backend_id, compile_specs)
     return tagged, specs
+
+
+_WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def _check_tagged_nodes(name: str, method: str, tagged: ExportedProgram) -> None:
+    """Only operators and weights may be tagged: a user input or the output belongs to
+    the method, not to a delegate (messages worded as the official checks')."""
+    weights = {s.arg.name for s in tagged.graph_signature.input_specs if s.kind in _WEIGHT_KINDS}
+    for node in tagged.graph_module.graph.nodes:
+        if DELEGATION_TAG not in node.meta:
+            continue
+        if node.op == "output":
+            raise DelegationError(
+                f"partitioner {name}, method {method!r}: output node {node.name} should not be "
+                "tagged (only operators and weights go to a delegate)"
+            )
+        if node.op == "placeholder" and node.name not in weights:
+            raise DelegationError(
+                f"partitioner {name}, method {method!r}: input {node.name!r} is tagged; "
+                "placeholder node for non-params, non-buffer, and non-tensor constants "
+                "should not be tagged"
+            )
 
 
 def _collect(method: str, ep: ExportedProgram, specs: dict[str, DelegationSpec]) -> list[Partition]:

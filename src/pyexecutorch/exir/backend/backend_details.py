@@ -33,8 +33,9 @@ class UnknownBackendError(ExportError, NotImplementedError):
     """No ahead-of-time backend is registered under the requested id."""
 
 
-class PreprocessError(ExportError):
-    """A backend's ``preprocess`` failed or returned something unusable."""
+class PreprocessError(ExportError, RuntimeError):
+    """A backend's ``preprocess`` failed or returned something unusable (a
+    ``RuntimeError``, as the official ``to_backend`` raises)."""
 
 
 @dataclass

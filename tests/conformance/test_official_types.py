@@ -1,0 +1,82 @@
+"""Official scripts' expectations of our types: their configs accepted as written,
+our precise exceptions catchable as what the official package raises, and names we
+deliberately do not provide refused with an ImportError that says why."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from torch._export.verifier import SpecViolationError
+
+from pyexecutorch.exir import EdgeCompileConfig, IRValidityError, to_edge
+from pyexecutorch.exir.backend import DelegationError
+from pyexecutorch.exir.backend.compile_spec_schema import CompileSpec, compile_specs_dict
+from pyexecutorch.exir.verification.verifier import EXIREdgeDialectVerifier
+from pyexecutorch.runtime import Runtime
+from pyexecutorch.runtime.errors import InvalidProgramError
+
+
+def test_edge_compile_config_takes_none_lists():
+    config = EdgeCompileConfig(_core_aten_ops_exception_list=None, preserve_ops=None)
+    assert config._core_aten_ops_exception_list == [] and config.preserve_ops == []
+
+
+def test_compile_spec_keeps_a_str_value_and_stores_its_utf8():
+    spec = CompileSpec("target", "cuda:0")
+    assert spec.value == "cuda:0"
+    assert compile_specs_dict([spec]) == {"target": b"cuda:0"}
+    with pytest.raises(TypeError, match="value must be bytes or str, got int"):
+        CompileSpec("k", 3)
+
+
+def test_ir_validity_error_is_a_spec_violation():
+    ep = torch.export.export(torch.nn.Linear(4, 3), (torch.ones(2, 4),))  # aten.linear: not core
+    verifier = EXIREdgeDialectVerifier()
+    with pytest.raises(SpecViolationError) as info:
+        verifier(ep)
+    assert isinstance(info.value, IRValidityError)
+    assert "aten.linear.default" in str(info.value)
+    EXIREdgeDialectVerifier(core_aten_ops_exception_list=[torch.ops.aten.linear.default])(ep)
+    verifier(to_edge(ep).exported_program())  # decomposed: valid edge dialect
+
+
+def test_a_bad_program_is_a_runtime_error_and_a_value_error():
+    with pytest.raises(RuntimeError) as info:
+        Runtime.get().load_program(b"\0" * 64)
+    assert isinstance(info.value, (InvalidProgramError, ValueError))
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "why"),
+    [
+        ("pyexecutorch.exir.capture", "capture", "legacy capture path is retired"),
+        ("pyexecutorch.exir.capture", "CaptureConfig", "torch.export.export"),
+    ],
+)
+def test_names_not_provided_say_why(module, name, why):
+    with pytest.raises(ImportError, match=why):
+        getattr(importlib.import_module(module), name)
+
+
+def test_aten_bindings_not_provided_say_what_to_use():
+    with pytest.raises(ImportError, match="no ATen mode.*portable_lib"):
+        importlib.import_module("pyexecutorch.extension.pybindings.aten_lib")
+
+
+@pytest.mark.parametrize("op", ["output", "placeholder"])
+def test_a_partitioner_tagging_the_methods_own_nodes_is_refused(op):
+    from pyexecutorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+
+    class Bad(Partitioner):
+        def partition(self, ep):
+            for node in ep.graph_module.graph.nodes:
+                if node.op == op:
+                    node.meta["delegation_tag"] = "tag0"
+            return PartitionResult(ep, {"tag0": DelegationSpec("BackendWithCompilerDemo", [])})
+
+    edge = to_edge(torch.export.export(torch.nn.ReLU(), (torch.ones(2),)))
+    with pytest.raises(RuntimeError, match="should not be tagged") as info:
+        edge.to_backend(Bad())
+    assert isinstance(info.value, DelegationError)
