@@ -220,17 +220,35 @@ def test_process_pool_matches_in_process(cnn):
     _same_rows(alone, pool)
 
 
-def test_ray_matches_embedded(cnn, ray_local):
+def test_ray_matches_embedded(cnn, ray_local, tmp_path, capsys):
+    """``pyexecutorch eval --ray auto`` (the running local instance) against the API's
+    embedded engine: the same failed row, per-row outputs and metrics."""
+    import pyarrow.parquet as pq
+
     ds = _images(cnn)
-    kw = {
-        "metrics": "top1,agreement,max_error,snr",
-        "reference": cnn["other"],
-        "keep_outputs": True,
-    }
-    embedded = data.evaluate(cnn["static"], ds, **kw, chunk_rows=8)
-    on_ray = data.evaluate(cnn["static"], ds, **kw, engine="ray", workers=2, chunk_rows=8)
-    assert (on_ray.engine, on_ray.failed) == ("ray", 1)
-    _same_rows(embedded, on_ray)
+    metrics = "top1,agreement,max_error,snr"
+    embedded = data.evaluate(
+        cnn["static"], ds, metrics=metrics, reference=cnn["other"], keep_outputs=True, chunk_rows=8
+    )
+    pte, other = tmp_path / "cnn.pte", tmp_path / "other.pte"
+    pte.write_bytes(cnn["static"])
+    other.write_bytes(cnn["other"])
+    out_json, out_pq = tmp_path / "r.json", tmp_path / "rows.parquet"
+    rc = main(
+        ["eval", str(pte), "--data", str(cnn["root"]), "--reference", str(other),
+         "--metric", metrics, "--ray", "auto", "--workers", "2", "--chunk-rows", "8",
+         "--json", str(out_json), "--parquet", str(out_pq), "--no-progress"]
+    )  # fmt: skip
+    assert rc == 0, capsys.readouterr()
+    summary = json.loads(out_json.read_text())
+    assert (summary["engine"], summary["workers"], summary["failed"]) == ("ray", 2, 1)
+    assert summary["errors"] == [{"row": r, "error": e} for r, e in embedded.errors]
+    assert summary["metrics"] == embedded.metrics
+    rows = pq.read_table(out_pq).to_pydict()
+    np.testing.assert_array_equal(
+        np.asarray(rows["output_0"], np.float32), embedded.per_row["output_0"]
+    )
+    assert rows["prediction"] == embedded.per_row["prediction"].tolist()
 
 
 def test_npz_and_parquet_rows_give_the_same_outputs(cnn, embedded, tmp_path):

@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ADDRESS|auto|local",
         help="run on Ray Data: a cluster's address, 'auto' (the running cluster) or 'local'",
     )
+    p.add_argument(
+        "--chunk-rows", type=int, help="rows a worker takes at a time (default 32, whole batches)"
+    )
     p.add_argument("--threads", type=int, help="BLAS/compiled threads per worker (default 1)")
     p.add_argument("--no-jit", action="store_true", help="numpy kernels only")
     text = p.add_argument_group("text (perplexity)")
@@ -181,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             engine=engine,
             workers=args.workers,
             ray_address=address,
+            chunk_rows=args.chunk_rows,
             keep_outputs=bool(args.parquet),
             progress=not args.no_progress,
             jit=False if args.no_jit else None,
