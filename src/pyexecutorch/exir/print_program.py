@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any, TextIO
 
@@ -23,4 +24,33 @@ def print_program(
     print(format_program(program, verbose=show_meminfo), file=out or sys.stdout)
 
 
-__all__ = ["print_program"]
+def pretty_print(obj: Any, indent: int = 0, out: TextIO | None = None) -> None:
+    """Print a schema object (dataclasses, lists, scalars) as an indented tree."""
+    out = out or sys.stdout
+    pad = "  " * indent
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        print(f"{pad}{type(obj).__name__}(", file=out)
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value) or (isinstance(value, list) and value):
+                print(f"{pad}  {f.name}=", file=out)
+                pretty_print(value, indent + 2, out)
+            else:
+                print(f"{pad}  {f.name}={_short(value)},", file=out)
+        print(f"{pad}),", file=out)
+    elif isinstance(obj, list):
+        print(f"{pad}[", file=out)
+        for item in obj:
+            pretty_print(item, indent + 1, out)
+        print(f"{pad}],", file=out)
+    else:
+        print(f"{pad}{_short(obj)},", file=out)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    return repr(value)
+
+
+__all__ = ["pretty_print", "print_program"]

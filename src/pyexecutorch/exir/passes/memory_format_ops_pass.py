@@ -13,14 +13,6 @@ from pyexecutorch.exir.passes.dim_order import to_dim_order_ops
 aten = torch.ops.aten
 
 
-def _memory_format(dim_order: list[int] | None) -> torch.memory_format:
-    if dim_order is None or list(dim_order) == sorted(dim_order):
-        return torch.contiguous_format
-    if len(dim_order) == 4 and list(dim_order) == [0, 2, 3, 1]:
-        return torch.channels_last
-    raise ValueError(f"dim order {list(dim_order)} has no torch memory format")
-
-
 def from_dim_order_ops(gm: GraphModule) -> bool:
     """``_to_dim_order_copy``/``_clone_dim_order``/``_empty_dim_order`` back to
     ``_to_copy``/``clone``/``empty.memory_format`` with the matching memory format."""
@@ -35,7 +27,7 @@ def from_dim_order_ops(gm: GraphModule) -> bool:
         if old is None:
             continue
         kwargs = dict(node.kwargs)
-        kwargs["memory_format"] = _memory_format(kwargs.pop("dim_order", None))
+        kwargs["memory_format"] = dim_order_ops.memory_format_of(kwargs.pop("dim_order", None))
         node.target, node.kwargs = old, kwargs
         changed = True
     return changed

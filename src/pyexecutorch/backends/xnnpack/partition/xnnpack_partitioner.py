@@ -303,4 +303,38 @@ def _tag_constants(ep: ExportedProgram, group: list[Node]) -> None:
             n.meta[DELEGATION_TAG] = tags.pop()
 
 
-__all__ = ["BACKEND_ID", "ConfigPrecisionType", "XnnpackPartitioner", "logger"]
+class XnnpackDynamicallyQuantizedPartitioner(XnnpackPartitioner):
+    """Only the dynamically quantized configs (``config_precisions`` is fixed)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "config_precisions" in kwargs:
+            raise ValueError(
+                "XnnpackDynamicallyQuantizedPartitioner: config_precisions is DYNAMIC_QUANT "
+                "here; use XnnpackPartitioner(config_precisions=...) to choose"
+            )
+        super().__init__(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, **kwargs)
+
+
+class XnnpackFloatingPointPartitioner(XnnpackPartitioner):
+    """Only the floating-point configs."""
+
+    def __init__(self) -> None:
+        super().__init__(config_precisions=ConfigPrecisionType.FP32)
+
+
+class XnnpackQuantizedPartitioner(XnnpackPartitioner):
+    """Only the statically quantized configs."""
+
+    def __init__(self) -> None:
+        super().__init__(config_precisions=ConfigPrecisionType.STATIC_QUANT)
+
+
+__all__ = [
+    "BACKEND_ID",
+    "ConfigPrecisionType",
+    "XnnpackDynamicallyQuantizedPartitioner",
+    "XnnpackFloatingPointPartitioner",
+    "XnnpackPartitioner",
+    "XnnpackQuantizedPartitioner",
+    "logger",
+]
