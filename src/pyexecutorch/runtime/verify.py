@@ -360,6 +360,19 @@ def _overlaps(spans: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
 
 # Kernels whose output is a view of an argument's bytes: they change no data.
 _VIEW_KERNELS = frozenset({"executorch_prim::et_view.default"})
+# Kernels that copy their first argument's bytes as they are: written onto those same
+# bytes (a static plan's view_copy standing for a run-time view) they change nothing.
+_BYTE_COPIES = frozenset(
+    {
+        "aten::view_copy.out",
+        "aten::_unsafe_view.out",
+        "aten::alias_copy.out",
+        "aten::squeeze_copy.out",
+        "aten::squeeze_copy.dim_out",
+        "aten::squeeze_copy.dims_out",
+        "aten::unsqueeze_copy.out",
+    }
+)
 
 
 def _overwrites(method: Any, a: Any) -> bool:
@@ -367,7 +380,12 @@ def _overwrites(method: Any, a: Any) -> bool:
     if not isinstance(a, KernelCall):
         return False
     k = method.kernels[a.op_index]
-    return k.n_outs > 0 and k.name not in _VIEW_KERNELS
+    if k.n_outs == 0 or k.name in _VIEW_KERNELS:
+        return False
+    if k.name in _BYTE_COPIES and a.args:
+        source, out = _span(method, a.args[0]), _span(method, a.args[-1])
+        return source is None or source != out
+    return True
 
 
 def _overwritten(writes: list[int], overlap: dict[int, list[int]]) -> list[int]:
