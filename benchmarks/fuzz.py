@@ -351,6 +351,11 @@ def run_tiers(
                 w.update(spawn())
             else:
                 record(reply)
+                if reply["label"] == "hang":
+                    # The time limit may have interrupted a compilation: numba's state in
+                    # that process is not to be trusted for the next mutant.
+                    w["proc"].kill()
+                    w.update(spawn())
             w["index"] = None
         if done and done % 250 == 0 and done != reported:
             reported = done
