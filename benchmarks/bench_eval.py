@@ -10,8 +10,11 @@ Four runs: the embedded engine in this process (1 worker) and over a local proce
 actors. Each worker runs one thread (BLAS and compiled loops), so 2 workers use both
 cores. Reported per run: the whole run's rows/s (worker start-up included), and the
 steady rows/s: the rows that arrived after every worker had returned its first chunk,
-over the time since (start-up, first-batch compilation and the last straggler
-excluded). Wall clock; run it on a quiet machine.
+over the time since (start-up and first-batch compilation excluded), in wall clock;
+and the CPU time a steady row costs, summed over every process of the engine (this one,
+pool workers, Ray's daemons and actors), which a loaded machine does not distort: from
+it, Ray's CPU overhead at 1 worker, and the speed-up 2 workers would give on two idle
+cores (twice the ratio of CPU per row at 1 and at 2 workers).
 
     python benchmarks/bench_eval.py [--images 512] [--size 112] [--json out.json]
     python benchmarks/bench_eval.py --accuracy   # float vs static-int8, one eval command
@@ -109,19 +112,46 @@ def images(count: int, size: int) -> Path:
     return root
 
 
+def tree_cpu() -> float:
+    """CPU seconds (user + system, reaped children included) of this process and every
+    process below it: pool workers, and Ray's daemons and actors (``ray.init`` starts
+    them from here)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(v) for v in fields[11:15]) / tick
+    mine, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        p = frontier.pop()
+        for child, par in parent.items():
+            if par == p and child not in mine:
+                mine.add(child)
+                frontier.append(child)
+    return sum(cpu.get(p, 0.0) for p in mine)
+
+
 def measure(pte: Path, folder: Path, engine: str, workers: int) -> dict[str, float]:
     from pyexecutorch import data
 
     class Clock(data.Progress):
-        """Records when each chunk's rows arrive."""
+        """Records when each chunk's rows arrive, and the CPU time spent so far."""
 
         def __init__(self, total: int) -> None:
             super().__init__(total, enabled=False)
-            self.arrivals: list[tuple[float, int]] = []
+            self.arrivals: list[tuple[float, int, float]] = []
 
         def update(self, rows: int, failed: int = 0) -> None:
             super().update(rows, failed)
-            self.arrivals.append((time.perf_counter(), rows))
+            self.arrivals.append((time.perf_counter(), rows, tree_cpu()))
 
     dataset = data.image_folder(folder)
     clock = Clock(len(dataset))
@@ -132,14 +162,17 @@ def measure(pte: Path, folder: Path, engine: str, workers: int) -> dict[str, flo
     end = time.perf_counter()
     assert result.failed == 0, result.errors[:3]
     # Steady: from the arrival that completes every worker's first chunk, on.
-    first, _ = clock.arrivals[workers - 1]
-    steady_rows = sum(rows for t, rows in clock.arrivals[workers:])
-    last = clock.arrivals[-1][0]
+    first, _, first_cpu = clock.arrivals[workers - 1]
+    steady_rows = sum(rows for _, rows, _ in clock.arrivals[workers:])
+    last, _, last_cpu = clock.arrivals[-1]
     return {
         "rows": len(dataset),
         "seconds": end - start,
         "rows_per_s": len(dataset) / (end - start),
         "steady_rows_per_s": steady_rows / (last - first) if last > first else float("nan"),
+        # CPU seconds per row in the steady part, every process of the engine included:
+        # what the run costs whatever else the machine is doing.
+        "steady_cpu_ms_per_row": 1e3 * (last_cpu - first_cpu) / steady_rows,
         "top1": result.metrics["top1"],
     }
 
@@ -261,7 +294,8 @@ def main() -> int:
         r = results[spec]
         print(
             f"{spec:<12} {r['rows']} rows  {r['seconds']:6.2f} s  {r['rows_per_s']:7.1f} rows/s"
-            f"  steady {r['steady_rows_per_s']:7.1f} rows/s  top1 {r['top1']:.3f}",
+            f"  steady {r['steady_rows_per_s']:7.1f} rows/s"
+            f"  {r['steady_cpu_ms_per_row']:6.2f} CPU ms/row  top1 {r['top1']:.3f}",
             flush=True,
         )
 
@@ -270,14 +304,23 @@ def main() -> int:
             return results[a][key] / results[b][key]
         return None
 
+    def less_one(value: float | None) -> float | None:
+        return None if value is None else value - 1
+
+    cpu = "steady_cpu_ms_per_row"
     summary = {
         "embedded_2_over_1": ratio("embedded:2", "embedded:1", "steady_rows_per_s"),
         "ray_2_over_1": ratio("ray:2", "ray:1", "steady_rows_per_s"),
-        "ray_overhead_1_worker": (
-            None
-            if ratio("embedded:1", "ray:1", "steady_rows_per_s") is None
-            else ratio("embedded:1", "ray:1", "steady_rows_per_s") - 1
-        ),
+        "ray_overhead_1_worker": less_one(ratio("embedded:1", "ray:1", "steady_rows_per_s")),
+        # From CPU time (robust on a loaded machine): the extra CPU a row costs on Ray, and
+        # the 2-worker speed-up two idle cores would give at the measured CPU per row.
+        "ray_cpu_overhead_1_worker": less_one(ratio("ray:1", "embedded:1", cpu)),
+        "embedded_2_over_1_from_cpu": None
+        if ratio("embedded:1", "embedded:2", cpu) is None
+        else 2 * ratio("embedded:1", "embedded:2", cpu),
+        "ray_2_over_1_from_cpu": None
+        if ratio("ray:1", "ray:2", cpu) is None
+        else 2 * ratio("ray:1", "ray:2", cpu),
     }
     for key, value in summary.items():
         if value is not None:
