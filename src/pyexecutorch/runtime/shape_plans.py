@@ -255,6 +255,8 @@ class ShapePlans:
         self._slices: dict[tuple[tuple[int, ...], ...], list[_SliceCheck]] = {}
         self._seen: set[tuple[tuple[int, ...], ...]] = set()
         self._refused: set[tuple[tuple[int, ...], ...]] = set()
+        # why the plan of each refused key could not be made (for tests and debugging)
+        self.failures: dict[tuple[tuple[int, ...], ...], str] = {}
 
     def run(self) -> None:
         """``run`` of the dynamic method: its static plan for these input shapes if built."""
@@ -303,8 +305,9 @@ class ShapePlans:
                 for pc, args in self.dynamic.slices
             ]
             self.plans[key] = built
-        except Exception:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
+        except Exception as e:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
             self._refused.add(key)
+            self.failures[key] = f"{type(e).__name__}: {e}"
 
 
 @dataclass(frozen=True)
