@@ -65,7 +65,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
         (2, 8),
     ),
     "max_pool": (lambda: _Fn(lambda m, x: F.max_pool2d(x, 2)), (1, 2, 8, 8)),
-    "linear_softmax": (lambda: _Fn(lambda m, x: F.softmax(m[0](x), -1), nn.Linear(8, 8)), (4, 8)),
+    "linear": (lambda: _Fn(lambda m, x: m[0](x), nn.Linear(8, 8)), (4, 8)),
+    "softmax": (lambda: _Fn(lambda m, x: F.softmax(x, -1)), (4, 8)),
     "cat": (lambda: _Fn(lambda m, x: torch.cat([x, x * 2.0], 1) + 1.0), (4, 8)),
     "div_floor": (
         lambda: _Fn(lambda m, x: torch.div(x, x.abs() + 3.0, rounding_mode="floor")),
@@ -230,13 +231,13 @@ CASES = [
     ),
     (
         "norm",
-        "linear_softmax",
+        "softmax",
         "aten::_softmax",
         1,
         lambda p, j: _set(p, j, Int(5)),
         "out of range",
     ),
-    ("linalg", "linear_softmax", "aten::addmm", 3, lambda p, j: _set(p, j, Null()), "beta must be"),
+    ("linalg", "linear", "aten::addmm", 3, lambda p, j: _set(p, j, Null()), "beta must be"),
     ("shape", "cat", "aten::cat", 1, lambda p, j: _set(p, j, Int(0)), r"result of shape \(8, 8\)"),
     (
         "elementwise",
@@ -299,7 +300,7 @@ def test_both_tiers_refuse_alike(case):
 
 
 # (the others' compiled forms are tested against torch elsewhere, and cost seconds to compile)
-LOWERED = ["layer_norm", "elu", "mean", "split", "conv_elu", "conv_relu", "linear_softmax", "cat"]
+LOWERED = ["layer_norm", "elu", "mean", "split", "conv_elu", "conv_relu"]
 
 
 @pytest.mark.parametrize("model", LOWERED)
@@ -320,9 +321,8 @@ def test_the_unchanged_programs_run_compiled_and_match_torch(model):
             got = method.execute([x.numpy()])
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
-    if model not in ("linear_softmax", "cat"):  # (these keep their compiled forms)
-        loaded = method._loaded
-        assert loaded.fused_runs or loaded.conv_epilogues  # the lowering the cases above test
+    loaded = method._loaded
+    assert loaded.fused_runs or loaded.conv_epilogues  # the lowering the cases above test
 
 
 def test_every_family_that_the_compiled_tier_lowers_has_cases():
