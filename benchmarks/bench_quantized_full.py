@@ -155,21 +155,23 @@ def bench(name: str, threads: list[int], budget: float) -> list[str]:
 
     t0 = time.perf_counter()
     model, pte, inputs = _export(name)
-    runner = official.official_runner(pte)
-    method = Runtime.get().load_program(pte, jit=True).load_method("forward")
-    numpy_method = Runtime.get().load_program(pte, jit=False).load_method("forward")
     args = [x.numpy() for x in inputs]
-    theirs = runner.run(list(inputs))[0]
-    ours = np.asarray(method.execute(args)[0])
-    diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
     lines = []
     for n in threads:
+        # (the official runtime must load after its threadpool is reset: a delegate made
+        # before keeps the old pool and crashes)
         _set_threads(n)
+        runner = official.official_runner(pte)
+        method = Runtime.get().load_program(pte, jit=True).load_method("forward")
+        numpy_method = Runtime.get().load_program(pte, jit=False).load_method("forward")
+        theirs = runner.run(list(inputs))[0]
+        ours = np.asarray(method.execute(args)[0])
+        diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
         fns = {
-            "official": lambda: runner.run(list(inputs)),
-            "ours": lambda: method.execute(args),
+            "official": lambda runner=runner: runner.run(list(inputs)),
+            "ours": lambda method=method: method.execute(args),
             "eager": lambda: model(*inputs),
-            "numpy": lambda: numpy_method.execute(args),
+            "numpy": lambda numpy_method=numpy_method: numpy_method.execute(args),
         }
         with torch.no_grad():
             r = paired(fns, budget)

@@ -90,6 +90,8 @@ def test_dynamic_linear_against_float64(kind, m, k, n, block):
     if kind == "int4":
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(1e-3, 2e-2, (n, k // block)).astype(np.float32)
+        if block != 8:  # bfloat16 scales, as XNNPACK programs hold them (streamed as 2 bytes)
+            scales = (scales.view(np.uint32) & 0xFFFF0000).view(np.float32)
     else:
         w = rng.integers(-128, 128, (n, k)).astype(np.int8)
         scales = rng.uniform(1e-3, 2e-2, n).astype(np.float32)
@@ -126,23 +128,23 @@ def test_dynamic_linear_refuses_bad_arguments():
 
 @pytest.fixture
 def plans(monkeypatch):
+    """The plans the delegates made during the test, in order."""
     made = []
     make_plan = Delegate.make_plan
 
-    def compiled_plan(self, key, declared=False):
-        self.jit = True
+    def recorded(self, key, declared=False):
         plan = make_plan(self, key, declared)
         made.append(plan)
         return plan
 
-    monkeypatch.setattr(Delegate, "make_plan", compiled_plan)
+    monkeypatch.setattr(Delegate, "make_plan", recorded)
     return made
 
 
 @pytest.mark.parametrize("model, recipe", [("mlp", "dynamic"), ("mlp", "int4")])
 def test_official_dynamic_programs_compiled_match_official_runtime(plans, model, recipe):
     pte = qp.official_pte(qp.quantize(model, recipe), "xnnpack")
-    method = Runtime.get().load_program(pte).load_method("forward")
+    method = Runtime.get().load_program(pte, jit=True).load_method("forward")
     for seed in (1, 2):
         inputs = qp.inputs_for(model, seed)
         got = np.asarray(method.execute([x.numpy() for x in inputs])[0])
@@ -150,3 +152,100 @@ def test_official_dynamic_programs_compiled_match_official_runtime(plans, model,
     assert plans and all(p.compiled and not p.declined for p in plans), [
         getattr(p, "declined", "numpy plan") for p in plans
     ]
+
+
+_KERNEL_NODES = {"XNNConv2d", "XNNDepthwiseConv2d", "XNNFullyConnected", "XNNAdd",
+                 "XNNMaxPooling2d", "XNNGlobalAvgPooling2d", "XNNConvert"}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_official_static_programs_compiled_bit_exact(plans, model):
+    """Static int8 on the compiled kernels: the same bytes as the numpy interpreter (and
+    so within a quantum of the official runtime, which test_xnnpack_quantized_runtime
+    checks), over calls with changing inputs."""
+    pte = qp.official_pte(qp.quantize(model, "static"), "xnnpack")
+    compiled = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    reference = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    for seed in (1, 2, 3):
+        args = [x.numpy() for x in qp.inputs_for(model, seed)]
+        got = np.asarray(compiled.execute(args)[0])
+        np.testing.assert_array_equal(got, np.asarray(reference.execute(args)[0]))
+    taken = [p for p in plans if p.compiled]
+    assert len(taken) == len(plans) // 2 and taken, "one compiled plan a delegate"
+    assert not [d for p in taken for d in p.declined if d[1] in _KERNEL_NODES]
+
+
+def _requantized(acc, scales, zy, lo, hi):
+    """The numpy interpreter's requantization of int64 sums (float32 steps)."""
+    f = np.rint(acc.astype(np.float32) * scales)
+    return (np.clip(f, np.float32(lo - zy), np.float32(hi - zy)) + np.float32(zy)).astype(np.int8)
+
+
+@pytest.mark.parametrize(
+    "h, c, cout, k, stride, pad, dilation",
+    [(9, 3, 20, 7, 2, 3, 1), (6, 17, 33, 3, 1, 1, 1), (7, 8, 16, 3, 2, 2, 2), (5, 12, 40, 1, 1, 0, 1)],
+)  # fmt: skip
+def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilation):
+    """im2col (or the flip of a 1x1's rows) and the int8 product against int64 sums,
+    requantized as the numpy interpreter does (odd channels, K not a multiple of 4,
+    a partial last tile, padding, stride, dilation), over calls with new inputs."""
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+
+    rng = np.random.default_rng(h * c)
+    zx, zy, lo, hi = -7, 3, -100, 120
+    oh = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    w = rng.integers(-128, 128, (cout, k, k, c)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, cout).astype(np.int32)
+    scales = rng.uniform(1e-4, 1e-3, cout).astype(np.float32)
+    packed, folded = qs.pack_weights(w.reshape(cout, -1), bias, zx)
+    rows = np.empty((oh * oh, -(-k * k * c // 4) * 4), np.int8)
+    out = np.empty((oh * oh, cout), np.int8)
+    for _ in range(2):
+        x = rng.integers(-128, 128, (1, h, h, c)).astype(np.int8)
+        qs.im2col(x, rows, oh, oh, k, k, stride, stride, dilation, dilation, pad, pad, zx)
+        args = (rows.view(np.int32), packed, folded, qs.padded(scales, folded.size, np.float32),
+                float(zy), float(lo - zy), float(hi - zy), out)  # fmt: skip
+        qs.GEMM[1](*args)
+        xp = np.full((1, h + 2 * pad, h + 2 * pad, c), zx, np.int64)
+        xp[:, pad : pad + h, pad : pad + h] = x
+        acc = np.broadcast_to(bias.astype(np.int64), (oh, oh, cout)).copy()
+        for i in range(k):
+            for j in range(k):
+                window = xp[0, i * dilation :, j * dilation :][::stride, ::stride][:oh, :oh]
+                acc += (window - zx) @ w[:, i, j, :].T.astype(np.int64)
+        expected = _requantized(acc.reshape(-1, cout), scales, zy, lo, hi)
+        np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    "h, c, k, stride, pad, dilation",
+    [(9, 19, 3, 2, 1, 1), (11, 40, 5, 1, 2, 1), (10, 33, 3, 1, 2, 2), (8, 32, 3, 1, 1, 1)],
+)
+def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
+    """Depthwise int8 (the 3x3 unrolled interior and the edges' taps) against int64."""
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+
+    rng = np.random.default_rng(h + c)
+    zx, zy, lo, hi = 5, -2, -128, 100
+    oh = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    width = -(-c // qs.L) * qs.L
+    taps = np.zeros((k * k, width), np.int32)
+    taps[:, :c] = rng.integers(-128, 128, (k * k, c))
+    bias = np.zeros(width, np.int32)
+    bias[:c] = rng.integers(-3000, 3000, c)
+    scales = np.zeros(width, np.float32)
+    scales[:c] = rng.uniform(1e-3, 4e-3, c)
+    out = np.empty((1, oh, oh, c), np.int8)
+    for _ in range(2):
+        x = rng.integers(-128, 128, (1, h, h, c)).astype(np.int8)
+        qs.DEPTHWISE[1](x, taps, bias, scales, -zx, float(zy), float(lo - zy), float(hi - zy),
+                        out, k, k, stride, stride, dilation, dilation, pad, pad)  # fmt: skip
+        xp = np.full((h + 2 * pad, h + 2 * pad, c), zx, np.int64)
+        xp[pad : pad + h, pad : pad + h] = x[0]
+        acc = np.broadcast_to(bias[:c].astype(np.int64), (oh, oh, c)).copy()
+        for i in range(k):
+            for j in range(k):
+                window = xp[i * dilation :, j * dilation :][::stride, ::stride][:oh, :oh]
+                acc += (window - zx) * taps[i * k + j, :c]
+        expected = _requantized(acc, scales[:c], zy, lo, hi)
+        np.testing.assert_array_equal(out[0], expected)

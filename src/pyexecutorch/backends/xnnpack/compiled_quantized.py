@@ -26,7 +26,9 @@ import numpy as np
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, Maker
 from pyexecutorch.backends.xnnpack.nodes import bounds
+from pyexecutorch.backends.xnnpack.nodes_quantized import add_parameters, channel_scales, qbounds
 from pyexecutorch.kernels.quantized import compiled_linear as ql
+from pyexecutorch.kernels.quantized import compiled_static as qs
 from pyexecutorch.runtime.compiled import choose
 from pyexecutorch.runtime.whole_method import Step
 
@@ -127,7 +129,7 @@ def _dynamic_linear(b: StepBuilder, k: int) -> _Linear | None:
     return None
 
 
-def _convert(b: StepBuilder, k: int) -> int:
+def _dynamic_convert(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
     qo = b.value(u.output_id).quant
     if qo is None or qo.kind != "token" or b.value(u.input_id).quant is not None:
@@ -152,7 +154,7 @@ def _convert(b: StepBuilder, k: int) -> int:
     return 1
 
 
-def _fully_connected(b: StepBuilder, k: int) -> int:
+def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
     rows = _rows(b).get(u.input1_id)
     if rows is None:
@@ -189,5 +191,244 @@ def _fully_connected(b: StepBuilder, k: int) -> int:
     return 1
 
 
-_in_front_of("XNNConvert", _convert)
-_in_front_of("XNNFullyConnected", _fully_connected)
+# ------------------------------------------------------------------ static int8
+
+
+def _tensor_quant(b: StepBuilder, *vids: int) -> bool:
+    """Whether every value is int8 quantized per tensor."""
+    for v in vids:
+        q = b.value(v).quant
+        if q is None or q.kind != "tensor" or b.value(v).dtype != np.int8:
+            return False
+    return True
+
+
+def _int8_array(b: StepBuilder, vid: int) -> np.ndarray | None:
+    a = b.array(vid)
+    return a if a.dtype == np.int8 and a.flags.c_contiguous else None
+
+
+def _requant(b: StepBuilder, node: Any, yq: Any) -> tuple[float, float, float]:
+    """(zy, lo - zy, hi - zy) as the kernels take them."""
+    lo, hi = qbounds(node, yq)
+    zy = yq.zero_point
+    return float(zy), float(lo - zy), float(hi - zy)
+
+
+def _rows_step(b: StepBuilder, a: np.ndarray) -> np.ndarray:
+    """Rows (M, K) int8 as :func:`~pyexecutorch.kernels.quantized.compiled_static.gemm`
+    reads them: sign-flipped, K padded to a multiple of 4 (a step that lays them out)."""
+    m, k = a.shape
+    rows = np.empty((m, -(-k // 4) * 4), np.int8)
+    if k % 4:
+        b.add(Step(qs.im2col, (a.reshape(1, m, 1, k), rows, m, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)))
+    else:
+        b.add(Step(qs.flip, (a.reshape(-1), rows.reshape(-1))))
+    return rows
+
+
+def _gemm_step(b: StepBuilder, rows: np.ndarray, w: np.ndarray, bias: Any, xq: Any, wq: Any,
+               yq: Any, node: Any, out: np.ndarray) -> None:  # fmt: skip
+    """``out (M, N) int8 = requantized(x @ w (N, K).T + bias)``, ``rows`` the inputs ``x``
+    laid out by :func:`_rows_step` or ``im2col``."""
+    m = rows.shape[0]
+    units, k = w.shape
+    packed, folded = qs.pack_weights(w, bias, xq.zero_point)
+    scales = qs.padded(channel_scales(xq, wq, yq, units), folded.size, np.float32)
+    args = (rows.view(np.int32), packed, folded, scales, *_requant(b, node, yq), out)
+    b.add(Step(choose(qs.GEMM, m * units * k), args))
+
+
+def _static_fully_connected(b: StepBuilder, k: int) -> int:
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    if not _tensor_quant(b, u.input1_id, u.output_id):
+        return 0
+    wq = b.value(u.filter_id).quant
+    w = b.const(u.filter_id)
+    has_bias = u.bias_id != S.INVALID_ID
+    bias = b.const(u.bias_id) if has_bias else None
+    if wq is None or wq.kind not in ("channel", "tensor") or w is None or w.ndim != 2:
+        return 0
+    if has_bias and (bias is None or bias.dtype != np.int32):
+        return 0
+    if u.flags & S.FLAG_TRANSPOSE_WEIGHTS:
+        w = w.T
+    x = _int8_array(b, u.input1_id)
+    if x is None or w.dtype != np.int8:
+        return 0
+    units, inputs = w.shape
+    xs = b.shape(u.input1_id)
+    out = b.new(u.output_id, xs[:-1] + (units,))
+    m = x.size // inputs
+    xq, yq = b.value(u.input1_id).quant, b.value(u.output_id).quant
+    b.commit(u.output_id, out)
+    rows = _rows_step(b, x.reshape(m, inputs))
+    _gemm_step(b, rows, w, bias, xq, wq, yq, node, out.reshape(m, units))
+    return 1
+
+
+def _static_conv(b: StepBuilder, k: int) -> int:
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    depthwise = type(u).__name__ == "XNNDepthwiseConv2d"
+    if not _tensor_quant(b, u.input1_id, u.output_id) or u.flags & S.FLAG_TENSORFLOW_SAME_PADDING:
+        return 0
+    wq = b.value(u.filter_id).quant
+    w = b.const(u.filter_id)
+    has_bias = u.bias_id != S.INVALID_ID
+    bias = b.const(u.bias_id) if has_bias else None
+    if wq is None or wq.kind not in ("channel", "tensor") or w is None or w.dtype != np.int8:
+        return 0
+    if has_bias and (bias is None or bias.dtype != np.int32):
+        return 0
+    x = _int8_array(b, u.input1_id)
+    if x is None or x.ndim != 4:
+        return 0
+    nb, h, wd, c = x.shape
+    kh, kw = u.kernel_height, u.kernel_width
+    sh, sw = u.subsampling_height or 1, u.subsampling_width or 1
+    dh, dw = u.dilation_height or 1, u.dilation_width or 1
+    pt, pl = u.padding_top, u.padding_left
+    oh = (h + pt + u.padding_bottom - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + u.padding_right - dw * (kw - 1) - 1) // sw + 1
+    cout = w.shape[3] if depthwise else w.shape[0]
+    xq, yq = b.value(u.input1_id).quant, b.value(u.output_id).quant
+    if depthwise:
+        if cout != c:
+            return 0  # (a depth multiplier)
+        width = -(-c // qs.L) * qs.L
+        taps = np.zeros((kh * kw, width), np.int32)
+        taps[:, :c] = w.reshape(kh * kw, c)
+        out = b.new(u.output_id, (nb, oh, ow, cout))
+        b.commit(u.output_id, out)
+        bias32 = qs.padded(np.zeros(c, np.int32) if bias is None else bias, width, np.int32)
+        scales = qs.padded(channel_scales(xq, wq, yq, c), width, np.float32)
+        args = (x, taps, bias32, scales, -xq.zero_point, *_requant(b, node, yq), out,
+                kh, kw, sh, sw, dh, dw, pt, pl)  # fmt: skip
+        b.add(Step(choose(qs.DEPTHWISE, out.size * kh * kw), args))
+        return 1
+    if (u.groups or 1) != 1:
+        return 0
+    out = b.new(u.output_id, (nb, oh, ow, cout))
+    b.commit(u.output_id, out)
+    rows = nb * oh * ow
+    depth = kh * kw * c
+    pads = (pt, pl, u.padding_bottom, u.padding_right)
+    if kh == kw == 1 and sh == sw == 1 and not any(pads):
+        a = _rows_step(b, x.reshape(rows, c))  # (a 1x1 convolution reads its input as rows)
+    else:
+        a = np.empty((rows, -(-depth // 4) * 4), np.int8)
+        b.add(Step(qs.im2col, (x, a, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, xq.zero_point)))
+    wmat = w.reshape(cout, depth)
+    _gemm_step(b, a, wmat, bias, xq, wq, yq, node, out.reshape(rows, cout))
+    return 1
+
+
+def _static_add(b: StepBuilder, k: int, sign: int = 1) -> int:
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    if not _tensor_quant(b, u.input1_id, u.input2_id, u.output_id):
+        return 0
+    if b.shape(u.input1_id) != b.shape(u.input2_id):
+        return 0  # (broadcasting: numpy's)
+    x, y = _int8_array(b, u.input1_id), _int8_array(b, u.input2_id)
+    if x is None or y is None:
+        return 0
+    q = [b.value(v).quant for v in (u.input1_id, u.input2_id, u.output_id)]
+    am, bm, bias, shift = add_parameters(b.where, *q, sign)
+    lo, hi = qbounds(node, q[2])
+    out = b.new(u.output_id, x.shape)
+    b.commit(u.output_id, out)
+    args = (x.reshape(-1), y.reshape(-1), out.reshape(-1), am, bm, bias, shift,
+            q[2].zero_point, lo, hi)  # fmt: skip
+    b.add(Step(qs.add, args))
+    return 1
+
+
+def _static_max_pool(b: StepBuilder, k: int) -> int:
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    if not _tensor_quant(b, u.input_id, u.output_id) or u.flags & S.FLAG_TENSORFLOW_SAME_PADDING:
+        return 0
+    x = _int8_array(b, u.input_id)
+    if x is None or x.ndim != 4:
+        return 0
+    nb, h, w, c = x.shape
+    kh, kw = u.pooling_height, u.pooling_width
+    sh, sw = u.stride_height or 1, u.stride_width or 1
+    dh, dw = u.dilation_height or 1, u.dilation_width or 1
+    pt, pl = u.padding_top, u.padding_left
+    oh = (h + pt + u.padding_bottom - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + u.padding_right - dw * (kw - 1) - 1) // sw + 1
+    lo, hi = qbounds(node, b.value(u.output_id).quant)
+    out = b.new(u.output_id, (nb, oh, ow, c))
+    b.commit(u.output_id, out)
+    b.add(Step(qs.max_pool, (x, out, kh, kw, sh, sw, dh, dw, pt, pl, lo, hi)))
+    return 1
+
+
+def _static_global_avg_pool(b: StepBuilder, k: int) -> int:
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    if not _tensor_quant(b, u.input_id, u.output_id):
+        return 0
+    x = _int8_array(b, u.input_id)
+    if x is None or x.ndim != 4:
+        return 0
+    nb, h, w, c = x.shape
+    xq, yq = b.value(u.input_id).quant, b.value(u.output_id).quant
+    declared = b.value(u.output_id).dims
+    keep = bool(u.flags & S.FLAG_KEEP_DIMS) or len(declared) == 4
+    out = b.new(u.output_id, (nb, 1, 1, c) if keep else (nb, c))
+    b.commit(u.output_id, out)
+    area = h * w
+    scale = np.float32(xq.scale) / (np.float32(yq.scale) * np.float32(area))
+    lo, hi = qbounds(node, yq)
+    args = (x.reshape(nb, area, c), out.reshape(nb, c), np.zeros(c, np.int64),
+            area * xq.zero_point, scale, yq.zero_point, lo, hi)  # fmt: skip
+    b.add(Step(qs.mean_hw, args))
+    return 1
+
+
+def _static_convert(b: StepBuilder, k: int) -> int:
+    u = b.graph.nodes[k].xnode_union
+    qi, qo = b.value(u.input_id).quant, b.value(u.output_id).quant
+    x = b.array(u.input_id)
+    if not x.flags.c_contiguous:
+        return 0
+    if qi is None and _tensor_quant(b, u.output_id) and x.dtype == _F32:
+        out = b.new(u.output_id, x.shape)
+        inv = np.float32(1.0) / np.float32(qo.scale)
+        args = (x.reshape(-1), out.reshape(-1), inv, qo.zero_point)
+        function = qs.quantize
+    elif qo is None and _tensor_quant(b, u.input_id) and b.value(u.output_id).dtype == _F32:
+        out = b.new(u.output_id, x.shape)
+        args = (x.reshape(-1), out.reshape(-1), np.float32(qi.scale), qi.zero_point)
+        function = qs.dequantize
+    else:
+        return 0
+    b.commit(u.output_id, out)
+    b.add(Step(function, args))
+    return 1
+
+
+def _first(*makers: Maker) -> Maker:
+    def make(b: StepBuilder, k: int) -> int:
+        for m in makers:
+            taken = m(b, k)
+            if taken:
+                return taken
+        return 0
+
+    return make
+
+
+_in_front_of("XNNConvert", _first(_dynamic_convert, _static_convert))
+_in_front_of("XNNFullyConnected", _first(_dynamic_fully_connected, _static_fully_connected))
+_in_front_of("XNNConv2d", _static_conv)
+_in_front_of("XNNDepthwiseConv2d", _static_conv)
+_in_front_of("XNNAdd", _static_add)
+_in_front_of("XNNSubtract", lambda b, k: _static_add(b, k, -1))
+_in_front_of("XNNMaxPooling2d", _static_max_pool)
+_in_front_of("XNNGlobalAvgPooling2d", _static_global_avg_pool)

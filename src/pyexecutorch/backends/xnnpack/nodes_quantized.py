@@ -334,7 +334,8 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
 # ------------------------------------------------------------------ matmuls
 
 
-def _channel_scales(xq: Quant, wq: Quant, yq: Quant, units: int) -> NDArray:
+def channel_scales(xq: Quant, wq: Quant, yq: Quant, units: int) -> NDArray:
+    """The requantization scales ``x_scale * w_scale[c] / y_scale`` (float32)."""
     s = np.asarray(wq.scale, _F32).reshape(-1)
     if s.size == 1:
         s = np.full(units, s[0], _F32)
@@ -366,7 +367,7 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
     w64 = np.ascontiguousarray(w.T, dtype=_F64)
     if xq.kind == "tensor":
         yq = _quant(b, n.output_id, ("tensor",))
-        scale = _channel_scales(xq, wq, yq, units)
+        scale = channel_scales(xq, wq, yq, units)
         lo, hi = qbounds(node, yq)
         zx = float(xq.zero_point)
         cdt = exact_dtype(k, 255, bias)
@@ -505,7 +506,7 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
     if dynamic:
         return _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w)
-    scale = _channel_scales(xq, wq, yq, cout)
+    scale = channel_scales(xq, wq, yq, cout)
     lo, hi = qbounds(node, yq)
     zx, zy = float(xq.zero_point), yq.zero_point
     bc = np.zeros(cout, cdt) if bias is None else bias.astype(cdt)
@@ -614,6 +615,22 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
 # ------------------------------------------------------------------ elementwise
 
 
+def add_parameters(where: str, aq: Quant, bq: Quant, yq: Quant, sign: int) -> tuple[int, ...]:
+    """XNNPACK's fixed point for ``a + sign * b``: (am, bm, bias, shift)."""
+    a_out = np.float32(aq.scale) / np.float32(yq.scale)
+    b_out = np.float32(bq.scale) / np.float32(yq.scale)
+    exponent = int((np.maximum(a_out, b_out).view(np.uint32) >> 23) & 0xFF) - 127
+    shift = 20 - exponent
+    if not 12 <= shift <= 30:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {where}: scale ratios {a_out}, {b_out} are outside XNNPACK's range"
+        )
+    am = int(np.rint(np.ldexp(a_out, shift)))
+    bm = sign * int(np.rint(np.ldexp(b_out, shift)))
+    bias = (1 << (shift - 1)) - am * aq.zero_point - bm * bq.zero_point
+    return am, bm, bias, shift
+
+
 def _add(b: Builder, n: S.Node2x1, node: S.XNode, sign: int = 1) -> None:
     """``a + sign * b``: XNNPACK subtracts by negating the second multiplier."""
     aq = _quant(b, n.input1_id, ("tensor",))
@@ -621,17 +638,7 @@ def _add(b: Builder, n: S.Node2x1, node: S.XNode, sign: int = 1) -> None:
     yq = _quant(b, n.output_id, ("tensor",))
     shape = tuple(np.broadcast_shapes(b.shape(n.input1_id), b.shape(n.input2_id)))
     b.out(n.output_id, shape)
-    a_out = np.float32(aq.scale) / np.float32(yq.scale)
-    b_out = np.float32(bq.scale) / np.float32(yq.scale)
-    exponent = int((np.maximum(a_out, b_out).view(np.uint32) >> 23) & 0xFF) - 127
-    shift = 20 - exponent
-    if not 12 <= shift <= 30:
-        raise NotImplementedError(
-            f"XNNPACK delegate: {b.where}: scale ratios {a_out}, {b_out} are outside XNNPACK's range"
-        )
-    am = int(np.rint(np.ldexp(a_out, shift)))
-    bm = sign * int(np.rint(np.ldexp(b_out, shift)))
-    bias = (1 << (shift - 1)) - am * aq.zero_point - bm * bq.zero_point
+    am, bm, bias, shift = add_parameters(b.where, aq, bq, yq, sign)
     lo, hi = qbounds(node, yq)
     x, y, o = b.getter(n.input1_id), b.getter(n.input2_id), b.getter(n.output_id)
 

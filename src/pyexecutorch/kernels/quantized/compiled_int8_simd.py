@@ -279,3 +279,146 @@ def load_scales(typingctx: Any, p: Any, i: Any) -> Any:
         return builder.bitcast(wide, floats)
 
     return _FLOAT_VECTOR(p, i), codegen
+
+
+@intrinsic
+def rint(typingctx: Any, v: Any) -> Any:
+    """float32 lanes rounded to the nearest integer, ties to even (numpy's rint)."""
+    if v != _FLOAT_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        fty = ir.VectorType(ir.FloatType(), LANES)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(fty, [fty]), f"llvm.roundeven.v{LANES}f32"
+        )
+        return builder.call(fn, [args[0]])
+
+    return _FLOAT_VECTOR(v), codegen
+
+
+def _int8_store_parts(builder: Any, args: Any) -> tuple[Any, Any]:
+    """(pointer to <L x i8> at p + i, the float lanes as int8: exact integers in range)."""
+    bytes_ = ir.VectorType(_I8, LANES)
+    address = builder.bitcast(builder.gep(args[0], [args[1]]), bytes_.as_pointer())
+    return address, builder.trunc(builder.fptosi(args[2], _IVEC), bytes_)
+
+
+def _int8_pointer(p: Any) -> bool:
+    return isinstance(p, types.CPointer) and p.dtype == types.int8
+
+
+@intrinsic
+def store_int8(typingctx: Any, p: Any, i: Any, v: Any) -> Any:
+    """``p[i : i + L] = v`` for float32 lanes holding integers in [-128, 127]."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer) and v == _FLOAT_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address, value = _int8_store_parts(builder, args)
+        builder.store(value, address).align = 1
+        return context.get_dummy_value()
+
+    return types.void(p, i, v), codegen
+
+
+@intrinsic
+def store_int8_first(typingctx: Any, p: Any, i: Any, v: Any, n: Any) -> Any:
+    """:func:`store_int8` of the first ``n`` lanes only (0 <= n <= L)."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer) and v == _FLOAT_VECTOR):
+        return None
+    if not isinstance(n, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address, value = _int8_store_parts(builder, args)
+        mask = simd._lane_mask(builder, LANES, args[3])
+        fnty = ir.FunctionType(ir.VoidType(), [value.type, address.type, _I32, mask.type])
+        fn = cgutils.get_or_insert_function(
+            builder.module, fnty, f"llvm.masked.store.v{LANES}i8.p0"
+        )
+        builder.call(fn, [value, address, ir.Constant(_I32, 1), mask])
+        return context.get_dummy_value()
+
+    return types.void(p, i, v, n), codegen
+
+
+@intrinsic
+def load_int8(typingctx: Any, p: Any, i: Any) -> Any:
+    """The ``L`` int8 at ``p + i`` as int32 lanes (sign-extended)."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        bytes_ = ir.VectorType(_I8, LANES)
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), bytes_.as_pointer())
+        value = builder.load(address)
+        value.align = 1
+        return builder.sext(value, _IVEC)
+
+    return INT32_VECTOR(p, i), codegen
+
+
+@intrinsic
+def load_int8_first(typingctx: Any, p: Any, i: Any, n: Any) -> Any:
+    """:func:`load_int8` of the first ``n`` lanes (0 <= n <= L), the others 0, unread."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer) and isinstance(n, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        bytes_ = ir.VectorType(_I8, LANES)
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), bytes_.as_pointer())
+        mask = simd._lane_mask(builder, LANES, args[2])
+        fnty = ir.FunctionType(bytes_, [address.type, _I32, mask.type, bytes_])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.load.v{LANES}i8.p0")
+        value = builder.call(fn, [address, ir.Constant(_I32, 1), mask, ir.Constant(bytes_, None)])
+        return builder.sext(value, _IVEC)
+
+    return INT32_VECTOR(p, i, n), codegen
+
+
+@intrinsic
+def imax(typingctx: Any, a: Any, b: Any) -> Any:
+    """The larger of ``a`` and ``b`` lane by lane (signed)."""
+    if not (a == INT32_VECTOR and b == INT32_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.select(builder.icmp_signed(">", args[0], args[1]), args[0], args[1])
+
+    return INT32_VECTOR(a, b), codegen
+
+
+@intrinsic
+def imin(typingctx: Any, a: Any, b: Any) -> Any:
+    """The smaller of ``a`` and ``b`` lane by lane (signed)."""
+    if not (a == INT32_VECTOR and b == INT32_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.select(builder.icmp_signed("<", args[0], args[1]), args[0], args[1])
+
+    return INT32_VECTOR(a, b), codegen
+
+
+@intrinsic
+def store_int8_lanes(typingctx: Any, p: Any, i: Any, v: Any, n: Any) -> Any:
+    """``p[i : i + n] = v[:n]`` for int32 lanes holding values in [-128, 127] (0 <= n <= L)."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer) and v == INT32_VECTOR):
+        return None
+    if not isinstance(n, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        bytes_ = ir.VectorType(_I8, LANES)
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), bytes_.as_pointer())
+        value = builder.trunc(args[2], bytes_)
+        mask = simd._lane_mask(builder, LANES, args[3])
+        fnty = ir.FunctionType(ir.VoidType(), [bytes_, address.type, _I32, mask.type])
+        fn = cgutils.get_or_insert_function(
+            builder.module, fnty, f"llvm.masked.store.v{LANES}i8.p0"
+        )
+        builder.call(fn, [value, address, ir.Constant(_I32, 1), mask])
+        return context.get_dummy_value()
+
+    return types.void(p, i, v, n), codegen

@@ -1,0 +1,349 @@
+"""Static int8 kernels, compiled: XNNPACK's ``qs8`` convolutions, fully connected
+layers, additions, pooling and conversions, bit-exact with the numpy interpreter.
+
+Arithmetic (XNNPACK's, as :mod:`pyexecutorch.backends.xnnpack.nodes_quantized` states it):
+
+* products accumulate ``(x - zx) * w`` exactly in int32 with the int32 bias, then
+  requantize ``y = clamp(rint(float32(acc) * scale[c]), lo - zy, hi - zy) + zy``, the
+  float32 scale ``x_scale * w_scale[c] / y_scale`` made at load, ties to even;
+* an addition's 21-bit fixed point: ``(a * am + b * bm + bias) >> shift`` in int64;
+* average pools requantize the window's sum less ``count * zx``.
+
+:func:`gemm` is the dense product under convolutions and fully connected layers: rows of
+int8 inputs (four a 32-bit word) against weights packed at load by :func:`pack_weights`
+in tiles of ``L`` output channels (4 inputs of a channel 4 consecutive bytes), one
+``vpdpbusd`` adding 4 inputs of ``L`` channels
+(:func:`~pyexecutorch.kernels.quantized.compiled_int8_simd.dot_u8s8`). The unsigned
+operand is the input plus 128 (each byte's sign bit flipped where the rows are laid out:
+:func:`im2col`, :func:`flip`), broadcast straight from memory; the extra ``128 + zx``
+times each channel's weight sum is taken out of the bias at load, so the input's zero
+point costs nothing at run time. 4 rows by 2 tiles of accumulators stay in registers;
+rows go in blocks that stay in L2 while every tile of weights passes, the blocks and
+groups of tiles split over the threads. :func:`im2col` lays convolution windows out as
+rows (padding is the input's zero point: it adds nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from pyexecutorch.kernels import compiled_simd as simd
+from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
+from pyexecutorch.runtime.compiled import serial_and_parallel
+
+NDArray = np.ndarray
+L = iv.LANES
+_F32 = np.float32
+_FLIP = np.int8(-128)  # an int8 xor this is the uint8 of the value plus 128
+_BLOCK_BYTES = 1 << 17  # input rows of a block: about this many bytes (L2-resident)
+_TILE_GROUP = 4  # tiles of output channels a job takes
+
+
+def pack_weights(w: NDArray, bias: NDArray | None, zx: int) -> tuple[NDArray, NDArray]:
+    """int8 weights (N, K) as (tiles, ceil(K / 4), 4 L) bytes (K padded with zeros), and
+    the bias (tiles * L) int32 less ``(128 + zx) * sum_k w`` (see the module's note)."""
+    n, k = w.shape
+    tiles, kq = -(-n // L), -(-k // 4)
+    full = np.zeros((tiles * L, kq * 4), np.int8)
+    full[:n, :k] = w
+    packed = full.reshape(tiles, L, kq, 4).transpose(0, 2, 1, 3)
+    folded = np.zeros(tiles * L, np.int64)
+    if bias is not None:
+        folded[:n] = bias
+    folded -= (128 + int(zx)) * full.astype(np.int64).sum(axis=1)
+    if np.abs(folded).max(initial=0) >= 1 << 31:
+        raise ValueError("pack_weights: the folded bias leaves int32")
+    return np.ascontiguousarray(packed).reshape(tiles, kq, 4 * L), folded.astype(np.int32)
+
+
+def padded(values: NDArray, size: int, dtype: type) -> NDArray:
+    out = np.zeros(size, dtype)
+    out[: values.size] = values
+    return out
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _requantize_store(optr, at, acc, bptr, sptr, col, zy, lo, hi, left):  # noqa: ANN001, ANN202
+    acc = iv.iadd(acc, iv.iload(bptr, col))
+    f = iv.rint(simd.mul(iv.to_float(acc), iv.load_scales(sptr, col)))
+    f = simd.add(simd.clamp(f, lo, hi), zy)
+    if left >= L:
+        iv.store_int8(optr, at, f)
+    else:
+        iv.store_int8_first(optr, at, f, left)
+
+
+@njit(cache=True, error_model="numpy")
+def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1):  # noqa: ANN001, ANN202
+    """Rows r0..r1 of output tiles t0..t1 (see :func:`gemm`)."""
+    kq = a32.shape[1]
+    n = out.shape[1]
+    stride = 4 * L
+    aptr, wptr, optr = simd.pointer(a32), simd.pointer(wp), simd.pointer(out)
+    bptr, sptr = simd.pointer(bias), simd.pointer(scales)
+    zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
+    last = r1 - 1
+    for t in range(t0, t1, 2):
+        u = min(t + 1, t1 - 1)  # (one tile left: computed twice, stored once)
+        w0, w1 = t * kq * stride, u * kq * stride
+        for r in range(r0, r1, 4):
+            p0, p1 = r * kq, min(r + 1, last) * kq
+            p2, p3 = min(r + 2, last) * kq, min(r + 3, last) * kq
+            c00, c01, c10, c11 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
+            c20, c21, c30, c31 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
+            for c in range(kq):
+                v0 = iv.load_bytes(wptr, w0 + c * stride)
+                v1 = iv.load_bytes(wptr, w1 + c * stride)
+                x = iv.splat_quad(aptr[p0 + c])
+                c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
+                x = iv.splat_quad(aptr[p1 + c])
+                c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
+                x = iv.splat_quad(aptr[p2 + c])
+                c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
+                x = iv.splat_quad(aptr[p3 + c])
+                c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
+            left0, left1 = n - t * L, n - u * L
+            rows = min(4, r1 - r)
+            _requantize_store(optr, r * n + t * L, c00, bptr, sptr, t * L, zy_v, lo_v, hi_v, left0)
+            if u != t:
+                _requantize_store(
+                    optr, r * n + u * L, c01, bptr, sptr, u * L, zy_v, lo_v, hi_v, left1
+                )
+            if rows > 1:
+                at = (r + 1) * n
+                _requantize_store(optr, at + t * L, c10, bptr, sptr, t * L, zy_v, lo_v, hi_v, left0)
+                if u != t:
+                    _requantize_store(
+                        optr, at + u * L, c11, bptr, sptr, u * L, zy_v, lo_v, hi_v, left1
+                    )
+            if rows > 2:
+                at = (r + 2) * n
+                _requantize_store(optr, at + t * L, c20, bptr, sptr, t * L, zy_v, lo_v, hi_v, left0)
+                if u != t:
+                    _requantize_store(
+                        optr, at + u * L, c21, bptr, sptr, u * L, zy_v, lo_v, hi_v, left1
+                    )
+            if rows > 3:
+                at = (r + 3) * n
+                _requantize_store(optr, at + t * L, c30, bptr, sptr, t * L, zy_v, lo_v, hi_v, left0)
+                if u != t:
+                    _requantize_store(
+                        optr, at + u * L, c31, bptr, sptr, u * L, zy_v, lo_v, hi_v, left1
+                    )
+
+
+def _gemm(a32, wp, bias, scales, zy, lo, hi, out):  # noqa: ANN001, ANN202
+    m, kq = a32.shape
+    tiles = wp.shape[0]
+    block = max(4, (_BLOCK_BYTES // (4 * kq)) // 4 * 4)
+    blocks = (m + block - 1) // block
+    groups = (tiles + _TILE_GROUP - 1) // _TILE_GROUP
+    for j in prange(blocks * groups):
+        b, g = j // groups, j % groups
+        r0, t0 = b * block, g * _TILE_GROUP
+        _job(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
+             min(t0 + _TILE_GROUP, tiles))  # fmt: skip
+
+
+# gemm(a32 (M, K/4) int32: the sign-flipped int8 inputs, wp, bias, scales (tiles * L) float32,
+#      zy, lo - zy, hi - zy (floats), out (M, N) int8)
+GEMM = serial_and_parallel(_gemm, "qs8_gemm")
+
+
+@njit(cache=True, error_model="numpy")
+def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN001, ANN201
+    """Windows of NHWC int8 ``x`` as the rows of ``cols`` (N * oh * ow, >= kh * kw * C),
+    taps in (kh, kw, C) order, each byte sign-flipped (the uint8 of the value + 128, as
+    :func:`gemm` reads its rows); taps outside the image ``pad`` (flipped too); the
+    columns past the taps 0."""
+    nb, h, w, c = x.shape
+    width = cols.shape[1]
+    span = kw * c
+    xp, cp = simd.pointer(x), simd.pointer(cols)
+    fill = np.int8(np.int8(pad) ^ _FLIP)
+    for b in range(nb):
+        for oy in range(oh):
+            for ox in range(ow):
+                dst = ((b * oh + oy) * ow + ox) * width
+                ix0 = ox * sw - pl
+                whole = dw == 1 and ix0 >= 0 and ix0 + kw <= w  # a tap row is one span
+                for i in range(kh):
+                    iy = oy * sh - pt + i * dh
+                    if iy < 0 or iy >= h:
+                        for e in range(span):
+                            cp[dst + e] = fill
+                    elif whole:
+                        src = ((b * h + iy) * w + ix0) * c
+                        for e in range(span):
+                            cp[dst + e] = xp[src + e] ^ _FLIP
+                    else:
+                        for j in range(kw):
+                            ix = ix0 + j * dw
+                            at = dst + j * c
+                            if 0 <= ix < w:
+                                src = ((b * h + iy) * w + ix) * c
+                                for e in range(c):
+                                    cp[at + e] = xp[src + e] ^ _FLIP
+                            else:
+                                for e in range(c):
+                                    cp[at + e] = fill
+                    dst += span
+                for e in range(kh * span, width):
+                    cp[((b * oh + oy) * ow + ox) * width + e] = 0
+
+
+@njit(cache=True, error_model="numpy")
+def flip(x, out):  # noqa: ANN001, ANN201
+    """Each int8 of flat ``x`` sign-flipped into ``out`` (rows for :func:`gemm`)."""
+    xp, op = simd.pointer(x), simd.pointer(out)
+    for i in range(out.size):
+        op[i] = xp[i] ^ _FLIP
+
+
+# ------------------------------------------------------------------ depthwise
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _tap(acc, xptr, at, left, zx_v, wv):  # noqa: ANN001, ANN202
+    """``acc + (x[at : at + L] - zx) * wv`` (the first ``left`` channels where fewer than L)."""
+    if left >= L:
+        xv = iv.load_int8(xptr, at)
+    else:
+        xv = iv.load_int8_first(xptr, at, left)
+    return iv.iadd(acc, iv.imul(iv.iadd(xv, zx_v), wv))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left):  # noqa: ANN001, ANN202
+    f = iv.rint(simd.mul(iv.to_float(acc), scale_v))
+    f = simd.add(simd.clamp(f, lo_v, hi_v), zy_v)
+    if left >= L:
+        iv.store_int8(optr, at, f)
+    else:
+        iv.store_int8_first(optr, at, f, left)
+
+
+def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl):  # noqa: ANN001, ANN202
+    nb, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    cp = taps.shape[1]
+    for line in prange(nb * oh):
+        b, oy = line // oh, line % oh
+        xptr, optr, tptr = simd.pointer(x), simd.pointer(out), simd.pointer(taps)
+        bptr, sptr = simd.pointer(bias), simd.pointer(scales)
+        zx_v = iv.isplat(nzx)
+        zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
+        top = oy * sh - pt
+        rows_inside = top >= 0 and top + (kh - 1) * dh < h
+        # the output columns whose every tap is inside the image
+        first = max(0, -(-pl // sw))
+        stop = min(ow, max(first, (w - 1 - (kw - 1) * dw + pl) // sw + 1))
+        for c0 in range(0, c, L):
+            left = c - c0
+            bias_v = iv.iload(bptr, c0)
+            scale_v = iv.load_scales(sptr, c0)
+            ox = 0
+            while ox < ow:
+                at_out = ((b * oh + oy) * ow + ox) * c + c0
+                if kh == 3 and kw == 3 and rows_inside and first <= ox < stop:
+                    # a 3x3 window inside the image: its taps unrolled
+                    r0 = ((b * h + top) * w + ox * sw - pl) * c + c0
+                    r1, r2 = r0 + dh * w * c, r0 + 2 * dh * w * c
+                    step = dw * c
+                    acc = _tap(bias_v, xptr, r0, left, zx_v, iv.iload(tptr, c0))
+                    acc = _tap(acc, xptr, r0 + step, left, zx_v, iv.iload(tptr, cp + c0))
+                    acc = _tap(acc, xptr, r0 + 2 * step, left, zx_v, iv.iload(tptr, 2 * cp + c0))
+                    acc = _tap(acc, xptr, r1, left, zx_v, iv.iload(tptr, 3 * cp + c0))
+                    acc = _tap(acc, xptr, r1 + step, left, zx_v, iv.iload(tptr, 4 * cp + c0))
+                    acc = _tap(acc, xptr, r1 + 2 * step, left, zx_v, iv.iload(tptr, 5 * cp + c0))
+                    acc = _tap(acc, xptr, r2, left, zx_v, iv.iload(tptr, 6 * cp + c0))
+                    acc = _tap(acc, xptr, r2 + step, left, zx_v, iv.iload(tptr, 7 * cp + c0))
+                    acc = _tap(acc, xptr, r2 + 2 * step, left, zx_v, iv.iload(tptr, 8 * cp + c0))
+                else:
+                    acc = bias_v
+                    for i in range(kh):
+                        iy = top + i * dh
+                        if 0 <= iy < h:
+                            base = (b * h + iy) * w * c + c0
+                            for j in range(kw):
+                                ix = ox * sw - pl + j * dw
+                                if 0 <= ix < w:
+                                    wv = iv.iload(tptr, (i * kw + j) * cp + c0)
+                                    acc = _tap(acc, xptr, base + ix * c, left, zx_v, wv)
+                _store(optr, at_out, acc, scale_v, zy_v, lo_v, hi_v, left)
+                ox += 1
+
+
+# depthwise(x NHWC int8, taps (kh * kw, Cp) int32, bias (Cp) int32, scales (Cp) float32,
+#           -zx (int), zy, lo - zy, hi - zy, out NHWC int8, kh, kw, sh, sw, dh, dw, pt, pl)
+DEPTHWISE = serial_and_parallel(_depthwise, "qs8_depthwise")
+
+
+# ------------------------------------------------------------------ elementwise, pooling
+
+
+@njit(cache=True, error_model="numpy")
+def add(a, b, out, am, bm, bias, shift, zy, lo, hi):  # noqa: ANN001, ANN201
+    """XNNPACK's int8 addition of equal-sized flat ``a`` and ``b`` into ``out``."""
+    for i in range(out.size):
+        acc = np.int64(a[i]) * am + np.int64(b[i]) * bm + bias
+        acc = (acc >> shift) + zy
+        out[i] = np.int8(min(max(acc, lo), hi))
+
+
+@njit(cache=True, error_model="numpy")
+def max_pool(x, out, kh, kw, sh, sw, dh, dw, pt, pl, lo, hi):  # noqa: ANN001, ANN201
+    """Max over each window's taps inside the image (NHWC int8), clamped to [lo, hi]."""
+    nb, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    xptr, optr = simd.pointer(x), simd.pointer(out)
+    lo_v, hi_v = iv.isplat(lo), iv.isplat(hi)
+    for b in range(nb):
+        for oy in range(oh):
+            for ox in range(ow):
+                for c0 in range(0, c, L):
+                    left = min(c - c0, L)
+                    m = iv.isplat(-128)
+                    for i in range(kh):
+                        iy = oy * sh - pt + i * dh
+                        if 0 <= iy < h:
+                            for j in range(kw):
+                                ix = ox * sw - pl + j * dw
+                                if 0 <= ix < w:
+                                    at = ((b * h + iy) * w + ix) * c + c0
+                                    m = iv.imax(m, iv.load_int8_first(xptr, at, left))
+                    m = iv.imin(iv.imax(m, lo_v), hi_v)
+                    iv.store_int8_lanes(optr, ((b * oh + oy) * ow + ox) * c + c0, m, left)
+
+
+@njit(cache=True, error_model="numpy")
+def mean_hw(x, out, acc, bias, scale, zy, lo, hi):  # noqa: ANN001, ANN201
+    """``out[b, c] = requantized(sum over pixels of x[b, :, c] - bias)``: x (N, HW, C)."""
+    nb, hw, c = x.shape
+    for b in range(nb):
+        for ch in range(c):
+            acc[ch] = 0
+        for p in range(hw):
+            for ch in range(c):
+                acc[ch] += np.int64(x[b, p, ch])
+        for ch in range(c):
+            f = np.rint(_F32(acc[ch] - bias) * scale)
+            f = min(max(f, _F32(lo - zy)), _F32(hi - zy))
+            out[b, ch] = np.int8(f + _F32(zy))
+
+
+@njit(cache=True, error_model="numpy")
+def quantize(x, out, inv, zp):  # noqa: ANN001, ANN201
+    """float32 ``x`` to int8: ``clamp(rint(x * inv), -128 - zp, 127 - zp) + zp``."""
+    lo, hi = _F32(-128 - zp), _F32(127 - zp)
+    for i in range(out.size):
+        f = np.rint(x[i] * inv)
+        out[i] = np.int8(min(max(f, lo), hi) + _F32(zp))
+
+
+@njit(cache=True, error_model="numpy")
+def dequantize(x, out, scale, zp):  # noqa: ANN001, ANN201
+    """int8 ``x`` to float32: ``(x - zp) * scale``."""
+    for i in range(out.size):
+        out[i] = _F32(np.int32(x[i]) - zp) * scale
