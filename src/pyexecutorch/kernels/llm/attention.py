@@ -166,7 +166,7 @@ def attend(
     rows = scores.reshape(b, kv_heads, reps, s, n)
     if attn_mask is not None:
         rows += attn_mask
-    elif is_causal:
+    elif is_causal and s > 1:  # (one query at start_pos attends to all n = start_pos + 1)
         future = np.arange(n) > (start_pos + np.arange(s))[:, None]
         rows[..., future] = -np.inf
     with np.errstate(invalid="ignore", divide="ignore"):
