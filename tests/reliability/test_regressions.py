@@ -175,7 +175,7 @@ def test_instruction_budget_stops_an_endless_loop():
 
 def test_instruction_budget_lets_a_bounded_loop_finish():
     # The while loop of the corpus runs to completion under a budget it fits in,
-    # and with no budget at all (the default).
+    # and under the default budget (ten million instructions).
     data = _seed("ours_while_loop.pte")
     plan = decode_pte(data).program.execution_plan[0]
     inputs = inputs_for(plan, np.random.default_rng(0))
