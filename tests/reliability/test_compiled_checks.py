@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -439,3 +440,28 @@ def test_a_static_planned_array_never_changes_size():
     assert fit(static, (4, 1)) is static
     # a dynamic-bound tensor's storage still holds any result that fits it
     assert fit(bound, (4,)).shape == (4,) and fit(bound, (2, 1)).base is not None
+
+
+def test_a_fused_run_never_stores_two_outputs_on_overlapping_bytes():
+    """The campaign's open tier difference (ours_bool_ops with a round duplicated): two
+    outputs the fused loop stored lay on overlapping bytes in different layouts, and a later
+    element's store clobbered an earlier one's (3 and 6 of 20 bools differed from the numpy
+    tier). Such a run is no longer fused whole; the tiers agree call after call."""
+    from tests.reliability.harness import inputs_for  # noqa: PLC0415
+
+    path = (
+        Path(__file__).parents[1] / "data/fuzz_regressions/open_tier_bool_ops_duplicated_round.pte"
+    )
+    data = path.read_bytes()
+    plan = decode_pte(data).program.execution_plan[0]
+    methods = [
+        Runtime.get().load_program(data, jit=j).load_method("forward") for j in (False, True)
+    ]
+    assert methods[1]._loaded.fused_runs
+    for seed in range(3):
+        got = [
+            [np.array(o) for o in m.execute(inputs_for(plan, np.random.default_rng(seed)))]
+            for m in methods
+        ]
+        for a, b in zip(*got, strict=True):
+            np.testing.assert_array_equal(a, b)

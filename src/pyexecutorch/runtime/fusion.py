@@ -523,9 +523,18 @@ class Fuser:
         )
 
     def _safe(self, inputs: list[int], stored: list[int]) -> bool:
-        """Whether no stored output overlaps an input it does not match exactly."""
+        """Whether no stored output overlaps an input it does not match exactly, nor another
+        stored output (the loop stores both at each element: where their bytes overlap in
+        another layout, a later element's store would clobber an earlier one's, and the
+        program's order, the later instruction's values over the earlier's, is lost)."""
         m = self.method
         bounds = self.flow.bounds
+        for n, o in enumerate(stored):
+            lo, hi = bounds.get(o, (0, 0))
+            for o2 in stored[n + 1 :]:
+                lo2, hi2 = bounds.get(o2, (0, 0))
+                if not (hi <= lo2 or lo >= hi2):
+                    return False
         for x in inputs:
             if x in self.view_region:
                 region = self.view_region[x]
