@@ -219,8 +219,9 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
 
 @pytest.mark.parametrize(
     "h, c, k, stride, pad, dilation",
-    [(9, 19, 3, 2, 1, 1), (11, 40, 5, 1, 2, 1), (10, 33, 3, 1, 2, 2), (8, 32, 3, 1, 1, 1)],
-)
+    [(9, 19, 3, 2, 1, 1), (11, 40, 5, 1, 2, 1), (10, 33, 3, 1, 2, 2), (8, 32, 3, 1, 1, 1),
+     (3, 16, 3, 1, 2, 1)],  # (the last: no output column has its whole window inside)
+)  # fmt: skip
 def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
     """Depthwise int8 (the 3x3 unrolled interior and the edges' taps) against int64."""
     from pyexecutorch.kernels.quantized import compiled_static as qs

@@ -224,6 +224,22 @@ def _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left):  # noqa: ANN001, ANN
         iv.store_int8_first(optr, at, f, left)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _window3(xptr, r0, rs, cs, bias_v, zx_v, w0, w1, w2, w3, w4, w5, w6, w7, w8):  # noqa: ANN001, ANN202
+    """A 3x3 window of full channel vectors inside the image: rows ``rs``, columns ``cs``
+    apart from ``r0``."""
+    r1, r2 = r0 + rs, r0 + 2 * rs
+    acc = iv.iadd(bias_v, iv.imul(iv.iadd(iv.load_int8(xptr, r0), zx_v), w0))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r0 + cs), zx_v), w1))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r0 + 2 * cs), zx_v), w2))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r1), zx_v), w3))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r1 + cs), zx_v), w4))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r1 + 2 * cs), zx_v), w5))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2), zx_v), w6))
+    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2 + cs), zx_v), w7))
+    return iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2 + 2 * cs), zx_v), w8))
+
+
 def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl):  # noqa: ANN001, ANN202
     nb, h, w, c = x.shape
     oh, ow = out.shape[1], out.shape[2]
@@ -235,43 +251,49 @@ def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, 
         zx_v = iv.isplat(nzx)
         zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
         top = oy * sh - pt
-        rows_inside = top >= 0 and top + (kh - 1) * dh < h
-        # the output columns whose every tap is inside the image
-        first = max(0, -(-pl // sw))
+        # the output columns whose every tap is inside the image, unrolled for 3x3 windows
+        # of full channel vectors; the others tap by tap
+        first = min(ow, max(0, -(-pl // sw)))
         stop = min(ow, max(first, (w - 1 - (kw - 1) * dw + pl) // sw + 1))
+        unrolled = kh == 3 and kw == 3 and top >= 0 and top + 2 * dh < h
         for c0 in range(0, c, L):
             left = c - c0
             bias_v = iv.iload(bptr, c0)
             scale_v = iv.load_scales(sptr, c0)
+            fast = unrolled and left >= L
             ox = 0
             while ox < ow:
-                at_out = ((b * oh + oy) * ow + ox) * c + c0
-                if kh == 3 and kw == 3 and rows_inside and first <= ox < stop:
-                    # a 3x3 window inside the image: its taps unrolled
-                    r0 = ((b * h + top) * w + ox * sw - pl) * c + c0
-                    r1, r2 = r0 + dh * w * c, r0 + 2 * dh * w * c
-                    step = dw * c
-                    acc = _tap(bias_v, xptr, r0, left, zx_v, iv.iload(tptr, c0))
-                    acc = _tap(acc, xptr, r0 + step, left, zx_v, iv.iload(tptr, cp + c0))
-                    acc = _tap(acc, xptr, r0 + 2 * step, left, zx_v, iv.iload(tptr, 2 * cp + c0))
-                    acc = _tap(acc, xptr, r1, left, zx_v, iv.iload(tptr, 3 * cp + c0))
-                    acc = _tap(acc, xptr, r1 + step, left, zx_v, iv.iload(tptr, 4 * cp + c0))
-                    acc = _tap(acc, xptr, r1 + 2 * step, left, zx_v, iv.iload(tptr, 5 * cp + c0))
-                    acc = _tap(acc, xptr, r2, left, zx_v, iv.iload(tptr, 6 * cp + c0))
-                    acc = _tap(acc, xptr, r2 + step, left, zx_v, iv.iload(tptr, 7 * cp + c0))
-                    acc = _tap(acc, xptr, r2 + 2 * step, left, zx_v, iv.iload(tptr, 8 * cp + c0))
-                else:
-                    acc = bias_v
-                    for i in range(kh):
-                        iy = top + i * dh
-                        if 0 <= iy < h:
-                            base = (b * h + iy) * w * c + c0
-                            for j in range(kw):
-                                ix = ox * sw - pl + j * dw
-                                if 0 <= ix < w:
-                                    wv = iv.iload(tptr, (i * kw + j) * cp + c0)
-                                    acc = _tap(acc, xptr, base + ix * c, left, zx_v, wv)
-                _store(optr, at_out, acc, scale_v, zy_v, lo_v, hi_v, left)
+                if fast and ox == first and first < stop:
+                    w0, w1, w2 = (
+                        iv.iload(tptr, c0),
+                        iv.iload(tptr, cp + c0),
+                        iv.iload(tptr, 2 * cp + c0),
+                    )
+                    w3, w4 = iv.iload(tptr, 3 * cp + c0), iv.iload(tptr, 4 * cp + c0)
+                    w5, w6 = iv.iload(tptr, 5 * cp + c0), iv.iload(tptr, 6 * cp + c0)
+                    w7, w8 = iv.iload(tptr, 7 * cp + c0), iv.iload(tptr, 8 * cp + c0)
+                    r0 = ((b * h + top) * w + first * sw - pl) * c + c0
+                    at = ((b * oh + oy) * ow + first) * c + c0
+                    for _ in range(first, stop):
+                        acc = _window3(xptr, r0, dh * w * c, dw * c, bias_v, zx_v,
+                                       w0, w1, w2, w3, w4, w5, w6, w7, w8)  # fmt: skip
+                        _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, L)
+                        r0 += sw * c
+                        at += c
+                    ox = stop
+                    continue
+                acc = bias_v
+                for i in range(kh):
+                    iy = top + i * dh
+                    if 0 <= iy < h:
+                        base = (b * h + iy) * w * c + c0
+                        for j in range(kw):
+                            ix = ox * sw - pl + j * dw
+                            if 0 <= ix < w:
+                                wv = iv.iload(tptr, (i * kw + j) * cp + c0)
+                                acc = _tap(acc, xptr, base + ix * c, left, zx_v, wv)
+                at = ((b * oh + oy) * ow + ox) * c + c0
+                _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left)
                 ox += 1
 
 
