@@ -449,9 +449,7 @@ def test_a_fused_run_never_stores_two_outputs_on_overlapping_bytes():
     tier). Such a run is no longer fused whole; the tiers agree call after call."""
     from tests.reliability.harness import inputs_for  # noqa: PLC0415
 
-    path = (
-        Path(__file__).parents[1] / "data/fuzz_regressions/open_tier_bool_ops_duplicated_round.pte"
-    )
+    path = Path(__file__).parents[1] / "data/fuzz_regressions/tiers_bool_ops_duplicated_round.pte"
     data = path.read_bytes()
     plan = decode_pte(data).program.execution_plan[0]
     methods = [
