@@ -252,3 +252,22 @@ def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
                 acc += (window - zx) * taps[i * k + j, :c]
         expected = _requantized(acc, scales[:c], zy, lo, hi)
         np.testing.assert_array_equal(out[0], expected)
+
+
+def test_static_clamp_kernels_match_numpy_builder():
+    """A clamp within one quantization (bounds) and across two (the 256-code table,
+    reordered from bytes to codes), against the numpy builder's arithmetic."""
+    from pyexecutorch.backends.xnnpack.nodes_quantized import Quant, lookup_table
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+
+    rng = np.random.default_rng(7)
+    out = np.empty(1000, np.int8)
+    table = lookup_table(Quant("tensor", 0.05, 3), Quant("tensor", 0.02, -10),
+                         lambda v: np.clip(v, np.float32(0.0), np.float32(6.0)))  # fmt: skip
+    codes = np.concatenate([table[128:], table[:128]])
+    for _ in range(2):
+        x = rng.integers(-128, 128, 1000).astype(np.int8)
+        qs.clamp(x, out, -20, 90)
+        np.testing.assert_array_equal(out, np.clip(x, -20, 90))
+        qs.lookup(x, out, codes)
+        np.testing.assert_array_equal(out, np.take(table, x.view(np.uint8)))

@@ -26,7 +26,12 @@ import numpy as np
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, Maker
 from pyexecutorch.backends.xnnpack.nodes import bounds
-from pyexecutorch.backends.xnnpack.nodes_quantized import add_parameters, channel_scales, qbounds
+from pyexecutorch.backends.xnnpack.nodes_quantized import (
+    add_parameters,
+    channel_scales,
+    lookup_table,
+    qbounds,
+)
 from pyexecutorch.kernels.quantized import compiled_linear as ql
 from pyexecutorch.kernels.quantized import compiled_static as qs
 from pyexecutorch.runtime.compiled import choose
@@ -413,6 +418,31 @@ def _static_convert(b: StepBuilder, k: int) -> int:
     return 1
 
 
+def _static_clamp(b: StepBuilder, k: int) -> int:
+    """A clamp of int8 values: bounds in the output's domain, or across differing
+    parameters the numpy builder's table of the 256 codes."""
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    if not _tensor_quant(b, u.input_id, u.output_id):
+        return 0
+    x = _int8_array(b, u.input_id)
+    if x is None:
+        return 0
+    qi, qo = b.value(u.input_id).quant, b.value(u.output_id).quant
+    out = b.new(u.output_id, x.shape)
+    b.commit(u.output_id, out)
+    if (qi.scale, qi.zero_point) == (qo.scale, qo.zero_point):
+        lo, hi = qbounds(node, qo)
+        b.add(Step(qs.clamp, (x.reshape(-1), out.reshape(-1), lo, hi)))
+    else:
+        flo, fhi = (np.float32(v) for v in bounds(node))
+        table = lookup_table(qi, qo, lambda v: np.clip(v, flo, fhi))
+        # (indexed by the code + 128: the numpy builder's table is indexed by its byte)
+        ordered = np.concatenate([table[128:], table[:128]])
+        b.add(Step(qs.lookup, (x.reshape(-1), out.reshape(-1), ordered)))
+    return 1
+
+
 def _first(*makers: Maker) -> Maker:
     def make(b: StepBuilder, k: int) -> int:
         for m in makers:
@@ -431,4 +461,5 @@ _in_front_of("XNNDepthwiseConv2d", _static_conv)
 _in_front_of("XNNAdd", _static_add)
 _in_front_of("XNNSubtract", lambda b, k: _static_add(b, k, -1))
 _in_front_of("XNNMaxPooling2d", _static_max_pool)
+_in_front_of("XNNClamp", _static_clamp)
 _in_front_of("XNNGlobalAvgPooling2d", _static_global_avg_pool)

@@ -369,3 +369,17 @@ def dequantize(x, out, scale, zp):  # noqa: ANN001, ANN201
     """int8 ``x`` to float32: ``(x - zp) * scale``."""
     for i in range(out.size):
         out[i] = _F32(np.int32(x[i]) - zp) * scale
+
+
+@njit(cache=True, error_model="numpy")
+def clamp(x, out, lo, hi):  # noqa: ANN001, ANN201
+    """Flat int8 ``x`` clamped to [lo, hi] into ``out`` (one quantization in and out)."""
+    for i in range(out.size):
+        out[i] = min(max(x[i], lo), hi)
+
+
+@njit(cache=True, error_model="numpy")
+def lookup(x, out, table):  # noqa: ANN001, ANN201
+    """``out[i] = table[x[i] + 128]``: an int8 unary function tabulated at load."""
+    for i in range(out.size):
+        out[i] = table[np.int32(x[i]) + 128]
