@@ -273,7 +273,18 @@ def check_data_flow(method: Any) -> None:
             start.add(i)  # a constant, or a mutable buffer's initial state
         elif t.allocation_info is not None and t.allocation_info.memory_id >= 2:
             start.add(i)  # state shared between methods
-    bases = _view_bases(method, written | start, written | start)
+    # A delegate's arguments all count as written (the program does not say which are its
+    # inputs), but one that only delegates "write" may be a static view another call
+    # defines first (a reshape of an earlier delegate's output passed on to a later one):
+    # it keeps its view bases.
+    by_kernels = {
+        j
+        for chain, instructions in zip(layout, steps, strict=True)
+        for (_, writes, _), a in zip(chain, instructions, strict=True)
+        if not isinstance(a, DelegateCall)
+        for j in writes
+    }
+    bases = _view_bases(method, written | start, by_kernels | start)
     # A value no instruction writes and whose bytes nothing written shares: state kept
     # from call to call (a zero-initialized KV cache that a kernel updates in place).
     start.update(j for j, found in bases.items() if not found)
