@@ -110,48 +110,17 @@ def _banned(tokenizer: Path) -> list[int]:
 
 
 def _checkpoint(banned: list[int]) -> dict[str, Any]:
-    """Seeded weights in the official ``Transformer``'s names; residual dimension 0 holds 1
-    (no layer writes it), and the banned tokens' logits are pushed below zero through it
-    (as in tests/llm/_official_llm)."""
-    import torch
+    """Seeded weights in the official ``Transformer``'s names at the benchmark's size, made
+    as the official-program tests make theirs (banned tokens' logits held below zero)."""
+    from tests.llm._official_llm import checkpoint
 
-    dim, hidden, vocab = PARAMS["dim"], PARAMS["hidden_dim"], PARAMS["vocab_size"]
-    kv_dim = PARAMS["n_kv_heads"] * dim // PARAMS["n_heads"]
-    gen = torch.Generator().manual_seed(0)
-
-    def linear(out: int, inp: int, scale: float = 1.0) -> torch.Tensor:
-        return torch.randn(out, inp, generator=gen) * (scale / inp**0.5)
-
-    state = {"tok_embeddings.weight": torch.randn(vocab, dim, generator=gen)}
-    state["tok_embeddings.weight"][:, 0] = 1.0
-    for i in range(PARAMS["n_layers"]):
-        p = f"layers.{i}."
-        state |= {
-            p + "attention.wq.weight": linear(dim, dim),
-            p + "attention.wk.weight": linear(kv_dim, dim),
-            p + "attention.wv.weight": linear(kv_dim, dim),
-            p + "attention.wo.weight": linear(dim, dim),
-            p + "feed_forward.w1.weight": linear(hidden, dim),
-            p + "feed_forward.w2.weight": linear(dim, hidden),
-            p + "feed_forward.w3.weight": linear(hidden, dim),
-            p + "attention_norm.weight": torch.ones(dim),
-            p + "ffn_norm.weight": torch.ones(dim),
-        }
-        state[p + "attention.wo.weight"][0] = 0.0
-        state[p + "feed_forward.w2.weight"][0] = 0.0
-    state["norm.weight"] = torch.ones(dim)
-    output = linear(vocab, dim, scale=4.0)
-    output[:, 0] = 0.0
-    output[banned] = 0.0
-    output[banned, 0] = -10.0
-    state["output.weight"] = output
-    return state
+    return checkpoint(banned, PARAMS)
 
 
 def program_path(kind: str, tokenizer: Path) -> Path:
     """The ``.pte`` of ``kind`` (fp32 / 8da4w), exported by ``export_llama`` once."""
     flags = PROGRAMS[kind]
-    key = hashlib.sha256(json.dumps([PARAMS, CONTEXT, flags, 1]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([PARAMS, CONTEXT, flags, 2]).encode()).hexdigest()[:12]
     path = CACHE / f"llama_{kind}_{key}.pte"
     if path.exists():
         return path

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -101,12 +102,16 @@ def optimum_available() -> bool:
         return False
 
 
-def checkpoint(banned: Sequence[int]) -> dict[str, torch.Tensor]:
-    """The seeded weights, in the official ``Transformer``'s names."""
-    dim, hidden, vocab = PARAMS["dim"], PARAMS["hidden_dim"], PARAMS["vocab_size"]
-    head_dim = dim // PARAMS["n_heads"]
-    kv_dim = PARAMS["n_kv_heads"] * head_dim
-    gen = torch.Generator().manual_seed(SEED)
+def checkpoint(
+    banned: Sequence[int], params: dict[str, Any] | None = None, seed: int = SEED
+) -> dict[str, torch.Tensor]:
+    """The seeded weights, in the official ``Transformer``'s names, for ``params`` (an
+    official ``params.json``'s fields; default: the tests' ``PARAMS``)."""
+    params = PARAMS if params is None else params
+    dim, hidden, vocab = params["dim"], params["hidden_dim"], params["vocab_size"]
+    head_dim = dim // params["n_heads"]
+    kv_dim = params["n_kv_heads"] * head_dim
+    gen = torch.Generator().manual_seed(seed)
 
     def linear(out: int, inp: int, scale: float = 1.0) -> torch.Tensor:
         return torch.randn(out, inp, generator=gen) * (scale / inp**0.5)
@@ -116,7 +121,7 @@ def checkpoint(banned: Sequence[int]) -> dict[str, torch.Tensor]:
 
     state = {"tok_embeddings.weight": torch.randn(vocab, dim, generator=gen)}
     state["tok_embeddings.weight"][:, 0] = 1.0
-    for i in range(PARAMS["n_layers"]):
+    for i in range(params["n_layers"]):
         p = f"layers.{i}."
         state |= {
             p + "attention.wq.weight": linear(dim, dim),
