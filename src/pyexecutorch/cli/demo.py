@@ -193,16 +193,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"program    {pte if args.out else pte.name}: {common.human_bytes(size)}")
 
         eager_model = make_model(args.seed)  # fresh caches
+        # Eager on one thread like the runtime (small ops only lose from more), and kept
+        # at one while the runtime processes run: torch's idle OpenMP workers spin after
+        # work and would take the cores those processes are timed on.
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # like the runtime; small ops only lose from more threads
+        torch.set_num_threads(1)
         try:
             eager_tokens, eager_times, eager_logits = greedy(
                 eager_step(eager_model), prompt, args.tokens
             )
+            result = run_worker(pte, prompt, args.tokens)
+            jit_result = (
+                run_worker(pte, prompt, args.tokens, jit=True) if _jit_available() else None
+            )
         finally:
             torch.set_num_threads(threads)
-        result = run_worker(pte, prompt, args.tokens)
-        jit_result = run_worker(pte, prompt, args.tokens, jit=True) if _jit_available() else None
     ours_tokens = result["tokens"]
     arena = sum(result["arena_bytes"])
     print(
@@ -266,7 +271,6 @@ def text_demo(seed: int, new_tokens: int = 32) -> None:
     generate`` in a process where torch is blocked, check the text against HF generate."""
     import importlib.util  # noqa: PLC0415
 
-    hs = common.human_seconds
     print("\ntext generation: a Hugging Face Llama, export_llm, then `pyexecutorch generate`")
     missing = [m for m in ("transformers", "pytorch_tokenizers") if not importlib.util.find_spec(m)]
     if missing:
@@ -274,12 +278,27 @@ def text_demo(seed: int, new_tokens: int = 32) -> None:
         return
     import logging  # noqa: PLC0415
 
+    import torch  # noqa: PLC0415
+
     # torchao reports its optional CUDA libraries, and torch a deprecation, at import.
     logging.getLogger("torchao").setLevel(logging.ERROR)
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
+    # One torch thread: torch's idle OpenMP workers spin after the export, and on a small
+    # machine they take the cores the generate process times its tokens on (40x slower).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _text_demo(seed, new_tokens)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _text_demo(seed: int, new_tokens: int) -> None:
     from pyexecutorch.examples import text_llm  # noqa: PLC0415
     from pyexecutorch.extension.llm.export import export_llm  # noqa: PLC0415
 
+    hs = common.human_seconds
     with tempfile.TemporaryDirectory(prefix="pyexecutorch-demo-text-") as tmp:
         tokenizer = text_llm.make_tokenizer(Path(tmp) / "tokenizer.json")
         model = text_llm.make_llama(seed)
