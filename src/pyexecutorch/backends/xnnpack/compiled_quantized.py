@@ -25,7 +25,7 @@ import numpy as np
 
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, Maker
-from pyexecutorch.backends.xnnpack.nodes import bounds
+from pyexecutorch.backends.xnnpack.nodes import Window, bounds
 from pyexecutorch.backends.xnnpack.nodes_quantized import (
     add_parameters,
     channel_scales,
@@ -273,6 +273,15 @@ def _static_fully_connected(b: StepBuilder, k: int) -> int:
     return 1
 
 
+def _output_size(
+    shape: tuple[int, ...], u: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> tuple[int, int]:
+    """(oh, ow) of node ``u``'s window over an NHWC input of ``shape`` (its padding)."""
+    pads = (u.padding_top, u.padding_right, u.padding_bottom, u.padding_left)
+    win = Window(*shape, pads, kh, kw, sh, sw, dh, dw)
+    return win.oh, win.ow
+
+
 def _static_conv(b: StepBuilder, k: int) -> int:
     node = b.graph.nodes[k]
     u = node.xnode_union
@@ -295,8 +304,7 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     sh, sw = u.subsampling_height or 1, u.subsampling_width or 1
     dh, dw = u.dilation_height or 1, u.dilation_width or 1
     pt, pl = u.padding_top, u.padding_left
-    oh = (h + pt + u.padding_bottom - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + pl + u.padding_right - dw * (kw - 1) - 1) // sw + 1
+    oh, ow = _output_size(x.shape, u, kh, kw, sh, sw, dh, dw)
     cout = w.shape[3] if depthwise else w.shape[0]
     xq, yq = b.value(u.input1_id).quant, b.value(u.output_id).quant
     if depthwise:
@@ -364,8 +372,7 @@ def _static_max_pool(b: StepBuilder, k: int) -> int:
     sh, sw = u.stride_height or 1, u.stride_width or 1
     dh, dw = u.dilation_height or 1, u.dilation_width or 1
     pt, pl = u.padding_top, u.padding_left
-    oh = (h + pt + u.padding_bottom - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + pl + u.padding_right - dw * (kw - 1) - 1) // sw + 1
+    oh, ow = _output_size(x.shape, u, kh, kw, sh, sw, dh, dw)
     lo, hi = qbounds(node, b.value(u.output_id).quant)
     out = b.new(u.output_id, (nb, oh, ow, c))
     b.commit(u.output_id, out)
