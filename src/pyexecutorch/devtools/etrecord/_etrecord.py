@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import io
 import json
 import os
@@ -37,15 +38,32 @@ from torch._export.serde.serialize import SerializedArtifact, deserialize, seria
 from torch._export.serde.union import _Union
 from torch.export import ExportedProgram
 
-IDENTIFIER = "ETRECORD_V0"
-EXPORTED_PROGRAM = "exported_program"
-EDGE_PROGRAM = "edge_dialect_exported_program"
-DEBUG_HANDLE_MAP = "debug_handle_map"
-DELEGATE_MAP = "delegate_map"
-NUM_OUTS_MAP = "instruction_id_to_num_outs_map"
-REFERENCE_OUTPUTS = "reference_outputs"
-REPRESENTATIVE_INPUTS = "representative_inputs"
-EXPORT_GRAPH_ID = "export_graph_id"
+
+class ETRecordReservedFileNames(enum.StrEnum):
+    """The zip entry names an ETRecord reserves (no recorded module may use one)."""
+
+    ETRECORD_IDENTIFIER = "ETRECORD_V0"
+    EXPORTED_PROGRAM = "exported_program"
+    EXPORT_GRAPH_ID = "export_graph_id"
+    EDGE_DIALECT_EXPORTED_PROGRAM = "edge_dialect_exported_program"
+    ET_DIALECT_GRAPH_MODULE = "et_dialect_graph_module"
+    DEBUG_HANDLE_MAP_NAME = "debug_handle_map"
+    DELEGATE_MAP_NAME = "delegate_map"
+    INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME = "instruction_id_to_num_outs_map"
+    REFERENCE_OUTPUTS = "reference_outputs"
+    REPRESENTATIVE_INPUTS = "representative_inputs"
+
+
+_R = ETRecordReservedFileNames
+IDENTIFIER = _R.ETRECORD_IDENTIFIER.value
+EXPORTED_PROGRAM = _R.EXPORTED_PROGRAM.value
+EDGE_PROGRAM = _R.EDGE_DIALECT_EXPORTED_PROGRAM.value
+DEBUG_HANDLE_MAP = _R.DEBUG_HANDLE_MAP_NAME.value
+DELEGATE_MAP = _R.DELEGATE_MAP_NAME.value
+NUM_OUTS_MAP = _R.INSTRUCTION_ID_TO_NUM_OUTS_MAP_NAME.value
+REFERENCE_OUTPUTS = _R.REFERENCE_OUTPUTS.value
+REPRESENTATIVE_INPUTS = _R.REPRESENTATIVE_INPUTS.value
+EXPORT_GRAPH_ID = _R.EXPORT_GRAPH_ID.value
 _BLOB_SUFFIXES = ("_state_dict", "_constants", "_example_inputs")
 _OFFICIAL_EDGE_OPS = "executorch.exir.dialects.edge.ops."
 

@@ -1,0 +1,29 @@
+"""ETRecord: what the compiler knew, saved next to a ``.pte`` for the Inspector (needs torch).
+
+The implementation lives in :mod:`._etrecord`, the official package's module path
+(``executorch.devtools.etrecord._etrecord``), which code and tests import helpers from.
+"""
+
+from pyexecutorch.devtools.etrecord._etrecord import (
+    ETRecord,
+    ETRecordError,
+    ETRecordReservedFileNames,
+    NodeInfo,
+    complete,
+    generate_etrecord,
+    nodes_by_debug_handle,
+    parse_etrecord,
+    record_programs,
+)
+
+__all__ = [
+    "ETRecord",
+    "ETRecordError",
+    "ETRecordReservedFileNames",
+    "NodeInfo",
+    "complete",
+    "generate_etrecord",
+    "nodes_by_debug_handle",
+    "parse_etrecord",
+    "record_programs",
+]
