@@ -445,7 +445,8 @@ class ExecutorchProgramManager:
         """The ETRecord of this compilation (``generate_etrecord=True`` in ``to_edge``)."""
         if self._etrecord is None:
             raise RuntimeError(
-                "no ETRecord: pass generate_etrecord=True to to_edge or to_edge_transform_and_lower"
+                "ETRecord was not generated: pass generate_etrecord=True to to_edge or "
+                "to_edge_transform_and_lower"
             )
         from pyexecutorch.devtools.etrecord import complete  # noqa: PLC0415 - devtools
 

@@ -183,7 +183,12 @@ def _json_keys(mapping: Any) -> Any:
 
 
 class ETRecord:
-    """The graphs and maps the Inspector needs, with the official attribute names."""
+    """The graphs and maps the Inspector needs, with the official attribute names.
+
+    Made by ``to_edge(..., generate_etrecord=True)`` and
+    ``ExecutorchProgramManager.get_etrecord()``, by :func:`generate_etrecord`, or
+    piece by piece with the ``add_*`` methods. The maps are kept as given (a parsed
+    ETRecord's, read from JSON, have string keys)."""
 
     def __init__(
         self,
@@ -200,10 +205,10 @@ class ETRecord:
         self.exported_program = exported_program
         self.export_graph_id = export_graph_id
         self.edge_dialect_program = edge_dialect_program
-        self.graph_map = graph_map or {}
-        self._debug_handle_map = _json_keys(_debug_handle_map)
-        self._delegate_map = _json_keys(_delegate_map)
-        self._instruction_id_to_num_outs_map = _json_keys(_instruction_id_to_num_outs_map)
+        self.graph_map = graph_map
+        self._debug_handle_map = _debug_handle_map
+        self._delegate_map = _delegate_map
+        self._instruction_id_to_num_outs_map = _instruction_id_to_num_outs_map
         self._reference_outputs = _reference_outputs
         self._representative_inputs = _representative_inputs
 
@@ -213,12 +218,22 @@ class ETRecord:
             return {"forward": program}
         return dict(program or {})
 
+    def copy(self) -> ETRecord:
+        """The programs recorded so far, without the executorch program's maps and data."""
+        return ETRecord(
+            exported_program=self.exported_program,
+            export_graph_id=self.export_graph_id,
+            edge_dialect_program=self.edge_dialect_program,
+            graph_map=self.graph_map,
+        )
+
     def save(self, path: str | os.PathLike | Any) -> None:
         """Write the ETRecord zip to ``path`` (a path or a binary file object)."""
         if not (self.edge_dialect_program and self._debug_handle_map):
             raise ETRecordError(
-                "an ETRecord needs the edge programs and the executorch program's debug handle map; "
-                "get it from ExecutorchProgramManager.get_etrecord()"
+                "an ETRecord needs the edge programs and the executorch program's debug handle map "
+                "to be saved; get it from ExecutorchProgramManager.get_etrecord() or add them "
+                "(add_edge_dialect_program, add_executorch_program)"
             )
         with zipfile.ZipFile(path, "w") as z:
             z.writestr(IDENTIFIER, "")
@@ -226,7 +241,7 @@ class ETRecord:
                 _write_program(z, EXPORTED_PROGRAM, self.exported_program)
             for method, program in self._edge_programs().items():
                 _write_program(z, f"{EDGE_PROGRAM}/{method}", program)
-            for name, program in self.graph_map.items():
+            for name, program in (self.graph_map or {}).items():
                 _write_program(z, name if "/" in name else f"{name}/forward", program)
             z.writestr(DEBUG_HANDLE_MAP, json.dumps(self._debug_handle_map))
             if self._delegate_map is not None:
@@ -244,11 +259,131 @@ class ETRecord:
             if self.export_graph_id is not None:
                 z.writestr(EXPORT_GRAPH_ID, json.dumps(self.export_graph_id))
 
+    # ------------------------------------------------------- recording piece by piece
+
+    def add_exported_program(
+        self, exported_program: ExportedProgram | dict[str, ExportedProgram] | None
+    ) -> None:
+        """Record the ATen program (a dict's ``forward``); None records nothing."""
+        if self.exported_program is not None or self.export_graph_id is not None:
+            raise ETRecordError("the ETRecord already holds an exported program")
+        if isinstance(exported_program, dict):
+            exported_program = exported_program.get("forward")
+        if exported_program is not None and not isinstance(exported_program, ExportedProgram):
+            raise ETRecordError(
+                f"add_exported_program takes a torch.export ExportedProgram (or a dict of them), "
+                f"not {type(exported_program).__name__}"
+            )
+        self.exported_program = exported_program
+        # the graph's identity, which the Inspector matches the ATen graph's nodes by
+        self.export_graph_id = id(exported_program.graph) if exported_program is not None else None
+
+    def add_edge_dialect_program(self, edge_dialect_program: Any) -> None:
+        """Record an EdgeProgramManager's programs (one method: its program alone)."""
+        if self.edge_dialect_program is not None:
+            raise ETRecordError("the ETRecord already holds an edge dialect program")
+        self.edge_dialect_program = _edge_of(edge_dialect_program, "edge_dialect_program")
+
+    def add_executorch_program(self, executorch_program: Any) -> None:
+        """Record an ExecutorchProgramManager's maps (a BundledProgram's too, with its
+        test inputs and expected outputs)."""
+        held = (
+            self._debug_handle_map,
+            self._delegate_map,
+            self._instruction_id_to_num_outs_map,
+            self._reference_outputs,
+            self._representative_inputs,
+        )
+        if any(v is not None for v in held):
+            raise ETRecordError("the ETRecord already holds executorch program data")
+        manager = executorch_program
+        if _is_bundled(executorch_program):
+            self._reference_outputs = _get_reference_outputs(executorch_program)
+            self._representative_inputs = _get_representative_inputs(executorch_program)
+            manager = executorch_program.executorch_program
+        if not hasattr(manager, "debug_handle_map"):
+            raise ETRecordError(
+                "add_executorch_program takes an ExecutorchProgramManager or a BundledProgram, "
+                f"not {type(executorch_program).__name__}"
+            )
+        self._debug_handle_map = manager.debug_handle_map
+        self._delegate_map = manager.delegate_map
+        self._instruction_id_to_num_outs_map = manager.instruction_id_to_num_outs_map
+
+    def add_extra_export_modules(self, extra_recorded_export_modules: dict[str, Any]) -> None:
+        """Record more programs under names of one's own (``name/method`` in ``graph_map``)."""
+        graph_map = self.graph_map if self.graph_map is not None else {}
+        for name, module in extra_recorded_export_modules.items():
+            clash = [r.value for r in ETRecordReservedFileNames if r.value in name]
+            if clash:
+                raise ETRecordError(
+                    f"extra_recorded_export_modules: the name {name!r} holds the reserved "
+                    f"ETRecord name {clash[0]!r}"
+                )
+            if isinstance(module, ExportedProgram):
+                graph_map[f"{name}/forward"] = module
+            elif hasattr(module, "exported_program") and hasattr(module, "methods"):
+                for method in module.methods:
+                    graph_map[f"{name}/{method}"] = module.exported_program(method)
+            elif isinstance(getattr(module, "exported_program", None), ExportedProgram):
+                graph_map[f"{name}/forward"] = module.exported_program
+            else:
+                raise ETRecordError(
+                    f"extra_recorded_export_modules[{name!r}]: a {type(module).__name__} is not "
+                    "an ExportedProgram or an EdgeProgramManager"
+                )
+        self.graph_map = graph_map
+
     def update_representative_inputs(self, inputs: Any) -> None:
-        self._representative_inputs = list(inputs)
+        """The inputs the Inspector reruns: a list, or a BundledProgram's forward inputs."""
+        self._representative_inputs = (
+            _get_representative_inputs(inputs) if _is_bundled(inputs) else list(inputs)
+        )
 
     def update_reference_outputs(self, outputs: Any) -> None:
-        self._reference_outputs = outputs if isinstance(outputs, dict) else {"forward": outputs}
+        """Expected outputs by method: a dict, a list (forward's), or a BundledProgram's."""
+        if _is_bundled(outputs):
+            self._reference_outputs = _get_reference_outputs(outputs)
+        else:
+            self._reference_outputs = outputs if isinstance(outputs, dict) else {"forward": outputs}
+
+
+def _is_bundled(value: Any) -> bool:
+    return hasattr(value, "method_test_suites") and hasattr(value, "executorch_program")
+
+
+def _edge_of(manager: Any, what: str) -> ExportedProgram | dict[str, ExportedProgram]:
+    if isinstance(getattr(manager, "exported_program", None), ExportedProgram):
+        return manager.exported_program  # a legacy ExirExportedProgram
+    if not hasattr(manager, "methods"):
+        raise ETRecordError(f"{what}: takes an EdgeProgramManager, not {type(manager).__name__}")
+    methods = sorted(manager.methods)
+    if len(methods) == 1:
+        return manager.exported_program(methods[0])
+    return {m: manager.exported_program(m) for m in methods}
+
+
+def _get_reference_outputs(bundled_program: Any) -> dict[str, list[Any]]:
+    """A bundled program's expected outputs by method (the official private helper's name)."""
+    outputs: dict[str, list[Any]] = {}
+    for suite in bundled_program.method_test_suites:
+        for case in suite.test_cases:
+            if not case.expected_outputs:
+                raise ETRecordError(
+                    f"method {suite.method_name!r}: a test case has no expected outputs"
+                )
+        outputs[suite.method_name] = [case.expected_outputs for case in suite.test_cases]
+    return outputs
+
+
+def _get_representative_inputs(bundled_program: Any) -> list[Any] | None:
+    """The inputs of a bundled program's first forward test case (None without forward)."""
+    for suite in bundled_program.method_test_suites:
+        if suite.method_name == "forward":
+            if not suite.test_cases:
+                raise ETRecordError("method 'forward' is bundled without a test case")
+            return suite.test_cases[0].inputs
+    return None
 
 
 def _write_program(z: zipfile.ZipFile, name: str, program: ExportedProgram) -> None:
@@ -349,6 +484,8 @@ def record_programs(aten: Any, edge: dict[str, ExportedProgram]) -> ETRecord:
     aten_forward = aten.get("forward") if isinstance(aten, dict) else aten
     return ETRecord(
         exported_program=copy.deepcopy(aten_forward) if aten_forward is not None else None,
+        # the caller's graph: the Inspector matches ATen nodes to edge nodes by its identity
+        export_graph_id=id(aten_forward.graph) if aten_forward is not None else None,
         edge_dialect_program=copy.deepcopy(edge["forward"] if list(edge) == ["forward"] else edge),
     )
 
@@ -356,11 +493,9 @@ def record_programs(aten: Any, edge: dict[str, ExportedProgram]) -> ETRecord:
 def complete(record: ETRecord, manager: Any) -> ETRecord:
     """``record`` with an ExecutorchProgramManager's maps and a reference run of its inputs."""
     done = copy.copy(record)
-    done._debug_handle_map = _json_keys(manager.debug_handle_map)
-    done._delegate_map = _json_keys(manager.delegate_map)
-    done._instruction_id_to_num_outs_map = _json_keys(
-        manager._emitter_output.instruction_id_to_num_outs_map
-    )
+    done._debug_handle_map = manager.debug_handle_map
+    done._delegate_map = manager.delegate_map
+    done._instruction_id_to_num_outs_map = manager.instruction_id_to_num_outs_map
     aten = record.exported_program
     if aten is not None and done._representative_inputs is None:
         args, kwargs = aten.example_inputs or ((), {})
@@ -374,15 +509,23 @@ def complete(record: ETRecord, manager: Any) -> ETRecord:
 
 
 def generate_etrecord(
-    et_record: str | os.PathLike,
+    et_record: str | os.PathLike | Any,
     edge_dialect_program: Any,
     executorch_program: Any,
-    exported_program: ExportedProgram | None = None,
+    exported_program: ExportedProgram | dict[str, ExportedProgram] | None = None,
+    extra_recorded_export_modules: dict[str, Any] | None = None,
 ) -> None:
-    """Save the ETRecord of a compilation (best made with ``generate_etrecord=True``, which
-    records the edge programs before delegation)."""
+    """Save the ETRecord of a compilation. A compilation made with
+    ``generate_etrecord=True`` keeps its edge programs from before delegation, which
+    are recorded then; otherwise ``edge_dialect_program``'s are."""
     record = getattr(executorch_program, "_etrecord", None)
     if record is None:
-        edge = {n: edge_dialect_program.exported_program(n) for n in edge_dialect_program.methods}
-        record = record_programs(exported_program, edge)
-    complete(record, executorch_program).save(et_record)
+        record = ETRecord()
+        record.add_exported_program(exported_program)
+        record.add_edge_dialect_program(edge_dialect_program)
+        record.add_executorch_program(executorch_program)
+    else:
+        record = complete(record, executorch_program)
+    if extra_recorded_export_modules is not None:
+        record.add_extra_export_modules(extra_recorded_export_modules)
+    record.save(et_record)

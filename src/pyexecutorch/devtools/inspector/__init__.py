@@ -397,11 +397,15 @@ class Inspector:
 
     def _link_etrecord(self, enable_module_hierarchy: bool) -> None:
         """Debug handles, operator types, source lines and modules of each event."""
-        from pyexecutorch.devtools.etrecord import nodes_by_debug_handle  # noqa: PLC0415 - torch
+        from pyexecutorch.devtools.etrecord._etrecord import (  # noqa: PLC0415 - torch
+            _json_keys,
+            nodes_by_debug_handle,
+        )
 
         record = self._etrecord
-        handle_map = (record._debug_handle_map or {}).get("forward", {})
-        delegate_map = (record._delegate_map or {}).get("forward", {})
+        # keyed as a saved ETRecord's JSON keys them (strings), however the record was made
+        handle_map = (_json_keys(record._debug_handle_map) or {}).get("forward", {})
+        delegate_map = (_json_keys(record._delegate_map) or {}).get("forward", {})
         nodes = nodes_by_debug_handle(record.edge_dialect_program)
         for block in self.event_blocks:
             for event in block.events:
