@@ -57,6 +57,31 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         raise KernelError(f"shapes {a} and {b} cannot be broadcast together") from None
 
 
+def view_as(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` reshaped without copying, or ``None`` when that needs a copy."""
+    if a.shape == shape:
+        return a
+    try:
+        return np.reshape(a, shape, copy=False)
+    except ValueError:
+        return None
+
+
+_FLOAT_COMPUTE = {
+    np.dtype(np.float16): np.dtype(np.float32),
+    np.dtype(np.float32): np.dtype(np.float32),
+    np.dtype(np.float64): np.dtype(np.float64),
+}
+
+
+def float_compute_dtype(a: np.ndarray, what: str, op: str) -> np.dtype:
+    """The dtype ``op`` computes in for a floating input (float16 runs in float32)."""
+    cdt = _FLOAT_COMPUTE.get(a.dtype)
+    if cdt is None:
+        raise KernelError(f"{op}: {what} must be float16, float32 or float64, got {a.dtype}")
+    return cdt
+
+
 def normalize_dim(dim: int, ndim: int) -> int:
     """``dim`` as a non-negative axis of an ``ndim``-dimensional tensor (0-dim counts as 1)."""
     n = max(ndim, 1)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from pyexecutorch.kernels.checks import scalar
-from pyexecutorch.kernels.common import fit
-from pyexecutorch.kernels.conv.conv import derived, scratch, view_as
+from pyexecutorch.kernels.common import fit, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
+from pyexecutorch.kernels.scratch import derived, scratch
 
 _BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 _F16 = np.dtype(np.float16)
