@@ -112,7 +112,7 @@ def rows_read(
     """``[r0, r1)``: the inputs inside the image from the first window's start to the last
     one's end of outputs ``[o0, o1)``, which holds every input they read (with a stride
     or dilation skipping some); empty, ``r0 == r1``, when they read only padding."""
-    r0 = max(0, o0 * stride - pad)
+    r0 = min(size, max(0, o0 * stride - pad))
     r1 = min(size, (o1 - 1) * stride - pad + dilation * (k - 1) + 1)  # (self-contained: numba)
     return r0, max(r0, r1)
 
