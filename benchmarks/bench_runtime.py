@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from common import fmt_us, measure, ratio
 
-from pyexecutorch.runtime import Runtime, compiled
+from pyexecutorch.jit import numba_env
+from pyexecutorch.runtime import Runtime
 from tests import models, official
 
 
@@ -97,7 +98,7 @@ def bench_overhead(budget: float, n: int = 200) -> dict:
     xn = x.numpy()
     ours = measure(lambda: method.execute([xn], clone_outputs=False), budget_s=budget)["median"]
     jit = None
-    if compiled.numba_module() is not None:
+    if numba_env.numba_module() is not None:
         fused = _our_method(pte, jit=True)
         jit = measure(lambda: fused.execute([xn], clone_outputs=False), budget_s=budget)["median"]
     a = np.zeros((4, 64), np.float32)

@@ -24,7 +24,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pyexecutorch.runtime import Runtime, compiled
+from pyexecutorch.jit import numba_env
+from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.threads import set_threads
 
 
@@ -43,7 +44,7 @@ def _in_child(pte: bytes, jit: bool, cache: str | None) -> float:
         code = 0
         try:
             if cache is not None:
-                os.environ[compiled.CACHE_ENV] = cache
+                os.environ[numba_env.CACHE_ENV] = cache
             answer = repr(_load_seconds(pte, jit))
         except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
             answer = "error: " + traceback.format_exc()

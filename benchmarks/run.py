@@ -55,7 +55,7 @@ import torch
 from bench_runtime import _numpy_inputs, _our_method, bench_overhead
 from common import fmt_us, ratio, samples, statistics_of
 
-from pyexecutorch.runtime import compiled
+from pyexecutorch.jit import entry_points, numba_env
 from pyexecutorch.runtime.threads import set_threads, thread_counts
 from tests import models, official
 
@@ -203,7 +203,7 @@ def warm_up() -> None:
             fn(case)
         except Exception:  # noqa: BLE001 - the timed run reports failures
             pass
-    if compiled.numba_module() is not None:
+    if numba_env.numba_module() is not None:
         # numba's one-time start-up (its typing and code-generation tables)
         _our_method(export_ours(case), jit=True)
 
@@ -308,19 +308,19 @@ def _load_times(pte: bytes, timer: LoadTimer) -> dict[str, float]:
     import tempfile  # noqa: PLC0415
 
     out = {"load_numpy_s": timer.best(pte, jit=False)}
-    previous = os.environ.get(compiled.CACHE_ENV)
+    previous = os.environ.get(numba_env.CACHE_ENV)
     with tempfile.TemporaryDirectory() as cache:
-        os.environ[compiled.CACHE_ENV] = cache
+        os.environ[numba_env.CACHE_ENV] = cache
         try:
-            compiled.forget_modules()
+            entry_points.forget_modules()
             start = time.perf_counter()
             _our_method(pte, jit=True)
             out["load_jit_cold_s"] = time.perf_counter() - start
         finally:
             if previous is None:
-                os.environ.pop(compiled.CACHE_ENV, None)
+                os.environ.pop(numba_env.CACHE_ENV, None)
             else:
-                os.environ[compiled.CACHE_ENV] = previous
+                os.environ[numba_env.CACHE_ENV] = previous
         out["load_jit_warm_s"] = timer.best(pte, jit=True, cache=cache)
     return out
 
@@ -388,7 +388,7 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None, threads: in
             timeit("ours_on_ours", lambda: m.execute(np_inputs, clone_outputs=False))
         else:
             errors["ours_on_ours"] = row["ours_correct"]
-        if compiled.numba_module() is not None and timer is not None:
+        if numba_env.numba_module() is not None and timer is not None:
             try:
                 with time_limit(COMPILE_LIMIT_S):
                     row.update(_load_times(ours, timer))
@@ -415,7 +415,7 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None, threads: in
                 )
             except Exception as e:  # noqa: BLE001
                 errors["ours_on_official_xnnpack"] = _error(e)
-            if compiled.numba_module() is not None and timer is not None:
+            if numba_env.numba_module() is not None and timer is not None:
                 try:  # the delegates compiled (see backends/xnnpack/compiled.py)
                     with time_limit(COMPILE_LIMIT_S):
                         mj_xnn = _our_method(xnn, jit=True)
@@ -729,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         print(preamble(meta, len(cases), n_threads, counts))
         if not runs:
             warm_up()
-        timer = LoadTimer(n_threads) if compiled.numba_module() is not None else None
+        timer = LoadTimer(n_threads) if numba_env.numba_module() is not None else None
         print(HEADER, flush=True)
         rows, skipped = [], []
         run_start = time.perf_counter()

@@ -19,9 +19,9 @@ pytest.importorskip("numba")
 
 from pyexecutorch.backends.xnnpack.nodes_quantized import DynamicRows  # noqa: E402
 from pyexecutorch.backends.xnnpack.runtime import Delegate  # noqa: E402
+from pyexecutorch.jit.variants import choose  # noqa: E402
 from pyexecutorch.kernels.quantized import compiled_linear as ql  # noqa: E402
 from pyexecutorch.runtime import Runtime  # noqa: E402
-from pyexecutorch.runtime.compiled import choose  # noqa: E402
 
 from . import _quantized_programs as qp  # noqa: E402
 

@@ -22,10 +22,12 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 from pyexecutorch.exir import to_edge  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
 from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
-from pyexecutorch.runtime import Runtime  # noqa: E402
-from pyexecutorch.runtime import compiled as tier  # noqa: E402
+from pyexecutorch.runtime import (
+    Runtime,  # noqa: E402
+    tiers,  # noqa: E402
+)
 
-tier.enabled(True)  # imports every family's compiled forms
+tiers.enabled(True)  # imports every family's compiled forms
 
 F32, F64 = np.float32, np.float64
 MAX_POOL = "aten::max_pool2d_with_indices.out"

@@ -1,4 +1,4 @@
-"""The compiled tier's matrix products (kernels/compiled_blas.py, linalg/compiled_gemv.py):
+"""The compiled tier's matrix products (kernels/blas.py, linalg/compiled_gemv.py):
 numpy's own BLAS called from compiled code, large products split across numba's threads,
 and OpenBLAS left at the thread count it was set to."""
 
@@ -12,7 +12,7 @@ numba = pytest.importorskip("numba", reason="the compiled forms need numba (the 
 
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
-from pyexecutorch.kernels import compiled_blas  # noqa: E402
+from pyexecutorch.jit import blas  # noqa: E402
 from pyexecutorch.kernels.linalg import compiled as linalg_compiled  # noqa: E402
 from pyexecutorch.kernels.linalg.compiled_gemv import product  # noqa: E402
 from pyexecutorch.runtime.threads import set_threads, thread_counts  # noqa: E402
@@ -20,13 +20,13 @@ from pyexecutorch.runtime.threads import set_threads, thread_counts  # noqa: E40
 TOL = {np.float32: {"rtol": 2e-5, "atol": 2e-4}, np.float64: {"rtol": 1e-12, "atol": 1e-11}}
 needs_blas = pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="no BLAS for compiled code")
 needs_numpy_blas = pytest.mark.skipif(
-    not compiled_blas.NUMPY_BLAS, reason="numpy's own OpenBLAS is not found: products are np.dot"
+    not blas.NUMPY_BLAS, reason="numpy's own OpenBLAS is not found: products are np.dot"
 )
 
 
 @numba.njit
 def _gemm(a, b, out):  # noqa: ANN001, ANN202
-    compiled_blas.gemm(a, b, out)
+    blas.gemm(a, b, out)
 
 
 @numba.njit
@@ -91,7 +91,7 @@ def test_products_into_column_views(threads):
 def test_compiled_code_reads_numbas_thread_count():
     @numba.njit
     def threads():  # noqa: ANN202
-        return compiled_blas._numba_threads()
+        return blas._numba_threads()
 
     before = thread_counts()
     try:
@@ -110,7 +110,7 @@ def _numpy_blas_threads() -> int:
 @needs_numpy_blas
 def test_products_leave_the_blas_setting_as_it_was():
     # each call runs OpenBLAS on one thread (split or not) and sets it back after
-    side = round(compiled_blas.SPLIT_PRODUCT ** (1 / 3)) + 8  # just past the split size
+    side = round(blas.SPLIT_PRODUCT ** (1 / 3)) + 8  # just past the split size
     with threadpool_limits(2, user_api="blas"):
         for m, n in ((4, side), (side, side), (1, side), (side, 1)):
             a, b, out = _operands(m, side, n, np.float32, False)
@@ -140,7 +140,7 @@ def test_a_method_loaded_with_two_threads_splits_its_products_and_matches_torch(
 
     model = _Mlp().eval()
     x = torch.randn(64, 256)
-    assert 64 * 256 * 512 >= compiled_blas.SPLIT_PRODUCT
+    assert 64 * 256 * 512 >= blas.SPLIT_PRODUCT
     buf = to_edge(torch.export.export(model, (x,))).to_executorch().buffer
     before = thread_counts()
     try:

@@ -23,10 +23,12 @@ from pyexecutorch.exir import to_edge  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
 from pyexecutorch.kernels.linalg import compiled as linalg_compiled  # noqa: E402
 from pyexecutorch.kernels.registry import KernelError, get_compiled_form  # noqa: E402
-from pyexecutorch.runtime import Runtime  # noqa: E402
-from pyexecutorch.runtime import compiled as tier  # noqa: E402
+from pyexecutorch.runtime import (
+    Runtime,  # noqa: E402
+    tiers,  # noqa: E402
+)
 
-tier.enabled(True)  # imports every family's compiled forms
+tiers.enabled(True)  # imports every family's compiled forms
 
 F32, F64 = np.float32, np.float64
 TOL = {F32: {"rtol": 1e-5, "atol": 1e-5}, F64: {"rtol": 1e-12, "atol": 1e-12}}
@@ -616,7 +618,7 @@ def test_a_small_product_reads_a_strided_row_view_in_place():
 
 
 # ---------------------------------------------------------------------------
-# the vectorizable exp, erf and tanh of float32 loops (kernels/compiled_math.py)
+# the vectorizable exp, erf and tanh of float32 loops (jit/math_functions.py)
 
 
 def _special_inputs() -> np.ndarray:
@@ -639,7 +641,7 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def test_compiled_exp_erf_tanh_round_as_the_float64_functions():
     from numba import njit  # noqa: PLC0415
 
-    from pyexecutorch.kernels.compiled_math import (  # noqa: PLC0415
+    from pyexecutorch.jit.math_functions import (  # noqa: PLC0415
         erf_f64,
         exp_f32,
         exp_f64,
@@ -691,7 +693,7 @@ def test_compiled_exp_erf_tanh_round_as_the_float64_functions():
 def test_half_bits_and_rounding_match_numpy_casts():
     from numba import njit
 
-    from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits, round_half
+    from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits, round_half
 
     @njit
     def encode(x, bits, rounded):  # noqa: ANN001, ANN202

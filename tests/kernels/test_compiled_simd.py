@@ -1,4 +1,4 @@
-"""The explicit vectors of compiled kernels (kernels/compiled_simd.py): each intrinsic
+"""The explicit vectors of compiled kernels (jit/simd.py): each intrinsic
 against numpy, lane by lane, special values included."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 numba = pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
-from pyexecutorch.kernels import compiled_simd as simd  # noqa: E402
-from pyexecutorch.kernels.compiled_math import exp_f32  # noqa: E402
+from pyexecutorch.jit import simd  # noqa: E402
+from pyexecutorch.jit.math_functions import exp_f32  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 

@@ -14,8 +14,8 @@ from pyexecutorch.kernels import get_kernel
 
 numba = pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
-from pyexecutorch.kernels import compiled_simd as simd  # noqa: E402
-from pyexecutorch.kernels.compiled_arrays import channels_last  # noqa: E402
+from pyexecutorch.jit import simd  # noqa: E402
+from pyexecutorch.jit.arrays import channels_last  # noqa: E402
 from pyexecutorch.kernels.conv import compiled_nhwc  # noqa: E402
 from pyexecutorch.kernels.conv.compiled_nhwc import channels_last_conv_step  # noqa: E402
 from pyexecutorch.runtime import whole_method  # noqa: E402

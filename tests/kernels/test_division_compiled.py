@@ -18,9 +18,9 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 
 from pyexecutorch.kernels import KernelError, get_kernel  # noqa: E402
 from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
-from pyexecutorch.runtime import compiled as tier  # noqa: E402
+from pyexecutorch.runtime import tiers  # noqa: E402
 
-tier.enabled(True)  # imports every family's compiled forms
+tiers.enabled(True)  # imports every family's compiled forms
 
 # (kernel name, rounding mode or None, the torch function)
 OPS = [

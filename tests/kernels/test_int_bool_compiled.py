@@ -15,13 +15,14 @@ import torch
 
 pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
+from pyexecutorch.jit import generated  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
 from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
-from pyexecutorch.runtime import compiled as tier  # noqa: E402
+from pyexecutorch.runtime import tiers  # noqa: E402
 from pyexecutorch.runtime.fusion import single_op_call  # noqa: E402
 from pyexecutorch.runtime.whole_method import elementwise_step  # noqa: E402
 
-tier.enabled(True)  # imports every family's compiled forms
+tiers.enabled(True)  # imports every family's compiled forms
 
 
 def _values(shape, dtype, seed=0):  # noqa: ANN001, ANN202
@@ -186,7 +187,7 @@ def test_lone_logical_not_of_bools_is_a_one_operator_loop():
     out = np.zeros((3, 4), bool)
     assert single_op_call("aten::logical_not.out", [p], out) is not None
     step = elementwise_step("aten::logical_not.out", [p], out)
-    tier.dispatcher_of(step.function)(*step.args)
+    generated.dispatcher_of(step.function)(*step.args)
     np.testing.assert_array_equal(out, torch.logical_not(torch.from_numpy(p)).numpy())
     # an int tensor is no bool tensor: its logical_not keeps the kernel
     ints = p.astype(np.int32)

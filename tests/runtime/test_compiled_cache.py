@@ -31,9 +31,10 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHILD = """
 import json, sys
 import numpy as np
-from pyexecutorch.runtime import Runtime, compiled
+from pyexecutorch.runtime import Runtime
+from pyexecutorch.jit import entry_points, numba_env
 if len(sys.argv) > 2:  # stands for another numpy build (its bundled BLAS among it)
-    compiled.numpy_build = lambda: sys.argv[2]
+    numba_env.numpy_build = lambda: sys.argv[2]
 method = Runtime.get().load_program(sys.argv[1], jit=True).load_method("forward")
 (out,) = method.execute([np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)])
 stats = [  # each compiled function defined (not imported) by a generated module
@@ -62,10 +63,10 @@ print(json.dumps({
                       for d in forms),
     "fused": len(method._loaded.fused_runs),
     "whole": method._loaded.whole_source is not None,
-    # (a whole-method function has no dispatcher: compiled.plain_stats counts it)
-    "hits": sum(sum(s.cache_hits.values()) for s in stats) + compiled.plain_stats["cache_hits"],
+    # (a whole-method function has no dispatcher: entry_points.plain_stats counts it)
+    "hits": sum(sum(s.cache_hits.values()) for s in stats) + entry_points.plain_stats["cache_hits"],
     "misses": sum(sum(s.cache_misses.values()) for s in stats)
-    + compiled.plain_stats["compilations"],
+    + entry_points.plain_stats["compilations"],
     "out": np.asarray(out).tolist(),
 }))
 """
@@ -166,7 +167,7 @@ def test_second_process_reads_the_whole_method_function_from_the_cache(tmp_path)
 def test_the_build_key_follows_the_compiled_kernels_sources(tmp_path):
     import os  # noqa: PLC0415
 
-    from pyexecutorch.runtime import compiled  # noqa: PLC0415
+    from pyexecutorch.jit import generated  # noqa: PLC0415
 
     kernels = tmp_path / "kernels"
     (kernels / "conv").mkdir(parents=True)
@@ -174,16 +175,24 @@ def test_the_build_key_follows_the_compiled_kernels_sources(tmp_path):
     form.write_text("X = 1\n")
     (kernels / "compiled_math.py").write_text("Y = 2\n")
     (kernels / "conv" / "fast.py").write_text("Z = 3\n")
-    first = compiled.sources_key(kernels)
-    assert compiled.sources_key(kernels) == first
+    first = generated.sources_key(kernels)
+    assert generated.sources_key(kernels) == first
     (kernels / "conv" / "fast.py").write_text("Z = 4\n")  # not compiled code: no change
-    assert compiled.sources_key(kernels) == first
+    assert generated.sources_key(kernels) == first
     form.write_text("X = 2\n")  # same size, a later modification time
     stamp = form.stat()
     os.utime(form, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 10**9))
-    assert compiled.sources_key(kernels) != first
-    # and the real key reads the package's compiled forms
-    assert compiled.build_key() == compiled.build_key()
+    assert generated.sources_key(kernels) != first
+    # and the real key reads the kernels' compiled forms and the jit helpers they inline
+    import pyexecutorch.jit as jit  # noqa: PLC0415
+    import pyexecutorch.kernels as kernel_package  # noqa: PLC0415
+
+    stamped = generated.stamped_sources()
+    assert (Path(kernel_package.__path__[0]), "**/compiled*.py") in stamped
+    assert (Path(jit.__path__[0]), "*.py") in stamped
+    helpers = generated.sources_key(Path(jit.__path__[0]), "*.py")
+    assert all(f"{name}.py:" in helpers for name in ("simd", "blas", "math_functions", "half"))
+    assert generated.build_key() == generated.build_key()
 
 
 def _generated_stats() -> tuple[int, int, int]:
@@ -196,7 +205,7 @@ def _generated_stats() -> tuple[int, int, int]:
         for f in vars(m).values()
         if getattr(getattr(f, "py_func", None), "__module__", None) == name
     ]
-    from pyexecutorch.runtime.compiled import plain_stats  # noqa: PLC0415 - whole functions
+    from pyexecutorch.jit.entry_points import plain_stats  # noqa: PLC0415 - whole functions
 
     hits = sum(sum(f.stats.cache_hits.values()) for f in functions) + plain_stats["cache_hits"]
     misses = sum(sum(f.stats.cache_misses.values()) for f in functions)
@@ -262,8 +271,8 @@ def _closure_cells(functions) -> list:
 def test_kept_compiled_forms_call_their_compiled_function_directly(tmp_path):
     import numpy as np  # noqa: PLC0415
 
+    from pyexecutorch.jit.deferral import PendingEntryPoint  # noqa: PLC0415
     from pyexecutorch.runtime import Runtime  # noqa: PLC0415
-    from pyexecutorch.runtime.compiled import PendingEntryPoint  # noqa: PLC0415
 
     model = SmallProduct(reduce=True)
     with warnings.catch_warnings():
@@ -304,14 +313,15 @@ def test_a_method_compiled_whole_reads_no_compiled_form_back(tmp_path):
 
 
 # Reads a generated loop back from the cache (its machine code alone, see
-# compiled._read_lazily), then compiles a new function calling it: numba then
+# disk_cache.read_lazily), then compiles a new function calling it: numba then
 # links the loop's bitcode into the caller, which the lazy reader parses on demand.
 LINKING_CHILD = """
 import json, sys
 import numpy as np
-from pyexecutorch.runtime import compiled
-compiled.enabled(True)
-loop = compiled.generated_module('''
+from pyexecutorch.jit import entry_points, generated
+from pyexecutorch.runtime import tiers
+tiers.enabled(True)
+loop = generated.generated_module('''
 from numba import njit
 
 
@@ -321,8 +331,8 @@ def scale(x, out):
         out[i] = x[i] * 3.0 - 1.0
 ''', "test_loop")
 x, out = np.linspace(-2, 2, 9), np.empty(9)
-compiled.entry_point(loop.scale, (x, out))(x, out)
-caller = compiled.generated_module(f'''
+entry_points.entry_point(loop.scale, (x, out))(x, out)
+caller = generated.generated_module(f'''
 from numba import njit
 from {loop.__name__} import scale
 
@@ -418,9 +428,10 @@ def test_the_cli_announces_compilation_and_a_warm_load_is_silent(tmp_path):
 
 
 def test_a_load_that_compiles_logs_what_it_compiled(tmp_path, monkeypatch, caplog):
-    from pyexecutorch.runtime import Runtime, compiled  # noqa: PLC0415
+    from pyexecutorch.jit import numba_env  # noqa: PLC0415
+    from pyexecutorch.runtime import Runtime  # noqa: PLC0415
 
-    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(numba_env.CACHE_ENV, str(tmp_path / "cache"))
 
     class Fresh(torch.nn.Module):  # a constant no other test uses: its loop is new here
         def forward(self, x):

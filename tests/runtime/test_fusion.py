@@ -298,9 +298,10 @@ def test_jit_false_and_environment_keep_the_numpy_tier(monkeypatch):
 
 
 def test_jit_true_without_numba_raises(monkeypatch):
-    from pyexecutorch.runtime import JitUnavailableError, compiled  # noqa: PLC0415
+    from pyexecutorch.jit import numba_env  # noqa: PLC0415
+    from pyexecutorch.runtime import JitUnavailableError  # noqa: PLC0415
 
-    monkeypatch.setattr(compiled, "numba_module", lambda: None)
+    monkeypatch.setattr(numba_env, "numba_module", lambda: None)
     buf = program(Chain(), (torch.randn(3, 8),))
     with pytest.raises(JitUnavailableError, match=r"jit=True needs numba"):
         Runtime.get().load_program(buf, jit=True)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pyexecutorch.runtime import compiled
+from pyexecutorch.jit import numba_env
 from pyexecutorch.runtime.threads import set_threads, thread_counts
 
 pytest.importorskip("threadpoolctl", reason="setting threads needs threadpoolctl")
@@ -18,7 +18,7 @@ def test_set_threads_reaches_blas_and_numba():
         set_threads(1)
         counts = thread_counts()
         assert counts["blas"] == 1
-        numba = compiled.numba_module()
+        numba = numba_env.numba_module()
         if numba is not None:
             assert counts["numba"] == 1
             set_threads(2)
@@ -46,8 +46,8 @@ _TORCH_KEEPS_ITS_THREADS = """
 import torch
 torch.set_num_threads(1)
 from pyexecutorch.runtime.threads import set_threads
-from pyexecutorch.runtime import compiled
-if not compiled.enabled(None):
+from pyexecutorch.runtime import tiers
+if not tiers.enabled(None):
     print("numba")
 else:
     assert torch.get_num_threads() == 1  # torch's OpenMP state is set up before numba's pool
@@ -80,9 +80,9 @@ def test_setting_threads_leaves_torch_its_own_count():
 _COMPILED_BLAS_FOLLOWS = """
 import numpy as np
 from threadpoolctl import threadpool_info
-from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime import tiers
 from pyexecutorch.runtime.threads import set_threads, thread_counts
-compiled.enabled(True)
+tiers.enabled(True)
 set_threads(2)
 from pyexecutorch.kernels.linalg.compiled import blas_matmul
 a = np.ones((1, 64, 64), np.float32)
@@ -118,8 +118,8 @@ def test_the_blas_of_compiled_code_gets_the_thread_count_too():
 
 _SPIN_SETTING = """
 import os
-from pyexecutorch.runtime import compiled
-numba = compiled.numba_module()
+from pyexecutorch.jit import numba_env
+numba = numba_env.numba_module()
 print(numba is not None, os.environ.get("GOMP_SPINCOUNT"))
 """
 

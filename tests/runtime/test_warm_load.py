@@ -24,7 +24,14 @@ from torch import nn
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
 
 from pyexecutorch.exir import to_edge  # noqa: E402
-from pyexecutorch.runtime import Runtime, compiled, function_records  # noqa: E402
+from pyexecutorch.jit import (  # noqa: E402
+    deferral,
+    entry_points,
+    function_records,
+    generated,
+    numba_env,
+)
+from pyexecutorch.runtime import Runtime, tiers  # noqa: E402
 from pyexecutorch.runtime.dataflow import Flow  # noqa: E402
 from pyexecutorch.runtime.fusion_reductions import _LANES, _summed_in_lanes  # noqa: E402
 
@@ -37,25 +44,26 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 RECORD_CHILD = """
 import json, sys
 import numpy as np
-from pyexecutorch.runtime import compiled
-compiled.enabled(True)
+from pyexecutorch.jit import entry_points, generated
+from pyexecutorch.runtime import tiers
+tiers.enabled(True)
 source = '''
 def whole(a0, a1):
     for i in range(a0.size):
         a1[i] = a0[i] * SCALE + 1.0
     return -1
 '''.replace("SCALE", sys.argv[2])
-function = compiled.GeneratedFunction(source, "test_record", "whole")
+function = generated.GeneratedFunction(source, "test_record", "whole")
 x = np.linspace(-2, 2, 7, dtype=np.float32)
 if sys.argv[1] == "readonly":
     x.flags.writeable = False
 out = np.zeros(7, np.float32)
-entry = compiled.plain_entry_point(function, (x, out))
+entry = entry_points.plain_entry_point(function, (x, out))
 assert entry(x, out) == -1
 module = sys.modules.get(function.module_name)
 print(json.dumps({
-    "hits": compiled.plain_stats["cache_hits"],
-    "compilations": compiled.plain_stats["compilations"],
+    "hits": entry_points.plain_stats["cache_hits"],
+    "compilations": entry_points.plain_stats["compilations"],
     "imported": module is not None and getattr(module, "__spec__", None) is not None,
     "out": out.tolist(),
 }))
@@ -129,13 +137,13 @@ def whole(a0):
 
 
 def test_a_function_holding_this_process_addresses_is_not_recorded(tmp_path, monkeypatch):
-    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path))
-    compiled.enabled(True)
-    function = compiled.GeneratedFunction(DYNAMIC_SOURCE, "test_dynamic", "whole")
+    monkeypatch.setenv(numba_env.CACHE_ENV, str(tmp_path))
+    tiers.enabled(True)
+    function = generated.GeneratedFunction(DYNAMIC_SOURCE, "test_dynamic", "whole")
     out = np.zeros(1, np.int64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        entry = compiled.plain_entry_point(function, (out,))
+        entry = entry_points.plain_entry_point(function, (out,))
     assert entry(out) == -1 and out[0] == 7
     # (a ctypes function's address is this process's: numba would not cache it either)
     assert not list(tmp_path.rglob("*.nbr"))
@@ -146,9 +154,10 @@ def test_a_function_holding_this_process_addresses_is_not_recorded(tmp_path, mon
 LOOP_CHILD = """
 import json, sys
 import numpy as np
-from pyexecutorch.runtime import compiled
-compiled.enabled(True)
-loop = compiled.generated_module('''
+from pyexecutorch.jit import entry_points, generated
+from pyexecutorch.runtime import tiers
+tiers.enabled(True)
+loop = generated.generated_module('''
 from numba import njit
 
 
@@ -158,7 +167,7 @@ def scale(x, out, by):
         out[i] = x[i] * by - 1.0
 ''', "test_loop")
 x, out = np.linspace(-2, 2, 9), np.empty(9)
-compiled.entry_point(loop.scale, (x, out, 2.5))(x, out, 2.5)
+entry_points.entry_point(loop.scale, (x, out, 2.5))(x, out, 2.5)
 print(json.dumps({
     "hits": sum(loop.scale.stats.cache_hits.values()),
     "misses": sum(loop.scale.stats.cache_misses.values()),
@@ -194,7 +203,7 @@ def test_a_dispatcher_record_is_keyed_by_its_source_file_and_options(tmp_path, m
 
     import numba  # noqa: PLC0415
 
-    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(numba_env.CACHE_ENV, str(tmp_path / "cache"))
     source = tmp_path / "compiled_form.py"
     source.write_text("def scale(x, out):\n    out[:] = x * 2.0\n")
     spec = importlib.util.spec_from_file_location("test_record_form", source)
@@ -269,7 +278,7 @@ class HalfChain(nn.Module):
 
 def test_a_float16_copy_is_a_step_of_a_whole_method(tmp_path, monkeypatch):
     # (numba has no float16: the copy moves the values' bits; it failed the load before)
-    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(numba_env.CACHE_ENV, str(tmp_path))
     x = torch.randn(4, 24, generator=torch.Generator().manual_seed(0)).to(torch.float16)
     model = HalfChain().eval()
     method = Runtime.get().load_program(_program(model, x), jit=True).load_method("forward")
@@ -469,7 +478,7 @@ def test_convolution_fast_paths_are_made_only_for_lines(whole, monkeypatch):
     if not whole:
         bound = list(loaded.chains[0].run.__globals__.values())
         held = bound + _closure_values(bound)
-        assert not any(isinstance(h, compiled.PendingEntryPoint) for h in held)
+        assert not any(isinstance(h, deferral.PendingEntryPoint) for h in held)
     for scale in (1.0, 3.0):
         x = torch.randn(1, 4, 6, 6) * scale
         got = method.execute([x.numpy()])[0]

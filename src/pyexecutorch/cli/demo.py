@@ -152,7 +152,7 @@ def _jit_available() -> bool:
     """Whether the runtime would use the compiled tier (numba installed, not switched off)."""
     import importlib.util  # noqa: PLC0415
 
-    from pyexecutorch.runtime.compiled import JIT_ENV  # noqa: PLC0415
+    from pyexecutorch.runtime.tiers import JIT_ENV  # noqa: PLC0415
 
     return (
         os.environ.get(JIT_ENV, "").strip() != "0" and importlib.util.find_spec("numba") is not None

@@ -11,8 +11,13 @@ convention.
 
 import importlib
 import pkgutil
+from pathlib import Path
 
+from pyexecutorch.jit.generated import stamp_sources
 from pyexecutorch.kernels.registry import Kernel, KernelError, get_kernel, kernel, operator_names
+
+# Generated code calls or inlines the families' compiled forms: their stamps key its cache.
+stamp_sources(Path(__file__).parent, "**/compiled*.py")
 
 _NOT_KERNELS = {"registry", "common"}
 

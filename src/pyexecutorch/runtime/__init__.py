@@ -6,7 +6,6 @@
 """
 
 from pyexecutorch.runtime.backend import BackendInitContext, BackendInterface, register_backend
-from pyexecutorch.runtime.compiled import JitUnavailableError
 from pyexecutorch.runtime.data_loader import (
     BufferDataLoader,
     DataLoader,
@@ -28,6 +27,7 @@ from pyexecutorch.runtime.program import (
     Runtime,
     Verification,
 )
+from pyexecutorch.runtime.tiers import JitUnavailableError
 
 __all__ = [
     "BackendInitContext",

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.jit import deferral
 from pyexecutorch.kernels.registry import get_compiled_form
-from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.fusion import flat_views, same_elements, single_op_call
 from pyexecutorch.runtime.whole_method import Step
@@ -169,7 +169,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         # inputs and reads and rewrites that one buffer. (Its fast path on that output is
         # made only if a line calls it: not inside a whole-method function.)
         into_args = [*args[:-1], outputs[0]]
-        conv = compiled.deferred_function(lambda: method._specialized(k, into_args, written, read))
+        conv = deferral.deferred_function(lambda: method._specialized(k, into_args, written, read))
         into, alias = target, conv_out
     elif (
         len(in_place) == 1
@@ -179,7 +179,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         # The planner put the run's output over a skip tensor (a residual add's usual
         # layout): the convolution keeps its own output and the loop updates the skip
         # tensor's memory in place, element by element.
-        conv = compiled.deferred_function(lambda: method._specialized(k, args, written, read))
+        conv = deferral.deferred_function(lambda: method._specialized(k, args, written, read))
         into, alias = conv_cap, in_place[0]
         extra[conv_out] = conv_cap
     else:
@@ -190,7 +190,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
     loop_args = tuple(flats)
     loop_fn = call.lazy_function(True, {inputs.index(alias): 0})
     # deferred: inside a whole-method function the loop's own entry point is never called
-    loop = compiled.form_entry_point(loop_fn, loop_args)
+    loop = deferral.form_entry_point(loop_fn, loop_args)
     step = _conv_step(method, k, args, conv_out, into, Step(loop_fn, loop_args))
 
     def conv_then_epilogue(

@@ -15,7 +15,7 @@ its cached machine code) serves every model with that pattern.
 float16, which numba cannot type, travels as its uint16 bits (:func:`loop_array`):
 the loop reads each element as its float32 value, computes in float32 and rounds
 every result to half precision, as numpy's float16 kernels round each pass
-(:mod:`pyexecutorch.kernels.compiled_half`).
+(:mod:`pyexecutorch.jit.half`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.jit import generated
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
-from pyexecutorch.runtime import compiled
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorShapeDynamism
 
@@ -171,9 +171,9 @@ class FusedCall:
 
     def lazy_function(
         self, flat: bool, aliases: dict[int, int] | None = None
-    ) -> compiled.GeneratedFunction:
-        """The compiled loop, named but not imported yet (see compiled.GeneratedFunction)."""
-        return compiled.GeneratedFunction(self.source(flat, aliases), "fused", "fused")
+    ) -> generated.GeneratedFunction:
+        """The compiled loop, named but not imported yet (see generated.GeneratedFunction)."""
+        return generated.GeneratedFunction(self.source(flat, aliases), "fused", "fused")
 
 
 def decoded(element: str, half: bool) -> str:
@@ -200,11 +200,11 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
     loop's dtype), ``C`` (the dtype reductions compute in: float32 for float16, as the
     numpy kernels compute), ``EXP``/``ERF``/``TANH`` and the signature of its compiled
     function ``fused``."""
-    from pyexecutorch.kernels.compiled_math import header_lines  # noqa: PLC0415 - needs numba
+    from pyexecutorch.jit.math_functions import header_lines  # noqa: PLC0415 - needs numba
 
     if dtype == HALF:
         types = [
-            "from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits, round_half",
+            "from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits, round_half",
             "T = round_half",
             "C = np.float32",
         ]
@@ -260,7 +260,7 @@ def same_elements(a: np.ndarray, out: np.ndarray) -> bool:
 # Library calls (exp, tanh, erf, ...) recomputed at every element of a wider loop cost more
 # than the call they save: 48 sigmoids broadcast over 16x16 were 1.1x slower fused, while
 # hardsigmoid (arithmetic only) was 0.9x.
-_LIBRARY_CALLS = ("math.", "EXP(", "ERF(", "TANH(")  # see kernels.compiled_math
+_LIBRARY_CALLS = ("math.", "EXP(", "ERF(", "TANH(")  # see jit.math_functions
 _WIDEN_ANY = 4  # recomputing any formula this many times per element is still cheaper
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.runtime import compiled
+from pyexecutorch.jit import generated
 from pyexecutorch.runtime.fusion import (
     _FLOAT_DTYPES,
     _LIBRARY_CALLS,
@@ -274,8 +274,8 @@ class ReducedCall:
 
     def lazy_function(
         self, flat: bool = False, aliases: dict[int, int] | None = None
-    ) -> compiled.GeneratedFunction:
-        return compiled.GeneratedFunction(self.source(flat, aliases), "reduced", "fused")
+    ) -> generated.GeneratedFunction:
+        return generated.GeneratedFunction(self.source(flat, aliases), "reduced", "fused")
 
 
 class _Builder:

@@ -15,7 +15,7 @@ convolution, and private to the method (planned, static, written once, no
 other value on their bytes while they live, neither input nor output). The
 rest of the program is unchanged: :func:`store_channels_last` rebinds each
 chosen value to a channels-last view of its own planned bytes (logical shape
-NCHW, memory NHWC; see ``kernels.compiled_arrays.channels_last``), and the
+NCHW, memory NHWC; see ``jit.arrays.channels_last``), and the
 compiled steps built from those arrays take the layout from their strides.
 
 The layout exists only inside a method compiled whole: the numpy kernels never

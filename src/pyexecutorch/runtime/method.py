@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.jit import deferral, entry_points
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore, keep_size
 from pyexecutorch.kernels.registry import (
     Const,
@@ -28,7 +29,6 @@ from pyexecutorch.kernels.registry import (
     get_specializer,
 )
 from pyexecutorch.runtime import backend as backends
-from pyexecutorch.runtime import compiled as compiled_tier
 from pyexecutorch.runtime import shape_plans
 from pyexecutorch.runtime.argument_checks import refused_instructions
 from pyexecutorch.runtime.arity import check_kernel_call
@@ -125,7 +125,7 @@ class _EntryPoint:
     arrays: tuple[np.ndarray, ...]
 
     def load(self) -> Any:
-        return compiled_tier.entry_point(self.dispatcher, self.arrays)
+        return entry_points.entry_point(self.dispatcher, self.arrays)
 
 
 def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
@@ -653,14 +653,14 @@ class LoadedMethod:
         chosen = channels_last_values(self, Flow.of(self), self._read_values())
         if chosen:
             restore = store_channels_last(self, chosen)
-            with compiled_tier.deferred_entry_points() as pending:
+            with deferral.deferred_entry_points() as pending:
                 chains = self._compile_chains(pending, whole_only=True)
             if chains is not None:
                 self.channels_last = chosen
                 return chains
             restore()
         # It may compile whole: its compiled forms' functions load only if their calls stay.
-        with compiled_tier.deferred_entry_points() as pending:
+        with deferral.deferred_entry_points() as pending:
             return self._compile_chains(pending)
 
     def _compile_chains(
@@ -1103,9 +1103,9 @@ class LoadedMethod:
             if self.whole_source is None:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
-                compiled_tier.bind_entry_points(ns.names.values(), pending)
+                deferral.bind_entry_points(ns.names.values(), pending)
                 for name, held in list(ns.names.items()):  # see _STEP_ONLY_WHEN_WHOLE
-                    if type(held) is compiled_tier.PendingFastPath:
+                    if type(held) is deferral.PendingFastPath:
                         ns.names[name] = held.load()
             entry_points.clear()
             budget = self.limits.max_instructions
@@ -1363,7 +1363,7 @@ class LoadedMethod:
             and k.name in _STEP_ONLY_WHEN_WHOLE
             and k.n_outs == 1
             and not dynamic
-            and compiled_tier.deferring()
+            and deferral.deferring()
         ):
             # A method that may compile whole: the compiled form first, as always; the
             # numpy fast path after it only when a line calls it (see _STEP_ONLY_WHEN_WHOLE).
@@ -1371,7 +1371,7 @@ class LoadedMethod:
             if fast is not None:
                 return fast
             numpy_fast = candidates[1:]
-            return compiled_tier.PendingFastPath(
+            return deferral.PendingFastPath(
                 None,
                 (),
                 lambda: _filling(self._fast_path(numpy_fast, args, dynamic, unused) or k.fn),

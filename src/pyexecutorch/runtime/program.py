@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.jit import numba_env
 from pyexecutorch.runtime import backend as backends
-from pyexecutorch.runtime import compiled
+from pyexecutorch.runtime import tiers
 from pyexecutorch.runtime.data_loader import (
     LoadedBytes,
     is_data_loader,
@@ -203,7 +204,7 @@ class Program:
             method = self._methods.get(name)
             if method is None:
                 self.ensure_segments(name)
-                compiled_before = compiled.compile_totals.copy()
+                compiled_before = numba_env.compile_totals.copy()
                 loaded = LoadedMethod(
                     self._pte,
                     self._plan(name),
@@ -217,14 +218,14 @@ class Program:
                 )
                 method = Method(loaded, self)
                 self._methods[name] = method
-                new = compiled.compile_totals - compiled_before
+                new = numba_env.compile_totals - compiled_before
                 if new:
-                    compiled.logger.info(
+                    numba_env.logger.info(
                         "method %r: compiled %d function(s) in %.1f s, cached in %s",
                         name,
                         new["functions"],
                         new["seconds"],
-                        compiled.cache_dir(),
+                        numba_env.cache_dir(),
                     )
             return method
 
@@ -328,7 +329,7 @@ class Runtime:
         See :mod:`pyexecutorch.runtime.limits`.
         """
         limits = LoadLimits(max_arena_bytes, max_instructions)
-        use_jit = compiled.enabled(jit)
+        use_jit = tiers.enabled(jit)
         if threads is not None:
             set_threads(threads)
         try:

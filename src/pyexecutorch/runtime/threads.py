@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from pyexecutorch.runtime import compiled
+from pyexecutorch.jit import numba_env
 
 _blas_limit: Any = None  # the limiter of the last setting (threadpoolctl's handle on it)
 
@@ -25,14 +25,14 @@ def set_threads(num_threads: int) -> None:
         ) from None
     _load_compiled_blas()
     _blas_limit = threadpool_limits(limits=num_threads, user_api="blas")
-    compiled.set_threads(num_threads)
+    numba_env.set_threads(num_threads)
 
 
 def _load_compiled_blas() -> None:
     """Load the BLAS that compiled code calls (numba's np.dot goes through scipy's own
     OpenBLAS, not numpy's), so that the limit reaches it: a library loaded later keeps
     the thread count it starts with (OPENBLAS_NUM_THREADS)."""
-    if compiled.numba_module() is None or importlib.util.find_spec("scipy") is None:
+    if numba_env.numba_module() is None or importlib.util.find_spec("scipy") is None:
         return
     import scipy.linalg.cython_blas  # noqa: F401, PLC0415 - loaded for threadpoolctl to see
 
@@ -49,7 +49,7 @@ def thread_counts() -> dict[str, int | None]:
     else:
         blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
         counts["blas"] = min(blas) if blas else None
-    numba = compiled.numba_module()
+    numba = numba_env.numba_module()
     if numba is not None:
         counts["numba"] = numba.get_num_threads()
     return counts

@@ -17,7 +17,7 @@ and its epilogue's loop). View copies, split/cat pieces and compiled forms takin
 
 The generated source names each loop by the module it was generated in and
 says which of the function's parameters each call takes; it depends on no
-size, so the disk cache (:mod:`pyexecutorch.runtime.compiled`) serves every
+size, so the disk cache (:mod:`pyexecutorch.jit`) serves every
 method with the same pattern of loops, dtypes and ranks.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.runtime import compiled
+from pyexecutorch.jit import entry_points, generated
 from pyexecutorch.runtime.whole_arguments import (
     WholeFunction,
     bound_array_source,
@@ -57,7 +57,7 @@ class Step:
 
 def _module_name(function: Any) -> tuple[str, str] | None:
     """(module, attribute) under which ``function`` can be imported, or None."""
-    if type(function) is compiled.GeneratedFunction:
+    if type(function) is generated.GeneratedFunction:
         return function.module_name, function.name
     py = getattr(function, "py_func", None)
     module = getattr(py, "__module__", None)
@@ -158,8 +158,8 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
     lines += [
         "",
         "",
-        "# compiled by compiled.plain_entry_point, as njit(error_model='numpy'), and kept in",
-        "# a function record (runtime/function_records.py)",
+        "# compiled by entry_points.plain_entry_point, as njit(error_model='numpy'), and kept in",
+        "# a function record (jit/function_records.py)",
         "def whole(meta):",
         *unpack,
         *calls,
@@ -180,16 +180,16 @@ def compile_steps(steps: list[Step]) -> tuple[WholeFunction, tuple[np.ndarray, .
         return None
     source, params, callees = built
     # Named, not imported: read back from its record, the function needs no module.
-    whole = compiled.GeneratedFunction(source, "whole", "whole")
+    whole = generated.GeneratedFunction(source, "whole", "whole")
 
     def bind_callees() -> None:  # only before a compilation: see source_of
-        module = compiled.generated_module(source, "whole")
+        module = generated.generated_module(source, "whole")
         for alias, function in callees:
-            setattr(module, alias, compiled.dispatcher_of(function))
+            setattr(module, alias, generated.dispatcher_of(function))
 
     arrays = tuple(params)
     meta = describe(arrays)
-    entry = compiled.plain_entry_point(whole, (meta,), bind_callees)
+    entry = entry_points.plain_entry_point(whole, (meta,), bind_callees)
     return WholeFunction(entry, kinds_of(arrays)), arrays, source
 
 
@@ -224,8 +224,8 @@ def copy_view(src, dst):
 
 
 @functools.cache
-def _copy_function(name: str) -> compiled.GeneratedFunction:
-    return compiled.GeneratedFunction(_COPY_SOURCE, "copy", name)
+def _copy_function(name: str) -> generated.GeneratedFunction:
+    return generated.GeneratedFunction(_COPY_SOURCE, "copy", name)
 
 
 def copy_source_position(name: str) -> int | None:

@@ -32,8 +32,9 @@ from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
 from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
+from pyexecutorch.jit import deferral, entry_points, numba_env
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
-from pyexecutorch.runtime import compiled as compiled_tier
+from pyexecutorch.runtime import tiers
 from pyexecutorch.runtime.whole_arguments import WholeFunction
 from pyexecutorch.runtime.whole_method import Step, compile_steps, view_copy_step
 
@@ -238,10 +239,10 @@ class CompiledPlan:
     def __init__(
         self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...], declared: bool = False
     ) -> None:
-        compiled_tier.load_compiled_forms()
+        tiers.load_compiled_forms()
         b = StepBuilder(graph, input_shapes, declared)
         # (the kernels' standalone entry points are never called here: only their steps)
-        with compiled_tier.deferred_entry_points():
+        with deferral.deferred_entry_points():
             b.build()
         self.declined = b.declined
         self.steps = [item for kind, item in b.items if kind == "step"]
@@ -275,7 +276,7 @@ class CompiledPlan:
     def _recipes(self, args: tuple[Any, ...], rebindable: bool) -> list[Recipe]:
         """How each argument lying in an external's array is remade on the caller's; an
         external some argument covers only in part (or a numpy closure reads) is copied."""
-        numba = compiled_tier.numba_module()
+        numba = numba_env.numba_module()
         recipes = []
         for position, a in enumerate(args):
             if not isinstance(a, np.ndarray):
@@ -311,7 +312,7 @@ class CompiledPlan:
     ) -> tuple[tuple[Any, ...], _External | None]:
         """``args`` remade on the chosen arrays, or the external whose view would not
         have the type the function was compiled for (its alignment, say)."""
-        numba = compiled_tier.numba_module()
+        numba = numba_env.numba_module()
         params = list(args)
         for position, e, offset, shape, strides, kind in recipes:
             a = chosen.get(id(e))
@@ -438,7 +439,7 @@ def _calls(items: list[tuple[str, Any]]) -> list[_Call]:
             calls.append(_Call(function, arrays, source))
         else:
             for step in run:
-                entry = compiled_tier.entry_point(step.function, step.args)
+                entry = entry_points.entry_point(step.function, step.args)
                 calls.append(_Call(entry, step.args, ""))
         run.clear()
 

@@ -32,9 +32,9 @@ from pyexecutorch.backends.xnnpack.nodes_quantized import (
     lookup_table,
     qbounds,
 )
+from pyexecutorch.jit.variants import choose
 from pyexecutorch.kernels.quantized import compiled_linear as ql
 from pyexecutorch.kernels.quantized import compiled_static as qs
-from pyexecutorch.runtime.compiled import choose
 from pyexecutorch.runtime.whole_method import Step
 
 if TYPE_CHECKING:

@@ -16,27 +16,26 @@ the input itself (with a few input channels, direct loops:
 :mod:`pyexecutorch.kernels.conv.compiled_pointwise`), the others as the dense steps of
 :mod:`pyexecutorch.kernels.conv.compiled_dense` (shifted runs of one padded copy of the
 input: loops or one BLAS product, no im2col per output row). BLAS is numpy's own
-(:mod:`pyexecutorch.kernels.compiled_blas`), else numba's ``np.dot`` through scipy:
+(:mod:`pyexecutorch.jit.blas`), else numba's ``np.dot`` through scipy:
 with neither only the depthwise and direct 1x1 steps exist.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import types
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
-from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
+from pyexecutorch.jit.arrays import FLOATS, channels_last
+from pyexecutorch.jit.blas import NUMPY_BLAS, gemm
+from pyexecutorch.jit.variants import choose, njit_renamed, serial_and_parallel
 from pyexecutorch.kernels.conv.compiled_dense import dense_step
 from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT, pointwise_direct_pays
 from pyexecutorch.kernels.conv.conv import _signature
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
-from pyexecutorch.runtime.compiled import choose, serial_and_parallel
 
 # Without a BLAS for compiled code only the depthwise steps (plain loops) are offered and
 # the products stay on numpy.
@@ -124,16 +123,9 @@ def _depthwise2d(x, wt, bias, xt, ot, out, sh, sw, ph, pw, dh, dw):  # noqa: ANN
 
 # One source, two compilations: the parallel one only where the work pays for waking
 # threads (a parallel region costs tens of microseconds, far more on a busy machine).
-def _named(fn: Any, name: str) -> Any:
-    # A copy under its own name: numba names its cache files by the function's name.
-    copy = types.FunctionType(fn.__code__, fn.__globals__, name)
-    copy.__qualname__ = name
-    return copy
-
-
-depthwise2d = njit(cache=True, error_model="numpy")(_named(_depthwise2d, "depthwise2d"))
-depthwise2d_parallel = njit(cache=True, parallel=True, error_model="numpy")(
-    _named(_depthwise2d, "depthwise2d_parallel")
+depthwise2d = njit_renamed(_depthwise2d, "depthwise2d", error_model="numpy")
+depthwise2d_parallel = njit_renamed(
+    _depthwise2d, "depthwise2d_parallel", parallel=True, error_model="numpy"
 )
 PARALLEL_MACS = 2_000_000
 
@@ -351,7 +343,7 @@ def _pointwise_conv(x, wm, bias, out, has_bias):  # noqa: ANN001, ANN201
 
 DEPTHWISE = serial_and_parallel(_depthwise_planes, "depthwise_planes")
 # The products' threads are BLAS's own.
-pointwise_conv = njit(cache=True, error_model="numpy")(_named(_pointwise_conv, "pointwise_conv"))
+pointwise_conv = njit_renamed(_pointwise_conv, "pointwise_conv", error_model="numpy")
 
 
 def _channels_last(out_h: int, out_w: int, kh: int, kw: int) -> bool:

@@ -32,13 +32,13 @@ have parallel variants for large convolutions (``PARALLEL_MACS``).
 from __future__ import annotations
 
 import math
-import types
 from typing import Any
 
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from pyexecutorch.kernels.compiled_blas import gemm
+from pyexecutorch.jit.blas import gemm
+from pyexecutorch.jit.variants import njit_renamed
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -223,9 +223,7 @@ def _jit(fn: Any, name: str, parallel: bool = False) -> Any:
     function, and whole-method functions import it by that name), with fastmath
     "contract" only: multiply-adds become FMAs (one rounding instead of two); NaN,
     infinity and -0.0 come out as without it."""
-    copy = types.FunctionType(fn.__code__, fn.__globals__, name)
-    copy.__qualname__ = name
-    return njit(cache=True, parallel=parallel, error_model="numpy", fastmath={"contract"})(copy)
+    return njit_renamed(fn, name, parallel=parallel, error_model="numpy", fastmath={"contract"})
 
 
 # (serial, parallel) pairs, and the products, whose threads are BLAS's own.

@@ -17,7 +17,7 @@ packed here, flat views of ``input``, ``out`` and ``residual``, buffers) and not
 It is None, and the existing steps apply, unless:
 
 * ``input`` and ``out`` are 4-D float32/float64 arrays of logical shape (N, C, H, W), each
-  C-contiguous (NCHW memory) or channels-last (:func:`compiled_arrays.channels_last`), at
+  C-contiguous (NCHW memory) or channels-last (:func:`jit.arrays.channels_last`), at
   least one of them channels-last;
 * ``weight`` (C_out, C_in/groups, KH, KW) and ``bias`` (C_out,) or None are constants (not
   writeable) of the same dtype: they are packed at load, never in the hot loop;
@@ -28,7 +28,7 @@ It is None, and the existing steps apply, unless:
   its store). ``input`` may not overlap ``out``, nor a residual overlap it otherwise; no
   bound is NaN.
 
-The kernels (pointers, not arrays, inside: see :func:`compiled_simd.pointer`):
+The kernels (pointers, not arrays, inside: see :func:`jit.simd.pointer`):
 
 * :func:`_dense` (any dense convolution, 1x1 included: a product pixels x C_in @ C_in x
   C_out; directly, no im2col) over register tiles of 8 consecutive output pixels (across
@@ -82,16 +82,16 @@ from typing import Any
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from pyexecutorch.kernels import compiled_simd as simd
-from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
-from pyexecutorch.runtime.compiled import serial_and_parallel
+from pyexecutorch.jit import simd
+from pyexecutorch.jit.arrays import FLOATS, channels_last
+from pyexecutorch.jit.variants import serial_and_parallel
 
 # Small pieces are inlined where numba builds its IR (_inline), each into a few sites: the
 # parts that hold a register tile (_part) are functions of their own, so that no tuple of
 # vectors crosses a call and numba's inlining (minutes when it built one function of all)
 # stays small. numba's analysis of parallel loops takes no vectors in tuples: each job is
 # a part that the (parallel) loop calls. Parts take pointers, not arrays (see
-# compiled_simd.pointer). The copies, parallel loops over scalars, are inlined into the
+# jit.simd.pointer). The copies, parallel loops over scalars, are inlined into the
 # kernels (_loops: there they run in parallel).
 _part = njit(error_model="numpy")
 _inline = njit(inline="always", error_model="numpy")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from numba import prange
 
-from pyexecutorch.runtime.compiled import serial_and_parallel
+from pyexecutorch.jit.variants import serial_and_parallel
 
 
 def _pointwise_direct(x, wm, bias, out):  # noqa: ANN001, ANN201

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.kernels.compiled_blas import gemm
+from pyexecutorch.jit.blas import gemm
 from pyexecutorch.kernels.conv.compiled import HAS_BLAS, ConvStep, planned
 
 

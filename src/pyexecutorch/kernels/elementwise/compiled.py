@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, dense
+from pyexecutorch.jit.arrays import FLOATS, dense
+from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.kernels.registry import compiled_form, get_kernel
-from pyexecutorch.runtime.compiled import form_entry_point
 
 _INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8))
 FLOOR, TRUNC, REMAINDER, FMOD = range(4)

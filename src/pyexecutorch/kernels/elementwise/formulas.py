@@ -12,7 +12,7 @@ that, computed in the operands' dtype, it gives what the numpy kernel gives:
   for float16: a formula's irrational constants are not rounded to half
   precision), ``math`` and ``np`` are the modules, and ``EXP``, ``ERF`` and
   ``TANH`` the loop's exp, erf and tanh (vectorizable float64 forms in float32
-  loops, see :mod:`pyexecutorch.kernels.compiled_math`);
+  loops, see :mod:`pyexecutorch.jit.math_functions`);
 * NaN, infinities and signed zeros follow the numpy kernel (comparisons are
   written so that NaN takes the branch the kernel's ufunc takes), and integer
   formulas wrap exactly as the numpy kernels do.

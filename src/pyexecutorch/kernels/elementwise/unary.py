@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pyexecutorch.jit.coefficients import ERF_P, ERF_Q
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.kernels.registry import KernelError, kernel
 
@@ -312,15 +313,6 @@ _L64 = (
     0.0028211318979488864, -0.030831050508432017, 0.16536269001261816,
     0.28972211632346456,
 )  # fmt: skip
-_RP = (
-    -1.336023425824454e-08, 4.715109375076983e-06, 0.00038085896070203684,
-    0.0038564779867461874, 0.05435400339419299, 0.1852799983220758,
-    1.1283791680791535,
-)  # fmt: skip
-_RQ = (
-    6.340348258765947e-05, 0.0013106910328099625, 0.015479842987845145,
-    0.11401401340778994, 0.4975335209161188, 1.0,
-)  # fmt: skip
 
 # Work on blocks small enough to stay in cache (numpy passes over the whole
 # array once per operation).
@@ -386,14 +378,14 @@ def blocked(fn: Callable[[np.ndarray, np.ndarray], None], x: np.ndarray, dst: np
         dst[...] = tmp.reshape(dst.shape)
 
 
-# float32 and float16: the rational z * RP(t) / RQ(t) evaluated in float64. Its
+# float32 and float16: the rational z * P(t) / Q(t) (jit.coefficients) evaluated in float64. Its
 # error (~3e-9) and float64's rounding stay far below float32's half ulp, so
 # the result is within ~0.55 ulp of erf (torch's own float32 erf: ~0.77 ulp);
 # the same rational evaluated in float32 errs by up to 6 ulp. The powers
 # 1, t, ..., t**6 are the rows of one matrix, so P and Q come from a single
 # matrix product: 10 numpy calls whatever the size, against ~30 for Horner's
 # scheme. At 4, erf is 1 - 1.5e-8, which rounds to 1 in float32.
-_RATIONAL = np.array([_RP[::-1], _RQ[::-1] + (0.0,)])  # rows P, Q; column k: t**k
+_RATIONAL = np.array([ERF_P[::-1], ERF_Q[::-1] + (0.0,)])  # rows P, Q; column k: t**k
 _CLAMP = 4.0
 # (first factor, second factor, product) rows of the powers matrix: t**2..t**6
 _POWER_STEPS = ((1, 1, 2), (2, 1, 3), (2, 2, 4), (4, 1, 5), (3, 3, 6))

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from pyexecutorch.kernels.compiled_arrays import planned
+from pyexecutorch.jit.arrays import planned
+from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.index.index import (
     embedding_out,
     gather_out,
@@ -24,7 +25,6 @@ from pyexecutorch.kernels.index.index import (
     index_tensor_out,
 )
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _VALUES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 _INDICES = (np.dtype(np.int32), np.dtype(np.int64))

@@ -9,13 +9,13 @@ contiguous rows, which the compiler vectorizes without reordering any sum),
 then adds the bias, as the numpy kernel does. Larger products stay on BLAS.
 Inside a whole compiled method, larger products up to :data:`WHOLE_BLAS_MAX_MACS`
 are one compiled call of BLAS (numpy's own library, see
-:mod:`pyexecutorch.kernels.compiled_blas`) and the bias loop, a step like the
+:mod:`pyexecutorch.jit.blas`) and the bias loop, a step like the
 others, so that transformer blocks compile whole. Where compiled code can only reach
 scipy's BLAS (1.1-2x slower on small products), only products up to 2**18
 multiply-adds are steps.
 A float16 ``addmm`` with constant weights and bias (a linear layer) sums in
 float32 over weights converted once at load and rounds each output once, as
-the numpy kernel computes it (:mod:`pyexecutorch.kernels.compiled_half`).
+the numpy kernel computes it (:mod:`pyexecutorch.jit.half`).
 Imported only by the compiled tier; ``linalg.py`` stays the reference.
 """
 
@@ -27,13 +27,14 @@ from typing import Any
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous
-from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS
-from pyexecutorch.kernels.compiled_half import HALF_TO_FLOAT, half_bits
+from pyexecutorch.jit.arrays import FLOATS, contiguous
+from pyexecutorch.jit.blas import NUMPY_BLAS
+from pyexecutorch.jit.deferral import form_entry_point
+from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits
+from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.linalg.compiled_gemv import product
 from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import choose, form_entry_point, pick, serial_and_parallel
 
 _HALF = np.dtype(np.float16)
 

@@ -5,7 +5,7 @@ A transformer decoding one token multiplies one row by each weight. OpenBLAS's
 ``sgemv`` streams it once: measured here, (1, 256) @ (256, 1024) took 185 us
 through ``cblas_sgemm`` against 40 us through ``sgemv`` (numpy's own matmul picks
 gemv for such shapes). :func:`product` calls gemv for one row (``a``) or one
-column (``b``) and :func:`pyexecutorch.kernels.compiled_blas.gemm` otherwise. It is
+column (``b``) and :func:`pyexecutorch.jit.blas.gemm` otherwise. It is
 called by symbol, as ``gemm`` is, so its callers stay cacheable. Without numpy's
 library it is numba's ``np.dot``, as ``gemm`` is. gemv runs on one OpenBLAS thread
 whatever the setting, for the reason ``gemm`` does (one pool, numba's, spins).
@@ -17,8 +17,8 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from pyexecutorch.kernels import compiled_blas
-from pyexecutorch.kernels.compiled_blas import NUMPY_BLAS, gemm
+from pyexecutorch.jit import blas
+from pyexecutorch.jit.blas import NUMPY_BLAS, gemm
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
@@ -37,10 +37,10 @@ if NUMPY_BLAS:
         signature = types.void(
             _i32, _i32, _i64, _i64, real, _ptr, _i64, _ptr, _i64, real, _ptr, _i64
         )
-        return types.ExternalFunction(f"{compiled_blas.CBLAS_PREFIX}{letter}gemv64_", signature)
+        return types.ExternalFunction(f"{blas.CBLAS_PREFIX}{letter}gemv64_", signature)
 
-    get_blas_threads = compiled_blas.get_blas_threads
-    set_blas_threads = compiled_blas.set_blas_threads
+    get_blas_threads = blas.get_blas_threads
+    set_blas_threads = blas.set_blas_threads
     _GEMV = {
         types.float32: _external("s", types.float32),
         types.float64: _external("d", types.float64),

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense, planned
+from pyexecutorch.jit.arrays import FLOATS, contiguous, dense, planned
+from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.norm.norm import bn_scale_shift
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, row_sum
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 
 def _row_squares(x, i, mu, zero):  # noqa: ANN001, ANN201

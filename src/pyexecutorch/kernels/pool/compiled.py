@@ -27,14 +27,14 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense, planned
+from pyexecutorch.jit.arrays import FLOATS, contiguous, dense, planned
+from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.pool import (
     compiled_resample,  # noqa: F401 - its steps register
     pool,
 )
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, SUM_ROWS
 from pyexecutorch.kernels.registry import KernelError, compiled_form
-from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 
 def _first_inside(start, step):  # noqa: ANN001, ANN201

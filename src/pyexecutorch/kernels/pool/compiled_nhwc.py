@@ -3,8 +3,8 @@ activations: max, average and adaptive average pooling, the spatial mean, and ca
 split along the channels.
 
 A channels-last tensor keeps its logical (N, C, H, W) shape over (N, H, W, C) memory
-(``compiled_arrays.channels_last``), so every pixel's channels are one contiguous run:
-these kernels hold vectors of channels (``compiled_simd``), up to four at a time in
+(``jit.arrays.channels_last``), so every pixel's channels are one contiguous run:
+these kernels hold vectors of channels (``jit.simd``), up to four at a time in
 registers, and walk a window's taps as whole channel runs. Channels past the last full
 vector go through masked loads and stores. A window's taps are tabled at load, per
 output row and column (first input row or column inside the image, how many taps lie
@@ -12,7 +12,7 @@ inside), so the loops do no bounds test and no division.
 
 Each function below returns ``(function, args)``, the call a whole method makes: a
 numba dispatcher defined at this module's top level (``cache=True``, its serial or
-its ``prange`` variant by the work, ``runtime.compiled.choose``), and arguments made at
+its ``prange`` variant by the work, ``jit.variants.choose``), and arguments made at
 load (C-contiguous memory-order views of the arrays given, tables, plain ints) -- or
 None for a case it leaves to the caller (who then keeps the tensor NCHW). Every array
 given is 4-D and logically (N, C, H, W) unless said otherwise, float32 or float64, one
@@ -52,11 +52,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels import compiled_simd as simd
-from pyexecutorch.kernels.compiled_arrays import FLOATS, channels_last
+from pyexecutorch.jit import simd
+from pyexecutorch.jit.arrays import FLOATS, channels_last
+from pyexecutorch.jit.variants import choose, serial_and_parallel
 from pyexecutorch.kernels.pool import pool
 from pyexecutorch.kernels.registry import KernelError
-from pyexecutorch.runtime.compiled import choose, serial_and_parallel
 
 # Pixels a float32 window sum adds in float32 before the run's sum goes into float64.
 FLOAT32_RUN = 64

@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, WholeStep, dense
+from pyexecutorch.jit.arrays import FLOATS, WholeStep, dense
+from pyexecutorch.jit.variants import choose, serial_and_parallel
 from pyexecutorch.kernels.pool import pad as pad_mod
 from pyexecutorch.kernels.pool import upsample
 from pyexecutorch.kernels.pool.fast import upsample_geometry
 from pyexecutorch.kernels.registry import KernelError, compiled_form
 from pyexecutorch.kernels.shape.shape import cast_scalar
-from pyexecutorch.runtime.compiled import choose, serial_and_parallel
 
 _COPY_KINDS = "biuf"  # dtypes the gathers and pads copy bit for bit
 

@@ -1,6 +1,6 @@
 """Integer SIMD vectors for the quantized compiled kernels: int8 dot products in registers.
 
-The float vectors of :mod:`pyexecutorch.kernels.compiled_simd` hold ``L`` float32
+The float vectors of :mod:`pyexecutorch.jit.simd` hold ``L`` float32
 lanes (16 with AVX-512, else 8); the types here are their integer companions, one
 register wide too:
 
@@ -17,7 +17,7 @@ and these intrinsics:
   sums spelled in plain LLVM integer vectors (LLVM picks ``pmaddubsw``/``pmaddwd``-style
   code); exact in int32 for the sums a kernel here makes (no saturation anywhere);
 * :func:`izeros`, :func:`isplat`, :func:`iadd`, :func:`imul`, :func:`to_float` (int32
-  lanes to the float32 :data:`~pyexecutorch.kernels.compiled_simd.Vector` of the same lanes).
+  lanes to the float32 :data:`~pyexecutorch.jit.simd.Vector` of the same lanes).
 
 Imported only by the compiled tier (it needs numba).
 """
@@ -31,7 +31,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-from pyexecutorch.kernels import compiled_simd as simd
+from pyexecutorch.jit import simd
 
 LANES = simd.lanes("float32")  # int32 lanes: as many as a float32 vector's
 

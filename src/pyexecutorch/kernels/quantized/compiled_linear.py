@@ -35,9 +35,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels import compiled_simd as simd
+from pyexecutorch.jit import simd, variants
 from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
-from pyexecutorch.runtime import compiled as compiled_tier
 
 NDArray = np.ndarray
 L = iv.LANES
@@ -259,8 +258,8 @@ def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out):  # noq
             _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1)
 
 
-INT4_LINEAR = compiled_tier.serial_and_parallel(int4_linear, "int4_linear")
-INT8_LINEAR = compiled_tier.serial_and_parallel(int8_linear, "int8_linear")
+INT4_LINEAR = variants.serial_and_parallel(int4_linear, "int4_linear")
+INT8_LINEAR = variants.serial_and_parallel(int8_linear, "int8_linear")
 
 
 class DynamicLinear:
@@ -347,12 +346,12 @@ class DynamicLinear:
             wp, bs, col = self.packed
             args = (q, q.view(np.int32), zps, xs, wp, bs, col, self.bias, self.low, self.high,
                     o2, self._sums[:m])  # fmt: skip
-            compiled_tier.choose(INT4_LINEAR, work)(*args)
+            variants.choose(INT4_LINEAR, work)(*args)
         else:
             wp, sums = self.packed
             args = (q.view(np.int32), zps, xs, wp, sums, self.wscales, self.bias, self.low,
                     self.high, o2)  # fmt: skip
-            compiled_tier.choose(INT8_LINEAR, work)(*args)
+            variants.choose(INT8_LINEAR, work)(*args)
         return out
 
 

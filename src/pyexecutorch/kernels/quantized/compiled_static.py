@@ -28,9 +28,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels import compiled_simd as simd
+from pyexecutorch.jit import simd
+from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
-from pyexecutorch.runtime.compiled import serial_and_parallel
 
 NDArray = np.ndarray
 L = iv.LANES

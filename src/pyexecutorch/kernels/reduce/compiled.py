@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.kernels.compiled_arrays import FLOATS, contiguous, dense
-from pyexecutorch.kernels.compiled_math import exp_of
+from pyexecutorch.jit.arrays import FLOATS, contiguous, dense
+from pyexecutorch.jit.math_functions import exp_of
+from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.reduce import compiled_select  # noqa: F401 - its forms register
 from pyexecutorch.kernels.registry import compiled_form
-from pyexecutorch.runtime.compiled import choose, pick, serial_and_parallel
 
 _MAX_DTYPES = (*FLOATS, np.dtype(np.int32), np.dtype(np.int64))
 _HALF = np.dtype(np.float16)

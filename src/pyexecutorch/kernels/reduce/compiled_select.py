@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.kernels.compiled_arrays import dense
+from pyexecutorch.jit.arrays import dense
+from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.kernels.registry import compiled_form, get_kernel
-from pyexecutorch.runtime.compiled import form_entry_point
 
 _INT64 = np.dtype(np.int64)
 _VALUES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8))

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.kernels.compiled_arrays import dense
+from pyexecutorch.jit.arrays import dense
+from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.kernels.registry import compiled_form
 from pyexecutorch.kernels.shape import (
     compiled_convert,  # noqa: F401 - its steps register
     fast,
 )
-from pyexecutorch.runtime.compiled import form_entry_point
 
 _KINDS = "biuf"
 _MOST_PIECES = 4  # one compiled function per count of pieces, 2 to this

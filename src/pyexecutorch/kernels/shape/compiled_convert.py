@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.kernels.compiled_arrays import WholeStep, dense
+from pyexecutorch.jit.arrays import WholeStep, dense
 from pyexecutorch.kernels.registry import compiled_form
 
 _KINDS = "biuf"

@@ -519,7 +519,7 @@ def _lanes_of(a):  # noqa: ANN001, ANN202
 
 @intrinsic
 def exp(typingctx: Any, v: Any) -> Any:
-    """e**v of a float32 vector, lane by lane: ``compiled_math.exp_f32``'s arithmetic
+    """e**v of a float32 vector, lane by lane: ``math_functions.exp_f32``'s arithmetic
     (Cody-Waite reduction, Cephes' polynomial, a scaling by 2**n in two halves), so each
     lane equals what that scalar function gives (within one ulp of the correctly rounded
     result; NaN stays NaN, overflow is inf, underflow 0)."""
@@ -527,7 +527,7 @@ def exp(typingctx: Any, v: Any) -> Any:
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        from pyexecutorch.kernels import compiled_math as m  # noqa: PLC0415 - its constants
+        from pyexecutorch.jit import math_functions as m  # noqa: PLC0415 - its constants
 
         x = args[0]
         vty = x.type

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from pyexecutorch.runtime.compiled import numba_module
+from pyexecutorch.jit.numba_env import numba_module
 
 # (library file patterns under numpy's folder, CBLAS symbol prefix, OpenBLAS's own
 # functions' prefix and suffix): numpy 2's wheels

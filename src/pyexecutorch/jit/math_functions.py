@@ -36,7 +36,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from pyexecutorch.kernels.elementwise.unary import _RP, _RQ
+from pyexecutorch.jit.coefficients import ERF_P, ERF_Q
 
 
 @intrinsic
@@ -128,8 +128,8 @@ _EXP_LO, _EXP_HI = -120.0, 100.0
 _E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8 = (1.0 / math.factorial(k) for k in range(9))
 # erf's rational (the numpy kernel's float32 erf, on z clamped to [-4, 4]): P and Q's
 # coefficients of t = z*z, lowest power first.
-_P0, _P1, _P2, _P3, _P4, _P5, _P6 = _RP[::-1]
-_Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = _RQ[::-1]
+_P0, _P1, _P2, _P3, _P4, _P5, _P6 = ERF_P[::-1]
+_Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = ERF_Q[::-1]
 _ERF_CLAMP = 4.0
 # tanh(x) is 1 in float64 past 20; below 2**-10 its series to x**5 errs by < 1e-18.
 _TANH_BIG, _TANH_SMALL = 20.0, 0.0009765625
@@ -252,6 +252,6 @@ def header_lines(dtype: np.dtype) -> list[str]:
         return [f"{name} = {fn}" for name, fn in _LIBRARY.items()]
     names = ", ".join(f"{fn} as {name}" for name, fn in _FLOAT32_NAMES.items())
     return [
-        f"# compiled_math {_VERSION}",
-        f"from pyexecutorch.kernels.compiled_math import {names}",
+        f"# math_functions {_VERSION}",
+        f"from pyexecutorch.jit.math_functions import {names}",
     ]

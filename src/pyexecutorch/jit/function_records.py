@@ -9,7 +9,7 @@ Its record here is found by name instead, from what it is made of:
 
 - the generated module's name, which is the hash of its source and of the build key
   (numba's and numpy's builds, the stamps of every compiled kernel it may call or
-  inline: see :func:`pyexecutorch.runtime.compiled.build_key`),
+  inline: see :func:`pyexecutorch.jit.generated.build_key`),
 - the function's name and the argument types (:func:`types_key`: each array's dtype,
   rank, layout and writability, read from its flags without numba's typeof, and finer
   than the numba type they determine),
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.runtime import compiled
+from pyexecutorch.jit import disk_cache, generated, numba_env
 
 # Bump when what a record holds, or how it is read, changes.
 FORMAT = "2"
@@ -85,23 +85,23 @@ def _machine() -> str:
     parts that are not the function's (numba and Python versions, target machine)."""
     from numba.core.registry import cpu_target  # noqa: PLC0415 - compiled tier only
 
-    numba = compiled.numba_module()
+    numba = numba_env.numba_module()
     magic = cpu_target.target_context.codegen().magic_tuple()
     return f"{FORMAT}\n{numba.__version__}\n{sys.version_info[:2]}\n{magic}"
 
 
-def path_of(function: compiled.GeneratedFunction, types: str) -> Path:
+def path_of(function: generated.GeneratedFunction, types: str) -> Path:
     """The record of ``function`` (a function of a generated module) for argument types
     ``types`` (see :func:`types_key`)."""
     digest = hashlib.sha256(f"{_machine()}\n{types}".encode()).hexdigest()[:20]
-    module = function.module_name[len(compiled.GENERATED_PREFIX) :]
-    return compiled.cache_dir() / _FOLDER / f"{module}.{function.name}.{digest}.nbr"
+    module = function.module_name[len(generated.GENERATED_PREFIX) :]
+    return numba_env.cache_dir() / _FOLDER / f"{module}.{function.name}.{digest}.nbr"
 
 
 def read(path: Path) -> Any:
     """numba's compile result held by the record at ``path``, its machine code installed;
     None when there is none or it cannot be read."""
-    rebuilder = compiled.lazy_rebuilder()
+    rebuilder = disk_cache.lazy_rebuilder()
     if rebuilder is None:
         return None
     try:
@@ -114,16 +114,16 @@ def read(path: Path) -> Any:
 
     context = cpu_target.target_context
     with global_compiler_lock:
-        compiled.refresh_once(context)
+        disk_cache.refresh_once(context)
         try:
-            payload = compiled.CacheDataReader(io.BytesIO(data)).load()
+            payload = disk_cache.CacheDataReader(io.BytesIO(data)).load()
         except Exception:  # noqa: BLE001 - an unreadable record is compiled again
-            compiled.logger.debug("unreadable function record %s", path)
+            numba_env.logger.debug("unreadable function record %s", path)
             return None
         if not isinstance(payload, tuple) or not payload:
             return None
         if payload[0] == _LIGHT:
-            return compiled.entry_rebuilder()(context, payload[1:])
+            return disk_cache.entry_rebuilder()(context, payload[1:])
         return rebuilder(context, payload)
 
 
@@ -139,34 +139,34 @@ def dispatcher_path(dispatcher: Any, types: str) -> Path | None:
     if not getattr(getattr(dispatcher, "_cache", None), "_enabled", False):
         return None  # a function numba does not cache (cache=False) has no record either
     module = py.__module__
-    if module.startswith(compiled.GENERATED_PREFIX):
-        stamp, module = "", module[len(compiled.GENERATED_PREFIX) :]  # (its source's hash)
+    if module.startswith(generated.GENERATED_PREFIX):
+        stamp, module = "", module[len(generated.GENERATED_PREFIX) :]  # (its source's hash)
     else:
         try:
             st = os.stat(py.__code__.co_filename)
         except OSError:
             return None
-        stamp = f"{py.__code__.co_filename}:{st.st_size}:{st.st_mtime_ns}:{compiled.build_key()}"
+        stamp = f"{py.__code__.co_filename}:{st.st_size}:{st.st_mtime_ns}:{generated.build_key()}"
     text = f"{_machine()}\n{types}\n{module}.{py.__qualname__}\n{stamp}\n{sorted(options.items())}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
-    return compiled.cache_dir() / _FOLDER / f"{module}.{py.__qualname__}.{digest}.nbr"
+    return numba_env.cache_dir() / _FOLDER / f"{module}.{py.__qualname__}.{digest}.nbr"
 
 
 def write(path: Path, result: Any, linkable: bool = False) -> None:
     """Write numba's compile ``result`` as the record at ``path``, atomically (another
     process may be reading it); without its linking bitcode unless ``linkable`` (a
     function a later compilation may call)."""
-    if compiled.lazy_rebuilder() is None:
+    if disk_cache.lazy_rebuilder() is None:
         return  # a numba whose results this module cannot read back
     if result.library.has_dynamic_globals or any(not f.can_cache for f in result.lifted):
         # as numba's cache: machine code holding this process's addresses is not kept
-        compiled.logger.debug("not recording %s: it cannot be cached", path.name)
+        numba_env.logger.debug("not recording %s: it cannot be cached", path.name)
         return
     from numba.core.serialize import dumps  # noqa: PLC0415
 
     if not linkable:
         # A plain function, called only through its entry point: its light record, what
-        # numba's get_executable needs (see compiled.rebuild_entry).
+        # numba's get_executable needs (see disk_cache.entry_rebuilder).
         fndesc = result.fndesc
         name, _, (object_code, _bitcode) = result.library.serialize_using_object_code()
         symbols = (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)

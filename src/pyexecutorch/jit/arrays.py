@@ -1,4 +1,4 @@
-"""What the compiled forms (``kernels/<family>/compiled.py``) ask of the arrays they bind.
+"""What the compiled forms (``kernels/<family>/compiled*.py``) ask of the arrays they bind.
 
 A compiled form makes its views of the planned arrays once, at load; that is only
 sound for C-contiguous arrays, whose reshapes are views rather than copies that

@@ -1,0 +1,144 @@
+"""numba, imported once: its cache directory, its threads, and the log of what it compiles.
+
+numba's machine code, of generated loops and of the kernels' compiled forms alike,
+goes to ``numba/`` under the cache directory (``$PYEXECUTORCH_CACHE_DIR``) unless
+``NUMBA_CACHE_DIR`` says otherwise; nothing here imports numba before
+:func:`numba_module` is called.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import glob
+import hashlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+CACHE_ENV = "PYEXECUTORCH_CACHE_DIR"
+
+# One lock for the tier's process-wide state (numba's import, generated modules, the
+# lazy cache reader, the compiled forms' import). Reentrant: importing the compiled
+# forms under it may ask for numba_module() again.
+lock = threading.RLock()
+_numba: ModuleType | None = None
+_numba_checked = False
+
+# Compilations go to this logger: DEBUG a line each, INFO before a method compiles whole
+# (up to a minute) and once a load has compiled anything (see Program.load_method).
+logger = logging.getLogger("pyexecutorch.compiled")
+# What this process compiled: functions and seconds (a load reports the difference).
+compile_totals: collections.Counter[str] = collections.Counter()
+
+
+@contextlib.contextmanager
+def compiling(what: str) -> Iterator[None]:
+    """Count and time one numba compilation (of ``what``, named in the log)."""
+    logger.debug("compiling %s", what)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds = time.perf_counter() - start
+        compile_totals["functions"] += 1
+        compile_totals["seconds"] += seconds
+        logger.debug("compiled %s in %.2f s", what, seconds)
+
+
+def numba_module() -> ModuleType | None:
+    """numba, imported once, or None when it is not installed."""
+    global _numba, _numba_checked
+    if not _numba_checked:
+        with lock:
+            if not _numba_checked:
+                # Every machine code numba caches for us (kernel forms included, wherever the
+                # package is installed) goes under our cache directory, unless the user chose
+                # numba's own; numba reads this setting when it first imports.
+                # Kept apart per numpy build: compiled products call numpy's own BLAS by
+                # symbol, which another build may not have.
+                if "numba" not in sys.modules:
+                    folder = cache_dir() / "numba" / f"numpy-{numpy_build()}"
+                    os.environ.setdefault("NUMBA_CACHE_DIR", str(folder))
+                try:
+                    import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
+                except ImportError:
+                    numba = None
+                else:
+                    _start_threading_layer(numba)
+                _numba = numba
+                _numba_checked = True
+    return _numba
+
+
+# How long numba's OpenMP threads spin after a parallel region before they sleep
+# (GNU libgomp's GOMP_SPINCOUNT; its default, 300000, spins for milliseconds). Two cores
+# shared with other work (OpenBLAS's workers, other processes) lose more to that spinning
+# than a woken thread's start costs: at two threads under load, mobilenet_like took
+# 122-248 ms a call with the default, 29-63 ms with 10000, 49-116 ms with no spinning
+# (OMP_WAIT_POLICY=PASSIVE, which slowed the small regions of efficientnet by 1.1-1.5x).
+OPENMP_SPIN_COUNT = "10000"
+
+
+def _start_threading_layer(numba: ModuleType) -> None:
+    """Start numba's threading layer with :data:`OPENMP_SPIN_COUNT`, unless the user set an
+    OpenMP wait setting. libgomp reads its environment once, when it loads, so the setting
+    is in the environment only meanwhile: a libgomp loaded later (torch's) keeps its own."""
+    user_set = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)
+    if user_set:
+        numba.get_num_threads()
+        return
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+    try:
+        numba.get_num_threads()  # loads the threading layer (and its libgomp)
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
+
+
+def set_threads(n: int) -> None:
+    """Threads of the compiled loops (``prange``), capped at what numba started with."""
+    numba = numba_module()
+    if numba is not None:
+        # Starting numba's OpenMP pool resets the OpenMP thread count torch shares, so a
+        # torch already imported by the caller gets its own setting back (torch is never
+        # imported here).
+        torch = sys.modules.get("torch")
+        torch_threads = torch.get_num_threads() if torch is not None else None
+        numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+        if torch is not None and torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
+
+
+def cache_dir() -> Path:
+    """Where generated code and its machine code are kept (``$PYEXECUTORCH_CACHE_DIR``)."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "pyexecutorch"
+
+
+@functools.cache
+def numpy_build() -> str:
+    """A short hash naming this numpy build: its version and the libraries it bundles
+    (their file names carry their own hashes), its BLAS among them."""
+    import numpy as np  # noqa: PLC0415
+
+    root = os.path.dirname(np.__file__)
+    bundled = sorted(
+        os.path.basename(p)
+        for pattern in ("../numpy.libs/*", ".dylibs/*")
+        for p in glob.glob(os.path.join(root, pattern))
+    )
+    return hashlib.sha256(f"{np.__version__}\n{bundled}".encode()).hexdigest()[:12]
