@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from pyexecutorch.devtools.etrecord import ETRecord, nodes_by_debug_handle
-from pyexecutorch.devtools.inspector import Event, Inspector, _blocks
+from pyexecutorch.devtools.inspector import Event, Inspector, event_blocks_of
 from pyexecutorch.schema.program import DelegateCall, KernelCall
 
 
@@ -55,9 +55,9 @@ class Comparison:
         return next((r for r in self.rows if r.within_tolerance is False), None)
 
     def to_dataframe(self) -> Any:
-        from pyexecutorch.devtools.inspector import _table  # noqa: PLC0415
+        from pyexecutorch.devtools.inspector import rows_table  # noqa: PLC0415
 
-        return _table([r.__dict__ for r in self.rows])
+        return rows_table([r.__dict__ for r in self.rows])
 
     def __str__(self) -> str:
         first = self.first_divergence
@@ -198,7 +198,7 @@ def runtime_events(pte: bytes, inputs: Sequence[Any], method: str = "forward") -
                 raise
             size *= 4
     tracer = program.event_tracer
-    blocks = _blocks(tracer.to_etdump(), 1e-6, memoryview(tracer.debug_buffer))
+    blocks = event_blocks_of(tracer.to_etdump(), 1e-6, memoryview(tracer.debug_buffer))
     return next(b for b in blocks if b.name == "Execute").events
 
 

@@ -600,9 +600,9 @@ def _load_options(backend_options: Any) -> dict[str, dict[str, bool | int | str]
 
 
 def _get_operator_names() -> list[str]:
-    from pyexecutorch.kernels import operator_names  # noqa: PLC0415 - loads every kernel module
-
-    return list(operator_names())
+    # (through the runtime's registry, which loads every kernel module: this layer reaches
+    # kernels only through the runtime)
+    return sorted(Runtime.get().operator_registry.operator_names)
 
 
 def _get_registered_backend_names() -> list[str]:

@@ -161,10 +161,10 @@ class EventBlock:
     runs: int = 1
 
     def to_dataframe(self) -> Any:
-        return _table([e.row(self.name) for e in self.events])
+        return rows_table([e.row(self.name) for e in self.events])
 
 
-def _table(rows: list[dict[str, Any]]) -> Any:
+def rows_table(rows: list[dict[str, Any]]) -> Any:
     """A pandas DataFrame of ``rows`` when pandas is installed, else the rows themselves."""
     try:
         import pandas as pd  # noqa: PLC0415 - optional
@@ -249,7 +249,12 @@ def _delegate_id(did_int: int, did_str: str | None) -> int | str | None:
     return did_str or None
 
 
-def _blocks(etdump: ETDump, scale: float, debug_buffer: memoryview | None) -> list[EventBlock]:
+def event_blocks_of(
+    etdump: ETDump, scale: float, debug_buffer: memoryview | None
+) -> list[EventBlock]:
+    """The event blocks of ``etdump`` as :class:`Inspector` lists them in ``event_blocks``:
+    runs with the same events grouped into one block, each event's durations (the ETDump's
+    ticks times ``scale``) one per run, its debug values read from ``debug_buffer``."""
     grouped: dict[tuple, EventBlock] = {}
     for run in etdump.run_data:
         signatures: list[tuple] = []
@@ -368,7 +373,7 @@ class Inspector:
         if debug_buffer_path is not None:
             with open(debug_buffer_path, "rb") as f:
                 debug_buffer = memoryview(f.read())
-        self.event_blocks: list[EventBlock] = _blocks(self._etdump, scale, debug_buffer)
+        self.event_blocks: list[EventBlock] = event_blocks_of(self._etdump, scale, debug_buffer)
         if delegate_time_scale_converter is not None:
             for block in self.event_blocks:
                 for event in block.events:
@@ -457,7 +462,7 @@ class Inspector:
             unit = self._target_time_scale.value
             stats = ("p10", "p50", "p90", "avg", "min", "max")
             rows = [{(f"{k} ({unit})" if k in stats else k): v for k, v in r.items()} for r in rows]
-        return _table(rows)
+        return rows_table(rows)
 
     def print_data_tabular(
         self, file: Any = None, include_delegate_debug_data: bool = False
@@ -532,4 +537,4 @@ class Inspector:
             raise ValueError("calculate_numeric_gap needs an ETRecord (etrecord=...)")
         from pyexecutorch.devtools.numeric import numeric_gap  # noqa: PLC0415 - torch
 
-        return _table(numeric_gap(self, distance))
+        return rows_table(numeric_gap(self, distance))
