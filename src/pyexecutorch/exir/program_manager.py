@@ -214,6 +214,9 @@ def to_edge_transform_and_lower(
     if transform_passes is not None:
         manager = manager.transform(transform_passes)
     record = _record(aten_programs, manager._edge_programs) if generate_etrecord else None
+    if record is not None and transform_passes is not None:
+        # the graphs the custom passes made, a reference for numeric comparison
+        record.add_extra_export_modules({"edge_after_transform": manager})
     # Partitioners apply in order: the first of every method, then the second, ...
     for i in range(max((len(v) for v in partitioners.values()), default=0)):
         manager = manager.to_backend({n: ps[i] for n, ps in partitioners.items() if i < len(ps)})

@@ -231,8 +231,8 @@ class ETRecord:
         """Write the ETRecord zip to ``path`` (a path or a binary file object)."""
         if not (self.edge_dialect_program and self._debug_handle_map):
             raise ETRecordError(
-                "an ETRecord needs the edge programs and the executorch program's debug handle map "
-                "to be saved; get it from ExecutorchProgramManager.get_etrecord() or add them "
+                "ETRecord must contain edge dialect program and executorch program to be saved: "
+                "get it from ExecutorchProgramManager.get_etrecord() or add them "
                 "(add_edge_dialect_program, add_executorch_program)"
             )
         with zipfile.ZipFile(path, "w") as z:
@@ -266,7 +266,9 @@ class ETRecord:
     ) -> None:
         """Record the ATen program (a dict's ``forward``); None records nothing."""
         if self.exported_program is not None or self.export_graph_id is not None:
-            raise ETRecordError("the ETRecord already holds an exported program")
+            raise ETRecordError(
+                "Exported program already exists in the ETRecord: add_exported_program records one"
+            )
         if isinstance(exported_program, dict):
             exported_program = exported_program.get("forward")
         if exported_program is not None and not isinstance(exported_program, ExportedProgram):
@@ -281,7 +283,10 @@ class ETRecord:
     def add_edge_dialect_program(self, edge_dialect_program: Any) -> None:
         """Record an EdgeProgramManager's programs (one method: its program alone)."""
         if self.edge_dialect_program is not None:
-            raise ETRecordError("the ETRecord already holds an edge dialect program")
+            raise ETRecordError(
+                "Edge dialect program already exists in the ETRecord: "
+                "add_edge_dialect_program records one"
+            )
         self.edge_dialect_program = _edge_of(edge_dialect_program, "edge_dialect_program")
 
     def add_executorch_program(self, executorch_program: Any) -> None:
@@ -295,7 +300,10 @@ class ETRecord:
             self._representative_inputs,
         )
         if any(v is not None for v in held):
-            raise ETRecordError("the ETRecord already holds executorch program data")
+            raise ETRecordError(
+                "Executorch program data already exists in the ETRecord: "
+                "add_executorch_program records one"
+            )
         manager = executorch_program
         if _is_bundled(executorch_program):
             self._reference_outputs = _get_reference_outputs(executorch_program)
@@ -322,7 +330,7 @@ class ETRecord:
                 )
             if isinstance(module, ExportedProgram):
                 graph_map[f"{name}/forward"] = module
-            elif hasattr(module, "exported_program") and hasattr(module, "methods"):
+            elif _is_edge_manager(module):
                 for method in module.methods:
                     graph_map[f"{name}/{method}"] = module.exported_program(method)
             elif isinstance(getattr(module, "exported_program", None), ExportedProgram):
@@ -352,10 +360,16 @@ def _is_bundled(value: Any) -> bool:
     return hasattr(value, "method_test_suites") and hasattr(value, "executorch_program")
 
 
+def _is_edge_manager(value: Any) -> bool:
+    from pyexecutorch.exir.program_manager import EdgeProgramManager  # noqa: PLC0415 - lazily
+
+    return isinstance(value, EdgeProgramManager)
+
+
 def _edge_of(manager: Any, what: str) -> ExportedProgram | dict[str, ExportedProgram]:
     if isinstance(getattr(manager, "exported_program", None), ExportedProgram):
         return manager.exported_program  # a legacy ExirExportedProgram
-    if not hasattr(manager, "methods"):
+    if not _is_edge_manager(manager):
         raise ETRecordError(f"{what}: takes an EdgeProgramManager, not {type(manager).__name__}")
     methods = sorted(manager.methods)
     if len(methods) == 1:
