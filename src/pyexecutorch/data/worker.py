@@ -139,7 +139,7 @@ class Evaluator:
         stats = {name: np.full(n, math.nan) for name in self.stat_names}
         if self._scorer is not None:
             self._score_text(chunk, errors, stats)
-            return {"row": rows, "error": errors, **stats}
+            return {"row": rows, "error": errors.astype(np.str_), **stats}
         outputs = (
             [
                 np.zeros((n, *s), dtype=d)
@@ -172,7 +172,9 @@ class Evaluator:
                         raise
                     except Exception as e:  # noqa: BLE001
                         errors[item[0]] = _describe(e)
-        result = {"row": rows, "error": errors, **stats}
+        # Fixed-width strings, not objects: Ray carries them as an Arrow string column
+        # rather than pickling each row's Python object.
+        result = {"row": rows, "error": errors.astype(np.str_), **stats}
         if prediction is not None:
             result["prediction"] = prediction
         if outputs is not None:
