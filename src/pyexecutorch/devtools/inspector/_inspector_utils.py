@@ -20,8 +20,11 @@ import torch
 
 from pyexecutorch.devtools.debug_format.base_schema import OperatorGraph, OperatorNode
 from pyexecutorch.devtools.debug_format.et_schema import FXOperatorGraph
-from pyexecutorch.devtools.etdump import schema_flatcc as flatcc
 from pyexecutorch.devtools.inspector import TimeScale
+from pyexecutorch.devtools.inspector._inspector import (  # noqa: F401 - the official names here
+    find_populated_event,
+    is_debug_output,
+)
 from pyexecutorch.exir.debug_handle_utils import (
     DEBUG_HANDLE_KEY,
     FROM_NODE_KEY,
@@ -98,20 +101,6 @@ def is_inference_output_equal(output1: Any, output2: Any) -> bool:
     if isinstance(output1, torch.Tensor) or isinstance(output2, torch.Tensor):
         return False
     return bool(output1 == output2)
-
-
-def find_populated_event(event: flatcc.Event) -> flatcc.ProfileEvent | flatcc.DebugEvent:
-    """The profile event of an ETDump event, else its debug event."""
-    if event.profile_event is not None:
-        return event.profile_event
-    if event.debug_event is not None:
-        return event.debug_event
-    raise ValueError("the ETDump event holds neither a profile event nor a debug event")
-
-
-def is_debug_output(value: flatcc.Value) -> bool:
-    """Whether a logged value is one of a run's outputs."""
-    return value.output is not None and bool(value.output.bool_val)
 
 
 def gen_graphs_from_etrecord(etrecord: Any, enable_module_hierarchy: bool = False) -> dict:
