@@ -155,7 +155,7 @@ def to_edge(
 
 
 def _record(aten: Mapping[str, ExportedProgram], edge: Mapping[str, ExportedProgram]) -> Any:
-    from pyexecutorch.devtools.etrecord import record_programs  # noqa: PLC0415 - devtools
+    from pyexecutorch.exir.etrecord import record_programs  # noqa: PLC0415 - needs torch serde
 
     return record_programs(dict(aten), dict(edge))
 
@@ -451,7 +451,7 @@ class ExecutorchProgramManager:
                 "ETRecord was not generated: pass generate_etrecord=True to to_edge or "
                 "to_edge_transform_and_lower"
             )
-        from pyexecutorch.devtools.etrecord import complete  # noqa: PLC0415 - devtools
+        from pyexecutorch.exir.etrecord import complete  # noqa: PLC0415 - needs torch serde
 
         return complete(self._etrecord, self)
 

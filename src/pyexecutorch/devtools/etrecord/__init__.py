@@ -1,7 +1,9 @@
 """ETRecord: what the compiler knew, saved next to a ``.pte`` for the Inspector (needs torch).
 
-The implementation lives in :mod:`._etrecord`, the official package's module path
-(``executorch.devtools.etrecord._etrecord``), which code and tests import helpers from.
+The implementation lives with the compiler that writes it, :mod:`pyexecutorch.exir.etrecord`;
+:mod:`._etrecord`, the official package's module path
+(``executorch.devtools.etrecord._etrecord``), which code and tests import helpers from,
+offers its names.
 """
 
 from pyexecutorch.devtools.etrecord._etrecord import (
