@@ -1,7 +1,8 @@
 """Memory markers that appear as ``call_function`` targets in executorch graphs.
 
-- ``alloc(spec)``: a planned buffer for an out-variant argument; ``spec`` is a
-  :class:`TensorSpec` (or a tuple of them for ``Tensor[] out`` arguments).
+- ``alloc(spec)``: a planned buffer for an out-variant argument; ``spec`` is
+  ``(shape, dtype)`` as the official exporter writes it (a list of them for
+  ``Tensor[] out`` arguments); the node's ``meta["spec"]`` holds its :class:`TensorSpec`.
 - ``view(base, size)``: a non-copying reshape of ``base``; emitted as
   ``executorch_prim::et_view.default``.
 - ``free(spec)``: end of life of a runtime-allocated tensor (unused while every
@@ -28,8 +29,11 @@ def _empty(spec: Any) -> torch.Tensor:
 
 
 def alloc(spec: Any) -> Any:
-    """Allocate the tensor(s) that ``spec`` describes (at the upper-bound shape)."""
-    if isinstance(spec, (list, tuple)) and spec and isinstance(spec[0], (TensorSpec, list, tuple)):
+    """Allocate the tensor(s) that ``spec`` describes (at the upper-bound shape): one
+    ``(shape, dtype)`` pair or TensorSpec, or a list of them (a tensor list)."""
+    if isinstance(spec, list) or (
+        isinstance(spec, tuple) and spec and isinstance(spec[0], TensorSpec)
+    ):
         return [_empty(s) for s in spec]
     return _empty(spec)
 

@@ -14,10 +14,10 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from pyexecutorch.exir.memory_planning import MemoryPlanningPass
+
+# the submodule, as the official package exposes it (its function has the same name)
+from pyexecutorch.exir.passes import convert_constant_dim_order_pass
 from pyexecutorch.exir.passes._official_names import recompile_all
-from pyexecutorch.exir.passes.convert_constant_dim_order_pass import (
-    convert_constant_dim_order_pass,
-)
 from pyexecutorch.exir.passes.debug_pass import DebugPass
 from pyexecutorch.exir.passes.executorch_passes import (
     RemoveGraphAssertsPass,

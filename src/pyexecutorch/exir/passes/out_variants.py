@@ -89,8 +89,16 @@ def out_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple
     return found
 
 
+def _alloc_arg(spec: Any) -> Any:
+    """The official ``memory.alloc`` argument: ``(shape, dtype)``, a list of them for a
+    tensor list; plain values, so the graph's generated code runs (``.module()``)."""
+    if isinstance(spec, (list, tuple)):
+        return [_alloc_arg(s) for s in spec]
+    return (tuple(int(d) for d in spec.shape), spec.dtype)
+
+
 def _alloc(graph: torch.fx.Graph, spec: Any, val: Any) -> Node:
-    node = graph.call_function(memory.alloc, (spec,))
+    node = graph.call_function(memory.alloc, (_alloc_arg(spec),))
     node.meta["spec"] = spec
     node.meta["val"] = val
     return node
