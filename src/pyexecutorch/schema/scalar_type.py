@@ -7,6 +7,11 @@ import enum
 import ml_dtypes
 import numpy as np
 
+# The float dtypes kernels name most (one definition for every layer above).
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
 
 class ScalarType(enum.IntEnum):
     """The program format's ``ScalarType`` enum (c10 numbering)."""

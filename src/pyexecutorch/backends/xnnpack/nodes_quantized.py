@@ -42,13 +42,12 @@ from numpy.lib.stride_tricks import as_strided
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS, bounds
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
+from pyexecutorch.schema.scalar_type import F32, F64
 
 if TYPE_CHECKING:
     from pyexecutorch.backends.xnnpack.interpreter import Builder
 
 NDArray = np.ndarray
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)
 _I64 = np.dtype(np.int64)
 _INF = float("inf")
@@ -95,13 +94,13 @@ def _scales(qp: Any, constant: Callable[[int], memoryview], bf16: bool, vid: int
         n = qp.num_scales
         if bf16:
             bits = np.frombuffer(raw, dtype=np.uint16, count=n).astype(np.uint32) << 16
-            return bits.view(_F32)
-        return np.frombuffer(raw, dtype=_F32, count=n).copy()
+            return bits.view(F32)
+        return np.frombuffer(raw, dtype=F32, count=n).copy()
     if bf16 and qp.scale_bf16:
-        return (np.asarray(qp.scale_bf16, np.uint16).astype(np.uint32) << 16).view(_F32)
+        return (np.asarray(qp.scale_bf16, np.uint16).astype(np.uint32) << 16).view(F32)
     if not qp.scale:
         raise XnnpackError(f"value {vid}: quantization parameters hold no scales")
-    return np.asarray(qp.scale, _F32)
+    return np.asarray(qp.scale, F32)
 
 
 def load_quant(
@@ -177,7 +176,7 @@ def requantize(
     The clamp happens before the zero point joins, on integers, so it is exact.
     """
     if f is None:
-        f = acc.astype(_F32)
+        f = acc.astype(F32)
     elif f is not acc:
         np.copyto(f, acc, casting="unsafe")
     np.multiply(f, scale, out=f)
@@ -194,7 +193,7 @@ _EXACT_F32 = 1 << 24
 def exact_dtype(k: int, zero_point_span: int, bias: NDArray | None) -> np.dtype:
     """float32 when every partial sum of ``k`` products (and the bias) is an exact float32."""
     top = k * zero_point_span * 128 + (0 if bias is None else int(np.abs(bias).max(initial=0)))
-    return _F32 if top < _EXACT_F32 else _F64
+    return F32 if top < _EXACT_F32 else F64
 
 
 def _quant(b: Builder, vid: int, kinds: tuple[str, ...]) -> Quant:
@@ -234,7 +233,7 @@ def _in_front_of(name: str, quantized: Callable[..., None], *fields: str) -> Non
 # ------------------------------------------------------------------ convert
 
 # (lower, upper) ends of the int8 range, as a column against (2, rows) arrays
-_QENDS = np.array([[-128.0], [127.0]], _F32)
+_QENDS = np.array([[-128.0], [127.0]], F32)
 
 
 class DynamicRows:
@@ -251,13 +250,13 @@ class DynamicRows:
 
     def __init__(self, rows: int, row: int) -> None:
         self.rows, self.row = rows, row
-        self.scales = np.empty(rows, _F32)
-        self.zps = np.empty(rows, _F32)
-        self.centered = np.empty((rows, row), _F32)
-        f32 = partial(np.empty, dtype=_F32)
+        self.scales = np.empty(rows, F32)
+        self.zps = np.empty(rows, F32)
+        self.centered = np.empty((rows, row), F32)
+        f32 = partial(np.empty, dtype=F32)
         self._ends, self._work = f32((2, rows)), f32((2, rows))  # per row: (low, high) pairs
         self._span, self._mult, self._bump = f32(rows), f32(rows), f32(rows)
-        self._zero, self._one, self._full = (np.full(rows, v, _F32) for v in (0, 1, 255))
+        self._zero, self._one, self._full = (np.full(rows, v, F32) for v in (0, 1, 255))
         self._qends = np.broadcast_to(_QENDS, (2, rows)).copy()
         self._cond = np.empty(rows, bool)
         self._views = (self._ends[0], self._ends[1], self._work[0], self._work[1])
@@ -336,9 +335,9 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
 
 def channel_scales(xq: Quant, wq: Quant, yq: Quant, units: int) -> NDArray:
     """The requantization scales ``x_scale * w_scale[c] / y_scale`` (float32)."""
-    s = np.asarray(wq.scale, _F32).reshape(-1)
+    s = np.asarray(wq.scale, F32).reshape(-1)
     if s.size == 1:
-        s = np.full(units, s[0], _F32)
+        s = np.full(units, s[0], F32)
     if s.size != units:
         raise XnnpackError(f"{s.size} weight scales for {units} output channels")
     return (np.float32(xq.scale) * s) / np.float32(yq.scale)
@@ -364,7 +363,7 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
     bias = None if n.bias_id == S.INVALID_ID else b.const(n.bias_id)
     if n.bias_id != S.INVALID_ID and bias is None:
         raise NotImplementedError(f"XNNPACK delegate: {b.where}: the bias must be constant")
-    w64 = np.ascontiguousarray(w.T, dtype=_F64)
+    w64 = np.ascontiguousarray(w.T, dtype=F64)
     if xq.kind == "tensor":
         yq = _quant(b, n.output_id, ("tensor",))
         scale = channel_scales(xq, wq, yq, units)
@@ -375,7 +374,7 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         bc = np.zeros(units, cdt) if bias is None else bias.astype(cdt)
         xbuf = np.empty((m, k), cdt)
         acc = np.empty((m, units), cdt)
-        f = acc if cdt == _F32 else np.empty((m, units), _F32)
+        f = acc if cdt == F32 else np.empty((m, units), F32)
         zy = yq.zero_point
 
         def run() -> None:
@@ -410,25 +409,25 @@ def _dynamic_fully_connected(
         )
     lo, hi = bounds(node)
     clamp = (lo, hi) != (-_INF, _INF)
-    fbias = None if bias is None else bias.astype(_F32)
+    fbias = None if bias is None else bias.astype(F32)
     centered, row_scales = rowsq.centered.reshape(m, k), rowsq.scales[:, None]
-    y = np.empty((m, units), _F32)
+    y = np.empty((m, units), F32)
     if wq.kind == "group":
         groups = wq.scale.shape[1]
         g = -(-k // groups)
         if g * groups != k:
             raise NotImplementedError(f"XNNPACK delegate: {b.where}: {k} inputs in blocks of {g}")
-        scales = np.repeat(wq.scale.astype(_F64), g, axis=1)
-        wmat = np.ascontiguousarray((w.astype(_F64) * scales).T)
+        scales = np.repeat(wq.scale.astype(F64), g, axis=1)
+        wmat = np.ascontiguousarray((w.astype(F64) * scales).T)
         w_scales = None
     else:
-        w_scales = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (units,)).copy()
+        w_scales = np.broadcast_to(np.asarray(wq.scale, F32).reshape(-1), (units,)).copy()
         largest = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max(initial=0))
-        wmat = np.ascontiguousarray(w.T, dtype=_F32 if largest < _EXACT_F32 else _F64)
-    if wmat.dtype == _F32:
+        wmat = np.ascontiguousarray(w.T, dtype=F32 if largest < _EXACT_F32 else F64)
+    if wmat.dtype == F32:
         product = partial(np.dot, centered, wmat, out=y)
     else:
-        wide_rows, acc = np.empty((m, k), _F64), np.empty((m, units), _F64)
+        wide_rows, acc = np.empty((m, k), F64), np.empty((m, units), F64)
 
         def product() -> None:
             np.copyto(wide_rows, centered)
@@ -491,7 +490,7 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     w = b.const(n.filter_id)
     bias = None if n.bias_id == S.INVALID_ID else b.const(n.bias_id)
     if dynamic and bias is not None:
-        bias = bias.astype(_F32)
+        bias = bias.astype(F32)
     if w is None or (n.bias_id != S.INVALID_ID and bias is None):
         raise NotImplementedError(f"XNNPACK delegate: {b.where}: weights and bias must be constant")
     xs = b.shape(n.input1_id)
@@ -512,7 +511,7 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     bc = np.zeros(cout, cdt) if bias is None else bias.astype(cdt)
     rows = nb * oh * ow
     acc = np.empty((nb, oh, ow, cout), cdt)
-    f = acc if cdt == _F32 else np.empty(acc.shape, _F32)
+    f = acc if cdt == F32 else np.empty(acc.shape, F32)
     if depthwise:
         mult = cout // xs[3]
         taps = w.reshape(kh, kw, cout).astype(cdt)
@@ -585,7 +584,7 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
     acc = np.empty((rows, cout), cdt)
     parts = [(view[..., g * cin : (g + 1) * cin], wmats[g], acc[:, g * og : (g + 1) * og])
              for g in range(groups)]  # fmt: skip
-    ws = np.broadcast_to(np.asarray(wq.scale, _F32).reshape(-1), (cout,)).copy()
+    ws = np.broadcast_to(np.asarray(wq.scale, F32).reshape(-1), (cout,)).copy()
     lo, hi = bounds(node)
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
     per_image = rows // nb
@@ -598,7 +597,7 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
                 np.dot(cols, wmat, out=acc)
             else:
                 dest[...] = cols @ wmat
-        y = acc.astype(_F32).reshape(nb, per_image, cout)
+        y = acc.astype(F32).reshape(nb, per_image, cout)
         y *= scales.reshape(nb, 1, 1)
         y *= ws
         if bias is not None:
@@ -707,8 +706,8 @@ _CODES = np.arange(256, dtype=np.uint8).view(_I8)  # every int8, indexed by its 
 def lookup_table(qi: Quant, qo: Quant, f: Callable[[NDArray], NDArray]) -> NDArray:
     """XNNPACK's quantized unary operators: ``f`` on each dequantized int8 code in
     float32, requantized ``rint(y / y_scale) + zy`` and saturated; indexed by the byte."""
-    v = (_CODES.astype(_F32) - np.float32(qi.zero_point)) * np.float32(qi.scale)
-    y = np.rint(f(v).astype(_F32) / np.float32(qo.scale)) + np.float32(qo.zero_point)
+    v = (_CODES.astype(F32) - np.float32(qi.zero_point)) * np.float32(qi.scale)
+    y = np.rint(f(v).astype(F32) / np.float32(qo.scale)) + np.float32(qo.zero_point)
     return np.clip(y, -128, 127).astype(_I8)
 
 
@@ -772,7 +771,7 @@ def _avg_pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
     counts = as_strided(
         ones, (1, oh, ow, kh, kw, 1), (so[0], so[1] * sh, so[2] * sw, so[1], so[2], so[3])
     ).sum(axis=(3, 4))
-    scale = np.float32(xq.scale) / (np.float32(yq.scale) * counts.astype(_F32))
+    scale = np.float32(xq.scale) / (np.float32(yq.scale) * counts.astype(F32))
     bias = counts * xq.zero_point
     b.out(n.output_id, (nb, oh, ow, c))
     lo, hi = qbounds(node, yq)

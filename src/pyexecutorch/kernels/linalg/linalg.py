@@ -15,10 +15,9 @@ from pyexecutorch.kernels.checks import scalar
 from pyexecutorch.kernels.common import fit, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
 from pyexecutorch.kernels.scratch import derived, scratch
+from pyexecutorch.schema.scalar_type import F16, F32
 
 _BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
-_F16 = np.dtype(np.float16)
-_F32 = np.dtype(np.float32)
 
 
 def _compute_dtype(op: str, *arrays: np.ndarray) -> np.dtype:
@@ -31,7 +30,7 @@ def _compute_dtype(op: str, *arrays: np.ndarray) -> np.dtype:
             )
     if dt == np.bool_ or dt.kind not in "iufc":
         raise KernelError(f"{op}: dtype {dt} is not supported (need a numeric non-bool dtype)")
-    return _F32 if dt == _F16 else dt
+    return F32 if dt == F16 else dt
 
 
 def _as_compute(a: np.ndarray, cdt: np.dtype) -> np.ndarray:

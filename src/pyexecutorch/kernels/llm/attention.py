@@ -27,13 +27,11 @@ import numpy as np
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos, write_cache
 from pyexecutorch.kernels.registry import KernelError, kernel
-from pyexecutorch.schema.scalar_type import SCALAR_TYPE_TO_DTYPE, ScalarType
+from pyexecutorch.schema.scalar_type import F32, F64, SCALAR_TYPE_TO_DTYPE, ScalarType
 
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)
 _REDUCED = (np.dtype(np.float16), SCALAR_TYPE_TO_DTYPE[ScalarType.BFLOAT16])
-_FLOATS = (_F32, *_REDUCED)
+_FLOATS = (F32, *_REDUCED)
 
 QParams = tuple[np.ndarray, np.ndarray]  # (zero_points, scales), one pair per token
 
@@ -76,7 +74,7 @@ def _check_qparams(op: str, name: str, t: np.ndarray, zero_points, scales) -> QP
     if zero_points is None or scales is None:
         raise KernelError(f"{op}: an int8 {name} needs its scales and zero points")
     want = t.shape[:3] + (1,)
-    if scales.dtype != _F32 or scales.shape != want:
+    if scales.dtype != F32 or scales.shape != want:
         raise KernelError(
             f"{op}: {name} scales must be float32 {want}, got {scales.dtype} {scales.shape}"
         )
@@ -99,14 +97,14 @@ def _scores(q, k, n: int, kv_heads: int, qparams) -> np.ndarray:
     keys = k[:, :n].transpose(0, 2, 3, 1)  # [B, kv_heads, D, n]
     if qparams is None:
         return np.matmul(
-            _by_kv_head(q, kv_heads).astype(_F32, copy=False), keys.astype(_F32, copy=False)
+            _by_kv_head(q, kv_heads).astype(F32, copy=False), keys.astype(F32, copy=False)
         )
     (qz, qs), (kz, ks) = qparams
     # Zero-point-shifted int8 products summed over a head are integers below
     # 2**53: float64 gives the exact integer product, like the int8 kernel.
-    qi = _by_kv_head(q, kv_heads).astype(_F64) - _by_kv_head(qz, kv_heads)
-    ki = keys.astype(_F64) - kz[:, :n].transpose(0, 2, 3, 1)
-    raw = np.matmul(qi, ki).astype(_F32)
+    qi = _by_kv_head(q, kv_heads).astype(F64) - _by_kv_head(qz, kv_heads)
+    ki = keys.astype(F64) - kz[:, :n].transpose(0, 2, 3, 1)
+    raw = np.matmul(qi, ki).astype(F32)
     raw *= _by_kv_head(qs, kv_heads)
     raw *= ks[:, :n].transpose(0, 2, 3, 1)
     return raw
@@ -124,7 +122,7 @@ def keys_attended(op: str, q: np.ndarray, k: np.ndarray, start_pos: int, attn_ma
                 f"the key/value length at the sequence dim"
             )
         return start_pos + s
-    if attn_mask.ndim != 2 or attn_mask.dtype != _F32:
+    if attn_mask.ndim != 2 or attn_mask.dtype != F32:
         raise KernelError(
             f"{op}: attn_mask must be a 2-D float32 tensor, got {attn_mask.dtype} {attn_mask.shape}"
         )
@@ -159,8 +157,8 @@ def attend(
     reps = q_heads // kv_heads
     if n == 0:
         # Nothing to attend to: the official kernel divides zero by a zero sum.
-        return np.full((b, s, q_heads, d), np.nan, _F32)
-    factor = _F32.type(scale if scale is not None else 1.0 / math.sqrt(d))
+        return np.full((b, s, q_heads, d), np.nan, F32)
+    factor = F32.type(scale if scale is not None else 1.0 / math.sqrt(d))
     scores = _scores(q, k, n, kv_heads, qparams and qparams[:2])
     scores *= factor
     rows = scores.reshape(b, kv_heads, reps, s, n)
@@ -172,12 +170,12 @@ def attend(
     with np.errstate(invalid="ignore", divide="ignore"):
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
-        total = scores.sum(axis=-1, keepdims=True, dtype=_F32)
+        total = scores.sum(axis=-1, keepdims=True, dtype=F32)
         if q.dtype in _REDUCED:
             # The official kernel multiplies values by weights in the input dtype.
-            scores = scores.astype(q.dtype).astype(_F32)
+            scores = scores.astype(q.dtype).astype(F32)
         # [B, kv_heads, n, D]: a view of a float32 cache (no copy of the cache per step)
-        values = v[:, :n].transpose(0, 2, 1, 3).astype(_F32, copy=False)
+        values = v[:, :n].transpose(0, 2, 1, 3).astype(F32, copy=False)
         if qparams is not None:
             vz, vs = (p[:, :n].transpose(0, 2, 1, 3) for p in qparams[2])
             values -= vz

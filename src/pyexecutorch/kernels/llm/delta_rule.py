@@ -22,15 +22,14 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.registry import KernelError, kernel
-
-_F32 = np.dtype(np.float32)
+from pyexecutorch.schema.scalar_type import F32
 
 
 def _check(op: str, query, key, value, decay, beta, state) -> None:
     named = {"query": query, "key": key, "value": value, "decay": decay, "beta": beta}
     named["initial_state"] = state
     for name, t in named.items():
-        if t.dtype != _F32:
+        if t.dtype != F32:
             raise KernelError(f"{op}: {name} must be float32, got {t.dtype}")
     for name, t in (("query", query), ("key", key), ("value", value), ("initial_state", state)):
         if t.ndim != 4:

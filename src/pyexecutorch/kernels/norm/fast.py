@@ -27,11 +27,9 @@ from pyexecutorch.kernels.norm.norm import (
 )
 from pyexecutorch.kernels.reduce.reduce import _dims, _plan
 from pyexecutorch.kernels.registry import KernelError, specializer
+from pyexecutorch.schema.scalar_type import F16, F32, F64
 
-_F16 = np.dtype(np.float16)
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
-_COMPUTE = {_F16: _F32, _F32: _F32, _F64: _F64}
+_COMPUTE = {F16: F32, F32: F32, F64: F64}
 
 # Constant weights of at most this many elements per tiled copy are tiled.
 _TILE_MAX = 1 << 16
@@ -249,9 +247,9 @@ def _softmax(log: bool):  # noqa: ANN202
         if not isinstance(x, np.ndarray) or x.dtype not in _COMPUTE or x.size == 0:
             return None
         if half_to_float is True:
-            if x.dtype != _F16:
+            if x.dtype != F16:
                 return None
-            cdt = _F32
+            cdt = F32
         elif half_to_float is False:
             cdt = _COMPUTE[x.dtype]
         else:
@@ -300,7 +298,7 @@ specializer("aten::_log_softmax.out")(_softmax(True))
 
 def _reduction_plan(a: Any, dim: Any, keepdim: Any, out: Any) -> tuple[tuple[int, ...], int] | None:
     """``(axes, count)`` for a float32/float64 reduction into ``out``, or ``None``."""
-    if not isinstance(a, np.ndarray) or a.dtype not in (_F32, _F64) or a.ndim == 0:
+    if not isinstance(a, np.ndarray) or a.dtype not in (F32, F64) or a.ndim == 0:
         return None
     if not isinstance(keepdim, bool) or not isinstance(out, np.ndarray):
         return None
@@ -439,7 +437,7 @@ def _batch_norm(
     input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, eps: Any, out: Any
 ) -> Any:
     """``run(input, weight, bias, running_mean, running_var, out)``, or ``None``."""
-    if not isinstance(input, np.ndarray) or input.dtype not in (_F32, _F64) or input.ndim < 2:
+    if not isinstance(input, np.ndarray) or input.dtype not in (F32, F64) or input.ndim < 2:
         return None
     if not isinstance(eps, float) or not _planned(out, input.dtype, input.shape):
         return None

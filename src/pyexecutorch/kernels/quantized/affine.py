@@ -18,10 +18,8 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit, normalize_dim, quiet_fp
 from pyexecutorch.kernels.registry import KernelError, kernel
-from pyexecutorch.schema.scalar_type import dtype_of
+from pyexecutorch.schema.scalar_type import F32, F64, dtype_of
 
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
 
 # The integer types a quantized tensor may have, with their full ranges.
@@ -95,7 +93,7 @@ def _check_out_dtype(op: str, out_dtype, out) -> None:
 def reciprocal32(scale) -> np.ndarray:
     """``1.0f / float(scale)`` as the official kernels compute it."""
     with quiet_fp():
-        return np.float32(1.0) / np.asarray(scale, dtype=_F32)
+        return np.float32(1.0) / np.asarray(scale, dtype=F32)
 
 
 def quantize_into(x, inv_scale, zero_point, quant_min: int, quant_max: int, out) -> np.ndarray:
@@ -104,9 +102,9 @@ def quantize_into(x, inv_scale, zero_point, quant_min: int, quant_max: int, out)
     ``inv_scale`` and ``zero_point`` broadcast against ``x``.
     """
     with quiet_fp():
-        t = np.multiply(x, inv_scale, dtype=_F32)
+        t = np.multiply(x, inv_scale, dtype=F32)
         np.rint(t, out=t)
-        t += np.asarray(zero_point, dtype=_F32)
+        t += np.asarray(zero_point, dtype=F32)
         q = t.astype(_I64)
     np.clip(q, quant_min, quant_max, out=q)
     np.copyto(out, q, casting="unsafe")
@@ -159,7 +157,7 @@ def quantize_per_tensor_tensor2(input, scale, zero_point, quant_min, quant_max, 
 @kernel("quantized_decomposed::dequantize_per_tensor.out")
 def dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype, out):
     o = _check_dequant("dequantize_per_tensor", input, quant_min, quant_max, dtype, out_dtype, out)
-    return dequantize_into(input, int(zero_point), np.float32(scale), _F32, o)
+    return dequantize_into(input, int(zero_point), np.float32(scale), F32, o)
 
 
 @kernel("quantized_decomposed::dequantize_per_tensor.Tensor_out")
@@ -229,7 +227,7 @@ def dequantize_per_channel(
     zp = None if zero_points is None else zero_points.reshape(shape)
     # float64 products of small integers and float32 scales round once to float32,
     # which is what both the official kernel and torch produce.
-    return dequantize_into(input, zp, scales.reshape(shape), _F64, o)
+    return dequantize_into(input, zp, scales.reshape(shape), F64, o)
 
 
 # ----------------------------------------------------------------------- per token
@@ -264,8 +262,8 @@ def dequantize_per_token(
     shape = _token_shape(op, input, {"scales": scales, "zero_points": zero_points})
     _check_float(op, "scales", scales)
     # The official kernel rounds the (double) scales to float32 first.
-    scales32 = scales.reshape(shape).astype(_F32)
-    return dequantize_into(input, zero_points.reshape(shape), scales32, _F32, o)
+    scales32 = scales.reshape(shape).astype(F32)
+    return dequantize_into(input, zero_points.reshape(shape), scales32, F32, o)
 
 
 def _token_rows(op: str, x: np.ndarray, scale_out, zero_point_out):
@@ -274,7 +272,7 @@ def _token_rows(op: str, x: np.ndarray, scale_out, zero_point_out):
         raise KernelError(f"{op}: input needs a non-empty last dimension, got shape {x.shape}")
     shape = x.shape[:-1] + (1,)
     return (
-        x.reshape(-1, x.shape[-1]).astype(_F32, copy=False),
+        x.reshape(-1, x.shape[-1]).astype(F32, copy=False),
         fit(scale_out, shape),
         fit(zero_point_out, shape),
     )
@@ -319,14 +317,14 @@ def nudged_qparams(lo, hi, qmin: int, qmax: int) -> tuple[np.ndarray, np.ndarray
     the zero point from whichever end adds the smaller terms, nudged to an
     integer inside ``[qmin, qmax]``.
     """
-    lo = np.minimum(np.asarray(lo, _F32), np.float32(0))
-    hi = np.maximum(np.asarray(hi, _F32), np.float32(0))
+    lo = np.minimum(np.asarray(lo, F32), np.float32(0))
+    hi = np.maximum(np.asarray(hi, F32), np.float32(0))
     with quiet_fp():
-        scale = (hi.astype(_F64) - lo) / (qmax - qmin)
-        scale = np.where((scale.astype(_F32) == 0) | np.isinf(reciprocal32(scale)), 0.1, scale)
+        scale = (hi.astype(F64) - lo) / (qmax - qmin)
+        scale = np.where((scale.astype(F32) == 0) | np.isinf(reciprocal32(scale)), 0.1, scale)
         small = scale < _SMALL_SCALE
         if small.any():
-            amplify = (np.float32(_SMALL_SCALE) / scale.astype(_F32)).astype(_F32)
+            amplify = (np.float32(_SMALL_SCALE) / scale.astype(F32)).astype(F32)
             span = np.float32(_SMALL_SCALE * (qmax - qmin))
             new_lo = np.where(lo == 0, lo, np.where(hi == 0, -span, lo * amplify))
             new_hi = np.where(lo == 0, span, np.where(hi == 0, hi, hi * amplify))
@@ -374,7 +372,7 @@ def choose_qparams_symmetric_tensor(
     if input.size == 0:
         scale, zp = 1.0, 0
     else:
-        x = input.astype(_F32, copy=False)
+        x = input.astype(F32, copy=False)
         top = max(-min(np.float32(x.min()), np.float32(0)), max(np.float32(x.max()), np.float32(0)))
         half = np.float32((int(quant_max) - int(quant_min)) / 2)
         scale = max(np.float32(top) / half, np.float32(eps))

@@ -18,8 +18,8 @@ from pyexecutorch.kernels.quantized.affine import (
     scalar_dtype,
 )
 from pyexecutorch.kernels.registry import KernelError, kernel
+from pyexecutorch.schema.scalar_type import F32
 
-_F32 = np.dtype(np.float32)
 _I8 = np.dtype(np.int8)
 
 
@@ -47,8 +47,8 @@ def quantized_add(
                 f"{op}: {name} needs 0 <= quant_min <= quant_max <= 255, got {lo}, {hi}"
             )
     o = fit(out, a.shape)
-    da = dequantize_into(a, int(a_zero_point), np.float32(a_scale), _F32, np.empty(a.shape, _F32))
-    db = dequantize_into(b, int(b_zero_point), np.float32(b_scale), _F32, np.empty(b.shape, _F32))
+    da = dequantize_into(a, int(a_zero_point), np.float32(a_scale), F32, np.empty(a.shape, F32))
+    db = dequantize_into(b, int(b_zero_point), np.float32(b_scale), F32, np.empty(b.shape, F32))
     da += db
     return quantize_into(
         da, reciprocal32(out_scale), int(out_zero_point), out_quant_min, out_quant_max, o
@@ -78,9 +78,9 @@ def mixed_mm(input, weight, weight_scales, weight_zero_points, out):
             f"{op}: shapes {input.shape} @ {weight.shape} with {weight_scales.size} scales do not match"
         )
     o = fit(out, (input.shape[0], weight.shape[1]))
-    w = weight.astype(_F32) * weight_scales.reshape(-1, 1).astype(_F32)
+    w = weight.astype(F32) * weight_scales.reshape(-1, 1).astype(F32)
     with quiet_fp():
-        np.copyto(o, input.astype(_F32) @ w, casting="unsafe")
+        np.copyto(o, input.astype(F32) @ w, casting="unsafe")
     return o
 
 
@@ -99,8 +99,8 @@ def mixed_linear(input, weight, weight_scales, weight_zero_points, dtype, out):
         )
     groups = weight_scales.shape[1] if weight_scales.ndim == 2 else 1
     g = -(-n // groups)
-    col_scale = np.repeat(weight_scales.reshape(p, groups).astype(_F32), g, axis=1)[:, :n]
+    col_scale = np.repeat(weight_scales.reshape(p, groups).astype(F32), g, axis=1)[:, :n]
     o = fit(out, (m, p))
     with quiet_fp():
-        np.copyto(o, input.astype(_F32) @ (weight.astype(_F32) * col_scale).T, casting="unsafe")
+        np.copyto(o, input.astype(F32) @ (weight.astype(F32) * col_scale).T, casting="unsafe")
     return o

@@ -20,9 +20,8 @@ import numpy as np
 
 from pyexecutorch.kernels.reduce.reduce import _dims, _plan, _promoted
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, specializer
+from pyexecutorch.schema.scalar_type import F16, F32
 
-_F16 = np.dtype(np.float16)
-_F32 = np.dtype(np.float32)
 _I64 = np.dtype(np.int64)
 _BOOL = np.dtype(np.bool_)
 
@@ -63,16 +62,16 @@ def _accumulating(
     """``ufunc.reduce`` in ``acc`` into ``out``, as :func:`reduce._ufunc_reduce` does it."""
     if acc is None or a.dtype.kind not in "biuf" or acc.kind not in "biuf":
         return None
-    if acc == _F16 or a.dtype == _F16:
+    if acc == F16 or a.dtype == F16:
         # float16 accumulates in float32 and is rounded once (reduce._source).
-        if a.dtype != _F16 or acc != _F16 or out.dtype != _F16:
+        if a.dtype != F16 or acc != F16 or out.dtype != F16:
             return None
-        scratch = np.empty(out.shape, _F32)
+        scratch = np.empty(out.shape, F32)
         reduce = ufunc.reduce
 
         def half(a: np.ndarray, *rest: Any) -> np.ndarray:
             out = rest[-1]
-            reduce(a, axes, _F32, scratch, keepdim)
+            reduce(a, axes, F32, scratch, keepdim)
             np.copyto(out, scratch, casting="unsafe")
             return out
 
@@ -252,7 +251,7 @@ def _cumsum(a: Any, dim: Any, dtype: Any, out: Any) -> Any:
     if not -a.ndim <= dim < a.ndim or a.dtype.kind not in "biuf":
         return None
     acc = _acc(a, dtype, "cumsum")
-    if acc is None or acc.kind not in "biuf" or out.dtype != acc or _F16 in (a.dtype, acc):
+    if acc is None or acc.kind not in "biuf" or out.dtype != acc or F16 in (a.dtype, acc):
         return None
     # ndarray.cumsum is add.accumulate; calling the ufunc skips a layer.
     return Inline(
