@@ -30,6 +30,7 @@ calls kernels):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -179,6 +180,104 @@ def compiled_form(*names: str) -> Callable[[Callable[..., Any]], Callable[..., A
 def get_compiled_form(name: str) -> Callable[..., Any] | None:
     """The compiled form registered for ``name`` (once the compiled tier loaded them), or None."""
     return _COMPILED_FORMS.get(name)
+
+
+# ---------------------------------------------------------------------------------------
+# Operator facts: what the runtime's compiled lowering may rely on about an operator
+# besides its kernels, stated by the operator's family (a ``facts.py`` beside its kernels)
+# so that the runtime names no operator itself.
+
+# The channels-last access rules the runtime knows (see pyexecutorch.runtime.layout): which
+# of an instruction's 4-D tensors may be stored channels-last, and in which groups.
+LAYOUT_RULES = frozenset(
+    {"convolution", "elementwise", "spatial_mean", "pooling", "channel_pieces"}
+)
+
+
+@dataclass(frozen=True)
+class Product:
+    """A matrix product the runtime may run as one BLAS call in a method compiled whole:
+    the argument positions of its operands (``a @ b``), of a bias added to the product
+    (None: none), and of scale factors that must be 1 for that call."""
+
+    a: int
+    b: int
+    bias: int | None = None
+    unit_scales: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OperatorFacts:
+    """What the runtime may rely on about one operator (by its program name).
+
+    * ``layout``: the channels-last access rule of its instruction (one of
+      :data:`LAYOUT_RULES`), None: its tensors stay NCHW.
+    * ``channels_last_step``: builds its compiled step on channels-last arrays from the
+      instruction's load-time arguments (the kernel's order, outs last): ``(function,
+      arguments)``, or None where it has none for those arguments. Called only with the
+      compiled tier on.
+    * ``step_only_when_whole``: its numpy fast path costs a warm load milliseconds (a
+      convolution packs its weights and generates its code) while, inside a method
+      compiled whole, its compiled step does all the work: in a method that may compile
+      whole, that fast path is made only if a line calls it. It writes its out array.
+    * ``traced_as_whole``: its whole-method form sums differently from its
+      per-instruction one (a product's loop of multiply-adds): a traced method, which
+      never compiles whole, takes the whole-method form, so that tracing a method does
+      not change its numbers.
+    * ``copy_source``: the operator copies the argument at this position to its output,
+      same elements in the same order (for the in-place ``copy_``, the first argument is
+      the destination).
+    * ``product``: a matrix product (see :class:`Product`).
+    * ``stack_style``: its kernel takes the program's output value as its last argument
+      and returns its new value (no separate return slot), as ``executorch_prim``
+      operators' kernels do.
+    """
+
+    layout: str | None = None
+    channels_last_step: Callable[..., Any] | None = None
+    step_only_when_whole: bool = False
+    traced_as_whole: bool = False
+    copy_source: int | None = None
+    product: Product | None = None
+    stack_style: bool = False
+
+    def __post_init__(self) -> None:
+        if self.layout is not None and self.layout not in LAYOUT_RULES:
+            raise ValueError(f"unknown layout rule {self.layout!r} (known: {sorted(LAYOUT_RULES)})")
+
+
+NO_FACTS = OperatorFacts()
+_FACTS: dict[str, OperatorFacts] = {}
+
+
+def declare(*names: str, **facts: Any) -> None:
+    """Declare facts (the fields of :class:`OperatorFacts`) of the operators ``names``.
+
+    Each fact of an operator is declared once: a second declaration of the same field
+    raises ``ValueError``, as a second kernel does.
+    """
+    unknown = set(facts) - {f.name for f in dataclasses.fields(OperatorFacts)}
+    if unknown:
+        raise TypeError(f"unknown operator facts {sorted(unknown)} declared for {names}")
+    for name in names:
+        held = _FACTS.get(name, NO_FACTS)
+        for field in facts:
+            if getattr(held, field) != getattr(NO_FACTS, field):
+                raise ValueError(f"fact {field!r} of {name!r} is declared twice")
+        _FACTS[name] = dataclasses.replace(held, **facts)
+
+
+def facts_of(name: str) -> OperatorFacts:
+    """The facts declared for the operator ``name`` (none declared: :data:`NO_FACTS`)."""
+    _ensure_loaded()
+    return _FACTS.get(name, NO_FACTS)
+
+
+def declared(field: str) -> dict[str, Any]:
+    """Every operator with the fact ``field`` declared, and its value."""
+    _ensure_loaded()
+    default = getattr(NO_FACTS, field)
+    return {n: getattr(f, field) for n, f in _FACTS.items() if getattr(f, field) != default}
 
 
 def _ensure_loaded() -> None:

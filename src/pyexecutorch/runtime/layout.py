@@ -8,9 +8,10 @@ mobile CNNs keep at multiples of 8, as XNNPACK does.
 
 At load, :func:`channels_last_values` picks the activations to store
 channels-last: those every instruction touching them can take that way
-(convolutions, elementwise runs, spatial means, pooling, channel cat/split: see
-:data:`_ACCESS`), coupled where an instruction needs its operands in one
-layout (an elementwise run's same-shape operands), next to at least one
+(convolutions, elementwise runs, spatial means, pooling, channel cat/split: the
+access rule each operator's family declares, see :data:`ACCESS_RULES`), coupled where
+an instruction needs its operands in one layout (an elementwise run's same-shape
+operands), next to at least one
 convolution, and private to the method (planned, static, written once, no
 other value on their bytes while they live, neither input nor output). The
 rest of the program is unchanged: :func:`store_channels_last` rebinds each
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import (
     KernelCall,
@@ -40,7 +42,6 @@ from pyexecutorch.schema.program import (
 )
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_CONVOLUTION = "aten::convolution.out"
 
 # What an instruction does with the 4-D tensors it touches: groups of value indices that
 # may be stored channels-last, each group in one layout; every other tensor it touches
@@ -142,22 +143,15 @@ def _channel_pieces(method: Any, args: list[int], outs: list[int]) -> Groups | N
     return [sorted(set(members))]
 
 
-_ACCESS: dict[str, Access] = {
-    _CONVOLUTION: _convolution,
-    "aten::mean.out": _spatial_mean,
-    "aten::max_pool2d_with_indices.out": _pooling,
-    "aten::avg_pool2d.out": _pooling,
-    "aten::_adaptive_avg_pool2d.out": _pooling,
-    "aten::cat.out": _channel_pieces,
-    "aten::split_with_sizes_copy.out": _channel_pieces,
-    "aten::split_copy.Tensor_out": _channel_pieces,
+# Each access rule an operator's family may declare (OperatorFacts.layout; every one of
+# kernels.registry.LAYOUT_RULES).
+ACCESS_RULES: dict[str, Access] = {
+    "convolution": _convolution,
+    "elementwise": _elementwise,
+    "spatial_mean": _spatial_mean,
+    "pooling": _pooling,
+    "channel_pieces": _channel_pieces,
 }
-
-
-def _access_of(name: str) -> Access | None:
-    from pyexecutorch.kernels.elementwise.formulas import FORMULAS  # noqa: PLC0415
-
-    return _elementwise if name in FORMULAS else _ACCESS.get(name)
 
 
 def _private(method: Any, flow: Flow, j: int) -> bool:
@@ -221,14 +215,15 @@ def channels_last_values(method: Any, flow: Flow | None, read: set[int]) -> set[
         groups = None
         if isinstance(a, KernelCall):
             k = method.kernels[a.op_index]
-            access = _access_of(k.name)
+            rule = facts_of(k.name).layout
+            access = ACCESS_RULES.get(rule) if rule is not None else None
             if access is not None:
                 args, outs = method.kernel_layout(k, a)
                 try:
                     groups = access(method, args, outs)
                 except (IndexError, TypeError, ValueError, AttributeError):
                     groups = None
-                if groups is not None and k.name == _CONVOLUTION:
+                if groups is not None and rule == "convolution":
                     next_to_convolution.update(j for g in groups for j in g)
         grouped: set[int] = set()
         for group in groups or []:
@@ -296,60 +291,11 @@ class PlannedStep:
         return self._reference(*args)
 
 
-def _pool() -> Any:
-    """kernels.pool.compiled_nhwc (imported on first use: it needs numba)."""
-    from pyexecutorch.kernels.pool import compiled_nhwc  # noqa: PLC0415
-
-    return compiled_nhwc
-
-
-def _mean(x: Any, dims: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
-    if dtype is not None and dtype != x.dtype:
-        return None
-    if not isinstance(dims, (tuple, list)) or sorted(d % 4 for d in dims) != [2, 3]:
-        return None
-    return _pool().mean_hw_step(x, out)
-
-
-def _max_pool(x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, ceil: Any,
-              out: Any, indices: Any) -> Any:  # fmt: skip
-    return _pool().max_pool2d_step(x, out, kernel, stride, padding, dilation, ceil)
-
-
-def _avg_pool(x: Any, kernel: Any, stride: Any, padding: Any, ceil: Any, count_pad: Any,
-              divisor: Any, out: Any) -> Any:  # fmt: skip
-    return _pool().avg_pool2d_step(x, out, kernel, stride, padding, ceil, count_pad, divisor)
-
-
-def _adaptive_avg_pool(x: Any, size: Any, out: Any) -> Any:
-    return _pool().adaptive_avg_pool2d_step(x, out)
-
-
-def _cat(tensors: Any, dim: Any, out: Any) -> Any:
-    return _pool().cat_channels_step(tensors, out) if dim % 4 == 1 else None
-
-
-def _split(x: Any, sizes: Any, dim: Any, outs: Any) -> Any:
-    return _pool().split_channels_step(x, outs) if dim % 4 == 1 else None
-
-
-# Builders of each operator's step from its load-time arguments (the kernel's own
-# argument order, outs last); see kernels/pool/compiled_nhwc.py.
-_STEPS: dict[str, Callable[..., Any]] = {
-    "aten::mean.out": _mean,
-    "aten::max_pool2d_with_indices.out": _max_pool,
-    "aten::avg_pool2d.out": _avg_pool,
-    "aten::_adaptive_avg_pool2d.out": _adaptive_avg_pool,
-    "aten::cat.out": _cat,
-    "aten::split_with_sizes_copy.out": _split,
-    "aten::split_copy.Tensor_out": _split,
-}
-
-
 def channels_last_form(name: str, reference: Any, values: list[Any]) -> PlannedStep | None:
     """The compiled step of kernel ``name`` on load-time ``values`` of which some array is
-    channels-last (and not also C-contiguous), or None."""
-    build = _STEPS.get(name)
+    channels-last (and not also C-contiguous), or None: the step its family declares
+    (OperatorFacts.channels_last_step)."""
+    build = facts_of(name).channels_last_step
     if build is None:
         return None
     arrays = [a for v in values for a in (v if isinstance(v, list) else [v])]

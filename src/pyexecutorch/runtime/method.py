@@ -24,6 +24,7 @@ from pyexecutorch.kernels.registry import (
     Const,
     Inline,
     KernelError,
+    facts_of,
     get_compiled_form,
     get_kernel,
     get_specializer,
@@ -112,9 +113,9 @@ from pyexecutorch.schema.pte import PteFile
 from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, dtype_of
 
 # Operators whose kernels take the program's output value as their last
-# argument and return its new value (no separate return slot).
+# argument and return its new value (no separate return slot): executorch_prim's, and
+# those whose family declares it (OperatorFacts.stack_style).
 _STACK_STYLE_PREFIXES = ("executorch_prim::",)
-_STACK_STYLE_NAMES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,20 +139,6 @@ def _checker(references: dict[int, Callable[[], Any]]) -> Callable[[int], None]:
             raise KernelError(f"a compiled step (step {failed}) refused arguments the kernel took")
 
     return check
-
-
-# Kernels whose numpy fast path costs a warm load milliseconds (a convolution packs its
-# weights and generates its code) while, inside a method compiled whole, the kernel's compiled
-# step does all the work: in a method that may compile whole, when the compiled form declines
-# its own fast path, the numpy one is made only if a line calls it (compiled.PendingFastPath).
-# It is taken to write its out array, as the numpy convolution's does; one that would not
-# (the reference kernel, where the fast path declines) is made to (see _filling).
-_STEP_ONLY_WHEN_WHOLE = frozenset({"aten::convolution.out"})
-
-# Products whose whole-method form sums differently from their per-instruction one (a loop
-# up to more multiply-adds): a traced method, which never compiles whole, takes the
-# whole-method form, so that tracing a method does not change its numbers.
-_TRACED_AS_WHOLE = frozenset({"aten::mm.out", "aten::bmm.out", "aten::addmm.out"})
 
 
 def _filling(fast: Callable[..., Any]) -> Callable[..., Any]:
@@ -626,7 +613,7 @@ class LoadedMethod:
         """(arguments passed to the kernel, output value indices) of a kernel call."""
         args = list(call.args)
         n_outs = k.n_outs
-        stack_style = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
+        stack_style = k.name.startswith(_STACK_STYLE_PREFIXES) or facts_of(k.name).stack_style
         if stack_style:
             return args, args[-n_outs:] if n_outs else []
         if n_outs == 0:
@@ -667,7 +654,7 @@ class LoadedMethod:
         self, pending: list[Any], whole_only: bool = False
     ) -> list[CompiledChain] | None:
         """The chains' generated code; ``pending`` lists compiled forms' deferred functions
-        (see compiled.deferred_entry_points), loaded when the chain does not compile whole.
+        (see deferral.deferred_entry_points), loaded when the chain does not compile whole.
         ``whole_only``: None instead when the chain does not compile whole."""
         plan = self.plan
         ns = Namespace()
@@ -1104,7 +1091,7 @@ class LoadedMethod:
                 for placeholder in entry_points:
                     ns.names[ns.bind(placeholder)] = placeholder.load()
                 deferral.bind_entry_points(ns.names.values(), pending)
-                for name, held in list(ns.names.items()):  # see _STEP_ONLY_WHEN_WHOLE
+                for name, held in list(ns.names.items()):  # see OperatorFacts.step_only_when_whole
                     if type(held) is deferral.PendingFastPath:
                         ns.names[name] = held.load()
             entry_points.clear()
@@ -1193,7 +1180,7 @@ class LoadedMethod:
             if isinstance(a, KernelCall):
                 k = self.kernels[a.op_index]
                 op = self.plan.operators[a.op_index]
-                prim = k.name.startswith(_STACK_STYLE_PREFIXES) or k.name in _STACK_STYLE_NAMES
+                prim = k.name.startswith(_STACK_STYLE_PREFIXES) or facts_of(k.name).stack_style
                 key = tracer.kernel_key(op.name, op.overload, c, pc, prim=prim)
                 logged = self.kernel_layout(k, a)[1]
                 before = ""
@@ -1360,13 +1347,15 @@ class LoadedMethod:
                 return planned
         if (
             len(candidates) == 2
-            and k.name in _STEP_ONLY_WHEN_WHOLE
+            and facts_of(k.name).step_only_when_whole
             and k.n_outs == 1
             and not dynamic
             and deferral.deferring()
         ):
             # A method that may compile whole: the compiled form first, as always; the
-            # numpy fast path after it only when a line calls it (see _STEP_ONLY_WHEN_WHOLE).
+            # numpy fast path (costly to make: a convolution packs its weights and generates
+            # its code) after it only when a line calls it (deferral.PendingFastPath), taken
+            # to write its out array (see _filling).
             fast = self._fast_path(candidates[:1], args, dynamic, unused)
             if fast is not None:
                 return fast
@@ -1376,7 +1365,7 @@ class LoadedMethod:
                 (),
                 lambda: _filling(self._fast_path(numpy_fast, args, dynamic, unused) or k.fn),
             )
-        as_whole = self.jit and self.tracer is not None and k.name in _TRACED_AS_WHOLE
+        as_whole = self.jit and self.tracer is not None and facts_of(k.name).traced_as_whole
         fast = self._fast_path(candidates, args, dynamic, unused, as_whole)
         return k.fn if fast is None else fast
 

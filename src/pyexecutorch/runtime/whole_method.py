@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.jit import entry_points, generated
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.whole_arguments import (
     WholeFunction,
     bound_array_source,
@@ -193,21 +194,6 @@ def compile_steps(steps: list[Step]) -> tuple[WholeFunction, tuple[np.ndarray, .
     return WholeFunction(entry, kinds_of(arrays)), arrays, source
 
 
-# Copies whose source and destination hold the same elements in the same order
-# (argument position of the source; the destination is the out, or for the
-# in-place copy_ the first argument).
-_COPIES = {
-    "aten::view_copy.out": 0,
-    "aten::clone.out": 0,
-    "aten::_to_copy.out": 0,
-    "aten::alias_copy.out": 0,
-    "aten::squeeze_copy.dims_out": 0,
-    "aten::squeeze_copy.dim_out": 0,
-    "aten::unsqueeze_copy.out": 0,
-    "aten::_unsafe_view.out": 0,
-    "aten::copy_": 1,
-}
-
 _COPY_SOURCE = """from numba import njit
 
 
@@ -229,8 +215,11 @@ def _copy_function(name: str) -> generated.GeneratedFunction:
 
 
 def copy_source_position(name: str) -> int | None:
-    """The argument a copy kernel reads its elements from, or None for other kernels."""
-    return _COPIES.get(name)
+    """The argument a copy kernel reads its elements from (its family's declared
+    ``copy_source``: source and destination hold the same elements in the same order;
+    the destination is the out, or for the in-place copy_ the first argument), or None
+    for other kernels."""
+    return facts_of(name).copy_source
 
 
 def _overlap_unsafe(inputs: list[np.ndarray], out: np.ndarray) -> bool:
@@ -263,7 +252,7 @@ def same_elements(bound: Any, planned: Any) -> bool:
 
 def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None:
     """A copy kernel call on bound arrays (``args`` as the kernel takes them) as a Step."""
-    at = _COPIES.get(name)
+    at = facts_of(name).copy_source
     if at is None:
         return None
     if out is None:  # copy_: the destination is the first argument
@@ -305,22 +294,22 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def product_step(name: str, args: list[Any], out: np.ndarray) -> Step | None:
-    """A float mm, or addmm with a constant bias (beta = alpha = 1), on bound arrays as one
-    BLAS call (:func:`pyexecutorch.kernels.linalg.compiled.blas_matmul`): the products the
-    linalg forms leave to numpy's faster BLAS for their size, such as a CNN's classifier,
-    when they are all that keeps a method from compiling whole. None without scipy."""
+    """A float matrix product its family declares (``product``: mm, or addmm with a
+    constant bias and beta = alpha = 1) on bound arrays as one BLAS call
+    (:func:`pyexecutorch.kernels.linalg.compiled.blas_matmul`): the products the linalg
+    forms leave to numpy's faster BLAS for their size, such as a CNN's classifier, when
+    they are all that keeps a method from compiling whole. None without scipy."""
+    product = facts_of(name).product
+    if product is None:
+        return None
     from pyexecutorch.kernels.linalg import compiled as linalg  # noqa: PLC0415 - needs numba
 
-    if name == "aten::mm.out":
-        a, b, bias = args[0], args[1], None
-    elif name == "aten::addmm.out":
-        bias, a, b, beta, alpha = args[:5]
-        if any(isinstance(v, bool) or v != 1 for v in (beta, alpha)):
-            return None
-        if not isinstance(bias, np.ndarray) or bias.flags.writeable:
-            return None  # a bias that can change between runs is not copied at load
-    else:
+    a, b = args[product.a], args[product.b]
+    bias = None if product.bias is None else args[product.bias]
+    if any(isinstance(args[i], bool) or args[i] != 1 for i in product.unit_scales):
         return None
+    if product.bias is not None and (not isinstance(bias, np.ndarray) or bias.flags.writeable):
+        return None  # a bias that can change between runs is not copied at load
     if not linalg.HAS_BLAS:
         return None
     dt = out.dtype

@@ -1,0 +1,10 @@
+"""What the runtime's compiled lowering may rely on about convolutions (see
+:class:`pyexecutorch.kernels.registry.OperatorFacts`)."""
+
+from pyexecutorch.kernels.registry import declare
+
+# Its input and output may be stored channels-last (dense or depthwise, constant
+# weights: the runtime's "convolution" rule); in a method that may compile whole its numpy
+# fast path (packed weights, generated code: milliseconds of a warm load) is made only if
+# a line calls it, the compiled step doing the work inside the whole method.
+declare("aten::convolution.out", layout="convolution", step_only_when_whole=True)
