@@ -12,7 +12,9 @@ What it does, and nothing more:
    path component starting with ``test``; the helpers the suites import live there
    too) into ``.cache/conformance/{official,ours}/``;
 2. in the ``ours`` copy, rewrites ``from executorch`` / ``import executorch`` to
-   ``pyexecutorch`` on import lines only; no other line is touched;
+   ``pyexecutorch`` on import lines only (a bare ``import executorch[.x]`` also binds
+   the name ``executorch`` to ``pyexecutorch``, as a user porting such code would);
+   no other line is touched;
 3. runs each suite file in its own pytest process (``ours`` with
    scripts/conformance_overlay.py mounting the copied helpers under
    ``pyexecutorch``) and reads the outcomes from its JUnit XML;
@@ -76,6 +78,15 @@ SUITES = (
 
 # Import lines only: "from executorch..." / "import executorch..." at a statement start.
 _IMPORT = re.compile(r"^(\s*)(from|import)(\s+)executorch(?=[.\s]|$)", re.MULTILINE)
+# "import executorch[.a.b]" with no alias binds the name ``executorch``, which the code
+# then uses (``executorch.backends.x``): the port binds that name to our package.
+_BARE = re.compile(r"^([ \t]*)import[ \t]+executorch((?:\.\w+)*)[ \t]*$", re.MULTILINE)
+
+
+def _bare(match: re.Match) -> str:
+    indent, submodule = match.group(1), match.group(2)
+    bind = "import pyexecutorch as executorch"
+    return f"{indent}import pyexecutorch{submodule}; {bind}" if submodule else f"{indent}{bind}"
 
 
 def wheel_root() -> Path:
@@ -90,7 +101,7 @@ def is_test_path(rel: Path) -> bool:
 
 
 def rewrite_imports(source: str) -> str:
-    return _IMPORT.sub(r"\1\2\3pyexecutorch", source)
+    return _IMPORT.sub(r"\1\2\3pyexecutorch", _BARE.sub(_bare, source))
 
 
 def suite_files(wheel: Path, only: list[str] | None = None) -> list[str]:

@@ -33,6 +33,8 @@ def test_imports_are_rewritten_and_nothing_else():
         "    from executorch import exir\n"
         'name = "executorch.exir"  # from executorch import x\n'
         "import executorchfoo\n"
+        "import executorch\n"
+        "  import executorch.backends.test.harness\n"
     )
     assert conformance.rewrite_imports(source) == (
         "import pyexecutorch.exir as exir\n"
@@ -40,6 +42,8 @@ def test_imports_are_rewritten_and_nothing_else():
         "    from pyexecutorch import exir\n"
         'name = "executorch.exir"  # from executorch import x\n'
         "import executorchfoo\n"
+        "import pyexecutorch as executorch\n"
+        "  import pyexecutorch.backends.test.harness; import pyexecutorch as executorch\n"
     )
 
 

@@ -21,6 +21,8 @@ Every node keeps ``meta["xnn_sources"]``, the debug handles of the edge nodes
 folded into it, from which ``debug_handle_map`` is written.
 """
 
+from typing import Any
+
 from pyexecutorch.backends.xnnpack._passes.channels_last import plan_layouts
 from pyexecutorch.backends.xnnpack._passes.common import PassContext, sources
 from pyexecutorch.backends.xnnpack._passes.fold_constants import fold_constants
@@ -50,6 +52,7 @@ def run_passes(ctx: PassContext) -> None:
 
 __all__ = [
     "PASSES",
+    "XNNPACKPassManager",
     "PassContext",
     "convert_to_linear",
     "fold_constants",
@@ -60,3 +63,30 @@ __all__ = [
     "run_passes",
     "sources",
 ]
+
+
+class XNNPACKPassManager:
+    """Runs given passes over a whole exported program (the official pass manager's
+    calling convention): ``XNNPACKPassManager(ep, [PassClass, ...]).transform()``.
+
+    The XNNPACK rewrites of :data:`PASSES` work on one partition inside
+    ``XnnpackBackend.preprocess`` (their results are XNNPACK's own node forms, not
+    an exported program), so this manager has no default list: name the passes."""
+
+    def __init__(self, exported_program: Any, passes: list[Any] | None = None) -> None:
+        if not passes:
+            raise ValueError(
+                "XNNPACKPassManager: name the passes to run; pyexecutorch's XNNPACK graph "
+                "passes run on each partition inside XnnpackBackend.preprocess"
+            )
+        self.exported_program = exported_program
+        self.passes = list(passes)
+
+    def transform(self) -> Any:
+        """The program after each pass in turn (a pass class is instantiated first)."""
+        from pyexecutorch.exir.program._program import _transform  # noqa: PLC0415
+
+        program = self.exported_program
+        for p in self.passes:
+            program = _transform(program, p() if isinstance(p, type) else p)
+        return program

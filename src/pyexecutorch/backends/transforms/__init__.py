@@ -1,0 +1,2 @@
+"""Graph transforms shared by backends' ahead-of-time halves (the official
+``executorch.backends.transforms`` path). Needs torch."""
