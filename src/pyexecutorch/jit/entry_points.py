@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from pyexecutorch.jit import disk_cache, function_records, generated, numba_env
+from pyexecutorch.jit import compile_lock, disk_cache, function_records, generated, numba_env
 from pyexecutorch.jit.generated import GeneratedFunction
 
 
@@ -46,8 +46,16 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     cached = _from_disk_cache(dispatcher, signature, record)
     if cached is not None:
         return cached
-    with numba_env.compiling(f"{getattr(dispatcher, '__qualname__', dispatcher)}{signature}"):
-        compiled_entry = dispatcher.compile(signature)
+    name = (
+        f"{getattr(dispatcher, '__module__', '')}.{getattr(dispatcher, '__qualname__', dispatcher)}"
+    )
+    with compile_lock.compiling_alone(f"{name}{signature}") as waited:
+        if waited:  # another process compiled it meanwhile: its machine code is on disk
+            cached = _from_disk_cache(dispatcher, signature, record)
+            if cached is not None:
+                return cached
+        with numba_env.compiling(f"{name}{signature}"):
+            compiled_entry = dispatcher.compile(signature)
     if record is not None:
         function_records.write(record, dispatcher.overloads[signature], linkable=True)
     return compiled_entry
@@ -112,12 +120,19 @@ def plain_entry_point(
     if result is None:
         record = function_records.path_of(function, types)
         result = function_records.read(record)
-        if result is not None:
-            plain_stats["cache_hits"] += 1
+        if result is None:
+            what = f"{function.module_name}.{function.name}{types}"
+            with compile_lock.compiling_alone(what) as waited:
+                # (another process may have compiled it meanwhile and written its record)
+                result = function_records.read(record) if waited else None
+                if result is None:
+                    result = _compile_plain(function, arrays, prepare)
+                    function_records.write(record, result)
+                    plain_stats["compilations"] += 1
+                else:
+                    plain_stats["cache_hits"] += 1
         else:
-            result = _compile_plain(function, arrays, prepare)
-            function_records.write(record, result)
-            plain_stats["compilations"] += 1
+            plain_stats["cache_hits"] += 1
         _plain_results[key] = result
     return result.entry_point
 
