@@ -35,13 +35,19 @@ def _deprecated(what: str) -> None:
     )
 
 
-def transform_exported_program(ep: ExportedProgram, *passes: Any) -> ExportedProgram:
-    """A new program with ``passes`` (graph passes) run on a copy of ``ep``'s graph."""
-    if not passes:
+def transform_exported_program(
+    ep: ExportedProgram, *passes: Any, override_verifiers: list[type] | None = None
+) -> ExportedProgram:
+    """A new program with ``passes`` (graph passes) run on a copy of ``ep``'s graph;
+    ``override_verifiers`` replaces the verifier classes the new program names."""
+    if not passes and override_verifiers is None:
         return ep
     gm = _run_passes(copy_graph_module(ep.graph_module), list(passes))
     _recompile(gm)
-    return rebuild(ep, gm)
+    new = rebuild(ep, gm)
+    if override_verifiers is not None:
+        new._verifiers = list(override_verifiers)  # torch keeps them there; ep keeps its own
+    return new
 
 
 def lift_constant_tensor_pass(ep: ExportedProgram) -> ExportedProgram:
