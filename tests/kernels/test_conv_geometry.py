@@ -50,6 +50,8 @@ def test_taps_inside_the_image() -> None:
             assert list(range(lo, hi)) == inside
             total += len(inside)
         assert geometry.taps_inside(size, n_out, k, s, p, d) == total
+        each = [sum(_reads(size, s, p, d, o, t) for t in range(k)) for o in range(n_out)]
+        assert geometry.taps_each(size, n_out, k, s, p, d) == each
         reading = [t for t in range(k) if any(_reads(size, s, p, d, o, t) for o in range(n_out))]
         expected = (reading[0], reading[-1]) if reading else None
         assert geometry.taps_reading(size, k, s, p, d, n_out) == expected

@@ -25,7 +25,7 @@ import numpy as np
 
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, Maker
-from pyexecutorch.backends.xnnpack.nodes import Window, bounds
+from pyexecutorch.backends.xnnpack.nodes import bounds
 from pyexecutorch.backends.xnnpack.nodes_quantized import (
     add_parameters,
     channel_scales,
@@ -33,6 +33,7 @@ from pyexecutorch.backends.xnnpack.nodes_quantized import (
     qbounds,
 )
 from pyexecutorch.jit.variants import choose
+from pyexecutorch.kernels.conv.nhwc import Window
 from pyexecutorch.kernels.quantized import compiled_linear as ql
 from pyexecutorch.kernels.quantized import compiled_static as qs
 from pyexecutorch.runtime.whole_method import Step

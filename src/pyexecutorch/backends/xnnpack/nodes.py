@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +22,15 @@ import numpy as np
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
 from pyexecutorch.kernels import get_kernel
+from pyexecutorch.kernels.conv.nhwc import (
+    Operand,
+    Window,
+    conv2d_steps,
+    conv_transpose2d_steps,
+    depthwise_steps,
+    transposed_out_hw,
+)
+from pyexecutorch.kernels.pool.nhwc import pool2d_steps
 
 if TYPE_CHECKING:
     from pyexecutorch.backends.xnnpack.interpreter import Builder
@@ -507,61 +515,7 @@ def _bmm(b: Builder, n: S.Node2x1, node: S.XNode) -> None:
     b.step(run)
 
 
-# convolutions and pools (NHWC) ---------------------------------------
-
-
-@dataclass
-class Window:
-    """Geometry of a 2-d sliding window over an NHWC input."""
-
-    n: int
-    h: int
-    w: int
-    c: int
-    pads: tuple[int, int, int, int]  # top, right, bottom, left
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-
-    @property
-    def oh(self) -> int:
-        return (self.h + self.pads[0] + self.pads[2] - self.dh * (self.kh - 1) - 1) // self.sh + 1
-
-    @property
-    def ow(self) -> int:
-        return (self.w + self.pads[1] + self.pads[3] - self.dw * (self.kw - 1) - 1) // self.sw + 1
-
-    @property
-    def padded_shape(self) -> tuple[int, int, int, int]:
-        t, r, bo, le = self.pads
-        return (self.n, self.h + t + bo, self.w + le + r, self.c)
-
-    def taps(self, src: NDArray) -> list[NDArray]:
-        """For each kernel tap (row-major), the ``[n, oh, ow, c]`` view of the padded
-        input ``src`` that it reads."""
-        oh, ow, sh, sw = self.oh, self.ow, self.sh, self.sw
-        return [
-            src[
-                :,
-                i * self.dh : i * self.dh + sh * (oh - 1) + 1 : sh,
-                j * self.dw : j * self.dw + sw * (ow - 1) + 1 : sw,
-            ]
-            for i in range(self.kh)
-            for j in range(self.kw)
-        ]
-
-    def columns(self, src: NDArray) -> NDArray:
-        """The ``[n, oh, ow, kh, kw, c]`` im2col view of the padded input ``src``."""
-        sn, sy, sx, sc = src.strides
-        return np.lib.stride_tricks.as_strided(
-            src,
-            shape=(self.n, self.oh, self.ow, self.kh, self.kw, src.shape[3]),
-            strides=(sn, sy * self.sh, sx * self.sw, sy * self.dh, sx * self.dw, sc),
-            writeable=False,
-        )
+# convolutions and pools (NHWC): the conv and pool families' channels-last forms ------
 
 
 def _window(
@@ -577,116 +531,46 @@ def _window(
         raise XnnpackError(
             f"{b.where}: window {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw} must be positive"
         )
-    win = Window(
-        *xs,
-        (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left),
-        kh,
-        kw,
-        sh,
-        sw,
-        dh,
-        dw,
-    )
-    _, hp, wp, _ = win.padded_shape
-    if hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
+    pads = (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left)
+    win = Window(*xs, pads, kh, kw, sh, sw, dh, dw)
+    if not win.fits():
+        _, hp, wp, _ = win.padded_shape
         raise XnnpackError(
             f"{b.where}: a {kh}x{kw} window (dilation {dh}x{dw}) does not fit the padded {hp}x{wp} input"
         )
     return win
 
 
-# Depthwise outputs (times taps) up to this many elements use one einsum; windowed
-# inputs from this many elements on are split into stride phases.
-_EINSUM_LIMIT = 1 << 21
-_PHASE_LIMIT = 1 << 16
+def _operand(b: Builder, vid: int) -> Operand:
+    return Operand(b.getter(vid), b.env[vid] if b.fixed(vid) else None)
 
 
-class TapSource:
-    """Fixed buffers holding the input of a windowed node, and each tap's view of them.
-
-    The input is copied once per call: into a buffer with a ``fill`` border when
-    the node pads, or, for strided windows when ``phased``, into one plane per
-    (row, column) phase of the stride, so that every tap reads a unit-stride view
-    whose rows numpy can traverse as one run.
-    """
-
-    def __init__(self, b: Builder, vid: int, win: Window, fill: float, phased: bool) -> None:
-        self.steps: list[Step] = []
-        get = b.getter(vid)
-        dtype = b.dtype(vid)
-        t, _, _, le = win.pads
-        sh, sw = win.sh, win.sw
-        self.src: NDArray | None = None
-        if phased and (sh > 1 or sw > 1):
-            _, hp, wp, _ = win.padded_shape
-            planes: dict[tuple[int, int], NDArray] = {}
-            self.views = []
-            for i in range(win.kh):
-                for j in range(win.kw):
-                    py, oy = divmod(i * win.dh, sh)[::-1]
-                    px, ox = divmod(j * win.dw, sw)[::-1]
-                    if (py, px) not in planes:
-                        planes[(py, px)] = np.full(
-                            (win.n, -(-(hp - py) // sh), -(-(wp - px) // sw), win.c), fill, dtype
-                        )
-                    self.views.append(planes[(py, px)][:, oy : oy + win.oh, ox : ox + win.ow])
-            copies = []
-            for (py, px), plane in planes.items():
-                r0, c0 = -(-(t - py) // sh) if t > py else 0, -(-(le - px) // sw) if le > px else 0
-                y0, x0 = py + r0 * sh - t, px + c0 * sw - le
-                rows, cols = len(range(y0, win.h, sh)), len(range(x0, win.w, sw))
-                if rows and cols:
-                    copies.append(
-                        (
-                            plane[:, r0 : r0 + rows, c0 : c0 + cols],
-                            (slice(None), slice(y0, None, sh), slice(x0, None, sw)),
-                        )
-                    )
-
-            def split() -> None:
-                x = get()
-                for dst, key in copies:
-                    np.copyto(dst, x[key])
-
-            self.steps.append(split)
-        elif any(win.pads) or not b.fixed(vid):
-            buf = np.full(win.padded_shape, fill, dtype)
-            inner = buf[:, t : t + win.h, le : le + win.w]
-
-            def pad() -> None:
-                np.copyto(inner, get())
-
-            self.steps.append(pad)
-            self.src = buf
-            self.views = win.taps(buf)
-        else:
-            self.src = b.env[vid]
-            self.views = win.taps(self.src)
-
-
-def _bias_and_clamp(
-    b: Builder, n: Any, node: S.XNode, units: int
-) -> tuple[NDArray | None, float, float]:
-    bias = None
-    if n.bias_id != S.INVALID_ID:
-        bias = b.const(n.bias_id)
-        if bias is None:
-            raise NotImplementedError(
-                f"XNNPACK delegate: {b.where}: a non-constant bias is not supported"
-            )
-        if bias.shape != (units,):
-            raise XnnpackError(f"{b.where}: bias {bias.shape} for {units} output channels")
-        bias = bias.astype(_F32)
+def _clamp(node: S.XNode) -> Callable[[NDArray], None]:
     lo, hi = bounds(node)
-    return bias, lo, hi
+    return lambda o: clamp_array(o, lo, hi)
 
 
-def _filter(b: Builder, n: Any) -> NDArray:
+def _bias(b: Builder, n: Any, units: int) -> NDArray | None:
+    if n.bias_id == S.INVALID_ID:
+        return None
+    bias = b.const(n.bias_id)
+    if bias is None:
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: a non-constant bias is not supported"
+        )
+    if bias.shape != (units,):
+        raise XnnpackError(f"{b.where}: bias {bias.shape} for {units} output channels")
+    return bias.astype(_F32)
+
+
+def _filter(b: Builder, n: Any, expected: tuple[int, ...]) -> NDArray:
     w = b.const(n.filter_id)
     if w is None:
         raise NotImplementedError(
             f"XNNPACK delegate: {b.where}: a non-constant filter is not supported"
         )
+    if w.shape != expected:
+        raise XnnpackError(f"{b.where}: filter {w.shape}, expected {expected}")
     return w.astype(_F32)
 
 
@@ -712,66 +596,26 @@ def _conv_window(b: Builder, n: S.Conv) -> Window:
     )
 
 
+def _groups(b: Builder, n: S.Conv, channels: int) -> tuple[int, int, int]:
+    g, cin, cout = n.groups, n.group_input_channels, n.group_output_channels
+    if g < 1 or g * cin != channels:
+        raise XnnpackError(
+            f"{b.where}: {g} groups of {cin} channels for an input of {channels} channels"
+        )
+    return g, cin, cout
+
+
 @builder("XNNConv2d")
 def _conv2d(b: Builder, n: S.Conv, node: S.XNode) -> None:
     _float_only(b, n.input1_id, n.output_id)
     win = _conv_window(b, n)
-    g, cin, cout = n.groups, n.group_input_channels, n.group_output_channels
-    if g < 1 or g * cin != win.c:
-        raise XnnpackError(
-            f"{b.where}: {g} groups of {cin} channels for an input of {win.c} channels"
-        )
-    w = _filter(b, n)
-    if w.shape != (g * cout, win.kh, win.kw, cin):
-        raise XnnpackError(
-            f"{b.where}: filter {w.shape}, expected {(g * cout, win.kh, win.kw, cin)}"
-        )
-    bias, lo, hi = _bias_and_clamp(b, n, node, g * cout)
-    out = b.out(n.output_id, (win.n, win.oh, win.ow, g * cout))
-    m = win.n * win.oh * win.ow
-    kk = win.kh * win.kw * cin
-    # [out, kh, kw, in] -> per group the [kh*kw*in, out] matrix of the im2col product.
-    wmats = [
-        np.ascontiguousarray(w[q * cout : (q + 1) * cout].reshape(cout, kk).T) for q in range(g)
-    ]
-    o_get = b.getter(n.output_id)
-    o2_fixed = out.reshape(m, g * cout) if b.fixed(n.output_id) else None
-
-    def out2d() -> NDArray:
-        return o2_fixed if o2_fixed is not None else o_get().reshape(m, g * cout)
-
-    if g == 1 and win.kh == win.kw == win.sh == win.sw == 1 and not any(win.pads):
-        # A 1x1 convolution is one matmul over the NHWC pixels.
-        wmat, x = wmats[0], b.getter(n.input1_id)
-        a2 = b.env[n.input1_id].reshape(m, kk) if b.fixed(n.input1_id) else None
-
-        def pointwise() -> None:
-            _matmul_into(out2d(), a2 if a2 is not None else x().reshape(m, kk), wmat, bias, lo, hi)
-
-        b.step(pointwise)
-        return
-    source = TapSource(b, n.input1_id, win, 0.0, phased=False)
-    for s in source.steps:
-        b.step(s)
-    # im2col: one strided copy per group into [pixels, kh*kw*in] columns, then one matmul.
-    cols = [np.empty((win.n, win.oh, win.ow, win.kh, win.kw, cin), _F32) for _ in range(g)]
-    views = [win.columns(source.src[..., q * cin : (q + 1) * cin]) for q in range(g)]
-    col2d = [c.reshape(m, kk) for c in cols]
-
-    def conv() -> None:
-        for dst, view in zip(cols, views, strict=True):
-            np.copyto(dst, view)
-        o2 = out2d()
-        if g == 1:
-            _matmul_into(o2, col2d[0], wmats[0], bias, lo, hi)
-            return
-        for q in range(g):
-            o2[:, q * cout : (q + 1) * cout] = col2d[q] @ wmats[q]
-        if bias is not None:
-            np.add(o2, bias, out=o2)
-        clamp_array(o2, lo, hi)
-
-    b.step(conv)
+    g, cin, cout = _groups(b, n, win.c)
+    w = _filter(b, n, (g * cout, win.kh, win.kw, cin))
+    bias = _bias(b, n, g * cout)
+    b.out(n.output_id, (win.n, win.oh, win.ow, g * cout))
+    x, out = _operand(b, n.input1_id), _operand(b, n.output_id)
+    for step in conv2d_steps(win, w, g, bias, x, out, _clamp(node)):
+        b.step(step)
 
 
 @builder("XNNDepthwiseConv2d")
@@ -783,63 +627,12 @@ def _depthwise(b: Builder, n: S.Conv, node: S.XNode) -> None:
         raise XnnpackError(f"{b.where}: depthwise over {channels} channels with {n.groups} groups")
     mult = n.group_output_channels
     units = channels * mult
-    w = _filter(b, n)
-    if w.shape != (1, win.kh, win.kw, units):
-        raise XnnpackError(f"{b.where}: filter {w.shape}, expected {(1, win.kh, win.kw, units)}")
-    bias, lo, hi = _bias_and_clamp(b, n, node, units)
-    oh, ow = win.oh, win.ow
-    b.out(n.output_id, (win.n, oh, ow, units))
-    o_get = b.getter(n.output_id)
-    fixed_out = b.env[n.output_id] if b.fixed(n.output_id) else None
-    flat_shape = (win.n, oh, ow, units)
-    small = math.prod(flat_shape) * win.kh * win.kw <= _EINSUM_LIMIT
-    source = TapSource(b, n.input1_id, win, 0.0, phased=not small)
-    for s in source.steps:
-        b.step(s)
-
-    def finish(flat: NDArray) -> None:
-        if bias is not None:
-            np.add(flat, bias, out=flat)
-        clamp_array(flat, lo, hi)
-
-    if small:
-        # Small outputs: one einsum over the im2col view beats a call per tap.
-        cols = win.columns(source.src)
-        wk = np.ascontiguousarray(w[0].reshape(win.kh, win.kw, channels, mult))
-        shape5 = (win.n, oh, ow, channels, mult)
-
-        def depthwise_small() -> None:
-            flat = fixed_out if fixed_out is not None else o_get()
-            np.einsum("nhwijc,ijcm->nhwcm", cols, wk, out=flat.reshape(shape5))
-            finish(flat)
-
-        b.step(depthwise_small)
-        return
-    taps = [w[0, i, j] for i in range(win.kh) for j in range(win.kw)]
-    if mult == 1:
-        # Each tap's weights repeated along the output row, so that a row of
-        # pixels and channels is one contiguous run for numpy.
-        weights = [np.ascontiguousarray(np.broadcast_to(t, (ow, channels))) for t in taps]
-        views = source.views
-        shape = flat_shape
-    else:
-        weights = [np.ascontiguousarray(t.reshape(channels, mult)) for t in taps]
-        views = [v[..., None] for v in source.views]
-        shape = (win.n, oh, ow, channels, mult)
-    tmp = np.empty(shape, _F32)
-    pairs = list(zip(views, weights, strict=True))
-    (v0, w0), rest = pairs[0], pairs[1:]
-
-    def depthwise() -> None:
-        flat = fixed_out if fixed_out is not None else o_get()
-        out = flat.reshape(shape)
-        np.multiply(v0, w0, out=out)
-        for v, wt in rest:
-            np.multiply(v, wt, out=tmp)
-            np.add(out, tmp, out=out)
-        finish(flat)
-
-    b.step(depthwise)
+    w = _filter(b, n, (1, win.kh, win.kw, units))
+    bias = _bias(b, n, units)
+    b.out(n.output_id, (win.n, win.oh, win.ow, units))
+    x, out = _operand(b, n.input1_id), _operand(b, n.output_id)
+    for step in depthwise_steps(win, w, mult, bias, x, out, _clamp(node)):
+        b.step(step)
 
 
 @builder("XNNMaxPooling2d", "XNNAvgPooling2d")
@@ -852,34 +645,9 @@ def _pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
         b, xs, n, n.pooling_height, n.pooling_width, n.stride_height, n.stride_width, dh, dw
     )
     b.out(n.output_id, (win.n, win.oh, win.ow, win.c))
-    lo, hi = bounds(node)
-    phased = math.prod(win.padded_shape) >= _PHASE_LIMIT
-    source = TapSource(b, n.input_id, win, -_INF if is_max else 0.0, phased=phased)
-    for s in source.steps:
-        b.step(s)
-    combine = np.maximum if is_max else np.add
-    first, rest = source.views[0], source.views[1:]
-    scale = None
-    if not is_max:
-        # The average over the taps inside the input (padding excluded), per output pixel.
-        ones = np.zeros((1,) + win.padded_shape[1:3] + (1,), _F32)
-        ones[:, win.pads[0] : win.pads[0] + win.h, win.pads[3] : win.pads[3] + win.w] = 1.0
-        counts = np.maximum(sum(win.taps(ones)), 1.0)
-        scale = np.ascontiguousarray(
-            np.broadcast_to((1.0 / counts).astype(_F32), (1, win.oh, win.ow, win.c))
-        )
-    o_get = b.getter(n.output_id)
-
-    def pool() -> None:
-        out = o_get()
-        np.copyto(out, first)
-        for v in rest:
-            combine(out, v, out=out)
-        if scale is not None:
-            np.multiply(out, scale, out=out)
-        clamp_array(out, lo, hi)
-
-    b.step(pool)
+    x, out = _operand(b, n.input_id), _operand(b, n.output_id)
+    for step in pool2d_steps(win, is_max, _F32, x, out, _clamp(node)):
+        b.step(step)
 
 
 @builder("XNNConvTranspose2d")
@@ -888,62 +656,28 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     xs = b.shape(n.input1_id)
     if len(xs) != 4:
         raise XnnpackError(f"{b.where}: input {xs} must be 4-d NHWC")
-    nb, h, wd, c = xs
-    g, cin, cout = n.groups, n.group_input_channels, n.group_output_channels
-    kh, kw, sh, sw = n.kernel_height, n.kernel_width, n.subsampling_height, n.subsampling_width
-    dh, dw = n.dilation_height, n.dilation_width
-    if g < 1 or g * cin != c:
-        raise XnnpackError(f"{b.where}: {g} groups of {cin} channels for an input of {c} channels")
-    w = _filter(b, n)
-    if w.shape != (g * cout, kh, kw, cin):
-        raise XnnpackError(f"{b.where}: filter {w.shape}, expected {(g * cout, kh, kw, cin)}")
-    bias, lo, hi = _bias_and_clamp(b, n, node, g * cout)
-    pt, pr, pb, pl = n.padding_top, n.padding_right, n.padding_bottom, n.padding_left
-    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + n.adjustment_height
-    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + n.adjustment_width
-    oh, ow = full_h - pt - pb, full_w - pl - pr
+    pads = (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left)
+    win = Window(
+        *xs,
+        pads,
+        n.kernel_height,
+        n.kernel_width,
+        n.subsampling_height,
+        n.subsampling_width,
+        n.dilation_height,
+        n.dilation_width,
+    )
+    g, cin, cout = _groups(b, n, win.c)
+    w = _filter(b, n, (g * cout, win.kh, win.kw, cin))
+    bias = _bias(b, n, g * cout)
+    adjust = (n.adjustment_height, n.adjustment_width)
+    oh, ow = transposed_out_hw(win, adjust)
     if oh < 1 or ow < 1:
         raise XnnpackError(f"{b.where}: padding leaves an empty {oh}x{ow} output")
-    b.out(n.output_id, (nb, oh, ow, g * cout))
-    m = nb * h * wd
-    # Per group: [in, kh*kw*out] so that x @ W gives each pixel's contribution to every tap.
-    wmats = [
-        np.ascontiguousarray(
-            w[q * cout : (q + 1) * cout].transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
-        )
-        for q in range(g)
-    ]
-    acc = np.zeros((nb, full_h, full_w, g * cout), _F32)
-    cols = np.empty((m, kh * kw * cout), _F32)
-    x, o = b.getter(n.input1_id), b.getter(n.output_id)
-    adds = []
-    cview = cols.reshape(nb, h, wd, kh, kw, cout)
-    for q in range(g):
-        for i in range(kh):
-            for j in range(kw):
-                dst = acc[
-                    :,
-                    i * dh : i * dh + sh * (h - 1) + 1 : sh,
-                    j * dw : j * dw + sw * (wd - 1) + 1 : sw,
-                ]
-                adds.append((q, dst[..., q * cout : (q + 1) * cout], cview[:, :, :, i, j, :]))
-    crop = acc[:, pt : pt + oh, pl : pl + ow]
-
-    def run() -> None:
-        acc.fill(0.0)
-        x2 = x().reshape(m, c)
-        for q in range(g):
-            np.matmul(x2[:, q * cin : (q + 1) * cin], wmats[q], out=cols)
-            for qq, dst, src in adds:
-                if qq == q:
-                    np.add(dst, src, out=dst)
-        out = o()
-        np.copyto(out, crop)
-        if bias is not None:
-            np.add(out, bias, out=out)
-        clamp_array(out, lo, hi)
-
-    b.step(run)
+    b.out(n.output_id, (win.n, oh, ow, g * cout))
+    x, out = _operand(b, n.input1_id), _operand(b, n.output_id)
+    for step in conv_transpose2d_steps(win, w, g, adjust, bias, x, out, _clamp(node)):
+        b.step(step)
 
 
 @builder("XNNGlobalAvgPooling2d")

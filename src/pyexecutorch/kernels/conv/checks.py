@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check
-from pyexecutorch.kernels.conv.conv import _signature
+from pyexecutorch.kernels.conv.conv import signature
 from pyexecutorch.kernels.registry import KernelError
 
 
@@ -31,5 +31,5 @@ def check_convolution(
         raise KernelError(f"convolution: transposed must be a bool, got {transposed!r}")
     if isinstance(groups, bool) or not isinstance(groups, int):
         raise KernelError(f"convolution: groups must be an int, got {groups!r}")
-    sig = _signature(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    sig = signature(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     return (sig[3],)

@@ -34,7 +34,7 @@ from pyexecutorch.jit.blas import NUMPY_BLAS, gemm
 from pyexecutorch.jit.variants import choose, njit_renamed, serial_and_parallel
 from pyexecutorch.kernels.conv.compiled_dense import dense_step
 from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT, pointwise_direct_pays
-from pyexecutorch.kernels.conv.conv import _signature
+from pyexecutorch.kernels.conv.conv import signature_or_none
 from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
 
 # Without a BLAS for compiled code only the depthwise steps (plain loops) are offered and
@@ -185,12 +185,12 @@ def _convolution(
     channels = input.shape[1]
     if not isinstance(groups, int) or groups != channels or weight.shape[:2] != (channels, 1):
         return None
-    try:
-        s, p, d, shape, _ = _signature(
-            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-        )
-    except (KernelError, TypeError, ValueError):
+    sig = signature_or_none(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+    if sig is None:
         return None
+    s, p, d, shape, _ = sig
     if shape != out.shape or out.size == 0 or input.size == 0:
         return None
     if (
@@ -438,12 +438,12 @@ def planned(
         return None
     if np.shares_memory(input, out):
         return None
-    try:
-        s, p, d, shape, _ = _signature(
-            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-        )
-    except (KernelError, TypeError, ValueError):
+    sig = signature_or_none(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+    if sig is None:
         return None
+    s, p, d, shape, _ = sig
     if shape != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
         return None
     originals = (input, weight, bias, out)
@@ -491,12 +491,12 @@ def channels_last_step(
         return None
     if weight.flags.writeable or (bias is not None and (not _tensor(bias) or bias.flags.writeable)):
         return None
-    try:
-        s, p, d, shape, _ = _signature(
-            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-        )
-    except (KernelError, TypeError, ValueError):
+    sig = signature_or_none(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+    if sig is None:
         return None
+    s, p, d, shape, _ = sig
     if shape != out.shape or out.size == 0 or isinstance(groups, bool):
         return None
     step = channels_last_conv_step(

@@ -1474,8 +1474,7 @@ def channels_last_conv_step(
     ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low,
     high)`` into ``out``; or None where this module does not apply (see the module's
     docstring)."""
-    from pyexecutorch.kernels.conv.conv import _signature  # noqa: PLC0415
-    from pyexecutorch.kernels.registry import KernelError  # noqa: PLC0415
+    from pyexecutorch.kernels.conv.conv import signature_or_none  # noqa: PLC0415
 
     arrays = (input, weight, out)
     if not all(isinstance(a, np.ndarray) for a in arrays) or input.ndim != 4 or out.ndim != 4:
@@ -1500,12 +1499,10 @@ def channels_last_conv_step(
         return None
     if not (nhwc_in or nhwc_out):
         return None  # both NCHW: the existing steps
-    try:
-        s, p, d, shape, _ = _signature(
-            input, weight, bias, stride, padding, dilation, False, (0, 0), groups
-        )
-    except (KernelError, TypeError, ValueError):
+    sig = signature_or_none(input, weight, bias, stride, padding, dilation, False, (0, 0), groups)
+    if sig is None:
         return None
+    s, p, d, shape, _ = sig
     if tuple(shape) != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
         return None
     if np.shares_memory(input, out):

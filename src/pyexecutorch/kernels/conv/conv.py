@@ -13,145 +13,29 @@ multiplies the input itself. A channels-last input is copied to NCHW once
 before unfolding. Transposed convolutions run the product the other way
 round (``weight^T @ input``) and scatter-add each tap into the output.
 
-Scratch buffers (column buffers and views of them, temporaries) are cached
-per thread in an LRU (:func:`scratch`), arrays derived from constant
-weights (reshaped, converted, bias-fused) in another (:func:`derived`), and
-validated call signatures in a dict, so a method that runs repeatedly
-allocates nothing and re-checks nothing after its first execution.
+Column buffers and temporaries come from :mod:`pyexecutorch.kernels.scratch`
+(reused per thread), arrays derived from constant weights from its
+:func:`~pyexecutorch.kernels.scratch.derived`; validated call signatures are
+kept in a dict, so a method that runs repeatedly allocates nothing and
+re-checks nothing after its first execution.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.common import fit, float_compute_dtype, view_as
+from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.registry import KernelError, kernel
-
-# ---------------------------------------------------------------------------
-# Caches shared by the kernels of this family.
-
-_SCRATCH: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
-_SCRATCH_MAX_ENTRIES = 256
-_SCRATCH_MAX_BYTES = 512 << 20
-_scratch_bytes = 0
-
-
-def scratch_object(key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
-    """A per-thread work object (buffers and views of them) reused across calls.
-
-    ``make()`` returns ``(object, nbytes)``; the cache is an LRU bounded in
-    entries and bytes, so a rarely used shape eventually releases its memory.
-    """
-    global _scratch_bytes
-    k = (threading.get_ident(), key)
-    entry = _SCRATCH.get(k)
-    if entry is not None:
-        _SCRATCH.move_to_end(k)
-        return entry[0]
-    entry = make()
-    _SCRATCH[k] = entry
-    _scratch_bytes += entry[1]
-    while len(_SCRATCH) > 1 and (
-        len(_SCRATCH) > _SCRATCH_MAX_ENTRIES or _scratch_bytes > _SCRATCH_MAX_BYTES
-    ):
-        _, old = _SCRATCH.popitem(last=False)
-        _scratch_bytes -= old[1]
-    return entry[0]
-
-
-def scratch(
-    key: Any,
-    shape: tuple[int, ...],
-    dtype: np.dtype | type,
-    init: Callable[[np.ndarray], None] | None = None,
-) -> np.ndarray:
-    """A zero-initialised work buffer reused across calls with the same key.
-
-    Buffers are private to the calling thread. ``init`` runs once when the
-    buffer is created (after zeroing); a caller that relies on parts of the
-    buffer staying as initialised must never write those parts.
-    """
-
-    def make() -> tuple[np.ndarray, int]:
-        buf = np.zeros(shape, dtype)
-        if init is not None:
-            init(buf)
-        return buf, buf.nbytes
-
-    return scratch_object((key, shape, np.dtype(dtype).char), make)
-
+from pyexecutorch.kernels.scratch import derived, scratch, scratch_object
 
 _PLAN_IDS = itertools.count()
-
-
-_DERIVED: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
-_DERIVED_MAX_ENTRIES = 128
-
-
-def _dead() -> None:
-    return None
-
-
-def derived(tag: Any, arrays: Sequence[np.ndarray | None], make: Callable[[], Any]) -> Any:
-    """``make()``, cached while every array in ``arrays`` is alive and read-only.
-
-    Constant tensors (weights, biases) reach kernels as read-only views that
-    live as long as their program, so anything computed from them alone can
-    be kept. Writable arrays (activations, planned memory) may change between
-    calls: for them ``make()`` runs every time. Entries hold weak references,
-    so a cached value never keeps a program's constants alive.
-    """
-    for a in arrays:
-        if a is not None and a.flags.writeable:
-            return make()
-    key = (tag, *(None if a is None else id(a) for a in arrays))
-    entry = _DERIVED.get(key)
-    if entry is not None:
-        refs, value = entry
-        if all(r() is a for r, a in zip(refs, arrays, strict=True)):
-            _DERIVED.move_to_end(key)
-            return value
-    value = make()
-    refs = tuple(_dead if a is None else weakref.ref(a) for a in arrays)
-    _DERIVED[key] = (refs, value)
-    _DERIVED.move_to_end(key)
-    if len(_DERIVED) > _DERIVED_MAX_ENTRIES:
-        _DERIVED.popitem(last=False)
-    return value
-
-
-def view_as(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """``a`` reshaped without copying, or ``None`` when that needs a copy."""
-    if a.shape == shape:
-        return a
-    try:
-        return np.reshape(a, shape, copy=False)
-    except ValueError:
-        return None
-
-
-_FLOAT_COMPUTE = {
-    np.dtype(np.float16): np.dtype(np.float32),
-    np.dtype(np.float32): np.dtype(np.float32),
-    np.dtype(np.float64): np.dtype(np.float64),
-}
-
-
-def float_compute_dtype(a: np.ndarray, what: str, op: str) -> np.dtype:
-    """The dtype ``op`` computes in for a floating input (float16 runs in float32)."""
-    cdt = _FLOAT_COMPUTE.get(a.dtype)
-    if cdt is None:
-        raise KernelError(f"{op}: {what} must be float16, float32 or float64, got {a.dtype}")
-    return cdt
 
 
 def expand_param(value: Sequence[int] | int, n: int, name: str, op: str) -> tuple[int, ...]:
@@ -169,15 +53,7 @@ def expand_param(value: Sequence[int] | int, n: int, name: str, op: str) -> tupl
 
 
 # ---------------------------------------------------------------------------
-# Geometry.
-
-
-def _tap_range(size_in: int, size_out: int, s: int, p: int, d: int, t: int) -> tuple[int, int]:
-    """Outputs ``o`` in ``[lo, hi)`` whose input ``o*s - p + t*d`` lies in ``[0, size_in)``."""
-    off = t * d - p
-    lo = max(0, -(off // s))  # ceil(-off / s)
-    hi = min(size_out, (size_in - 1 - off) // s + 1) if size_in - 1 - off >= 0 else 0
-    return lo, max(lo, hi)
+# Unfolding and folding plans (the window arithmetic is geometry's).
 
 
 @lru_cache(maxsize=256)
@@ -204,7 +80,8 @@ def _unfold_plan(
     nd = len(in_sp)
     for tap, ts in enumerate(np.ndindex(*k_sp)):
         ranges = [
-            _tap_range(in_sp[i], out_sp[i], stride[i], pad[i], dil[i], ts[i]) for i in range(nd)
+            geometry.outputs_reading(in_sp[i], out_sp[i], stride[i], pad[i], dil[i], ts[i])
+            for i in range(nd)
         ]
         lo0, hi0 = max(ranges[0][0], r0), min(ranges[0][1], r1)
         empty = lo0 >= hi0 or any(lo >= hi for lo, hi in ranges[1:])
@@ -251,14 +128,11 @@ def _fold_plan(
         src = [tap]
         dst = []
         for i in range(nd):
-            # Inputs whose output lies inside [0, out): same formula with roles swapped.
-            off = ts[i] * dil[i] - pad[i]
-            lo = max(0, -(off // stride[i]))
-            hi = min(in_sp[i], (out_sp[i] - 1 - off) // stride[i] + 1)
-            if out_sp[i] - 1 - off < 0 or lo >= hi:
+            lo, hi = geometry.inputs_landing(in_sp[i], out_sp[i], stride[i], pad[i], dil[i], ts[i])
+            if lo >= hi:
                 break
             src.append(slice(lo, hi))
-            start = lo * stride[i] + off
+            start = lo * stride[i] + ts[i] * dil[i] - pad[i]
             dst.append(slice(start, start + (hi - lo - 1) * stride[i] + 1, stride[i]))
         else:
             ops.append((tuple(src), tuple(dst)))
@@ -363,10 +237,6 @@ class _Unfold:
 @lru_cache(maxsize=512)
 def _unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit) -> _Unfold:
     return _Unfold(n, c, in_sp, k_sp, stride, pad, dil, out_sp, groups, extra, char, limit)
-
-
-def _conv_out_size(i: int, k: int, s: int, p: int, d: int) -> int:
-    return (i + 2 * p - d * (k - 1) - 1) // s + 1
 
 
 # ---------------------------------------------------------------------------
@@ -599,7 +469,7 @@ def _conv_geometry(
         if c % groups:
             raise KernelError(f"{op}: input channels {c} are not divisible by groups {groups}")
         out_sp = tuple(
-            (i - 1) * s[j] - 2 * p[j] + d[j] * (k_sp[j] - 1) + op_[j] + 1
+            geometry.transposed_out_size(i, k_sp[j], s[j], d[j], p[j], p[j], op_[j])
             for j, i in enumerate(input.shape[2:])
         )
         oc = weight.shape[1] * groups
@@ -615,13 +485,14 @@ def _conv_geometry(
                 f"{weight.shape[1] * groups} input channels, input of shape {input.shape} has {c}"
             )
         for j, i in enumerate(input.shape[2:]):
-            if i + 2 * p[j] < d[j] * (k_sp[j] - 1) + 1:
+            if i + 2 * p[j] < geometry.extent(k_sp[j], d[j]):
                 raise KernelError(
                     f"{op}: kernel size {tuple(k_sp)} (dilation {list(d)}) is larger than the "
                     f"padded input {tuple(v + 2 * q for v, q in zip(input.shape[2:], p, strict=True))}"
                 )
         out_sp = tuple(
-            _conv_out_size(i, k_sp[j], s[j], p[j], d[j]) for j, i in enumerate(input.shape[2:])
+            geometry.out_size(i, k_sp[j], s[j], d[j], p[j], p[j])
+            for j, i in enumerate(input.shape[2:])
         )
     if any(o <= 0 for o in out_sp):
         raise KernelError(f"{op}: computed output spatial size {out_sp} is not positive")
@@ -654,7 +525,19 @@ def _into(out: np.ndarray, shape: tuple[int, ...], cdt: np.dtype, fn: Callable[[
 _SIGNATURES: dict[tuple, tuple] = {}
 
 
-def _signature(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+def signature(
+    input: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    stride: Sequence[int] | int,
+    padding: Sequence[int] | int,
+    dilation: Sequence[int] | int,
+    transposed: bool,
+    output_padding: Sequence[int] | int,
+    groups: int,
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], np.dtype]:
+    """``(stride, padding, dilation, out_shape, compute_dtype)`` of a convolution call, each
+    parameter with one entry per spatial dim; raises the reference kernel's KernelError."""
     op = "convolution"
     s, p, d, _, shape = _conv_geometry(
         op, input, weight, stride, padding, dilation, transposed, output_padding, groups
@@ -664,6 +547,28 @@ def _signature(input, weight, bias, stride, padding, dilation, transposed, outpu
     if bias is not None and bias.shape != (oc,):
         raise KernelError(f"{op}: bias must have shape ({oc},), got {bias.shape}")
     return s, p, d, shape, cdt
+
+
+def signature_or_none(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    output_padding: Any,
+    groups: Any,
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], np.dtype] | None:
+    """:func:`signature`, or None where the reference kernel would refuse the call (or its
+    arguments are malformed): a fast path or compiled form then declines, and the
+    reference kernel raises its own error when the call runs."""
+    try:
+        return signature(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+        )
+    except (KernelError, TypeError, ValueError):
+        return None
 
 
 @kernel("aten::convolution.out")
@@ -688,7 +593,7 @@ def convolution(
     except TypeError:  # int parameters instead of lists: no memo
         key = sig = None
     if sig is None:
-        sig = _signature(
+        sig = signature(
             input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
         )
         if key is not None:

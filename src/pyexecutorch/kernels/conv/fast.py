@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pyexecutorch.kernels.conv.conv import _signature, convolution
-from pyexecutorch.kernels.registry import KernelError, specializer
+from pyexecutorch.kernels.conv import geometry
+from pyexecutorch.kernels.conv.conv import convolution, signature_or_none
+from pyexecutorch.kernels.registry import specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -77,12 +78,12 @@ def _convolution(
         return None
     if input.ndim not in (3, 4) or not out.flags.c_contiguous or not isinstance(groups, int):
         return None
-    try:
-        s, p, d, shape, _ = _signature(
-            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-        )
-    except (KernelError, TypeError, ValueError):
+    sig = signature_or_none(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+    if sig is None:
         return None
+    s, p, d, shape, _ = sig
     if shape != out.shape or out.size == 0 or input.size == 0 or weight.size == 0:
         return None
     if input.ndim == 3:  # 1-D: a 2-D convolution of height 1
@@ -102,14 +103,6 @@ def _convolution(
     return fast
 
 
-def _tap_span(size: int, k: int, stride: int, pad: int, dil: int, n_out: int) -> tuple[int, int]:
-    """The taps [first, last] of one axis that read the image for some output position."""
-    reads = [
-        t for t in range(k) if any(0 <= o * stride - pad + t * dil < size for o in range(n_out))
-    ]
-    return (reads[0], reads[-1]) if reads else (0, k - 1)
-
-
 def _without_padding_taps(x, w, b, s, p, d, groups, out):  # noqa: ANN001, ANN202
     """A 2-D convolution whose outer taps only ever read padding, as the convolution of
     the taps that read the image (a dilated 3x3 with padding wider than the image is a
@@ -118,7 +111,8 @@ def _without_padding_taps(x, w, b, s, p, d, groups, out):  # noqa: ANN001, ANN20
     if x.ndim != 4 or w.flags.writeable:
         return None
     spans = [
-        _tap_span(x.shape[2 + a], w.shape[2 + a], s[a], p[a], d[a], out.shape[2 + a])
+        geometry.taps_reading(x.shape[2 + a], w.shape[2 + a], s[a], p[a], d[a], out.shape[2 + a])
+        or (0, w.shape[2 + a] - 1)  # (no tap reads the image: keep them all)
         for a in (0, 1)
     ]
     if all(lo == 0 and hi == w.shape[2 + a] - 1 for a, (lo, hi) in enumerate(spans)):
@@ -130,8 +124,7 @@ def _without_padding_taps(x, w, b, s, p, d, groups, out):  # noqa: ANN001, ANN20
     kept = np.ascontiguousarray(w[:, :, h0 : h1 + 1, w0 : w1 + 1])
     kept.flags.writeable = False
     for a, k in enumerate(kept.shape[2:]):
-        n_out = (x.shape[2 + a] + 2 * pads[a] - d[a] * (k - 1) - 1) // s[a] + 1
-        if n_out != out.shape[2 + a]:
+        if geometry.out_size(x.shape[2 + a], k, s[a], d[a], pads[a], pads[a]) != out.shape[2 + a]:
             return None  # the right side's padding would differ
     inner = _forward(x, kept, b, s, pads, d, groups, out)
     weight = w
@@ -251,7 +244,8 @@ def _kernel(plan: str, calls: list, weights: _PackedWeights, x: Any, out: np.nda
 
 def _axis_phases(k: int, s: int, d: int) -> tuple[list[int], list[int]]:
     """Per tap: its stride phase and its offset (in phase pixels) from the output position."""
-    return [(i * d) % s for i in range(k)], [(i * d) // s for i in range(k)]
+    phases = [geometry.tap_phase(i, s, d) for i in range(k)]
+    return [a for a, _ in phases], [u for _, u in phases]
 
 
 def _forward(x, w, b, s, p, d, groups, out):  # noqa: ANN001, ANN202
@@ -403,9 +397,9 @@ def _direct(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, 
 def _tap_axis(k: int, s: int, d: int, p: int, size: int):  # noqa: ANN202
     """One axis of the wrapped layout: per tap its stride phase and its shift (in phase
     pixels) from the output position; per phase the number of input pixels in it."""
-    phase = [(i * d - p) % s for i in range(k)]
-    shift = [(i * d - p) // s for i in range(k)]
-    count = {a: max(0, -(-(size - a) // s)) for a in set(phase)}
+    phases = [geometry.tap_phase(i, s, d, p) for i in range(k)]
+    phase, shift = [a for a, _ in phases], [u for _, u in phases]
+    count = {a: len(range(a, size, s)) for a in set(phase)}
     return phase, shift, count
 
 

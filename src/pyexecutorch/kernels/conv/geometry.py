@@ -101,6 +101,13 @@ def taps_inside(size: int, n_out: int, k: int, stride: int, pad: int, dilation: 
     )
 
 
+def taps_each(size: int, n_out: int, k: int, stride: int, pad: int, dilation: int) -> list[int]:
+    """Per output, its taps that read inside the image (an average's divisor without the
+    padding)."""
+    spans = (span_inside(o * stride - pad, dilation, k, size) for o in range(n_out))
+    return [hi - lo for lo, hi in spans]
+
+
 def windows_span(n_out: int, k: int, stride: int, dilation: int) -> int:
     """The inputs ``n_out`` windows cover, from the first one's start to the last one's end."""
     return (n_out - 1) * stride + extent(k, dilation)

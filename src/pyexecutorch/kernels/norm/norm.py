@@ -22,15 +22,15 @@ from collections.abc import Callable
 import numpy as np
 
 from pyexecutorch.kernels.checks import number
-from pyexecutorch.kernels.common import fit, normalize_dim, quiet_fp
-from pyexecutorch.kernels.conv.conv import (
-    derived,
+from pyexecutorch.kernels.common import (
+    fit,
     float_compute_dtype,
-    scratch,
-    scratch_object,
+    normalize_dim,
+    quiet_fp,
     view_as,
 )
 from pyexecutorch.kernels.registry import KernelError, kernel
+from pyexecutorch.kernels.scratch import derived, scratch, scratch_object
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)

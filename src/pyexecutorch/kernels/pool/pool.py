@@ -19,8 +19,9 @@ from functools import lru_cache
 import numpy as np
 
 from pyexecutorch.kernels.common import fit
-from pyexecutorch.kernels.conv.conv import _tap_range, scratch
+from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.registry import KernelError, kernel
+from pyexecutorch.kernels.scratch import scratch
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -37,14 +38,6 @@ def _pair(value, name: str, op: str, default=None) -> tuple[int, int]:
     if len(value) != 2:
         raise KernelError(f"{op}: {name} must have 1 or 2 entries, got {list(value)}")
     return value
-
-
-def _pool_out_size(size: int, k: int, p: int, s: int, d: int, ceil_mode: bool) -> int:
-    num = size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
-    out = num // s + 1
-    if ceil_mode and (out - 1) * s >= size + p:
-        out -= 1
-    return out
 
 
 def _pool_geometry(op, x, kernel_size, stride, padding, dilation, ceil_mode, max_pool):
@@ -74,8 +67,8 @@ def _pool_geometry(op, x, kernel_size, stride, padding, dilation, ceil_mode, max
         raise KernelError(
             f"{op}: input of shape {x.shape} must have non-empty channel and spatial dims"
         )
-    oh = _pool_out_size(h, k[0], p[0], s[0], d[0], ceil_mode)
-    ow = _pool_out_size(w, k[1], p[1], s[1], d[1], ceil_mode)
+    oh = geometry.out_size(h, k[0], s[0], d[0], p[0], p[0], ceil_mode)
+    ow = geometry.out_size(w, k[1], s[1], d[1], p[1], p[1], ceil_mode)
     if oh <= 0 or ow <= 0:
         raise KernelError(
             f"{op}: output size ({oh}, {ow}) is too small for input {x.shape}, kernel {list(k)}, "
@@ -91,11 +84,11 @@ def _pool_plan(hw, k, s, p, d, ohw, with_index):
     oh, ow = ohw
     ops = []
     for i in range(k[0]):
-        lo_h, hi_h = _tap_range(h, oh, s[0], p[0], d[0], i)
+        lo_h, hi_h = geometry.outputs_reading(h, oh, s[0], p[0], d[0], i)
         if lo_h >= hi_h:
             continue
         for j in range(k[1]):
-            lo_w, hi_w = _tap_range(w, ow, s[1], p[1], d[1], j)
+            lo_w, hi_w = geometry.outputs_reading(w, ow, s[1], p[1], d[1], j)
             if lo_w >= hi_w:
                 continue
             ih0 = lo_h * s[0] - p[0] + i * d[0]
@@ -125,8 +118,8 @@ def separable_geometry(hw, k, s, p, d, ohw):
     for the column pass.
     """
     (h, w), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = hw, k, s, p, d, ohw
-    hp = max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1)
+    hp = max(ph + h, geometry.windows_span(oh, kh, sh, dh))
+    wp = max(pw + w, geometry.windows_span(ow, kw, sw, dw))
     padded = (ph, pw) != (0, 0) or hp > h or wp > w
     cols = tuple(slice(j * dw, j * dw + (ow - 1) * sw + 1, sw) for j in range(kw))
     rows = tuple(slice(i * dh, i * dh + (oh - 1) * sh + 1, sh) for i in range(kh))

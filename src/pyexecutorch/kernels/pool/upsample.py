@@ -16,9 +16,9 @@ from functools import lru_cache
 import numpy as np
 
 from pyexecutorch.kernels.bounds import bounded_fit
-from pyexecutorch.kernels.common import quiet_fp
-from pyexecutorch.kernels.conv.conv import float_compute_dtype, scratch, view_as
+from pyexecutorch.kernels.common import float_compute_dtype, quiet_fp, view_as
 from pyexecutorch.kernels.registry import KernelError, kernel
+from pyexecutorch.kernels.scratch import scratch
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
