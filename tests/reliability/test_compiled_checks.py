@@ -421,6 +421,137 @@ KERNEL_CASES = [
 ]
 
 
+_I = np.int64
+
+# The other compiled forms' families: hostile scalars, dims, dtypes and shapes.
+KERNEL_CASES += [
+    (
+        "aten::_adaptive_avg_pool2d.out",
+        [_z(1, 2, 8, 8, dtype=np.int32), [2, 2]],
+        [_z(1, 2, 2, 2, dtype=np.int32)],
+    ),
+    ("aten::_adaptive_avg_pool2d.out", [_z(1, 2, 8, 8), [4, 4]], [_z(1, 2, 2, 2)]),
+    (
+        "aten::_native_batch_norm_legit_no_training.out",
+        [_z(1, 3, 4, 4), _z(3), _z(3), _z(3), _z(3), 0.1, None],
+        [_z(1, 3, 4, 4), _z(0), _z(0)],
+    ),
+    (
+        "aten::_native_batch_norm_legit_no_training.out",
+        [_z(1, 3, 4, 4), _z(3), _z(3), None, _z(3), 0.1, 1e-5],
+        [_z(1, 3, 4, 4), _z(0), _z(0)],
+    ),
+    (
+        "aten::_native_batch_norm_legit_no_training.out",
+        [_z(1, 3, 4, 4), _z(4), _z(3), _z(3), _z(3), 0.1, 1e-5],
+        [_z(1, 3, 4, 4), _z(0), _z(0)],
+    ),
+    (
+        "aten::native_group_norm.out",
+        [_z(2, 4, 3), _z(4), _z(4), 2, 4, 3, 3, 1e-5],
+        [_z(2, 4, 3), _z(2, 3), _z(2, 3)],
+    ),
+    (
+        "aten::native_group_norm.out",
+        [_z(2, 4, 3), _z(4), _z(4), 2, 4, 3, None, 1e-5],
+        [_z(2, 4, 3), _z(2, 2), _z(2, 2)],
+    ),
+    ("aten::constant_pad_nd.out", [_z(2, 3), [1, 1, 1], 0.0], [_z(2, 5)]),
+    ("aten::constant_pad_nd.out", [_z(2, 3), [1, 1], None], [_z(2, 5)]),
+    ("aten::constant_pad_nd.out", [_z(2, 3), [1, 1], 0.0], [_z(2, 4)]),
+    ("aten::cumsum.out", [_z(2, 3), None, None], [_z(2, 3)]),
+    ("aten::cumsum.out", [_z(2, 3), 1, 1], [_z(2, 3)]),
+    ("aten::embedding.out", [_z(5, 4), _z(3, dtype=np.float32), -1, False, False], [_z(3, 4)]),
+    ("aten::embedding.out", [_z(5), _z(3, dtype=_I), -1, False, False], [_z(3)]),
+    ("aten::expand_copy.out", [_z(3, 1), [4], False], [_z(3, 4)]),
+    ("aten::expand_copy.out", [_z(3, 2), [3, 4], False], [_z(3, 4)]),
+    ("aten::gather.out", [_z(3, 4), 1, _z(3, 2), False], [_z(3, 2)]),
+    ("aten::gather.out", [_z(3, 4), None, _z(3, 2, dtype=_I), False], [_z(3, 2)]),
+    ("aten::gather.out", [_z(3, 4), 1, _z(3, 2, 1, dtype=_I), False], [_z(3, 2, 1)]),
+    ("aten::index.Tensor_out", [_z(3, 4), [_z(2)]], [_z(2, 4)]),
+    ("aten::index.Tensor_out", [_z(3, 4), [1]], [_z(2, 4)]),
+    ("aten::index.Tensor_out", [_z(3, 4), [_z(2, dtype=_I)]], [_z(3, 4)]),
+    ("aten::index_put.out", [_z(3, 4), [_z(2, dtype=_I)], _z(2, 4, dtype=_I), False], [_z(3, 4)]),
+    ("aten::index_put.out", [_z(3, 4), [_z(2, dtype=_I)], _z(2, 4), 1], [_z(3, 4)]),
+    ("aten::index_put.out", [_z(3, 4), [_z(2, dtype=_I)], 1.0, False], [_z(3, 4)]),
+    ("aten::index_select.out", [_z(3, 4), 1.0, _z(2, dtype=_I)], [_z(3, 2)]),
+    ("aten::index_select.out", [_z(3, 4), 1, _z(2, 2, dtype=_I)], [_z(3, 4)]),
+    ("aten::index_select.out", [_z(3, 4), 1, _z(2, dtype=_I)], [_z(3, 3)]),
+    ("aten::prod.int_out", [_z(3, 4), None, False, None], [_z(3)]),
+    ("aten::prod.int_out", [_z(3, 4), 1, False, True], [_z(3)]),
+    ("aten::prod.int_out", [_z(3, 4), 1, False, 4], [_z(3)]),
+    ("aten::repeat.out", [_z(3, 4), [2]], [_z(3, 8)]),
+    ("aten::repeat.out", [_z(3, 4), [1, -1]], [_z(3, 4)]),
+    ("aten::repeat.out", [_z(3, 4), [1, 2]], [_z(3, 4)]),
+    ("aten::topk.values", [_z(3, 4), 5, 1, True, True], [_z(3, 5), _z(3, 5, dtype=_I)]),
+    ("aten::topk.values", [_z(3, 4), 2.0, 1, True, True], [_z(3, 2), _z(3, 2, dtype=_I)]),
+    ("aten::topk.values", [_z(3, 4), 2, 1, True, True], [_z(3, 3), _z(3, 3, dtype=_I)]),
+    (
+        "aten::upsample_bilinear2d.vec_out",
+        [_z(1, 2, 4, 4), None, False, [float("inf"), 2.0]],
+        [_z(1, 2, 8, 8)],
+    ),
+    (
+        "aten::upsample_bilinear2d.vec_out",
+        [_z(1, 2, 4, 4, dtype=_I), [8, 8], False, None],
+        [_z(1, 2, 8, 8, dtype=_I)],
+    ),
+    ("aten::upsample_nearest2d.vec_out", [_z(1, 2, 4, 4), [8, 8], [2.0, 2.0]], [_z(1, 2, 8, 8)]),
+    ("aten::upsample_nearest2d.vec_out", [_z(1, 2, 4, 4), [8, 8], None], [_z(1, 2, 4, 8)]),
+    ("aten::var.correction_out", [_z(3, 4), [1], "one", False], [_z(3)]),
+    ("aten::var.correction_out", [_z(3, 4, dtype=_I), [1], 1, False], [_z(3)]),
+    ("aten::var.correction_out", [_z(3, 4), [1], 1, True], [_z(3)]),
+    # an explicit dtype is the out tensor's (the campaign's scalar_input and mutable buffer
+    # tier differences: sum's dtype replaced by a Bool, True read as int8)
+    ("aten::sum.IntList_out", [_z(2, 3), [], False, True], [_z()]),
+    ("aten::sum.IntList_out", [_z(2, 3), [], False, 1], [_z()]),
+    ("aten::mean.out", [_z(2, 3), [1], False, 7], [_z(2)]),
+    ("aten::amax.out", [_z(3, 4), [2], False], [_z(3)]),
+    ("aten::amin.out", [_z(3, 4), [0, 0], False], [_z(4)]),
+    ("aten::any.all_out", [_z(3, 4, dtype=np.bool_)], [_z(1, dtype=np.bool_)]),
+    ("aten::any.dims_out", [_z(3, 4, dtype=np.bool_), [1], 1], [_z(3, 1, dtype=np.bool_)]),
+    ("aten::argmin.out", [_z(3, 4, dtype=np.bool_), 1, False], [_z(3, dtype=_I)]),
+    ("aten::max.dim_max", [_z(3, 4), 2, False], [_z(3), _z(3, dtype=_I)]),
+    ("aten::min.dim_min", [_z(3, 0), 1, False], [_z(3), _z(3, dtype=_I)]),
+    ("aten::fmod.Tensor_out", [_z(3), _z(4)], [_z(4)]),
+    ("aten::remainder.Scalar_out", [_z(3), None], [_z(3)]),
+    ("aten::remainder.Tensor_out", [_z(3), _z(4)], [_z(4)]),
+    ("dim_order_ops::_clone_dim_order.out", [_z(2, 3), False, [1, 1]], [_z(2, 3)]),
+]
+
+# Arguments each check accepts, and the shapes it says the kernel's outputs take: the
+# kernel's own outputs (the checks say no more than the kernels compute).
+VALID_CASES = [
+    ("aten::_adaptive_avg_pool2d.out", [_z(1, 2, 8, 8), [3, 3]], [_z(1, 2, 9, 9)]),
+    (
+        "aten::_native_batch_norm_legit_no_training.out",
+        [_z(1, 3, 4, 4), None, _z(3), _z(3), _z(3), 0.1, 1e-5],
+        [_z(1, 3, 4, 4), _z(3), _z(3)],
+    ),
+    (
+        "aten::native_group_norm.out",
+        [_z(2, 4, 3), _z(4), None, 2, 4, 3, 2, 1e-5],
+        [_z(2, 4, 3), _z(2, 9), _z(2, 9)],
+    ),
+    ("aten::constant_pad_nd.out", [_z(2, 3), [1, 2, -1, 0], 1.5], [_z(2, 9)]),
+    ("aten::cumsum.out", [_z(2, 3, dtype=_I), -1, None], [_z(2, 3, dtype=_I)]),
+    ("aten::embedding.out", [_z(5, 4), _z(2, 3, dtype=_I), -1, False, False], [_z(2, 9, 4)]),
+    ("aten::expand_copy.out", [_z(3, 1), [2, -1, 4], False], [_z(2, 3, 9)]),
+    ("aten::gather.out", [_z(3, 4), -1, _z(2, 2, dtype=_I), False], [_z(9, 2)]),
+    ("aten::index.Tensor_out", [_z(3, 4, 5), [None, _z(2, dtype=_I)]], [_z(3, 9, 5)]),
+    ("aten::index.Tensor_out", [_z(3, 4, 5), [_z(2, dtype=_I), None, _z(1, dtype=_I)]], [_z(9, 4)]),
+    ("aten::index_put.out", [_z(3, 4), [None, _z(2, dtype=_I)], _z(2), True], [_z(3, 9)]),
+    ("aten::index_select.out", [_z(3, 4), 0, _z(5, dtype=np.int32)], [_z(9, 4)]),
+    ("aten::prod.int_out", [_z(3, 4), 0, True, None], [_z(3, 9)]),
+    ("aten::repeat.out", [_z(3, 4), [2, 1, 3]], [_z(2, 3, 12)]),
+    ("aten::topk.values", [_z(3, 4), 2, 0, False, True], [_z(9, 4), _z(9, 4, dtype=_I)]),
+    ("aten::upsample_bilinear2d.vec_out", [_z(1, 2, 4, 4), [6, 5], True, None], [_z(1, 2, 9, 9)]),
+    ("aten::upsample_nearest2d.vec_out", [_z(1, 2, 4, 4), None, [1.5, 2.0]], [_z(1, 2, 9, 9)]),
+    ("aten::var.correction_out", [_z(3, 4), [0], 0.5, True], [_z(9, 4)]),
+    ("aten::sum.IntList_out", [_z(2, 3), [0], False, 7], [_z(9, dtype=np.float64)]),
+]
+
+
 @pytest.mark.parametrize("name, inputs, outputs", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
 def test_the_check_refuses_what_the_kernel_refuses(name, inputs, outputs):
     for out in outputs:  # planned static tensors, as a method plans them
@@ -463,3 +594,30 @@ def test_a_fused_run_never_stores_two_outputs_on_overlapping_bytes():
         ]
         for a, b in zip(*got, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name, inputs, outputs", VALID_CASES, ids=[c[0] for c in VALID_CASES])
+def test_the_check_gives_the_shapes_the_kernel_computes(name, inputs, outputs):
+    """Outputs planned larger than the result (dynamic-bound storage): the kernel sizes its
+    outputs as the check says, and the check accepts the arguments."""
+    shapes = get_argument_check(name)(*inputs)
+    got = get_kernel(name).fn(*inputs, *outputs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert [tuple(s) for s in shapes] == [g.shape for g in got]
+    assert refusal(get_argument_check(name), inputs, [None] * len(outputs)) is None
+
+
+def test_every_compiled_form_has_an_argument_check_and_cases():
+    """By construction: an operator with a compiled form has an argument check, which the
+    runtime puts its arguments to at load (runtime.argument_checks), with cases above that
+    it refuses and accepts as its numpy kernel does."""
+    from pyexecutorch.kernels.registry import _COMPILED_FORMS  # noqa: PLC0415
+    from pyexecutorch.runtime import tiers  # noqa: PLC0415
+
+    tiers.load_compiled_forms()
+    forms = set(_COMPILED_FORMS)
+    assert len(forms) > 40  # (they were loaded)
+    assert sorted(forms - set(checked_names())) == []
+    tested = {c[0] for c in KERNEL_CASES} | {c[2] + "." for c in CASES}
+    untested = [f for f in forms if f not in tested and not any(f.startswith(t) for t in tested)]
+    assert sorted(untested) == []

@@ -58,11 +58,27 @@ def checked_names() -> list[str]:
     return sorted(_CHECKS)
 
 
+class Typed(tuple):
+    """An output's shape that also names its dtype (where an explicit ``dtype`` argument
+    fixes it): the planned output must have both."""
+
+    dtype: np.dtype
+
+
+def typed(shape: Sequence[int], dtype: np.dtype | None) -> Shape:
+    """``shape``, carrying ``dtype`` when one is given (see :class:`Typed`)."""
+    if dtype is None:
+        return tuple(shape)
+    result = Typed(shape)
+    result.dtype = np.dtype(dtype)
+    return result
+
+
 def _fits(result: Any, out: Any) -> bool:
     if result is None or out is None:
         return True
     if isinstance(out, np.ndarray):
-        return tuple(result) == out.shape
+        return tuple(result) == out.shape and getattr(result, "dtype", out.dtype) == out.dtype
     if isinstance(out, list) and isinstance(result, list):
         return len(result) == len(out) and all(
             _fits(r, o) for r, o in zip(result, out, strict=True)
@@ -84,6 +100,8 @@ def refusal(check: Check, inputs: Sequence[Any], outputs: Sequence[Any]) -> str 
     for n, (result, out) in enumerate(zip(shapes, outputs, strict=True)):
         if not _fits(result, out):
             planned = out.shape if isinstance(out, np.ndarray) else [o.shape for o in out]
+            if isinstance(result, Typed) and isinstance(out, np.ndarray):
+                result, planned = f"{tuple(result)} {result.dtype}", f"{planned} {out.dtype}"
             return f"output {n}: a result of shape {result} does not fit its planned {planned}"
     return None
 

@@ -30,6 +30,8 @@ _INDEX_KINDS = (np.dtype(np.int64), np.dtype(np.int32))
 
 
 def _check_index_dtype(index: np.ndarray, name: str, what: str = "index") -> None:
+    if not isinstance(index, np.ndarray):
+        raise KernelError(f"{name}: {what} must be a tensor, got {type(index).__name__}")
     if index.dtype not in _INDEX_KINDS:
         raise KernelError(f"{name}: {what} must be an int64 or int32 tensor, got {index.dtype}")
 
@@ -62,6 +64,8 @@ def _index_tuple(self: np.ndarray, indices: list, name: str) -> tuple:
             parts.append(slice(None))
             dim += 1
             continue
+        if not isinstance(ix, np.ndarray):
+            raise KernelError(f"{name}: index {pos} must be a tensor or None, got {ix!r}")
         if ix.dtype in _INDEX_KINDS:
             parts.append(ix)
             dim += 1
@@ -148,6 +152,26 @@ def _empty_result_shape(self: np.ndarray, tup: tuple) -> tuple[int, ...] | None:
     return shape if 0 in shape else None
 
 
+def index_result_shape(self: np.ndarray, tup: tuple) -> tuple[int, ...] | None:
+    """The shape of ``self[tup]`` where only integer index tensors are given (their values
+    do not change it: advanced indices broadcast, sliced dimensions kept, the broadcast
+    dimensions in place when the indices are adjacent and first otherwise); None where a
+    mask's values decide it, or the index shapes do not broadcast."""
+    if len(tup) > self.ndim or any(not isinstance(p, slice) and p.dtype == _BOOL for p in tup):
+        return None
+    advanced = [i for i, p in enumerate(tup) if not isinstance(p, slice)]
+    try:
+        middle = np.broadcast_shapes(*(tup[i].shape for i in advanced))
+    except ValueError:
+        return None
+    kept = [self.shape[i] for i, p in enumerate(tup) if isinstance(p, slice)]
+    kept += self.shape[len(tup) :]
+    first = advanced[0] if advanced else 0
+    if advanced == list(range(first, first + len(advanced))):
+        return tuple(kept[:first]) + middle + tuple(kept[first:])
+    return middle + tuple(kept)
+
+
 def _single_take(self: np.ndarray, tup: tuple) -> tuple[int, np.ndarray] | None:
     """``(axis, index)`` when ``tup`` is one integer index tensor among full slices."""
     axis = -1
@@ -203,13 +227,24 @@ def index_tensor_out(self, indices, out):
     return out
 
 
-def _index_put(target, indices, values, accumulate, name):
+def index_put_arguments(
+    target: np.ndarray, indices: object, values: object, accumulate: object, name: str
+) -> tuple:
+    """The numpy index tuple of index_put, or KernelError (see kernels.index.checks)."""
+    if not isinstance(values, np.ndarray):
+        raise KernelError(f"{name}: values must be a tensor, got {type(values).__name__}")
     if values.dtype != target.dtype:
         raise KernelError(
             f"{name}: requires the values and destination dtypes to match, got {target.dtype} "
             f"for the destination and {values.dtype} for the values"
         )
-    tup = _index_tuple(target, indices, name)
+    if not isinstance(accumulate, bool):
+        raise KernelError(f"{name}: accumulate must be a bool, got {accumulate!r}")
+    return _index_tuple(target, indices, name)
+
+
+def _index_put(target, indices, values, accumulate, name):
+    tup = index_put_arguments(target, indices, values, accumulate, name)
     try:
         if accumulate:
             np.add.at(target, tup, values)
@@ -242,14 +277,22 @@ def index_put_inplace(self, indices, values, accumulate=False, *_returned):
 # index_select, embedding
 
 
-@kernel("aten::index_select.out")
-def index_select_out(self, dim, index, out):
+def index_select_arguments(self: np.ndarray, dim: object, index: np.ndarray) -> int:
+    """The axis index_select takes from, or KernelError (see kernels.index.checks)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise KernelError(f"index_select(): dim must be an int, got {dim!r}")
     axis = normalize_dim(dim, self.ndim)
     _check_index_dtype(index, "index_select")
     if index.ndim > 1:
         raise KernelError(
             f"index_select(): index is supposed to be a vector, got shape {index.shape}"
         )
+    return axis
+
+
+@kernel("aten::index_select.out")
+def index_select_out(self, dim, index, out):
+    axis = index_select_arguments(self, dim, index)
     if self.ndim == 0:
         _check_range(index, 1, "index_select", dim, False)
         if index.size != 1:
@@ -268,11 +311,21 @@ def index_select_out(self, dim, index, out):
     return out
 
 
+def embedding_arguments(weight: np.ndarray, indices: np.ndarray) -> tuple[int, ...]:
+    """The result shape of embedding, or KernelError (see kernels.index.checks)."""
+    if not isinstance(weight, np.ndarray) or weight.ndim != 2:
+        raise KernelError(f"embedding: weight must be a 2-D tensor, got {_described(weight)}")
+    _check_index_dtype(indices, "embedding", "indices")
+    return indices.shape + weight.shape[1:]
+
+
+def _described(a: object) -> str:
+    return f"shape {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+
+
 @kernel("aten::embedding.out")
 def embedding_out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out):
-    if weight.ndim != 2:
-        raise KernelError(f"embedding: weight must be 2-D, got shape {weight.shape}")
-    _check_index_dtype(indices, "embedding", "indices")
+    embedding_arguments(weight, indices)
     rows = weight.shape[0]
     if indices.size:
         lo = int(indices.min())
@@ -294,6 +347,20 @@ def embedding_out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out)
 
 def _scatter_checks(self, dim, index, src, name):
     """Validate torch's gather/scatter shape rules; return the normalized axis."""
+    scatter_shapes(self, dim, index, src, name)
+    axis = normalize_dim(dim, self.ndim)
+    if index.size:
+        _check_range(index, _as_1d(self).shape[axis], name, axis, False)
+    return axis
+
+
+def scatter_shapes(self: np.ndarray, dim: object, index: np.ndarray, src: object, name: str) -> int:
+    """gather/scatter's rules on dims, dtypes and shapes (not the index values): the
+    normalized axis, or KernelError (see kernels.index.checks)."""
+    if not isinstance(self, np.ndarray):
+        raise KernelError(f"{name}: the input must be a tensor, got {type(self).__name__}")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise KernelError(f"{name}: dim must be an int, got {dim!r}")
     axis = normalize_dim(dim, self.ndim)
     _check_index_dtype(index, name)
     nd = max(self.ndim, 1)
@@ -322,7 +389,6 @@ def _scatter_checks(self, dim, index, src, name):
                 raise KernelError(
                     f"{name}: expected index {index.shape} to be no larger than src {src.shape}"
                 )
-        _check_range(index, sshape[axis], name, axis, False)
     return axis
 
 

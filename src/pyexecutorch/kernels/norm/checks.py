@@ -9,7 +9,12 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check, number
-from pyexecutorch.kernels.norm.norm import layer_norm_arguments, softmax_arguments
+from pyexecutorch.kernels.norm.norm import (
+    batch_norm_arguments,
+    group_norm_arguments,
+    layer_norm_arguments,
+    softmax_arguments,
+)
 from pyexecutorch.kernels.registry import KernelError
 
 Shape = tuple[int, ...]
@@ -40,3 +45,27 @@ def _softmax_check(op: str) -> Any:
 
 for _op in ("_softmax", "_log_softmax"):
     argument_check(f"aten::{_op}.out")(_softmax_check(_op))
+
+
+@argument_check("aten::_native_batch_norm_legit_no_training.out")
+def check_batch_norm(
+    x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, momentum: Any, eps: Any
+) -> tuple[Shape, Shape, Shape]:
+    op = "_native_batch_norm_legit_no_training"
+    for what, a in (("input", x), ("weight", weight), ("bias", bias)):
+        if not (isinstance(a, np.ndarray) or (a is None and what != "input")):
+            raise KernelError(f"{op}: {what} must be a tensor, got {type(a).__name__}")
+    batch_norm_arguments(op, x, weight, bias, running_mean, running_var, eps)
+    return x.shape, (0,), (0,)
+
+
+@argument_check("aten::native_group_norm.out")
+def check_group_norm(
+    x: Any, weight: Any, bias: Any, n: Any, c: Any, hxw: Any, group: Any, eps: Any
+) -> tuple[Shape, Shape, Shape]:
+    op = "native_group_norm"
+    for what, a in (("input", x), ("weight", weight), ("bias", bias)):
+        if not (isinstance(a, np.ndarray) or (a is None and what != "input")):
+            raise KernelError(f"{op}: {what} must be a tensor, got {type(a).__name__}")
+    group_norm_arguments(x, weight, bias, n, c, hxw, group, eps)
+    return x.shape, (n, group), (n, group)

@@ -226,11 +226,27 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps, out0, out1, ou
 
 @kernel("aten::native_group_norm.out", n_outs=3)
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps, out0, out1, out2):
+    cdt = group_norm_arguments(input, weight, bias, N, C, HxW, group, eps)
+    o = fit(out0, input.shape)
+    mo = fit(out1, (N, group))
+    ro = fit(out2, (N, group))
+    if N == 0 or C == 0:
+        return o, mo, ro
+    return _group_norm_rows(input, weight, bias, N, C, HxW, group, eps, o, mo, ro, cdt)
+
+
+def group_norm_arguments(input, weight, bias, N, C, HxW, group, eps) -> np.dtype:  # noqa: ANN001
+    """The dtype native_group_norm computes in, or KernelError (the family's argument check,
+    see kernels.norm.checks)."""
     op = "native_group_norm"
     cdt = float_compute_dtype(input, "input", op)
+    for name, n in (("N", N), ("C", C), ("HxW", HxW), ("group", group)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise KernelError(f"{op}: {name} must be an int, got {n!r}")
+    number(eps, op, "eps")
     if input.ndim < 2 or input.shape[0] != N or input.shape[1] != C:
         raise KernelError(f"{op}: input of shape {input.shape} does not match N={N}, C={C}")
-    if input.size != N * C * HxW:
+    if input.size != N * C * HxW:  # (N, C, HxW: ints, checked above)
         raise KernelError(
             f"{op}: input of shape {input.shape} has {input.size} elements, expected "
             f"N*C*HxW = {N * C * HxW}"
@@ -239,11 +255,11 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps, out0, out1, ou
         raise KernelError(f"{op}: channels {C} must be divisible by group {group} (> 0)")
     _check_param(op, "weight", weight, (C,), input.dtype)
     _check_param(op, "bias", bias, (C,), input.dtype)
-    o = fit(out0, input.shape)
-    mo = fit(out1, (N, group))
-    ro = fit(out2, (N, group))
-    if N == 0 or C == 0:
-        return o, mo, ro
+    return cdt
+
+
+def _group_norm_rows(input, weight, bias, N, C, HxW, group, eps, o, mo, ro, cdt):  # noqa: ANN001, ANN202
+    """Group norm of the (N * group) rows of a non-empty input."""
     m, k = N * group, (C // group) * HxW
     if k == 0:
         _empty_rows(mo, ro)
@@ -360,23 +376,32 @@ def _bn_training(op, input, weight, bias, running_mean, running_var, momentum, e
     return o, sm, si
 
 
+def batch_norm_arguments(op, input, weight, bias, running_mean, running_var, eps):  # noqa: ANN001, ANN201
+    """(compute dtype, channels) of an inference batch norm, whose running statistics are
+    tensors, or KernelError (the family's argument check, see kernels.norm.checks)."""
+    for name, a in (("running_mean", running_mean), ("running_var", running_var)):
+        if not isinstance(a, np.ndarray):
+            raise KernelError(f"{op}: {name} must be a tensor, got {type(a).__name__}")
+    number(eps, op, "eps")
+    return _bn_check(op, input, weight, bias, running_mean, running_var)
+
+
 @kernel("aten::_native_batch_norm_legit_no_training.out", n_outs=3)
 def native_batch_norm_legit_no_training(
     input, weight, bias, running_mean, running_var, momentum, eps, out0, out1, out2
 ):
     op = "_native_batch_norm_legit_no_training"
+    number(eps, op, "eps")  # (per instruction: not part of the cached signature)
     key = (
         input.shape,
         input.dtype,
         *(None if a is None else (a.shape, a.dtype) for a in (weight, bias)),
-        running_mean.shape,
-        running_mean.dtype,
-        running_var.shape,
-        running_var.dtype,
+        *(getattr(a, "shape", a) for a in (running_mean, running_var)),
+        *(getattr(a, "dtype", a) for a in (running_mean, running_var)),
     )
     cdt = _BN_SIGNATURES.get(key)
     if cdt is None:
-        cdt, _ = _bn_check(op, input, weight, bias, running_mean, running_var)
+        cdt, _ = batch_norm_arguments(op, input, weight, bias, running_mean, running_var, eps)
         if len(_BN_SIGNATURES) >= 512:
             _BN_SIGNATURES.clear()
         _BN_SIGNATURES[key] = cdt

@@ -8,7 +8,10 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check
-from pyexecutorch.kernels.pool.pool import _maxpool_signature, _pool_geometry
+from pyexecutorch.kernels.common import float_compute_dtype
+from pyexecutorch.kernels.pool.pad import constant_pad_shape
+from pyexecutorch.kernels.pool.pool import _maxpool_signature, _pool_geometry, adaptive_arguments
+from pyexecutorch.kernels.pool.upsample import _resolve_size
 from pyexecutorch.kernels.registry import KernelError
 
 Shape = tuple[int, ...]
@@ -47,3 +50,30 @@ def check_avg_pool2d(
         raise KernelError(f"{op}: divisor_override must be non-zero")
     ohw = _pool_geometry(op, x, kernel_size, stride, padding, 1, ceil_mode, False)[4]
     return (x.shape[:-2] + ohw,)
+
+
+@argument_check("aten::_adaptive_avg_pool2d.out")
+def check_adaptive_avg_pool2d(x: Any, output_size: Any) -> tuple[Shape]:
+    return (adaptive_arguments(_input(x, "_adaptive_avg_pool2d"), output_size),)
+
+
+@argument_check("aten::constant_pad_nd.out")
+def check_constant_pad(x: Any, pad: Any, value: Any) -> tuple[Shape]:
+    return (constant_pad_shape(_input(x, "constant_pad_nd"), pad, value),)
+
+
+@argument_check("aten::upsample_nearest2d.vec_out")
+def check_upsample_nearest(x: Any, output_size: Any, scale_factors: Any) -> tuple[Shape]:
+    op = "upsample_nearest2d"
+    (oh, ow), _ = _resolve_size(op, _input(x, op), output_size, scale_factors)
+    return (x.shape[:2] + (oh, ow),)
+
+
+@argument_check("aten::upsample_bilinear2d.vec_out")
+def check_upsample_bilinear(
+    x: Any, output_size: Any, align_corners: Any, scale_factors: Any
+) -> tuple[Shape]:
+    op = "upsample_bilinear2d"
+    float_compute_dtype(_input(x, op), "input", op)
+    (oh, ow), _ = _resolve_size(op, x, output_size, scale_factors)
+    return (x.shape[:2] + (oh, ow),)

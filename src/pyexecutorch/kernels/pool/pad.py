@@ -82,8 +82,17 @@ def _constant_plan(shape: tuple[int, ...], pad: tuple[int, ...]):
     return plan
 
 
+def constant_pad_shape(self: np.ndarray, pad: object, value: object) -> tuple[int, ...]:
+    """The result shape of constant_pad_nd, or KernelError (the family's argument check,
+    see kernels.pool.checks)."""
+    if not isinstance(value, (int, float)):
+        raise KernelError(f"constant_pad_nd: value must be a number, got {value!r}")
+    return _constant_plan(self.shape, tuple(pad))[0]
+
+
 @kernel("aten::constant_pad_nd.out")
 def constant_pad_nd(self, pad, value, out):
+    constant_pad_shape(self, pad, value)
     out_shape, kind, src, dst = _constant_plan(self.shape, tuple(pad))
     out = bounded_fit(out, out_shape, "constant_pad_nd")
     if kind == "crop":

@@ -452,8 +452,9 @@ def adaptive_steps(x, tmp, t) -> list:
     return steps
 
 
-@kernel("aten::_adaptive_avg_pool2d.out")
-def adaptive_avg_pool2d(self, output_size, out):
+def adaptive_arguments(self: np.ndarray, output_size: object) -> tuple[int, ...]:
+    """The result shape of an adaptive average pool, or KernelError (the family's argument
+    check, see kernels.pool.checks)."""
     op = "_adaptive_avg_pool2d"
     if self.ndim not in (3, 4):
         raise KernelError(f"{op}: input must be 3-D or 4-D, got shape {self.shape}")
@@ -465,7 +466,14 @@ def adaptive_avg_pool2d(self, output_size, out):
     h, w = self.shape[-2:]
     if (h == 0 or w == 0) and oh * ow > 0:
         raise KernelError(f"{op}: input of shape {self.shape} has an empty spatial dim")
-    shape = self.shape[:-2] + (oh, ow)
+    return self.shape[:-2] + (oh, ow)
+
+
+@kernel("aten::_adaptive_avg_pool2d.out")
+def adaptive_avg_pool2d(self, output_size, out):
+    shape = adaptive_arguments(self, output_size)
+    oh, ow = shape[-2:]
+    h, w = self.shape[-2:]
     o = fit(out, shape)
     if o.size == 0:
         return o

@@ -44,6 +44,8 @@ def _resolve_size(op, x, output_size, scale_factors):
         sf = tuple(float(v) for v in scale_factors)
         if len(sf) != 2:
             raise KernelError(f"{op}: scale_factors must have 2 entries, got {list(sf)}")
+        if not all(math.isfinite(v) for v in sf):
+            raise KernelError(f"{op}: scale_factors must be finite, got {list(sf)}")
         size = (int(x.shape[2] * sf[0]), int(x.shape[3] * sf[1]))
         scales = sf
     if size[0] <= 0 or size[1] <= 0:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.checks import argument_check
+from pyexecutorch.kernels.checks import argument_check, typed
 from pyexecutorch.kernels.reduce.reduce import (
     _BOOL,
     _check_nonempty,
@@ -18,6 +18,9 @@ from pyexecutorch.kernels.reduce.reduce import (
     _mean_dtype,
     _plan,
     _requested,
+    axis_of,
+    topk_arguments,
+    var_arguments,
 )
 from pyexecutorch.kernels.registry import KernelError
 
@@ -33,14 +36,14 @@ def _input(x: Any, name: str) -> np.ndarray:
 
 @argument_check("aten::sum.IntList_out")
 def check_sum(x: Any, dim: Any, keepdim: Any, dtype: Any) -> tuple[Shape]:
-    _requested(dtype, "sum")
-    return (_plan(_input(x, "sum").shape, _dims(dim), keepdim, True)[1],)
+    dt = _requested(dtype, "sum")
+    return (typed(_plan(_input(x, "sum").shape, _dims(dim), keepdim, True)[1], dt),)
 
 
 @argument_check("aten::mean.out")
 def check_mean(x: Any, dim: Any, keepdim: Any, dtype: Any) -> tuple[Shape]:
-    _mean_dtype(_input(x, "mean"), dtype)
-    return (_plan(x.shape, _dims(dim), keepdim, True)[1],)
+    dt = _mean_dtype(_input(x, "mean"), dtype)
+    return (typed(_plan(x.shape, _dims(dim), keepdim, True)[1], None if dtype is None else dt),)
 
 
 @argument_check("aten::mean.dtype_out")
@@ -95,3 +98,40 @@ def check_extreme(x: Any, dim: Any, keepdim: Any) -> tuple[Shape]:
     axes, shape, _ = _plan(_input(x, "amax").shape, dims, keepdim, True)
     _check_nonempty(x, axes, not dims, "amax")
     return (shape,)
+
+
+@argument_check("aten::prod.int_out")
+def check_prod_dim(x: Any, dim: Any, keepdim: Any, dtype: Any) -> tuple[Shape]:
+    dt = _requested(dtype, "prod")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise KernelError(f"prod: dim must be an int, got {dim!r}")
+    return (typed(_plan(_input(x, "prod").shape, (dim,), keepdim, True)[1], dt),)
+
+
+@argument_check("aten::prod.out")
+def check_prod(x: Any, dtype: Any) -> tuple[Shape]:
+    dt = _requested(dtype, "prod")
+    return (typed(_plan(_input(x, "prod").shape, None, False, True)[1], dt),)
+
+
+@argument_check("aten::cumsum.out")
+def check_cumsum(x: Any, dim: Any, dtype: Any) -> tuple[Shape]:
+    axis_of(dim, _input(x, "cumsum").ndim, "cumsum")
+    return (typed(x.shape, _requested(dtype, "cumsum")),)
+
+
+@argument_check("aten::topk.values")
+def check_topk(x: Any, k: Any, dim: Any, largest: Any, sorted: Any) -> tuple[Shape, Shape]:
+    shape = topk_arguments(_input(x, "topk"), k, dim)[1]
+    return shape, shape
+
+
+@argument_check("aten::var.correction_out")
+def check_var(x: Any, dim: Any, correction: Any, keepdim: Any) -> tuple[Shape]:
+    return (var_arguments(_input(x, "var"), dim, correction, keepdim)[1],)
+
+
+@argument_check("aten::var_mean.correction_out")
+def check_var_mean(x: Any, dim: Any, correction: Any, keepdim: Any) -> tuple[Shape, Shape]:
+    shape = var_arguments(_input(x, "var_mean"), dim, correction, keepdim)[1]
+    return shape, shape

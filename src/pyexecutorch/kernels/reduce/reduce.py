@@ -80,10 +80,26 @@ def _dims(dim: object) -> tuple[int, ...] | None:
 def _requested(dtype: int | None, name: str) -> np.dtype | None:
     if dtype is None:
         return None
+    if isinstance(dtype, bool) or not isinstance(dtype, int):
+        raise KernelError(f"{name}: dtype must be a scalar type code or None, got {dtype!r}")
     try:
         return dtype_of(dtype)
     except TypeError as e:
         raise KernelError(f"{name}: dtype: {e}") from None
+
+
+def out_dtype(out: np.ndarray, dt: np.dtype | None, name: str) -> None:
+    """An explicit ``dtype`` is the out tensor's dtype (torch and the official kernels
+    refuse any other: the result would be computed in one dtype and stored in another)."""
+    if dt is not None and out.dtype != dt:
+        raise KernelError(f"{name}: dtype {dt} was asked for, but the out tensor is {out.dtype}")
+
+
+def axis_of(dim: object, ndim: int, name: str) -> int:
+    """``dim`` (an int) as a non-negative axis, else KernelError."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise KernelError(f"{name}: dim must be an int, got {dim!r}")
+    return normalize_dim(dim, ndim)
 
 
 def _check_numpy_dtype(a: np.ndarray, name: str) -> None:
@@ -137,6 +153,7 @@ def _ufunc_reduce(
 def sum_out(self, dim, keepdim, dtype, out):
     axes, shape, _ = _plan(self.shape, _dims(dim), keepdim, True)
     out = fit(out, shape)
+    out_dtype(out, _requested(dtype, "sum"), "sum")
     src, acc = _source(self, _promoted(self, dtype, "sum"))
     return _ufunc_reduce(np.add, src, axes, keepdim, acc, out)
 
@@ -145,6 +162,7 @@ def sum_out(self, dim, keepdim, dtype, out):
 def prod_out(self, dtype, out):
     axes, shape, _ = _plan(self.shape, None, False, True)
     out = fit(out, shape)
+    out_dtype(out, _requested(dtype, "prod"), "prod")
     src, acc = _source(self, _promoted(self, dtype, "prod"))
     return _ufunc_reduce(np.multiply, src, axes, False, acc, out)
 
@@ -153,6 +171,7 @@ def prod_out(self, dtype, out):
 def prod_int_out(self, dim, keepdim, dtype, out):
     axes, shape, _ = _plan(self.shape, (dim,), keepdim, True)
     out = fit(out, shape)
+    out_dtype(out, _requested(dtype, "prod"), "prod")
     src, acc = _source(self, _promoted(self, dtype, "prod"))
     return _ufunc_reduce(np.multiply, src, axes, keepdim, acc, out)
 
@@ -178,6 +197,7 @@ def _mean(self, dim, keepdim, dtype, out):
     dt = _mean_dtype(self, dtype)
     axes, shape, count = _plan(self.shape, _dims(dim), keepdim, True)
     out = fit(out, shape)
+    out_dtype(out, None if dtype is None else dt, "mean")
     if count == 0:
         out.fill(np.nan)
         return out
@@ -204,12 +224,22 @@ def mean_dtype_out(self, dtype, out):
 # var, var_mean
 
 
-def _var_parts(self, dim, correction, keepdim):
+def var_arguments(
+    self: np.ndarray, dim: object, correction: object, keepdim: object
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(reduced axes, result shape, reduced count) of var/var_mean, or KernelError (the
+    family's argument check, see kernels.reduce.checks)."""
     if self.dtype.kind not in "fc":
         raise KernelError(
             f"var: std and var only support floating point and complex dtypes, got {self.dtype}"
         )
-    axes, shape, count = _plan(self.shape, _dims(dim), keepdim, True)
+    if correction is not None and not isinstance(correction, (int, float)):
+        raise KernelError(f"var: correction must be a number or None, got {correction!r}")
+    return _plan(self.shape, _dims(dim), keepdim, True)
+
+
+def _var_parts(self, dim, correction, keepdim):
+    axes, shape, count = var_arguments(self, dim, correction, keepdim)
     if self.ndim == 0:
         self, axes = self.reshape(1), (0,)
     correction = 1 if correction is None else correction
@@ -393,8 +423,9 @@ def any_out(self, dim, keepdim, out):
 @kernel("aten::cumsum.out")
 def cumsum_out(self, dim, dtype, out):
     _check_numpy_dtype(self, "cumsum")
-    axis = normalize_dim(dim, self.ndim)
+    axis = axis_of(dim, self.ndim, "cumsum")
     out = fit(out, self.shape)
+    out_dtype(out, _requested(dtype, "cumsum"), "cumsum")
     src, acc = _source(self, _promoted(self, dtype, "cumsum"))
     if self.ndim == 0:
         np.copyto(out, src, casting="unsafe")
@@ -409,6 +440,22 @@ def cumsum_out(self, dim, dtype, out):
 # topk
 
 
+def topk_arguments(self: np.ndarray, k: object, dim: object) -> tuple[int, tuple[int, ...]]:
+    """(axis, result shape) of topk, or KernelError (see kernels.reduce.checks)."""
+    _check_numpy_dtype(self, "topk")
+    if self.dtype == _BOOL:
+        raise KernelError("topk does not support bool dtypes")
+    axis = axis_of(dim, self.ndim, "topk")
+    size = self.shape[axis] if self.ndim else 1
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= size:
+        raise KernelError(
+            f"topk: selected index k out of range: k={k!r} for dimension {dim} of size {size}"
+        )
+    if self.ndim == 0:
+        return axis, ()
+    return axis, self.shape[:axis] + (k,) + self.shape[axis + 1 :]
+
+
 @kernel("aten::topk.values", n_outs=2)
 def topk_values(self, k, dim, largest, sorted, values, indices):
     """Top ``k`` along ``dim``; NaN counts as larger than every number (torch).
@@ -417,22 +464,14 @@ def topk_values(self, k, dim, largest, sorted, values, indices):
     Equal values come in ascending index order: torch's own order for ties
     is whatever its unstable partial sort leaves, so any order is valid.
     """
-    _check_numpy_dtype(self, "topk")
-    if self.dtype == _BOOL:
-        raise KernelError("topk does not support bool dtypes")
-    axis = normalize_dim(dim, self.ndim)
+    axis, shape = topk_arguments(self, k, dim)
     size = self.shape[axis] if self.ndim else 1
-    if not 0 <= k <= size:
-        raise KernelError(
-            f"topk: selected index k out of range: k={k} for dimension {dim} of size {size}"
-        )
     if self.ndim == 0:
         values = fit(values, ())
         indices = fit(indices, ())
         values[...] = self
         indices[...] = 0
         return values, indices
-    shape = self.shape[:axis] + (k,) + self.shape[axis + 1 :]
     values = fit(values, shape)
     indices = fit(indices, shape)
     if k == 0 or values.size == 0:

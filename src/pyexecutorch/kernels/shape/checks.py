@@ -11,7 +11,13 @@ import numpy as np
 from pyexecutorch.kernels.checks import argument_check
 from pyexecutorch.kernels.registry import KernelError
 from pyexecutorch.kernels.shape.copy import _check_dim_order
-from pyexecutorch.kernels.shape.shape import cat_parts, split_parts, split_with_sizes_parts
+from pyexecutorch.kernels.shape.shape import (
+    cat_parts,
+    expand_shape,
+    repeat_shape,
+    split_parts,
+    split_with_sizes_parts,
+)
 
 
 def _pieces(x: Any, axis: int, sizes: list[int]) -> tuple[list[tuple[int, ...]]]:
@@ -51,3 +57,13 @@ def check_dim_order_copy(x: Any, non_blocking: Any, dim_order: Any) -> tuple[tup
     x = _tensor(x, "_to_dim_order_copy")
     _check_dim_order(dim_order, x.ndim, "_to_dim_order_copy")
     return (x.shape,)
+
+
+@argument_check("aten::expand_copy.out")
+def check_expand(x: Any, size: Any, implicit: Any) -> tuple[tuple[int, ...]]:
+    return (expand_shape(_tensor(x, "expand_copy"), size),)
+
+
+@argument_check("aten::repeat.out")
+def check_repeat(x: Any, repeats: Any) -> tuple[tuple[int, ...]]:
+    return (repeat_shape(_tensor(x, "repeat"), repeats),)

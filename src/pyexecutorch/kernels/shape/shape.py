@@ -12,6 +12,7 @@ The helpers at the top (:func:`assign`, :func:`cast_scalar`, :func:`infer_size`,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -245,6 +246,14 @@ def t_copy(self, out):
 
 @kernel("aten::expand_copy.out")
 def expand_copy(self, size, implicit, out):
+    out = bounded_fit(out, expand_shape(self, size), "expand_copy")
+    assign(out, self)
+    return out
+
+
+def expand_shape(self: np.ndarray, size: Sequence[int]) -> tuple[int, ...]:
+    """The result shape of expand_copy, or KernelError (the family's argument check, see
+    kernels.shape.checks)."""
     n, k = self.ndim, len(size)
     if k < n:
         raise KernelError(
@@ -269,9 +278,7 @@ def expand_copy(self, size, implicit, out):
             )
         elif s < 0:
             raise KernelError(f"expand size {list(size)} has an invalid dimension {s}")
-    out = bounded_fit(out, tuple(shape), "expand_copy")
-    assign(out, self)
-    return out
+    return tuple(shape)
 
 
 @kernel("aten::squeeze_copy.dim_out")
@@ -614,6 +621,21 @@ def roll(self, shifts, dims, out):
 
 @kernel("aten::repeat.out")
 def repeat(self, repeats, out):
+    out = bounded_fit(out, repeat_shape(self, repeats), "repeat")
+    if out.size == 0:
+        return out
+    shape = (1,) * (len(repeats) - self.ndim) + self.shape
+    # Split each output dimension d into (repeats[d], shape[d]) -- always a
+    # view, whatever out's strides -- and broadcast the input over it.
+    split = tuple(x for pair in zip(repeats, shape, strict=True) for x in pair)
+    view = out.reshape(split, copy=False)
+    src = self.reshape(tuple(x for s in shape for x in (1, s)))
+    assign(view, src)
+    return out
+
+
+def repeat_shape(self: np.ndarray, repeats: Sequence[int]) -> tuple[int, ...]:
+    """The result shape of repeat, or KernelError (see kernels.shape.checks)."""
     k, n = len(repeats), self.ndim
     if k < n:
         raise KernelError(
@@ -624,16 +646,7 @@ def repeat(self, repeats, out):
         if r < 0:
             raise KernelError(f"repeat(): repeats {list(repeats)} must be non-negative")
     shape = (1,) * (k - n) + self.shape
-    out = bounded_fit(out, tuple(r * s for r, s in zip(repeats, shape, strict=True)), "repeat")
-    if out.size == 0:
-        return out
-    # Split each output dimension d into (repeats[d], shape[d]) -- always a
-    # view, whatever out's strides -- and broadcast the input over it.
-    split = tuple(x for pair in zip(repeats, shape, strict=True) for x in pair)
-    view = out.reshape(split, copy=False)
-    src = self.reshape(tuple(x for s in shape for x in (1, s)))
-    assign(view, src)
-    return out
+    return tuple(r * s for r, s in zip(repeats, shape, strict=True))
 
 
 @kernel("aten::repeat_interleave.Tensor_out")
