@@ -149,15 +149,17 @@ def test_bad_test_cases(mlp):
         BundledProgram(pte, [MethodTestSuite("nope", [MethodTestCase(list(inputs[0]))])])
     with pytest.raises(
         ValueError, match="method 'forward' test case 0: 2 inputs given, the method takes 1"
-    ):
+    ) as caught:
         BundledProgram(pte, [MethodTestSuite("forward", [MethodTestCase([inputs[0][0]] * 2)])])
+    assert isinstance(caught.value, AssertionError)  # what the official BundledProgram raises
     with pytest.raises(
         TypeError, match="method 'forward' test case 0: input 0 is Long, the method declares Float"
-    ):
+    ) as caught:
         BundledProgram(
             pte,
             [MethodTestSuite("forward", [MethodTestCase([torch.zeros(4, 16, dtype=torch.int64)])])],
         )
+    assert isinstance(caught.value, AssertionError)
     with pytest.raises(
         TypeError, match="input 0 is a str; a test case holds tensors, int, bool and float"
     ):

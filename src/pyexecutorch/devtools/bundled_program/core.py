@@ -13,6 +13,17 @@ from pyexecutorch.schema.program import Bool, Double, Int, Tensor
 from pyexecutorch.schema.pte import decode_pte
 from pyexecutorch.schema.scalar_type import SCALAR_TYPE_NAME, scalar_type_of
 
+
+class BundledProgramError(ValueError, AssertionError):
+    """A test suite that does not fit the program: an unknown method, a wrong number of
+    inputs or outputs. An AssertionError too, as the official BundledProgram raises."""
+
+
+class BundledValueTypeError(TypeError, AssertionError):
+    """A test case value of the wrong type for the method's declared input or output
+    (an AssertionError too, as the official BundledProgram raises)."""
+
+
 # Which Python scalar types a program's non-tensor input accepts.
 _SCALAR_INPUTS = {Int: (int,), Bool: (bool,), Double: (float,)}
 
@@ -83,20 +94,20 @@ class BundledProgram:
         for suite in self.method_test_suites:
             plan = plans.get(suite.method_name)
             if plan is None:
-                raise ValueError(
+                raise BundledProgramError(
                     f"test suite for method {suite.method_name!r}: the program has no such method "
                     f"(it has {sorted(plans)})"
                 )
             for c, case in enumerate(suite.test_cases):
                 where = f"method {suite.method_name!r} test case {c}"
                 if len(case.inputs) != len(plan.inputs):
-                    raise ValueError(
+                    raise BundledProgramError(
                         f"{where}: {len(case.inputs)} inputs given, the method takes {len(plan.inputs)}"
                     )
                 for i, (x, j) in enumerate(zip(case.inputs, plan.inputs, strict=True)):
                     self._check_value(x, plan.values[j].val, f"{where}: input {i}")
                 if case.expected_outputs and len(case.expected_outputs) != len(plan.outputs):
-                    raise ValueError(
+                    raise BundledProgramError(
                         f"{where}: {len(case.expected_outputs)} expected outputs given, the method "
                         f"returns {len(plan.outputs)}"
                     )
@@ -108,17 +119,19 @@ class BundledProgram:
         arr = as_array(x)
         if isinstance(declared, Tensor):
             if arr is None:
-                raise TypeError(f"{what} is a {type(x).__name__}, the method declares a tensor")
+                raise BundledValueTypeError(
+                    f"{what} is a {type(x).__name__}, the method declares a tensor"
+                )
             got = scalar_type_of(arr.dtype)
             if got != declared.scalar_type:
-                raise TypeError(
+                raise BundledValueTypeError(
                     f"{what} is {SCALAR_TYPE_NAME.get(got, got)}, the method declares "
                     f"{SCALAR_TYPE_NAME.get(declared.scalar_type, declared.scalar_type)}"
                 )
             return
         accepted = _SCALAR_INPUTS.get(type(declared))
         if accepted is not None and (arr is not None or type(x) not in accepted):
-            raise TypeError(
+            raise BundledValueTypeError(
                 f"{what} is a {type(x).__name__}, the method declares {type(declared).__name__}"
             )
 
