@@ -14,7 +14,7 @@ import enum
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -115,10 +115,21 @@ class Event:
     stack_traces: dict[str, str] = field(default_factory=dict)
     module_hierarchy: dict[str, Any] = field(default_factory=dict)
     start_time: list[int] = field(default_factory=list)
+    # the official constructor's name for delegate_debug_metadatas
+    _delegate_debug_metadatas: InitVar[list[bytes] | None] = None
+
+    def __post_init__(self, _delegate_debug_metadatas: list[bytes] | None) -> None:
+        if _delegate_debug_metadatas is not None:
+            self.delegate_debug_metadatas = list(_delegate_debug_metadatas)
 
     @property
     def _instruction_id(self) -> int | None:  # the official Event's spelling
         return self.instruction_id
+
+    @property
+    def raw_delegate_debug_metadatas(self) -> list[bytes]:
+        """The delegate's metadata blobs of this event, one per run (official name)."""
+        return self.delegate_debug_metadatas
 
     def row(self, block: str) -> dict[str, Any]:
         perf = self.perf_data
@@ -525,6 +536,22 @@ class Inspector:
                 for op in event.op_types or [event.name]:
                     ops.setdefault(op, []).append(event)
         return ops
+
+    def get_vgf_neural_statistics(self) -> list[dict[str, Any]]:
+        """The VGF delegate's neural-accelerator statistics records in the trace's
+        delegate metadata (see :mod:`.vgf_neural_statistics`)."""
+        from pyexecutorch.devtools.inspector.vgf_neural_statistics import (  # noqa: PLC0415
+            parse_vgf_neural_statistics_delegate_metadata,
+        )
+
+        return [
+            record
+            for block in self.event_blocks
+            for event in block.events
+            for record in parse_vgf_neural_statistics_delegate_metadata(
+                event.delegate_debug_metadatas
+            )
+        ]
 
     def calculate_numeric_gap(self, distance: str = "MSE") -> Any:
         """Each operator's intermediate output here against the ETRecord's reference run.
