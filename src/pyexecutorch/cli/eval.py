@@ -67,7 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run on Ray Data: a cluster's address, 'auto' (the running cluster) or 'local'",
     )
     p.add_argument(
-        "--chunk-rows", type=int, help="rows a worker takes at a time (default 32, whole batches)"
+        "--chunk-rows",
+        type=int,
+        help="rows a worker takes at a time (default: up to 32, 128 on Ray; whole batches)",
     )
     p.add_argument("--threads", type=int, help="BLAS/compiled threads per worker (default 1)")
     p.add_argument("--no-jit", action="store_true", help="numpy kernels only")
