@@ -3,21 +3,29 @@ compiled lowering (kernels/<family>/facts.py), and the runtime naming no operato
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyexecutorch.kernels import registry
 from pyexecutorch.kernels.registry import (
+    FAST_PATH_OPTIONS,
     LAYOUT_RULES,
     NO_FACTS,
+    FastPath,
     OperatorFacts,
     Product,
     declare,
     declared,
     facts_of,
+    fast_path_of,
     get_kernel,
+    get_specializer,
+    operator_names,
+    options_of,
 )
 from pyexecutorch.runtime.layout import ACCESS_RULES
 
@@ -94,3 +102,41 @@ def test_the_runtime_names_no_operator_outside_the_listed_modules():
     naming = {p.name for p in RUNTIME.glob("*.py") if re.search(r"aten::", p.read_text())}
     assert naming and naming <= STILL_NAMING_OPERATORS
     assert "layout.py" not in naming and "whole_method.py" not in naming
+
+
+# ------------------------------------------------------------------ the fast-path contract
+
+
+def test_a_callable_offers_what_its_attributes_say():
+    assert fast_path_of(None) == FastPath() == fast_path_of(lambda *a: None)
+
+    def fast(*args):
+        return args[-1]
+
+    fast.step, fast.fills_outputs = (print, (1, 2)), True
+    assert fast_path_of(fast) == FastPath(step=(print, (1, 2)), fills_outputs=True)
+
+
+def test_a_split_fast_path_offers_its_pieces():
+    a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    outs = [np.empty((2, 4), np.float32), np.empty((4, 4), np.float32)]
+    special = get_specializer("aten::split_with_sizes_copy.out")
+    fast = special(a, (2, 4), 0, outs)
+    offered = fast_path_of(fast)
+    assert offered.fills_outputs and offered.step is None
+    assert [i for i, _ in offered.pieces] == [0, 1]
+    for i, key in offered.pieces:  # each output is the copy of its key into the input
+        np.testing.assert_array_equal(fast(a, (2, 4), 0, outs)[i], a[key])
+
+
+def test_every_specializer_takes_only_options_the_runtime_passes():
+    for name in operator_names():
+        special = get_specializer(name)
+        if special is None:
+            continue
+        parameters = inspect.signature(special).parameters.values()
+        keyword = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        assert keyword <= FAST_PATH_OPTIONS.keys(), (name, keyword)
+        # (the runtime passes an option only when it applies: each has a default)
+        taken = {p.name: p.default for p in parameters if p.name in options_of(special)}
+        assert inspect.Parameter.empty not in taken.values(), (name, taken)

@@ -31,6 +31,8 @@ calls kernels):
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -180,6 +182,65 @@ def compiled_form(*names: str) -> Callable[[Callable[..., Any]], Callable[..., A
 def get_compiled_form(name: str) -> Callable[..., Any] | None:
     """The compiled form registered for ``name`` (once the compiled tier loaded them), or None."""
     return _COMPILED_FORMS.get(name)
+
+
+# ---------------------------------------------------------------------------------------
+# The fast-path contract: what a fast path (the callable a specializer or compiled form
+# returns) may offer besides being called as its kernel is, and the keyword options the
+# runtime passes to the specializers and compiled forms that declare them.
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """What a fast path offers the runtime, read by :func:`fast_path_of` from the callable's
+    attributes of these names (each absent: its default).
+
+    * ``step``: ``(function, arguments)``, its call on the planned arrays, which a
+      whole-method function makes in its place (a compiled form's);
+    * ``pieces``: a split's or cat's ``(position, key)`` pairs: each output (split) or
+      input (cat) is a copy of the slice ``key`` of the whole, which the runtime may plan
+      as one copy per piece;
+    * ``with_epilogue``: a convolution that runs the elementwise run after it too (its
+      step is made with that run's);
+    * ``view_of_input``: for a copy, the function from its input array to the view it
+      copies, which a reader may take instead while the input's bytes stay unchanged;
+    * ``fills_outputs``: it writes the out arrays it is given and returns them, so the
+      planned arrays stay the outputs.
+    """
+
+    step: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+    pieces: tuple[tuple[int, Any], ...] | None = None
+    with_epilogue: bool = False
+    view_of_input: Callable[[Any], Any] | None = None
+    fills_outputs: bool = False
+
+
+_FAST_PATH_FIELDS = tuple(f.name for f in dataclasses.fields(FastPath))
+_NO_FAST_PATH = FastPath()
+
+
+def fast_path_of(fast: Any) -> FastPath:
+    """What the callable ``fast`` offers (see :class:`FastPath`); nothing for None."""
+    if fast is None:
+        return _NO_FAST_PATH
+    return FastPath(**{f: getattr(fast, f, getattr(_NO_FAST_PATH, f)) for f in _FAST_PATH_FIELDS})
+
+
+# The keyword options the runtime passes to a specializer or compiled form that declares a
+# parameter of that name (see :func:`specializer` and :func:`compiled_form`).
+FAST_PATH_OPTIONS = {
+    "dynamic": "some tensor has a dynamic-bound shape: the tensors come at their upper bounds",
+    "unused_outputs": "the positions (among the outputs) of outputs nothing reads",
+    "whole": "a compiled form asked for the step a whole-method function would call (inside "
+    "a whole method, or a traced method taking the whole-method form)",
+}
+
+
+@functools.cache
+def options_of(fast_path_maker: Callable[..., Any]) -> frozenset[str]:
+    """The options of :data:`FAST_PATH_OPTIONS` that a specializer or compiled form takes
+    (its parameters of those names), read once per function."""
+    return frozenset(inspect.signature(fast_path_maker).parameters) & FAST_PATH_OPTIONS.keys()
 
 
 # ---------------------------------------------------------------------------------------
