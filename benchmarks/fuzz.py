@@ -21,8 +21,12 @@ that it can become a regression test. Exit status 1 when anything was found.
 ``--tiers``: ``--count`` mutants of ``tests/reliability/campaign.py`` (every kind, byte-level
 and structure-aware), each run on the numpy and the compiled tier and compared, in
 ``--workers`` worker processes (a worker that dies is a ``crash`` of its mutant; one that
-gives no answer in ``--timeout`` seconds a ``hang``). Prints per mutation kind: mutants,
-ok, refused, crashes, hangs, imprecise exceptions, tier differences; findings' files go
+gives no answer in ``--timeout`` seconds a ``hang``). A tier's budget is 20 s of CPU time,
+numba's compile time not counted, within 300 s of wall time: a mutant that has not used it
+by then (compiling, or starved of the CPU) is ``slow``, not a ``hang``
+(``harness.time_limit``). Prints per mutation kind: mutants,
+ok, refused, float rounding (outputs that differ only where both are inf or NaN), slow
+compilations, crashes, hangs, imprecise exceptions, tier differences; findings' files go
 to ``--out``.
 """
 
@@ -351,7 +355,7 @@ def run_tiers(
                 w.update(spawn())
             else:
                 record(reply)
-                if reply["label"] == "hang":
+                if reply["label"] in ("hang", "slow"):
                     # The time limit may have interrupted a compilation: numba's state in
                     # that process is not to be trusted for the next mutant.
                     w["proc"].kill()
@@ -377,7 +381,7 @@ def _tier_report(
 ) -> str:
     from tests.reliability.campaign import FINDINGS
 
-    labels = ("ok", "refused", "skipped", *FINDINGS)
+    labels = ("ok", "refused", "skipped", "rounding", "slow", *FINDINGS)
     table = {
         k: {label: c[label] for label in labels} | {"mutants": sum(c.values())}
         for k, c in per_kind.items()
@@ -415,7 +419,8 @@ def main() -> None:
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--start", type=int, default=0, help="first mutant index (--tiers)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=240.0, help="per mutant (--tiers)")
+    # (above both tiers' caps: campaign.TIME_LIMIT + campaign.COMPILE_CAP, and loading)
+    p.add_argument("--timeout", type=float, default=700.0, help="per mutant (--tiers)")
     args = p.parse_args()
     if args.tiers:
         sys.exit(run_tiers(args.count, args.workers, args.seed, args.out, args.timeout, args.start))

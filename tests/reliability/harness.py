@@ -27,6 +27,7 @@ import math
 import re
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,19 +119,101 @@ class _Timeout(BaseException):
     pass
 
 
+class SlowCompile(Finding):
+    """The block used less than its budget of running time when its wall-clock cap ran out:
+    it was compiling (numba), or starved of the CPU by a loaded machine; told apart from a
+    hang, which spends its budget running."""
+
+
+class _CompileClock:
+    """CPU seconds this process has spent in numba compilations, from numba's own events
+    (a compilation and LLVM's work, which it may finish later: every compilation counts,
+    whoever starts it)."""
+
+    KINDS = ("numba:compile", "numba:llvm_lock")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.began = 0.0
+        self.total = 0.0
+        self.installed = False
+
+    def install(self) -> None:
+        if self.installed:
+            return
+        self.installed = True
+        try:
+            from numba.core import event  # noqa: PLC0415 - only where compiles are timed
+        except ImportError:
+            return
+        clock = self
+
+        class Listener(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                if clock.depth == 0:
+                    clock.began = time.process_time()
+                clock.depth += 1
+
+            def on_end(self, ev: Any) -> None:
+                clock.depth -= 1
+                if clock.depth == 0:
+                    clock.total += time.process_time() - clock.began
+
+        for kind in self.KINDS:
+            event.register(kind, Listener())
+
+    def seconds(self) -> float:
+        running = time.process_time() - self.began if self.depth else 0.0
+        return self.total + running
+
+
+COMPILES = _CompileClock()
+
+
 @contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`Finding` when the block runs longer than ``seconds`` (main thread)."""
+def time_limit(seconds: float, cap: float | None = None) -> Iterator[None]:
+    """Raise :class:`Finding` when the block runs longer than ``seconds`` (main thread).
+
+    With ``cap``, ``seconds`` is a budget of the process's CPU time outside numba's
+    compilations (a compiled tier's first load of a new program compiles its loops: that
+    is slow, not a hang; and CPU time, not wall time, is what a loaded machine leaves a
+    run), and the block may take up to ``cap`` seconds of wall time in all: past that,
+    :class:`SlowCompile` when it had not spent its budget, else :class:`Finding` (a hang).
+    """
+    start, cpu = time.perf_counter(), time.process_time()
+    if cap is not None:
+        COMPILES.install()
+    compiled_before = COMPILES.seconds()
+
+    def running() -> float:
+        return time.process_time() - cpu - (COMPILES.seconds() - compiled_before)
 
     def on_alarm(signum: int, frame: Any) -> None:
+        elapsed = time.perf_counter() - start
+        if cap is not None and elapsed < cap and running() < seconds:
+            # the rest was compilation or waiting for the CPU: look again when the
+            # budget's rest could have run
+            left = min(max(seconds - running(), 0.5), cap - elapsed)
+            signal.setitimer(signal.ITIMER_REAL, left + 0.01)
+            return
         raise _Timeout
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds if cap is None else min(seconds, cap))
     try:
         yield
     except _Timeout:
-        raise Finding(f"no result after {seconds} s (a hang?)") from None
+        elapsed = time.perf_counter() - start
+        compiling = COMPILES.seconds() - compiled_before
+        if cap is not None and running() < seconds:
+            raise SlowCompile(
+                f"not done after {elapsed:.0f} s ({compiling:.0f} s of CPU compiling, "
+                f"{running():.0f} s running): slow, not a hang"
+            ) from None
+        raise Finding(
+            f"no result after {seconds} s of running ({compiling:.0f} s of CPU compiling "
+            "besides) (a hang?)"
+        ) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

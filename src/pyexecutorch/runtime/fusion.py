@@ -36,6 +36,7 @@ from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorSh
 HALF = np.dtype(np.float16)
 _FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64), HALF}
 _INT_DTYPES = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
+_LOOP_DTYPES = _FLOAT_DTYPES | _INT_DTYPES | {np.dtype(np.bool_)}  # what a loop stores
 
 
 _SPLITS = {"aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out"}
@@ -552,6 +553,22 @@ class Fuser:
                     return False
         return True
 
+    def _reads_written(self, run: list[_Member], inputs: list[int]) -> bool:
+        """Whether a member reads an input whose bytes an earlier member writes (a static view
+        of a fused value): the loop loads its inputs before any store, so that member would
+        read the previous call's bytes, not the earlier member's values."""
+        bounds = self.flow.bounds
+        for n, mem in enumerate(run):
+            region = bounds.get(mem.out)
+            if region is None:
+                continue
+            for later in run[n + 1 :]:
+                for j in later.tensors.values():
+                    other = bounds.get(j) if j in inputs else None
+                    if other is not None and other[0] < region[1] and region[0] < other[1]:
+                        return True
+        return False
+
     def build(self, run: list[_Member]) -> FusedCall | None:
         """The fused loop of ``run``, or None when it cannot be fused safely."""
         m = self.method
@@ -594,7 +611,7 @@ class Fuser:
             body.append(f"t{n} = {expr}" if mem.formula.bool_out else f"t{n} = T({expr})")
             produced[mem.out] = f"t{n}"
         stored = self._stored(run)
-        if not stored or not self._safe(inputs, stored):
+        if not stored or not self._safe(inputs, stored) or self._reads_written(run, inputs):
             return None
         if any(m.capacity[o].shape != shape for o in stored):
             return None  # an output of a smaller shape would be stored at every element
@@ -717,6 +734,8 @@ def single_op_call(name: str, args: list[Any], out: np.ndarray) -> FusedCall | N
     """
     formula = FORMULAS.get(name)
     dtype = out.dtype
+    if dtype not in _LOOP_DTYPES:
+        return None  # (a float8 or other ml_dtypes output: no numba type; its numpy kernel)
     if formula is not None and formula.bool_out:
         first = args[formula.tensors[0]]
         dtype = first.dtype if isinstance(first, np.ndarray) else dtype
