@@ -218,6 +218,11 @@ def test_process_pool_matches_in_process(cnn):
     assert pool.workers == 2 and pool.failed == 1
     assert alone.metrics["snr_db"] < 20  # a different model: a real comparison
     _same_rows(alone, pool)
+    # Each row's share of its chunk's CPU in the worker: the same within a chunk of 4.
+    for result in (alone, pool):
+        cpu = result.per_row["cpu_ms"].reshape(-1, 4)
+        assert np.all(cpu > 0) and np.all(cpu == cpu[:, :1])
+        assert result.worker_cpu_ms == pytest.approx(cpu.mean())
 
 
 def test_ray_matches_embedded(cnn, ray_local, tmp_path, capsys):

@@ -30,6 +30,13 @@ class EvalResult:
         return self.rows / self.seconds if self.seconds > 0 else math.inf
 
     @property
+    def worker_cpu_ms(self) -> float:
+        """The CPU milliseconds a row cost in its worker (reading, preprocessing, the
+        program, metrics), on average; what the engine costs around the workers is extra."""
+        cpu = self.per_row.get("cpu_ms")
+        return float(np.mean(cpu)) if cpu is not None and len(cpu) else math.nan
+
+    @property
     def errors(self) -> list[tuple[int, str]]:
         """``(row, message)`` of every failed row."""
         err = self.per_row.get("error")
@@ -47,6 +54,7 @@ class EvalResult:
             "failed": self.failed,
             "seconds": self.seconds,
             "rows_per_second": self.rows_per_second,
+            "worker_cpu_ms_per_row": number(self.worker_cpu_ms),
             "engine": self.engine,
             "workers": self.workers,
             "batch_size": self.batch_size,
@@ -85,6 +93,7 @@ class EvalResult:
             ("rows", str(self.rows)),
             ("failed rows", str(self.failed)),
             ("rows/s", f"{self.rows_per_second:.1f}"),
+            ("worker CPU", f"{self.worker_cpu_ms:.2f} ms a row"),
             ("engine", f"{self.engine}, {self.workers} worker(s), batch {self.batch_size}"),
         ]
         width = max(len(a) for a, _ in lines)

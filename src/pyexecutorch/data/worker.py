@@ -4,7 +4,9 @@ Every engine runs the same :class:`Evaluator`: in the calling process, in each p
 of a local pool, or in each Ray actor. A chunk is a dict of columns (with ``row``, the
 rows' positions in the dataset); the result is a dict of per-row columns: ``row``,
 ``error`` (empty when the row succeeded), each metric's stat columns, ``prediction``
-(output 0's argmax, for [batch, classes] logits) and, when kept, ``output_<i>``.
+(output 0's argmax, for [batch, classes] logits), ``cpu_ms`` (the row's share of the
+CPU time its worker spent on the chunk: reading, preprocessing, the program, metrics;
+what an engine costs around it is the rest) and, when kept, ``output_<i>``.
 
 A row whose features fail (an unreadable image) or whose call fails fails alone: the
 batch it was in runs again without it, row by row (padded as the program needs).
@@ -13,6 +15,7 @@ batch it was in runs again without it, row by row (padded as the program needs).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -133,6 +136,13 @@ class Evaluator:
     # ----------------------------------------------------------------------------------
 
     def __call__(self, chunk: Columns) -> Columns:
+        start = time.thread_time()  # this thread's: a Ray actor runs tasks off its main one
+        result = self._evaluate(chunk)
+        rows = len(result["row"])
+        result["cpu_ms"] = np.full(rows, 1e3 * (time.thread_time() - start) / max(rows, 1))
+        return result
+
+    def _evaluate(self, chunk: Columns) -> Columns:
         rows = np.asarray(chunk["row"], dtype=np.int64)
         n = len(rows)
         errors = np.full(n, "", dtype=object)
