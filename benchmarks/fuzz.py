@@ -317,7 +317,7 @@ def run_tiers(
             seed, start, count, time.monotonic() - began, done, per_kind, per_seed, findings
         )
 
-    reported = 0
+    reported, last_report = 0, time.monotonic()
     pool = [spawn() for _ in range(workers)]
     while pending or any(w["index"] is not None for w in pool):
         for w in pool:
@@ -361,8 +361,8 @@ def run_tiers(
                     w["proc"].kill()
                     w.update(spawn())
             w["index"] = None
-        if done and done % 250 == 0 and done != reported:
-            reported = done
+        if done != reported and (done % 250 == 0 or time.monotonic() - last_report > 60):
+            reported, last_report = done, time.monotonic()
             print(f"{done} mutants, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
             out.mkdir(parents=True, exist_ok=True)
             (out / "report.json").write_text(report())  # what a killed run leaves

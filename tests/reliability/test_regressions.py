@@ -173,6 +173,32 @@ def test_instruction_budget_stops_an_endless_loop():
     assert isinstance(info.value, ExecutionError)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_loop_over_delegate_calls_is_bounded_as_a_loop_over_kernels(jit, monkeypatch):
+    """Was: each delegate call counted as one instruction, so the default budget (ten
+    million) let a loop over an XNNPACK subgraph (a millisecond a call) run for hours: the
+    campaign's numpy-tier "hangs" of structure:jump mutants on quantized XNNPACK CNNs. A
+    delegate call counts for DELEGATE_CALL_COST instructions."""
+    from pyexecutorch.backends.xnnpack.runtime import XnnpackBackend  # noqa: PLC0415
+    from pyexecutorch.runtime.codegen import DELEGATE_CALL_COST, Line, instruction_cost  # noqa: PLC0415
+
+    assert instruction_cost(Line("D12(v)", 3)) == DELEGATE_CALL_COST == 1000
+    assert instruction_cost(Line("v[4] = K2(v[1], v[3])", 3)) == 1
+    calls = []
+    execute = XnnpackBackend.execute
+    monkeypatch.setattr(
+        XnnpackBackend, "execute", lambda self, *a: calls.append(1) or execute(self, *a)
+    )
+    data = _looping("ours_xnnpack_mlp.pte")
+    plan = decode_pte(data).program.execution_plan[0]
+    method = _load(data, max_instructions=5 * DELEGATE_CALL_COST, jit=jit)
+    for seed in range(2):
+        calls.clear()
+        with pytest.raises(InstructionBudgetError, match=r"\(max_instructions=5000\)"):
+            method.execute(inputs_for(plan, np.random.default_rng(seed)))
+        assert 1 <= len(calls) <= 5  # (was: about 5000 / the chain's length)
+
+
 def test_instruction_budget_lets_a_bounded_loop_finish():
     # The while loop of the corpus runs to completion under a budget it fits in,
     # and under the default budget (ten million instructions).

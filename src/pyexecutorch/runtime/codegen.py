@@ -11,11 +11,25 @@ instruction indices so errors can name the instruction that failed.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 _counter = itertools.count()
+
+# What one delegate call counts for in an instruction budget: a delegate runs a whole
+# subgraph (milliseconds where a kernel instruction takes microseconds), so that a loop
+# over delegate calls is bounded in time as a loop over kernels is: the default budget of
+# ten million instructions allows ten thousand delegate calls. A delegate's line calls its
+# runner, bound under a "D" name (see the method's lowering).
+DELEGATE_CALL_COST = 1000
+_DELEGATE_CALL = re.compile(r"\bD\d+\(v\)")
+
+
+def instruction_cost(line: Line) -> int:
+    """What ``line`` counts for in an instruction budget (see DELEGATE_CALL_COST)."""
+    return DELEGATE_CALL_COST if _DELEGATE_CALL.search(line.source) else 1
 
 
 @dataclass
@@ -81,7 +95,8 @@ def compile_chain(
     ``lines`` hold one entry per instruction except jumps; ``jumps`` maps an
     instruction index to (condition expression, destination instruction).
     ``over_budget`` (a chain with jumps only): (instruction budget, function
-    that raises) bounds the instructions one run executes, block by block.
+    that raises) bounds the instructions one run executes, block by block (a
+    delegate call counting for DELEGATE_CALL_COST of them).
     """
     filename = f"<pyexecutorch method {method!r} chain {chain_index} #{next(_counter)}>"
     src: list[str] = []
@@ -124,8 +139,11 @@ def compile_chain(
     if over_budget is not None:
         budget, raise_over = over_budget
         sizes = [
-            (starts[b + 1] if b + 1 < n_blocks else n_instructions) - starts[b]
-            for b in range(n_blocks)
+            sum(
+                instruction_cost(by_index[pc]) if pc in by_index else 1
+                for pc in range(start, starts[b + 1] if b + 1 < n_blocks else n_instructions)
+            )
+            for b, start in enumerate(starts)
         ]
         emit(f"    n = {int(budget)}")
         emit(f"    while b < {n_blocks}:")

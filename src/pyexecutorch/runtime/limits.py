@@ -12,7 +12,9 @@ execute, so that a ``JumpFalseCall`` loop that never ends raises
 :class:`~pyexecutorch.runtime.errors.ExecutionError`) instead of hanging. It is
 on by default: :data:`DEFAULT_MAX_INSTRUCTIONS` (ten million, about ten seconds
 of the cheapest instructions, far more than any exported ``cond``, ``map`` or
-``while_loop`` runs; pass a larger number for a longer loop). A chain without
+``while_loop`` runs; pass a larger number for a longer loop). A delegate call
+counts for a thousand instructions (``codegen.DELEGATE_CALL_COST``: it runs a whole
+subgraph), so a loop over delegate calls is bounded in time too. A chain without
 jumps runs each instruction once and is never counted.
 """
 
