@@ -314,40 +314,30 @@ def fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
     return a(a, b, c), codegen
 
 
-@intrinsic
-def add(typingctx: Any, a: Any, b: Any) -> Any:
-    """``a + b`` lane by lane."""
-    if not _same_vectors(a, b):
-        return None
+def _lanewise(name: str, op: str, doc: str) -> Any:
+    """The intrinsic ``name(a, b)``: LLVM's ``op`` (an IR builder method) on two vectors of
+    one type, lane by lane."""
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.fadd(args[0], args[1])
+    def typer(typingctx: Any, a: Any, b: Any) -> Any:
+        if not _same_vectors(a, b):
+            return None
 
-    return a(a, b), codegen
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return getattr(builder, op)(args[0], args[1])
 
+        return a(a, b), codegen
 
-@intrinsic
-def mul(typingctx: Any, a: Any, b: Any) -> Any:
-    """``a * b`` lane by lane."""
-    if not _same_vectors(a, b):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.fmul(args[0], args[1])
-
-    return a(a, b), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def div(typingctx: Any, a: Any, b: Any) -> Any:
-    """``a / b`` lane by lane (IEEE division: correctly rounded, as numpy divides)."""
-    if not _same_vectors(a, b):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.fdiv(args[0], args[1])
-
-    return a(a, b), codegen
+add = _lanewise("add", "fadd", "``a + b`` lane by lane.")
+sub = _lanewise("sub", "fsub", "``a - b`` lane by lane.")
+mul = _lanewise("mul", "fmul", "``a * b`` lane by lane.")
+div = _lanewise(
+    "div", "fdiv", "``a / b`` lane by lane (IEEE division: correctly rounded, as numpy divides)."
+)
 
 
 @intrinsic
@@ -402,6 +392,23 @@ def total(typingctx: Any, v: Any) -> Any:
     return v.dtype(v), codegen
 
 
+def _pair_pointer(context: Any, builder: Any, signature: Any, args: Any, vector: Vector) -> Any:
+    """A pointer to the two elements at ``a[i]`` (``args``: the array or data pointer, then
+    the index) as one two-lane vector."""
+    if isinstance(signature.args[0], types.CPointer):
+        data = args[0]
+    else:
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+    pair_type = ir.VectorType(context.get_value_type(vector.dtype), 2)
+    return builder.bitcast(builder.gep(data, [args[1]]), pair_type.as_pointer())
+
+
+def _pairs_everywhere(builder: Any, pair: Any, vector: Vector) -> Any:
+    """A two-lane ``pair`` repeated across a vector of ``vector``'s type."""
+    lanes = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0, 1] * (vector.count // 2))
+    return builder.shuffle_vector(pair, ir.Constant(pair.type, ir.Undefined), lanes)
+
+
 @intrinsic
 def splat_pair(typingctx: Any, a: Any, i: Any) -> Any:
     """``a[i]`` in the even lanes and ``a[i + 1]`` in the odd ones (one 64-bit broadcast for
@@ -414,19 +421,10 @@ def splat_pair(typingctx: Any, a: Any, i: Any) -> Any:
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        element = context.get_value_type(vector.dtype)
-        if isinstance(signature.args[0], types.CPointer):
-            data = args[0]
-        else:
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        pair_type = ir.VectorType(element, 2)
-        pointer = builder.bitcast(builder.gep(data, [args[1]]), pair_type.as_pointer())
+        pointer = _pair_pointer(context, builder, signature, args, vector)
         pair = builder.load(pointer)
         pair.align = vector.dtype.bitwidth // 8
-        mask = ir.Constant(
-            ir.VectorType(ir.IntType(32), vector.count), [0, 1] * (vector.count // 2)
-        )
-        return builder.shuffle_vector(pair, ir.Constant(pair_type, ir.Undefined), mask)
+        return _pairs_everywhere(builder, pair, vector)
 
     return vector(a, i), codegen
 
@@ -442,23 +440,15 @@ def splat_pair_first(typingctx: Any, a: Any, i: Any, n: Any) -> Any:
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        element = context.get_value_type(vector.dtype)
-        if isinstance(signature.args[0], types.CPointer):
-            data = args[0]
-        else:
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        pair_type = ir.VectorType(element, 2)
-        pointer = builder.bitcast(builder.gep(data, [args[1]]), pair_type.as_pointer())
+        pointer = _pair_pointer(context, builder, signature, args, vector)
+        pair_type = pointer.type.pointee
         mask = _lane_mask(builder, 2, args[2])
         fnty = ir.FunctionType(pair_type, [pointer.type, ir.IntType(32), mask.type, pair_type])
         suffix = f"v2{'f32' if vector.dtype == types.float32 else 'f64'}"
         fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.load.{suffix}.p0")
         align = ir.Constant(ir.IntType(32), vector.dtype.bitwidth // 8)
         pair = builder.call(fn, [pointer, align, mask, ir.Constant(pair_type, None)])
-        lanes = ir.Constant(
-            ir.VectorType(ir.IntType(32), vector.count), [0, 1] * (vector.count // 2)
-        )
-        return builder.shuffle_vector(pair, ir.Constant(pair_type, ir.Undefined), lanes)
+        return _pairs_everywhere(builder, pair, vector)
 
     return vector(a, i, n), codegen
 
@@ -570,18 +560,6 @@ def exp(typingctx: Any, v: Any) -> Any:
         return builder.select(builder.fcmp_ordered("==", x, x), y, x)
 
     return v(v), codegen
-
-
-@intrinsic
-def sub(typingctx: Any, a: Any, b: Any) -> Any:
-    """``a - b`` lane by lane."""
-    if not _same_vectors(a, b):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.fsub(args[0], args[1])
-
-    return a(a, b), codegen
 
 
 @intrinsic
