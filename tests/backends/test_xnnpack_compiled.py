@@ -612,7 +612,7 @@ def test_a_method_compiles_whole_with_its_delegates_inside():
     method = Runtime.get().load_program(official.official_export_xnnpack(case), jit=True)
     method = method.load_method("forward")
     source = method._loaded.whole_source
-    assert source is not None and "compiled_nhwc:DEPTHWISE" in source
+    assert source is not None and "compiled_nhwc_depthwise:DEPTHWISE" in source
     for inputs in case.all_inputs():
         got = [official.to_numpy(x) for x in method.execute(list(inputs))]
         official.assert_close(case, got, official.eager_outputs(case, inputs), what=case.name)

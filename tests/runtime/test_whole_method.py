@@ -395,7 +395,7 @@ def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
     assert source is not None, whole._loaded.chains[0].source
     # convolutions on channels-last activations (runtime.layout), their clamps and residual
     # adds in their stores, and the classifier as a BLAS step
-    assert "# pyexecutorch.kernels.conv.compiled_nhwc:" in source
+    assert "# pyexecutorch.kernels.conv.compiled_nhwc_dense:" in source
     assert whole._loaded.channels_last
     if name == "resnet_like":  # its classifier is past the small-product loop
         assert "blas_matmul" in source

@@ -452,7 +452,17 @@ def _chunks(row_bytes: int, weight_bytes: int, g: int, oh: int) -> tuple[int, in
     return gc, -(-oh // -(-oh // rc))  # even out the row chunks
 
 
-def _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202, C901
+class _WrappedAxis:
+    """One axis of the wrapped layout: per tap its stride phase, shift and rank (taps
+    ordered by phase), per phase its taps, their even step and the pixels it holds."""
+
+    def __init__(self, k: int, s: int, d: int, p: int, size: int):
+        self.phase, self.shift, self.count = _tap_axis(k, s, d, p, size)
+        self.rank, self.taps = _ranks(self.phase)
+        self.step = {a: _step([self.shift[t] for t in ts]) for a, ts in self.taps.items()}
+
+
+def _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
     """Columns as contiguous runs of per-phase padded images whose rows are exactly OW
     long, so the product lands in out with no crop.
 
@@ -463,148 +473,169 @@ def _wrapped(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001,
     reads right of the row to be padding, so declines when an image row is wider than
     OW and a tap reaches right of it (unpadded "valid" convolutions: the flat layout).
     """
-    n, c, oc, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = _geometry(
-        x, w, b, groups, in_sp, k_sp, o_sp
-    )
-    it = dt.itemsize
-    ph_h, u, m_h = _tap_axis(kh, s[0], d[0], p[0], h)
-    ph_w, v, m_w = _tap_axis(kw, s[1], d[1], p[1], wd)
+    geo = _geometry(x, w, b, groups, in_sp, k_sp, o_sp)
+    n, c, oc, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = geo
+    rows = _WrappedAxis(kh, s[0], d[0], p[0], h)
+    cols = _WrappedAxis(kw, s[1], d[1], p[1], wd)
+    v = cols.shift
     if max(v) > ow or -min(v) > ow:
         return None  # taps past the guard rows (paddings wider than the output)
-    rank_i, rows_of = _ranks(ph_h)
-    rank_j, cols_of = _ranks(ph_w)
-    for bb, js in cols_of.items():
-        if max(v[j] for j in js) > 0 and m_w[bb] > ow:
+    for bb, js in cols.taps.items():
+        if max(v[j] for j in js) > 0 and cols.count[bb] > ow:
             return None  # a tap reads image pixels right of the row: they would wrap
-    steps_i = {a: _step([u[i] for i in rows]) for a, rows in rows_of.items()}
-    steps_j = {bb: _step([v[j] for j in cols]) for bb, cols in cols_of.items()}
-    if None in steps_i.values() or None in steps_j.values():
+    if None in rows.step.values() or None in cols.step.values():
         return None
-
-    # Phase buffers: a guard row, ``top`` rows of padding, the phase image's rows (only
-    # those some tap reads), padding below and a guard row, each row OW wide.
-    top = max(0, -min(u))
-    nrows = top + 1 + oh + max(0, max(u)) + 1
-    lpair = nrows * ow
-    stored_h = {a: min(m_h[a], oh + max(u[i] for i in rows)) for a, rows in rows_of.items()}
-    stored_w = {bb: min(m_w[bb], ow) for bb in cols_of}
-    pairs = [(a, bb) for a in sorted(rows_of) for bb in sorted(cols_of)]
-    first = (top + 1) * ow
-
-    gc, rc = _chunks(n * (kg + e) * ow * it, ocg * (kg + e) * it, g, oh)
-    cc = gc * cg
-    lnmax = rc * ow
-    buf = np.zeros((n, cc, len(pairs), lpair), dt)
-    col = np.zeros((n, gc, kg + e, lnmax), dt)
-    if e:
-        col[:, :, kg] = 1  # the row that multiplies the bias column
-    colv = col[:, :, :kg].reshape(n, gc, cg, kh, kw, lnmax)
-    flatcol = col.reshape(-1)
-
-    # The fills of one chunk of channels: one copy when every phase is there with the
-    # same size (always at stride 1; at stride 2 for even sizes), else one per phase.
-    sh, sw = s
-    nr = set(stored_h.values())
-    nc = set(stored_w.values())
-    single = (
-        len(pairs) == sh * sw
-        and len(nr) == 1
-        and len(nc) == 1
-        and sh * min(nr) <= h
-        and sw * min(nc) <= wd
-        and min(nr) > 0
-        and min(nc) > 0
-    )
-
-    def fills_of(c0: int, c1: int) -> list:
-        """Copies filling the phase buffers from the input's channels [c0, c1)."""
-        k = c1 - c0
-        # (A 1-D input is an image of height 1: its row index is a new axis.)
-        if single:
-            r, q = min(nr), min(nc)
-            dst = buf[:, :k, :, first : first + r * ow].reshape(n, k, sh, sw, r, ow)[..., :q]
-            if (c0, c1, sh * r, sw * q) == (0, c, h, wd) and sh == sw == 1:
-                # The whole input: the destination takes its shape.
-                return [(np.copyto, (dst.reshape(x.shape), _OfX(lambda x: x)))]
-            rows = slice(0, sh * r) if x.ndim == 4 else None
-            key = (slice(None), slice(c0, c1), rows, slice(0, sw * q))
-            shape, axes = (n, k, r, sh, q, sw), (0, 1, 3, 5, 2, 4)
-            view = _OfX(lambda x: x[key].reshape(shape).transpose(axes))
-            return [(np.copyto, (dst, view))]
-        copies = []
-        for pi, (a, bb) in enumerate(pairs):
-            r, q = stored_h[a], stored_w[bb]
-            if r <= 0 or q <= 0:
-                continue
-            dst = buf[:, :k, pi, first : first + r * ow].reshape(n, k, r, ow)[..., :q]
-            rows = slice(a, a + (r - 1) * sh + 1, sh) if x.ndim == 4 else None
-            key = (slice(None), slice(c0, c1), rows, slice(bb, bb + (q - 1) * sw + 1, sw))
-            copies.append((np.copyto, (dst, _OfX(lambda x, key=key: x[key]))))
-        return copies
-
-    # Tap copies of output rows [r0, r1) for gn groups: one strided copy per phase pair,
-    # into rows ordered by (row rank, column rank) so that each pair's taps are a block.
-    def copies_of(gn: int, r0: int, r1: int) -> tuple:
-        ln = (r1 - r0) * ow
-        copies = []
-        sn, sc = buf.strides[:2]
-        for pi, (a, bb) in enumerate(pairs):
-            rows, cols_ = rows_of[a], cols_of[bb]
-            off = (u[rows[0]] + top + 1) * ow + v[cols_[0]] + r0 * ow
-            src = as_strided(
-                buf[:, :, pi, off:],
-                (n, gn, cg, len(rows), len(cols_), ln),
-                (sn, cg * sc, sc, steps_i[a] * ow * it, steps_j[bb] * it, it),
-                writeable=False,
-            )
-            ri, rj = rank_i[rows[0]], rank_j[cols_[0]]
-            dst = colv[:, :gn, :, ri : ri + len(rows), rj : rj + len(cols_), :ln]
-            copies.append((dst, src))
-        return tuple(copies)
-
-    # Columns that wrapped around a row: (column rank, output column) pairs.
-    bad = []
-    for j in range(kw):
-        if v[j] < 0:
-            bad += [rank_j[j] * lnmax + q for q in range(min(-v[j], ow))]
-        elif v[j] > 0:
-            bad += [rank_j[j] * lnmax + q for q in range(max(ow - v[j], 0), ow)]
-
-    def fixes_of(gn: int, r0: int, r1: int) -> tuple:
-        sn, sg = col.strides[:2]
-        return tuple(
-            as_strided(
-                flatcol[start:],
-                (n, gn, cg, kh, length, r1 - r0),
-                (sn, sg, taps * lnmax * it, kw * lnmax * it, step * it, ow * it),
-            )
-            for start, step, length in _runs(bad)
-        )
-
+    plan = _WrappedPlan(geo, rows, cols, s, x.shape)
     order = [0] * taps
     for i in range(kh):
         for j in range(kw):
-            order[rank_i[i] * kw + rank_j[j]] = i * kw + j
+            order[rows.rank[i] * kw + cols.rank[j]] = i * kw + j
     weights = _PackedWeights(w, b, _pack_forward(groups, order))
 
     o3 = out.reshape(n, oc, oh * ow)
     calls = []
-    for g0 in range(0, g, gc):
-        g1 = min(g, g0 + gc)
+    for g0 in range(0, g, plan.gc):
+        g1 = min(g, g0 + plan.gc)
         gn = g1 - g0
-        calls += fills_of(g0 * cg, g1 * cg)
-        for r0 in range(0, oh, rc):
-            r1 = min(oh, r0 + rc)
+        calls += plan.fills(g0 * cg, g1 * cg)
+        for r0 in range(0, oh, plan.rc):
+            r1 = min(oh, r0 + plan.rc)
             ln = (r1 - r0) * ow
-            calls += [(np.copyto, pair) for pair in copies_of(gn, r0, r1)]
-            calls += [(f.fill, (0,)) for f in fixes_of(gn, r0, r1)]
+            calls += [(np.copyto, pair) for pair in plan.copies(gn, r0, r1)]
+            calls += [(f.fill, (0,)) for f in plan.fixes(gn, r0, r1)]
             lhs, tgt = _product_operands(
-                col[:, :gn, :, :ln], o3[:, g0 * ocg : g1 * ocg, r0 * ow : r1 * ow], n, g, ocg
+                plan.col[:, :gn, :, :ln], o3[:, g0 * ocg : g1 * ocg, r0 * ow : r1 * ow], n, g, ocg
             )
             # np.dot's 2-D path costs less than matmul's (same BLAS call).
             prod = np.dot if tgt.ndim == 2 and tgt.flags.c_contiguous else np.matmul
             calls.append((prod, (_OfW(slice(g0, g1) if g > 1 else None), lhs, tgt)))
     return _kernel("_wrapped", calls, weights, x, out)
+
+
+class _WrappedPlan:
+    """The buffers of the wrapped layout and the copies that fill them.
+
+    Phase buffers: per (row phase, column phase) pair, a guard row, ``top`` rows of
+    padding, the phase image's rows (only those some tap reads), padding below and a guard
+    row, each row OW wide. Columns: ``(n, groups in a chunk, Kg [+ the ones row], rows in
+    a chunk * OW)``.
+    """
+
+    def __init__(self, geo: tuple, rows: _WrappedAxis, cols: _WrappedAxis, s, x_shape):  # noqa: ANN001
+        n, c, _, g, cg, ocg, h, wd, kh, kw, oh, ow, taps, kg, e, dt = geo
+        u = rows.shift
+        self.geo, self.rows, self.cols, self.s = geo, rows, cols, s
+        self.x_shape, self.ndim = x_shape, len(x_shape)
+        self.top = top = max(0, -min(u))
+        lpair = (top + 1 + oh + max(0, max(u)) + 1) * ow
+        self.stored_h = {
+            a: min(rows.count[a], oh + max(u[i] for i in ts)) for a, ts in rows.taps.items()
+        }
+        self.stored_w = {bb: min(cols.count[bb], ow) for bb in cols.taps}
+        self.pairs = [(a, bb) for a in sorted(rows.taps) for bb in sorted(cols.taps)]
+        self.first = (top + 1) * ow
+        it = dt.itemsize
+        self.gc, self.rc = gc, rc = _chunks(n * (kg + e) * ow * it, ocg * (kg + e) * it, g, oh)
+        self.lnmax = rc * ow
+        self.buf = np.zeros((n, gc * cg, len(self.pairs), lpair), dt)
+        self.col = np.zeros((n, gc, kg + e, self.lnmax), dt)
+        if e:
+            self.col[:, :, kg] = 1  # the row that multiplies the bias column
+        self.colv = self.col[:, :, :kg].reshape(n, gc, cg, kh, kw, self.lnmax)
+        # Columns that wrapped around a row: (column rank, output column) pairs.
+        self.bad = []
+        for j in range(kw):
+            vj, rj = cols.shift[j], cols.rank[j] * self.lnmax
+            if vj < 0:
+                self.bad += [rj + q for q in range(min(-vj, ow))]
+            elif vj > 0:
+                self.bad += [rj + q for q in range(max(ow - vj, 0), ow)]
+
+    def _single(self) -> bool:
+        """Whether one copy fills every phase (always at stride 1; at stride 2 for even
+        sizes): every phase there, all of one size."""
+        h, wd = self.geo[6], self.geo[7]
+        (sh, sw), nr, nc = self.s, set(self.stored_h.values()), set(self.stored_w.values())
+        return (
+            len(self.pairs) == sh * sw
+            and len(nr) == 1
+            and len(nc) == 1
+            and sh * min(nr) <= h
+            and sw * min(nc) <= wd
+            and min(nr) > 0
+            and min(nc) > 0
+        )
+
+    def fills(self, c0: int, c1: int) -> list:
+        """Copies filling the phase buffers from the input's channels [c0, c1)."""
+        n, c, ow, h, wd = self.geo[0], self.geo[1], self.geo[11], self.geo[6], self.geo[7]
+        (sh, sw), buf, first, k = self.s, self.buf, self.first, c1 - c0
+        # (A 1-D input is an image of height 1: its row index is a new axis.)
+        if self._single():
+            r, q = min(self.stored_h.values()), min(self.stored_w.values())
+            dst = buf[:, :k, :, first : first + r * ow].reshape(n, k, sh, sw, r, ow)[..., :q]
+            if (c0, c1, sh * r, sw * q) == (0, c, h, wd) and sh == sw == 1:
+                # The whole input: the destination takes its shape.
+                return [(np.copyto, (dst.reshape(self.x_shape), _OfX(lambda x: x)))]
+            rows = slice(0, sh * r) if self.ndim == 4 else None
+            key = (slice(None), slice(c0, c1), rows, slice(0, sw * q))
+            shape, axes = (n, k, r, sh, q, sw), (0, 1, 3, 5, 2, 4)
+            view = _OfX(lambda x: x[key].reshape(shape).transpose(axes))
+            return [(np.copyto, (dst, view))]
+        copies = []
+        for pi, (a, bb) in enumerate(self.pairs):
+            r, q = self.stored_h[a], self.stored_w[bb]
+            if r <= 0 or q <= 0:
+                continue
+            dst = buf[:, :k, pi, first : first + r * ow].reshape(n, k, r, ow)[..., :q]
+            rows = slice(a, a + (r - 1) * sh + 1, sh) if self.ndim == 4 else None
+            key = (slice(None), slice(c0, c1), rows, slice(bb, bb + (q - 1) * sw + 1, sw))
+            copies.append((np.copyto, (dst, _OfX(lambda x, key=key: x[key]))))
+        return copies
+
+    def copies(self, gn: int, r0: int, r1: int) -> tuple:
+        """Tap copies of output rows [r0, r1) for gn groups: one strided copy per phase
+        pair, into rows ordered by (row rank, column rank) so that each pair's taps are a
+        block."""
+        n, cg, ow, it = self.geo[0], self.geo[4], self.geo[11], self.geo[15].itemsize
+        rows, cols, buf = self.rows, self.cols, self.buf
+        ln = (r1 - r0) * ow
+        out = []
+        sn, sc = buf.strides[:2]
+        for pi, (a, bb) in enumerate(self.pairs):
+            ri_taps, rj_taps = rows.taps[a], cols.taps[bb]
+            off = (rows.shift[ri_taps[0]] + self.top + 1) * ow + cols.shift[rj_taps[0]] + r0 * ow
+            src = as_strided(
+                buf[:, :, pi, off:],
+                (n, gn, cg, len(ri_taps), len(rj_taps), ln),
+                (sn, cg * sc, sc, rows.step[a] * ow * it, cols.step[bb] * it, it),
+                writeable=False,
+            )
+            ri, rj = rows.rank[ri_taps[0]], cols.rank[rj_taps[0]]
+            dst = self.colv[:, :gn, :, ri : ri + len(ri_taps), rj : rj + len(rj_taps), :ln]
+            out.append((dst, src))
+        return tuple(out)
+
+    def fixes(self, gn: int, r0: int, r1: int) -> tuple:
+        """Strided views of the columns that wrapped around a row (to be zeroed)."""
+        n, cg, kh, ow, taps, it = (
+            self.geo[0],
+            self.geo[4],
+            self.geo[8],
+            self.geo[11],
+            self.geo[12],
+            self.geo[15].itemsize,
+        )
+        flatcol, lnmax = self.col.reshape(-1), self.lnmax
+        sn, sg = self.col.strides[:2]
+        return tuple(
+            as_strided(
+                flatcol[start:],
+                (n, gn, cg, kh, length, r1 - r0),
+                (sn, sg, taps * lnmax * it, self.geo[9] * lnmax * it, step * it, ow * it),
+            )
+            for start, step, length in _runs(self.bad)
+        )
 
 
 def _flat(x, w, b, s, p, d, groups, out, in_sp, k_sp, o_sp):  # noqa: ANN001, ANN202
