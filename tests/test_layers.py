@@ -57,7 +57,7 @@ MAY_IMPORT_TORCH = frozenset(
 # Imports the table does not allow, each kept on purpose: (importing module, imported
 # module) -> why.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("pyexecutorch.runtime.io", "torch"): (
+    ("pyexecutorch.runtime.outputs", "torch"): (
         "torch outputs asked for by the caller (PYEXECUTORCH_OUTPUT=torch), imported then"
     ),
     ("pyexecutorch.exir.backend.backend_details", "pyexecutorch.backends"): (

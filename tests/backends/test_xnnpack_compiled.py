@@ -520,7 +520,7 @@ def test_a_failing_compiled_plan_falls_back_to_numpy(monkeypatch, caplog):
 
 
 def _delegate_plans(method) -> list:
-    return [p for _, handle in method._loaded._delegates for p in handle.plans.values()]
+    return [p for _, handle in method._loaded.facts.delegates for p in handle.plans.values()]
 
 
 def _check_program(case, pte):
@@ -533,7 +533,7 @@ def _check_program(case, pte):
         for g_, r in zip(got, ref, strict=True):
             np.testing.assert_allclose(g_, r, rtol=1e-4, atol=1e-5, err_msg=f"{case.name} {k}")
         official.assert_close(case, got, official.eager_outputs(case, inputs), what=case.name)
-    for _, handle in method._loaded._delegates:
+    for _, handle in method._loaded.facts.delegates:
         kinds = {type(n.xnode_union).__name__ for n in handle.graph.nodes}
         for plan in handle.plans.values():
             if kinds <= {"XNNStaticReshape", "XNNCopy"}:
@@ -611,7 +611,7 @@ def test_a_method_compiles_whole_with_its_delegates_inside():
     case = architectures.get_arch("shufflenet_v2")
     method = Runtime.get().load_program(official.official_export_xnnpack(case), jit=True)
     method = method.load_method("forward")
-    source = method._loaded.whole_source
+    source = method.plan.whole_source
     assert source is not None and "compiled_nhwc_depthwise:DEPTHWISE" in source
     for inputs in case.all_inputs():
         got = [official.to_numpy(x) for x in method.execute(list(inputs))]

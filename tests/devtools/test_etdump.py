@@ -165,11 +165,11 @@ def test_xnnpack_delegate_events(mlp_xnnpack, tmp_path):
 
 def test_untraced_code_has_no_hooks(mlp):
     pte, inputs = mlp
-    plain = Runtime.get().load_program(pte).load_method("forward")._loaded
-    traced = Runtime.get().load_program(pte, enable_etdump=True).load_method("forward")._loaded
-    assert "clk" not in plain.chains[0].source and plain.run.__func__ is type(plain).run
+    plain = Runtime.get().load_program(pte).load_method("forward").plan
+    traced = Runtime.get().load_program(pte, enable_etdump=True).load_method("forward").plan
+    assert "clk" not in plain.sources[0] and not plain.traced and traced.traced
     # One clock reading per call: a call ends when the next begins.
-    assert traced.chains[0].source.count("clk") == len(traced.plan.chains[0].instructions) + 1
+    assert traced.sources[0].count("clk") == len(traced.instructions) + 1
     # Untraced, the weights' permutes are views made at load; traced, each runs, so BLAS
     # multiplies a contiguous copy instead of a transposed view: its sums may round apart.
     np.testing.assert_allclose(
@@ -189,7 +189,7 @@ def test_tracing_keeps_the_compiled_tiers_numbers(mlp):
     pte, inputs = mlp
     plain = Runtime.get().load_program(pte, jit=True).load_method("forward")
     traced = Runtime.get().load_program(pte, jit=True, enable_etdump=True).load_method("forward")
-    assert plain._loaded.whole_source is not None and traced._loaded.whole_source is None
+    assert plain.plan.whole_source is not None and traced.plan.whole_source is None
     np.testing.assert_array_equal(plain.execute(inputs)[0], traced.execute(inputs)[0])
 
 

@@ -55,11 +55,11 @@ def test_static_plans_match_eager(case):
         got = [np.asarray(o) for o in method.execute([x.numpy() for x in inputs])]
         assert [g.shape for g in got] == [e.shape for e in expected], (case.name, size)
         official.assert_close(case.name, got, expected, rtol=1e-4, atol=1e-5, what=f"size {size}")
-    plans = method._loaded.shape_plans
-    assert plans is not None
-    assert len(plans.plans) == len(case.sizes)
+    plan = method.plan
+    assert plan.shape_plans
+    assert len(plan.static_plans) == len(case.sizes)
     if case.name in _WHOLE:
-        assert all(p.whole_source is not None for p in plans.plans.values())
+        assert all(p.whole for p in plan.static_plans.values())
 
 
 class _MLP(torch.nn.Module):
@@ -89,15 +89,15 @@ def _mlp_error(method, x: np.ndarray) -> tuple[type, str]:  # noqa: ANN001
 def test_bound_errors_as_the_numpy_tier():
     module, pte = _mlp_program()
     compiled, numpy_tier = _load(pte), _load(pte, jit=False)
-    assert numpy_tier._loaded.shape_plans is None
+    assert not numpy_tier.plan.shape_plans
     for size in (3, 3, 8, 8, 1, 1):
         x = np.random.default_rng(size).standard_normal((size, 16), dtype=np.float32)
         got = np.asarray(compiled.execute([x])[0])
         with torch.no_grad():
             np.testing.assert_allclose(got, module(torch.from_numpy(x)).numpy(), rtol=1e-5)
-    plans = compiled._loaded.shape_plans.plans
+    plans = compiled.plan.static_plans
     assert sorted(plans) == [((1, 16),), ((3, 16),), ((8, 16),)]
-    assert all(p.whole_source is not None for p in plans.values())
+    assert all(p.whole for p in plans.values())
     for bad in (np.zeros((9, 16), np.float32), np.zeros((3, 17), np.float32)):
         kind, message = _mlp_error(compiled, bad)
         assert (kind, message) == _mlp_error(numpy_tier, bad)
@@ -132,7 +132,7 @@ def test_state_kept_across_plans():
         with torch.no_grad():
             want = module(x.clone()).numpy()
         np.testing.assert_allclose(np.asarray(method.execute([x.numpy()])[0]), want, rtol=1e-5)
-    assert len(method._loaded.shape_plans.plans) == 3
+    assert len(method.plan.static_plans) == 3
 
 
 class _Lookup(torch.nn.Module):
@@ -155,7 +155,7 @@ def test_run_time_error_names_the_program_instruction():
         np.testing.assert_allclose(
             np.asarray(compiled.execute([good])[0]), np.asarray(numpy_tier.execute([good])[0])
         )
-    assert list(compiled._loaded.shape_plans.plans) == [((4,),)]
+    assert list(compiled.plan.static_plans) == [((4,),)]
     bad = np.array([1, 2, 30, 4], np.int64)  # index out of range, at the planned shape
     kind, message = _mlp_error(compiled, bad)
     assert (kind, message) == _mlp_error(numpy_tier, bad)
@@ -172,6 +172,6 @@ def test_official_dynamic_program():
         got = [np.asarray(o) for o in method.execute([x.numpy() for x in inputs])]
         assert [g.shape for g in got] == [e.shape for e in expected]
         official.assert_close(case.name, got, expected, rtol=case.rtol, atol=case.atol)
-    plans = method._loaded.shape_plans.plans
+    plans = method.plan.static_plans
     assert len(plans) == len(calls) // 2
-    assert all(p.whole_source is not None for p in plans.values())
+    assert all(p.whole for p in plans.values())

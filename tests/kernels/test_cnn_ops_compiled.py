@@ -292,7 +292,7 @@ def test_a_pooling_network_compiles_whole_and_matches_eager():
         pte = to_edge(torch.export.export(module, example)).to_executorch().buffer
     whole = Runtime.get().load_program(pte, jit=True).load_method("forward")
     numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
     for seed in (1, 2):  # a method bound to stale arrays would repeat the first answer
         x = torch.randn(1, 3, 17, 17, generator=torch.Generator().manual_seed(seed))
         x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
@@ -328,12 +328,8 @@ def test_a_mean_of_a_stored_silu_reads_it_back_and_matches_eager():
         pte = to_edge(torch.export.export(module, (x,))).to_executorch().buffer
     fused = Runtime.get().load_program(pte, jit=True).load_method("forward")
     numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    loaded = fused._loaded
-    instructions = loaded.plan.chains[0].instructions
-    runs = [
-        [loaded.kernels[instructions[pc].instr_args.op_index].name for pc in run]
-        for run in loaded.fused_runs
-    ]
+    plan = fused.plan
+    runs = [plan.operators(run) for run in plan.fused_runs]
     # The SiLU is stored for the gate's product anyway: one flat loop computes it once and
     # the mean reads it back (rows of a few pixels do not vectorize in a fused reduction).
     assert ["aten::sigmoid.out", "aten::mul.out"] in runs, runs

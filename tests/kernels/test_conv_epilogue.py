@@ -64,7 +64,7 @@ def _check(model: nn.Module, shape: tuple, seed: int = 0) -> list[int]:
         got = jit.execute([x.numpy()])[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got, ref.execute([x.numpy()])[0], rtol=1e-5, atol=1e-6)
-    return jit._loaded.conv_epilogues
+    return list(jit.plan.conv_epilogues)
 
 
 @pytest.mark.parametrize("act", list(ACTIVATIONS))
@@ -85,7 +85,7 @@ def test_special_values_propagate_as_in_eager():
     x[0, 0, 2, 3] = float("nan")
     x[0, 1, 5, 5] = float("inf")
     jit, _ = _methods(model, x)
-    assert jit._loaded.conv_epilogues
+    assert jit.plan.conv_epilogues
     np.testing.assert_allclose(jit.execute([x.numpy()])[0], model(x).detach().numpy(), atol=1e-5)
 
 
@@ -135,7 +135,7 @@ def test_declines_when_the_output_is_a_method_output():
     model = OutputToo().eval()
     x = torch.randn(1, 4, 6, 6)
     jit, _ = _methods(model, x)
-    assert jit._loaded.conv_epilogues == []
+    assert jit.plan.conv_epilogues == ()
     got = jit.execute([x.numpy()])
     for g, w in zip(got, model(x), strict=True):
         np.testing.assert_allclose(g, w.detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -215,12 +215,9 @@ class SqueezeExcite(nn.Module):
 
 
 def _mul_is_fused(jit) -> bool:
-    loaded = jit._loaded
-    fused = {pc for run in loaded.fused_runs for pc in run}
-    names = [
-        loaded.kernels[i.instr_args.op_index].name if hasattr(i.instr_args, "op_index") else ""
-        for i in loaded.plan.chains[0].instructions
-    ]
+    plan = jit.plan
+    fused = {pc for run in plan.fused_runs for pc in run}
+    names = [i.operator for i in plan.instructions if i.chain == 0]
     return any(n == "aten::mul.out" and pc in fused for pc, n in enumerate(names))
 
 

@@ -172,8 +172,8 @@ def test_int_remainder_and_a_zero_divisor_in_a_whole_method():
     case = models.get_case("int_remainder")
     pte = to_edge(models.export(case)).to_executorch().buffer
     whole = Runtime.get().load_program(pte, jit=True).load_method("forward")
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
-    assert "divide_tensors" in whole._loaded.whole_source
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
+    assert "divide_tensors" in whole.plan.whole_source
     for inputs in case.all_inputs():
         got = [official.to_numpy(x) for x in whole.execute(list(inputs))]
         official.assert_close(case, got, official.eager_outputs(case, inputs), what=case.name)

@@ -213,7 +213,7 @@ def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
     pte = to_edge(models.export(case)).to_executorch().buffer
     whole = Runtime.get().load_program(pte, jit=True).load_method("forward")
     numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
     for inputs in case.all_inputs():
         got = [official.to_numpy(x) for x in whole.execute(list(inputs))]
         ref = [official.to_numpy(x) for x in numpy_tier.execute(list(inputs))]

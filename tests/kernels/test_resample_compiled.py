@@ -257,8 +257,8 @@ def test_conv_transpose_upsample_compiles_whole_and_matches_numpy_tier_and_eager
     pte = to_edge(models.export(case)).to_executorch().buffer
     whole = Runtime.get().load_program(pte, jit=True).load_method("forward")
     numpy_tier = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    source = whole._loaded.whole_source
-    assert source is not None, whole._loaded.chains[0].source
+    source = whole.plan.whole_source
+    assert source is not None, whole.plan.sources[0]
     for step in ("conv_transpose", "NEAREST", "BILINEAR", "PAD_ROWS", "compiled_dense:"):
         assert step in source, step
     for inputs in case.all_inputs():

@@ -173,9 +173,9 @@ def test_logits_match_official(store, name, tier):
     if variant.dynamic and TIERS[tier]:
         # the compiled tier runs a dynamic program through a static plan per input length
         # (its start position read live, its delegates shared): one for the decode steps
-        plans = ours._loaded.shape_plans
-        assert plans is not None
-        assert any(key[0][-1] == 1 for key in plans.plans), plans.failures
+        plan = ours.plan
+        assert plan.shape_plans
+        assert any(key[0][-1] == 1 for key in plan.static_plans), plan.static_plan_failures
 
 
 # --------------------------------------------------------------------------------------

@@ -64,11 +64,11 @@ def test_position_follows_each_call(program, jit):
         (got,) = method.execute([x, np.array([position])])
         want = Window()(torch.from_numpy(x), torch.tensor([position])).numpy()
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{seq=} {position=}")
-    plans = method._loaded.shape_plans
+    plan = method.plan
     if jit:
-        assert plans is not None and set(plans.plans) == {((1, s, WIDTH),) for s in (1, 3, 5)}
+        assert plan.shape_plans and set(plan.static_plans) == {((1, s, WIDTH),) for s in (1, 3, 5)}
     else:
-        assert plans is None
+        assert not plan.shape_plans
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["numpy", "compiled"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pyexecutorch import portable_lib as pl
-from pyexecutorch.runtime.io import convert_outputs
+from pyexecutorch.runtime.outputs import convert_outputs
 
 
 def raises(cls, message):

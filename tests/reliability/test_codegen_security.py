@@ -145,8 +145,8 @@ def test_strings_in_a_program_are_never_code(seed, edit):
                 method = program.load_method(name)
                 plan = next(p for p in program.pte_file.program.execution_plan if p.name == name)
                 method.execute(inputs_for(plan, np.random.default_rng(0)))
-                for chain in method._loaded.chains:
-                    assert SENTINEL not in chain.source
+                for source in method.plan.sources:
+                    assert SENTINEL not in source
         except (FormatError, MissingOperatorError, MissingBackendError):
             pass
         assert not hasattr(builtins, SENTINEL), f"{edit.__name__} executed {text!r}"

@@ -297,7 +297,7 @@ def test_both_tiers_refuse_alike(case):
         assert cause == "KernelError"
         assert f"instruction {pc} ({op}" in text
         assert re.search(message, text), text
-    assert (0, pc) in method._loaded.refused  # refused at load: nothing compiled ran
+    assert (0, pc) in method.plan.refused  # refused at load: nothing compiled ran
 
 
 # (the others' compiled forms are tested against torch elsewhere, and cost seconds to compile)
@@ -317,13 +317,13 @@ def test_the_unchanged_programs_run_compiled_and_match_torch(model):
     want = [t.numpy() for t in (want if isinstance(want, tuple) else (want,))]
     for jit in (False, True):
         method = Runtime.get().load_program(program(model), jit=jit).load_method("forward")
-        assert not method._loaded.refused
+        assert not method.plan.refused
         for _ in range(2):
             got = method.execute([x.numpy()])
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
-    loaded = method._loaded
-    assert loaded.fused_runs or loaded.conv_epilogues  # the lowering the cases above test
+    plan = method.plan
+    assert plan.fused_runs or plan.conv_epilogues  # the lowering the cases above test
 
 
 def test_every_family_that_the_compiled_tier_lowers_has_cases():
@@ -586,7 +586,7 @@ def test_a_fused_run_never_stores_two_outputs_on_overlapping_bytes():
     methods = [
         Runtime.get().load_program(data, jit=j).load_method("forward") for j in (False, True)
     ]
-    assert methods[1]._loaded.fused_runs
+    assert methods[1].plan.fused_runs
     for seed in range(3):
         got = [
             [np.array(o) for o in m.execute(inputs_for(plan, np.random.default_rng(seed)))]

@@ -49,7 +49,7 @@ def _check(module: nn.Module, example: tuple, seeds=(1, 2), rtol=1e-4, atol=1e-5
             g_out, r_out = g_out.numpy(), r_out.numpy()
             np.testing.assert_allclose(g_out, e_out.numpy(), rtol=rtol, atol=atol)
             np.testing.assert_allclose(g_out, r_out, rtol=rtol, atol=atol)
-    return compiled._loaded
+    return compiled
 
 
 def _bn(c: int) -> nn.BatchNorm2d:
@@ -108,40 +108,40 @@ class SmallMobileNet(nn.Module):
 
 
 def test_a_mobile_cnn_runs_channels_last_whole_and_matches_eager():
-    loaded = _check(SmallMobileNet(), (torch.randn(1, 3, 24, 20),))
-    assert loaded.whole_source is not None
-    assert "compiled_nhwc" in loaded.whole_source
+    method = _check(SmallMobileNet(), (torch.randn(1, 3, 24, 20),))
+    assert method.plan.whole_source is not None
+    assert "compiled_nhwc" in method.plan.whole_source
     # the global mean reads the channels-last activation in its memory's order (a fused
     # reduction would read its rows across it)
-    average = re.search(r"^(f\d+) = None  # .*WINDOW_AVERAGE_NHWC", loaded.whole_source, re.M)
+    average = re.search(r"^(f\d+) = None  # .*WINDOW_AVERAGE_NHWC", method.plan.whole_source, re.M)
     assert average is not None
     # (the squeeze-excite's mean and the global one)
-    assert loaded.whole_source.count(f"    {average.group(1)}(") == 2
-    chosen = loaded.channels_last
+    assert method.plan.whole_source.count(f"    {average.group(1)}(") == 2
+    chosen = method.plan.channels_last
     # every activation between the stem and the global mean: 4-D, more than one pixel
     activations = {
         j
-        for j, arr in loaded.capacity.items()
+        for j, arr in method._loaded.capacity.items()
         if arr.ndim == 4 and arr.shape[2] * arr.shape[3] > 1 and arr.shape[1] > 1
-        if j not in loaded.constant_values and j not in loaded.plan.inputs
+        if j not in method._loaded.constant_values and j not in method._loaded.plan.inputs
     }
     assert chosen and chosen <= activations
     for j in chosen:
-        arr = loaded.values[j]
+        arr = method._loaded.values[j]
         assert arr.transpose(0, 2, 3, 1).flags.c_contiguous and not arr.flags.c_contiguous
         # a view of the method's own planned bytes, not a copy
-        assert any(np.shares_memory(arr, arena) for arena in loaded.arenas)
+        assert any(np.shares_memory(arr, arena) for arena in method._loaded.arenas)
     # arenas start on a cache line: the kernels' 64-byte vectors of tensors at 64-byte
     # offsets never straddle two lines
-    assert all(arena.ctypes.data % 64 == 0 for arena in loaded.arenas if arena.size)
+    assert all(arena.ctypes.data % 64 == 0 for arena in method._loaded.arenas if arena.size)
 
 
 def test_batches_and_float64_run_channels_last():
     module = SmallMobileNet().double()
-    loaded = _check(
+    method = _check(
         module, (torch.randn(2, 3, 16, 16, dtype=torch.float64),), rtol=1e-9, atol=1e-10
     )
-    assert loaded.channels_last
+    assert method.plan.channels_last
 
 
 class ConvOutput(nn.Module):
@@ -156,10 +156,10 @@ class ConvOutput(nn.Module):
 
 
 def test_method_outputs_stay_nchw():
-    loaded = _check(ConvOutput(), (torch.randn(1, 3, 9, 7),))
-    (out,) = loaded.plan.outputs
-    assert out not in loaded.channels_last
-    assert loaded.channels_last  # the activation between the two convolutions
+    method = _check(ConvOutput(), (torch.randn(1, 3, 9, 7),))
+    (out,) = method._loaded.plan.outputs
+    assert out not in method.plan.channels_last
+    assert method.plan.channels_last  # the activation between the two convolutions
 
 
 class Flattened(nn.Module):
@@ -176,15 +176,15 @@ class Flattened(nn.Module):
 
 
 def test_values_read_through_a_view_stay_nchw():
-    loaded = _check(Flattened(), (torch.randn(1, 3, 6, 6),))
+    method = _check(Flattened(), (torch.randn(1, 3, 6, 6),))
     conv_b_out = [
         j
-        for j, arr in loaded.capacity.items()
-        if arr.shape == (1, 8, 6, 6) and j not in loaded.constant_values
+        for j, arr in method._loaded.capacity.items()
+        if arr.shape == (1, 8, 6, 6) and j not in method._loaded.constant_values
     ]
     assert conv_b_out
     # the value the flatten reads keeps its NCHW order (whatever the planner made of it)
-    flattened = loaded.values[max(conv_b_out)]
+    flattened = method._loaded.values[max(conv_b_out)]
     assert flattened.flags.c_contiguous
 
 
@@ -200,17 +200,17 @@ def test_a_method_that_does_not_compile_whole_keeps_nchw(monkeypatch):
         return real(input, weight, *args, **kwargs)
 
     monkeypatch.setattr(compiled_nhwc, "channels_last_conv_step", declining)
-    loaded = _check(SmallMobileNet(), (torch.randn(1, 3, 24, 20),))
-    assert loaded.channels_last == set()
-    assert all(arr.flags.c_contiguous for arr in loaded.capacity.values() if arr.ndim == 4)
+    method = _check(SmallMobileNet(), (torch.randn(1, 3, 24, 20),))
+    assert method.plan.channels_last == set()
+    assert all(arr.flags.c_contiguous for arr in method._loaded.capacity.values() if arr.ndim == 4)
 
 
 def test_the_numpy_tier_and_traced_methods_keep_nchw():
     pte = _pte(SmallMobileNet(), (torch.randn(1, 3, 24, 20),))
-    numpy_tier = _load(pte, False)._loaded
-    assert numpy_tier.channels_last == set()
+    numpy_tier = _load(pte, False)
+    assert numpy_tier.plan.channels_last == set()
     traced = Runtime.get().load_program(pte, jit=True, enable_etdump=True).load_method("forward")
-    assert traced._loaded.channels_last == set()
+    assert traced.plan.channels_last == set()
 
 
 class ResidualReLU(nn.Module):
@@ -230,11 +230,11 @@ class ResidualReLU(nn.Module):
 
 
 def test_a_residual_add_and_relu_run_in_the_convolution_store():
-    loaded = _check(ResidualReLU(), (torch.randn(1, 3, 10, 10),))
-    assert loaded.channels_last
+    method = _check(ResidualReLU(), (torch.randn(1, 3, 10, 10),))
+    assert method.plan.channels_last
     # the add and the ReLUs are applied as the convolutions store: no loop of their own
-    assert loaded.whole_source.count("compiled_nhwc") >= 1
-    assert "fused" not in loaded.whole_source.split("def whole")[0]
+    assert method.plan.whole_source.count("compiled_nhwc") >= 1
+    assert "fused" not in method.plan.whole_source.split("def whole")[0]
 
 
 def test_flat_views_follow_memory_order():

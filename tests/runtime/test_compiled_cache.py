@@ -61,8 +61,8 @@ print(json.dumps({
     ),
     "form_loads": sum(sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values())
                       for d in forms),
-    "fused": len(method._loaded.fused_runs),
-    "whole": method._loaded.whole_source is not None,
+    "fused": len(method.plan.fused_runs),
+    "whole": method.plan.whole_source is not None,
     # (a whole-method function has no dispatcher: entry_points.plain_stats counts it)
     "hits": sum(sum(s.cache_hits.values()) for s in stats) + entry_points.plain_stats["cache_hits"],
     "misses": sum(sum(s.cache_misses.values()) for s in stats)
@@ -224,12 +224,12 @@ def test_a_second_load_in_process_reuses_the_compiled_code(tmp_path, monkeypatch
     monkeypatch.setenv("PYEXECUTORCH_CACHE_DIR", str(tmp_path))
     x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
     first = Runtime.get().load_program(buf, jit=True).load_method("forward")
-    assert first._loaded.whole_source is not None
+    assert first.plan.whole_source is not None
     before = _generated_stats()
     second = Runtime.get().load_program(buf, jit=True).load_method("forward")
     # no module imported again, nothing read from the disk cache or compiled
     assert _generated_stats() == before
-    assert second._loaded.whole_source == first._loaded.whole_source
+    assert second.plan.whole_source == first.plan.whole_source
     (a,) = first.execute([x])
     (b,) = second.execute([x])
     want = WholeMethod()(torch.from_numpy(x))
@@ -279,7 +279,7 @@ def test_kept_compiled_forms_call_their_compiled_function_directly(tmp_path):
         warnings.simplefilter("ignore")
         buf = to_edge(torch.export.export(model, (torch.randn(4, 6),))).to_executorch().buffer
     method = Runtime.get().load_program(buf, jit=True).load_method("forward")
-    assert method._loaded.whole_source is None
+    assert method.plan.whole_source is None
     bound = method._loaded.chains[0].run.__globals__.values()
     held = _closure_cells(bound)
     # the mm form's function was loaded at load time and put in place of its placeholder

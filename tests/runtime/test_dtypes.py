@@ -185,7 +185,7 @@ def test_unsigned_and_complex():
 def test_ml_dtypes_outputs_become_torch_tensors_of_their_type(name, clone):
     # float8_e5m2's numpy kind letter is "f", like a builtin float's: it must still cross
     # over as its bits, not through torch.from_numpy (which rejects it)
-    from pyexecutorch.runtime.io import convert_outputs  # noqa: PLC0415
+    from pyexecutorch.runtime.outputs import convert_outputs  # noqa: PLC0415
 
     values = np.array([0.5, -2.0, 3.0], dtype=getattr(ml_dtypes, name))
     (out,) = convert_outputs([values], clone=clone, kind="torch")

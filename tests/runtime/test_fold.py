@@ -8,22 +8,13 @@ import torch
 
 from pyexecutorch.runtime import Runtime
 from pyexecutorch.runtime.fold import IMPURE_OPERATORS
-from pyexecutorch.schema.program import KernelCall
 from tests import models, official
 from tests.runtime._suite import assert_program_matches_eager
 
 
 def _operators_run(method) -> list[str]:  # noqa: ANN001
     """Names of the operators the compiled code still calls."""
-    loaded = method._loaded
-    names = []
-    for pc, instr in enumerate(loaded.plan.chains[0].instructions):
-        a = instr.instr_args
-        if isinstance(a, KernelCall):
-            line_numbers = [n for n, i in loaded.chains[0].line_to_instruction.items() if i == pc]
-            if line_numbers:
-                names.append(loaded.kernels[a.op_index].name)
-    return names
+    return [i.operator for i in method.plan.instructions if i.kernel_call and i.runs]
 
 
 def _official_method(name: str):  # noqa: ANN202
@@ -34,11 +25,7 @@ def _official_method(name: str):  # noqa: ANN202
 
 def test_weight_permutes_of_official_programs_run_at_load():
     case, program, method = _official_method("mlp")
-    plan_ops = [
-        method._loaded.kernels[i.instr_args.op_index].name
-        for i in method._loaded.plan.chains[0].instructions
-        if isinstance(i.instr_args, KernelCall)
-    ]
+    plan_ops = [i.operator for i in method.plan.instructions if i.kernel_call]
     assert "aten::permute_copy.out" in plan_ops  # the official program permutes its weights
     assert "aten::permute_copy.out" not in _operators_run(method)
     assert_program_matches_eager(program, case)
@@ -49,9 +36,7 @@ def test_views_of_folded_values_read_the_folded_data(name):
     # These official programs view (no instruction: shared planned memory) the
     # outputs of calls on constants, e.g. an expanded permuted weight before bmm.
     case, program, method = _official_method(name)
-    assert len(_operators_run(method)) < sum(
-        isinstance(i.instr_args, KernelCall) for i in method._loaded.plan.chains[0].instructions
-    )
+    assert len(_operators_run(method)) < sum(i.kernel_call for i in method.plan.instructions)
     assert_program_matches_eager(program, case)
 
 

@@ -38,7 +38,7 @@ def test_fused_run_on_strided_views_reads_the_right_elements():
         warnings.simplefilter("ignore")
         program = to_edge(torch.export.export(RotaryThenArctangent(), example)).to_executorch()
     method = Runtime.get().load_program(program.buffer, jit=True).load_method("forward")
-    assert method._loaded.whole_source is None
+    assert method.plan.whole_source is None
     generator = torch.Generator().manual_seed(7)
     for _ in range(3):
         inputs = [torch.randn(s, generator=generator) for s in shapes]

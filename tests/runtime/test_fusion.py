@@ -118,8 +118,8 @@ def test_float_formulas_match_numpy_kernels_and_torch(dtype):
     c = torch.rand(5, 8, generator=torch.Generator().manual_seed(5)) > 0.5
     compiled, want, got, eager = both_tiers(FloatOps(), (x, y, c))
     # one loop stores all outputs (a scalar op's constant tensor may stay outside)
-    fused = sum(len(run) for run in compiled._loaded.fused_runs)
-    assert fused >= len(want) - 2, compiled._loaded.chains[0].source
+    fused = sum(len(run) for run in compiled.plan.fused_runs)
+    assert fused >= len(want) - 2, compiled.plan.sources[0]
     # torch's vectorized float32 GELU gives NaN at +inf on AVX-512 CPUs, its scalar path
     # (and float64) +inf = 0.5 * inf * (1 + erf(inf)): the formula's value is the oracle
     eager = list(eager)
@@ -162,7 +162,7 @@ def test_float16_arithmetic_is_bit_exact_with_the_numpy_kernels():
     y = torch.rand(1, 8, generator=torch.Generator().manual_seed(4)).half() * 4 - 2
     c = torch.rand(5, 8, generator=torch.Generator().manual_seed(5)) > 0.5
     compiled, want, got, eager = both_tiers(HalfArithmetic(), (x, y, c))
-    assert sum(len(run) for run in compiled._loaded.fused_runs) >= 10
+    assert sum(len(run) for run in compiled.plan.fused_runs) >= 10
     for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
         assert g.dtype == w.dtype, k
         # the same bits, NaN aside (its payload is the platform's)
@@ -177,7 +177,7 @@ def test_float16_formulas_match_numpy_kernels_and_torch():
     c = torch.rand(5, 8, generator=torch.Generator().manual_seed(5)) > 0.5
     compiled, want, got, eager = both_tiers(FloatOps(), (x, y, c))
     # all but the powers (see formulas.py) and a scalar op's constant tensor or two
-    assert sum(len(run) for run in compiled._loaded.fused_runs) >= len(want) - 9
+    assert sum(len(run) for run in compiled.plan.fused_runs) >= len(want) - 9
     finite = np.isfinite(x.numpy())
     for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
         assert g.dtype == w.dtype, k
@@ -230,7 +230,7 @@ def test_integer_formulas_are_bit_exact(dtype):
     y = torch.randint(-9, 9, (4, 1), generator=torch.Generator().manual_seed(7), dtype=dtype)
     c = torch.rand(4, 6, generator=torch.Generator().manual_seed(8)) > 0.5
     compiled, want, got, eager = both_tiers(IntOps(), (x, y, c))
-    assert compiled._loaded.fused_runs
+    assert compiled.plan.fused_runs
     for k, (g, w, e) in enumerate(zip(got, want, eager, strict=True)):
         assert g.dtype == w.dtype, k
         np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
@@ -253,8 +253,8 @@ class Chain(torch.nn.Module):
 def test_chain_intermediates_stay_in_registers_and_match():
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(10))
     compiled, want, got, eager = both_tiers(Chain(), (x,))
-    runs = compiled._loaded.fused_runs
-    assert len(runs) == 1 and len(runs[0]) >= 6, compiled._loaded.chains[0].source
+    runs = compiled.plan.fused_runs
+    assert len(runs) == 1 and len(runs[0]) >= 6, compiled.plan.sources[0]
     _assert_same_floats(got[0], want[0], "chain")
     np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=1e-6)
 
@@ -288,11 +288,11 @@ def test_every_formula_is_exercised_here():
 
 def test_jit_false_and_environment_keep_the_numpy_tier(monkeypatch):
     buf = program(Chain(), (torch.randn(3, 8),))
-    assert not Runtime.get().load_program(buf, jit=False).load_method("forward")._loaded.fused_runs
+    assert not Runtime.get().load_program(buf, jit=False).load_method("forward").plan.fused_runs
     monkeypatch.setenv("PYEXECUTORCH_JIT", "0")
     loaded = Runtime.get().load_program(buf)
     assert not loaded.jit
-    assert not loaded.load_method("forward")._loaded.fused_runs
+    assert not loaded.load_method("forward").plan.fused_runs
     monkeypatch.setenv("PYEXECUTORCH_JIT", "1")
     assert Runtime.get().load_program(buf).jit
 
@@ -324,15 +324,10 @@ def test_split_pieces_are_read_by_the_loop_and_the_split_is_skipped():
     g = torch.Generator().manual_seed(12)
     x, h = torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 4, generator=g)
     compiled, want, got, eager = both_tiers(Gates(), (x, h))
-    loaded = compiled._loaded
-    instructions = loaded.plan.chains[0].instructions
-    (split,) = [
-        pc
-        for pc, i in enumerate(instructions)
-        if loaded.kernels[i.instr_args.op_index].name == "aten::split_with_sizes_copy.out"
-    ]
-    assert len(loaded.fused_runs) == 1 and len(loaded.fused_runs[0]) >= 6
-    assert split not in loaded.chains[0].line_to_instruction.values(), loaded.chains[0].source
+    plan = compiled.plan
+    (split,) = [i for i in plan.instructions if i.operator == "aten::split_with_sizes_copy.out"]
+    assert len(plan.fused_runs) == 1 and len(plan.fused_runs[0]) >= 6
+    assert not split.runs, plan.sources[0]
     _assert_same_floats(got[0], want[0], "gates")
     np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=1e-6)
 
@@ -349,7 +344,7 @@ def test_a_chain_of_bool_operators_is_one_loop():
     p, q = torch.rand(4, 7, generator=g) > 0.5, torch.rand(4, 7, generator=g) > 0.3
     x = torch.rand(4, 7, generator=g)
     compiled, want, got, eager = both_tiers(BoolChain(), (p, q, x))
-    assert max(len(run) for run in compiled._loaded.fused_runs) >= 6, compiled._loaded.fused_runs
+    assert max(len(run) for run in compiled.plan.fused_runs) >= 6, compiled.plan.fused_runs
     for k, (g_, w, e) in enumerate(zip(got, want, eager, strict=True)):
         assert g_.dtype == w.dtype == np.bool_, k
         np.testing.assert_array_equal(g_, w, err_msg=f"output {k}")

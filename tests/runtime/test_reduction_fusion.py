@@ -18,19 +18,18 @@ F = torch.nn.functional
 
 
 def _run(module: torch.nn.Module, inputs: tuple):  # noqa: ANN202
-    """(the compiled method's loaded form, its outputs, the numpy tier's, eager's)."""
+    """(the compiled method, its outputs, the numpy tier's, eager's)."""
     compiled, want, got, eager = both_tiers(module, inputs)
-    return compiled._loaded, got, want, eager
+    return compiled, got, want, eager
 
 
-def _ops(loaded, run: list[int]) -> list[str]:  # noqa: ANN001
-    instructions = loaded.plan.chains[0].instructions
-    return [loaded.kernels[instructions[pc].instr_args.op_index].name for pc in run]
+def _ops(method, run: list[int]) -> list[str]:  # noqa: ANN001
+    return method.plan.operators(run)
 
 
 def _check(module: torch.nn.Module, inputs: tuple, fused_ops: list[list[str]]) -> None:
-    loaded, got, want, eager = _run(module, inputs)
-    runs = [_ops(loaded, run) for run in loaded.fused_runs]
+    method, got, want, eager = _run(module, inputs)
+    runs = [_ops(method, run) for run in method.plan.fused_runs]
     for ops in fused_ops:
         assert ops in runs, runs
     tol = 2e-6 if got[0].dtype == np.float32 else 1e-12
@@ -139,8 +138,8 @@ def test_nan_and_infinity_propagate_as_in_the_numpy_kernels():
     x[1, 2, 3, 1] = torch.inf
     mask = torch.zeros(5, 6)
     mask[4, :] = -torch.inf  # a row all masked: NaN, as in torch
-    loaded, got, want, eager = _run(Attention(), (x, k, mask))
-    assert loaded.fused_runs
+    method, got, want, eager = _run(Attention(), (x, k, mask))
+    assert method.plan.fused_runs
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(eager[0]))
     ok = ~np.isnan(want[0])
@@ -162,20 +161,21 @@ class ResidualNorm(torch.nn.Module):
 def test_output_on_an_input_s_bytes():
     g = torch.Generator().manual_seed(7)
     x, r = torch.randn(4, 16, generator=g), torch.randn(4, 16, generator=g)
-    loaded, got, want, eager = _run(ResidualNorm(), (x, r))
+    method, got, want, eager = _run(ResidualNorm(), (x, r))
     (run,) = [
-        run for run in loaded.fused_runs if "aten::native_layer_norm.out" in _ops(loaded, run)
+        run for run in method.plan.fused_runs if "aten::native_layer_norm.out" in _ops(method, run)
     ]
     reads, writes = set(), set()
     for pc in run:
+        loaded = method._loaded  # (the planned memory the loop reads and writes)
         a = loaded.plan.chains[0].instructions[pc].instr_args
-        args, outs = loaded.kernel_layout(loaded.kernels[a.op_index], a)
+        args, outs = loaded.facts.kernel_layout(loaded.kernels[a.op_index], a)
         reads.update(j for j in args[: len(args) - len(outs)] if j in loaded.capacity)
         writes.update(outs)
     reads -= writes
-    addresses = {loaded.capacity[j].ctypes.data for j in reads}
+    addresses = {method._loaded.capacity[j].ctypes.data for j in reads}
     # the planner put a result of the loop on the bytes of an input the loop reads
-    assert any(loaded.capacity[j].ctypes.data in addresses for j in writes)
+    assert any(method._loaded.capacity[j].ctypes.data in addresses for j in writes)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=2e-6)
     np.testing.assert_allclose(got[0], eager[0], rtol=1e-5, atol=2e-6)
 
@@ -223,8 +223,8 @@ def test_float16_reductions_compute_in_float32_and_round_their_outputs():
     x[0, 0, 3] = float("nan")
     x[1, 2] = -float("inf")  # a row of -inf: NaN, as in torch
     module = HalfReductions(16).half()
-    loaded, got, want, eager = _run(module, (x, y))
-    runs = [_ops(loaded, run) for run in loaded.fused_runs]
+    method, got, want, eager = _run(module, (x, y))
+    runs = [_ops(method, run) for run in method.plan.fused_runs]
     assert ["aten::add.out", "aten::relu.out", "aten::native_layer_norm.out"] in runs, runs
     # x * 0.5 reads softmax's input: it joins that group, and log-softmax is left alone,
     # which in float16 still fuses (no compiled kernel takes float16)
@@ -265,9 +265,9 @@ def test_sums_in_lanes_are_as_accurate_as_a_float64_sum():
     g = torch.Generator().manual_seed(40)
     x = torch.randn(2, 4099, generator=g) * torch.logspace(-3, 3, 4099)
     y = torch.randn(4099, generator=g)
-    loaded, got, want, eager = _run(RowSums(), (x, y))
+    method, got, want, eager = _run(RowSums(), (x, y))
     assert ["aten::mul.out", "aten::sum.IntList_out"] in [
-        _ops(loaded, run) for run in loaded.fused_runs
+        _ops(method, run) for run in method.plan.fused_runs
     ]
     products = (x.numpy() * y.numpy()).astype(np.float64)  # the float32 products, exactly
     exact = products.sum(-1).astype(np.float32)
@@ -296,8 +296,8 @@ def test_squeeze_excite_runs_a_flat_silu_then_the_mean_kernel(dtype, hw):
     x[0, 3, 0, 0] = -0.0
     x[0, 4, 0, 0] = -200.0  # exp(200) overflows inside the sigmoid: SiLU is -0.0
     x[0, 5, 0, 0] = 1e-30
-    loaded, got, want, eager = _run(SqueezeExcite(), (x,))
-    runs = [_ops(loaded, run) for run in loaded.fused_runs]
+    method, got, want, eager = _run(SqueezeExcite(), (x,))
+    runs = [_ops(method, run) for run in method.plan.fused_runs]
     # the SiLU is stored for the gate's product anyway: the mean does not recompute it
     # row by row but reads it after a flat loop
     assert ["aten::sigmoid.out", "aten::mul.out"] in runs, runs

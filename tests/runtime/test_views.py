@@ -13,15 +13,15 @@ from tests import models, official
 
 def _view_lines(method) -> list[str]:  # noqa: ANN001
     """Generated lines that bind a view instead of calling a copy kernel."""
-    source = "".join(chain.source for chain in method._loaded.chains)
+    source = "".join(method.plan.sources)
     return re.findall(r"^\s+v\[\d+\] = (?:w\d+\()?(?:v\[\d+\]|C\d+)\)?$", source, flags=re.M)
 
 
 def _views(method) -> list[int]:  # noqa: ANN001
     """Instructions that became views: a generated line each, or made once at load."""
-    loaded = method._loaded
-    assert len(_view_lines(method)) + len(loaded.load_time_views) == len(loaded.view_instructions)
-    return loaded.view_instructions
+    plan = method.plan
+    assert len(_view_lines(method)) + len(plan.load_time_views) == len(plan.view_instructions)
+    return list(plan.view_instructions)
 
 
 def _run_twice_against_eager(case, method) -> None:  # noqa: ANN001
@@ -67,6 +67,6 @@ def test_views_of_planned_inputs_are_made_once_at_load():
 
     pte = to_edge(models.export(case)).to_executorch().buffer
     method = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    loaded = method._loaded
-    assert loaded.load_time_views and set(loaded.load_time_views) <= set(_views(method))
+    plan = method.plan
+    assert plan.load_time_views and set(plan.load_time_views) <= set(_views(method))
     _run_twice_against_eager(case, method)

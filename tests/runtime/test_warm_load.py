@@ -282,7 +282,7 @@ def test_a_float16_copy_is_a_step_of_a_whole_method(tmp_path, monkeypatch):
     x = torch.randn(4, 24, generator=torch.Generator().manual_seed(0)).to(torch.float16)
     model = HalfChain().eval()
     method = Runtime.get().load_program(_program(model, x), jit=True).load_method("forward")
-    assert method._loaded.whole_source is not None
+    assert method.plan.whole_source is not None
     got = method.execute([x.numpy()])[0]
     want = Runtime.get().load_program(_program(model, x), jit=False).load_method("forward")
     # (the compiled softmax sums in float64: within a float16 rounding of numpy's)
@@ -396,7 +396,7 @@ def _program(model: nn.Module, example: torch.Tensor) -> bytes:
 def test_aliases_found_through_the_index_are_those_a_scan_finds():
     pte = _program(Block(), torch.randn(2, 8, 16))
     method = Runtime.get().load_program(pte, jit=False).load_method("forward")
-    flow = Flow.of(method._loaded)
+    flow = Flow.of(method._loaded.facts)
     found = 0
     for pc in range(len(flow.instructions)):
         for j in flow.bounds:
@@ -445,11 +445,11 @@ def _closure_values(functions) -> list:  # noqa: ANN001
 @pytest.mark.parametrize("whole", [True, False], ids=["whole", "lines"])
 def test_convolution_fast_paths_are_made_only_for_lines(whole, monkeypatch):
     from pyexecutorch.kernels.registry import get_specializer  # noqa: PLC0415
-    from pyexecutorch.runtime.method import LoadedMethod  # noqa: PLC0415
+    from pyexecutorch.runtime.fast_paths import FastPaths  # noqa: PLC0415
 
     numpy_convolution = get_specializer("aten::convolution.out")
     specialized, made = [], []
-    original_specialized, original_fast_path = LoadedMethod._specialized, LoadedMethod._fast_path
+    original_specialized, original_fast_path = FastPaths.specialized, FastPaths._fast_path
 
     def counting_specialized(self, k, args, written, read):  # noqa: ANN001, ANN202
         specialized.append(k.name)
@@ -459,24 +459,24 @@ def test_convolution_fast_paths_are_made_only_for_lines(whole, monkeypatch):
         made.extend(c for c in candidates if c is numpy_convolution)
         return original_fast_path(self, candidates, *rest)
 
-    monkeypatch.setattr(LoadedMethod, "_specialized", counting_specialized)
-    monkeypatch.setattr(LoadedMethod, "_fast_path", counting_fast_path)
+    monkeypatch.setattr(FastPaths, "specialized", counting_specialized)
+    monkeypatch.setattr(FastPaths, "_fast_path", counting_fast_path)
     torch.manual_seed(0)
     model = ConvThenUnfused(whole).eval()
     pte = _program(model, torch.randn(1, 4, 6, 6))
     method = Runtime.get().load_program(pte, jit=True).load_method("forward")
-    loaded = method._loaded
-    assert len(loaded.conv_epilogues) == 2
-    assert (loaded.whole_source is not None) == whole
+    plan = method.plan
+    assert len(plan.conv_epilogues) == 2
+    assert plan.whole == whole
     # each convolution asked once, and again on its epilogue's arrays only for a line; a
     # method of lines first tried its activations channels-last (runtime.layout), which
     # asked each convolution once more and made no numpy fast path
-    assert bool(loaded.channels_last) == whole
+    assert bool(plan.channels_last) == whole
     assert specialized.count("aten::convolution.out") == (3 if whole else 3 + 5)
     # numpy fast paths: none inside a whole-method function; for lines, the three called
     assert len(made) == (0 if whole else 3)
     if not whole:
-        bound = list(loaded.chains[0].run.__globals__.values())
+        bound = list(method._loaded.chains[0].run.__globals__.values())
         held = bound + _closure_values(bound)
         assert not any(isinstance(h, deferral.PendingEntryPoint) for h in held)
     for scale in (1.0, 3.0):

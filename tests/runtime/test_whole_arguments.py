@@ -79,9 +79,9 @@ def test_a_method_compiled_whole_takes_one_argument():
     x = torch.randn(3, 8)
     pte = to_edge(torch.export.export(model.eval(), (x,))).to_executorch().buffer
     method = Runtime.get().load_program(pte, jit=True).load_method("forward")
-    loaded = method._loaded
-    assert "def whole(meta):" in loaded.whole_source
-    assert loaded.whole_source.count("bound_array(meta,") == len(loaded.whole_arrays)
+    source = method.plan.whole_source
+    assert "def whole(meta):" in source
+    assert source.count("bound_array(meta,") == len(method._loaded.whole_arrays)
     (got,) = method.execute([x.numpy()])
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-5, atol=1e-6)

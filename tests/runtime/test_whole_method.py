@@ -183,11 +183,11 @@ def test_whole_method_matches_numpy_tier_and_eager(name):
     module, example = CASES[name]
     pte = _pte(module, example)
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
-    assert "def whole(" in whole._loaded.whole_source
-    assert numpy_tier._loaded.whole_source is None
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
+    assert "def whole(" in whole.plan.whole_source
+    assert numpy_tier.plan.whole_source is None
     if name == "wide_classifier":
-        assert "blas_matmul" in whole._loaded.whole_source
+        assert "blas_matmul" in whole.plan.whole_source
     # Two different inputs: a method bound to stale arrays would repeat the first answer.
     for seed in (1, 2):
         inputs = _inputs(example, seed)
@@ -212,7 +212,7 @@ def test_whole_function_is_generic_in_sizes():
     sources = []
     for name in ("gates", "gates_other_size"):
         module, example = CASES[name]
-        sources.append(_method(_pte(module, example), jit=True)._loaded.whole_source)
+        sources.append(_method(_pte(module, example), jit=True).plan.whole_source)
     assert sources[0] is not None and sources[0] == sources[1]
 
 
@@ -220,7 +220,7 @@ def test_a_method_with_an_uncompiled_operator_runs_instruction_by_instruction():
     module = WithArctangent()
     example = (torch.randn(3, 4), torch.randn(4, 5))
     method = _method(_pte(module, example), jit=True)
-    assert method._loaded.whole_source is None
+    assert method.plan.whole_source is None
     inputs = _inputs(example, 3)
     got = method.execute([x.numpy() for x in inputs])[0]
     np.testing.assert_allclose(got.numpy(), module(*inputs).numpy(), rtol=1e-5, atol=1e-6)
@@ -259,7 +259,7 @@ def test_suite_models_compile_whole_and_match_numpy_tier_and_eager(name):
     case = models.get_case(name)
     pte = to_edge(models.export(case)).to_executorch().buffer
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
     for inputs in case.all_inputs():
         got = [official.to_numpy(x) for x in whole.execute(list(inputs))]
         ref = [official.to_numpy(x) for x in numpy_tier.execute(list(inputs))]
@@ -288,8 +288,8 @@ def test_a_bad_index_in_a_whole_method_raises_the_kernel_error_naming_it():
     example = (torch.tensor([[1, 2]]), torch.tensor([0, 3]), torch.zeros(1, 5, 4))
     pte = _pte(module, example)
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
-    assert whole._loaded.whole_source.count("        return ") == 2  # checked steps report
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
+    assert whole.plan.whole_source.count("        return ") == 2  # checked steps report
     ids, pos, cache = (x.numpy() for x in example)
     got = whole.execute([ids, pos, cache])[0]
     np.testing.assert_array_equal(got.numpy(), numpy_tier.execute([ids, pos, cache])[0].numpy())
@@ -323,7 +323,7 @@ def test_float16_method_compiles_whole_and_rounds_as_the_numpy_tier():
     example = (torch.randn(4, 16, dtype=torch.float16),)
     pte = _pte(module, example)
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
     for seed in (1, 2):
         inputs = _inputs(example, seed)
         got = whole.execute([x.numpy() for x in inputs])
@@ -391,12 +391,12 @@ def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
     module, example = CNNS[name]
     pte = _pte(module, example)
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    source = whole._loaded.whole_source
-    assert source is not None, whole._loaded.chains[0].source
+    source = whole.plan.whole_source
+    assert source is not None, whole.plan.sources[0]
     # convolutions on channels-last activations (runtime.layout), their clamps and residual
     # adds in their stores, and the classifier as a BLAS step
     assert "# pyexecutorch.kernels.conv.compiled_nhwc_dense:" in source
-    assert whole._loaded.channels_last
+    assert whole.plan.channels_last
     if name == "resnet_like":  # its classifier is past the small-product loop
         assert "blas_matmul" in source
     for seed in (1, 2):

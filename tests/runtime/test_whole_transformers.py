@@ -111,8 +111,8 @@ def test_pattern_compiles_whole_and_matches_numpy_tier_and_eager(name):
     module, example, loop = CASES[name]
     pte = _pte(module, example)
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    source = whole._loaded.whole_source
-    assert source is not None, whole._loaded.chains[0].source
+    source = whole.plan.whole_source
+    assert source is not None, whole.plan.sources[0]
     assert loop in source
     for seed in (1, 2):  # a method bound to stale arrays would repeat the first answer
         g = torch.Generator().manual_seed(seed)
@@ -125,8 +125,8 @@ def test_one_token_cache_update_compiles_whole_and_a_bad_position_raises_as_nump
     module = OneTokenCache()
     pte = _pte(module, (torch.randn(1, 1, 16), torch.tensor([2])))
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    source = whole._loaded.whole_source
-    assert source is not None, whole._loaded.chains[0].source
+    source = whole.plan.whole_source
+    assert source is not None, whole.plan.sources[0]
     assert "PUT_ROWS" in source  # the compiled form, made again on the transposed view
     g = torch.Generator().manual_seed(1)
     for pos in (0, 5, 2, 0):  # the buffer carries every step's keys to the next call
@@ -151,7 +151,7 @@ def test_architectures_compile_whole_and_match_eager(name):
     case = architectures.get_arch(name)
     pte = to_edge(models.export(case)).to_executorch().buffer
     whole, numpy_tier = _method(pte, jit=True), _method(pte, jit=False)
-    assert whole._loaded.whole_source is not None, whole._loaded.chains[0].source
+    assert whole.plan.whole_source is not None, whole.plan.sources[0]
     for inputs in case.all_inputs():
         got = [official.to_numpy(x) for x in whole.execute(list(inputs))]
         ref = [official.to_numpy(x) for x in numpy_tier.execute(list(inputs))]

@@ -19,7 +19,10 @@ every value and every instruction (and every value of each XNNPACK graph: dataty
 shape, external or constant). A .ptd (external data) file is listed key by key.
 --sizes prints instead where every byte of the file goes (program tables, segments,
 XNNPACK nodes and values, padding); --against OTHER.pte puts a second file's bytes
-beside them, category by category."""
+beside them, category by category. --plan loads each method and prints instead what
+loading decided (Method.plan): the tier, whether it compiled to one function, its
+fused loops, convolution epilogues, channels-last values, views, folded and refused
+instructions, and what each instruction became (--verbose adds the generated code)."""
 EXAMPLES = """\
 examples:
   pyexecutorch inspect model.pte
@@ -27,6 +30,8 @@ examples:
   pyexecutorch inspect model.ptd
   pyexecutorch inspect model.pte --sizes
   pyexecutorch inspect ours.pte --sizes --against official.pte
+  pyexecutorch inspect model.pte --plan
+  pyexecutorch inspect model.pte --plan --tier numpy --method forward
 """
 
 
@@ -47,6 +52,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--against",
         metavar="OTHER",
         help="with --sizes: a second .pte to put beside the first, category by category",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="load each method and print what loading decided (Method.plan)",
+    )
+    p.add_argument(
+        "--tier",
+        choices=sorted(_TIERS),
+        help="with --plan: the tier to load on (default: the compiled tier where numba "
+        "imports and PYEXECUTORCH_JIT is not 0, as load_program decides)",
+    )
+    p.add_argument(
+        "--method",
+        metavar="NAME",
+        help="with --plan: only this method",
     )
 
 
@@ -182,13 +203,46 @@ def _sizes(args: argparse.Namespace) -> int:
     return 0
 
 
+# --tier -> load_program's jit
+_TIERS = {"numpy": False, "compiled": True}
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``--plan``: each method loaded, and its plan printed."""
+    from pyexecutorch.runtime import Runtime  # noqa: PLC0415
+
+    data = _read(args.model)
+    try:
+        program = Runtime.get().load_program(data, jit=_TIERS.get(args.tier))
+    except Exception as e:  # noqa: BLE001 - the CLI reports any load failure in one line
+        raise common.CLIError(f"{args.model} could not be loaded: {common.first_line(e)}") from e
+    names = sorted(program.method_names)
+    if args.method is not None:
+        if args.method not in names:
+            raise common.CLIError(f"{args.model} has no method {args.method!r} (methods: {names})")
+        names = [args.method]
+    for name in names:
+        try:
+            method = program.load_method(name)
+        except Exception as e:  # noqa: BLE001 - reported in one line, naming the method
+            raise common.CLIError(f"method {name!r} failed to load: {common.first_line(e)}") from e
+        print(method.plan.describe(verbose=args.verbose))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pyexecutorch.schema.errors import FormatError  # noqa: PLC0415
 
     if args.against and not args.sizes:
         raise common.CLIError("--against compares sizes: use it with --sizes")
+    if (args.tier or args.method) and not args.plan:
+        raise common.CLIError("--tier and --method choose what --plan loads: use them with --plan")
+    if args.plan and args.sizes:
+        raise common.CLIError("--plan and --sizes print different things: choose one")
     if args.sizes:
         return _sizes(args)
+    if args.plan:
+        return _plan(args)
     data = _read(args.model)
     if _is_ptd(data):
         from pyexecutorch.schema.flat_tensor import decode_ptd  # noqa: PLC0415

@@ -34,13 +34,13 @@ from pyexecutorch.runtime.io import (
     InputDecl,
     InstallError,
     check_install,
-    convert_outputs,
     input_decls,
     normalize_inputs,
     read_input,
 )
 from pyexecutorch.runtime.loader import owned_bytes
 from pyexecutorch.runtime.method import LoadedMethod
+from pyexecutorch.runtime.outputs import convert_outputs
 from pyexecutorch.runtime.program import Program, Runtime, Verification
 from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.schema.errors import FormatError

@@ -19,6 +19,7 @@ from pyexecutorch.runtime.errors import (
     MissingOperatorError,
 )
 from pyexecutorch.runtime.meta import MethodMeta, Tag, TensorInfo
+from pyexecutorch.runtime.method_plan import InstructionPlan, MethodPlan
 from pyexecutorch.runtime.program import (
     BackendRegistry,
     Method,
@@ -37,10 +38,12 @@ __all__ = [
     "DataLoader",
     "ExecutionError",
     "FileDataLoader",
+    "InstructionPlan",
     "InvalidProgramError",
     "JitUnavailableError",
     "Method",
     "MethodMeta",
+    "MethodPlan",
     "MissingBackendError",
     "MissingOperatorError",
     "MmapDataLoader",

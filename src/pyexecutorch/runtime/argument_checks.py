@@ -13,7 +13,7 @@ keeping a stale output. The check costs nothing per call.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyexecutorch.kernels.checks import get_argument_check, refusal
 from pyexecutorch.schema.program import (
@@ -25,6 +25,10 @@ from pyexecutorch.schema.program import (
     TensorShapeDynamism,
 )
 
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
+
+
 _UNKNOWN = object()  # a value known only at run time
 
 
@@ -33,7 +37,7 @@ def _static(evalues: list[Any], j: int) -> bool:
     return isinstance(val, Tensor) and val.shape_dynamism == TensorShapeDynamism.STATIC
 
 
-def _fixed(method: Any, j: int, written: set[int]) -> Any:
+def _fixed(method: MethodFacts, j: int, written: set[int]) -> Any:
     """Value ``j`` as the kernel will get it, if that is known at load (a tensor's shape and
     dtype; its elements may change), else ``_UNKNOWN``."""
     evalues = method.plan.values
@@ -49,7 +53,7 @@ def _fixed(method: Any, j: int, written: set[int]) -> Any:
     return method.values[j]
 
 
-def _planned_output(method: Any, j: int) -> Any:
+def _planned_output(method: MethodFacts, j: int) -> Any:
     """Output ``j``'s planned array(s) when their size cannot change, else None."""
     evalues = method.plan.values
     val = evalues[j].val
@@ -61,7 +65,7 @@ def _planned_output(method: Any, j: int) -> Any:
     return None
 
 
-def refused_instructions(method: Any, written: set[int]) -> dict[tuple[int, int], str]:
+def refused_instructions(method: MethodFacts, written: set[int]) -> dict[tuple[int, int], str]:
     """(chain, instruction) -> why, for each kernel call its argument check refuses."""
     refused: dict[tuple[int, int], str] = {}
     for c, chain in enumerate(method.plan.chains):

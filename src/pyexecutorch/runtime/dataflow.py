@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -32,6 +32,9 @@ from pyexecutorch.schema.program import (
     TensorShapeDynamism,
 )
 
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
+
 
 def _with_items(evalues: Any, ids: Any) -> list[int]:
     """Value indices, each list followed by its items."""
@@ -44,8 +47,8 @@ def _with_items(evalues: Any, ids: Any) -> list[int]:
     return out
 
 
-def accesses(method: Any, a: Any) -> tuple[list[int], list[int]]:
-    """(values read, values written) by one instruction of ``method`` (a LoadedMethod).
+def accesses(method: MethodFacts, a: Any) -> tuple[list[int], list[int]]:
+    """(values read, values written) by one instruction of ``method`` (its MethodFacts).
 
     Lists come with their items. An in-place kernel reads and writes its first
     argument; a delegate's arguments count as both, since a program does not
@@ -69,10 +72,10 @@ def accesses(method: Any, a: Any) -> tuple[list[int], list[int]]:
     return [], []
 
 
-def fills_in_place(method: Any, a: DelegateCall, j: int) -> bool:
+def fills_in_place(method: MethodFacts, a: DelegateCall, j: int) -> bool:
     """Whether delegate call ``a`` leaves value ``j`` its planned array: a static tensor
     of a backend that fills such outputs in place (``fills_static_outputs``)."""
-    delegates = getattr(method, "_delegates", None)
+    delegates = method.delegates
     if not delegates or not 0 <= a.delegate_index < len(delegates):
         return False
     backend = delegates[a.delegate_index][0]
@@ -102,8 +105,8 @@ class Flow:
     _aliases: _AliasIndex | None = None  # see aliases_reading
 
     @staticmethod
-    def of(method: Any) -> Flow | None:
-        """The flow of ``method`` (a LoadedMethod), or None when it has chains or jumps."""
+    def of(method: MethodFacts) -> Flow | None:
+        """The flow of ``method`` (its MethodFacts), or None when it has chains or jumps."""
         plan = method.plan
         if len(plan.chains) != 1:
             return None

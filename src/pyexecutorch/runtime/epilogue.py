@@ -22,7 +22,8 @@ output, and the run's output sharing no memory with the convolution's input.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,23 +34,32 @@ from pyexecutorch.runtime.fusion import flat_views, same_elements, single_op_cal
 from pyexecutorch.runtime.whole_method import Step
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
 
+if TYPE_CHECKING:
+    from pyexecutorch.kernels.registry import Kernel
+    from pyexecutorch.runtime.method_facts import MethodFacts
+
+# The form a kernel call takes, as runtime.fast_paths.FastPaths.specialized decides it:
+# (kernel, arguments, values written, values read) -> fast path or the kernel.
+Specialize = Callable[["Kernel", list[int], set[int], set[int]], Any]
+
 CONVOLUTION = "aten::convolution.out"
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def fuse_epilogues(
-    method: Any,
+    method: MethodFacts,
     flow: Flow | None,
     decisions: dict[tuple[int, int], tuple[str, Any]],
     written: set[int],
     read: set[int],
+    specialize: Specialize,
 ) -> list[int]:
     """Fold each eligible run into the convolution before it (chain 0): the convolution
     becomes ``("call", conv_then_epilogue)``, the run's last instruction ``("skip", [its
     output])``.
     Returns the convolutions' instruction indices."""
     done: list[int] = []
-    if flow is None or method.tracer:
+    if flow is None:
         return done
     for (c, pc), (kind, _fast) in list(decisions.items()):
         if c != 0 or kind not in ("call", "inline"):
@@ -57,18 +67,18 @@ def fuse_epilogues(
         a = flow.instructions[pc]
         if not isinstance(a, KernelCall) or method.kernels[a.op_index].name != CONVOLUTION:
             continue
-        fused = _with_epilogue(method, flow, decisions, pc, written, read)
+        fused = _with_epilogue(method, flow, decisions, pc, written, read, specialize)
         if fused is not None:
             conv, last, written_out = fused
             decisions[0, pc] = ("call", conv)
             # (the skipped instruction's output is filled in place by the call: see
-            # LoadedMethod._fixed_values)
+            # lowering.Lowering._fixed_values)
             decisions[0, last] = ("skip", [written_out])
             done.append(pc)
     return done
 
 
-def _planned(method: Any, j: int) -> np.ndarray | None:
+def _planned(method: MethodFacts, j: int) -> np.ndarray | None:
     """Value ``j``'s planned array when it is a static planned tensor bound at load."""
     val = method.plan.values[j].val
     cap = method.capacity.get(j)
@@ -116,7 +126,7 @@ def _run_after(method, flow, decisions, pc):  # noqa: ANN001, ANN202
     return call, [last], [ins[p] for p in call.inputs], outs
 
 
-def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001, ANN202
+def _with_epilogue(method, flow, decisions, pc, written, read, specialize):  # noqa: ANN001, ANN202
     k = method.kernels[flow.instructions[pc].op_index]
     args, outs = method.kernel_layout(k, flow.instructions[pc])
     if len(outs) != 1:
@@ -169,7 +179,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         # inputs and reads and rewrites that one buffer. (Its fast path on that output is
         # made only if a line calls it: not inside a whole-method function.)
         into_args = [*args[:-1], outputs[0]]
-        conv = deferral.deferred_function(lambda: method._specialized(k, into_args, written, read))
+        conv = deferral.deferred_function(lambda: specialize(k, into_args, written, read))
         into, alias = target, conv_out
     elif (
         len(in_place) == 1
@@ -179,7 +189,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read):  # noqa: ANN001,
         # The planner put the run's output over a skip tensor (a residual add's usual
         # layout): the convolution keeps its own output and the loop updates the skip
         # tensor's memory in place, element by element.
-        conv = deferral.deferred_function(lambda: method._specialized(k, args, written, read))
+        conv = deferral.deferred_function(lambda: specialize(k, args, written, read))
         into, alias = conv_cap, in_place[0]
         extra[conv_out] = conv_cap
     else:
@@ -225,7 +235,7 @@ _CLAMPS = {
 SILU, HARDSWISH = 1, 2
 
 
-def _number(method: Any, j: int) -> float | None:
+def _number(method: MethodFacts, j: int) -> float | None:
     """Value ``j`` as a number: a scalar, or a one-element constant tensor."""
     v = method.values[j]
     if isinstance(v, np.ndarray) and v.size == 1 and j in method.constant_values:
@@ -233,7 +243,7 @@ def _number(method: Any, j: int) -> float | None:
     return float(v) if type(v) in (int, float) else None
 
 
-def _store_pass(method: Any, conv_out: int, pcs: list[int]) -> tuple[Any, ...] | None:
+def _store_pass(method: MethodFacts, conv_out: int, pcs: list[int]) -> tuple[Any, ...] | None:
     """(residual value, low, high, activation) when the run after a convolution is what
     the channels-last kernels apply as they store: an add of a tensor (alpha 1), then SiLU
     (x * sigmoid(x)) or hardswish (x * clamp(x + 3, 0, 6) / 6, as exported), then clamps,
@@ -287,7 +297,7 @@ def _store_pass(method: Any, conv_out: int, pcs: list[int]) -> tuple[Any, ...] |
     return residual, low, high, activation
 
 
-def _hardswish(method: Any, ops: list, x: int) -> int | None:
+def _hardswish(method: MethodFacts, ops: list, x: int) -> int | None:
     """How many of ``ops`` compute hardswish of ``x`` as exported: add 3, clamp to [0, 6]
     (one or two clamps), multiply by ``x``, divide by 6; or None."""
     if len(ops) < 4 or ops[0][0] != "aten::add.out":
@@ -365,7 +375,7 @@ def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:
     return any(j in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc))
 
 
-def _other_input(method: Any, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
+def _other_input(method: MethodFacts, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
     """The array a run's input other than the convolution's output is at every run, when
     the fused call may read it: bound at load, dense, of the output's shape and dtype."""
     arr = method.values[j] if j in method.constant_values else _planned(method, j)

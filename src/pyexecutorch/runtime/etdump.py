@@ -2,7 +2,7 @@
 
 One :class:`EventTracer` serves a program (or a module) loaded with
 ``enable_etdump=True``. Its methods are compiled in an instrumented variant
-(see :mod:`pyexecutorch.runtime.method`) whose generated lines append
+(see :mod:`pyexecutorch.runtime.traced`) whose generated lines append
 ``(key, start_ns, end_ns)`` to :attr:`EventTracer.pending`; a key names a
 registered template, so the hot path builds one tuple per instruction and the
 ETDump tables are made only when the trace is written.

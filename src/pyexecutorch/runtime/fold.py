@@ -13,7 +13,7 @@ base unfolded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -29,6 +29,9 @@ from pyexecutorch.schema.program import (
     TensorShapeDynamism,
 )
 
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
+
 # Operators whose result is not a function of their arguments.
 IMPURE_OPERATORS = frozenset(
     {
@@ -41,8 +44,8 @@ IMPURE_OPERATORS = frozenset(
 )
 
 
-def fold_constants(method: Any, written: set[int], flow: Flow | None) -> set[int]:
-    """Fold what can be folded in ``method`` (a LoadedMethod); returns the instructions folded.
+def fold_constants(method: MethodFacts, written: set[int], flow: Flow | None) -> set[int]:
+    """Fold what can be folded in ``method`` (its MethodFacts); returns the instructions folded.
 
     ``written`` holds the non-tensor values that can change at run time;
     ``flow`` is the method's :class:`~pyexecutorch.runtime.dataflow.Flow`.

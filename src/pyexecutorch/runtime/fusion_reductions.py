@@ -389,11 +389,13 @@ class _Builder:
                 return f"{name}.shape[{k}]"
         return None
 
-    def source(self, stored: list[int]) -> str | None:
-        g = self.g
-        nodes = g.nodes
+    def _parameters(
+        self, stored: list[int], kept: list[int]
+    ) -> tuple[list[tuple[str, tuple[int, ...], int]], list[tuple[str, str, str]]]:
+        """The loop's parameters (name, shape, offset of its dims in the full shape), and
+        each stored output's (node, parameter, index expression)."""
+        nodes = self.g.nodes
         rank = len(self.full)
-        kept = [d for d in range(rank) if d not in self.dims]
         params = [
             (f"in{k}", self.m.capacity[j].shape, rank - self.m.capacity[j].ndim)
             for k, j in enumerate(self.inputs)
@@ -414,21 +416,18 @@ class _Builder:
             store_of.append((node, f"out{k}", index))
             if self.m.capacity[o].dtype == HALF:
                 self.half_params.add(f"out{k}")
-        extents = [self._extent(d, params) for d in range(rank)]
-        if any(e is None for e in extents):
-            return None
-        # each reduction's phase: after every reduction it depends on
+        return params, store_of
+
+    def _phases(self) -> tuple[dict[str, int], list[str], set[str]]:
+        """Each node's phase (after every reduction it depends on), the reductions, and the
+        summed full-shape values worth a scratch row (see the module's docstring), held in
+        the dtype the loop computes in (float32 for float16)."""
+        nodes = self.g.nodes
         phase: dict[str, int] = {}
         for name, node in nodes.items():
             p = max((phase[d] for d in node.deps), default=0)
             phase[name] = p + 1 if node.reduce else p
         reduces = [n for n, node in nodes.items() if node.reduce]
-        n_phases = max((phase[r] for r in reduces), default=0)
-        lines = loop_header(self.dtype, [p[0] for p in params])
-        for d in range(rank):
-            lines.append(f"    n{d} = {extents[d]}")
-        # summed full-shape values worth a scratch row (see the module's docstring), held in
-        # the dtype the loop computes in (float32 for float16)
         scratch = {
             nodes[r].deps[0]
             for r in reduces
@@ -436,6 +435,21 @@ class _Builder:
             and nodes[nodes[r].deps[0]].level == FULL
             and any(call in nodes[nodes[r].deps[0]].expr for call in _LIBRARY_CALLS)
         }
+        return phase, reduces, scratch
+
+    def source(self, stored: list[int]) -> str | None:
+        nodes = self.g.nodes
+        rank = len(self.full)
+        kept = [d for d in range(rank) if d not in self.dims]
+        params, store_of = self._parameters(stored, kept)
+        extents = [self._extent(d, params) for d in range(rank)]
+        if any(e is None for e in extents):
+            return None
+        phase, reduces, scratch = self._phases()
+        n_phases = max((phase[r] for r in reduces), default=0)
+        lines = loop_header(self.dtype, [p[0] for p in params])
+        for d in range(rank):
+            lines.append(f"    n{d} = {extents[d]}")
         row_index = ", ".join(f"i{d}" for d in self.dims)
         row_shape = "".join(f"n{d}, " for d in self.dims)
         for name in sorted(scratch):
@@ -486,18 +500,12 @@ class _Builder:
                 start = {"max": "-math.inf", "sum": "0.0", "any": "False"}[nodes[r].reduce]
                 lines.append(f"{indent}{r} = {start}")
             for x in sorted({nodes[r].deps[0] for r in here} & scratch - stored):
-                inner = indent
-                for d in self.dims:
-                    lines.append(f"{inner}for i{d} in range(n{d}):")
-                    inner += "    "
+                loops, inner = self._row_loops(indent)
+                lines += loops
                 emit_full(x, set(), lines, inner)
                 lines.append(f"{inner}w_{x}[{row_index}] = {x}")
                 stored.add(x)
-            inner = indent
-            loops = []
-            for d in self.dims:
-                loops.append(f"{inner}for i{d} in range(n{d}):")
-                inner += "    "
+            loops, inner = self._row_loops(indent)
             seen: set[str] = set()
             body: list[str] = []
             folded = {r: nodes[r].deps[0] for r in here}
@@ -538,15 +546,21 @@ class _Builder:
             if nodes[node].level == ROW:
                 lines.append(f"{indent}{param}[{index}] = {self._encoded(param, node)}")
         if full_stores:
-            inner = indent
-            for d in self.dims:
-                lines.append(f"{inner}for i{d} in range(n{d}):")
-                inner += "    "
+            loops, inner = self._row_loops(indent)
+            lines += loops
             seen = set()
             for node, param, index in full_stores:
                 emit_full(node, seen, lines, inner)
                 lines.append(f"{inner}{param}[{index}] = {self._encoded(param, node)}")
         return "\n".join(lines) + "\n"
+
+    def _row_loops(self, indent: str) -> tuple[list[str], str]:
+        """The loops over the reduced dims at ``indent``, and the indent inside them."""
+        loops = []
+        for d in self.dims:
+            loops.append(f"{indent}for i{d} in range(n{d}):")
+            indent += "    "
+        return loops, indent
 
     def _encoded(self, param: str, node: str) -> str:
         """What output ``param`` stores of ``node``: a float16 output, its bits."""

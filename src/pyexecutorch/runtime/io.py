@@ -1,4 +1,4 @@
-"""Caller inputs in, method outputs out: the checks and conversions at the boundary.
+"""Caller inputs in: the checks and conversions at the boundary.
 
 Inputs are read into numpy arrays (tensors) or Python values (scalars):
 
@@ -16,18 +16,16 @@ method's order. Otherwise an input borrows the caller's memory: the method
 reads it at every run, so a caller's later in-place change is seen, and a
 torch tensor pointed at other storage since (``resize_``, ``set_``) is refused.
 
-Outputs are torch tensors when torch is already imported and numpy arrays
-otherwise; ``PYEXECUTORCH_TENSOR_OUTPUT=torch|numpy`` forces one.
+Outputs go back as :mod:`pyexecutorch.runtime.outputs` describes.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -37,9 +35,11 @@ from pyexecutorch.schema.scalar_type import (
     DTYPE_TO_SCALAR_TYPE,
     SCALAR_TYPE_ITEMSIZE,
     SCALAR_TYPE_TO_DTYPE,
-    SCALAR_TYPE_TORCH_NAME,
     ScalarType,
 )
+
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
 
 OUTPUT_ENV = "PYEXECUTORCH_TENSOR_OUTPUT"
 TENSOR_DIMENSION_LIMIT = 16
@@ -106,12 +106,12 @@ _TORCH_DTYPES: dict[str, ScalarType] = {
 # Types numpy cannot hold are carried as raw bits of the same width.
 _RAW_BITS = {ST.COMPLEX32: np.dtype(np.uint32)}
 # torch dtypes numpy lacks (ml_dtypes holds them) cross over as integers of their width.
-_TORCH_BITS = {1: "uint8", 2: "int16", 4: "int32"}
+TORCH_BITS = {1: "uint8", 2: "int16", 4: "int32"}
 
 
 def _torch_view(torch: Any, t: Any, dtype: np.dtype) -> np.ndarray:
     """The numpy array of a torch tensor whose dtype numpy only has through ml_dtypes."""
-    return t.view(getattr(torch, _TORCH_BITS[dtype.itemsize])).numpy().view(dtype)
+    return t.view(getattr(torch, TORCH_BITS[dtype.itemsize])).numpy().view(dtype)
 
 
 def foreign(dtype: np.dtype) -> bool:
@@ -119,15 +119,6 @@ def foreign(dtype: np.dtype) -> bool:
     int4, ...), which torch.from_numpy does not take and buffers cannot describe (their
     kind letter does not tell them apart: float8_e5m2's is "f")."""
     return dtype.isbuiltin == 2
-
-
-def torch_from_array(torch: Any, arr: np.ndarray) -> Any:
-    """A torch tensor sharing ``arr``'s memory (ml_dtypes arrays included)."""
-    if not foreign(arr.dtype):
-        return torch.from_numpy(arr)
-    name = SCALAR_TYPE_TORCH_NAME[DTYPE_TO_SCALAR_TYPE[arr.dtype]]
-    bits = arr.view(np.dtype(_TORCH_BITS[arr.dtype.itemsize]))
-    return torch.from_numpy(bits).view(getattr(torch, name))
 
 
 # DLPack (type code, bits) -> scalar type.
@@ -226,8 +217,8 @@ class ExactSlot(NamedTuple):
 _SCALAR_TAGS = (Tag.Int, Tag.Double, Tag.Bool)
 
 
-def exact_slots(decls: Sequence[InputDecl], loaded: Any) -> list[ExactSlot]:
-    """The exact form of each input of ``loaded`` (a LoadedMethod).
+def exact_slots(decls: Sequence[InputDecl], loaded: MethodFacts) -> list[ExactSlot]:
+    """The exact form of each input of ``loaded`` (its MethodFacts).
 
     Empty when some input has none (a string or None input, an unbounded
     shape, a dim order numpy cannot hold): such methods always take the
@@ -298,7 +289,7 @@ def _where(position: int, method: str) -> str:
     return f"Input {position} of method '{method}'"
 
 
-def _is_torch_tensor(value: Any) -> bool:
+def is_torch_tensor(value: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, getattr(torch, "Tensor", ()))
 
@@ -321,7 +312,7 @@ def is_single_tensor(value: Any) -> bool:
     """Whether ``value`` is one tensor-like input rather than a sequence of inputs."""
     return (
         isinstance(value, (np.ndarray, np.generic))
-        or _is_torch_tensor(value)
+        or is_torch_tensor(value)
         or hasattr(value, "__dlpack__")
         or _is_capsule(value)
         or _has_buffer(value)
@@ -362,7 +353,7 @@ def read_input(value: Any, decl: InputDecl, method: str) -> Input:
     try:
         if decl.tag in (Tag.Double, Tag.Int, Tag.Bool):
             return Input(_number(value, decl, where))
-        if _is_torch_tensor(value):
+        if is_torch_tensor(value):
             inp = _from_torch(value, decl, where)
         elif value is None:
             return Input(None)
@@ -458,7 +449,7 @@ def _in_layout(arr: np.ndarray, decl: InputDecl) -> np.ndarray | None:
     return out
 
 
-def _address(arr: np.ndarray) -> int:
+def address_of(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
 
 
@@ -878,153 +869,3 @@ def check_install(inp: Input, decl: InputDecl, method: str) -> None:
                     f"{where} has size {got} in dimension {d}, above its upper bound {bound} "
                     f"(the method takes sizes up to {list(decl.sizes)})",
                 )
-
-
-# --------------------------------------------------------------------- outputs
-
-
-# os.environ.get re-encodes the key on every call; outputs are converted on
-# every execute, so read the process environment's mapping directly where
-# CPython exposes it (os.environ stays the one source of truth).
-_ENV_DATA = getattr(os.environ, "_data", None)
-try:
-    _ENV_KEY = os.environ.encodekey(OUTPUT_ENV)  # type: ignore[attr-defined]
-    _ENV_DECODE = os.environ.decodevalue  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - not CPython's os._Environ
-    _ENV_DATA = None
-
-
-def _forced_output_kind() -> str | None:
-    if _ENV_DATA is None:  # pragma: no cover
-        return os.environ.get(OUTPUT_ENV)
-    raw = _ENV_DATA.get(_ENV_KEY)
-    return None if raw is None else _ENV_DECODE(raw)
-
-
-def tensor_output_kind() -> str:
-    """``"torch"`` or ``"numpy"``: what tensor outputs are returned as."""
-    forced = _forced_output_kind()
-    if forced:
-        if forced not in ("torch", "numpy", "executorch"):
-            raise ValueError(
-                f"{OUTPUT_ENV} must be either 'torch', 'executorch' or 'numpy', but was '{forced}'"
-            )
-        # The runtime's own API has no ExecuTorchResult: "executorch" is numpy here.
-        return "numpy" if forced == "executorch" else forced
-    return "torch" if _loaded_torch() is not None else "numpy"
-
-
-def _loaded_torch() -> Any:
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and hasattr(torch, "from_numpy") else None
-
-
-def _torch_for_outputs() -> Any:
-    torch = _loaded_torch()
-    if torch is None:
-        try:
-            import torch  # noqa: PLC0415 - the caller asked for torch outputs explicitly
-        except ImportError:
-            raise RuntimeError(
-                f"PyTorch tensor output was requested ({OUTPUT_ENV}=torch), but torch is not installed"
-            ) from None
-    return torch
-
-
-def convert_outputs(
-    values: Sequence[Any],
-    *,
-    clone: bool = True,
-    inputs: Sequence[Input] = (),
-    method: str = "",
-    kind: str | None = None,
-) -> list[Any]:
-    """Outputs as the caller receives them.
-
-    Tensors are copies with ``clone``; without it they are views of the
-    method's memory, valid until the method runs again, and a torch output
-    whose memory lies in a torch input is a view of that input. ``kind``
-    ("torch" or "numpy") overrides :func:`tensor_output_kind`.
-    """
-    forced = _forced_output_kind() if kind is None else kind
-    if kind is not None:
-        torch = _torch_for_outputs() if kind == "torch" else None
-    elif forced is None:  # the usual case, decided without the checks below
-        torch = sys.modules.get("torch")
-        if torch is not None and not hasattr(torch, "from_numpy"):
-            torch = None  # blocked (sys.modules["torch"] = None) or not torch
-    else:
-        torch = _torch_for_outputs() if tensor_output_kind() == "torch" else None
-    if torch is None and not clone and all(type(v) is np.ndarray for v in values):
-        return list(values)
-    # Only torch inputs whose memory the method reads can hold an output.
-    borrowed = (
-        [(p, inp) for p, inp in enumerate(inputs) if inp.storage is not None] if inputs else ()
-    )
-    if torch is not None and not borrowed:
-        # The common torch cases, inlined (a small model's outputs cost more here than
-        # its kernels): copies wrap as they are, and so do writable arrays without clone.
-        from_numpy = torch.from_numpy
-        if clone:
-            return [
-                from_numpy(v.copy(order="K"))
-                if type(v) is np.ndarray and v.dtype.isbuiltin != 2
-                else _output(v, clone, torch, borrowed, method)
-                for v in values
-            ]
-        return [
-            from_numpy(v)
-            if type(v) is np.ndarray and v.flags.writeable and v.dtype.isbuiltin != 2
-            else _output(v, clone, torch, borrowed, method)
-            for v in values
-        ]
-    return [_output(v, clone, torch, borrowed, method) for v in values]
-
-
-def _output(
-    value: Any, clone: bool, torch: Any, borrowed: Sequence[tuple[int, Input]], method: str
-) -> Any:
-    if isinstance(value, np.ndarray):
-        if torch is None:
-            return value.copy(order="K") if clone else value
-        if borrowed and not clone:
-            alias = _torch_alias(value, borrowed, method)
-            if alias is not None:
-                return alias
-        if clone or not value.flags.writeable:
-            value = value.copy(order="K")  # torch tensors cannot be read-only
-        return torch_from_array(torch, value)
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple)):
-        return [_output(v, clone, torch, borrowed, method) for v in value]
-    return value
-
-
-def _torch_alias(out: np.ndarray, borrowed: Sequence[tuple[int, Input]], method: str) -> Any:
-    """A view of the torch input (position, input) whose memory holds ``out``, or None."""
-    if out.size == 0:
-        return None
-    address, nbytes = _address(out), out.nbytes
-    for position, inp in borrowed:
-        if not _is_torch_tensor(inp.source):
-            continue
-        start, size = inp.storage
-        if inp.value.dtype != out.dtype or not (
-            start <= address and address + nbytes <= start + size
-        ):
-            continue
-        offset = address - start
-        if offset % out.itemsize or any(s % out.itemsize for s in out.strides):
-            continue
-        source = inp.source.detach()
-        if source.data_ptr() != start:
-            raise ValueError(
-                f"Input {position} of method '{method}': its storage changed before the output was read; pass it again"
-            )
-        return source.as_strided(
-            out.shape,
-            [s // out.itemsize for s in out.strides],
-            source.storage_offset() + offset // out.itemsize,
-        )
-    return None

@@ -21,19 +21,21 @@ compiled steps built from those arrays take the layout from their strides.
 
 The layout exists only inside a method compiled whole: the numpy kernels never
 see such arrays at run time. A method that does not become whole is compiled
-again without it (see ``LoadedMethod._compile``).
+again without it (see :meth:`pyexecutorch.runtime.lowering.Lowering.lower`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import (
+    ExecutionPlan,
     KernelCall,
     OptionalTensorList,
     Tensor,
@@ -41,17 +43,32 @@ from pyexecutorch.schema.program import (
     TensorShapeDynamism,
 )
 
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
+
+
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # What an instruction does with the 4-D tensors it touches: groups of value indices that
 # may be stored channels-last, each group in one layout; every other tensor it touches
 # stays NCHW. None: it takes none channels-last.
 Groups = list[list[int]]
-Access = Callable[[Any, list[int], list[int]], Groups | None]
+Access = Callable[["Scan", list[int], list[int]], Groups | None]
 
 
-def _shape(method: Any, j: int) -> tuple[int, ...] | None:
-    arr = method.capacity.get(j)
+@dataclass(frozen=True)
+class Scan:
+    """What an access function reads of a method: its values, planned storage and plan,
+    and the values something reads (a pooling's indices, when read, keep it NCHW)."""
+
+    values: list[Any]
+    capacity: dict[int, np.ndarray]
+    plan: ExecutionPlan
+    read: set[int]
+
+
+def _shape(scan: Scan, j: int) -> tuple[int, ...] | None:
+    arr = scan.capacity.get(j)
     return None if arr is None else arr.shape
 
 
@@ -61,11 +78,11 @@ def _pixels_once(shape: tuple[int, ...] | None) -> bool:
     return shape is not None and (len(shape) < 4 or shape[2] * shape[3] == 1 or shape[1] == 1)
 
 
-def _convolution(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+def _convolution(scan: Scan, args: list[int], outs: list[int]) -> Groups | None:
     """A float 2-D convolution, not transposed, dense or depthwise, constant weights: its
     input and its output, each in either layout."""
-    v = method.values
-    x, w, b, out = v[args[0]], v[args[1]], v[args[2]], method.capacity.get(outs[0])
+    v = scan.values
+    x, w, b, out = v[args[0]], v[args[1]], v[args[2]], scan.capacity.get(outs[0])
     transposed, groups = v[args[6]], v[args[8]]
     if transposed is not False or isinstance(groups, bool) or not isinstance(groups, int):
         return None
@@ -83,18 +100,18 @@ def _convolution(method: Any, args: list[int], outs: list[int]) -> Groups | None
     return [[args[0]], [outs[0]]]
 
 
-def _elementwise(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+def _elementwise(scan: Scan, args: list[int], outs: list[int]) -> Groups | None:
     """The output and its same-shape operands in one layout; an operand that broadcasts
     must be the same memory in both (a squeeze-excite gate (N, C, 1, 1), a scalar)."""
     out = outs[0]
-    shape = _shape(method, out)
+    shape = _shape(scan, out)
     if shape is None or len(shape) != 4:
         return None
     group = [out]
     for j in args[: len(args) - len(outs)]:
-        if not isinstance(method.plan.values[j].val, Tensor):
+        if not isinstance(scan.plan.values[j].val, Tensor):
             continue
-        s = _shape(method, j)
+        s = _shape(scan, j)
         if s == shape:
             group.append(j)
         elif s is None or len(s) > 4 or not _pixels_once(s):
@@ -102,10 +119,10 @@ def _elementwise(method: Any, args: list[int], outs: list[int]) -> Groups | None
     return [group]
 
 
-def _spatial_mean(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+def _spatial_mean(scan: Scan, args: list[int], outs: list[int]) -> Groups | None:
     """A mean over H and W of a 4-D tensor: its input (the output is one pixel)."""
-    shape = _shape(method, args[0])
-    dims = method.values[args[1]]
+    shape = _shape(scan, args[0])
+    dims = scan.values[args[1]]
     if shape is None or len(shape) != 4 or not isinstance(dims, (tuple, list)) or not dims:
         return None
     if any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
@@ -115,20 +132,20 @@ def _spatial_mean(method: Any, args: list[int], outs: list[int]) -> Groups | Non
     return [[args[0]]]
 
 
-def _pooling(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+def _pooling(scan: Scan, args: list[int], outs: list[int]) -> Groups | None:
     """A 2-D pooling: its input and values output in one layout (indices unread)."""
-    shape = _shape(method, args[0])
+    shape = _shape(scan, args[0])
     if shape is None or len(shape) != 4:
         return None
-    if any(j in method.layout_read for j in outs[1:]):
+    if any(j in scan.read for j in outs[1:]):
         return None  # max pooling's indices are read
     return [[args[0], outs[0]]]
 
 
-def _channel_pieces(method: Any, args: list[int], outs: list[int]) -> Groups | None:
+def _channel_pieces(scan: Scan, args: list[int], outs: list[int]) -> Groups | None:
     """cat / split of 4-D tensors along dim 1: every piece and the whole in one layout."""
-    evalues = method.plan.values
-    dims = [method.values[j] for j in args[1:] if type(method.values[j]) is int]
+    evalues = scan.plan.values
+    dims = [scan.values[j] for j in args[1:] if type(scan.values[j]) is int]
     if not dims or dims[-1] % 4 != 1:
         return None
     members: list[int] = []
@@ -138,7 +155,7 @@ def _channel_pieces(method: Any, args: list[int], outs: list[int]) -> Groups | N
             members.extend(i for i in val.items if i >= 0)
         elif isinstance(val, Tensor):
             members.append(j)
-    if any((s := _shape(method, j)) is None or len(s) != 4 for j in members):
+    if any((s := _shape(scan, j)) is None or len(s) != 4 for j in members):
         return None
     return [sorted(set(members))]
 
@@ -154,7 +171,7 @@ ACCESS_RULES: dict[str, Access] = {
 }
 
 
-def _private(method: Any, flow: Flow, j: int) -> bool:
+def _private(method: MethodFacts, flow: Flow, j: int) -> bool:
     """Whether value ``j`` may change layout: a static planned float activation of the
     method, written once before it is read, with no other value on its bytes while it
     lives."""
@@ -189,13 +206,13 @@ def _private(method: Any, flow: Flow, j: int) -> bool:
     )
 
 
-def channels_last_values(method: Any, flow: Flow | None, read: set[int]) -> set[int]:
-    """The values of ``method`` (a LoadedMethod) to store channels-last (see the module
+def channels_last_values(method: MethodFacts, flow: Flow | None, read: set[int]) -> set[int]:
+    """The values of ``method`` (its MethodFacts) to store channels-last (see the module
     docstring); empty when the method has no convolution that would take one."""
     if flow is None:
         return set()
     boundary = set(method.plan.inputs) | set(method.plan.outputs)
-    method.layout_read = read
+    scan = Scan(method.values, method.capacity, method.plan, read)
     parent: dict[int, int] = {}
 
     def find(j: int) -> int:
@@ -220,7 +237,7 @@ def channels_last_values(method: Any, flow: Flow | None, read: set[int]) -> set[
             if access is not None:
                 args, outs = method.kernel_layout(k, a)
                 try:
-                    groups = access(method, args, outs)
+                    groups = access(scan, args, outs)
                 except (IndexError, TypeError, ValueError, AttributeError):
                     groups = None
                 if groups is not None and rule == "convolution":
@@ -241,11 +258,10 @@ def channels_last_values(method: Any, flow: Flow | None, read: set[int]) -> set[
             continue
         if all(_private(method, flow, j) for j in members):
             chosen |= members
-    del method.layout_read
     return chosen
 
 
-def store_channels_last(method: Any, chosen: set[int]) -> Callable[[], None]:
+def store_channels_last(method: MethodFacts, chosen: set[int]) -> Callable[[], None]:
     """Rebind each chosen value (and the lists holding it) to a channels-last view of its
     planned bytes; returns the function that restores the NCHW arrays."""
     before = {j: method.values[j] for j in chosen}
@@ -281,7 +297,7 @@ class PlannedStep:
     call a whole-method function makes; called as the kernel is (which only a method that
     did not compile whole would do), it runs the reference kernel."""
 
-    fills_outputs = True  # its outputs stay their planned arrays (see runtime.method)
+    fills_outputs = True  # its outputs stay their planned arrays (see runtime.lowering)
 
     def __init__(self, step: tuple[Any, tuple[Any, ...]], reference: Any) -> None:
         self.step = step

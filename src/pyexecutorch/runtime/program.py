@@ -24,17 +24,18 @@ from pyexecutorch.runtime.data_loader import (
 from pyexecutorch.runtime.etdump import EventTracer
 from pyexecutorch.runtime.io import (
     Input,
-    _forced_output_kind,
     check_install,
-    convert_outputs,
     exact_slots,
     input_decls,
     read_input,
 )
 from pyexecutorch.runtime.limits import DEFAULT_LIMITS, LoadLimits
 from pyexecutorch.runtime.loader import open_bytes
+from pyexecutorch.runtime.memory import SharedArenas
 from pyexecutorch.runtime.meta import MethodMeta
-from pyexecutorch.runtime.method import LoadedMethod, SharedArenas
+from pyexecutorch.runtime.method import LoadedMethod
+from pyexecutorch.runtime.method_plan import MethodPlan
+from pyexecutorch.runtime.outputs import convert_outputs, forced_output_kind
 from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.runtime.verify import verify_program
 from pyexecutorch.schema.pte import PteFile, decode_pte
@@ -56,13 +57,21 @@ class Method:
         self._lock = threading.Lock()
         self._meta = MethodMeta(loaded.plan)
         self._decls = input_decls(loaded.plan)
-        self._exact = exact_slots(self._decls, loaded)
+        self._exact = exact_slots(self._decls, loaded.facts)
         self._views = OutputViews(len(loaded.plan.outputs))
         self._install_exact = loaded.exact_installer(self._exact)
 
     @property
     def metadata(self) -> MethodMeta:
         return self._meta
+
+    @property
+    def plan(self) -> MethodPlan:
+        """What loading decided for this method: its tier, whether it compiled whole,
+        its fused loops, epilogues, views and each instruction's form (see
+        :mod:`pyexecutorch.runtime.method_plan`). A dynamic-shape method on the compiled
+        tier lists the static plans made so far."""
+        return self._loaded.method_plan
 
     @property
     def name(self) -> str:
@@ -129,7 +138,7 @@ class OutputViews:
     def of(self, values: list[Any], method: str) -> list[Any]:
         """``values`` as :func:`convert_outputs` returns them with ``clone=False``."""
         torch = sys.modules.get("torch")
-        if _forced_output_kind() is not None or torch is None or not hasattr(torch, "from_numpy"):
+        if forced_output_kind() is not None or torch is None or not hasattr(torch, "from_numpy"):
             return convert_outputs(values, clone=False, method=method)
         kept = self._kept
         out = []

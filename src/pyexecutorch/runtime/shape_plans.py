@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from pyexecutorch.schema.program import (
     TensorList,
     TensorShapeDynamism,
 )
+
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
 
 # Operators whose output sizes depend on their inputs' values, not only their shapes.
 _DATA_DEPENDENT = frozenset(
@@ -84,6 +87,7 @@ _TAKES_DATA_SCALARS = frozenset(
         "aten::select_copy.int_out",
     }
 )
+
 _SLICE = "aten::slice_copy.Tensor_out"
 
 _RUN_TIME_VIEW = "executorch_prim::et_view.default"
@@ -120,8 +124,8 @@ def _default_order(t: Tensor) -> bool:
     return list(t.dim_order) in ([], list(range(len(t.sizes))))
 
 
-def dynamic_values(method: Any) -> Dynamic | None:
-    """What static plans of ``method`` (a LoadedMethod) are made from, or None when they
+def dynamic_values(method: MethodFacts) -> Dynamic | None:
+    """What static plans of ``method`` (its MethodFacts) are made from, or None when they
     cannot serve it.
 
     It must be one straight-line chain of kernel and delegate calls, take tensor
@@ -203,17 +207,17 @@ def dynamic_values(method: Any) -> Dynamic | None:
     )
 
 
-def _delegate_writes(method: Any, call: DelegateCall) -> list[int]:
+def _delegate_writes(method: MethodFacts, call: DelegateCall) -> list[int]:
     """The values a delegate call writes: its outputs where its handle says how many inputs
     come first (``input_ext``, as XNNPACK's does), else every argument."""
-    _, handle = method._delegates[call.delegate_index]
+    _, handle = method.delegates[call.delegate_index]
     inputs = getattr(handle, "input_ext", None)
     if isinstance(inputs, list) and len(inputs) <= len(call.args):
         return list(call.args[len(inputs) :])
     return accesses(method, call)[1]
 
 
-def _bool_index(method: Any, call: KernelCall) -> bool:
+def _bool_index(method: MethodFacts, call: KernelCall) -> bool:
     """Whether an ``index.Tensor`` call has a boolean mask among its indices (a mask's
     output size is its count of true elements)."""
     evalues = method.plan.values
@@ -237,7 +241,7 @@ class ShapePlans:
 
     def __init__(
         self,
-        method: Any,
+        method: MethodFacts,
         dynamic: Dynamic,
         build: Callable[[dict[int, Any]], Any],
         generic: Callable[[], None],

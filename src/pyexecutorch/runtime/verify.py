@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from numpy.lib.array_utils import byte_bounds
 
@@ -35,6 +35,9 @@ from pyexecutorch.schema.program import (
 )
 from pyexecutorch.schema.pte import PteFile
 from pyexecutorch.schema.scalar_type import SCALAR_TYPE_ITEMSIZE, ScalarType
+
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
 
 _MAX_RANK = 16
 
@@ -103,20 +106,7 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
 
     n_ops = len(plan.operators)
     n_delegates = len(plan.delegates)
-    for d, delegate in enumerate(plan.delegates):
-        ref = delegate.processed
-        if ref is None:
-            fail(f"delegate {d} ({delegate.id!r}) has no processed data")
-        if ref.location == DataLocation.INLINE and ref.index >= len(
-            pte.program.backend_delegate_data
-        ):
-            fail(
-                f"delegate {d} ({delegate.id!r}) refers to inline data {ref.index}, but the program has {len(pte.program.backend_delegate_data)}"
-            )
-        if ref.location == DataLocation.SEGMENT and ref.index >= len(pte.delegate_segments):
-            fail(
-                f"delegate {d} ({delegate.id!r}) refers to segment {ref.index}, which does not exist"
-            )
+    _verify_delegates(fail, pte, plan)
 
     for c, chain in enumerate(plan.chains):
         n_instr = len(chain.instructions)
@@ -171,6 +161,24 @@ def verify_plan(pte: PteFile, plan: ExecutionPlan) -> None:
                 fail(
                     f"{where}: unknown instruction {type(args).__name__ if args is not None else 'NONE'}"
                 )
+
+
+def _verify_delegates(fail, pte: PteFile, plan: ExecutionPlan) -> None:  # noqa: ANN001
+    """Each delegate's processed data exists (inline or a segment)."""
+    for d, delegate in enumerate(plan.delegates):
+        ref = delegate.processed
+        if ref is None:
+            fail(f"delegate {d} ({delegate.id!r}) has no processed data")
+        if ref.location == DataLocation.INLINE and ref.index >= len(
+            pte.program.backend_delegate_data
+        ):
+            fail(
+                f"delegate {d} ({delegate.id!r}) refers to inline data {ref.index}, but the program has {len(pte.program.backend_delegate_data)}"
+            )
+        if ref.location == DataLocation.SEGMENT and ref.index >= len(pte.delegate_segments):
+            fail(
+                f"delegate {d} ({delegate.id!r}) refers to segment {ref.index}, which does not exist"
+            )
 
 
 def _verify_tensor(
@@ -234,8 +242,8 @@ def _verify_tensor(
 # ----------------------------------------------------------------------------- data flow
 
 
-def check_data_flow(method: Any) -> None:
-    """Refuse a method (a LoadedMethod, its kernels resolved) in which an instruction reads
+def check_data_flow(method: MethodFacts) -> None:
+    """Refuse a method (its MethodFacts, the kernels resolved) in which an instruction reads
     a value that is not an input, a constant or state, and that no instruction writes
     before it on every path through the chains' jumps.
 
@@ -312,7 +320,7 @@ def check_data_flow(method: Any) -> None:
         defined = _chain_flow(plan, c, steps[c], chain, defined, bases, constant)
 
 
-def _accesses(method: Any, a: Any) -> tuple[list[int], list[int], list[int]]:
+def _accesses(method: MethodFacts, a: Any) -> tuple[list[int], list[int], list[int]]:
     """(values read, values written, values read that share bytes with one written) of
     one instruction; see check_data_flow."""
     if isinstance(a, DelegateCall):
@@ -331,14 +339,16 @@ def _accesses(method: Any, a: Any) -> tuple[list[int], list[int], list[int]]:
     return reads, writes, aliased
 
 
-def _span(method: Any, j: int) -> tuple[int, int] | None:
+def _span(method: MethodFacts, j: int) -> tuple[int, int] | None:
     cap = method.capacity.get(j)
     if cap is None or not cap.size:
         return None
     return byte_bounds(cap)
 
 
-def _view_bases(method: Any, candidates: set[int], written: set[int]) -> dict[int, list[int]]:
+def _view_bases(
+    method: MethodFacts, candidates: set[int], written: set[int]
+) -> dict[int, list[int]]:
     """For each planned tensor no instruction writes, the written or initially defined
     tensors sharing its bytes (the base of a static view)."""
     spans = {j: s for j in candidates if (s := _span(method, j)) is not None}
@@ -386,7 +396,7 @@ _BYTE_COPIES = frozenset(
 )
 
 
-def _overwrites(method: Any, a: Any) -> bool:
+def _overwrites(method: MethodFacts, a: Any) -> bool:
     """Whether instruction ``a`` changes the data of values sharing its outputs' bytes."""
     if not isinstance(a, KernelCall):
         return False

@@ -14,13 +14,16 @@ copy (``view_of_input``); a plain same-shape copy is the identity view.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pyexecutorch.kernels.registry import Inline
+from pyexecutorch.kernels.registry import Inline, fast_path_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import Tensor, TensorShapeDynamism
+
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
 
 
 def identity(a: np.ndarray) -> np.ndarray:
@@ -30,7 +33,7 @@ def identity(a: np.ndarray) -> np.ndarray:
 class ViewElider:
     """Decides, instruction by instruction in order, which copies become views."""
 
-    def __init__(self, method: Any, flow: Flow | None) -> None:
+    def __init__(self, method: MethodFacts, flow: Flow | None) -> None:
         self.method = method
         self.flow = flow
         self.outputs = set(method.plan.outputs)
@@ -67,7 +70,7 @@ class ViewElider:
         return view
 
     def _view_of(self, fast: Any, source: int, j: int) -> Callable | None:
-        view = getattr(fast, "view_of_input", None)
+        view = fast_path_of(fast).view_of_input
         if view is not None:
             return view
         capacity = self.method.capacity

@@ -7,7 +7,7 @@ members of a fused run), the chain becomes one generated ``@njit`` function
 calling those loops in order, and ``run`` calls it once: the Python call of
 each instruction disappears.
 
-Kernel fast paths take part through two attributes (read by runtime.method):
+Kernel fast paths take part through two attributes (read by runtime.step_recorder):
 ``fills_outputs`` (it writes the out arrays it is given and returns them, so
 its outputs stay their planned arrays and later steps can bind them) and
 ``step`` (``(dispatcher, args[, checked])``: its compiled call on the planned
