@@ -394,7 +394,7 @@ def bench_model(case, budget: float, timer: LoadTimer | None = None, threads: in
                     row.update(_load_times(ours, timer))
                     row["jit_correct"] = check_ours(case, ours, jit=True)
                     mj = _our_method(ours, jit=True)
-                    row["jit_fused_instructions"] = sum(len(r) for r in mj._loaded.fused_runs)
+                    row["jit_fused_instructions"] = sum(len(r) for r in mj.plan.fused_runs)
                 timeit("ours_jit", lambda: mj.execute(np_inputs, clone_outputs=False))
             except Exception as e:  # noqa: BLE001
                 errors["ours_jit"] = _error(e)
