@@ -106,7 +106,7 @@ def test_a_static_view_of_a_fused_value_reads_it():
     methods = [
         Runtime.get().load_program(m.pte, jit=jit).load_method("forward") for jit in (False, True)
     ]
-    assert methods[1]._loaded.fused_runs  # (what remains of the run is still fused)
+    assert methods[1].plan.fused_runs  # (what remains of the run is still fused)
     for seed in range(3):
         x = inputs_for(plan, np.random.default_rng(seed))
         got = [[np.array(o) for o in method.execute(x)] for method in methods]
