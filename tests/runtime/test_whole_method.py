@@ -1,7 +1,7 @@
 """Whole-method compilation, views made at load, and torch outputs kept between calls.
 
 A method whose every instruction is a compiled loop on arrays known at load
-runs as one generated numba function (``LoadedMethod.whole_source``); its
+runs as one generated numba function (``Method.plan.whole_source``); its
 numbers must be the numpy tier's and eager's, call after call.
 """
 
