@@ -24,7 +24,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from pyexecutorch.jit import generated
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorShapeDynamism
+
+if TYPE_CHECKING:
+    from pyexecutorch.runtime.method_facts import MethodFacts
 
 HALF = np.dtype(np.float16)
 _FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64), HALF}
@@ -315,7 +318,7 @@ def _literal(value: Any, dtype: np.dtype) -> str | None:
 class Fuser:
     """Finds the fusable runs of one single-chain method and builds their loops."""
 
-    def __init__(self, method: Any, flow: Flow, written: set[int], region: dict) -> None:
+    def __init__(self, method: MethodFacts, flow: Flow, written: set[int], region: dict) -> None:
         self.method = method
         self.flow = flow
         self.written = written
@@ -656,7 +659,7 @@ class Fuser:
 
 
 def fuse(
-    method: Any,
+    method: MethodFacts,
     flow: Flow | None,
     decisions: dict[tuple[int, int], tuple[str, Any]],
     written: set[int],
