@@ -506,6 +506,10 @@ KERNEL_CASES += [
     ("aten::sum.IntList_out", [_z(2, 3), [], False, True], [_z()]),
     ("aten::sum.IntList_out", [_z(2, 3), [], False, 1], [_z()]),
     ("aten::mean.out", [_z(2, 3), [1], False, 7], [_z(2)]),
+    # a Bool alpha on float operands (the campaign's scalar_input with a value replaced: the
+    # compiled tier's fused add ran where the numpy kernel refuses)
+    ("aten::add.out", [_z(2, 3), _z(2, 3), True], [_z(2, 3)]),
+    ("aten::sub.Scalar_out", [_z(2, 3), 1.0, False], [_z(2, 3)]),
     ("aten::amax.out", [_z(3, 4), [2], False], [_z(3)]),
     ("aten::amin.out", [_z(3, 4), [0, 0], False], [_z(4)]),
     ("aten::any.all_out", [_z(3, 4, dtype=np.bool_)], [_z(1, dtype=np.bool_)]),

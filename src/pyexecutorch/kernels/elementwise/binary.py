@@ -15,6 +15,7 @@ import numpy as np
 
 from pyexecutorch.kernels.checks import number
 from pyexecutorch.kernels.common import broadcast_shape, fit
+from pyexecutorch.kernels.elementwise.checks import check_alpha as _check_alpha
 from pyexecutorch.kernels.elementwise.checks import rounding_mode
 from pyexecutorch.kernels.elementwise.unary import (
     BOOL,
@@ -70,13 +71,6 @@ def _zero_check(b: object, o: np.ndarray) -> None:
 # ---------------------------------------------------------------------------
 # add / sub / rsub / mul (with alpha)
 # ---------------------------------------------------------------------------
-
-
-def _check_alpha(alpha: object, ct: np.dtype) -> None:
-    if isinstance(alpha, (bool, np.bool_)) and ct != BOOL:
-        raise KernelError(f"a boolean alpha is only supported for bool results, not {ct}")
-    if isinstance(alpha, float) and ct.kind in "biu":
-        raise KernelError(f"alpha must be an integer for integer inputs (got alpha={alpha!r})")
 
 
 def _addsub_general(ufunc, sub: bool, a, b, alpha, o) -> None:

@@ -62,6 +62,15 @@ SCALARS: dict[str, dict[int, tuple[str, _Scalar]]] = {
 }
 
 
+def check_alpha(alpha: object, ct: np.dtype) -> None:
+    """add/sub's alpha for a result of dtype ``ct``: a bool only for bool results, a float
+    not for integer ones (torch's rule)."""
+    if isinstance(alpha, (bool, np.bool_)) and ct != np.bool_:
+        raise KernelError(f"a boolean alpha is only supported for bool results, not {ct}")
+    if isinstance(alpha, float) and ct.kind in "biu":
+        raise KernelError(f"alpha must be an integer for integer inputs (got alpha={alpha!r})")
+
+
 def _operand(value: Any, op: str, pos: int) -> tuple[int, ...]:
     if not isinstance(value, np.ndarray):
         raise KernelError(f"{op}: argument {pos} must be a tensor, got {type(value).__name__}")
@@ -97,6 +106,10 @@ def _check_of(
                 raise KernelError(f"{op}: missing tensor argument {pos}")
             s = _operand(args[pos], op, pos)
             shape = s if shape is None else broadcast_shape(shape, s)
+        if 2 in scalars and scalars[2][0] == "alpha":  # (the two operands come first)
+            from pyexecutorch.kernels.elementwise.unary import result_type  # noqa: PLC0415
+
+            check_alpha(args[2], result_type(args[0], args[1]))
         return (() if shape is None else shape,)
 
     check.__name__ = f"check_{op}"
