@@ -310,14 +310,7 @@ def match(
             meta = e.delegate_debug_metadatas[0] if e.delegate_debug_metadatas else b""
             op = meta.decode("utf-8", "replace") if isinstance(meta, bytes) and meta else str(did)
             want = _pick(eager.get(handles[-1]), got) if handles else None
-            row(
-                i,
-                f"{backend}:{op}",
-                handles,
-                got,
-                want,
-                note,
-            )
+            row(i, f"{backend}:{op}", handles, got, want, note)
         elif e.name == "OPERATOR_CALL" and isinstance(args, KernelCall):
             handles = _handles(handle_map.get(str(i)))
             want = _pick(eager.get(handles[-1]), got) if handles else None

@@ -40,6 +40,7 @@ import torch.fx
 from torch.export.exported_program import ExportedProgram, OutputKind
 
 from pyexecutorch.exir.backend.compile_spec_schema import spec_bytes
+from pyexecutorch.exir.emit._control_flow import ControlFlowEmitter
 from pyexecutorch.exir.emit._convert import (
     LAYOUT_CODE,
     MEMORY_FORMAT_CODE,
@@ -58,6 +59,7 @@ from pyexecutorch.exir.emit._convert import (
     spec_extra_info,
     tensor_bytes,
 )
+from pyexecutorch.exir.emit._operators import IGNORED_OPS, PY_SYM_OPS, OperatorInfo, target_name
 from pyexecutorch.exir.emit._program_state import ProgramState
 from pyexecutorch.schema.flat_tensor_schema import TensorLayout
 from pyexecutorch.schema.program import (
@@ -78,7 +80,6 @@ from pyexecutorch.schema.program import (
     Instruction,
     Int,
     IntList,
-    JumpFalseCall,
     KernelCall,
     MoveCall,
     NonConstBufferDevice,
@@ -92,120 +93,8 @@ from pyexecutorch.schema.program import (
     TensorShapeDynamism,
 )
 
-# Python callables that symbolic-shape graphs use, and the runtime's names for them.
-PY_SYM_OPS: dict[Any, str] = {
-    operator.add: "add",
-    operator.sub: "sub",
-    operator.mul: "mul",
-    operator.floordiv: "floordiv",
-    operator.truediv: "truediv",
-    operator.mod: "mod",
-    operator.neg: "neg",
-    operator.eq: "eq",
-    operator.gt: "gt",
-    operator.lt: "lt",
-    operator.ge: "ge",
-    operator.le: "le",
-    round: "round",
-    math.ceil: "ceil",
-    math.trunc: "trunc",
-    torch.sym_float: "sym_float",
-    torch.sym_int: "sym_int",
-    torch.sym_max: "sym_max",
-    torch.sym_min: "sym_min",
-    torch.sym_not: "sym_not",
-    torch.sym_ite: "sym_ite",
-}
-
-# Runtime checks that carry no computation: dropped at emission.
-IGNORED_OPS = frozenset(
-    {
-        "aten::_assert_scalar",
-        "aten::_assert_async",
-        "aten::_assert_tensor_metadata",
-        "aten::sym_constrain_range",
-        "aten::sym_constrain_range_for_size",
-        "aten::_functional_sym_constrain_range",
-        "aten::_functional_sym_constrain_range_for_size",
-    }
-)
-
 MEMORY_MODULES = frozenset({"pyexecutorch.exir.memory", "executorch.exir.memory"})
 DEFAULT_EXTERNAL_TAG = "_default_external_constant"
-
-
-class _OpInfo:
-    """What the emitter needs from an operator's schema, computed once per operator."""
-
-    __slots__ = ("name", "overload", "args", "out_positions", "ret", "alias_positions", "ret_kinds")
-
-    def __init__(self, target: Any) -> None:
-        schema = target._schema
-        self.name: str = schema.name
-        self.overload: str = schema.overload_name
-        self.args = tuple(
-            (
-                a.name,
-                a.kwarg_only,
-                _arg_kind(a.type),
-                a.has_default_value(),
-                a.default_value if a.has_default_value() else None,
-            )
-            for a in schema.arguments
-        )
-        self.out_positions = tuple(i for i, a in enumerate(schema.arguments) if a.is_out)
-        self.alias_positions: tuple[int, ...] = ()
-        self.ret_kinds = tuple(r.type.kind() for r in schema.returns)
-        if self.out_positions:
-            self.ret = "out"
-        elif not schema.returns:
-            self.ret = "none"
-        elif all(_arg_kind(r.type) == "scalar" for r in schema.returns):
-            self.ret = "sym"
-        else:
-            positions = []
-            for r in schema.returns:
-                alias = r.alias_info
-                found = None
-                if alias is not None and alias.is_write:
-                    for i, a in enumerate(schema.arguments):
-                        if (
-                            a.alias_info is not None
-                            and a.alias_info.is_write
-                            and a.alias_info.before_set == alias.before_set
-                        ):
-                            found = i
-                            break
-                positions.append(found)
-            if all(p is not None for p in positions):
-                self.ret = "alias"
-                self.alias_positions = tuple(positions)  # type: ignore[arg-type]
-            else:
-                self.ret = "spec"
-
-
-def _arg_kind(t: Any) -> str:
-    kind = t.kind()
-    if kind == "TensorType":
-        return "tensor"
-    if kind == "OptionalType":
-        inner = _arg_kind(t.getElementType())
-        return "opt_tensor" if inner == "tensor" else inner
-    if kind == "ListType":
-        elem = t.getElementType()
-        ek = elem.kind()
-        if ek == "TensorType":
-            return "tensor_list"
-        if ek == "OptionalType" and elem.getElementType().kind() == "TensorType":
-            return "opt_tensor_list"
-        if ek in ("IntType", "SymIntType"):
-            return "int_list"
-        if ek == "FloatType":
-            return "float_list"
-        if ek == "BoolType":
-            return "bool_list"
-        return "list"
-    return "scalar"
 
 
 def _flatten(arg: Any, out: list[Any]) -> list[Any]:
@@ -227,7 +116,7 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     return obj
 
 
-class MethodEmitter:
+class MethodEmitter(ControlFlowEmitter):
     """Emits one method into values, operators, delegates and one chain of instructions."""
 
     def __init__(self, name: str, state: ProgramState, config: Any) -> None:
@@ -602,7 +491,7 @@ class MethodEmitter:
             if getattr(e, "_emit_annotated", False) or node is None:
                 raise
             where = source_line(node)
-            target = node.target if node.op != "call_function" else _target_name(node.target)
+            target = node.target if node.op != "call_function" else target_name(node.target)
             err = EmitError(
                 f"method {self.name!r}: cannot emit node {node.name} ({target})"
                 + (f" from {where}" if where else "")
@@ -647,11 +536,11 @@ class MethodEmitter:
                 raise EmitError(f"higher-order operator {hop} is not supported by the emitter")
             return handler
         if hasattr(target, "_schema"):
-            info = _OpInfo(target)
+            info = OperatorInfo(target)
             if f"{info.name}" in IGNORED_OPS:
                 return lambda node, gm: None
             return lambda node, gm: self._call_op(info, node)
-        raise EmitError(f"unsupported call target {_target_name(target)}")
+        raise EmitError(f"unsupported call target {target_name(target)}")
 
     # -- node kinds ----------------------------------------------------------
 
@@ -703,7 +592,7 @@ class MethodEmitter:
         self._debug_handle(index, node)
         return ret
 
-    def _call_op(self, info: _OpInfo, node: torch.fx.Node) -> Any:
+    def _call_op(self, info: OperatorInfo, node: torch.fx.Node) -> Any:
         args = node.args
         kwargs = node.kwargs
         nargs = len(args)
@@ -929,127 +818,6 @@ class MethodEmitter:
                 out.append(self._new_scalar(val))
         return out
 
-    def _subgraph(self, gm: torch.fx.GraphModule, bindings: list[int | None]) -> list[int]:
-        """Inline ``gm`` with its placeholders bound to ``bindings``; return its output values."""
-
-        def placeholder(node: torch.fx.Node, position: int) -> int:
-            if position >= len(bindings):
-                raise EmitError(
-                    f"submodule placeholder {node.name} has no operand (got {len(bindings)})"
-                )
-            value = bindings[position]
-            if value is None:
-                value = self._spec_value(node.meta["spec"])
-            return value
-
-        leaves = self._walk(gm, placeholder)
-        flat: list[int] = []
-        for leaf in leaves:
-            if isinstance(leaf, list):
-                flat.extend(leaf)
-            else:
-                flat.append(leaf)
-        return flat
-
-    def _moves(self, concrete: list[int], binding: list[int], node: torch.fx.Node) -> None:
-        if len(concrete) != len(binding):
-            raise EmitError(f"branch returns {len(concrete)} values, expected {len(binding)}")
-        for src, dst in zip(concrete, binding, strict=True):
-            if src != dst:
-                self._emit(MoveCall(move_from=src, move_to=dst), node)
-
-    def _cond(self, node: torch.fx.Node, gm: Any) -> list[int]:
-        pred, true_gm, false_gm, operands = node.args
-        results = self._result_values(node)
-        pred_v = self._arg(pred, "scalar")
-        bindings = [self._arg(o, None) for o in operands]
-        to_else = JumpFalseCall(cond_value_index=pred_v, destination_instruction=-1)
-        self._emit(to_else, node)
-        self._moves(self._subgraph(self._node_value(true_gm), bindings), results, node)
-        to_end = JumpFalseCall(cond_value_index=self._false(), destination_instruction=-1)
-        self._emit(to_end, node)
-        to_else.destination_instruction = len(self.instructions)
-        self._moves(self._subgraph(self._node_value(false_gm), bindings), results, node)
-        to_end.destination_instruction = len(self.instructions)
-        return results
-
-    def _map(self, node: torch.fx.Node, gm: Any) -> list[int]:
-        f, xs, pos_args = node.args
-        body = self._node_value(f)
-        specs = node.meta.get("spec")
-        if not isinstance(specs, (list, tuple)):
-            specs = [specs]
-        # et_copy_index grows the stacked results one row per iteration.
-        results = []
-        for spec in specs:
-            index = self._new(
-                make_tensor(
-                    spec,
-                    allocation=spec_allocation(spec),
-                    extra=spec_extra_info(spec),
-                    dynamism=TensorShapeDynamism.DYNAMIC_BOUND,
-                )
-            )
-            if spec.mem_id is not None and spec.mem_offset is not None:
-                self._note_planned(spec)
-            self._spec_values[id(spec)] = index
-            results.append(index)
-        xs_v = [self._arg(x, "tensor") for x in xs]
-        extra = [self._arg(a, None) for a in pos_args]
-        placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
-        slices = [self._spec_value(placeholders[i].meta["spec"]) for i in range(len(xs_v))]
-
-        zero = self._int(0)
-        counter = self._new(Int(0))
-        count = self._new(Int(0))
-        self._kernel("aten::sym_size", "int", [xs_v[0], zero, count], node)
-        loop_start = len(self.instructions)
-        for x, s in zip(xs_v, slices, strict=True):
-            self._kernel("aten::select_copy", "int_out", [x, zero, counter, s, s], node)
-        outs = self._subgraph(body, [*slices, *extra])
-        if len(outs) != len(results):
-            raise EmitError(f"map body returns {len(outs)} values, expected {len(results)}")
-        for result, out in zip(results, outs, strict=True):
-            self._kernel("executorch_prim::et_copy_index", "tensor", [result, out, counter], node)
-        self._kernel("executorch_prim::add", "Scalar", [counter, self._int(1), counter], node)
-        done = self._new(Bool(False))
-        self._kernel("executorch_prim::eq", "Scalar", [counter, count, done], node)
-        self._emit(JumpFalseCall(cond_value_index=done, destination_instruction=loop_start), node)
-        # Reset the counter for the next execution.
-        self._kernel("executorch_prim::sub", "Scalar", [counter, count, counter], node)
-        return results
-
-    def _while(self, node: torch.fx.Node, gm: Any) -> list[int]:
-        cond_fn, body_fn, carried, additional = node.args
-        cond_gm = self._node_value(cond_fn)
-        body_gm = self._node_value(body_fn)
-        state = self._result_values(node)
-        if len(state) != len(carried):
-            raise EmitError(
-                f"while_loop has {len(carried)} carried values but {len(state)} results"
-            )
-        init = [self._arg(c, None) for c in carried]
-        extra = [self._arg(a, None) for a in additional]
-        for src, dst in zip(init, state, strict=True):
-            self._copy(src, dst, node)
-        loop_start = len(self.instructions)
-        cond_out = self._subgraph(cond_gm, [*state, *extra])
-        if len(cond_out) != 1:
-            raise EmitError(f"while_loop cond_fn returns {len(cond_out)} values, expected 1")
-        exit_jump = JumpFalseCall(cond_value_index=cond_out[0], destination_instruction=-1)
-        self._emit(exit_jump, node)
-        body_out = self._subgraph(body_gm, [*state, *extra])
-        if len(body_out) != len(state):
-            raise EmitError(
-                f"while_loop body_fn returns {len(body_out)} values, expected {len(state)}"
-            )
-        self._parallel_copy(list(zip(body_out, state, strict=True)), node)
-        self._emit(
-            JumpFalseCall(cond_value_index=self._false(), destination_instruction=loop_start), node
-        )
-        exit_jump.destination_instruction = len(self.instructions)
-        return state
-
     # -- delegates ------------------------------------------------------------
 
     def _delegate(self, node: torch.fx.Node, gm: Any) -> Any:
@@ -1095,15 +863,3 @@ class MethodEmitter:
             "delegate_map": meta.get("debug_handle_map", {}),
         }
         return result
-
-
-def _target_name(target: Any) -> str:
-    if isinstance(target, str):
-        return target
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
-    module = getattr(target, "__module__", None)
-    if hasattr(target, "_schema"):
-        return str(target)
-    if name and module:
-        return f"{module}.{name}"
-    return str(target)
