@@ -341,10 +341,18 @@ def declared(field: str) -> dict[str, Any]:
     return {n: getattr(f, field) for n, f in _FACTS.items() if getattr(f, field) != default}
 
 
+_loaded = False
+
+
 def _ensure_loaded() -> None:
     # The kernel modules register themselves on import; importing the package
-    # imports them all exactly once.
-    import pyexecutorch.kernels  # noqa: F401
+    # imports them all exactly once. (A flag: a load asks for facts thousands of times.)
+    global _loaded
+    if not _loaded:
+        import pyexecutorch.kernels as package  # noqa: PLC0415
+
+        # (not while the package is still importing: another thread must then wait for it)
+        _loaded = not getattr(package.__spec__, "_initializing", False)
 
 
 def get_kernel(name: str) -> Kernel | None:

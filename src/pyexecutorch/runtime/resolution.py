@@ -9,6 +9,7 @@ later step that reads the instructions.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,8 +38,13 @@ from pyexecutorch.schema.pte import PteFile
 STACK_STYLE_PREFIXES = ("executorch_prim::",)
 
 
+@functools.cache
 def stack_style(name: str) -> bool:
-    """Whether operator ``name`` returns its output value instead of filling a slot."""
+    """Whether operator ``name`` returns its output value instead of filling a slot.
+
+    Kept per name: families declare their facts when the kernels import, before any
+    method loads, and a load asks this of every kernel call's every access (about a
+    thousand times for a small transformer)."""
     return name.startswith(STACK_STYLE_PREFIXES) or facts_of(name).stack_style
 
 
