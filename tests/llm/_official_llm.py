@@ -263,13 +263,19 @@ def _run(command: list[str], cwd: Path, what: str) -> None:
         raise RuntimeError(f"{what} failed:\n{result.stderr[-4000:]}")
 
 
+def _write_inputs(root: Path, banned: Sequence[int]) -> tuple[Path, Path]:
+    """The tools' two inputs written under ``root``: the params json and the seeded checkpoint."""
+    params, ckpt = root / "params.json", root / "ckpt.pth"
+    params.write_text(json.dumps(PARAMS))
+    torch.save(checkpoint(banned), ckpt)
+    return params, ckpt
+
+
 def _export_llama_batch(variants: list[Variant], banned: Sequence[int]) -> dict[str, bytes]:
     """The ``.pte`` bytes of every export_llama variant in ``variants``, from one process."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        params, ckpt = root / "params.json", root / "ckpt.pth"
-        params.write_text(json.dumps(PARAMS))
-        torch.save(checkpoint(banned), ckpt)
+        params, ckpt = _write_inputs(root, banned)
         jobs = []
         for v in variants:
             (root / v.name).mkdir()
@@ -304,9 +310,7 @@ def export(variant: Variant, banned: Sequence[int]) -> bytes:
             return built[variant.name]
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            params, ckpt = root / "params.json", root / "ckpt.pth"
-            params.write_text(json.dumps(PARAMS))
-            torch.save(checkpoint(banned), ckpt)
+            params, ckpt = _write_inputs(root, banned)
             _run(_command(variant, params, ckpt, root), root, f"{variant.tool} on {variant.name}")
             return (root / "model.pte").read_bytes()
 
