@@ -67,6 +67,9 @@ def fuse_epilogues(
         a = flow.instructions[pc]
         if not isinstance(a, KernelCall) or method.kernels[a.op_index].name != CONVOLUTION:
             continue
+        k = method.kernels[a.op_index]
+        if method.widened_kernel(k, *method.kernel_layout(k, a)) is not None:
+            continue  # bfloat16 / float8 operands: its call widens them, a fused one would not
         fused = _with_epilogue(method, flow, decisions, pc, written, read, specialize)
         if fused is not None:
             conv, last, written_out = fused
