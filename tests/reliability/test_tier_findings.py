@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyexecutorch.runtime import Runtime
+from pyexecutorch.backends.xnnpack.schema import XnnpackError
+from pyexecutorch.runtime import ExecutionError, Runtime
 from pyexecutorch.runtime.io import OUTPUT_ENV
 
 from .campaign import _same_value
@@ -59,3 +60,18 @@ def test_a_low_precision_convolution_keeps_its_widened_call(name, low, other):
     assert other in methods[1].plan.conv_epilogues  # (a float32 convolution still takes one)
     outputs = _run_alike(methods, plan)
     assert not np.array_equal(outputs[0][0], outputs[1][0])  # the inputs reach the output
+
+
+def test_a_quantized_fully_connected_names_a_scalar_input():
+    """A quantized XNNPACK MLP whose delegate input reaches its fully connected node 0-d:
+    the node read the input's last dimension and raised a bare IndexError. It is an
+    XnnpackError naming the node, on both tiers, call after call."""
+    methods, plan = _both_tiers("imprecise_xnnpack_fc_scalar_input.pte")
+    for method in methods:
+        for seed in range(2):
+            with pytest.raises(ExecutionError) as e:
+                method.execute(inputs_for(plan, np.random.default_rng(seed)))
+            assert isinstance(e.value.__cause__, XnnpackError)
+            assert str(e.value.__cause__) == (
+                "node 1 (XNNFullyConnected): input () and filter (96, 64) (2-d) do not fit"
+            )

@@ -351,6 +351,8 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
             f"XNNPACK delegate: {b.where}: quantized weights must be constant"
         )
     wq = _quant(b, n.filter_id, ("channel", "group", "tensor"))
+    if w.ndim != 2 or not xs:
+        raise XnnpackError(f"{b.where}: input {xs} and filter {w.shape} (2-d) do not fit")
     if n.flags & S.FLAG_TRANSPOSE_WEIGHTS:
         w = w.T
     units, k = w.shape
