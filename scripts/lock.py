@@ -3,11 +3,12 @@
     make lock        (or: python3 scripts/lock.py)
 
 Installs the project with all of its extras into a scratch virtual environment from
-today's package registry, then writes what landed there, ``pip``, ``setuptools`` and
-``wheel`` included, as ``name==version`` lines. ``make venv`` (and so ``make demo``,
-``make test`` and CI) installs from the lock with ``pip install -c requirements.lock``,
-so a clone next month gets what passed today. ``pyproject.toml`` keeps compatible
-ranges for people who install the library into an environment of their own.
+today's package registry, then writes what landed there, the build tools and ``uv``
+included, as ``name==version`` lines. ``make venv`` (and so ``make demo``, ``make test``
+and CI) installs from the lock (``-c requirements.lock``: pip for the build tools, uv
+and torch, uv for the rest), so a clone next month gets what passed today.
+``pyproject.toml`` keeps compatible ranges for people who install the library into an
+environment of their own.
 
 Run it on purpose: after changing a dependency in ``pyproject.toml``, or to move to
 newer releases; then run ``make test`` and commit the lock with the change.
@@ -25,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
 # The CPU build on this machine's disk; an unpinned torch would bring a CUDA build.
 TORCH = "torch==2.13.0"
-# Build tools are installed from the lock too (``make`` builds without isolation).
-BUILD_TOOLS = ("pip", "setuptools", "wheel")
+# Build tools are installed from the lock too (``make`` builds without isolation), and
+# uv, which ``make`` installs the rest with.
+BUILD_TOOLS = ("pip", "setuptools", "wheel", "uv")
 
 
 def extras() -> list[str]:
