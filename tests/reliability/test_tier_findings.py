@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
-from pyexecutorch.runtime import ExecutionError, Runtime
+from pyexecutorch.runtime import ExecutionError, InvalidProgramError, Runtime
 from pyexecutorch.runtime.io import OUTPUT_ENV
 
 from .campaign import _same_value
@@ -74,4 +74,22 @@ def test_a_quantized_fully_connected_names_a_scalar_input():
             assert isinstance(e.value.__cause__, XnnpackError)
             assert str(e.value.__cause__) == (
                 "node 1 (XNNFullyConnected): input () and filter (96, 64) (2-d) do not fit"
+            )
+
+
+def test_a_misaligned_planned_tensor_is_refused_at_load():
+    """A mutable-buffer program whose div output was planned at byte 2 of the arena, over
+    the method's output: the two tiers' sums differ in their last bit (summation order),
+    and the misaligned store moved that bit into another float's exponent (1 of 12 values
+    off by 64). No exporter plans a tensor off its alignment, and reading one is undefined
+    behaviour in the official runtime: both tiers refuse it when the method loads."""
+    data = (REGRESSIONS / "tiers_mutable_buffer_misaligned_output.pte").read_bytes()
+    for jit in (False, True):
+        program = Runtime.get().load_program(data, jit=jit)
+        for _ in range(2):
+            with pytest.raises(InvalidProgramError) as e:
+                program.load_method("forward")
+            assert str(e.value) == (
+                "method 'forward': value 13: float32 tensor at offset 2 of buffer 1 is not "
+                "aligned to 4 bytes"
             )

@@ -165,6 +165,13 @@ class PlannedValues:
                     f"value {i}: tensor of {nbytes} bytes at offset {alloc.memory_offset} extends past "
                     f"the end of buffer {alloc.memory_id} ({arena.size} bytes)"
                 )
+            if alloc.memory_offset % dtype.alignment:
+                # (no exporter plans one; a misaligned element is undefined behaviour in the
+                # official runtime, and a write through it garbles a neighbour's bytes)
+                raise self._fail(
+                    f"value {i}: {dtype} tensor at offset {alloc.memory_offset} of buffer "
+                    f"{alloc.memory_id} is not aligned to {dtype.alignment} bytes"
+                )
             arr = view_of(arena, alloc.memory_offset, sizes, order, dtype)
             initial = self._initial_data(i, t, dtype, sizes, order)
             if initial is not None and self._first_placement(alloc.memory_id, alloc.memory_offset):
