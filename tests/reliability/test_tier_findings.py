@@ -77,19 +77,28 @@ def test_a_quantized_fully_connected_names_a_scalar_input():
             )
 
 
-def test_a_misaligned_planned_tensor_is_refused_at_load():
-    """A mutable-buffer program whose div output was planned at byte 2 of the arena, over
-    the method's output: the two tiers' sums differ in their last bit (summation order),
-    and the misaligned store moved that bit into another float's exponent (1 of 12 values
-    off by 64). No exporter plans a tensor off its alignment, and reading one is undefined
-    behaviour in the official runtime: both tiers refuse it when the method loads."""
-    data = (REGRESSIONS / "tiers_mutable_buffer_misaligned_output.pte").read_bytes()
+@pytest.mark.parametrize(
+    "name, value, offset",
+    [
+        ("tiers_mutable_buffer_misaligned_output.pte", 13, 2),
+        ("tiers_mlp_addmm_misaligned_output.pte", 12, 514),
+    ],
+)
+def test_a_misaligned_planned_tensor_is_refused_at_load(name, value, offset):
+    """Two programs with a float32 tensor planned off its 4-byte alignment. A mutable-buffer
+    program's div output at byte 2, over the method's output: the two tiers' sums differ
+    in their last bit (summation order), and the misaligned store moved that bit into
+    another float's exponent (1 of 12 values off by 64). An MLP's last addmm output at byte
+    514: numpy's matmul refused it as out= (a ValueError), the compiled tier wrote it. No
+    exporter plans a tensor off its alignment, and reading one is undefined behaviour in
+    the official runtime: both tiers refuse it when the method loads."""
+    data = (REGRESSIONS / name).read_bytes()
     for jit in (False, True):
         program = Runtime.get().load_program(data, jit=jit)
         for _ in range(2):
             with pytest.raises(InvalidProgramError) as e:
                 program.load_method("forward")
             assert str(e.value) == (
-                "method 'forward': value 13: float32 tensor at offset 2 of buffer 1 is not "
-                "aligned to 4 bytes"
+                f"method 'forward': value {value}: float32 tensor at offset {offset} of "
+                "buffer 1 is not aligned to 4 bytes"
             )
