@@ -133,9 +133,24 @@ def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
             q[r, i] = np.int8(c + zp)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n):  # noqa: ANN001, ANN202
+    """Row ``r`` of tile ``t``: less the zero point's share (``zp * sum_b s_b * sum_k w``,
+    as XNNPACK folds it), times the row's scale, plus the bias, clamped and stored."""
+    facc = simd.fma(simd.splat(_F32(-zptr[r])), simd.load(cptr, t * L), facc)
+    y = simd.add(simd.mul(facc, simd.splat(xptr[r])), simd.load(bptr, t * L))
+    y = simd.clamp(y, low_v, high_v)
+    left = n - t * L
+    if left >= L:
+        simd.store(optr, r * n + t * L, y)
+    else:
+        simd.store_first(optr, r * n + t * L, y, left)
+
+
 @njit(cache=True, error_model="numpy")
 def _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, t0, t1):  # noqa: ANN001, ANN202
-    """Output tiles t0..t1 of the 4-bit product (see :func:`int4_linear`)."""
+    """Output tiles t0..t1 of the 4-bit product (see :func:`int4_linear`): four rows at a
+    time (each chunk of weights unpacked once for the four), the last rows one by one."""
     m_rows = q32.shape[0]
     blocks = bscales.shape[1]
     chunks = wp.shape[1] // blocks  # 8-input chunks a block
@@ -146,13 +161,58 @@ def _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, 
     cptr = simd.pointer(column)
     bptr = simd.pointer(bias)
     optr = simd.pointer(out)
+    zptr = simd.pointer(zps)
+    xptr = simd.pointer(xscales)
     low_v = simd.splat(_F32(lo))
     high_v = simd.splat(_F32(hi))
+    four = m_rows - m_rows % 4
     for t in range(t0, t1):
         tile_w = t * wp.shape[1] * stride
-        for r in range(m_rows):
+        for r in range(0, four, 4):
+            f0 = simd.splat(_F32(0.0))
+            f1 = simd.splat(_F32(0.0))
+            f2 = simd.splat(_F32(0.0))
+            f3 = simd.splat(_F32(0.0))
+            for g in range(blocks):
+                a0 = iv.izeros()
+                b0 = iv.izeros()
+                a1 = iv.izeros()
+                b1 = iv.izeros()
+                a2 = iv.izeros()
+                b2 = iv.izeros()
+                a3 = iv.izeros()
+                b3 = iv.izeros()
+                base = tile_w + g * chunks * stride
+                c0 = 2 * g * chunks
+                for c in range(chunks):
+                    v = iv.load_bytes(wptr, base + c * stride)
+                    lo4 = iv.low_nibbles(v)
+                    hi4 = iv.high_nibbles(v)
+                    i = c0 + 2 * c
+                    a0 = iv.dot_u8s8(a0, lo4, iv.splat_quad(q32[r, i]))
+                    b0 = iv.dot_u8s8(b0, hi4, iv.splat_quad(q32[r, i + 1]))
+                    a1 = iv.dot_u8s8(a1, lo4, iv.splat_quad(q32[r + 1, i]))
+                    b1 = iv.dot_u8s8(b1, hi4, iv.splat_quad(q32[r + 1, i + 1]))
+                    a2 = iv.dot_u8s8(a2, lo4, iv.splat_quad(q32[r + 2, i]))
+                    b2 = iv.dot_u8s8(b2, hi4, iv.splat_quad(q32[r + 2, i + 1]))
+                    a3 = iv.dot_u8s8(a3, lo4, iv.splat_quad(q32[r + 3, i]))
+                    b3 = iv.dot_u8s8(b3, hi4, iv.splat_quad(q32[r + 3, i + 1]))
+                scale = iv.load_scales(sptr, (t * blocks + g) * L)
+                # each block's sum of q * w (the nibbles are w + 8), scaled and summed
+                s0 = iv.iadd(iv.iadd(a0, b0), iv.isplat(rsum[r, g]))
+                s1 = iv.iadd(iv.iadd(a1, b1), iv.isplat(rsum[r + 1, g]))
+                s2 = iv.iadd(iv.iadd(a2, b2), iv.isplat(rsum[r + 2, g]))
+                s3 = iv.iadd(iv.iadd(a3, b3), iv.isplat(rsum[r + 3, g]))
+                f0 = simd.fma(iv.to_float(s0), scale, f0)
+                f1 = simd.fma(iv.to_float(s1), scale, f1)
+                f2 = simd.fma(iv.to_float(s2), scale, f2)
+                f3 = simd.fma(iv.to_float(s3), scale, f3)
+            _int4_finish(f0, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n)
+            _int4_finish(f1, zptr, xptr, t, r + 1, cptr, bptr, optr, low_v, high_v, n)
+            _int4_finish(f2, zptr, xptr, t, r + 2, cptr, bptr, optr, low_v, high_v, n)
+            _int4_finish(f3, zptr, xptr, t, r + 3, cptr, bptr, optr, low_v, high_v, n)
+        for r in range(four, m_rows):
             facc = simd.splat(_F32(0.0))
-            zp = simd.splat(_F32(-zps[r]))
             for g in range(blocks):
                 a0 = iv.izeros()
                 a1 = iv.izeros()
@@ -165,15 +225,7 @@ def _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, 
                 # the block's sum of q * w (the nibbles are w + 8)
                 acc = iv.iadd(iv.iadd(a0, a1), iv.isplat(rsum[r, g]))
                 facc = simd.fma(iv.to_float(acc), iv.load_scales(sptr, (t * blocks + g) * L), facc)
-            # less the zero point's share, zp * sum_b s_b * sum_k w, as XNNPACK folds it
-            facc = simd.fma(zp, simd.load(cptr, t * L), facc)
-            y = simd.add(simd.mul(facc, simd.splat(xscales[r])), simd.load(bptr, t * L))
-            y = simd.clamp(y, low_v, high_v)
-            left = n - t * L
-            if left >= L:
-                simd.store(optr, r * n + t * L, y)
-            else:
-                simd.store_first(optr, r * n + t * L, y, left)
+            _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n)
 
 
 @njit(cache=True, error_model="numpy")
