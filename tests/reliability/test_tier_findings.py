@@ -102,3 +102,14 @@ def test_a_misaligned_planned_tensor_is_refused_at_load(name, value, offset):
                 f"method 'forward': value {value}: float32 tensor at offset {offset} of "
                 "buffer 1 is not aligned to 4 bytes"
             )
+
+
+def test_a_bool_loop_storing_float16_imports_its_encoder():
+    """bool_ops with a bitwise_and's output retyped float16: the compiled tier's loop for it
+    is a bool loop that stores float16 bits, but only a float16 loop's module imported the
+    encoder, and numba's typing raised a NameError (a TypingError from load_method). A loop
+    of any dtype that reads or stores float16 imports it; the method compiles whole, and
+    the tiers agree call after call."""
+    methods, plan = _both_tiers("imprecise_bool_ops_float16_out_of_bool_loop.pte")
+    assert methods[1].plan.whole
+    _run_alike(methods, plan)

@@ -105,7 +105,7 @@ class FusedCall:
         source_of = {
             k: f"out{aliases[k]}" if k in aliases else f"in{k}" for k in range(len(self.inputs))
         }
-        lines = loop_header(self.dtype, params)
+        lines = loop_header(self.dtype, params, bool(self.halves or self.half_outputs))
         loads = [
             f"{name} = " + decoded(f"{source_of[k]}[{'i' if flat else at}]", k in self.halves)
             for name, at, k in self.loads
@@ -199,11 +199,11 @@ def fused_live(dispatcher: Any, dtype: np.dtype) -> Any:
     return lambda *arrays: dispatcher(*(loop_array(a) for a in arrays))
 
 
-def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
+def loop_header(dtype: np.dtype, params: list[str], half: bool = False) -> list[str]:
     """The lines that open a generated loop module: its imports, ``T`` (rounds to the
     loop's dtype), ``C`` (the dtype reductions compute in: float32 for float16, as the
     numpy kernels compute), ``EXP``/``ERF``/``TANH`` and the signature of its compiled
-    function ``fused``."""
+    function ``fused``. ``half``: the loop of another dtype reads or stores float16 bits."""
     from pyexecutorch.jit.math_functions import header_lines  # noqa: PLC0415 - needs numba
 
     if dtype == HALF:
@@ -214,6 +214,8 @@ def loop_header(dtype: np.dtype, params: list[str]) -> list[str]:
         ]
     else:
         types = [f"T = np.{dtype.name}", "C = T"]
+        if half:  # (a bool loop comparing float16 values; a float16 result of a bool test)
+            types.insert(0, "from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits")
     return [
         "import math",
         "import numpy as np",

@@ -447,7 +447,8 @@ class _Builder:
             return None
         phase, reduces, scratch = self._phases()
         n_phases = max((phase[r] for r in reduces), default=0)
-        lines = loop_header(self.dtype, [p[0] for p in params])
+        half = bool(self.half_params) or any(self.m.capacity[j].dtype == HALF for j in self.inputs)
+        lines = loop_header(self.dtype, [p[0] for p in params], half)
         for d in range(rank):
             lines.append(f"    n{d} = {extents[d]}")
         row_index = ", ".join(f"i{d}" for d in self.dims)
