@@ -9,6 +9,7 @@ shadowed by one (tests/test_import_isolation.py checks it)."""
 import logging
 import os
 import tempfile
+import time
 
 # The suite runs on the numpy tier; the compiled tier's tests ask for it with
 # jit=True (tests/runtime/test_compiled_*.py, test_fusion.py). Its generated
@@ -17,6 +18,18 @@ os.environ.setdefault("PYEXECUTORCH_JIT", "0")
 os.environ.setdefault(
     "PYEXECUTORCH_CACHE_DIR", os.path.join(tempfile.gettempdir(), "pyexecutorch-test-cache")
 )
+
+
+_SESSION_START = time.time()
+
+
+def pytest_terminal_summary(terminalreporter):
+    # What this run spent building official programs (a cold run's cost): workers
+    # append to the cache's build log, and the controller reports it here.
+    from tests.build_log import summary_lines
+
+    for line in summary_lines(_SESSION_START):
+        terminalreporter.write_line(line)
 
 
 def pytest_configure(config):

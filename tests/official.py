@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,9 +42,9 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from tests import models
+from tests.build_log import cache_dir, log_build
 from tests.models import ModelCase
 
-REPO = Path(__file__).resolve().parents[1]
 # Bump when the export recipe below changes.
 RECIPE_VERSION = 1
 
@@ -142,12 +143,6 @@ def _xnnpack_partitioner():
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     return [XnnpackPartitioner()]
-
-
-def cache_dir() -> Path:
-    d = Path(os.environ.get("PYEXECUTORCH_TEST_CACHE") or REPO / ".cache" / "official")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _source(obj) -> str:
@@ -261,7 +256,9 @@ def cached_file(
         found, data = stored()  # made by another worker while this one waited
         if found:
             return data
+        started = time.perf_counter()
         data = build()
+        log_build(path.name, time.perf_counter() - started)
         if data is None:
             if fail is None:
                 raise ValueError(f"building {path.name} gave nothing, and it has no fail file")
