@@ -32,6 +32,8 @@ benchmarks/results.png and prints a table per thread count.
     python benchmarks/run.py --models mlp,gpt6_kv --budget 1.0
     python benchmarks/run.py --tags conv --threads 1,2   # conv models at 1 and 2 threads
     python benchmarks/run.py --from-json benchmarks/results.json --markdown  # README table
+    python benchmarks/run.py --full-size    # torchvision's CNNs at 224x224, 1 and 2 threads
+                                            # (benchmarks/bench_full_size.py; its options follow)
 """
 
 from __future__ import annotations
@@ -653,6 +655,11 @@ def select_cases(args) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--full-size" in argv:  # another benchmark, with options of its own
+        import bench_full_size  # noqa: PLC0415
+
+        return bench_full_size.main([a for a in argv if a != "--full-size"])
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
