@@ -5,6 +5,7 @@
     python benchmarks/fuzz.py --target bundled --seconds 300 # bundled programs (.bpte)
     python benchmarks/fuzz.py --target etdump --seconds 300  # ETDumps read by the Inspector
     nice -n 19 python benchmarks/fuzz.py --tiers --count 20000 --workers 2  # both tiers
+    python benchmarks/fuzz.py --tiers --indices 4101,4661  # those mutants of the campaign
 
 ``--target``: ``program`` (``.pte``/``.ptd``, the default), ``bundled`` (loaded
 with the bundled loader, every test case run and verified) or ``etdump`` (read
@@ -274,8 +275,16 @@ def _tier_worker(conn, campaign_seed: int) -> None:  # noqa: ANN001
 
 
 def run_tiers(
-    count: int, workers: int, seed: int, out: Path, timeout: float, start: int = 0
+    count: int,
+    workers: int,
+    seed: int,
+    out: Path,
+    timeout: float,
+    start: int = 0,
+    indices: list[int] | None = None,
 ) -> int:
+    """Judge mutants ``start .. start + count - 1`` (or the listed ``indices``) of campaign
+    ``seed``; print and write the report, findings' files under ``out``."""
     import multiprocessing as mp
 
     from tests.reliability.campaign import FINDINGS, KINDS, mutant
@@ -283,7 +292,8 @@ def run_tiers(
 
     corpus = seeds(campaign=True)
     ctx = mp.get_context("spawn")
-    pending = list(range(start + count - 1, start - 1, -1))
+    chosen = list(range(start, start + count)) if indices is None else indices
+    pending = chosen[::-1]
     per_kind: dict[str, collections.Counter] = {k: collections.Counter() for k in KINDS}
     per_seed: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     findings: list[dict] = []
@@ -314,7 +324,7 @@ def run_tiers(
 
     def report() -> str:
         return _tier_report(
-            seed, start, count, time.monotonic() - began, done, per_kind, per_seed, findings
+            seed, chosen, time.monotonic() - began, done, per_kind, per_seed, findings
         )
 
     reported, last_report = 0, time.monotonic()
@@ -377,7 +387,7 @@ def run_tiers(
 
 
 def _tier_report(
-    seed: int, start: int, count: int, seconds: float, done: int, per_kind, per_seed, findings
+    seed: int, chosen: list[int], seconds: float, done: int, per_kind, per_seed, findings
 ) -> str:
     from tests.reliability.campaign import FINDINGS
 
@@ -393,7 +403,10 @@ def _tier_report(
         {
             "engine": "tiers",
             "campaign_seed": seed,
-            "indices": [start, start + count],
+            # (a range as [first, end), a list of chosen ones as it is)
+            "indices": [chosen[0], chosen[-1] + 1]
+            if chosen and chosen == list(range(chosen[0], chosen[-1] + 1))
+            else chosen,
             "seconds": round(seconds, 1),
             "mutants": done,
             "total": {label: total[label] for label in labels},
@@ -418,12 +431,27 @@ def main() -> None:
     p.add_argument("--tiers", action="store_true", help="both tiers on --count mutants")
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--start", type=int, default=0, help="first mutant index (--tiers)")
+    p.add_argument(
+        "--indices",
+        type=lambda s: [int(i) for i in s.split(",")],
+        help="comma-separated mutant indices, instead of --start/--count (--tiers)",
+    )
     p.add_argument("--workers", type=int, default=2)
     # (above both tiers' caps: campaign.TIME_LIMIT + campaign.COMPILE_CAP, and loading)
     p.add_argument("--timeout", type=float, default=700.0, help="per mutant (--tiers)")
     args = p.parse_args()
     if args.tiers:
-        sys.exit(run_tiers(args.count, args.workers, args.seed, args.out, args.timeout, args.start))
+        sys.exit(
+            run_tiers(
+                args.count,
+                args.workers,
+                args.seed,
+                args.out,
+                args.timeout,
+                args.start,
+                args.indices,
+            )
+        )
     if args.engine == "atheris":
         sys.exit(run_atheris(args.seconds, args.out, args.target))
     if args.target != "program":
