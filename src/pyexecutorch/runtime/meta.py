@@ -24,6 +24,7 @@ from pyexecutorch.schema.program import (
     String,
     Tensor,
     TensorList,
+    TensorShapeDynamism,
 )
 from pyexecutorch.schema.scalar_type import (
     SCALAR_TYPE_ITEMSIZE,
@@ -117,6 +118,11 @@ class TensorInfo:
 
     def is_memory_planned(self) -> bool:
         return is_memory_planned(self._tensor)
+
+    def is_dynamic(self) -> bool:
+        """Whether the shape may change per call (``sizes()`` are then its upper bounds).
+        Not in the official bindings, whose ``TensorInfo`` does not say."""
+        return self._tensor.shape_dynamism != TensorShapeDynamism.STATIC
 
     def nbytes(self) -> int:
         try:

@@ -83,16 +83,11 @@ def read_constants(program: Any) -> dict[str, list[Any]]:
     return out
 
 
-def _input_is_dynamic(program: Any, method: str, index: int) -> bool | None:
-    """Whether input ``index`` has a dynamic shape; None when the program cannot say."""
-    pte = getattr(program, "pte_file", None)
-    if pte is None:
-        return None
-    for plan in pte.program.execution_plan:
-        if plan.name == method:
-            value = plan.values[plan.inputs[index]].val
-            return int(getattr(value, "shape_dynamism", 0)) != 0
-    return None
+def _input_is_dynamic(meta: Any, index: int) -> bool | None:
+    """Whether input ``index`` has a dynamic shape; None when its TensorInfo cannot say
+    (the official one has no ``is_dynamic``)."""
+    is_dynamic = getattr(meta.input_tensor_meta(index), "is_dynamic", None)
+    return None if is_dynamic is None else bool(is_dynamic())
 
 
 def _int_input(meta: Any, index: int, what: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -126,7 +121,7 @@ def read_layout(program: Any, constants: dict[str, list[Any]]) -> ForwardLayout:
             f"input 0 of '{FORWARD}' (tokens) should have shape [1, seq], "
             f"but has {list(token_sizes)}"
         )
-    dynamic = _input_is_dynamic(program, FORWARD, 0)
+    dynamic = _input_is_dynamic(meta, 0)
     if dynamic is None:
         dynamic = bool(constants.get("enable_dynamic_shape", [False])[0])
     max_chunk = token_sizes[1] if dynamic else 1
@@ -139,7 +134,7 @@ def read_layout(program: Any, constants: dict[str, list[Any]]) -> ForwardLayout:
                 f"but has {list(pos_sizes)}"
             )
         # A single start position, unless the input holds one position per token.
-        pos_dynamic = _input_is_dynamic(program, FORWARD, 1)
+        pos_dynamic = _input_is_dynamic(meta, 1)
         positions = "range" if pos_sizes[0] > 1 or pos_dynamic else "start"
         if positions == "range":
             max_chunk = min(max_chunk, pos_sizes[0])
