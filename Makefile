@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 PIP_INSTALL := $(PY) -m pip install -q -c $(LOCK)
 UV_INSTALL := $(VENV)/bin/uv pip install --python $(PY) -q -c $(LOCK)
+NO_DEPS_ORACLES := optimum-executorch optimum accelerate psutil
 # Both cores; one test file per worker at a time, so module-scoped exports run once.
 TEST_WORKERS ?= 2
 
@@ -23,6 +24,10 @@ $(STAMP): pyproject.toml $(LOCK)
 	# uv for the rest, from the same lock: it downloads in parallel (a cold install took
 	# 5 min 20 s with pip alone, 1 min 43 s so), and keeps the torch already there.
 	$(UV_INSTALL) --no-build-isolation -e '.[export,jit,llm,scale,dev]'
+	# optimum-executorch, a test oracle like executorch (the LLM tests run its programs),
+	# pins transformers==5.0.0rc1; its export runs on the later transformers of the lock,
+	# so it and optimum and accelerate go in without their requirements (each in the lock).
+	$(UV_INSTALL) --no-deps $(NO_DEPS_ORACLES)
 	touch $(STAMP)
 
 venv: $(STAMP)

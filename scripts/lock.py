@@ -29,6 +29,10 @@ TORCH = "torch==2.13.0"
 # Build tools are installed from the lock too (``make`` builds without isolation), and
 # uv, which ``make`` installs the rest with.
 BUILD_TOOLS = ("pip", "setuptools", "wheel", "uv")
+# Test oracles whose own pins conflict with the project's (optimum-executorch pins
+# transformers==5.0.0rc1): installed without their requirements, as ``make`` does (the
+# Makefile's NO_DEPS_ORACLES), after the project, so that they are locked too.
+NO_DEPS_ORACLES = ("optimum-executorch", "optimum", "accelerate", "psutil")
 
 
 def extras() -> list[str]:
@@ -58,6 +62,7 @@ def main() -> int:
         constraints = Path(scratch) / "torch.txt"
         constraints.write_text(TORCH + "\n")
         run(py, "-m", "pip", "install", "-q", "-c", str(constraints), spec)
+        run(py, "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS_ORACLES)
         frozen = run(py, "-m", "pip", "freeze", "--all")
     lines = sorted(
         (pinned_line(line) for line in frozen.splitlines() if "==" in line),

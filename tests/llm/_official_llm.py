@@ -93,7 +93,8 @@ VARIANTS = {
 
 
 def optimum_available() -> bool:
-    """Whether optimum-executorch can be imported (it is not a dependency of the project)."""
+    """Whether optimum-executorch can be imported (a test oracle that ``make venv`` installs
+    without its requirements, not a dependency of the project)."""
     import importlib.util
 
     try:
