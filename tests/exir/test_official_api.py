@@ -83,8 +83,6 @@ def test_every_official_field_exists_with_the_official_default():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("run_reinplace_pass", True),
-        ("reinplace_extra_ops", frozenset({torch.ops.aten.add.out})),
         ("dynamic_memory_planning_mode", DynamicMemoryPlanningMode.SYMBOLIC),
         ("propagate_device_config", PropagateDeviceConfig(skip_h2d_for_method_inputs=True)),
     ],

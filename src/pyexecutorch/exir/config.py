@@ -82,13 +82,14 @@ class ExecutorchBackendConfig:
     - ``external_mutable_weights``: trained weights (those with gradient outputs) to
       a ``.ptd``.
     - ``emit_mutable_buffer_names``: each mutable buffer's name in the program.
-    - ``enable_non_cpu_memory_planning``: plan per device; every tensor is host
-      memory here, so both values plan alike.
+    - ``enable_non_cpu_memory_planning``: the tensors of each non-CPU device (a
+      ``TensorSpec.device``) get arenas of their own, after the CPU ones.
     - ``do_quant_fusion_and_const_prop``: quantized embeddings (dequantize then
       ``embedding``) become ``quantized_decomposed::embedding_byte`` / ``embedding_4bit``
       calls, as the official pass rewrites them (constant propagation always runs).
-    - ``run_reinplace_pass``, ``reinplace_extra_ops``: not implemented; setting them raises
-      ``NotImplementedError``.
+    - ``run_reinplace_pass``, ``reinplace_extra_ops``: rewrite functional calls to their
+      in-place forms where safe (``index_put``, and the extra operators), before the
+      write-back of mutated buffers (:func:`pyexecutorch.exir.passes.reinplace.reinplace_pass`).
 
     ``check_kernels`` is ours: when true, an operator without a pyexecutorch kernel is
     an error instead of a warning.
@@ -142,8 +143,6 @@ class ExecutorchBackendConfig:
 # Fields whose non-default values have no implementation: field -> accepted value test.
 _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "dynamic_memory_planning_mode": lambda v: v == DynamicMemoryPlanningMode.UPPER_BOUND,
-    "run_reinplace_pass": lambda v: not v,
-    "reinplace_extra_ops": lambda v: not v,
 }
 
 

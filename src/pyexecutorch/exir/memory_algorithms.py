@@ -84,7 +84,9 @@ def items_from_specs(specs: Iterable[TensorSpec], alignment: int) -> list[PlanIt
 def as_official(item_algorithm: Callable[[list[PlanItem]], Plan]) -> Callable[..., Any]:
     """``item_algorithm`` callable both ways: ``algo(items) -> Plan`` (ours) and
     ``algo(alignment, specs, graph_module, graph_signature, extra_padding=0)
-    -> MemoryAlgoResult`` (official)."""
+    -> MemoryAlgoResult`` (official). Called the official way, it plans each memory
+    pool (the ``mem_id`` a spec already has, else 1) on its own, and a spec with a
+    ``storage_base`` inside its base's memory, at its offset there."""
 
     def algorithm(*args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], list):
@@ -93,13 +95,31 @@ def as_official(item_algorithm: Callable[[list[PlanItem]], Plan]) -> Callable[..
         alignment = bound.arguments.get("alignment", ALIGNMENT)
         padding = bound.arguments.get("extra_padding", 0)
         specs = sorted(bound.arguments["specs"], key=lambda s: (s.lifetime[0], id(s)))
-        items = items_from_specs(specs, alignment)
-        for it in items:
-            it.size = aligned(it.size + padding, alignment)
-        plan = item_algorithm(items)
-        result = MemoryAlgoResult(bufsizes=[0, plan.size])
-        for obj_id, (it, offset) in enumerate(zip(items, plan.offsets, strict=True)):
-            result.spec_dict[it.spec] = SpecAllocResult(1, obj_id, offset)
+        given = {id(s) for s in specs}
+        # A spec sharing the memory of another planned here is placed with it.
+        owners = [s for s in specs if s.storage_base is None or id(_root(s)[0]) not in given]
+        pools: dict[int, list[TensorSpec]] = {}
+        for spec in owners:
+            pools.setdefault(spec.mem_id or 1, []).append(spec)
+        result = MemoryAlgoResult(bufsizes=[0] * (max(pools, default=1) + 1))
+        next_object = 0
+        for mem_id, pool in sorted(pools.items()):
+            items = items_from_specs(pool, alignment)
+            for it in items:
+                it.size = aligned(it.size + padding, alignment)
+            plan = item_algorithm(items)
+            objects = plan.objects or list(range(len(items)))
+            for it, offset, obj in zip(items, plan.offsets, objects, strict=True):
+                result.spec_dict[it.spec] = SpecAllocResult(mem_id, next_object + obj, offset)
+            next_object += max(objects, default=-1) + 1
+            result.bufsizes[mem_id] = plan.size
+        for spec in specs:
+            if spec not in result.spec_dict:
+                root, offset = _root(spec)
+                where = result.spec_dict[root]
+                result.spec_dict[spec] = SpecAllocResult(
+                    where.mem_id, where.mem_obj_id, where.mem_offset + offset
+                )
         return result
 
     algorithm.__name__ = item_algorithm.__name__
@@ -164,8 +184,10 @@ def run_official(
     gm: GraphModule,
     signature: ExportGraphSignature | None,
     alignment: int,
+    mem_id: int = 1,
 ) -> Plan:
-    """Our planner's items planned by an official-protocol algorithm."""
+    """Our planner's items of one pool (``mem_id``) planned by an official-protocol
+    algorithm."""
     specs = [it.spec for it in items]
     before = {id(s): (s.mem_id, s.mem_offset) for s in specs}
     result = algo(alignment, specs, gm, signature, 0)
@@ -180,7 +202,7 @@ def run_official(
     if any(o is None for o in offsets):
         raise InternalError(f"memory planning algorithm {algo!r} left tensors unplaced")
     size = max((o + it.size for o, it in zip(offsets, items, strict=True)), default=0)
-    size = max(size, *(bufsizes[1:2] or [0]))
+    size = max(size, *(bufsizes[mem_id : mem_id + 1] or [0]))
     return Plan(offsets, size, getattr(algo, "__name__", type(algo).__name__))
 
 
@@ -274,8 +296,8 @@ def apply_algo(
 ) -> list[int]:
     """Plan ``graph_module`` with ``algo`` (either protocol); returns the arena sizes
     by memory id, also stored as ``graph_module.meta["non_const_buffer_sizes"]``.
-    Every tensor here is host memory, so ``enable_non_cpu_memory_planning`` plans
-    alike."""
+    With ``enable_non_cpu_memory_planning`` each non-CPU device's tensors get arenas
+    of their own (``graph_module.meta["non_const_buffer_device"]``)."""
     from pyexecutorch.exir.memory_planning import plan_memory  # noqa: PLC0415
 
     plan_memory(
@@ -286,6 +308,7 @@ def apply_algo(
         alloc_graph_input=alloc_graph_input,
         alloc_graph_output=alloc_graph_output,
         alloc_mutable_buffers=alloc_mutable_buffers,
+        enable_non_cpu_memory_planning=enable_non_cpu_memory_planning,
     )
     return list(graph_module.meta["non_const_buffer_sizes"])
 

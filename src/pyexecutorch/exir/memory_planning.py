@@ -41,6 +41,7 @@ from torch.utils import _pytree as pytree
 from pyexecutorch.exir import memory
 from pyexecutorch.exir.graph_utils import HOP_COND, HOP_MAP, HOP_WHILE, is_control_flow, submodules
 from pyexecutorch.exir.tensor_spec import ALIGNMENT, TensorSpec, aligned
+from pyexecutorch.schema.program import DeviceType, NonConstBufferDevice
 
 # --------------------------------------------------------------------------------------
 # Lifetimes
@@ -123,6 +124,9 @@ class _LifetimeWalker:
         self.aliases: set[int] = set()  # branch inputs: the caller's values, not planned here
         self.flows: list[_ControlFlow] = []
         self.user_inputs: set[int] = set()
+        # Every top-level placeholder's specs: without a graph signature, parameters
+        # are graph inputs like any other.
+        self.inputs: set[int] = set()
         self.outputs: set[int] = set()
         self.mutable: set[int] = set()
         self.ops: list[tuple[int, Node]] = []  # (index, node) of out-variant calls
@@ -153,6 +157,8 @@ class _LifetimeWalker:
                         self.aliases.add(id(s))
                         continue
                     self.touch(s, 0 if top else idx)
+                    if top:
+                        self.inputs.add(id(s))
                     if top and s.is_user_input:
                         self.user_inputs.add(id(s))
                     if top and s.is_mutable_buffer:
@@ -311,12 +317,15 @@ def compute_lifetimes(
     for key, spec in w.specs.items():
         if key in w.aliases or spec.const:
             continue
+        # Every tensor's lifetime is known, planned here or not (the official
+        # planner's convention; a caller-provided input lives from the start).
+        spec.lifetime = [first[key], last[key]]
         if spec.storage_base is not None:
             views.append(spec)
             continue
-        if key in w.user_inputs or key in w.mutable or key in w.outputs:
+        if key in w.inputs or key in w.mutable or key in w.outputs:
             pinned.add(key)
-        if not alloc_graph_input and key in w.user_inputs:
+        if not alloc_graph_input and key in w.inputs and key not in w.mutable:
             continue
         if not alloc_graph_output and key in w.outputs:
             continue
@@ -414,6 +423,8 @@ class Plan:
     offsets: list[int]
     size: int
     algorithm: str = ""
+    # The shared object each item sits in (greedy's objects); None: one per item.
+    objects: list[int] | None = None
 
 
 def _overlap(a: PlanItem, b: PlanItem) -> bool:
@@ -471,7 +482,7 @@ def greedy(items: list[PlanItem]) -> Plan:
         bases.append(total)
         total += obj.size
     offsets = [bases[where[id(it)][0]] + where[id(it)][1] for it in items]
-    return Plan(offsets, total, "greedy")
+    return Plan(offsets, total, "greedy", [where[id(it)][0] for it in items])
 
 
 def _neighbours(items: list[PlanItem]) -> list[list[int]]:
@@ -617,6 +628,65 @@ def _set_buffer_sizes(gm: GraphModule, sizes: list[int]) -> None:
                 _set_buffer_sizes(sub, sizes)
 
 
+# A pool: the device it lives on and its memory id there (1 unless a pass chose one).
+PoolKey = tuple[tuple[DeviceType, int], int]
+_CPU = (DeviceType.CPU, 0)
+
+
+def _pools(items: list[PlanItem], by_device: bool) -> dict[PoolKey, list[PlanItem]]:
+    """Items grouped into pools, each keeping the items' order: by the memory id a
+    pass set before planning (custom pools), and with ``by_device`` by device too."""
+    pools: dict[PoolKey, list[PlanItem]] = {}
+    custom = any(it.spec.mem_id is not None for it in items)
+    for it in items:
+        device = (it.spec.device, it.spec.device_index) if by_device else _CPU
+        if device != _CPU and custom:
+            raise NotImplementedError(
+                f"{it.spec} is on {device[0].name}:{device[1]} while a pass set memory ids "
+                "before planning: planning per device and custom memory pools do not mix "
+                "(disable enable_non_cpu_memory_planning or the custom pools)"
+            )
+        pools.setdefault((device, it.spec.mem_id or 1), []).append(it)
+    return pools
+
+
+def _global_ids(pools: Iterable[PoolKey]) -> dict[PoolKey, int]:
+    """Each pool's memory id in the method: the CPU pools keep theirs; each other
+    device's pools follow, in order of device type and index."""
+    devices = sorted({d for d, _ in pools}, key=lambda d: (d != _CPU, d[0].value, d[1]))
+    ids: dict[PoolKey, int] = {}
+    base = 1
+    for device in devices:
+        local = sorted(m for d, m in pools if d == device)
+        for m in local:
+            ids[(device, m)] = base + m - 1
+        base += local[-1]
+    return ids
+
+
+def _plan_pool(
+    items: list[PlanItem],
+    algorithms: tuple[Callable[..., Any], ...],
+    gm: GraphModule,
+    signature: ExportGraphSignature | None,
+    alignment: int,
+    local_id: int,
+) -> tuple[Plan, dict[str, int]]:
+    """The smallest of the algorithms' plans for one pool, and each one's size."""
+    sizes: dict[str, int] = {}
+    chosen: Plan | None = None
+    for algo in algorithms:
+        if _algorithms.takes_items(algo):
+            plan = algo(items)
+        else:
+            plan = _algorithms.run_official(algo, items, gm, signature, alignment, local_id)
+        name = plan.algorithm or getattr(algo, "__name__", repr(algo))
+        sizes[name] = plan.size
+        if chosen is None or plan.size < chosen.size:
+            chosen = plan
+    return chosen or Plan([], 0, "none"), sizes
+
+
 def plan_memory(
     gm: GraphModule,
     signature: ExportGraphSignature | None = None,
@@ -627,13 +697,28 @@ def plan_memory(
     alloc_graph_output: bool = True,
     alloc_mutable_buffers: bool = True,
     reuse_in_place: bool = True,
+    enable_non_cpu_memory_planning: bool = False,
 ) -> dict[str, int]:
     """Plan ``gm``'s memory in place; returns each algorithm's arena size
-    (``"chosen"`` is the one kept, ``"lower_bound"`` the live peak)."""
+    (``"chosen"`` is the one kept, ``"lower_bound"`` the live peak).
+
+    Tensors a pass put in a memory pool before planning (``spec.mem_id``) are
+    planned in that pool; with ``enable_non_cpu_memory_planning`` the tensors of
+    each other device (``spec.device``, ``spec.device_index``) get arenas of their
+    own, after the CPU ones, listed in ``gm.meta["non_const_buffer_device"]``."""
     algorithms = tuple(algorithms)
     # An algorithm of the official protocol places every tensor itself, as there:
-    # no result is written over a dying input behind its back.
-    reuse_in_place = reuse_in_place and all(_algorithms.takes_items(a) for a in algorithms)
+    # no result is written over a dying input behind its back. Nor is one written
+    # over an input of another pool.
+    reuse_in_place = (
+        reuse_in_place
+        and all(_algorithms.takes_items(a) for a in algorithms)
+        and all(s.mem_id is None for s in _all_specs(gm) if not s.const)
+        and not (
+            enable_non_cpu_memory_planning
+            and any(s.device != DeviceType.CPU for s in _all_specs(gm))
+        )
+    )
     life = compute_lifetimes(
         gm,
         signature,
@@ -644,22 +729,20 @@ def plan_memory(
         reuse_inputs_in_place=reuse_in_place,
     )
     items = life.items
+    pools = _pools(items, enable_non_cpu_memory_planning) or {(_CPU, 1): []}
+    ids = _global_ids(pools)
+    sizes = [0] * (max(ids.values()) + 1)
     report: dict[str, int] = {}
-    chosen: Plan | None = None
-    for algo in algorithms:
-        if _algorithms.takes_items(algo):
-            plan = algo(items)
-        else:
-            plan = _algorithms.run_official(algo, items, gm, signature, alignment)
-        name = plan.algorithm or getattr(algo, "__name__", repr(algo))
-        report[name] = plan.size
-        if chosen is None or plan.size < chosen.size:
-            chosen = plan
-    if chosen is None:
-        chosen = Plan([], 0, "none")
-    for it, off in zip(items, chosen.offsets, strict=True):
-        it.spec.mem_id = 1
-        it.spec.mem_offset = off
+    names = []
+    for key, pool in pools.items():
+        plan, by_algo = _plan_pool(pool, algorithms, gm, signature, alignment, key[1])
+        for name, size in by_algo.items():
+            report[name] = report.get(name, 0) + size
+        names.append(plan.algorithm)
+        sizes[ids[key]] = plan.size
+        for it, off in zip(pool, plan.offsets, strict=True):
+            it.spec.mem_id = ids[key]
+            it.spec.mem_offset = off
     shared = list(life.views)
     shared += [s for s in _all_specs(gm) if s.storage_base is not None and s not in shared]
     for view in shared:
@@ -667,10 +750,18 @@ def plan_memory(
         if base.mem_id is not None and base.mem_offset is not None:
             view.mem_id = base.mem_id
             view.mem_offset = base.mem_offset + offset
-    report["chosen"] = chosen.size
-    report["lower_bound"] = live_peak(items)
-    report["chosen_algorithm"] = chosen.algorithm  # type: ignore[assignment]
-    _set_buffer_sizes(gm, [0, chosen.size])
+    report["chosen"] = sum(sizes)
+    report["lower_bound"] = sum(live_peak(pool) for pool in pools.values())
+    report["chosen_algorithm"] = "+".join(dict.fromkeys(names))  # type: ignore[assignment]
+    _set_buffer_sizes(gm, sizes)
+    devices = [(ids[k], k[0]) for k in sorted(pools, key=ids.__getitem__) if k[0] != _CPU]
+    if devices:
+        gm.meta["non_const_buffer_device"] = [
+            NonConstBufferDevice(buffer_idx=i, device_type=d, device_index=n)
+            for i, (d, n) in devices
+        ]
+    else:
+        gm.meta.pop("non_const_buffer_device", None)
     gm.meta["memory_planning"] = dict(report)
     return report
 
@@ -696,6 +787,9 @@ class MemoryPlanningPass(PassBase):
       writes are what another reads; the runtimes give a program's methods one copy
       of that arena.
     - ``alignment``: of every planned tensor.
+    - ``enable_non_cpu_memory_planning`` (an attribute, set from the
+      ``ExecutorchBackendConfig`` by ``to_executorch``): each non-CPU device's tensors
+      get arenas of their own.
 
     ``reuse_in_place`` (ours) lets elementwise kernels write into an input that dies
     at the call (same shape and dtype); turn it off for runtimes whose kernels cannot
@@ -735,6 +829,8 @@ class MemoryPlanningPass(PassBase):
         self.share_mutable_buffers = share_mutable_buffers
         self.alignment = alignment
         self.reuse_in_place = reuse_in_place
+        # Set from ExecutorchBackendConfig.enable_non_cpu_memory_planning by to_executorch.
+        self.enable_non_cpu_memory_planning = False
         self.last_report: dict[str, int] = {}
         self._shared: list[tuple[GraphModule, ExportGraphSignature | None]] = []
 
@@ -751,6 +847,7 @@ class MemoryPlanningPass(PassBase):
             alloc_graph_output=self.alloc_graph_output,
             alloc_mutable_buffers=self.alloc_mutable_buffers and not share,
             reuse_in_place=self.reuse_in_place,
+            enable_non_cpu_memory_planning=self.enable_non_cpu_memory_planning,
         )
         if share:
             # Placed by run_multimethod once every method has been planned.

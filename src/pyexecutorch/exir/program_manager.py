@@ -55,6 +55,7 @@ from pyexecutorch.exir.passes.lift_constants import lift_constants
 from pyexecutorch.exir.passes.matmul import bmm_to_mm
 from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copies
 from pyexecutorch.exir.passes.quant_fusion import fuse_quantized_embeddings
+from pyexecutorch.exir.passes.reinplace import DEFAULT_INPLACEABLE_OPS, reinplace_pass
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
 from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars_to_tensors
@@ -390,6 +391,14 @@ def _without_auto_functionalized(ep: ExportedProgram) -> ExportedProgram:
     return unsafe_remove_auto_functionalized_pass(ep)
 
 
+def _reinplaced(ep: ExportedProgram, extra: frozenset[Any]) -> ExportedProgram:
+    """A copy of ``ep`` with ``index_put`` and ``extra`` rewritten in place where safe."""
+    ep = copy.copy(ep)
+    ep._graph_module = copy_graph_module(ep.graph_module)
+    ep._graph_signature = copy.deepcopy(ep.graph_signature)
+    return reinplace_pass(ep, DEFAULT_INPLACEABLE_OPS | extra)
+
+
 def _to_executorch_program(
     name: str,
     ep: ExportedProgram,
@@ -398,6 +407,8 @@ def _to_executorch_program(
     shared_state: frozenset[str] = frozenset(),
 ) -> ExportedProgram:
     ep = _without_auto_functionalized(ep)
+    if config.run_reinplace_pass or config.reinplace_extra_ops:
+        ep = _reinplaced(ep, frozenset(config.reinplace_extra_ops or ()))
     gm = copy_graph_module(ep.graph_module)
     gm = _run_passes(gm, list(config.passes))
     fake_mode = fake_mode_of(gm)
@@ -412,6 +423,8 @@ def _to_executorch_program(
     signature = fold_constants(gm, signature, fake_mode)
     for p in pre_memory_planning_passes(config, name):
         gm = run_pass(p, gm)
+    if hasattr(planner, "enable_non_cpu_memory_planning"):  # the official pass's attribute
+        planner.enable_non_cpu_memory_planning = config.enable_non_cpu_memory_planning
     if hasattr(planner, "run"):
         res = planner.run(gm, signature)
     else:

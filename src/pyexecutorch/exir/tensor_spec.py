@@ -12,7 +12,9 @@ Conventions (shared with the emitter):
 - ``dim_order`` is the memory order of the dimensions (contiguous = 0..n-1).
 - ``const`` specs are constants lifted into the program; ``storage`` holds
   their (contiguous) torch tensor.
-- ``mem_id`` 1 is the planned arena, ``None`` means "not planned".
+- ``mem_id`` 1 is the planned arena, ``None`` means "not planned"; a pass may
+  put tensors in other pools (ids 2, 3, ...) before planning, and non-CPU devices
+  get arenas of their own after the CPU ones.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch
 
-from pyexecutorch.schema.program import ExtraTensorInfo, TensorShapeDynamism
+from pyexecutorch.schema.program import DeviceType, ExtraTensorInfo, TensorShapeDynamism
 from pyexecutorch.schema.scalar_type import ScalarType
 
 ALIGNMENT = 16
@@ -122,6 +124,10 @@ class TensorSpec:
     # shares (views, in-place write-backs), and its byte offset there.
     storage_base: TensorSpec | None = None
     storage_base_offset: int = 0
+    # Where the tensor lives (a delegate's inputs and outputs may be device memory);
+    # with non-CPU planning each device gets its own arenas.
+    device: DeviceType = DeviceType.CPU
+    device_index: int = 0
 
     def __post_init__(self) -> None:
         self.shape = tuple(int(s) for s in self.shape)
@@ -143,6 +149,11 @@ class TensorSpec:
     def allocated_memory(self) -> int:
         """Bytes the planner reserves: ``nbytes`` rounded up to the alignment."""
         return aligned(self.nbytes(), self.alignment)
+
+    def realign(self, new_alignment: int) -> int:
+        """Plan this tensor at ``new_alignment``; returns the bytes it then takes."""
+        self.alignment = new_alignment
+        return self.allocated_memory
 
     # ---- views of the same facts under other names -------------------------
     @property
