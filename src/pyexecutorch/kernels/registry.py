@@ -233,6 +233,9 @@ FAST_PATH_OPTIONS = {
     "unused_outputs": "the positions (among the outputs) of outputs nothing reads",
     "whole": "a compiled form asked for the step a whole-method function would call (inside "
     "a whole method, or a traced method taking the whole-method form)",
+    "live_scalars": "the positions of scalar arguments written at run time (a start position "
+    "read from the inputs): their load-time value is only a placeholder, the fast path reads "
+    "them per call; only fast paths declaring this are asked for such an instruction",
 }
 
 

@@ -103,7 +103,8 @@ class FastPaths:
             return k.fn
         evalues = self.facts.plan.values
         dynamic = False
-        for j in args:
+        live = []  # positions of scalars written at run time (see FAST_PATH_OPTIONS)
+        for position, j in enumerate(args):
             val = evalues[j].val
             if isinstance(val, Tensor):
                 dynamic |= val.shape_dynamism != TensorShapeDynamism.STATIC
@@ -116,9 +117,15 @@ class FastPaths:
                     ):
                         return k.fn
             elif j in written:
-                return k.fn
+                live.append(position)
             elif isinstance(val, IntList) and any(i in written for i in val.items):
                 return k.fn
+        if live:
+            candidates = [c for c in candidates if "live_scalars" in options_of(c)]
+            if not candidates:
+                return k.fn
+            fast = self._fast_path(candidates, args, dynamic, frozenset(), live=frozenset(live))
+            return k.fn if fast is None else fast
         unused = frozenset(n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read)
         if self.jit and not dynamic:
             values = [self.facts.load_time_value(j) for j in args]
@@ -155,12 +162,14 @@ class FastPaths:
         dynamic: bool,
         unused: frozenset[int],
         as_whole: bool = False,
+        live: frozenset[int] = frozenset(),
     ) -> Any:
         """The first fast path ``candidates`` (specializers) offer for these arguments, or
-        None; ``as_whole``: the one a compiled form offers inside a whole method."""
+        None; ``as_whole``: the one a compiled form offers inside a whole method; ``live``:
+        the positions of scalars written at run time (only forms taking them are asked)."""
         for special in candidates:
             parameters = options_of(special)
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {"live_scalars": live} if live else {}
             if as_whole and "whole" in parameters:
                 kwargs["whole"] = True
             if dynamic:
