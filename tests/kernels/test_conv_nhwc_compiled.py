@@ -225,6 +225,11 @@ def test_clamp_keeps_nan_and_clamps_infinities_as_torch():
 
 @pytest.mark.parametrize("kernel", ["pointwise", "dense", "by_channels", "depthwise"])
 def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
+    """Above the parallel threshold the step runs the parallel variant on the threads in
+    force at each call, whatever the count was at load: its jobs as planned for several
+    threads, or for one (bands and all); both give the same bits."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba runs one thread here: every step is serial")
     case = {
         "pointwise": (2, 24, 40, 9, 7, (1, 1), 1, 0, 1, 1),
         "dense": (2, 8, 24, 9, 7, (3, 3), 1, 1, 1, 1),
@@ -235,17 +240,29 @@ def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
     }[kernel]
     monkeypatch.setattr(compiled_nhwc, "PARALLEL_MACS", 0)
     monkeypatch.setattr(compiled_nhwc, "DEPTHWISE_PARALLEL_MACS", 0)
-    monkeypatch.setattr(compiled_nhwc, "get_num_threads", lambda: 2)
-    out, want, _, (fn, args) = _run(case, np.float32, (True, True), "separate", (0.0, 6.0))
-    variants = compiled_nhwc.DEPTHWISE if kernel == "depthwise" else compiled_nhwc.DENSE
-    assert fn is variants[1]
-    geometry = args[5] if variants is compiled_nhwc.DENSE else args[3]
-    if kernel == "by_channels":
-        assert (geometry[compiled_nhwc._STRIPS], geometry[compiled_nhwc._GROUPS]) == (1, 2)
-    np.testing.assert_allclose(out, want, **_tolerance(np.float32))
-    parallel = out.copy()
-    variants[0](*args)  # the serial form on the same arguments (bands and all)
-    np.testing.assert_array_equal(out, parallel)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)  # planned at one thread, run at two below
+        out, want, _, (fn, args) = _run(case, np.float32, (True, True), "separate", (0.0, 6.0))
+        serial = out.copy()
+        depthwise = kernel == "depthwise"
+        assert fn is (
+            compiled_nhwc.nhwc_depthwise_at_threads
+            if depthwise
+            else compiled_nhwc.nhwc_dense_at_threads
+        )
+        g, gp = (args[3] if depthwise else args[5]), args[-1]
+        if kernel == "by_channels":  # (planned for every thread numba may run)
+            threads = numba.config.NUMBA_NUM_THREADS
+            assert gp[compiled_nhwc._STRIPS] == 1 and gp[compiled_nhwc._GROUPS] % threads == 0
+            assert (g[compiled_nhwc._STRIPS], g[compiled_nhwc._GROUPS]) != (1, threads)
+        np.testing.assert_allclose(serial, want, **_tolerance(np.float32))
+        numba.set_num_threads(2)
+        out[...] = np.nan
+        fn(*args)
+        np.testing.assert_array_equal(out, serial)
+    finally:
+        numba.set_num_threads(before)
 
 
 def test_steps_are_importable_cached_dispatchers_over_arrays_and_scalars():

@@ -10,10 +10,13 @@ The step the runtime's layout pass calls::
 returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
 ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low, high)``
 (the residual term only when given; the clamp as torch.clamp's: NaN stays NaN, an infinite
-bound clamps nothing). ``function`` is a member of :data:`DENSE` or :data:`DEPTHWISE` (a
-serial and a parallel compilation each, importable by name, ``cache=True``, generic in
-shape: the parallel one only from :data:`PARALLEL_MACS`); ``args`` are arrays (the weights
-packed here, flat views of ``input``, ``out`` and ``residual``, buffers) and nothing else.
+bound clamps nothing). ``function`` is the serial compilation of :data:`DENSE` or
+:data:`DEPTHWISE`, or from :data:`PARALLEL_MACS` (where numba can run more than one thread)
+:func:`nhwc_dense_at_threads` or :func:`nhwc_depthwise_at_threads`, which run the parallel
+compilation on the threads in force at the call, its jobs split for one thread (the serial
+plan) or for several (two geometry arguments, the several's last); all importable by name,
+``cache=True``, generic in shape. ``args`` are arrays (the weights packed here,
+flat views of ``input``, ``out`` and ``residual``, buffers) and nothing else.
 It is None, and the existing steps apply, unless:
 
 * ``input`` and ``out`` are 4-D float32/float64 arrays of logical shape (N, C, H, W), each
@@ -46,9 +49,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import get_num_threads
+from numba import njit
 
-from pyexecutorch.jit import simd
+from pyexecutorch.jit import simd, variants
 from pyexecutorch.jit.arrays import FLOATS, channels_last
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -89,6 +92,35 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
 )
 from pyexecutorch.kernels.conv.compiled_nhwc_dense import DENSE
 from pyexecutorch.kernels.conv.compiled_nhwc_depthwise import DEPTHWISE
+
+# ---------------------------------------------------------------------------
+# The parallel kernels on the threads in force at each call: their jobs split as planned
+# for one thread (bands, strips that stay in cache; a lone thread runs the jobs in order,
+# so bands may share the copy buffer) or for several. Only the parallel compilation is
+# linked: a switch to the serial one would double each whole method's machine code, for
+# the few microseconds a parallel region costs on one thread.
+
+_THREADS = variants.threads_reader()
+_DENSE_PARALLEL, _DEPTHWISE_PARALLEL = DENSE[1], DEPTHWISE[1]
+
+
+@njit(cache=True, error_model="numpy")
+def nhwc_dense_at_threads(
+    x, wp, bias, runs, windows, g, scalars, residual, out, planes, buffer, gp
+):  # noqa: ANN001, ANN201
+    """DENSE's parallel variant on geometry ``g`` (one thread's jobs) or ``gp`` (more)."""
+    geometry = gp if _THREADS() > 1 else g
+    return _DENSE_PARALLEL(
+        x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer
+    )
+
+
+@njit(cache=True, error_model="numpy")
+def nhwc_depthwise_at_threads(x, wp, bias, g, scalars, residual, out, planes, buffer, gp):  # noqa: ANN001, ANN201
+    """DEPTHWISE's parallel variant on geometry ``g`` (one thread's jobs) or ``gp`` (more)."""
+    geometry = gp if _THREADS() > 1 else g
+    return _DEPTHWISE_PARALLEL(x, wp, bias, geometry, scalars, residual, out, planes, buffer)
+
 
 # ---------------------------------------------------------------------------
 # The step, built at load.
@@ -265,22 +297,21 @@ def _depthwise_weights(
 
 
 def _dense_jobs(
-    parallel: bool, input_bytes: int, weight_bytes: int, pixels: int, c_out: int, lanes: int
+    threads: int, input_bytes: int, weight_bytes: int, pixels: int, c_out: int, lanes: int
 ) -> tuple[int, int]:
     """(strips, groups) an image's dense convolution is split into: jobs of whole tiles of
     8 pixels by groups of output vector pairs.
 
-    Serially, strips whose input (about :data:`STRIP_BYTES`) stays in cache while every
-    block of output vectors reads it in turn. In parallel (the loop's threads each take an
-    equal run of jobs), a number of jobs a multiple of the threads: by output channels where
-    the weights outweigh the input (each thread then reads only its share of the weights:
-    small late images), else by pixels.
+    Serially (``threads`` 1), strips whose input (about :data:`STRIP_BYTES`) stays in cache
+    while every block of output vectors reads it in turn. In parallel (the loop's threads
+    each take an equal run of jobs), a number of jobs a multiple of the threads: by output
+    channels where the weights outweigh the input (each thread then reads only its share of
+    the weights: small late images), else by pixels.
     """
     tiles = -(-pixels // 8)
     strips = min(tiles, max(1, input_bytes // STRIP_BYTES))
-    if not parallel:
+    if threads == 1:
         return strips, 1
-    threads = get_num_threads()
     pairs = -(-c_out // lanes) // 2
     even = pairs % threads == 0 or pairs >= 4 * threads
     if (weight_bytes > input_bytes or tiles < threads) and pairs >= threads and even:
@@ -307,9 +338,10 @@ class _Call:
     args: tuple[np.ndarray, ...]  # (input, scalars, residual, target, out) flat, for the kernels
     macs: int
 
-    def pick(self, variants: tuple[Any, Any], least: int) -> Any:
-        """The serial or the parallel compilation of a kernel for this call's work."""
-        return variants[1] if self.macs >= least and get_num_threads() > 1 else variants[0]
+    def threads(self, least: int) -> int:
+        """The threads this call's parallel jobs are planned for, or 1 where it stays serial
+        (less work than ``least``, or numba with one thread only)."""
+        return variants.planned_threads() if self.macs >= least and variants.can_thread() else 1
 
 
 def channels_last_conv_step(
@@ -473,18 +505,21 @@ def _depthwise_call(call: _Call) -> tuple[Any, tuple[Any, ...]]:
     # (room after the padded image for a last vector's lanes past its channels)
     buffer = _zeros(n * hp * wp * c_in + lanes, dt) if g[_COPY] else x_flat
     wd, bd = _depthwise_weights(call.weight, call.bias, lanes, per_vector)
-    fn = call.pick(DEPTHWISE, DEPTHWISE_PARALLEL_MACS)
     # Bands of output rows whose input rows fit in L2 (each channel vector's job strides
     # over its lanes of every pixel of the band); one job a band serially, in parallel
     # the vectors split into groups, at least four jobs a thread.
     band_rows = max(1, BAND_BYTES // (w * c_in * dt.itemsize * sh))
     g[_BANDS] = bands = min(oh, -(-oh // band_rows))
     g[_GROUPS] = 1
-    if fn is DEPTHWISE[1]:
-        jobs = 4 * get_num_threads()
-        g[_GROUPS] = groups = min(vectors, -(-jobs // (n * bands)))
-        g[_BANDS] = min(oh, max(bands, -(-jobs // (n * groups))))
-    return fn, (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
+    args = (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
+    threads = call.threads(DEPTHWISE_PARALLEL_MACS)
+    if threads == 1:
+        return DEPTHWISE[0], args
+    gp = g.copy()
+    jobs = 4 * threads
+    gp[_GROUPS] = groups = min(vectors, -(-jobs // (n * bands)))
+    gp[_BANDS] = min(oh, max(bands, -(-jobs // (n * groups))))
+    return nhwc_depthwise_at_threads, (*args, gp)
 
 
 def _dense_call(call: _Call) -> tuple[Any, tuple[Any, ...]]:
@@ -497,7 +532,6 @@ def _dense_call(call: _Call) -> tuple[Any, tuple[Any, ...]]:
     hp, wp = h + 2 * ph, w + 2 * pw
     nhwc_in, lanes = call.nhwc_in, simd.lanes(dt)
     x_flat, scalars, res_flat, target, out_flat = call.args
-    variant = call.pick(DENSE, PARALLEL_MACS)
 
     def packed(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # outputs in half a vector, runs of contiguous elements: paired
@@ -514,15 +548,19 @@ def _dense_call(call: _Call) -> tuple[Any, tuple[Any, ...]]:
     buffer = _zeros(n * c_in * hp * wp, dt) if g[_COPY] else x_flat
     units, runs = _dense_plan(weight, g, lanes)
     wm, bm = packed(units)
-    g[_STRIPS], g[_GROUPS] = _dense_jobs(
-        variant is DENSE[1], c_in * h * w * dt.itemsize, weight.nbytes, oh * ow, c_out, lanes
-    )
+    windows = _window_starts(oh, ow, sh * int(g[_XS_ROW]), sw * int(g[_XS_COL]))
+    sizes = (c_in * h * w * dt.itemsize, weight.nbytes, oh * ow, c_out, lanes)
+    threads = call.threads(PARALLEL_MACS)
+    gp = g.copy()  # (the parallel variant's: no bands, which would share the buffer)
+    gp[_STRIPS], gp[_GROUPS] = _dense_jobs(threads, *sizes)
+    g[_STRIPS], g[_GROUPS] = _dense_jobs(1, *sizes)
     # A copied input larger than L1 is copied band by band, each band of output pixels
-    # (whole tiles) copying the input rows it reads just before.
+    # (whole tiles) copying the input rows it reads just before (serially only).
     row_bytes = int(g[_XS_ROW]) * dt.itemsize * (c_in if not (nhwc_in or stem) else 1)
     band = max(1, (BAND_COPY_BYTES // row_bytes - kh) // sh)
-    if g[_COPY] and band < oh and variant is DENSE[0]:
+    if g[_COPY] and band < oh:
         g[_BANDED], g[_STRIPS] = 1, -(-oh * ow // max(8, band * ow // 8 * 8))
-    windows = _window_starts(oh, ow, sh * int(g[_XS_ROW]), sw * int(g[_XS_COL]))
     args = (x_flat, wm, bm, runs, windows, g, scalars, res_flat, target, out_flat, buffer)
-    return variant, args
+    if threads == 1:
+        return DENSE[0], args
+    return nhwc_dense_at_threads, (*args, gp)
