@@ -6,7 +6,8 @@ official package registers them in torch's dispatcher under the namespace
 ``dim_order_ops``; registering the same names here would make a later import
 of the official package fail (torch refuses a second definition).  So when the
 official registration is present we use it, and otherwise we build operator
-objects that carry the same schemas without touching the dispatcher.  Either
+objects that carry the same schemas without touching the dispatcher (generated
+graph code refers to them as globals, so ``ExportedProgram.module()`` runs them).  Either
 way the graph holds ``torch._ops.OpOverload`` objects named
 ``dim_order_ops::<name>.<overload>``, which is all the emitter needs.
 """
@@ -19,6 +20,9 @@ import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
 NAMESPACE = "dim_order_ops"
+# The module the operator objects say they come from (generated graph code names
+# them ``pyexecutorch_exir_dialects_edge__ops_dim_order_ops_<name>_<overload>``).
+EDGE_MODULE = "pyexecutorch.exir.dialects.edge._ops"
 
 _SCHEMAS: dict[str, dict[str, str]] = {
     "_to_dim_order_copy": {
@@ -119,6 +123,10 @@ class _SchemaOnlyPacket(OpOverloadPacket):
             schema = torch._C.parse_schema(f"{NAMESPACE}::{name}{suffix}{schema_text}")
             fn = _impl(name, overload)
             op = OpOverload(self, fn, fn, schema, [])
+            # Not in ``torch.ops``: a graph's generated code must name the operator
+            # object itself (a global), as it names the official edge operators.
+            op.__module__ = EDGE_MODULE
+            op.__name__ = f"{NAMESPACE}.{name}.{overload}"
             object.__setattr__(self, overload, op)
             self._dir.append(overload)
 
