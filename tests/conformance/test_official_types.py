@@ -80,3 +80,22 @@ def test_a_partitioner_tagging_the_methods_own_nodes_is_refused(op):
     with pytest.raises(RuntimeError, match="should not be tagged") as info:
         edge.to_backend(Bad())
     assert isinstance(info.value, DelegationError)
+
+
+@pytest.mark.parametrize(
+    ("x", "message"),
+    [
+        (torch.ones(1, 2, 3), "has rank 3, but the method expects rank 2"),
+        (torch.ones(2, 3, dtype=torch.float64), "has dtype Double but the method expects Float"),
+    ],
+)
+def test_an_input_of_another_rank_or_dtype_is_a_runtime_error_and_a_value_error(x, message):
+    from pyexecutorch.runtime.errors import InputMismatchError
+
+    program = to_edge(torch.export.export(torch.nn.ReLU(), (torch.ones(2, 3),))).to_executorch()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    with pytest.raises(RuntimeError, match=message) as info:
+        method.execute([x])
+    assert isinstance(info.value, (InputMismatchError, ValueError))
+    (out,) = method.execute([-torch.ones(2, 3)])  # the method still runs
+    assert (torch.as_tensor(out) == 0).all()

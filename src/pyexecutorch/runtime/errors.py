@@ -22,5 +22,10 @@ class MissingBackendError(RuntimeError):
     """A method delegates to a backend that is not registered or not available."""
 
 
+class InputMismatchError(ValueError, RuntimeError):
+    """An input's dtype or rank is not the one the method declares. A ``ValueError``,
+    and a ``RuntimeError`` as the official bindings raise for it."""
+
+
 class ExecutionError(RuntimeError):
     """A kernel or delegate failed while a method ran."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from pyexecutorch.runtime.errors import InputMismatchError
 from pyexecutorch.runtime.meta import Tag, scalar_type_name, tag_of
 from pyexecutorch.schema.program import ExecutionPlan, Tensor, TensorShapeDynamism
 from pyexecutorch.schema.scalar_type import (
@@ -401,11 +402,13 @@ def _check_tensor(decl: InputDecl, scalar_type: int, ndim: int, where: str) -> N
     if decl.tag != Tag.Tensor:
         raise RuntimeError(f"{where} is not a tensor input: the method expects {decl.tag}")
     if scalar_type != decl.scalar_type:
-        raise ValueError(
+        raise InputMismatchError(
             f"{where} has dtype {scalar_type_name(scalar_type)} but the method expects {scalar_type_name(decl.scalar_type)}"
         )
     if ndim != len(decl.sizes):
-        raise ValueError(f"{where} has rank {ndim}, but the method expects rank {len(decl.sizes)}")
+        raise InputMismatchError(
+            f"{where} has rank {ndim}, but the method expects rank {len(decl.sizes)}"
+        )
 
 
 def _dim_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int]:
