@@ -88,6 +88,31 @@ def _tests(tree: ast.Module) -> list[tuple[str, ast.FunctionDef]]:
     return out
 
 
+def _patched(node: ast.AST, top: dict[str, str], private_names: set[str]) -> str | None:
+    """The member a ``patch.object(x, "name")`` or ``patch("executorch...")`` call replaces,
+    when it is private: an underscore member of the package, any member of a private
+    module, or a dotted path through a private module."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = ast.unparse(node.func)
+    first = node.args[0]
+    if func.endswith("patch.object") and len(node.args) >= 2:
+        name = node.args[1]
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return None
+        if isinstance(first, ast.Name) and first.id in top:
+            return f"{top[first.id]}.{name.value}"
+        private = name.value.startswith("_") and not name.value.startswith("__")
+        if private and name.value in private_names:
+            return f"{ast.unparse(first)}.{name.value}"
+        return None
+    if func.endswith("patch") and isinstance(first, ast.Constant) and isinstance(first.value, str):
+        parts = first.value.split(".")
+        if parts[0] == "executorch" and any(p.startswith("_") for p in parts[1:]):
+            return first.value
+    return None
+
+
 def private_reads(path: Path, rel: str, private_names: set[str]) -> list[tuple[str, str]]:
     tree = ast.parse(path.read_text())
     top = {
@@ -100,6 +125,9 @@ def private_reads(path: Path, rel: str, private_names: set[str]) -> list[tuple[s
     for test, fn in _tests(tree):
         members = set(_imports(fn).values())
         for node in ast.walk(fn):
+            patched = _patched(node, top, private_names)
+            if patched:
+                members.add(patched)
             if isinstance(node, ast.Name) and node.id in top:
                 members.add(top[node.id])
             if (
@@ -181,6 +209,20 @@ WHY = {
     "Event._": _EVENT_MODEL,
     "ProfileEventSignature._": _EVENT_MODEL,
     "event": _EVENT_MODEL,
+    **dict.fromkeys(
+        (
+            f"executorch.devtools.inspector._inspector.{name}"
+            for name in (
+                "parse_etrecord",
+                "gen_etdump_object",
+                "gen_graphs_from_etrecord",
+                "create_debug_handle_to_op_node_mapping",
+                "is_inference_output_equal",
+            )
+        ),
+        "a collaborator the official Inspector's constructor calls through its private "
+        "module (tests replace it with a mock); ours reads the ETRecord and ETDump itself",
+    ),
     "executorch.devtools.inspector._inspector": (
         "the official Inspector's internal event classes (signatures, instruction events); "
         "ours builds its event blocks in pyexecutorch.devtools.inspector"
