@@ -11,15 +11,19 @@ from numba import njit, prange
 
 from pyexecutorch.jit import simd
 
-# Small pieces are inlined where numba builds its IR (_inline), each into a few sites: the
-# parts that hold a register tile (_part) are functions of their own, so that no tuple of
-# vectors crosses a call and numba's inlining (minutes when it built one function of all)
-# stays small. numba's analysis of parallel loops takes no vectors in tuples: each job is
-# a part that the (parallel) loop calls. Parts take pointers, not arrays (see
-# jit.simd.pointer). The copies, parallel loops over scalars, are inlined into the
-# kernels (_loops: there they run in parallel).
+# Pieces are plain numba functions called by the kernels (_part, _call): each compiles
+# once per dtype and LLVM inlines the small ones (_call) into their callers when it
+# optimizes the linked module, where numba's own inlining (inline="always") deep-copies
+# and retypes a piece's IR at every site (a cold compile 19 s CPU per kernel and dtype
+# with it, 10-13 s without, the same speed). Tuples of vectors cross such calls, as
+# arguments and as results. _inline stays for the depthwise kernel's few vector helpers.
+# numba's analysis of parallel loops takes no vectors in tuples: each job is a part that
+# the (parallel) loop calls. Parts take pointers, not arrays (see jit.simd.pointer). The
+# copies, parallel loops over scalars, are inlined into the kernels (_loops: there they
+# run in parallel).
 _part = njit(error_model="numpy")
 _inline = njit(inline="always", error_model="numpy")
+_call = njit(error_model="numpy")
 _loops = njit(inline="always", error_model="numpy")
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
@@ -64,7 +68,7 @@ _loops = njit(inline="always", error_model="numpy")
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
 
 
-@_inline
+@_call
 def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + L] = clamp(acc + rp[o : o + L], low, high)."""
     if has_residual:
@@ -72,7 +76,7 @@ def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN
     simd.store(op, o, simd.clamp(acc, low, high))
 
 
-@_inline
+@_call
 def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + count] = clamp(acc + rp[o : o + count], low, high)[:count]; nothing when
     count is 0 (the residual read before the store, so rp may be op)."""
@@ -102,7 +106,7 @@ def _copy_run(sp, s, dp, d, count):  # noqa: ANN001, ANN202
         simd.store_first(dp, d + i, simd.load_first(sp, s + i, count - i), count - i)
 
 
-@_inline
+@_call
 def _pad_rows(sp, dp, g, n, r0, r1):  # noqa: ANN001, ANN202
     """Input rows [r0, r1) of image n into the interior of its zero-padded copy (the border
     was zeroed at load): in its own layout (_COPY 1), or NCHW into NHWC (_COPY 2)."""
@@ -171,7 +175,7 @@ def _to_planes(scratch, planes, residual, has_residual, lo, hi, n_batch, pixels,
             dst += pixels
 
 
-@_inline
+@_call
 def _store_pixels4(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 4 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
     if stored >= 4 and count >= simd.lanes_of(op):
@@ -194,7 +198,7 @@ def _store_some4(op, o, step, stored, count, v, rp, has_residual, low, high):  #
     _finish(op, o + 3 * step, v3, count if stored > 3 else 0, rp, has_residual, low, high)
 
 
-@_inline
+@_call
 def _div(a, b):  # noqa: ANN001, ANN202
     """a // b, without dividing by 1 (a division costs tens of cycles)."""
     return a if b == 1 else a // b

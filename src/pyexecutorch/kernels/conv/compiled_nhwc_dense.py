@@ -59,10 +59,10 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _STRIPS,
     _TO_PLANES,
     _XS_IMAGE,
+    _call,
     _div,
     _finish,
     _finish_whole,
-    _inline,
     _pad_input,
     _pad_rows,
     _part,
@@ -72,7 +72,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
 )
 
 
-@_inline
+@_call
 def _shift8(a, d):  # noqa: ANN001, ANN202
     return a[0] + d, a[1] + d, a[2] + d, a[3] + d, a[4] + d, a[5] + d, a[6] + d, a[7] + d
 
@@ -84,7 +84,7 @@ def _shift8(a, d):  # noqa: ANN001, ANN202
 # the second's).
 
 
-@_inline
+@_call
 def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
     i0, i1, i2, i3, i4, i5, i6, i7 = i
@@ -114,7 +114,7 @@ def _dot8x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7
 
 
-@_inline
+@_call
 def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
     i0, i1, i2, i3 = i
@@ -135,7 +135,7 @@ def _dot4x2(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, t0, t1, t2, t3
 
 
-@_inline
+@_call
 def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     i0, i1, i2, i3, i4, i5, i6, i7 = i
     s0, s1, s2, s3, s4, s5, s6, s7 = acc
@@ -155,7 +155,7 @@ def _dot8x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7
 
 
-@_inline
+@_call
 def _dot4x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     i0, i1, i2, i3 = i
     s0, s1, s2, s3 = acc
@@ -170,7 +170,7 @@ def _dot4x1(xp, i, xstep, wp, w, wstep, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3
 
 
-@_inline
+@_call
 def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
     """As _dot8x1 over a run of ``count`` contiguous input elements, two a step (the last
     alone when ``count`` is odd): lane 2k + e of a weight vector holds output k's weight of
@@ -204,7 +204,7 @@ def _dot8x1_paired(xp, i, wp, w, count, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7
 
 
-@_inline
+@_call
 def _fold8(v):  # noqa: ANN001, ANN202
     return (
         simd.fold_pairs(v[0]),
@@ -218,12 +218,12 @@ def _fold8(v):  # noqa: ANN001, ANN202
     )
 
 
-@_inline
+@_call
 def _splat16(ba, bb):  # noqa: ANN001, ANN202
     return ba, ba, ba, ba, ba, ba, ba, ba, bb, bb, bb, bb, bb, bb, bb, bb
 
 
-@_inline
+@_call
 def _splat8(ba):  # noqa: ANN001, ANN202
     return ba, ba, ba, ba, ba, ba, ba, ba
 
@@ -233,7 +233,7 @@ def _splat8(ba):  # noqa: ANN001, ANN202
 # their windows' first elements read from a table made at load; blocks of output vectors.
 
 
-@_inline
+@_call
 def _starts8(wt, p, base):  # noqa: ANN001, ANN202
     """The first elements of the windows of pixels p .. p + 7 (the table repeats its last
     pixel up to whole tiles)."""
@@ -241,12 +241,12 @@ def _starts8(wt, p, base):  # noqa: ANN001, ANN202
             base + wt[p + 4], base + wt[p + 5], base + wt[p + 6], base + wt[p + 7])  # fmt: skip
 
 
-@_inline
+@_call
 def _starts4(wt, p, base):  # noqa: ANN001, ANN202
     return base + wt[p], base + wt[p + 1], base + wt[p + 2], base + wt[p + 3]
 
 
-@_inline
+@_call
 def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
     if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
@@ -464,7 +464,7 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, 
 
 
 # [r0, r1): the input rows output rows [o0, o1) read
-_rows_read = _inline(geometry.rows_read)
+_rows_read = _call(geometry.rows_read)
 
 
 @_part
@@ -496,10 +496,7 @@ def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job
         oh0, oh1 = p0 // out_w, (p1 + out_w - 1) // out_w
         r0, r1 = _rows_read(oh0, oh1, g[_H], g[_KH], g[_SH], g[_PH], g[_DH])
         _pad_rows(sp, xp, g, n, r0, r1)
-    if has_residual:  # (twice, the residual's test compiled away in each)
-        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, True)
-    else:
-        _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, False)
+    _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, has_residual)
 
 
 def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201

@@ -534,10 +534,7 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
 
 @_part
 def _depthwise_jobs(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
-    if has_residual:  # (twice, the residual's test compiled away in each)
-        _depthwise_job(xp, wp, bp, op, rp, g, low, high, True, job)
-    else:
-        _depthwise_job(xp, wp, bp, op, rp, g, low, high, False, job)
+    _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job)
 
 
 def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
