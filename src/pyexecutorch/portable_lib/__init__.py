@@ -24,7 +24,6 @@ Differences from the official bindings:
 """
 
 from pyexecutorch.portable_lib.api import (
-    BundledModule,
     ExecuTorchMethod,
     ExecuTorchModule,
     ExecuTorchProgram,
@@ -63,6 +62,10 @@ _uses_aten = False
 def __getattr__(name: str):  # noqa: ANN202 - module attribute hook
     if name == "_tensor_output":  # read live: the environment may change
         return tensor_output()
+    if name == "BundledModule":  # (devtools imported only when asked for: start-up time)
+        from pyexecutorch.devtools.bundled_program.runtime import BundledModule  # noqa: PLC0415
+
+        return BundledModule
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -16,11 +16,10 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pyexecutorch.devtools.bundled_program.runtime import BundledModule
 from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
@@ -45,6 +44,9 @@ from pyexecutorch.runtime.program import Program, Runtime, Verification
 from pyexecutorch.runtime.threads import set_threads
 from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.program import ExecutionPlan, Tensor
+
+if TYPE_CHECKING:  # (imported when a bundled program is loaded: devtools costs start-up)
+    from pyexecutorch.devtools.bundled_program.runtime import BundledModule
 
 logger = logging.getLogger("pyexecutorch")
 
@@ -711,6 +713,8 @@ def _load_bundled_program_from_buffer(
     buffer: Any, non_const_pool_size: int = 16 * 1024
 ) -> BundledModule:
     """A bundled program (``.bpte`` bytes): its test cases and its program."""
+    from pyexecutorch.devtools.bundled_program.runtime import BundledModule  # noqa: PLC0415
+
     try:
         return BundledModule(_owned_buffer(buffer, "buffer"), non_const_pool_size)
     except FormatError as e:
@@ -727,6 +731,8 @@ def _load_for_executorch_from_bundled_program(
 ) -> ExecuTorchModule:
     """The program inside ``module``, loaded as ``_load_for_executorch_from_buffer`` does;
     ``data`` is the external data as a buffer or a path."""
+    from pyexecutorch.devtools.bundled_program.runtime import BundledModule  # noqa: PLC0415
+
     if not isinstance(module, BundledModule):
         raise TypeError(f"expected a BundledModule, got {type(module).__name__}")
     program = _load(

@@ -12,27 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from pyexecutorch.kernels.common import fit
 
-LOW_PRECISION = frozenset(
-    np.dtype(t)
-    for t in (
-        ml_dtypes.bfloat16,
-        ml_dtypes.float8_e5m2,
-        ml_dtypes.float8_e4m3fn,
-        ml_dtypes.float8_e5m2fnuz,
-        ml_dtypes.float8_e4m3fnuz,
-    )
+# ml_dtypes' types, by dtype name (numpy's own dtypes have other names): a tensor of one
+# exists only once ml_dtypes has imported, which a program without them never pays for.
+LOW_PRECISION_NAMES = frozenset(
+    ("bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz")
 )
 _WIDE = np.dtype(np.float32)
 
 
 def is_low(x: Any) -> bool:
     if isinstance(x, np.ndarray):
-        return x.dtype in LOW_PRECISION
+        return x.dtype.name in LOW_PRECISION_NAMES
     if isinstance(x, (list, tuple)):
         return any(is_low(i) for i in x)
     return False
@@ -40,7 +34,7 @@ def is_low(x: Any) -> bool:
 
 def _widen(x: Any, cache: dict[int, tuple[Any, np.ndarray]]) -> Any:
     if isinstance(x, np.ndarray):
-        if x.dtype not in LOW_PRECISION:
+        if x.dtype.name not in LOW_PRECISION_NAMES:
             return x
         if not x.flags.writeable:  # a constant: widened once
             hit = cache.get(id(x))
@@ -56,7 +50,7 @@ def _widen(x: Any, cache: dict[int, tuple[Any, np.ndarray]]) -> Any:
 
 
 def _scratch(out: Any) -> Any:
-    if isinstance(out, np.ndarray) and out.dtype in LOW_PRECISION:
+    if isinstance(out, np.ndarray) and out.dtype.name in LOW_PRECISION_NAMES:
         return np.empty(out.shape, dtype=_WIDE)
     if isinstance(out, list):
         return [_scratch(o) for o in out]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import sys
+from collections.abc import Iterator
+from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 # The float dtypes kernels name most (one definition for every layer above).
@@ -46,15 +48,105 @@ class ScalarType(enum.IntEnum):
     UINT64 = 29
 
 
-# bfloat16 and the float8 types are ml_dtypes' numpy dtypes (the library JAX uses);
-# types without a numpy equivalent (complex32, quantized) are absent: callers raise a
-# clear error naming the type instead of misreading bytes.
-SCALAR_TYPE_TO_DTYPE: dict[ScalarType, np.dtype] = {
-    ScalarType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-    ScalarType.FLOAT8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    ScalarType.FLOAT8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
-    ScalarType.FLOAT8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    ScalarType.FLOAT8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
+# bfloat16 and the float8 types are ml_dtypes' numpy dtypes (the library JAX uses),
+# added to the tables below the first time one may be asked for: importing ml_dtypes
+# costs about 0.7 s of CPU, most of a bare ``import pyexecutorch.runtime``, and few
+# programs hold such a tensor. Types without a numpy equivalent (complex32, quantized)
+# are absent: callers raise a clear error naming the type instead of misreading bytes.
+_ML_DTYPES_NAMES: dict[ScalarType, str] = {
+    ScalarType.BFLOAT16: "bfloat16",
+    ScalarType.FLOAT8E5M2: "float8_e5m2",
+    ScalarType.FLOAT8E4M3FN: "float8_e4m3fn",
+    ScalarType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    ScalarType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+}
+
+
+class _LazyTable(dict):
+    """A dict whose ml_dtypes entries are added (ml_dtypes imported) on the first lookup
+    that misses where one of them may be the answer, and before any whole-table view."""
+
+    def __init__(self, entries: dict, add: Any, may_need: Any) -> None:
+        super().__init__(entries)
+        self._add = add  # (table) -> None: puts the ml_dtypes entries in
+        self._may_need = may_need  # (key) -> bool: a miss on key may be an ml_dtypes entry
+        self._complete = False
+
+    def _fill(self) -> bool:
+        if self._complete:
+            return False
+        self._complete = True
+        self._add(self)
+        return True
+
+    def __missing__(self, key: Any) -> Any:
+        if self._may_need(key) and self._fill():
+            return self[key]
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if not dict.__contains__(self, key) and self._may_need(key):
+            self._fill()
+        return dict.get(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if not dict.__contains__(self, key) and self._may_need(key):
+            self._fill()
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Iterator:
+        self._fill()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._fill()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        self._fill()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._fill()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._fill()
+        return dict.items(self)
+
+    def copy(self) -> dict:
+        self._fill()
+        return dict(dict.items(self))
+
+    def __eq__(self, other: object) -> bool:
+        self._fill()
+        return dict.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        return dict, (self.copy(),)
+
+
+def _ml_dtypes_entries() -> dict[ScalarType, np.dtype]:
+    import ml_dtypes  # noqa: PLC0415 - costly; imported when a low-precision type is asked for
+
+    return {st: np.dtype(getattr(ml_dtypes, name)) for st, name in _ML_DTYPES_NAMES.items()}
+
+
+def _maybe_low_precision_type(key: Any) -> bool:
+    try:
+        return ScalarType(key) in _ML_DTYPES_NAMES
+    except (ValueError, TypeError):
+        return False
+
+
+def _maybe_low_precision_dtype(key: Any) -> bool:
+    # (an ml_dtypes dtype exists only once ml_dtypes has imported)
+    return "ml_dtypes" in sys.modules
+
+
+_NUMPY_DTYPES: dict[ScalarType, np.dtype] = {
     ScalarType.BYTE: np.dtype(np.uint8),
     ScalarType.CHAR: np.dtype(np.int8),
     ScalarType.SHORT: np.dtype(np.int16),
@@ -72,14 +164,22 @@ SCALAR_TYPE_TO_DTYPE: dict[ScalarType, np.dtype] = {
     ScalarType.BITS16: np.dtype(np.uint16),
 }
 
-DTYPE_TO_SCALAR_TYPE: dict[np.dtype, ScalarType] = {
-    dtype: st for st, dtype in SCALAR_TYPE_TO_DTYPE.items() if st is not ScalarType.BITS16
-}
+SCALAR_TYPE_TO_DTYPE: dict[ScalarType, np.dtype] = _LazyTable(
+    _NUMPY_DTYPES,
+    lambda table: dict.update(table, _ml_dtypes_entries()),
+    _maybe_low_precision_type,
+)
+
+DTYPE_TO_SCALAR_TYPE: dict[np.dtype, ScalarType] = _LazyTable(
+    {dtype: st for st, dtype in _NUMPY_DTYPES.items() if st is not ScalarType.BITS16},
+    lambda table: dict.update(table, {dt: st for st, dt in _ml_dtypes_entries().items()}),
+    _maybe_low_precision_dtype,
+)
 
 # Element sizes of every scalar type, including those numpy lacks, so sizes
 # and bounds can be checked for any program.
 SCALAR_TYPE_ITEMSIZE: dict[ScalarType, int] = {
-    **{st: dt.itemsize for st, dt in SCALAR_TYPE_TO_DTYPE.items()},
+    **{st: dt.itemsize for st, dt in _NUMPY_DTYPES.items()},
     ScalarType.COMPLEX32: 4,
     ScalarType.QINT8: 1,
     ScalarType.QUINT8: 1,

@@ -27,11 +27,12 @@ import numpy as np
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos, write_cache
 from pyexecutorch.kernels.registry import KernelError, kernel
-from pyexecutorch.schema.scalar_type import F32, F64, SCALAR_TYPE_TO_DTYPE, ScalarType
+from pyexecutorch.schema.scalar_type import F32, F64
 
 _I8 = np.dtype(np.int8)
-_REDUCED = (np.dtype(np.float16), SCALAR_TYPE_TO_DTYPE[ScalarType.BFLOAT16])
-_FLOATS = (F32, *_REDUCED)
+# By dtype name: bfloat16's dtype is ml_dtypes', imported only where a program has one.
+_REDUCED = ("float16", "bfloat16")
+_FLOATS = ("float32", *_REDUCED)
 
 QParams = tuple[np.ndarray, np.ndarray]  # (zero_points, scales), one pair per token
 
@@ -40,8 +41,8 @@ def _check_qkv(op: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, allow_int8:
     for name, t in (("query", q), ("key", k), ("value", v)):
         if t.ndim != 4:
             raise KernelError(f"{op}: {name} must be a 4-D tensor, got shape {t.shape}")
-    allowed = (*_FLOATS, _I8) if allow_int8 else _FLOATS
-    if q.dtype not in allowed:
+    allowed = (*_FLOATS, "int8") if allow_int8 else _FLOATS
+    if q.dtype.name not in allowed:
         names = "float32, float16, bfloat16" + (" or int8" if allow_int8 else "")
         raise KernelError(f"{op}: query must be {names}, got {q.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -171,7 +172,7 @@ def attend(
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         total = scores.sum(axis=-1, keepdims=True, dtype=F32)
-        if q.dtype in _REDUCED:
+        if q.dtype.name in _REDUCED:
             # The official kernel multiplies values by weights in the input dtype.
             scores = scores.astype(q.dtype).astype(F32)
         # [B, kv_heads, n, D]: a view of a float32 cache (no copy of the cache per step)

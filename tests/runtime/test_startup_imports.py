@@ -1,0 +1,106 @@
+"""Start-up: a load on the numpy tier imports only what it needs (issue 28).
+
+numba, llvmlite and scipy are the compiled tier's; ml_dtypes (about 0.7 s of CPU to
+import) only a program with a bfloat16 or float8 tensor needs; devtools only bundled
+programs and ETDump. Each check runs in a fresh interpreter, since this one has them all.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from tests import models, official
+
+# What a numpy-tier load and execute of a float program must not import.
+NOT_NEEDED = ("numba", "llvmlite", "scipy", "torch", "ml_dtypes", "pyexecutorch.devtools")
+
+
+def _run(script: str, **env: str) -> dict:
+    import os  # noqa: PLC0415
+
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_numpy_tier_load_and_execute_import_no_compiler_stack(tmp_path):
+    case = models.CASES_BY_NAME["small_cnn"]
+    pte = tmp_path / "small_cnn.pte"
+    pte.write_bytes(official.official_export(case))
+    inputs = [x.numpy() for x in case.inputs()]
+    np.save(tmp_path / "x.npy", inputs[0])
+    expected = official.eager_outputs(case, case.inputs())[0]
+    script = f"""
+        import json, sys
+        import numpy as np
+        from pyexecutorch.portable_lib import _load_for_executorch
+        module = _load_for_executorch({str(pte)!r})
+        x = np.load({str(tmp_path / "x.npy")!r})
+        outs = [np.asarray(module.forward((x,))[0]) for _ in range(3)]
+        # (a second input: what the load decided holds for it too)
+        outs.append(np.asarray(module.forward((x * 0.5,))[0]))
+        loaded = sorted(
+            name for name in {NOT_NEEDED!r}
+            if any(m == name or m.startswith(name + ".") for m in sys.modules)
+        )
+        print(json.dumps({{"loaded": loaded, "outs": [o.tolist() for o in outs]}}))
+    """
+    report = _run(script, PYEXECUTORCH_JIT="0")
+    assert report["loaded"] == []
+    for out in report["outs"][:3]:
+        np.testing.assert_allclose(np.array(out), expected, rtol=1e-4, atol=1e-5)
+    half = official.eager_outputs(case, tuple(x * 0.5 for x in case.inputs()))[0]
+    np.testing.assert_allclose(np.array(report["outs"][3]), half, rtol=1e-4, atol=1e-5)
+
+
+def test_low_precision_dtypes_are_there_when_asked_for():
+    script = """
+        import json, sys
+        from pyexecutorch.schema import scalar_type as st
+        before = "ml_dtypes" in sys.modules
+        facts = {
+            "before": before,
+            "float": str(st.dtype_of(st.ScalarType.FLOAT)),
+            "still_not": "ml_dtypes" in sys.modules,
+            "qint8": str(st.SCALAR_TYPE_TO_DTYPE.get(st.ScalarType.QINT8)),
+            "bf16": str(st.dtype_of(st.ScalarType.BFLOAT16)),
+            "f8_in": st.ScalarType.FLOAT8E4M3FN in st.SCALAR_TYPE_TO_DTYPE,
+            "types": sorted(int(k) for k in st.SCALAR_TYPE_TO_DTYPE),
+        }
+        import ml_dtypes, numpy as np
+        facts["back"] = int(st.scalar_type_of(np.dtype(ml_dtypes.float8_e5m2)))
+        facts["size"] = st.SCALAR_TYPE_ITEMSIZE[st.ScalarType.BFLOAT16]
+        print(json.dumps(facts))
+    """
+    facts = _run(script)
+    assert facts["before"] is False and facts["still_not"] is False
+    assert facts["float"] == "float32" and facts["qint8"] == "None"
+    assert facts["bf16"] == "bfloat16" and facts["f8_in"] is True
+    assert facts["types"] == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 15, 22, 23, 24, 25, 26, 27, 28, 29]
+    assert facts["back"] == 23 and facts["size"] == 2
+
+
+def test_a_dtype_from_ml_dtypes_imported_first_maps_back():
+    # ml_dtypes imported by the caller before any table lookup that would import it
+    script = """
+        import json
+        import ml_dtypes, numpy as np
+        from pyexecutorch.schema import scalar_type as st
+        print(json.dumps({
+            "bf16": int(st.scalar_type_of(np.dtype(ml_dtypes.bfloat16))),
+            "in": np.dtype(ml_dtypes.float8_e4m3fnuz) in st.DTYPE_TO_SCALAR_TYPE,
+            "get": st.DTYPE_TO_SCALAR_TYPE.get(np.dtype(np.int16)),
+        }))
+    """
+    assert _run(script) == {"bf16": 15, "in": True, "get": 2}
