@@ -480,11 +480,11 @@ def _global_avg_pool(b: StepBuilder, k: int) -> int:
 
 def _form_step(name: str, *args: Any, **options: Any) -> Step | None:
     """The step of kernel ``name``'s compiled form on these (planned) arguments."""
-    from pyexecutorch.kernels.registry import get_compiled_form  # noqa: PLC0415
+    from pyexecutorch.kernels.registry import fast_path_of, get_compiled_form  # noqa: PLC0415
 
     form = get_compiled_form(name)
     made = None if form is None else form(*args, **options)
-    return _step(getattr(made, "step", None))
+    return _step(fast_path_of(made).step)
 
 
 @maker("XNNFullyConnected")
