@@ -4,7 +4,7 @@ A kernel is a plain function called with an instruction's arguments in order
 (see :mod:`pyexecutorch.kernels.registry`). An instruction whose argument list
 does not fit its kernel's signature, whose trailing outputs are fewer than the
 kernel writes, or that passes a non-tensor where the operator's schema has a
-tensor (or the reverse; :mod:`pyexecutorch.runtime.signatures`) is a malformed
+tensor (or the reverse; :mod:`pyexecutorch.kernels.signatures`) is a malformed
 program: it fails at load naming the instruction, the operator and the argument,
 rather than deep inside folding or a kernel.
 """
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from pyexecutorch.kernels.signatures import TENSOR_ARGUMENTS
 from pyexecutorch.runtime.errors import InvalidProgramError
-from pyexecutorch.runtime.signatures import TENSOR_ARGUMENTS
 from pyexecutorch.schema.program import Null, OptionalTensorList, Tensor, TensorList
 
 # What each letter of a signature accepts.
