@@ -23,6 +23,7 @@ official path, offers the same names for reading it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -38,9 +39,16 @@ from typing import Any
 
 import torch
 from torch._export.serde import schema as S
-from torch._export.serde.serialize import SerializedArtifact, deserialize, serialize
+from torch._export.serde.serialize import (
+    GraphModuleDeserializer,
+    SerializedArtifact,
+    deserialize,
+    serialize,
+)
 from torch._export.serde.union import _Union
 from torch.export import ExportedProgram
+
+from pyexecutorch.exir.dialects import dim_order_ops
 
 
 class ETRecordReservedFileNames(enum.StrEnum):
@@ -70,6 +78,31 @@ REPRESENTATIVE_INPUTS = _R.REPRESENTATIVE_INPUTS.value
 EXPORT_GRAPH_ID = _R.EXPORT_GRAPH_ID.value
 _BLOB_SUFFIXES = ("_state_dict", "_constants", "_example_inputs")
 _OFFICIAL_EDGE_OPS = "executorch.exir.dialects.edge.ops."
+# Our edge operators that torch's dispatcher does not hold (dim_order_ops) name
+# themselves with this module; the file names them as the official exporter does.
+_OUR_EDGE_OPS = dim_order_ops.EDGE_MODULE + "."
+_DIM_ORDER_OPS = f"torch.ops.{dim_order_ops.NAMESPACE}."
+
+
+@contextlib.contextmanager
+def _dim_order_ops_resolved():
+    """While reading a program: ``torch.ops.dim_order_ops.<name>.<overload>`` resolves
+    to our dim-order operators when torch's dispatcher lacks them (the official package
+    registers them there; ours does not, see exir.dialects.dim_order_ops). torch's
+    deserializer classes are final, so its operator lookup is wrapped for the call."""
+    lookup = GraphModuleDeserializer.deserialize_operator
+
+    def resolve(self: GraphModuleDeserializer, target: str) -> Any:
+        if target.startswith(_DIM_ORDER_OPS):
+            name, _, overload = target[len(_DIM_ORDER_OPS) :].partition(".")
+            return getattr(dim_order_ops.packet(name), overload)
+        return lookup(self, target)
+
+    GraphModuleDeserializer.deserialize_operator = resolve
+    try:
+        yield
+    finally:
+        GraphModuleDeserializer.deserialize_operator = lookup
 
 
 class ETRecordError(RuntimeError):
@@ -415,6 +448,8 @@ def _write_program(z: zipfile.ZipFile, name: str, program: ExportedProgram) -> N
     graph["schema_version"] = OFFICIAL_SCHEMA_VERSION
     graph["dialect"] = graph.get("verifiers", ["ATEN"])[0] if graph.get("verifiers") else "ATEN"
     for node in graph["graph_module"]["graph"]["nodes"]:
+        if node.get("target", "").startswith(_OUR_EDGE_OPS):
+            node["target"] = _OFFICIAL_EDGE_OPS + node["target"][len(_OUR_EDGE_OPS) :]
         handle = handles.get(node.get("name"))
         if handle is not None:
             node.setdefault("metadata", {})["debug_handle"] = str(handle)
@@ -441,7 +476,8 @@ def _read_program(z: zipfile.ZipFile, name: str) -> ExportedProgram:
         target = node.get("target", "")
         if target.startswith(_OFFICIAL_EDGE_OPS):
             node["target"] = "torch.ops." + target[len(_OFFICIAL_EDGE_OPS) :]
-    program = deserialize(SerializedArtifact(json.dumps(graph).encode(), *blobs[1:]))
+    with _dim_order_ops_resolved():
+        program = deserialize(SerializedArtifact(json.dumps(graph).encode(), *blobs[1:]))
     handles = {
         node["name"]: int(node["metadata"]["debug_handle"])
         for node in graph["graph_module"]["graph"]["nodes"]

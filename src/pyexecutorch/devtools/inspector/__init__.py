@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pyexecutorch.runtime.outputs import tensor_output_kind, torch_from_array
 from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.etdump import (
     OUTPUT_CHAIN,
@@ -109,22 +110,23 @@ class Event:
     is_delegated_op: bool = False
     delegate_backend_name: str | None = None
     delegate_debug_metadatas: list[bytes] = field(default_factory=list)
-    debug_data: list[Any] = field(default_factory=list)  # numpy arrays and scalars
+    debug_data: list[Any] = field(default_factory=list)  # tensors (see read_value), scalars
     debug_handles: int | tuple[int, ...] | None = None
     op_types: list[str] = field(default_factory=list)
     stack_traces: dict[str, str] = field(default_factory=dict)
     module_hierarchy: dict[str, Any] = field(default_factory=dict)
     start_time: list[int] = field(default_factory=list)
-    # the official constructor's name for delegate_debug_metadatas
+    # the official constructor's names for delegate_debug_metadatas and instruction_id
     _delegate_debug_metadatas: InitVar[list[bytes] | None] = None
+    _instruction_id: InitVar[int | None] = None
 
-    def __post_init__(self, _delegate_debug_metadatas: list[bytes] | None) -> None:
+    def __post_init__(
+        self, _delegate_debug_metadatas: list[bytes] | None, _instruction_id: int | None
+    ) -> None:
         if _delegate_debug_metadatas is not None:
             self.delegate_debug_metadatas = list(_delegate_debug_metadatas)
-
-    @property
-    def _instruction_id(self) -> int | None:  # the official Event's spelling
-        return self.instruction_id
+        if _instruction_id is not None:
+            self.instruction_id = _instruction_id
 
     @property
     def raw_delegate_debug_metadatas(self) -> list[bytes]:
@@ -159,6 +161,11 @@ class Event:
             "debug_data": self.debug_data,
             "start_time": self.start_time,
         }
+
+
+# Read back under the official Event's spelling too (set after the dataclass is made:
+# as a class attribute before, it would be taken for the InitVar's default).
+Event._instruction_id = property(lambda self: self.instruction_id)  # type: ignore[assignment]
 
 
 @dataclass
@@ -204,7 +211,8 @@ def _member(value: Value, name: str) -> Any:
 
 
 def read_value(value: Value, debug_buffer: memoryview | None) -> Any:
-    """A logged value: a numpy array (copied out of the debug buffer), a list of them, or a scalar."""
+    """A logged value: a tensor (copied out of the debug buffer; a torch tensor when torch
+    is imported, else a numpy array), a list of them, or a scalar."""
     kind = value.val
     if kind == ValueType.Tensor:
         return _tensor(_member(value, "tensor"), debug_buffer)
@@ -238,7 +246,14 @@ def _tensor(t: Any, debug_buffer: memoryview | None) -> Any:
             f"the {len(debug_buffer)}-byte debug buffer"
         )
     flat = np.frombuffer(debug_buffer, dtype=dtype, count=count, offset=t.offset)
-    return flat.reshape(shape).copy()
+    arr = flat.reshape(shape).copy()
+    # As the runtime's outputs: torch tensors when torch is imported (the official
+    # Inspector's values are torch tensors), numpy arrays otherwise.
+    if tensor_output_kind() == "torch":
+        import torch  # noqa: PLC0415 - imported already, or asked for (PYEXECUTORCH_TENSOR_OUTPUT)
+
+        return torch_from_array(torch, arr)
+    return arr
 
 
 # ------------------------------------------------------------------- grouping
