@@ -162,7 +162,8 @@ def run_files(
     slice shares the import cost); outcomes are split by file."""
     xml = root / (rels[0].replace("/", "__") + f"+{len(rels)}.xml")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    # -v: one line per finished test, read back when the file runs out of time.
+    cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"]
     cmd += ["--import-mode=importlib", f"--junitxml={xml}", "-o", "junit_family=xunit1"]
     if side == "ours":
         env["CONFORMANCE_OVERLAY"] = str(root)
@@ -172,15 +173,18 @@ def run_files(
         cmd += ["-p", "conformance_overlay"]
     cmd += rels
     start = time.perf_counter()
+    partial: dict[str, str] = {}
     try:
         proc = subprocess.run(
             cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
         )
         note = "" if proc.returncode in (0, 1) else f"pytest exit {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        note = f"timed out after {timeout:.0f} s"
+    except subprocess.TimeoutExpired as e:
+        # The tests that finished before the limit keep their outcomes.
+        partial = parse_verbose(e.stdout.decode(errors="replace") if e.stdout else "", rels)
+        note = f"timed out after {timeout:.0f} s, {len(partial)} tests finished"
     seconds = time.perf_counter() - start
-    outcomes = parse_junit(xml, rels) if xml.is_file() else {}
+    outcomes = parse_junit(xml, rels) if xml.is_file() else partial
     if not outcomes and not note:
         note = "no report"
     return {
@@ -188,6 +192,27 @@ def run_files(
             {t: o for t, o in outcomes.items() if t.split("::")[0] == rel}, seconds, note
         )
         for rel in rels
+    }
+
+
+# pytest -v: "<file>::<Class>::<test> PASSED  [ 5%]"
+_VERBOSE = re.compile(r"^(\S+?::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.MULTILINE)
+_VERBOSE_OUTCOME = {
+    "PASSED": "passed",
+    "XPASS": "passed",
+    "FAILED": "failed",
+    "ERROR": "error",
+    "SKIPPED": "skipped",
+    "XFAIL": "skipped",
+}
+
+
+def parse_verbose(text: str, rels: list[str]) -> dict[str, str]:
+    """Test id -> outcome, from ``pytest -v`` output (the tests that finished)."""
+    return {
+        test: _VERBOSE_OUTCOME[word]
+        for test, word in _VERBOSE.findall(text)
+        if test.split("::")[0] in rels
     }
 
 
@@ -238,7 +263,9 @@ def run_official(
         root = root or populate(wheel, "official")
         print(f"[official] {rel} ...", file=sys.stderr, flush=True)
         results[rel] = run_file(root, rel, "official", timeout)
-        if not results[rel].note:  # a timeout is not a result worth keeping
+        # A run cut short is kept with its note (the tests that finished): the longest
+        # official files run for most of an hour.
+        if results[rel].outcomes:
             cache[key] = results[rel].__dict__
             cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
     return results
