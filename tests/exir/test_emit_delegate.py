@@ -33,10 +33,15 @@ def test_whole_program_delegate_runs_in_the_official_runtime(mlp_xnnpack):
     plan = out.program.execution_plan[0]
     calls = [i.instr_args for i in plan.chains[0].instructions]
     assert len(calls) == 1 and isinstance(calls[0], DelegateCall)
-    (delegate,) = plan.delegates
+    (delegate,) = out.pte_file.program.execution_plan[0].delegates
     assert delegate.id == "XnnpackBackend"
     assert delegate.processed.location == DataLocation.SEGMENT and delegate.processed.index == 0
     assert len(out.pte_file.delegate_segments) == 1
+    # The emitter's own program holds the same data inline (as the official emitter's).
+    (inline,) = plan.delegates
+    assert inline.processed.location == DataLocation.INLINE
+    data = out.program.backend_delegate_data[inline.processed.index].data
+    assert bytes(data) == bytes(out.pte_file.delegate_segments[0])
     # XNNPACK keeps its weights as named data, shared by key.
     assert out.pte_file.named_data and all(
         b.alignment >= 1 for b in out.pte_file.named_data.values()
@@ -75,7 +80,8 @@ def test_partial_delegation_runs_in_the_official_runtime():
     kinds = {type(i.instr_args).__name__ for i in plan.chains[0].instructions}
     assert {"DelegateCall", "KernelCall"} <= kinds
     # Equal processed blobs are stored once.
-    refs = {(d.processed.location, d.processed.index) for d in plan.delegates}
+    file_plan = out.pte_file.program.execution_plan[0]
+    refs = {(d.processed.location, d.processed.index) for d in file_plan.delegates}
     assert len(refs) == len(out.pte_file.delegate_segments)
     got = official.OfficialRunner(encode_pte(out.pte_file)).run(case.inputs())
     official.assert_close(case, got, official.eager_outputs(case))

@@ -16,6 +16,7 @@ non-copying views, ``node.meta["spec"]`` tensor specs with planned
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +30,12 @@ from pyexecutorch.exir.emit._method import MethodEmitter
 from pyexecutorch.exir.emit._program_state import ProgramState
 from pyexecutorch.schema.flat_tensor import PtdFile
 from pyexecutorch.schema.program import (
+    BackendDelegateDataReference,
+    BackendDelegateInlineData,
     Bool,
     Chain,
     ContainerMetadata,
+    DataLocation,
     Double,
     EValue,
     ExecutionPlan,
@@ -51,7 +55,8 @@ class EmitterOutput:
     """The emitted program and what debugging tools need to map it back to the graphs."""
 
     program: Program
-    # ``program`` with its segment data, ready for ``encode_pte_chunks``.
+    # The program to write, with its segment data, ready for ``encode_pte_chunks``
+    # (``program`` itself holds every delegate's data inline, as the official emitter's).
     pte_file: PteFile
     # {method: {instruction index: debug handle, or the list of handles a delegate call covers}}
     debug_handle_map: dict[str, dict[int, Any]] = field(default_factory=dict)
@@ -109,7 +114,7 @@ def emit_program(
         backend_delegate_data=state.inline_delegate_data,
         segments=[],
     )
-    output.program = program
+    output.program = _inline_delegates(program, state.delegate_segments)
     output.pte_file = PteFile(
         program=program,
         delegate_segments=state.delegate_segments,
@@ -118,6 +123,31 @@ def emit_program(
     )
     output.ptd_files = state.ptd_files()
     return output
+
+
+def _inline_delegates(program: Program, segments: list[Any]) -> Program:
+    """``program`` with every delegate's data inline, as the emitter made it (the
+    official ``EmitterOutput.program``); the file's program (``pte_file``) keeps
+    the data in segments when ``extract_delegate_segments`` asks for it."""
+    if not segments:
+        return program
+    inline = list(program.backend_delegate_data)
+    moved: dict[int, int] = {}  # segment index -> inline index
+    plans = []
+    for plan in program.execution_plan:
+        delegates = []
+        for d in plan.delegates:
+            ref = d.processed
+            if ref.location == DataLocation.SEGMENT:
+                if ref.index not in moved:
+                    moved[ref.index] = len(inline)
+                    data = segments[ref.index]
+                    data = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+                    inline.append(BackendDelegateInlineData(data=data))
+                ref = BackendDelegateDataReference(DataLocation.INLINE, moved[ref.index])
+            delegates.append(dataclasses.replace(d, processed=ref))
+        plans.append(dataclasses.replace(plan, delegates=delegates))
+    return dataclasses.replace(program, execution_plan=plans, backend_delegate_data=inline)
 
 
 def _constant_method(name: str, value: Any, state: ProgramState) -> ExecutionPlan:
