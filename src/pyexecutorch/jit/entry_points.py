@@ -54,7 +54,8 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
             cached = _from_disk_cache(dispatcher, signature, record)
             if cached is not None:
                 return cached
-        with numba_env.compiling(f"{name}{signature}"):
+        short = getattr(dispatcher, "__qualname__", name)
+        with numba_env.compiling(f"{name}{signature}", announce=short):
             compiled_entry = dispatcher.compile(signature)
     if record is not None:
         function_records.write(record, dispatcher.overloads[signature], linkable=True)

@@ -39,9 +39,18 @@ compile_totals: collections.Counter[str] = collections.Counter()
 
 
 @contextlib.contextmanager
-def compiling(what: str) -> Iterator[None]:
-    """Count and time one numba compilation (of ``what``, named in the log)."""
+def compiling(what: str, announce: str | None = None) -> Iterator[None]:
+    """Count and time one numba compilation (of ``what``, named in the log). With
+    ``announce`` (a kernel's short name) it is also said at INFO, which the CLI shows: a
+    kernel's first compile takes seconds, a cold load of a CNN a minute or more."""
     logger.debug("compiling %s", what)
+    if announce is not None:
+        logger.info(
+            "compiling %s (%d so far in this process; later loads read it from %s)",
+            announce,
+            compile_totals["functions"] + 1,
+            cache_dir(),
+        )
     start = time.perf_counter()
     try:
         yield
