@@ -21,7 +21,7 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 
 from pyexecutorch.exir import to_edge  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
-from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
+from pyexecutorch.kernels.registry import fast_path_of, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import (
     Runtime,  # noqa: E402
     tiers,  # noqa: E402
@@ -72,7 +72,7 @@ def test_max_pool_values_only(case, dtype):
     out, idx = np.zeros(want.shape, dtype), np.full(want.shape, -7, np.int64)
     reference = get_kernel(MAX_POOL).fn(*args, out.copy(), idx.copy())[0]
     fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
-    assert fast is not None and fast.fills_outputs
+    assert fast is not None and fast_path_of(fast).fills_outputs
     got, got_idx = fast(*args, out, idx)
     assert got is out and got_idx is idx
     np.testing.assert_array_equal(got, reference)
@@ -96,7 +96,7 @@ def test_max_pool_values_step_in_blocks(case):
     out, idx = np.zeros(want.shape, F64), np.zeros(want.shape, np.int64)
     args = (x, _pair(k), _pair(s), _pair(p), _pair(d), ceil)
     fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
-    function, load = fast.step[:2]
+    function, load = fast_path_of(fast).step[:2]
     planes = load[0].shape[0]
     for block in sorted({planes, 2, 1}):
         out[...] = 0
@@ -127,7 +127,7 @@ def test_max_pool_values_parallel_variant():
     out, idx = np.zeros(want.shape, F32), np.zeros(want.shape, np.int64)
     args = (x, [3, 3], [2, 2], [1, 1], [1, 1], True)
     fast = get_compiled_form(MAX_POOL)(*args, out, idx, unused_outputs=frozenset({1}))
-    load = fast.step[1]
+    load = fast_path_of(fast).step[1]
     MAX_POOL_VALUES[1](*load[:6], 3, *load[7:])
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
@@ -135,7 +135,7 @@ def test_max_pool_values_parallel_variant():
 
 def _step_result(fast, outs):  # noqa: ANN001, ANN202
     """Run a form's whole-method step (its compiled call on the planned arrays)."""
-    function, args = fast.step[:2]
+    function, args = fast_path_of(fast).step[:2]
     for o in outs:
         o[...] = 0
     function(*args)
@@ -176,7 +176,7 @@ def test_avg_pool_step_in_blocks(case):
     out = np.zeros(want.shape, F64)
     args = (x, _pair(k), _pair(s), _pair(p), ceil, include, override)
     fast = get_compiled_form("aten::avg_pool2d.out")(*args, out)
-    function, load = fast.step[:2]
+    function, load = fast_path_of(fast).step[:2]
     planes = load[0].shape[0]
     for block in sorted({planes, 2, 1}):
         out[...] = 7
@@ -194,7 +194,7 @@ def test_avg_pool_parallel_variant():
     want = F.avg_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, True, False).numpy()
     out = np.zeros(want.shape, F32)
     args = (x, [3, 3], [2, 2], [1, 1], True, False, None)
-    load = get_compiled_form("aten::avg_pool2d.out")(*args, out).step[1]
+    load = fast_path_of(get_compiled_form("aten::avg_pool2d.out")(*args, out)).step[1]
     AVG_POOL[1](*load[:6], 3, *load[7:])
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
 
@@ -212,7 +212,7 @@ def test_avg_and_adaptive_pool_steps_compute_the_kernels():
         out = np.zeros(shape, F32)
         reference = get_kernel(name).fn(*args, out.copy())
         fast = get_compiled_form(name)(*args, out)
-        assert fast is not None and fast.fills_outputs, name
+        assert fast is not None and fast_path_of(fast).fills_outputs, name
         (got,) = _step_result(fast, [out])
         np.testing.assert_allclose(got, reference, rtol=1e-6, atol=1e-6, err_msg=name)
 
@@ -241,7 +241,7 @@ def test_cat_and_split(case, dtype):
     want = torch.cat([torch.from_numpy(p) for p in parts], dim).numpy()
     out = np.zeros(want.shape, dtype)
     cat = get_compiled_form("aten::cat.out")(parts, dim, out)
-    assert cat is not None and cat.fills_outputs
+    assert cat is not None and fast_path_of(cat).fills_outputs
     assert cat(parts, dim, out) is out
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(out, get_kernel("aten::cat.out").fn(parts, dim, out.copy()))
@@ -253,7 +253,7 @@ def test_cat_and_split(case, dtype):
     sizes = [s[dim] for s in shapes]
     outs = [np.zeros(s, dtype) for s in shapes]
     split = get_compiled_form("aten::split_with_sizes_copy.out")(want, sizes, dim, outs)
-    assert split is not None and split.fills_outputs
+    assert split is not None and fast_path_of(split).fills_outputs
     got = split(want, sizes, dim, outs)
     for g, o, p in zip(got, outs, parts, strict=True):
         assert g is o

@@ -22,7 +22,7 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 from pyexecutorch.exir import to_edge  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
 from pyexecutorch.kernels.linalg import compiled as linalg_compiled  # noqa: E402
-from pyexecutorch.kernels.registry import KernelError, get_compiled_form  # noqa: E402
+from pyexecutorch.kernels.registry import KernelError, fast_path_of, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import (
     Runtime,  # noqa: E402
     tiers,  # noqa: E402
@@ -544,7 +544,7 @@ def test_a_large_one_row_product_splits_its_columns_over_the_threads(dtype, monk
     bias = _read_only(_x((p,), dtype, 3))
     out = np.zeros((1, p), dtype)
     fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out, whole=True)
-    dispatcher, args = fast.step
+    dispatcher, args = fast_path_of(fast).step
     assert dispatcher is linalg_compiled.BLAS_MATMUL[1] and args[-1] == 2
     fast(bias, a, b, 1, 1, out)
     np.testing.assert_allclose(out, torch.addmm(_t(bias), _t(a), _t(b)).numpy(), **TOL[dtype])
@@ -567,7 +567,7 @@ def test_products_past_the_loop_are_one_blas_call(dtype):
         out = np.zeros((n, p), dtype)
         assert form("aten::addmm.out")(bias, a, b, 1, 1, out) is None
         fast = form("aten::addmm.out")(bias, a, b, 1, 1, out, **whole)
-        assert fast.step[0] is linalg_compiled.blas_matmul
+        assert fast_path_of(fast).step[0] is linalg_compiled.blas_matmul
         fast(bias, a, b, 1, 1, out)
         want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
         np.testing.assert_allclose(
@@ -577,18 +577,18 @@ def test_products_past_the_loop_are_one_blas_call(dtype):
     big = _x((64, 256), dtype, 11), _x((256, 768), dtype, 12)
     large = form("aten::mm.out")(*big, np.zeros((64, 768), dtype), **whole)
     if linalg_compiled.NUMPY_BLAS:  # numpy's own BLAS serves compiled code at any size
-        assert large.step[0] is linalg_compiled.blas_matmul
+        assert fast_path_of(large).step[0] is linalg_compiled.blas_matmul
     else:  # scipy's is slower than numpy's: large products stay on numpy's
         assert large is None
     out = np.zeros((n, p), dtype)
     fast = form("aten::mm.out")(a, b, out, **whole)
-    assert fast.step[0] is linalg_compiled.blas_matmul
+    assert fast_path_of(fast).step[0] is linalg_compiled.blas_matmul
     fast(a, b, out)
     np.testing.assert_allclose(out, (_t(a) @ _t(b)).numpy(), **TOL[dtype])
     a3, b3 = _x((3, n, k), dtype, 3), _x((3, k, p), dtype, 4)
     out3 = np.zeros((3, n, p), dtype)
     fast = form("aten::bmm.out")(a3, b3, out3, **whole)
-    assert fast.step[0] is linalg_compiled.blas_matmul
+    assert fast_path_of(fast).step[0] is linalg_compiled.blas_matmul
     fast(a3, b3, out3)
     np.testing.assert_allclose(out3, torch.bmm(_t(a3), _t(b3)).numpy(), **TOL[dtype])
     # another array than the planned one is multiplied too (made contiguous first)
@@ -608,7 +608,9 @@ def test_a_small_product_reads_a_strided_row_view_in_place():
     want = torch.addmm(_t(bias), _t(np.ascontiguousarray(a)), _t(b)).numpy()
     out = np.zeros((2, 4), F32)
     fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out)
-    assert fast.step[1][0].base is not None and np.shares_memory(fast.step[1][0], rows)
+    assert fast_path_of(fast).step[1][0].base is not None and np.shares_memory(
+        fast_path_of(fast).step[1][0], rows
+    )
     fast(bias, a, b, 1, 1, out)
     np.testing.assert_allclose(out, want, **TOL[F32])
     rows[:, -1] += 1.0  # the bound view reads the new values
@@ -742,7 +744,7 @@ def test_float16_addmm_sums_in_float32_and_rounds_once(n, k, p):
         out = np.zeros((n, p), np.float16)
         reference = get_kernel("aten::addmm.out").fn(bias, a, b, 1, 1, out.copy())
         fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out)
-        assert fast is not None and fast.step is not None
+        assert fast is not None and fast_path_of(fast).step is not None
         got = fast(bias, a, b, 1, 1, out)
         assert got is out
         np.testing.assert_array_equal(np.isnan(got), np.isnan(reference))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pyexecutorch.kernels import get_kernel
+from pyexecutorch.kernels.registry import fast_path_of
 
 pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
@@ -162,8 +163,8 @@ def test_conv_steps_match_reference_and_torch(case, dtype):
     reference = REFERENCE(*args, np.zeros(want.shape, dtype))
     out = np.full(want.shape, np.nan, dtype)
     step = COMPILED(*args, out, whole=True)
-    assert step is not None and step.fills_outputs
-    fn, step_args = step.step
+    assert step is not None and fast_path_of(step).fills_outputs
+    fn, step_args = fast_path_of(step).step
     fn(*step_args)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
     np.testing.assert_allclose(out, reference, **tol)
@@ -193,7 +194,7 @@ def test_conv_step_1d_matches_torch():
     ).numpy()
     out = np.zeros(want.shape, np.float32)
     step = COMPILED(x, weight, bias, [2], [1], [2], False, [0], 2, out, whole=True)
-    step.step[0](*step.step[1])
+    fast_path_of(step).step[0](*fast_path_of(step).step[1])
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
@@ -229,7 +230,8 @@ def test_pointwise_steps_loop_over_few_input_channels(in_channels, direct):
     x = np.zeros((1, in_channels, 6, 6), np.float32)
     weight = _read_only(np.ones((4, in_channels, 1, 1), np.float32))
     args = ((1, 1), (0, 0), (1, 1), False, (0, 0), 1)
-    fn = COMPILED(x, weight, None, *args, np.zeros((1, 4, 6, 6), np.float32), whole=True).step[0]
+    step = COMPILED(x, weight, None, *args, np.zeros((1, 4, 6, 6), np.float32), whole=True)
+    fn = fast_path_of(step).step[0]
     assert (fn in POINTWISE_DIRECT) is direct
     assert (fn is compiled.pointwise_conv) is not direct
 
@@ -256,10 +258,12 @@ def test_without_blas_only_loop_steps_are_offered(monkeypatch):
     x = np.zeros((1, 4, 6, 6), np.float32)
     few = _read_only(np.ones((4, 4, 1, 1), np.float32))
     step = COMPILED(x, few, None, *args, 1, out, whole=True)
-    assert step is not None and step.step[0] in POINTWISE_DIRECT
+    assert step is not None and fast_path_of(step).step[0] in POINTWISE_DIRECT
     depthwise = _read_only(np.ones((4, 1, 1, 1), np.float32))
     step = COMPILED(x, depthwise, None, *args, 4, np.zeros_like(x), whole=True)
-    assert step is not None and step.step[0] in compiled.DEPTHWISE + (compiled.depthwise2d,)
+    assert step is not None and fast_path_of(step).step[0] in compiled.DEPTHWISE + (
+        compiled.depthwise2d,
+    )
 
 
 # Depthwise steps through each of their two loops, whatever the shape rule would pick:
@@ -299,7 +303,7 @@ def test_depthwise_steps_match_reference_and_torch_on_both_loops(
         c,
     ).numpy()
     out = np.full(want.shape, np.nan, dtype)
-    fn, step_args = COMPILED(*args, out, whole=True).step
+    fn, step_args = fast_path_of(COMPILED(*args, out, whole=True)).step
     assert fn.__name__.startswith("depthwise2d" if channels_last else "depthwise_planes")
     fn(*step_args)
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pyexecutorch.kernels import get_kernel
+from pyexecutorch.kernels.registry import fast_path_of
 
 pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
@@ -125,8 +126,8 @@ def test_conv_step_runs_the_dense_step_and_the_reference_on_other_arrays():
     args, want = _case(CASES[3], np.float64)
     out = np.full(want.shape, np.nan)
     step = COMPILED(*args, out, whole=True)
-    assert step is not None and step.fills_outputs
-    fn, step_args = step.step
+    assert step is not None and fast_path_of(step).fills_outputs
+    fn, step_args = fast_path_of(step).step
     assert fn in (
         *compiled_dense.RUNS,
         *compiled_dense.PIXELS,

@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
 from pyexecutorch.kernels import KernelError, get_kernel  # noqa: E402
-from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
+from pyexecutorch.kernels.registry import fast_path_of, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import tiers  # noqa: E402
 
 tiers.enabled(True)  # imports every family's compiled forms
@@ -64,8 +64,8 @@ def _call(name: str, mode, a, b):  # noqa: ANN001, ANN202
     want = get_kernel(name).fn(*args, np.empty_like(a)).copy()
     out = np.full_like(a, 3)
     form = get_compiled_form(name)(*args, out)
-    assert form is not None and form.fills_outputs, name
-    function, arguments, checked = form.step
+    assert form is not None and fast_path_of(form).fills_outputs, name
+    function, arguments, checked = fast_path_of(form).step
     assert checked
     assert function(*arguments)
     return out.copy(), want
@@ -126,7 +126,7 @@ def test_integer_zero_divisor_raises_the_kernel_error_and_writes_nothing():
         args = (a, b, mode) if mode else (a, b)
         out = np.full_like(a, 99)
         form = get_compiled_form(name)(*args, out)
-        function, arguments, _ = form.step
+        function, arguments, _ = fast_path_of(form).step
         assert not function(*arguments)
         assert (out == 99).all()  # the loop checked every divisor first
         with pytest.raises(KernelError, match=r"integer division by zero"):

@@ -17,7 +17,7 @@ pytest.importorskip("numba", reason="the compiled forms need numba (the jit extr
 
 from pyexecutorch.jit import generated  # noqa: E402
 from pyexecutorch.kernels import get_kernel  # noqa: E402
-from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
+from pyexecutorch.kernels.registry import fast_path_of, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import tiers  # noqa: E402
 from pyexecutorch.runtime.fusion import single_op_call  # noqa: E402
 from pyexecutorch.runtime.whole_method import elementwise_step  # noqa: E402
@@ -41,7 +41,7 @@ def _step(form, outs):  # noqa: ANN001, ANN202
     """Run a form's whole-method step, its outputs poisoned first."""
     for o in outs:
         o[...] = 1
-    function, arguments = form.step[:2]
+    function, arguments = fast_path_of(form).step[:2]
     function(*arguments)
 
 
@@ -63,7 +63,7 @@ def test_integer_sums_wrap_as_the_kernel_and_torch(case, dtype):
     reference = get_kernel("aten::sum.IntList_out").fn(*args, np.zeros(want.shape, np.int64))
     out = np.zeros(want.shape, np.int64)
     form = get_compiled_form("aten::sum.IntList_out")(*args, out)
-    assert form is not None and form.fills_outputs
+    assert form is not None and fast_path_of(form).fills_outputs
     _step(form, [out])
     np.testing.assert_array_equal(out, reference)
     np.testing.assert_array_equal(out, want)
@@ -271,7 +271,7 @@ def test_topk_matches_the_kernel_and_torch_values(case, dtype):
     )
     values, indices = np.zeros(shape, dtype), np.zeros(shape, np.int64)
     form = get_compiled_form("aten::topk.values")(*args, values, indices)
-    assert form is not None and form.fills_outputs
+    assert form is not None and fast_path_of(form).fills_outputs
     _step(form, [values, indices])
     np.testing.assert_array_equal(values, ref_v)
     np.testing.assert_array_equal(np.signbit(values), np.signbit(ref_v))

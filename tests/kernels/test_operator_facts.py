@@ -3,6 +3,7 @@ compiled lowering (kernels/<family>/facts.py), and the runtime naming no operato
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ from pyexecutorch.kernels.registry import (
     fast_path_of,
     get_kernel,
     get_specializer,
+    offer,
     operator_names,
     options_of,
 )
@@ -33,11 +35,32 @@ RUNTIME = Path(__file__).resolve().parents[2] / "src" / "pyexecutorch" / "runtim
 
 
 def test_every_declared_operator_has_a_kernel():
-    names = {
-        n for field in ("layout", "copy_source", "product", "stack_style") for n in declared(field)
-    }
-    names |= set(declared("traced_as_whole")) | set(declared("step_only_when_whole"))
-    assert names and all(get_kernel(n) is not None for n in sorted(names))
+    fields = [f.name for f in dataclasses.fields(OperatorFacts)]
+    names = {n for field in fields for n in declared(field)}
+    assert names and [n for n in sorted(names) if get_kernel(n) is None] == []
+    # (a run-time view names the copy that stands for it: a registered kernel too)
+    copies = set(declared("run_time_view").values())
+    assert copies and all(get_kernel(n) is not None for n in copies)
+
+
+def test_every_executorch_prim_kernel_is_stack_style():
+    # (the runtime used to know them by their namespace; now each is declared)
+    prim = [n for n in operator_names() if n.startswith("executorch_prim::")]
+    assert prim and [n for n in prim if not facts_of(n).stack_style] == []
+    assert facts_of("aten::sym_size.int").stack_style and not facts_of("aten::add.out").stack_style
+
+
+def test_a_fact_has_its_declared_kind():
+    with pytest.raises(TypeError, match=r"^operator fact 'impure' must be bool$"):
+        OperatorFacts(impure=1)
+    with pytest.raises(TypeError, match=r"^operator fact 'copy_source' must be int$"):
+        OperatorFacts(copy_source=True)
+    with pytest.raises(TypeError, match=r"^operator fact 'channels_last_step' must be a function"):
+        OperatorFacts(channels_last_step=3)
+    with pytest.raises(ValueError, match=r"^unknown shape_from_data 'sometimes'"):
+        OperatorFacts(shape_from_data="sometimes")
+    with pytest.raises(ValueError, match=r"^run_time_view 'view_copy' is not an operator name$"):
+        OperatorFacts(run_time_view="view_copy")
 
 
 def test_every_layout_rule_has_its_access_in_the_runtime():
@@ -79,42 +102,79 @@ def test_a_fact_is_declared_once(monkeypatch):
     assert facts_of("test::other.out") is NO_FACTS  # (nothing half-declared)
 
 
-# Runtime modules that still name operators (issue 26: each moves its table to the
-# families' facts as its owner splits it; fast_paths, resolution and writer are where
-# method.py's split puts its tables). No other runtime module may start naming one.
-STILL_NAMING_OPERATORS = {
-    "epilogue.py",
-    "etdump.py",
-    "fast_paths.py",
-    "fold.py",
-    "fusion.py",
-    "fusion_reductions.py",
-    "method.py",
-    "resolution.py",
-    "shape_plans.py",
-    "signatures.py",
-    "verify.py",
-    "writer.py",
-}
+# An operator's program name (``aten::add.out``, ``llama::custom_sdpa.out``,
+# ``executorch_prim::et_view.default``); the runtime's own C++ names (``Method::init``)
+# start with a capital and are not operators.
+OPERATOR_NAME = re.compile(r"\b[a-z_]+::[a-z_0-9]+")
 
 
-def test_the_runtime_names_no_operator_outside_the_listed_modules():
-    naming = {p.name for p in RUNTIME.glob("*.py") if re.search(r"aten::", p.read_text())}
-    assert naming and naming <= STILL_NAMING_OPERATORS
-    assert "layout.py" not in naming and "whole_method.py" not in naming
+def test_the_runtime_names_no_operator():
+    # Every operator table lives with its family's kernels (kernels/<family>/facts.py),
+    # which the runtime reads through facts_of (issue 26).
+    naming = {
+        p.name: OPERATOR_NAME.findall(p.read_text())
+        for p in RUNTIME.glob("*.py")
+        if OPERATOR_NAME.search(p.read_text())
+    }
+    assert naming == {}
+    assert OPERATOR_NAME.search('"aten::add.out", "llama::update_cache.out"')
+    assert not OPERATOR_NAME.search("Method::init, Program::load_method")
 
 
 # ------------------------------------------------------------------ the fast-path contract
 
 
-def test_a_callable_offers_what_its_attributes_say():
+def test_a_callable_offers_what_it_is_given():
     assert fast_path_of(None) == FastPath() == fast_path_of(lambda *a: None)
 
     def fast(*args):
         return args[-1]
 
-    fast.step, fast.fills_outputs = (print, (1, 2)), True
+    assert offer(fast, step=(print, (1, 2)), fills_outputs=True) is fast
     assert fast_path_of(fast) == FastPath(step=(print, (1, 2)), fills_outputs=True)
+
+    class Step:  # a class offers for all its instances
+        def __call__(self, *args):
+            return args[-1]
+
+    offer(Step, fills_outputs=True)
+    assert fast_path_of(Step()) == FastPath(fills_outputs=True)
+
+
+def test_a_fast_path_is_refused_a_bare_attribute():
+    def fast(*args):
+        return args[-1]
+
+    fast.step, fast.fills_outputs = (print, (1, 2)), True
+    with pytest.raises(TypeError, match=r"offers \['fills_outputs', 'step'\] as bare attributes"):
+        fast_path_of(fast)
+
+    class Filling:
+        fills_outputs = True
+
+    with pytest.raises(TypeError, match=r"offers \['fills_outputs'\] as bare attributes"):
+        fast_path_of(Filling())
+
+
+def test_an_offer_is_validated():
+    def fast(*args):
+        return args[-1]
+
+    with pytest.raises(TypeError, match=r"^unknown fast path facts \['fills'\] offered$"):
+        offer(fast, fills=True)
+    with pytest.raises(TypeError, match=r"^fast path fact 'fills_outputs' must be a bool$"):
+        offer(fast, fills_outputs=1)
+    with pytest.raises(TypeError, match=r"^fast path fact 'step' must be \(function, arguments"):
+        offer(fast, step=(print,))
+    with pytest.raises(TypeError, match=r"^fast path fact 'step' must be"):
+        offer(fast, step=[(print, (1,), True)])  # (a list of calls is unchecked)
+    with pytest.raises(TypeError, match=r"^fast path fact 'pieces' must be a tuple of"):
+        offer(fast, pieces=[(0, slice(None))])
+    with pytest.raises(TypeError, match=r"^fast path fact 'view_of_input' must be a function"):
+        offer(fast, view_of_input=3)
+    assert fast_path_of(fast) == FastPath()  # (nothing half-offered)
+    offer(fast, step=[(print, (1,)), (print, [2])], pieces=((0, slice(None)),))
+    assert fast_path_of(fast).step == [(print, (1,)), (print, [2])]
 
 
 def test_a_split_fast_path_offers_its_pieces():

@@ -18,7 +18,7 @@ import torch
 pytest.importorskip("numba", reason="the compiled forms need numba (the jit extra)")
 
 from pyexecutorch.kernels import get_kernel  # noqa: E402
-from pyexecutorch.kernels.registry import get_compiled_form  # noqa: E402
+from pyexecutorch.kernels.registry import fast_path_of, get_compiled_form  # noqa: E402
 from pyexecutorch.runtime import tiers  # noqa: E402
 
 tiers.enabled(True)  # imports every family's compiled forms
@@ -44,7 +44,7 @@ def _run_step(name: str, args: tuple, out: np.ndarray) -> np.ndarray:
     form = get_compiled_form(name)(*args, out, whole=True)
     assert form is not None, f"{name} offered no step"
     out[...] = 7 if out.dtype.kind != "b" else True
-    function, arguments = form.step[:2]
+    function, arguments = fast_path_of(form).step[:2]
     function(*arguments)
     return out.copy()
 

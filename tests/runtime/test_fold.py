@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime import Runtime
-from pyexecutorch.runtime.fold import IMPURE_OPERATORS
 from tests import models, official
 from tests.runtime._suite import assert_program_matches_eager
 
@@ -63,7 +63,7 @@ def test_random_operators_are_never_folded():
     first = np.asarray(method.execute([x])[0])
     second = np.asarray(method.execute([x])[0])
     assert not np.array_equal(first, second)
-    assert "aten::rand.out" in IMPURE_OPERATORS
+    assert facts_of("aten::rand.out").impure
 
 
 class _ConstantOnly(torch.nn.Module):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pyexecutorch.exir import to_edge
+from pyexecutorch.kernels.registry import fast_path_of
 from pyexecutorch.runtime import Runtime
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
@@ -204,7 +205,7 @@ def test_broadcast_copy_step_matches_numpy(source, target, dtype):
     out = np.zeros(target, dtype)
     assert _expand_form(a, list(target), False, out) is None  # alone: numpy's copy
     form = _expand_form(a, list(target), False, out, whole=True)
-    function, args = form.step
+    function, args = fast_path_of(form).step
     function(*args)
     np.testing.assert_array_equal(out, np.broadcast_to(a, target))
     np.testing.assert_array_equal(out, torch.from_numpy(a).expand(target).numpy())

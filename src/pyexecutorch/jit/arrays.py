@@ -8,7 +8,7 @@ contiguous in the kernel's shape first.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -28,14 +28,6 @@ def planned(a: Any, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
 def contiguous(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``a`` as a C-contiguous array of ``shape`` (a view when it already is one)."""
     return np.ascontiguousarray(a).reshape(shape)
-
-
-class WholeStep(NamedTuple):
-    """A compiled form's answer inside a whole method (called with ``whole=True``) where
-    it offers nothing alone: only its call on the planned arrays (see
-    ``runtime.whole_method``), ``(function, arguments)``."""
-
-    step: tuple[Any, tuple[Any, ...]]
 
 
 def channels_last(a: Any) -> bool:

@@ -77,16 +77,6 @@ class PendingEntryPoint:
         return self.load()(*args)
 
 
-class PendingFastPath(PendingEntryPoint):
-    """A kernel's load-time fast path that writes the out array it is given and returns
-    it (``fills_outputs``), made when first called or when its line is kept: in a method
-    compiled whole the kernel's compiled step does the work, and the fast path (a
-    convolution's packed weights and generated code) would never run."""
-
-    __slots__ = ()
-    fills_outputs = True
-
-
 def deferring() -> bool:
     """Whether this thread is inside :func:`deferred_entry_points` (a method that may
     compile whole is being built)."""

@@ -192,11 +192,15 @@ def get_compiled_form(name: str) -> Callable[..., Any] | None:
 
 @dataclass(frozen=True)
 class FastPath:
-    """What a fast path offers the runtime, read by :func:`fast_path_of` from the callable's
-    attributes of these names (each absent: its default).
+    """What a fast path (the callable a specializer or compiled form returns) offers the
+    runtime besides being called as its kernel is; attached by :func:`offer`, read by
+    :func:`fast_path_of`.
 
-    * ``step``: ``(function, arguments)``, its call on the planned arrays, which a
-      whole-method function makes in its place (a compiled form's);
+    * ``step``: its call on the planned arrays, which a whole-method function makes in
+      its place (a compiled form's): ``(function, arguments)``, ``(function, arguments,
+      checked)`` (``checked``: the function returns False where the reference kernel
+      raises, see runtime.whole_method.Step), or a list of ``(function, arguments)``
+      calls made in order;
     * ``pieces``: a split's or cat's ``(position, key)`` pairs: each output (split) or
       input (cat) is a copy of the slice ``key`` of the whole, which the runtime may plan
       as one copy per piece;
@@ -208,22 +212,96 @@ class FastPath:
       planned arrays stay the outputs.
     """
 
-    step: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+    step: tuple[Any, ...] | list[tuple[Any, ...]] | None = None
     pieces: tuple[tuple[int, Any], ...] | None = None
     with_epilogue: bool = False
     view_of_input: Callable[[Any], Any] | None = None
     fills_outputs: bool = False
 
+    def __post_init__(self) -> None:
+        for field in ("with_epilogue", "fills_outputs"):
+            if type(getattr(self, field)) is not bool:
+                raise TypeError(f"fast path fact {field!r} must be a bool")
+        if self.view_of_input is not None and not callable(self.view_of_input):
+            raise TypeError("fast path fact 'view_of_input' must be a function of the input")
+        if self.step is not None and not _valid_step(self.step):
+            raise TypeError(
+                "fast path fact 'step' must be (function, arguments[, checked]) or a list of "
+                f"(function, arguments) calls, not {type(self.step).__name__}"
+            )
+        if self.pieces is not None and not (
+            isinstance(self.pieces, tuple)
+            and all(isinstance(p, tuple) and len(p) == 2 and type(p[0]) is int for p in self.pieces)
+        ):
+            raise TypeError("fast path fact 'pieces' must be a tuple of (position, key) pairs")
 
-_FAST_PATH_FIELDS = tuple(f.name for f in dataclasses.fields(FastPath))
+
+def _valid_call(call: Any, checked: bool) -> bool:
+    return (
+        isinstance(call, tuple)
+        and len(call) in ((2, 3) if checked else (2,))
+        and call[0] is not None  # (a dispatcher, or a generated one named before its import)
+        and isinstance(call[1], (tuple, list))
+        and (len(call) == 2 or type(call[2]) is bool)
+    )
+
+
+def _valid_step(step: Any) -> bool:
+    if isinstance(step, list):
+        return bool(step) and all(_valid_call(c, False) for c in step)
+    return _valid_call(step, True)
+
+
+_FAST_PATH_FIELDS = frozenset(f.name for f in dataclasses.fields(FastPath))
 _NO_FAST_PATH = FastPath()
+# The attribute :func:`offer` sets on a fast path (a function, an object or a class).
+_OFFERED = "offered_fast_path"
+
+
+def offer(fast: Any, **facts: Any) -> Any:
+    """Attach what ``fast`` offers (the fields of :class:`FastPath`, validated) and return
+    it: a function or object a specializer returns, or a class whose instances all offer
+    the same. The one way a kernel offers these facts (:func:`fast_path_of` refuses them
+    as bare attributes)."""
+    unknown = set(facts) - _FAST_PATH_FIELDS
+    if unknown:
+        raise TypeError(f"unknown fast path facts {sorted(unknown)} offered")
+    setattr(fast, _OFFERED, FastPath(**facts))
+    return fast
 
 
 def fast_path_of(fast: Any) -> FastPath:
-    """What the callable ``fast`` offers (see :class:`FastPath`); nothing for None."""
+    """What the callable ``fast`` offers (see :class:`FastPath` and :func:`offer`); nothing
+    for None or a callable that offers nothing."""
     if fast is None:
         return _NO_FAST_PATH
-    return FastPath(**{f: getattr(fast, f, getattr(_NO_FAST_PATH, f)) for f in _FAST_PATH_FIELDS})
+    offered = getattr(fast, _OFFERED, None)
+    if offered is not None:
+        return offered
+    held = getattr(fast, "__dict__", None)
+    if (held and not _FAST_PATH_FIELDS.isdisjoint(held)) or _bare_on_class(type(fast)):
+        bare = sorted(f for f in _FAST_PATH_FIELDS if hasattr(fast, f))
+        raise TypeError(
+            f"{fast!r} offers {bare} as bare attributes: a fast path offers them through "
+            "pyexecutorch.kernels.registry.offer"
+        )
+    return _NO_FAST_PATH
+
+
+@functools.cache
+def _bare_on_class(cls: type) -> bool:
+    return any(f in vars(c) for c in cls.__mro__ for f in _FAST_PATH_FIELDS)
+
+
+def whole_step(function: Any, arguments: tuple[Any, ...]) -> Any:
+    """A compiled form's answer inside a whole method (called with ``whole=True``) where it
+    offers nothing alone: only its call on the planned arrays, ``function(*arguments)``
+    (see ``runtime.whole_method``)."""
+    return offer(_WholeStep(), step=(function, arguments))
+
+
+class _WholeStep:
+    """What :func:`whole_step` returns: a step and nothing to call."""
 
 
 # The keyword options the runtime passes to a specializer or compiled form that declares a
@@ -270,9 +348,70 @@ class Product:
     unit_scales: tuple[int, ...] = ()
 
 
+def _all_constants(constants: dict[int, Any]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A reduction the runtime may fuse with the elementwise runs around it (the compiled
+    tier's reduction loops, :mod:`pyexecutorch.runtime.fusion_reductions`), written once as
+    primitive steps.
+
+    * ``build(g, x, n, constants, tensors)``: its steps on the loop's graph ``g``
+      (``g.reduce(kind, node)`` with kind ``"sum"``, ``"max"`` or ``"any"``;
+      ``g.elem(expression, *nodes)`` over ``{0}``, ``{1}``...), from the reduced input's
+      node ``x``, the element count of one row ``n`` (a source expression), the constant
+      arguments and the tensor operands' nodes (position -> node or None); returns the
+      node of each output position;
+    * ``dims(constants, rank)``: the reduced dimensions, or None where it does not fuse;
+    * ``tensors``: optional tensor operands besides the input (position 0);
+    * ``keepdim_at``: the keepdim argument (None: outputs keep every dimension);
+    * ``constant(constants)``: whether it fuses with these constant arguments;
+    * ``tests``: bool in and out (``any``): only inside a group of a float reduction;
+    * ``standalone``: on a stored input its family's standalone compiled kernel runs it as
+      well as a fused loop (sums over one run of axes, eight partial sums per row).
+    """
+
+    build: Callable[..., dict[int, str]]
+    dims: Callable[[dict[int, Any], int], tuple[int, ...] | None]
+    tensors: tuple[int, ...] = ()
+    keepdim_at: int | None = None
+    constant: Callable[[dict[int, Any]], bool] = _all_constants
+    tests: bool = False
+    standalone: bool = False
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """An operator whose channels-last compiled step may apply the elementwise run after
+    it as it stores (a convolution's residual add, activation and clamps; see
+    :mod:`pyexecutorch.runtime.epilogue`).
+
+    * ``store_pass(ops, out, number, value)``: the run ``ops`` (``(operator name,
+      arguments, output)`` triples) after the instruction writing value ``out`` as what
+      the step applies (a record with ``residual``, the value index added or None), or
+      None; ``number(j)``: value ``j`` as a number or None; ``value(j)``: its load-time
+      value;
+    * ``channels_last_step(values, out, found, residual)``: its step on the load-time
+      ``values`` (outs excluded) writing ``out`` with that pass (``residual``: the added
+      array or None), or None.
+    """
+
+    store_pass: Callable[..., Any]
+    channels_last_step: Callable[..., Any]
+
+
+# What a "shape_from_data" fact may say: the output's size depends on the input's values
+# always, or when an index is a boolean mask.
+SHAPE_FROM_DATA = frozenset({"always", "boolean_mask"})
+
+
 @dataclass(frozen=True)
 class OperatorFacts:
     """What the runtime may rely on about one operator (by its program name).
+
+    For the channels-last layout and whole-method functions (compiled tier):
 
     * ``layout``: the channels-last access rule of its instruction (one of
       :data:`LAYOUT_RULES`), None: its tensors stay NCHW.
@@ -292,9 +431,37 @@ class OperatorFacts:
       same elements in the same order (for the in-place ``copy_``, the first argument is
       the destination).
     * ``product``: a matrix product (see :class:`Product`).
+    * ``fused_reduction``: a reduction fused with the elementwise runs around it (see
+      :class:`Reduction`).
+    * ``epilogue``: it may apply the elementwise run after it as it stores (see
+      :class:`Epilogue`).
+    * ``split_dim``: it splits its first argument along the dimension given by the
+      argument at this position into its output list (a loop may read a piece in place).
+
+    For loading, verification and folding:
+
     * ``stack_style``: its kernel takes the program's output value as its last argument
       and returns its new value (no separate return slot), as ``executorch_prim``
       operators' kernels do.
+    * ``impure``: its result is not a function of its arguments (random numbers,
+      uninitialized memory): never computed once at load.
+    * ``byte_copy``: it copies its first argument's bytes as they are (a reshape's copy):
+      written onto those same bytes it changes nothing.
+    * ``run_time_view``: its output is a view of its first argument's bytes made at run
+      time (it writes no data); the value names the copy operator (same arguments) that
+      stands for it where shapes are fixed (a static plan).
+
+    For the static plans of dynamic-shape methods (:mod:`pyexecutorch.runtime.shape_plans`):
+
+    * ``shape_from_data``: its output's size depends on its inputs' values, not only their
+      shapes (one of :data:`SHAPE_FROM_DATA`).
+    * ``computes_sizes``: its scalar outputs follow from its arguments' sizes and scalars
+      (``sym_size``, the scalar arithmetic of ``executorch_prim``).
+    * ``reads_scalar``: it reads a scalar from a tensor's data (``item()``).
+    * ``shape_ignores_scalars``: its output shapes do not depend on its scalar arguments
+      (a KV-cache update at a start position).
+    * ``clamped_slice``: a slice ``(input, dim, start, end, step, out)`` whose bounds are
+      clamped to the dimension (its length follows its bounds' values).
     """
 
     layout: str | None = None
@@ -303,11 +470,62 @@ class OperatorFacts:
     traced_as_whole: bool = False
     copy_source: int | None = None
     product: Product | None = None
+    fused_reduction: Reduction | None = None
+    epilogue: Epilogue | None = None
+    split_dim: int | None = None
     stack_style: bool = False
+    impure: bool = False
+    byte_copy: bool = False
+    run_time_view: str | None = None
+    shape_from_data: str | None = None
+    computes_sizes: bool = False
+    reads_scalar: bool = False
+    shape_ignores_scalars: bool = False
+    clamped_slice: bool = False
 
     def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            kinds = _FACT_KINDS[field.name]
+            if value is not None and not (
+                callable(value) if kinds == "callable" else type(value) in kinds
+            ):
+                text = (
+                    "a function" if kinds == "callable" else " or ".join(k.__name__ for k in kinds)
+                )
+                raise TypeError(f"operator fact {field.name!r} must be {text}")
         if self.layout is not None and self.layout not in LAYOUT_RULES:
             raise ValueError(f"unknown layout rule {self.layout!r} (known: {sorted(LAYOUT_RULES)})")
+        if self.shape_from_data is not None and self.shape_from_data not in SHAPE_FROM_DATA:
+            raise ValueError(
+                f"unknown shape_from_data {self.shape_from_data!r} (known: "
+                f"{sorted(SHAPE_FROM_DATA)})"
+            )
+        if self.run_time_view is not None and "::" not in self.run_time_view:
+            raise ValueError(f"run_time_view {self.run_time_view!r} is not an operator name")
+
+
+# Each fact's accepted value types (besides None where its default is None).
+_FACT_KINDS: dict[str, Any] = {
+    "layout": (str,),
+    "channels_last_step": "callable",
+    "step_only_when_whole": (bool,),
+    "traced_as_whole": (bool,),
+    "copy_source": (int,),
+    "product": (Product,),
+    "fused_reduction": (Reduction,),
+    "epilogue": (Epilogue,),
+    "split_dim": (int,),
+    "stack_style": (bool,),
+    "impure": (bool,),
+    "byte_copy": (bool,),
+    "run_time_view": (str,),
+    "shape_from_data": (str,),
+    "computes_sizes": (bool,),
+    "reads_scalar": (bool,),
+    "shape_ignores_scalars": (bool,),
+    "clamped_slice": (bool,),
+}
 
 
 NO_FACTS = OperatorFacts()

@@ -21,14 +21,13 @@ output, and the run's output sharing no memory with the convolution's input.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pyexecutorch.jit import deferral
-from pyexecutorch.kernels.registry import get_compiled_form
+from pyexecutorch.kernels.registry import facts_of, fast_path_of, get_compiled_form, offer
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.fusion import flat_views, same_elements, single_op_call
 from pyexecutorch.runtime.whole_method import Step
@@ -42,12 +41,11 @@ if TYPE_CHECKING:
 # (kernel, arguments, values written, values read) -> fast path or the kernel.
 Specialize = Callable[["Kernel", list[int], set[int], set[int]], Any]
 
-CONVOLUTION = "aten::convolution.out"
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def fuse_epilogues(
-    method: MethodFacts,
+    facts: MethodFacts,
     flow: Flow | None,
     decisions: dict[tuple[int, int], tuple[str, Any]],
     written: set[int],
@@ -65,12 +63,15 @@ def fuse_epilogues(
         if c != 0 or kind not in ("call", "inline"):
             continue
         a = flow.instructions[pc]
-        if not isinstance(a, KernelCall) or method.kernels[a.op_index].name != CONVOLUTION:
+        if (
+            not isinstance(a, KernelCall)
+            or facts_of(facts.kernels[a.op_index].name).epilogue is None
+        ):
             continue
-        k = method.kernels[a.op_index]
-        if method.widened_kernel(k, *method.kernel_layout(k, a)) is not None:
+        k = facts.kernels[a.op_index]
+        if facts.widened_kernel(k, *facts.kernel_layout(k, a)) is not None:
             continue  # bfloat16 / float8 operands: its call widens them, a fused one would not
-        fused = _with_epilogue(method, flow, decisions, pc, written, read, specialize)
+        fused = _with_epilogue(facts, flow, decisions, pc, written, read, specialize)
         if fused is not None:
             conv, last, written_out = fused
             decisions[0, pc] = ("call", conv)
@@ -81,22 +82,22 @@ def fuse_epilogues(
     return done
 
 
-def _planned(method: MethodFacts, j: int) -> np.ndarray | None:
+def _planned(facts: MethodFacts, j: int) -> np.ndarray | None:
     """Value ``j``'s planned array when it is a static planned tensor bound at load."""
-    val = method.plan.values[j].val
-    cap = method.capacity.get(j)
+    val = facts.plan.values[j].val
+    cap = facts.capacity.get(j)
     if (
         cap is None
         or not isinstance(val, Tensor)
         or val.shape_dynamism != TensorShapeDynamism.STATIC
         or val.allocation_info is None
-        or method.values[j] is not cap
+        or facts.values[j] is not cap
     ):
         return None
     return cap
 
 
-def _run_after(method, flow, decisions, pc):  # noqa: ANN001, ANN202
+def _run_after(facts, flow, decisions, pc):  # noqa: ANN001, ANN202
     """The elementwise run starting right after instruction ``pc``: its loop, its
     instructions, and the values it reads and writes; or None.
 
@@ -116,26 +117,24 @@ def _run_after(method, flow, decisions, pc):  # noqa: ANN001, ANN202
     a = flow.instructions[last]
     if not isinstance(a, KernelCall):
         return None
-    k = method.kernels[a.op_index]
-    args, outs = method.kernel_layout(k, a)
-    if len(outs) != 1 or outs[0] not in method.capacity:
+    k = facts.kernels[a.op_index]
+    args, outs = facts.kernel_layout(k, a)
+    if len(outs) != 1 or outs[0] not in facts.capacity:
         return None
     ins = args[: len(args) - 1]
-    call = single_op_call(
-        k.name, [method.load_time_value(j) for j in ins], method.capacity[outs[0]]
-    )
+    call = single_op_call(k.name, [facts.load_time_value(j) for j in ins], facts.capacity[outs[0]])
     if call is None:
         return None
     return call, [last], [ins[p] for p in call.inputs], outs
 
 
-def _with_epilogue(method, flow, decisions, pc, written, read, specialize):  # noqa: ANN001, ANN202
-    k = method.kernels[flow.instructions[pc].op_index]
-    args, outs = method.kernel_layout(k, flow.instructions[pc])
+def _with_epilogue(facts, flow, decisions, pc, written, read, specialize):  # noqa: ANN001, ANN202
+    k = facts.kernels[flow.instructions[pc].op_index]
+    args, outs = facts.kernel_layout(k, flow.instructions[pc])
     if len(outs) != 1:
         return None
     conv_out, x = outs[0], args[0]
-    run = _run_after(method, flow, decisions, pc)
+    run = _run_after(facts, flow, decisions, pc)
     if run is None:
         return None
     call, pcs, inputs, outputs = run
@@ -155,13 +154,15 @@ def _with_epilogue(method, flow, decisions, pc, written, read, specialize):  # n
     others = [j for j in inputs if j != conv_out]
     if any(_viewed(flow, decisions, j, pc) for j in (x, *others)):
         return None  # a view of another tensor at run time: its memory is unknown
-    target = _planned(method, outputs[0])
-    conv_cap, x_cap = _planned(method, conv_out), _planned(method, x)
+    target = _planned(facts, outputs[0])
+    conv_cap, x_cap = _planned(facts, conv_out), _planned(facts, x)
     if target is None or conv_cap is None or x_cap is None:
         return None
     if not all(a.flags.c_contiguous for a in (target, conv_cap, x_cap)):
         # channels-last (runtime.layout): a clamp or residual add goes into the store
-        stored = _channels_last_epilogue(method, args, conv_out, pcs, outputs[0], target, x_cap)
+        stored = _channels_last_epilogue(
+            facts, k.name, args, conv_out, pcs, outputs[0], target, x_cap
+        )
         if stored is not None:
             return stored
     if (
@@ -173,7 +174,7 @@ def _with_epilogue(method, flow, decisions, pc, written, read, specialize):  # n
         or np.may_share_memory(target, x_cap)
     ):
         return None
-    extra = {j: _other_input(method, flow, j, target) for j in others}
+    extra = {j: _other_input(facts, flow, j, target) for j in others}
     if any(a is None for a in extra.values()):
         return None
     in_place = [j for j, a in extra.items() if np.may_share_memory(a, target)]
@@ -204,139 +205,54 @@ def _with_epilogue(method, flow, decisions, pc, written, read, specialize):  # n
     loop_fn = call.lazy_function(True, {inputs.index(alias): 0})
     # deferred: inside a whole-method function the loop's own entry point is never called
     loop = deferral.form_entry_point(loop_fn, loop_args)
-    step = _conv_step(method, k, args, conv_out, into, Step(loop_fn, loop_args))
+    step = _conv_step(facts, k, args, conv_out, into, Step(loop_fn, loop_args))
 
-    def conv_then_epilogue(
-        x, w, b, stride, padding, dilation, transposed, output_padding, groups, out
-    ):  # noqa: ANN001, ANN202, E501
-        conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, into)
+    def conv_then_epilogue(*args: Any) -> Any:
+        conv(*args[:-1], into)
         loop(*loop_args)
-        return out
+        return args[-1]
 
     # (without a step the pair keeps its method from compiling whole: the convolution's
-    # plain step would leave out the run)
-    conv_then_epilogue.with_epilogue = True
-    if step is not None:  # the pair as two steps of a whole-method function
-        conv_then_epilogue.step = step
-        conv_then_epilogue.fills_outputs = True
+    # plain step would leave out the run; with one, the pair is two steps of a
+    # whole-method function)
+    offer(conv_then_epilogue, with_epilogue=True, step=step, fills_outputs=step is not None)
     return conv_then_epilogue, last, outputs[0]
 
 
-# Runs a channels-last convolution applies as it stores (runtime.layout): clamps with
-# constant bounds, as (low, high) from the instruction's arguments.
-_CLAMPS = {
-    "aten::relu.out": lambda v: (0.0, math.inf),
-    "aten::hardtanh.out": lambda v: (v[1], v[2]),
-    "aten::clamp.out": lambda v: (
-        -math.inf if v[1] is None else v[1],
-        math.inf if v[2] is None else v[2],
-    ),
-}
-
-
-# Activations the channels-last kernels apply in registers (their ``activation`` codes).
-SILU, HARDSWISH = 1, 2
-
-
-def _number(method: MethodFacts, j: int) -> float | None:
+def _number(facts: MethodFacts, j: int) -> float | None:
     """Value ``j`` as a number: a scalar, or a one-element constant tensor."""
-    v = method.values[j]
-    if isinstance(v, np.ndarray) and v.size == 1 and j in method.constant_values:
+    v = facts.values[j]
+    if isinstance(v, np.ndarray) and v.size == 1 and j in facts.constant_values:
         v = v.reshape(()).item()
     return float(v) if type(v) in (int, float) else None
 
 
-def _store_pass(method: MethodFacts, conv_out: int, pcs: list[int]) -> tuple[Any, ...] | None:
-    """(residual value, low, high, activation) when the run after a convolution is what
-    the channels-last kernels apply as they store: an add of a tensor (alpha 1), then SiLU
-    (x * sigmoid(x)) or hardswish (x * clamp(x + 3, 0, 6) / 6, as exported), then clamps,
-    each reading the one before. None for any other run."""
-    instructions = method.plan.chains[0].instructions
+def _run_ops(facts: MethodFacts, pcs: list[int]) -> list[tuple[str, list[int], int | None]]:
+    """The run's instructions as (operator name, arguments, output) triples."""
+    instructions = facts.plan.chains[0].instructions
     ops = []
     for pc in pcs:
         a = instructions[pc].instr_args
-        k = method.kernels[a.op_index]
-        args, outs = method.kernel_layout(k, a)
+        k = facts.kernels[a.op_index]
+        args, outs = facts.kernel_layout(k, a)
         ops.append((k.name, args, outs[0] if outs else None))
-    current, residual, activation = conv_out, None, 0
-    low, high = -math.inf, math.inf
-
-    def take(n: int) -> None:
-        nonlocal ops, current
-        current = ops[n - 1][2]
-        ops = ops[n:]
-
-    if ops and ops[0][0] == "aten::add.out":
-        args = ops[0][1]
-        if _number(method, args[2]) != 1 or current not in args[:2]:
-            return None
-        residual = args[1] if args[0] == current else args[0]
-        if residual == current or isinstance(method.values[residual], (int, float)):
-            return None
-        take(1)
-    if (
-        len(ops) >= 2
-        and ops[0][0] == "aten::sigmoid.out"
-        and ops[0][1][0] == current
-        and ops[1][0] == "aten::mul.out"
-        and sorted(ops[1][1][:2]) == sorted([current, ops[0][2]])
-    ):
-        activation = SILU
-        take(2)
-    elif (found := _hardswish(method, ops, current)) is not None:
-        activation = HARDSWISH
-        take(found)
-    for clamps, (name, args, _) in enumerate(list(ops)):
-        clamp = _CLAMPS.get(name)
-        if clamp is None or args[0] != current:
-            return None
-        bounds = clamp([method.values[j] for j in args])
-        if any(type(b) not in (int, float) for b in bounds):
-            return None
-        if clamps and (bounds[0] > high or bounds[1] < low):
-            return None  # (disjoint clamps in a row are not one clamp)
-        low, high = max(low, bounds[0]), min(high, bounds[1])
-        take(1)
-    return residual, low, high, activation
+    return ops
 
 
-def _hardswish(method: MethodFacts, ops: list, x: int) -> int | None:
-    """How many of ``ops`` compute hardswish of ``x`` as exported: add 3, clamp to [0, 6]
-    (one or two clamps), multiply by ``x``, divide by 6; or None."""
-    if len(ops) < 4 or ops[0][0] != "aten::add.out":
-        return None
-    args = ops[0][1]
-    if args[0] != x or _number(method, args[1]) != 3 or _number(method, args[2]) != 1:
-        return None
-    t, n, low, high = ops[0][2], 1, -math.inf, math.inf
-    while n < len(ops) and ops[n][0] in _CLAMPS and ops[n][1][0] == t:
-        bounds = _CLAMPS[ops[n][0]]([method.values[j] for j in ops[n][1]])
-        if any(type(b) not in (int, float) for b in bounds):
-            return None
-        low, high = max(low, bounds[0]), min(high, bounds[1])
-        t, n = ops[n][2], n + 1
-    if (low, high) != (0, 6) or n + 2 > len(ops):
-        return None
-    mul, div = ops[n], ops[n + 1]
-    if mul[0] != "aten::mul.out" or sorted(mul[1][:2]) != sorted([x, t]):
-        return None
-    if div[0] != "aten::div.out" or div[1][0] != mul[2] or _number(method, div[1][1]) != 6:
-        return None
-    return n + 2
-
-
-def _channels_last_epilogue(method, args, conv_out, pcs, out, target, x_cap):  # noqa: ANN001, ANN202
+def _channels_last_epilogue(facts, name, args, conv_out, pcs, out, target, x_cap):  # noqa: ANN001, ANN202
     """A convolution with a channels-last operand and the clamp / residual add after it as
-    one step of the channels-last kernels, written straight into the run's output."""
-    from pyexecutorch.kernels.conv.compiled import channels_last_step  # noqa: PLC0415
-
-    found = _store_pass(method, conv_out, pcs)
+    one step of the channels-last kernels, written straight into the run's output (see
+    OperatorFacts.epilogue)."""
+    epilogue = facts_of(name).epilogue
+    found = epilogue.store_pass(
+        _run_ops(facts, pcs), conv_out, lambda j: _number(facts, j), facts.values.__getitem__
+    )
     if found is None:
         return None
-    residual, low, high, activation = found
+    residual = found.residual
     extra = None
     if residual is not None:
-        extra = _planned(method, residual)
+        extra = _planned(facts, residual)
         if extra is None or extra.shape != target.shape or extra.dtype != target.dtype:
             return None
         if np.may_share_memory(extra, target) and not (
@@ -345,32 +261,27 @@ def _channels_last_epilogue(method, args, conv_out, pcs, out, target, x_cap):  #
             return None
     if np.may_share_memory(target, x_cap):
         return None
-    values = [method.load_time_value(j) for j in args[:-1]]
-    epilogue = {"low": low, "high": high, "residual": extra}
-    if activation:
-        epilogue["activation"] = activation
-    try:
-        conv = channels_last_step(*values, target, **epilogue)
-    except TypeError:  # (kernels without that activation)
-        return None
+    values = [facts.load_time_value(j) for j in args[:-1]]
+    conv = epilogue.channels_last_step(values, target, found, extra)
     if conv is None:
         return None
     return conv, pcs[-1], out
 
 
-def _conv_step(method, k, args, conv_out, into, loop: Step) -> list[tuple] | None:  # noqa: ANN001
+def _conv_step(facts, k, args, conv_out, into, loop: Step) -> list[tuple] | None:  # noqa: ANN001
     """The convolution writing ``into`` then the epilogue's loop, as two calls, or None."""
-    form = get_compiled_form(CONVOLUTION)
+    form = get_compiled_form(k.name)
     if form is None:
         return None
-    values = [method.load_time_value(j) for j in args[:-1]]
+    values = [facts.load_time_value(j) for j in args[:-1]]
     try:
         conv = form(*values, into, whole=True)
     except Exception:  # noqa: BLE001 - a form that cannot decide offers no step
         return None
     if conv is None:
         return None
-    return [conv.step, (loop.function, loop.args)]
+    step = fast_path_of(conv).step
+    return None if step is None else [step, (loop.function, loop.args)]
 
 
 def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:
@@ -378,10 +289,10 @@ def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:
     return any(j in flow.writes[q] and decisions.get((0, q), ("",))[0] == "view" for q in range(pc))
 
 
-def _other_input(method: MethodFacts, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
+def _other_input(facts: MethodFacts, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
     """The array a run's input other than the convolution's output is at every run, when
     the fused call may read it: bound at load, dense, of the output's shape and dtype."""
-    arr = method.values[j] if j in method.constant_values else _planned(method, j)
+    arr = facts.values[j] if j in facts.constant_values else _planned(facts, j)
     if (
         not isinstance(arr, np.ndarray)
         or j in flow.rebound

@@ -112,8 +112,9 @@ class EventTracer:
     ) -> int:
         """The key of one kernel instruction: ``native_call_<op>.<overload>`` inside ``OPERATOR_CALL``.
 
-        Primitive operators (``executorch_prim::``, ``aten::sym_size.int``) have
-        no generated wrapper in the official runtime, hence only ``OPERATOR_CALL``.
+        Primitive operators (``prim``: the stack-style ones, see
+        ``OperatorFacts.stack_style``) have no generated wrapper in the official runtime,
+        hence only ``OPERATOR_CALL``.
         """
         call = ProfileEvent(name="OPERATOR_CALL", chain_index=chain, instruction_id=instruction)
         if prim:

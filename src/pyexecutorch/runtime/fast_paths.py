@@ -20,6 +20,7 @@ from pyexecutorch.kernels.registry import (
     fast_path_of,
     get_compiled_form,
     get_specializer,
+    offer,
     options_of,
 )
 from pyexecutorch.runtime.layout import channels_last_form
@@ -47,6 +48,18 @@ def _filling(fast: Callable[..., Any]) -> Callable[..., Any]:
         return out
 
     return filled
+
+
+class PendingFastPath(deferral.PendingEntryPoint):
+    """A kernel's load-time fast path that writes the out array it is given and returns
+    it (``fills_outputs``), made when first called or when its line is kept: in a method
+    compiled whole the kernel's compiled step does the work, and the fast path (a
+    convolution's packed weights and generated code) would never run."""
+
+    __slots__ = ()
+
+
+offer(PendingFastPath, fills_outputs=True)
 
 
 def whole_form_step(name: str, args: list[Any]) -> Step | None:
@@ -146,7 +159,7 @@ class FastPaths:
             if fast is not None:
                 return fast
             numpy_fast = candidates[1:]
-            return deferral.PendingFastPath(
+            return PendingFastPath(
                 None,
                 (),
                 lambda: _filling(self._fast_path(numpy_fast, args, dynamic, unused) or k.fn),

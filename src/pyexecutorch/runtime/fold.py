@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from pyexecutorch.kernels.common import quiet_fp
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import (
     IntList,
@@ -31,17 +32,6 @@ from pyexecutorch.schema.program import (
 
 if TYPE_CHECKING:
     from pyexecutorch.runtime.method_facts import MethodFacts
-
-# Operators whose result is not a function of their arguments.
-IMPURE_OPERATORS = frozenset(
-    {
-        "aten::rand.out",
-        "aten::randn.out",
-        "aten::native_dropout.out",
-        "aten::empty.out",
-        "dim_order_ops::_empty_dim_order.out",
-    }
-)
 
 
 def fold_constants(method: MethodFacts, written: set[int], flow: Flow | None) -> set[int]:
@@ -76,7 +66,7 @@ def fold_constants(method: MethodFacts, written: set[int], flow: Flow | None) ->
         if not isinstance(a, KernelCall):
             continue
         k = method.kernels[a.op_index]
-        if k.n_outs != 1 or k.name in IMPURE_OPERATORS:
+        if k.n_outs != 1 or facts_of(k.name).impure:
             continue
         args, outs = method.kernel_layout(k, a)
         j = outs[0]

@@ -30,6 +30,7 @@ import numpy as np
 
 from pyexecutorch.jit import generated
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS, Formula
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorList, TensorShapeDynamism
 
@@ -40,9 +41,6 @@ HALF = np.dtype(np.float16)
 _FLOAT_DTYPES = {np.dtype(np.float32), np.dtype(np.float64), HALF}
 _INT_DTYPES = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
 _LOOP_DTYPES = _FLOAT_DTYPES | _INT_DTYPES | {np.dtype(np.bool_)}  # what a loop stores
-
-
-_SPLITS = {"aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out"}
 
 
 @dataclass(frozen=True)
@@ -320,13 +318,13 @@ def _literal(value: Any, dtype: np.dtype) -> str | None:
 class Fuser:
     """Finds the fusable runs of one single-chain method and builds their loops."""
 
-    def __init__(self, method: MethodFacts, flow: Flow, written: set[int], region: dict) -> None:
-        self.method = method
+    def __init__(self, facts: MethodFacts, flow: Flow, written: set[int], region: dict) -> None:
+        self.facts = facts
         self.flow = flow
         self.written = written
         self.view_region = region  # where elided views read (ViewElider.region)
-        self.evalues = method.plan.values
-        self.outputs = set(method.plan.outputs)
+        self.evalues = facts.plan.values
+        self.outputs = set(facts.plan.outputs)
         self.pieces: dict[int, _Piece] = {}  # an equal split's outputs (see split_pieces)
 
     def split_pieces(self, pc: int, k: Any, args: list[int], outs: list[int]) -> None:
@@ -336,15 +334,16 @@ class Fuser:
         ``piece * extent`` along the split dimension, generic in sizes) and the
         split is skipped when nothing else reads its pieces.
         """
-        if k.name not in _SPLITS or len(outs) != 1:
+        at = facts_of(k.name).split_dim  # the argument giving the split dimension
+        if at is None or len(outs) != 1 or at >= len(args):
             return
-        m = self.method
+        m = self.facts
         src = args[0]
         listed = self.evalues[outs[0]].val
         if not self._static_tensor(src) or not isinstance(listed, TensorList):
             return
         items = list(listed.items)
-        dim = m.values[args[2]] if args[2] not in self.written else None
+        dim = m.values[args[at]] if args[at] not in self.written else None
         shape = m.capacity[src].shape
         if not items or isinstance(dim, bool) or not isinstance(dim, int) or not shape:
             return
@@ -393,7 +392,7 @@ class Fuser:
         formula = FORMULAS.get(k.name)
         if formula is None or len(outs) != 1:
             return None
-        m = self.method
+        m = self.facts
         out = outs[0]
         if not self._static_tensor(out) or out in m.constant_values:
             return None
@@ -476,7 +475,7 @@ class Fuser:
         :func:`_widens`)."""
         runs: list[list[_Member]] = []
         current: list[_Member] = []
-        cap = self.method.capacity
+        cap = self.facts.capacity
         dtype = None
         for pc in sorted(candidates):
             mem = candidates[pc]
@@ -499,7 +498,7 @@ class Fuser:
         stored channels-last (the numpy kernel would take it strided)."""
         return (
             sum(m.formula.passes for m in run) > 1
-            or not self.method.capacity[run[-1].out].flags.c_contiguous
+            or not self.facts.capacity[run[-1].out].flags.c_contiguous
         )
 
     def _stored(self, run: list[_Member]) -> list[int]:
@@ -533,7 +532,7 @@ class Fuser:
         stored output (the loop stores both at each element: where their bytes overlap in
         another layout, a later element's store would clobber an earlier one's, and the
         program's order, the later instruction's values over the earlier's, is lost)."""
-        m = self.method
+        m = self.facts
         bounds = self.flow.bounds
         for n, o in enumerate(stored):
             lo, hi = bounds.get(o, (0, 0))
@@ -576,7 +575,7 @@ class Fuser:
 
     def build(self, run: list[_Member]) -> FusedCall | None:
         """The fused loop of ``run``, or None when it cannot be fused safely."""
-        m = self.method
+        m = self.facts
         produced: dict[int, str] = {}
         inputs: list[int] = []
         input_names: dict[int, str] = {}
@@ -640,16 +639,16 @@ class Fuser:
     def _piece_index(self, j: int, piece: _Piece, shape: tuple[int, ...]) -> str:
         """Index into the split tensor of piece ``j`` at the loop's position."""
         parts = self._index(j, shape).split(", ")
-        offset = len(shape) - self.method.capacity[j].ndim
+        offset = len(shape) - self.facts.capacity[j].ndim
         loop_dim = offset + piece.axis
-        size = self.method.capacity[j].shape[piece.axis]
+        size = self.facts.capacity[j].shape[piece.axis]
         extent = "1" if size == 1 else f"out0.shape[{loop_dim}]"
         parts[piece.axis] = f"{parts[piece.axis]} + {piece.n} * {extent}"
         return ", ".join(parts)
 
     def _index(self, j: int, shape: tuple[int, ...]) -> str:
         """Index of input ``j`` at the loop's position: broadcast dimensions read element 0."""
-        in_shape = self.method.capacity[j].shape
+        in_shape = self.facts.capacity[j].shape
         if not in_shape:
             return "()"
         offset = len(shape) - len(in_shape)
@@ -661,7 +660,7 @@ class Fuser:
 
 
 def fuse(
-    method: MethodFacts,
+    facts: MethodFacts,
     flow: Flow | None,
     decisions: dict[tuple[int, int], tuple[str, Any]],
     written: set[int],
@@ -671,7 +670,7 @@ def fuse(
     ``("fused", FusedCall)``, the others ``("skip", None)``."""
     if flow is None:
         return
-    fuser = Fuser(method, flow, written, view_region)
+    fuser = Fuser(facts, flow, written, view_region)
     from pyexecutorch.runtime.fusion_reductions import (  # noqa: PLC0415 - imports this module
         build_group,
         groups,
@@ -686,8 +685,8 @@ def fuse(
         a = flow.instructions[pc]
         if not isinstance(a, KernelCall):
             continue
-        k = method.kernels[a.op_index]
-        args, outs = method.kernel_layout(k, a)
+        k = facts.kernels[a.op_index]
+        args, outs = facts.kernel_layout(k, a)
         fuser.split_pieces(pc, k, args, outs)
         member = fuser.member(pc, k, args, outs)
         if member is not None:

@@ -14,7 +14,8 @@ exp) is first stored in a row of scratch by a loop of its own, which vectorizes
 where the float64 sum cannot, and read back from there by the later loops.
 
 Each reduction is written once as primitive steps (sum, max, elementwise
-formulas) in :data:`REDUCTIONS`. Sums accumulate in float64 and are rounded
+formulas) by its family, declared to the registry as its ``fused_reduction``
+(:class:`pyexecutorch.kernels.registry.Reduction`). Sums accumulate in float64 and are rounded
 once to the dtype, within the kernel tests' tolerances of the numpy kernels'
 pairwise float32 sums; NaN and infinities propagate as there. float16 groups
 compute their reductions in float32 and round what each instruction outputs to
@@ -27,13 +28,13 @@ sizes.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pyexecutorch.jit import generated
+from pyexecutorch.kernels.registry import Reduction, facts_of
 from pyexecutorch.runtime.fusion import (
     _FLOAT_DTYPES,
     _LIBRARY_CALLS,
@@ -83,99 +84,6 @@ class _Graph:
         return self.add(ROW, "", (x,), kind)
 
 
-# ----------------------------------------------------------------- the table
-# Each builder gets the graph, the reduced input's node, the element count of one
-# row (a source expression), the constant arguments and the tensor operands' nodes
-# (position -> node or None), and returns the node of each output position.
-
-
-def _softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
-    m = g.reduce("max", x)
-    e = g.elem("EXP({0} - {1})", x, m)
-    return {0: g.elem("{0} / {1}", e, g.reduce("sum", e))}
-
-
-def _log_softmax(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
-    m = g.reduce("max", x)
-    s = g.reduce("sum", g.elem("EXP({0} - {1})", x, m))
-    return {0: g.elem("({0} - {1}) - math.log({2})", x, m, s)}
-
-
-def _layer_norm(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
-    mean = g.elem("{0} / " + n, g.reduce("sum", x))
-    d = g.elem("{0} - {1}", x, mean)
-    var = g.elem("{0} / " + n, g.reduce("sum", g.elem("{0} * {0}", d)))
-    rstd = g.elem(f"C(1) / math.sqrt({{0}} + {c[4]})", var)
-    y = g.elem("{0} * {1}", d, rstd)
-    if t.get(2) is not None:
-        y = g.elem("{0} * {1}", y, t[2])
-    if t.get(3) is not None:
-        y = g.elem("{0} + {1}", y, t[3])
-    return {0: y, 1: mean, 2: rstd}
-
-
-def _sum(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
-    return {0: g.elem("{0}", g.reduce("sum", x))}
-
-
-def _mean(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
-    return {0: g.elem("{0} / " + n, g.reduce("sum", x))}
-
-
-def _any(g: _Graph, x: str, n: str, c: dict, t: dict) -> dict[int, str]:
-    return {0: g.reduce("any", x)}
-
-
-@dataclass(frozen=True)
-class Reduction:
-    """How one reduction operator's arguments read, and its steps."""
-
-    build: Callable[..., dict[int, str]]
-    dims: Callable[[dict[int, Any], int], tuple[int, ...] | None]  # constants, rank -> dims
-    tensors: tuple[int, ...] = ()  # optional tensor operands besides the input (position 0)
-    keepdim_at: int | None = None  # the keepdim argument; None: outputs keep every dimension
-    constant: Callable[[dict[int, Any]], bool] = lambda c: True  # accepted constant arguments
-    tests: bool = False  # bool in and out (any): only inside a group of a float reduction
-
-
-def _softmax_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
-    d = c[1]
-    if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
-        return None
-    return (d % rank,)
-
-
-def _listed_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
-    dims = c[1]
-    if dims is None or len(dims) == 0:
-        return tuple(range(rank))
-    if any(isinstance(d, bool) or not -rank <= d < rank for d in dims):
-        return None
-    out = tuple(sorted({d % rank for d in dims}))
-    return out if len(out) == len(dims) else None
-
-
-def _trailing_dims(c: dict[int, Any], rank: int) -> tuple[int, ...] | None:
-    k = len(c[1])
-    return tuple(range(rank - k, rank)) if 0 < k <= rank else None
-
-
-REDUCTIONS: dict[str, Reduction] = {
-    "aten::_softmax.out": Reduction(_softmax, _softmax_dims, constant=lambda c: c[2] is False),
-    "aten::_log_softmax.out": Reduction(
-        _log_softmax, _softmax_dims, constant=lambda c: c[2] is False
-    ),
-    "aten::native_layer_norm.out": Reduction(
-        _layer_norm, _trailing_dims, tensors=(2, 3), constant=lambda c: isinstance(c[4], float)
-    ),
-    "aten::mean.out": Reduction(_mean, _listed_dims, keepdim_at=2, constant=lambda c: c[3] is None),
-    "aten::sum.IntList_out": Reduction(
-        _sum, _listed_dims, keepdim_at=2, constant=lambda c: c[3] is None
-    ),
-    "aten::any.out": Reduction(_any, _softmax_dims, keepdim_at=2, tests=True),
-}
-
-
 # ----------------------------------------------------------------- members
 
 
@@ -194,10 +102,10 @@ class _ReductionMember:
 
 def reduction_member(fuser: Fuser, pc: int, k: Any, args: list[int], outs: list[int]) -> Any:
     """Instruction ``pc`` as a fusable reduction, or None."""
-    op = REDUCTIONS.get(k.name)
+    op = facts_of(k.name).fused_reduction
     if op is None:
         return None
-    m = fuser.method
+    m = fuser.facts
     n_in = len(args) - len(outs)
     x = args[0]
     if not fuser._static_tensor(x) or not all(fuser._static_tensor(o) for o in outs):
@@ -283,7 +191,7 @@ class _Builder:
 
     def __init__(self, fuser: Fuser, group: list[Any]) -> None:
         self.fuser = fuser
-        self.m = fuser.method
+        self.m = fuser.facts
         self.group = group
         red = next(g for g in group if isinstance(g, _ReductionMember))
         self.full = red.full
@@ -667,7 +575,7 @@ def build_group(fuser: Fuser, group: list[Any]) -> ReducedCall | None:
 def _safe(fuser: Fuser, b: _Builder, stored: list[int]) -> bool:
     """No stored output overlaps another or an input, except a full-shape output on a
     full-shape input's very elements (it is written after that element's last read)."""
-    m = fuser.method
+    m = fuser.facts
     bounds = fuser.flow.bounds
     regions = []
     for x in b.inputs:
@@ -694,17 +602,12 @@ def _outs(mem: Any) -> list[int]:
     return mem.outs if isinstance(mem, _ReductionMember) else [mem.out]
 
 
-# Reductions that, on a stored input, run as well as their standalone compiled kernels
-# (kernels/reduce/compiled.py: sums over one run of axes, eight partial sums per row).
-_STANDALONE = (_sum, _mean)
-
-
 def _stored_before(fuser: Fuser, group: list[Any], red: _ReductionMember, dtype: Any) -> bool:
     """Whether ``red``'s prologue is better left to an elementwise loop of its own: the
     reduced input is stored anyway (a squeeze-excite's SiLU, read again by its scaling),
     so fusing saves one read of it, while the fused loop computes the prologue row by
     row, which does not vectorize on short rows (2x2 pixels), and the flat loop does."""
-    if len(group) < 2 or dtype == HALF or red.op.build not in _STANDALONE:
+    if len(group) < 2 or dtype == HALF or not red.op.standalone:
         return False
     from pyexecutorch.kernels.reduce.compiled import axis_run  # noqa: PLC0415 - needs numba
 
@@ -721,7 +624,7 @@ def groups(fuser: Fuser, candidates: dict[int, Any], reductions: dict[int, Any])
     A group needs at least one elementwise member: a reduction alone is the
     standalone kernel's business (except in float16, which no compiled kernel takes).
     """
-    cap = fuser.method.capacity
+    cap = fuser.facts.capacity
     taken: set[int] = set()
     found = []
     for pc in sorted(reductions):

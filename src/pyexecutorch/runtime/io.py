@@ -205,7 +205,7 @@ def input_decls(plan: ExecutionPlan) -> list[InputDecl]:
 
 
 class ExactSlot(NamedTuple):
-    """What one input must be to take the exact path (see LoadedMethod.exact_installer)."""
+    """What one input must be to take the exact path (see runtime.exact_inputs)."""
 
     index: int  # value index
     dtype: np.dtype | None  # a tensor's dtype; None for a scalar input

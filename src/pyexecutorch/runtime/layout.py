@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pyexecutorch.kernels.registry import facts_of
+from pyexecutorch.kernels.registry import facts_of, offer
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.schema.program import (
     ExecutionPlan,
@@ -297,11 +297,10 @@ class PlannedStep:
     call a whole-method function makes; called as the kernel is (which only a method that
     did not compile whole would do), it runs the reference kernel."""
 
-    fills_outputs = True  # its outputs stay their planned arrays (see runtime.lowering)
-
     def __init__(self, step: tuple[Any, tuple[Any, ...]], reference: Any) -> None:
-        self.step = step
         self._reference = reference
+        # (its outputs stay their planned arrays: see runtime.lowering)
+        offer(self, step=step, fills_outputs=True)
 
     def __call__(self, *args: Any) -> Any:
         return self._reference(*args)

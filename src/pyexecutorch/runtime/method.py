@@ -9,7 +9,7 @@ decisions :attr:`LoadedMethod.method_plan` records. ``run`` then only calls kern
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -17,10 +17,9 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime import shape_plans
-from pyexecutorch.runtime.codegen import CompiledChain, Namespace, failing_instruction
+from pyexecutorch.runtime.codegen import CompiledChain, failing_instruction
 from pyexecutorch.runtime.errors import ExecutionError
 from pyexecutorch.runtime.etdump import EventTracer, clock
-from pyexecutorch.runtime.io import ExactSlot
 from pyexecutorch.runtime.limits import (
     DEFAULT_LIMITS,
     InstructionBudgetError,
@@ -38,31 +37,6 @@ from pyexecutorch.schema.program import DelegateCall, ExecutionPlan, KernelCall
 from pyexecutorch.schema.pte import PteFile
 
 __all__ = ["LoadedMethod", "SharedArenas"]
-
-
-class _BoundShapes:
-    """The shapes a dynamic input has been accepted at, each with the view of its planned
-    storage there (True for an input the method reads as given): what the generated input
-    installer looks up, so that a repeated shape costs one dictionary look-up."""
-
-    _MAX = 256  # distinct shapes kept; then forgotten (a dynamic dim may take many sizes)
-
-    def __init__(self, bound: tuple[int, ...], planned: np.ndarray | None) -> None:
-        self.bound = tuple(bound)
-        self.planned = planned
-        self.views: dict[tuple[int, ...], Any] = {}
-
-    def accept(self, shape: tuple[int, ...]) -> Any:
-        """The view for ``shape`` (True without planned storage), or None past the bounds."""
-        if len(shape) != len(self.bound) or any(
-            n > b for n, b in zip(shape, self.bound, strict=True)
-        ):
-            return None
-        if len(self.views) >= self._MAX:
-            self.views.clear()
-        view = True if self.planned is None else fit(self.planned, shape)
-        self.views[shape] = view
-        return view
 
 
 class LoadedMethod:
@@ -206,75 +180,6 @@ class LoadedMethod:
         dst = cap if shape == cap.shape else fit(cap, shape)
         np.copyto(dst, value, casting="no")
         self.values[spec.index] = dst
-
-    def exact_installer(self, slots: Sequence[ExactSlot]) -> Callable[[Sequence[Any]], bool]:
-        """A function installing the inputs when each is exactly what its slot declares, or
-        returning False when one is not, generated once for these ``slots``.
-
-        A dense, writable array of the declared dtype and shape (within its bounds for a
-        dynamic one), or for a scalar input the very value the method was exported with,
-        needs none of the general conversions and checks
-        (:func:`pyexecutorch.runtime.io.exact_slots`); this is the common call. Each
-        static check is a comparison against a bound constant and every planned input
-        one copy; a dynamic input's shape is looked up among those already accepted
-        (:class:`_BoundShapes`: the planned storage's view at it). An input that fails
-        may leave the ones before it installed, which is harmless since the general path
-        then installs them all again. Without slots only a call with no inputs is exact.
-        """
-        if not slots:
-            return lambda inputs: len(inputs) == 0
-        ns = Namespace()
-        xs = [f"x{k}" for k in range(len(slots))]
-        src = [
-            "def install(inputs):",
-            f"    if len(inputs) != {len(slots)}: return False",
-            f"    {', '.join(xs)}, = inputs",
-        ]
-        stores = []
-        for x, (index, dtype, shape, planned, dynamic, scalar) in zip(xs, slots, strict=True):
-            if dtype is None:
-                kind, value = ns.bind(type(scalar), "Y"), ns.bind(scalar, "S")
-                src.append(f"    if type({x}) is not {kind} or {x} != {value}: return False")
-                stores.append(f"    v[{index}] = {x}")
-                continue
-            array, dt = ns.bind(np.ndarray, "N"), ns.bind(dtype, "D")
-            if dynamic:
-                bounds = _BoundShapes(shape, planned)
-                views, accept = ns.bind(bounds.views, "V"), ns.bind(bounds.accept, "A")
-                src += [
-                    f"    if type({x}) is not {array} or {x}.dtype != {dt}: return False",
-                    f"    {x}s = {views}.get({x}.shape)",
-                    f"    if {x}s is None: {x}s = {accept}({x}.shape)",
-                    f"    if {x}s is None: return False",
-                ]
-                if planned is None:
-                    src.append(
-                        f"    if not ({x}.flags.c_contiguous and {x}.flags.writeable): return False"
-                    )
-                    stores.append(f"    v[{index}] = {x}")
-                else:
-                    stores.append(f"    {x}s[...] = {x}; v[{index}] = {x}s")
-                continue
-            src.append(
-                f"    if type({x}) is not {array} or {x}.dtype != {dt} or {x}.shape != "
-                f"{ns.bind(tuple(shape), 'S')}: return False"
-            )
-            if planned is None:
-                # read by the method itself: dense and writable, as the general path makes it
-                src.append(
-                    f"    if not ({x}.flags.c_contiguous and {x}.flags.writeable): return False"
-                )
-                stores.append(f"    v[{index}] = {x}")
-            else:
-                storage = ns.bind(planned, "P")
-                stores.append(f"    {storage}[...] = {x}; v[{index}] = {storage}")
-        src += [*stores, "    return True"]
-        namespace = {**ns.names, "v": self.values}
-        exec(
-            compile("\n".join(src) + "\n", f"<pyexecutorch inputs of {self.name!r}>", "exec"),
-            namespace,
-        )  # noqa: S102
-        return namespace["install"]
 
     def _traced_run(self) -> None:
         """``run`` of a traced method: one ``Execute`` block per run, outputs logged."""

@@ -22,6 +22,7 @@ from pyexecutorch.runtime.data_loader import (
     segments_for_method,
 )
 from pyexecutorch.runtime.etdump import EventTracer
+from pyexecutorch.runtime.exact_inputs import exact_installer
 from pyexecutorch.runtime.io import (
     Input,
     check_install,
@@ -59,7 +60,7 @@ class Method:
         self._decls = input_decls(loaded.plan)
         self._exact = exact_slots(self._decls, loaded.facts)
         self._views = OutputViews(len(loaded.plan.outputs))
-        self._install_exact = loaded.exact_installer(self._exact)
+        self._install_exact = exact_installer(self._exact, loaded.values, loaded.name)
 
     @property
     def metadata(self) -> MethodMeta:

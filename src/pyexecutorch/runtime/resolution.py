@@ -33,10 +33,6 @@ from pyexecutorch.schema.program import (
 )
 from pyexecutorch.schema.pte import PteFile
 
-# Operators whose kernels take the program's output value as their last
-# argument and return its new value (no separate return slot).
-STACK_STYLE_PREFIXES = ("executorch_prim::",)
-
 
 @functools.cache
 def stack_style(name: str) -> bool:
@@ -45,7 +41,7 @@ def stack_style(name: str) -> bool:
     Kept per name: families declare their facts when the kernels import, before any
     method loads, and a load asks this of every kernel call's every access (about a
     thousand times for a small transformer)."""
-    return name.startswith(STACK_STYLE_PREFIXES) or facts_of(name).stack_style
+    return facts_of(name).stack_style
 
 
 def kernel_layout(k: Kernel, call: KernelCall, evalues: Any) -> tuple[list[int], list[int]]:

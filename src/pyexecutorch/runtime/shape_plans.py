@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import accesses
 from pyexecutorch.runtime.errors import ExecutionError
 from pyexecutorch.schema.program import (
@@ -56,47 +57,6 @@ from pyexecutorch.schema.program import (
 if TYPE_CHECKING:
     from pyexecutorch.runtime.method_facts import MethodFacts
 
-# Operators whose output sizes depend on their inputs' values, not only their shapes.
-_DATA_DEPENDENT = frozenset(
-    {
-        "aten::nonzero.out",
-        "aten::masked_select.out",
-        "aten::repeat_interleave.Tensor_out",
-    }
-)
-
-# Operators computing sizes from tensors' sizes: the scalars they write are constants of a
-# static plan.
-_SIZE_OPS = frozenset({"aten::sym_size.int", "aten::sym_numel"})
-_SIZE_PREFIX = "executorch_prim::"
-_NOT_SIZE = frozenset({"executorch_prim::et_copy_index.tensor", "executorch_prim::et_view.default"})
-
-
-# Operators reading a scalar from a tensor's data: their outputs stay live in a static plan.
-_DATA_SCALARS = frozenset({"aten::_local_scalar_dense"})
-# Operators that may take such a scalar as an argument: their output shapes do not depend
-# on it (a slice's does: see _SLICE).
-_TAKES_DATA_SCALARS = frozenset(
-    {
-        "llama::update_cache.out",
-        "llama::update_cache_with_indices.out",
-        "llama::update_quantized_cache.out",
-        "llama::custom_sdpa.out",
-        "llama::sdpa_with_kv_cache.out",
-        "llama::custom_quantized_sdpa.out",
-        "aten::select_copy.int_out",
-    }
-)
-
-_SLICE = "aten::slice_copy.Tensor_out"
-
-_RUN_TIME_VIEW = "executorch_prim::et_view.default"
-_VIEW_COPY = Operator(name="aten::view_copy", overload="out")
-
-
-def _size_op(name: str) -> bool:
-    return name in _SIZE_OPS or (name.startswith(_SIZE_PREFIX) and name not in _NOT_SIZE)
-
 
 @dataclass(frozen=True)
 class Dynamic:
@@ -106,12 +66,13 @@ class Dynamic:
     tensors: tuple[int, ...]
     scalars: tuple[int, ...]
     sizers: frozenset[int]
-    # the run-time views (et_view: neither it nor its source written after it): copies in a
-    # static plan
+    # the run-time views (OperatorFacts.run_time_view: neither it nor its source written
+    # after it): copies in a static plan
     views: frozenset[int] = frozenset()
-    # slices taking scalars read from data: (instruction, its arguments: input, dim, start,
-    # end, step, out), their lengths checked after each run of a static plan
-    slices: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    # slices taking scalars read from data: (instruction, its operator, its arguments:
+    # input, dim, start, end, step, out), their lengths checked after each run of a static
+    # plan
+    slices: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
 
 
 # At most this many static plans per method; later new shapes run instruction by instruction.
@@ -130,9 +91,11 @@ def dynamic_values(method: MethodFacts) -> Dynamic | None:
 
     It must be one straight-line chain of kernel and delegate calls, take tensor
     inputs only (one of them dynamic), keep its dynamic tensors dense in the default
-    dim order within their bounds, compute scalars from sizes (see _size_op) or read
-    them from data where only the operators of _TAKES_DATA_SCALARS and slices take
-    them, and call no operator whose output size depends on data.
+    dim order within their bounds, compute scalars from sizes
+    (OperatorFacts.computes_sizes) or read them from data (reads_scalar) where only
+    operators whose output shapes ignore them (shape_ignores_scalars) and slices
+    (clamped_slice) take them, and call no operator whose output size depends on data
+    (shape_from_data).
     """
     plan = method.plan
     evalues = plan.values
@@ -168,11 +131,13 @@ def dynamic_values(method: MethodFacts) -> Dynamic | None:
         if not isinstance(a, KernelCall):
             return None
         name = method.kernels[a.op_index].name
-        if name in _DATA_DEPENDENT or (name == "aten::index.Tensor_out" and _bool_index(method, a)):
+        facts = facts_of(name)
+        from_values = facts.shape_from_data
+        if from_values == "always" or (from_values == "boolean_mask" and _bool_index(method, a)):
             return None
         writes = accesses(method, a)[1]
         takes_data = any(j in from_data for j in a.args)
-        if _size_op(name):
+        if facts.computes_sizes:
             if any(isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
                 return None
             if takes_data:
@@ -181,15 +146,15 @@ def dynamic_values(method: MethodFacts) -> Dynamic | None:
                 scalars += writes
                 sizers.add(pc)
         elif any(not isinstance(evalues[j].val, (Tensor, TensorList)) for j in writes):
-            if name not in _DATA_SCALARS or takes_data:
+            if not facts.reads_scalar or takes_data:
                 return None
             from_data.update(writes)  # a scalar read from data (item) at run time
         elif takes_data:
-            if name == _SLICE and len(a.args) == 7:
-                slices.append((pc, tuple(a.args[:6])))
-            elif name not in _TAKES_DATA_SCALARS:
+            if facts.clamped_slice and len(a.args) == 7:
+                slices.append((pc, name, tuple(a.args[:6])))
+            elif not facts.shape_ignores_scalars:
                 return None  # its output shape may follow the scalar
-        if name == _RUN_TIME_VIEW and len(a.args) == 3:
+        if facts.run_time_view is not None and len(a.args) == 3:
             views[pc] = (a.args[0], a.args[2])
         for j in writes:
             writers.setdefault(j, []).append(pc)
@@ -305,8 +270,10 @@ class ShapePlans:
             built = self._build(fixed)
             sizes = built.plan.values
             self._slices[key] = [
-                _SliceCheck(pc, *args, tuple(sizes[args[0]].val.sizes), sizes[args[-1]].val.sizes)
-                for pc, args in self.dynamic.slices
+                _SliceCheck(
+                    pc, name, *args, tuple(sizes[args[0]].val.sizes), sizes[args[-1]].val.sizes
+                )
+                for pc, name, args in self.dynamic.slices
             ]
             self.plans[key] = built
         except Exception as e:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
@@ -321,6 +288,7 @@ class _SliceCheck:
     static output of another length would hold a stale tail)."""
 
     pc: int
+    name: str  # the operator's
     source: int
     dim: int
     start: int
@@ -337,7 +305,7 @@ class _SliceCheck:
         length = _slice_length(size, values[self.start], values[self.end], values[self.step])
         if length != self.out_sizes[dim]:
             raise ExecutionError(
-                f"instruction {self.pc} (aten::slice_copy.Tensor_out): the bounds read from "
+                f"instruction {self.pc} ({self.name}): the bounds read from "
                 f"the inputs ({values[self.start]}, {values[self.end]}) give {length} "
                 f"elements of dim {dim} (size {size}), not the {self.out_sizes[dim]} that "
                 "the other tensors of this call's shapes have"
@@ -380,10 +348,13 @@ def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any
             # The view as a copy into its own (unplanned) storage: the runtime's view
             # elision and compiled copies then treat it as any view_copy; nothing
             # writes through it, so the two read the same.
-            if _VIEW_COPY not in operators:
-                operators.append(_VIEW_COPY)
+            view = plan.operators[instr.instr_args.op_index].qualified_name
+            name, _, overload = facts_of(view).run_time_view.partition(".")
+            copy = Operator(name=name, overload=overload)
+            if copy not in operators:
+                operators.append(copy)
             source, size, out = instr.instr_args.args
-            call = KernelCall(operators.index(_VIEW_COPY), [source, size, out, out])
+            call = KernelCall(operators.index(copy), [source, size, out, out])
             instr = Instruction(call)
         instructions.append(instr)
     chain = dataclasses.replace(chain, instructions=instructions)

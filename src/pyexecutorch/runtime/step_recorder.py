@@ -7,10 +7,11 @@ only when the whole chain is made of steps), with the stores that follow it. Whe
 line of a single straight-line chain has one, :meth:`StepRecorder.whole_lines` replaces
 the lines by one call of the generated whole-method function.
 
-A compiled form offers its call on the planned arrays as ``fast.step`` (dispatcher,
-arguments[, checked]), a list of pieces as ``fast.pieces`` (split / cat), a view of its
-input as ``fast.view_of_input``; ``fast.with_epilogue`` marks a convolution whose run
-after it has no step of its own.
+A compiled form offers (:func:`pyexecutorch.kernels.registry.offer`, read by
+``fast_path_of``) its call on the planned arrays as ``step`` (dispatcher, arguments[,
+checked]), a list of pieces as ``pieces`` (split / cat), a view of its input as
+``view_of_input``; ``with_epilogue`` marks a convolution whose run after it has no step
+of its own.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from numpy.lib.array_utils import byte_bounds
 
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import _with_items, accesses
 from pyexecutorch.runtime.errors import InvalidProgramError
 from pyexecutorch.schema.program import (
@@ -379,31 +380,16 @@ def _overlaps(spans: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
     return out
 
 
-# Kernels whose output is a view of an argument's bytes: they change no data.
-_VIEW_KERNELS = frozenset({"executorch_prim::et_view.default"})
-# Kernels that copy their first argument's bytes as they are: written onto those same
-# bytes (a static plan's view_copy standing for a run-time view) they change nothing.
-_BYTE_COPIES = frozenset(
-    {
-        "aten::view_copy.out",
-        "aten::_unsafe_view.out",
-        "aten::alias_copy.out",
-        "aten::squeeze_copy.out",
-        "aten::squeeze_copy.dim_out",
-        "aten::squeeze_copy.dims_out",
-        "aten::unsqueeze_copy.out",
-    }
-)
-
-
 def _overwrites(method: MethodFacts, a: Any) -> bool:
     """Whether instruction ``a`` changes the data of values sharing its outputs' bytes."""
     if not isinstance(a, KernelCall):
         return False
     k = method.kernels[a.op_index]
-    if k.n_outs == 0 or k.name in _VIEW_KERNELS:
+    facts = facts_of(k.name)
+    # a run-time view changes no data; a byte copy onto its source's bytes changes nothing
+    if k.n_outs == 0 or facts.run_time_view is not None:
         return False
-    if k.name in _BYTE_COPIES and a.args:
+    if facts.byte_copy and a.args:
         source, out = _span(method, a.args[0]), _span(method, a.args[-1])
         return source is None or source != out
     return True

@@ -7,7 +7,8 @@ members of a fused run), the chain becomes one generated ``@njit`` function
 calling those loops in order, and ``run`` calls it once: the Python call of
 each instruction disappears.
 
-Kernel fast paths take part through two attributes (read by runtime.step_recorder):
+Kernel fast paths take part through two facts they offer (registry.FastPath, read by
+runtime.step_recorder):
 ``fills_outputs`` (it writes the out arrays it is given and returns them, so
 its outputs stay their planned arrays and later steps can bind them) and
 ``step`` (``(dispatcher, args[, checked])``: its compiled call on the planned
@@ -257,7 +258,12 @@ def copy_step(name: str, args: list[Any], out: np.ndarray | None) -> Step | None
         return None
     if out is None:  # copy_: the destination is the first argument
         out = args[0]
-    src = args[at]
+    return flat_copy_step(args[at], out)
+
+
+def flat_copy_step(src: Any, out: Any) -> Step | None:
+    """Copying array ``src`` into ``out`` (both C-contiguous, same dtype and size) element
+    by element as a Step, or None."""
     if not (isinstance(src, np.ndarray) and isinstance(out, np.ndarray)):
         return None
     if (

@@ -17,7 +17,7 @@ from pyexecutorch.jit import deferral
 from pyexecutorch.kernels.registry import Const, Inline
 from pyexecutorch.runtime.codegen import Line, Namespace, literal
 from pyexecutorch.runtime.errors import InvalidProgramError
-from pyexecutorch.runtime.fast_paths import FastPaths
+from pyexecutorch.runtime.fast_paths import FastPaths, PendingFastPath
 from pyexecutorch.runtime.fusion import (
     HALF,
     FusedCall,
@@ -30,7 +30,7 @@ from pyexecutorch.runtime.method_facts import MethodFacts
 from pyexecutorch.runtime.resolution import delegate_runner
 from pyexecutorch.runtime.step_recorder import EntryPoint, StepRecorder, WholeFunction
 from pyexecutorch.runtime.views import identity
-from pyexecutorch.runtime.whole_method import Step, copy_step
+from pyexecutorch.runtime.whole_method import Step, flat_copy_step
 from pyexecutorch.schema.program import (
     DelegateCall,
     FreeCall,
@@ -292,7 +292,7 @@ class ChainWriter:
         if src is not None and src.flags.c_contiguous:
             # the same bytes every run: their view in the destination's shape, made now
             line = f"{copy}({self.out_expr(out)}, {ns.bind(src.reshape(dst.shape), 'C')})"
-            self.recorder.record(pc, lambda: copy_step("aten::clone.out", [src], dst), stores)
+            self.recorder.record(pc, lambda: flat_copy_step(src, dst), stores)
         else:
             line = f"{copy}({self.out_expr(out)}, {self.expr(source)}.reshape({dst.shape!r}))"
         return "; ".join([line, *stores])
@@ -305,6 +305,6 @@ class ChainWriter:
             names[self.ns.bind(placeholder)] = placeholder.load()
         deferral.bind_entry_points(names.values(), pending)
         for name, held in list(names.items()):  # see OperatorFacts.step_only_when_whole
-            if type(held) is deferral.PendingFastPath:
+            if type(held) is PendingFastPath:
                 names[name] = held.load()
         self.entry_points.clear()

@@ -35,7 +35,7 @@ from pyexecutorch.jit.variants import choose, njit_renamed, serial_and_parallel
 from pyexecutorch.kernels.conv.compiled_dense import dense_step
 from pyexecutorch.kernels.conv.compiled_pointwise import POINTWISE_DIRECT, pointwise_direct_pays
 from pyexecutorch.kernels.conv.conv import signature_or_none
-from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form
+from pyexecutorch.kernels.registry import Const, Inline, KernelError, compiled_form, offer
 
 # Without a BLAS for compiled code only the depthwise steps (plain loops) are offered and
 # the products stay on numpy.
@@ -377,17 +377,16 @@ class ConvStep:
     """A convolution as a compiled call on its planned arrays (``step``); called as the
     kernel is, it runs that call when given those arrays and the reference otherwise."""
 
-    fills_outputs = True  # out stays the planned array (see runtime.method)
-
     def __init__(self, step: tuple, arrays: tuple, reference: Any):
-        self.step = step
+        self._step = step
         self._arrays = arrays
         self._reference = reference
+        offer(self, step=step, fills_outputs=True)  # out stays the planned array
 
     def __call__(self, x, w, b, stride, padding, dilation, transposed, output_padding, groups, out):  # noqa: ANN001, ANN204, E501
         x0, w0, b0, o0 = self._arrays
         if x is x0 and w is w0 and b is b0 and out is o0:
-            fn, args = self.step
+            fn, args = self._step
             fn(*args)
             return out
         return self._reference(

@@ -37,7 +37,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.conv import convolution, signature_or_none
-from pyexecutorch.kernels.registry import specializer
+from pyexecutorch.kernels.registry import offer, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -99,7 +99,7 @@ def _convolution(
     if fast is not None:
         # Every plan (and the general kernel it falls back to) writes the out it is given
         # and returns it: out stays the planned array (see runtime.method).
-        fast.fills_outputs = True
+        fast = offer(fast, fills_outputs=True)
     return fast
 
 

@@ -25,7 +25,7 @@ from numba import njit
 
 from pyexecutorch.jit.arrays import FLOATS, dense
 from pyexecutorch.jit.deferral import form_entry_point
-from pyexecutorch.kernels.registry import compiled_form, get_kernel
+from pyexecutorch.kernels.registry import compiled_form, get_kernel, offer
 
 _INTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8))
 FLOOR, TRUNC, REMAINDER, FMOD = range(4)
@@ -153,9 +153,8 @@ def _bind(name: str, mode: int, a: Any, b: Any, out: Any) -> Any:
             return out
         return reference(a, b, *more)
 
-    run.fills_outputs = True  # the reference writes the same out
-    run.step = (function, args, True)  # checked: False sends the method to the reference
-    return run
+    # the reference writes the same out; checked: False sends the method to the reference
+    return offer(run, step=(function, args, True), fills_outputs=True)
 
 
 _MODES = {"floor": FLOOR, "trunc": TRUNC}

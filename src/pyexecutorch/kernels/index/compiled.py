@@ -24,7 +24,7 @@ from pyexecutorch.kernels.index.index import (
     index_select_out,
     index_tensor_out,
 )
-from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.kernels.registry import compiled_form, offer
 
 _VALUES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 _INDICES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -162,9 +162,8 @@ def _embedding_form(
             return out
         return embedding_out(weight, indices, padding_idx, scale_grad, sparse, out)
 
-    embedding.fills_outputs = True  # the reference fallback writes the same out
-    embedding.step = step
-    return embedding
+    # the reference fallback writes the same out
+    return offer(embedding, step=step, fills_outputs=True)
 
 
 @compiled_form("aten::index_put.out")
@@ -207,10 +206,9 @@ def _index_put_form(a: Any, indices: Any, values: Any, accumulate: Any, out: Any
             return out
         return index_put_out(a, indices, values, accumulate, out)
 
-    index_put.fills_outputs = True  # the reference writes the same out
-    # in a whole method: False from the loop makes the runtime call the reference (it raises)
-    index_put.step = (choose(PUT_ROWS, out.size), load, True)
-    return index_put
+    # the reference writes the same out; in a whole method: False from the loop makes the
+    # runtime call the reference (it raises)
+    return offer(index_put, step=(choose(PUT_ROWS, out.size), load, True), fills_outputs=True)
 
 
 @compiled_form("aten::index_select.out")
@@ -241,10 +239,11 @@ def _index_select_form(a: Any, dim: Any, index: Any, out: Any) -> Any:
             return out
         return index_select_out(a, dim, index, out)
 
-    index_select.fills_outputs = True  # the reference fallback writes the same out
+    # the reference fallback writes the same out
+    step = None
     if a.flags.c_contiguous:  # av is a's view: the planned call reads the live array
-        index_select.step = (choose(GATHER, out.size), (av, index, ov), True)
-    return index_select
+        step = (choose(GATHER, out.size), (av, index, ov), True)
+    return offer(index_select, step=step, fills_outputs=True)
 
 
 def _offsets(shape: tuple[int, ...], axes: list[int]) -> np.ndarray:
@@ -298,9 +297,8 @@ def _index_form(a: Any, indices: Any, out: Any) -> Any:
             return out
         return index_tensor_out(a, indices, out)
 
-    index.fills_outputs = True  # the reference writes the same out
-    index.step = (choose(TAKE, out.size), load, True)
-    return index
+    # the reference writes the same out
+    return offer(index, step=(choose(TAKE, out.size), load, True), fills_outputs=True)
 
 
 @compiled_form("aten::gather.out")
@@ -329,6 +327,5 @@ def _gather_form(a: Any, dim: Any, index: Any, sparse_grad: Any, out: Any) -> An
             return out
         return gather_out(a, dim, index, sparse_grad, out)
 
-    gather.fills_outputs = True  # the reference writes the same out
-    gather.step = (choose(GATHER_ALONG, out.size), load, True)
-    return gather
+    # the reference writes the same out
+    return offer(gather, step=(choose(GATHER_ALONG, out.size), load, True), fills_outputs=True)

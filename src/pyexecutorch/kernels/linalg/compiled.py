@@ -34,7 +34,7 @@ from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits
 from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.linalg.compiled_gemv import product
 from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
-from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.kernels.registry import compiled_form, fast_path_of, offer
 
 _HALF = np.dtype(np.float16)
 
@@ -170,9 +170,7 @@ def _half_addmm(bias: Any, a: Any, b: Any, out: Any) -> Any:
         kern(*load)
         return out
 
-    addmm.step = (half_linear, load)
-    addmm.fills_outputs = True
-    return addmm
+    return offer(addmm, step=(half_linear, load), fills_outputs=True)
 
 
 def _array(a: Any, dtype: np.dtype, ndim: int, strided: bool = False) -> bool:
@@ -248,9 +246,7 @@ def _bind(
         )
         return out
 
-    run.step = (dispatcher, load)  # the call on the planned arrays
-    run.fills_outputs = True
-    return run
+    return offer(run, step=(dispatcher, load), fills_outputs=True)  # (on the planned arrays)
 
 
 @compiled_form("aten::mm.out")
@@ -302,6 +298,4 @@ def _addmm_form(
             return out
         return run(a, b, out)
 
-    addmm.step = run.step
-    addmm.fills_outputs = True
-    return addmm
+    return offer(addmm, step=fast_path_of(run).step, fills_outputs=True)

@@ -22,7 +22,7 @@ from pyexecutorch.jit.arrays import FLOATS, contiguous, dense, planned
 from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.norm.norm import bn_scale_shift
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, row_sum
-from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.kernels.registry import compiled_form, offer
 
 
 def _row_squares(x, i, mu, zero):  # noqa: ANN001, ANN201
@@ -197,9 +197,8 @@ def _layer_norm_form(
         )
         return out0, out1, out2
 
-    layer_norm.step = (choose(LAYER_NORM, m * k), load)  # the call on the planned arrays
-    layer_norm.fills_outputs = True
-    return layer_norm
+    # the step: the call on the planned arrays
+    return offer(layer_norm, step=(choose(LAYER_NORM, m * k), load), fills_outputs=True)
 
 
 @compiled_form("aten::native_group_norm.out")
@@ -261,9 +260,8 @@ def _group_norm_form(
         )
         return out0, out1, out2
 
-    group_norm.step = (choose(GROUP_NORM, input.size), load)  # the call on the planned arrays
-    group_norm.fills_outputs = True
-    return group_norm
+    # the step: the call on the planned arrays
+    return offer(group_norm, step=(choose(GROUP_NORM, input.size), load), fills_outputs=True)
 
 
 @compiled_form("aten::_native_batch_norm_legit_no_training.out")
@@ -310,9 +308,5 @@ def _batch_norm_form(
         )
         return out0, out1, out2
 
-    batch_norm.step = (
-        choose(SCALE_SHIFT, input.size),
-        (x_rows, scale, shift, o_rows),
-    )  # the call on the planned arrays
-    batch_norm.fills_outputs = True
-    return batch_norm
+    step = (choose(SCALE_SHIFT, input.size), (x_rows, scale, shift, o_rows))  # (planned arrays)
+    return offer(batch_norm, step=step, fills_outputs=True)

@@ -34,7 +34,7 @@ from pyexecutorch.kernels.pool import (
     pool,
 )
 from pyexecutorch.kernels.reduce.compiled import MAX_ROW, SUM_ROWS
-from pyexecutorch.kernels.registry import KernelError, compiled_form
+from pyexecutorch.kernels.registry import KernelError, compiled_form, offer
 
 
 def _first_inside(start, step):  # noqa: ANN001, ANN201
@@ -300,9 +300,7 @@ def _max_pool_values_form(xv, ov, x0, o0, xs, os_, k, s, p, d, ohw) -> Any:  # n
              rows, cols, spare, *geometry)  # fmt: skip
         return out, indices
 
-    max_pool.step = (variant, load)  # the call on the planned arrays
-    max_pool.fills_outputs = True
-    return max_pool
+    return offer(max_pool, step=(variant, load), fills_outputs=True)  # (on the planned arrays)
 
 
 @compiled_form("aten::max_pool2d_with_indices.out")
@@ -359,9 +357,8 @@ def _max_pool_form(
         )
         return out, indices
 
-    max_pool.step = (choose(variants, work), load)  # the call on the planned arrays
-    max_pool.fills_outputs = True
-    return max_pool
+    # the step: the call on the planned arrays
+    return offer(max_pool, step=(choose(variants, work), load), fills_outputs=True)
 
 
 @compiled_form("aten::avg_pool2d.out")
@@ -417,9 +414,8 @@ def _avg_pool_form(
         )  # fmt: skip
         return out
 
-    avg_pool.step = (choose(AVG_POOL, work), load)  # on the planned arrays
-    avg_pool.fills_outputs = True
-    return avg_pool
+    # the step: the call on the planned arrays
+    return offer(avg_pool, step=(choose(AVG_POOL, work), load), fills_outputs=True)
 
 
 @compiled_form("aten::_adaptive_avg_pool2d.out")
@@ -462,6 +458,5 @@ def _adaptive_avg_pool_form(x: Any, output_size: Any, out: Any) -> Any:
         kern(xv if x is x0 else contiguous(x, xs), ov if out is o0 else out.reshape(os_), *consts)
         return out
 
-    adaptive_avg_pool.step = (choose(variants, x.size), load)  # the call on the planned arrays
-    adaptive_avg_pool.fills_outputs = True
-    return adaptive_avg_pool
+    step = (choose(variants, x.size), load)  # the call on the planned arrays
+    return offer(adaptive_avg_pool, step=step, fills_outputs=True)

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from pyexecutorch.jit.arrays import FLOATS, WholeStep, dense
+from pyexecutorch.jit.arrays import FLOATS, dense
 from pyexecutorch.jit.variants import choose, serial_and_parallel
 from pyexecutorch.kernels.pool import pad as pad_mod
 from pyexecutorch.kernels.pool import upsample
 from pyexecutorch.kernels.pool.fast import upsample_geometry
-from pyexecutorch.kernels.registry import KernelError, compiled_form
+from pyexecutorch.kernels.registry import KernelError, compiled_form, whole_step
 from pyexecutorch.kernels.shape.shape import cast_scalar
 
 _COPY_KINDS = "biuf"  # dtypes the gathers and pads copy bit for bit
@@ -114,7 +114,7 @@ def _resize_geometry(op: str, x: Any, output_size: Any, scale_factors: Any, out:
 @compiled_form("aten::upsample_nearest2d.vec_out")
 def _nearest_form(
     x: Any, output_size: Any, scale_factors: Any, out: Any, *, whole: bool = False
-) -> WholeStep | None:
+) -> Any:
     """Inside a whole method: the nearest resize of any copyable dtype as a gather step."""
     if not whole:
         return None
@@ -127,7 +127,7 @@ def _nearest_form(
     ih = upsample._nearest_index(h, oh, sh, char)
     iw = upsample._nearest_index(w, ow, sw, char)
     xp, op = _planes(x, out)
-    return WholeStep((choose(NEAREST, out.size), (xp, ih, iw, op)))
+    return whole_step(choose(NEAREST, out.size), (xp, ih, iw, op))
 
 
 @compiled_form("aten::upsample_bilinear2d.vec_out")
@@ -139,7 +139,7 @@ def _bilinear_form(
     out: Any,
     *,
     whole: bool = False,
-) -> WholeStep | None:
+) -> Any:
     """Inside a whole method: a float32/float64 bilinear resize as a separable loop step."""
     if not whole:
         return None
@@ -154,7 +154,7 @@ def _bilinear_form(
     xp, op = _planes(x, out)
     rows = np.empty((xp.shape[0], h, ow), x.dtype)
     work = out.size * 3 + rows.size * 3
-    return WholeStep((choose(BILINEAR, work), (xp, *hs, *ws, rows, op)))
+    return whole_step(choose(BILINEAR, work), (xp, *hs, *ws, rows, op))
 
 
 def _row_sources(in_shape: tuple[int, ...], out_shape: tuple[int, ...], lows: list[int]):  # noqa: ANN202
@@ -174,9 +174,7 @@ def _row_sources(in_shape: tuple[int, ...], out_shape: tuple[int, ...], lows: li
 
 
 @compiled_form("aten::constant_pad_nd.out")
-def _constant_pad_form(
-    x: Any, pad: Any, value: Any, out: Any, *, whole: bool = False
-) -> WholeStep | None:
+def _constant_pad_form(x: Any, pad: Any, value: Any, out: Any, *, whole: bool = False) -> Any:
     """Inside a whole method: constant padding (or cropping) of any rank as a row step."""
     if not whole:
         return None
@@ -205,4 +203,4 @@ def _constant_pad_form(
     rows_in = x.reshape(math.prod(x.shape[:-1]), width)
     rows_out = out.reshape(-1, out.shape[-1])
     args = (rows_in, source, max(low, 0), start, length, fills, rows_out)
-    return WholeStep((choose(PAD_ROWS, out.size), args))
+    return whole_step(choose(PAD_ROWS, out.size), args)

@@ -29,7 +29,7 @@ import numpy as np
 
 from pyexecutorch.kernels.pool import pad as pad_mod
 from pyexecutorch.kernels.pool import pool, upsample
-from pyexecutorch.kernels.registry import KernelError, specializer
+from pyexecutorch.kernels.registry import KernelError, offer, specializer
 from pyexecutorch.kernels.shape.shape import cast_scalar
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -210,8 +210,7 @@ def max_pool_values(
                 np.copyto(out, res)
             return out, indices
 
-        max_pool.fills_outputs = True  # out stays the planned array (see runtime.method)
-        return max_pool
+        return offer(max_pool, fills_outputs=True)  # out stays the planned array
 
     buf = np.empty(x.shape, x.dtype) if k[1] > 1 else None
 
@@ -242,8 +241,7 @@ def max_pool_values(
             np.copyto(out, res)
         return out, indices
 
-    max_pool_unpadded.fills_outputs = True  # out stays the planned array (see runtime.method)
-    return max_pool_unpadded
+    return offer(max_pool_unpadded, fills_outputs=True)  # out stays the planned array
 
 
 # ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pyexecutorch.jit.arrays import FLOATS, contiguous, dense
 from pyexecutorch.jit.math_functions import exp_of
 from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
 from pyexecutorch.kernels.reduce import compiled_select  # noqa: F401 - its forms register
-from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.kernels.registry import compiled_form, fast_path_of, offer
 
 _MAX_DTYPES = (*FLOATS, np.dtype(np.int32), np.dtype(np.int64))
 _HALF = np.dtype(np.float16)
@@ -383,8 +383,7 @@ def _bind(
         )
         return out
 
-    run.step = (choose(variants, x0.size), load)  # the call on the planned arrays
-    return run
+    return offer(run, step=(choose(variants, x0.size), load))  # (on the planned arrays)
 
 
 def _as_kernel(run: Any, out_at: int) -> Any:
@@ -396,9 +395,7 @@ def _as_kernel(run: Any, out_at: int) -> Any:
     def call(*args: Any) -> Any:
         return run(args[0], args[out_at])
 
-    call.step = run.step
-    call.fills_outputs = True
-    return call
+    return offer(call, step=fast_path_of(run).step, fills_outputs=True)
 
 
 def sum_over(x: np.ndarray, out: np.ndarray, layout: tuple[int, int, int], divisor: float):  # noqa: ANN201
@@ -600,9 +597,7 @@ def _extreme_dim_form(largest: bool):  # noqa: ANN202
                 kern(*load)
             return values, indices
 
-        run.step = (choose(MAX_DIM, x.size), load)
-        run.fills_outputs = True
-        return run
+        return offer(run, step=(choose(MAX_DIM, x.size), load), fills_outputs=True)
 
     return form
 

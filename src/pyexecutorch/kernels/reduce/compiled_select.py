@@ -20,7 +20,7 @@ from numba import njit
 
 from pyexecutorch.jit.arrays import dense
 from pyexecutorch.jit.deferral import form_entry_point
-from pyexecutorch.kernels.registry import compiled_form, get_kernel
+from pyexecutorch.kernels.registry import compiled_form, get_kernel, offer
 
 _INT64 = np.dtype(np.int64)
 _VALUES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8))
@@ -112,9 +112,7 @@ def _arg_form(name: str, largest: bool) -> Any:
                 return out
             return reference(x, dim, keepdim, out)
 
-        run.fills_outputs = True  # the reference writes the same out
-        run.step = (arg_extreme, args)
-        return run
+        return offer(run, step=(arg_extreme, args), fills_outputs=True)  # (as the reference)
 
     form.__doc__ = f"{name} of a dense tensor along one axis (or all of it), or None."
     return form
@@ -160,6 +158,4 @@ def _topk_form(
             return values, indices
         return reference(x, k, dim, largest, sorted, values, indices)
 
-    run.fills_outputs = True  # the reference writes the same outs
-    run.step = (top_k, args)
-    return run
+    return offer(run, step=(top_k, args), fills_outputs=True)  # (the reference writes them too)

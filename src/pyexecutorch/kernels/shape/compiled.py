@@ -26,7 +26,7 @@ from numba import njit
 
 from pyexecutorch.jit.arrays import dense
 from pyexecutorch.jit.deferral import form_entry_point
-from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.kernels.registry import compiled_form, fast_path_of, offer
 from pyexecutorch.kernels.shape import (
     compiled_convert,  # noqa: F401 - its steps register
     fast,
@@ -138,11 +138,10 @@ def _cat_form(tensors: Any, dim: Any, out: Any) -> Any:
         kern(*rows)
         return out
 
-    cat.step = (function, tuple(rows))  # the call on the planned arrays
-    # bound to other arrays in a whole method (a load-time view): a copy per piece
-    cat.pieces = numpy_cat.pieces
-    cat.fills_outputs = True
-    return cat
+    # the step: the call on the planned arrays; the pieces: bound to other arrays in a whole
+    # method (a load-time view), a copy per piece
+    pieces = fast_path_of(numpy_cat).pieces
+    return offer(cat, step=(function, tuple(rows)), pieces=pieces, fills_outputs=True)
 
 
 @compiled_form("aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out")
@@ -164,10 +163,8 @@ def _split_form(x: Any, sizes: Any, dim: Any, outs: Any) -> Any:
         kern(*rows)
         return outs
 
-    split.step = (function, tuple(rows))  # the call on the planned arrays
-    split.pieces = numpy_split.pieces  # (as cat's)
-    split.fills_outputs = True
-    return split
+    pieces = fast_path_of(numpy_split).pieces  # (as cat's)
+    return offer(split, step=(function, tuple(rows)), pieces=pieces, fills_outputs=True)
 
 
 @njit(cache=True, error_model="numpy")
@@ -209,6 +206,4 @@ def _expand_form(a: Any, size: Any, implicit: Any, out: Any, *, whole: bool = Fa
         np.copyto(out, a)
         return out
 
-    expand.step = (broadcast_rows, (src, starts, rows))
-    expand.fills_outputs = True
-    return expand
+    return offer(expand, step=(broadcast_rows, (src, starts, rows)), fills_outputs=True)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.jit.arrays import WholeStep, dense
-from pyexecutorch.kernels.registry import compiled_form
+from pyexecutorch.jit.arrays import dense
+from pyexecutorch.kernels.registry import compiled_form, whole_step
 
 _KINDS = "biuf"
 _HALF = np.dtype(np.float16)  # numba has no float16 arithmetic to convert through
@@ -53,7 +53,7 @@ def _convertible(src: np.dtype, dst: np.dtype) -> bool:
     return dst.kind in "iuf" and np.can_cast(src, dst, "same_kind")
 
 
-def _copy(src: Any, out: Any) -> WholeStep | None:
+def _copy(src: Any, out: Any) -> Any:
     """``out[...] = src`` (one shape, convertible dtypes) as a step, or None."""
     if not (isinstance(src, np.ndarray) and isinstance(out, np.ndarray)):
         return None
@@ -62,14 +62,14 @@ def _copy(src: Any, out: Any) -> WholeStep | None:
     if not _convertible(src.dtype, out.dtype) or np.shares_memory(src, out):
         return None
     if dense(src) and dense(out):
-        return WholeStep((convert_flat, (src.reshape(-1), out.reshape(-1))))
-    return WholeStep((convert_strided, (src, out)))
+        return whole_step(convert_flat, (src.reshape(-1), out.reshape(-1)))
+    return whole_step(convert_strided, (src, out))
 
 
 @compiled_form("dim_order_ops::_to_dim_order_copy.out", "dim_order_ops::_clone_dim_order.out")
 def _dim_order_copy_form(
     a: Any, non_blocking: Any, dim_order: Any, out: Any, *, whole: bool = False
-) -> WholeStep | None:
+) -> Any:
     """Inside a whole method: a dim-order copy, with its cast, as a copy step."""
     if not whole or not isinstance(a, np.ndarray):
         return None
@@ -81,13 +81,13 @@ def _dim_order_copy_form(
 @compiled_form("aten::_to_copy.out")
 def _to_copy_form(
     a: Any, non_blocking: Any, memory_format: Any, out: Any, *, whole: bool = False
-) -> WholeStep | None:
+) -> Any:
     """Inside a whole method: a cast (or a plain copy) as a copy step."""
     return _copy(a, out) if whole else None
 
 
 @compiled_form("aten::repeat.out")
-def _repeat_form(a: Any, repeats: Any, out: Any, *, whole: bool = False) -> WholeStep | None:
+def _repeat_form(a: Any, repeats: Any, out: Any, *, whole: bool = False) -> Any:
     """Inside a whole method: a repeat as one copy of a broadcast view of the input."""
     if not whole or not (isinstance(a, np.ndarray) and dense(out)) or a.dtype != out.dtype:
         return None
@@ -111,4 +111,4 @@ def _repeat_form(a: Any, repeats: Any, out: Any, *, whole: bool = False) -> Whol
     except ValueError:
         return None
     source = np.broadcast_to(source, split)
-    return WholeStep((convert_strided, (source, out.reshape(split))))
+    return whole_step(convert_strided, (source, out.reshape(split)))

@@ -17,7 +17,7 @@ import numpy as np
 
 from pyexecutorch.kernels.common import broadcast_shape, fit
 from pyexecutorch.kernels.elementwise.fast import bound
-from pyexecutorch.kernels.registry import Const, Inline, specializer
+from pyexecutorch.kernels.registry import Const, Inline, offer, specializer
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _EXACT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
@@ -189,9 +189,7 @@ def _copy_from(view_of_input, loaded: np.ndarray):  # noqa: ANN001, ANN202
 
     # The runtime may bind the view itself when the input's memory stays intact
     # while the copy is read (pyexecutorch.runtime.views).
-    run.view_of_input = view_of_input  # type: ignore[attr-defined]
-    run.fills_outputs = True  # type: ignore[attr-defined]  # out stays the planned array
-    return run
+    return offer(run, view_of_input=view_of_input, fills_outputs=True)  # out stays planned
 
 
 _COPY = Inline(np.copyto, (-1, 0))
@@ -335,8 +333,7 @@ def _addmm(
 
     if dynamic:
         return _resizing(addmm, _addmm_shape)
-    addmm.fills_outputs = True  # out stays the planned array (see runtime.method)
-    return addmm
+    return offer(addmm, fills_outputs=True)  # out stays the planned array
 
 
 def _axis(dim: Any, ndim: int) -> int | None:
@@ -418,10 +415,9 @@ def _split(a: Any, sizes: Any, dim: Any, outs: Any) -> Any:
             np.copyto(outs[i], a[key])
         return outs
 
-    split.fills_outputs = True  # outputs stay the planned arrays (see runtime.method)
-    # Each output as a copy of a view of the input: (output position, its key into the input)
-    split.pieces = tuple((i, key) for key, i in pairs)
-    return split
+    # Outputs stay the planned arrays; each output is a copy of a view of the input:
+    # (output position, its key into the input).
+    return offer(split, pieces=tuple((i, key) for key, i in pairs), fills_outputs=True)
 
 
 @specializer("aten::cat.out")
@@ -450,6 +446,5 @@ def _cat(tensors: Any, dim: Any, out: Any) -> Any:
             out[key] = t
         return out
 
-    cat.fills_outputs = True  # out stays the planned array (see runtime.method)
-    cat.pieces = tuple(enumerate(keys))  # each input copied into its key of out
-    return cat
+    # out stays the planned array; each input is copied into its key of out
+    return offer(cat, pieces=tuple(enumerate(keys)), fills_outputs=True)
