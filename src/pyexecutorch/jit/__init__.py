@@ -14,3 +14,9 @@ the schema: kernels import it, the runtime decides whether the tier is on
 (:mod:`pyexecutorch.runtime.tiers`). Importing it imports no numba; the helper
 modules that need numba at import are imported only by compiled forms.
 """
+
+from pyexecutorch.jit import source_stamps
+
+# Before numba caches any of this package's functions: their stamps cover the helper
+# files they inline (numba stamps a function by its own file only).
+source_stamps.watch()

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pyexecutorch.jit import numba_env
+from pyexecutorch.jit import numba_env, source_stamps
 
 GENERATED_PREFIX = "pyexecutorch_generated_"
 # Marks an empty module made for a cached function's environment before its generated
@@ -60,6 +60,7 @@ def build_key() -> str:
     parts = [numba.__version__, numba_env.numpy_build()]
     for root, pattern in stamped_sources():
         parts += [f"{root.name}/{pattern}", sources_key(root, pattern)]
+    parts.append(source_stamps.stamp_key())  # (helpers such as the window arithmetic)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 

@@ -14,8 +14,13 @@ import pkgutil
 from pathlib import Path
 
 from pyexecutorch.jit.generated import stamp_sources
+from pyexecutorch.jit.source_stamps import inlined_sources
 from pyexecutorch.kernels.registry import Kernel, KernelError, get_kernel, kernel, operator_names
 
+# What the compiled forms inline from one another and from the window arithmetic: a
+# compiled form's cached machine code is stamped with the ones its module imports.
+inlined_sources(Path(__file__).parent, "**/compiled*.py")
+inlined_sources(Path(__file__).parent, "conv/geometry.py")
 # Generated code calls or inlines the families' compiled forms: their stamps key its cache.
 stamp_sources(Path(__file__).parent, "**/compiled*.py")
 
