@@ -87,7 +87,13 @@ VARIANTS = {
         Variant("xnnpack_8da4w_static", "export_llama", (*_8DA4W, *_STATIC), True, False),
         Variant("xnnpack_8da4w_dynamic", "export_llama", (*_8DA4W,), True, True),
         Variant("export_llm_xnnpack_8da4w", "export_llm", (), True, True),
-        Variant("optimum_xnnpack_fp32", "optimum", (), False, True),
+        # optimum-executorch's flags: which Hugging Face model, and its main_export options.
+        Variant("optimum_xnnpack_fp32", "optimum", ("arch=llama",), False, True),
+        Variant("optimum_xnnpack_8da4w", "optimum", ("arch=llama", "qlinear=8da4w"), True, True),
+        Variant("optimum_qwen2_xnnpack_fp32", "optimum", ("arch=qwen2",), False, True),
+        Variant(
+            "optimum_qwen2_xnnpack_8da4w", "optimum", ("arch=qwen2", "qlinear=8da4w"), True, True
+        ),
     )
 }
 
@@ -165,20 +171,15 @@ _HF_NAMES = {
     "attention_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
-_OPTIMUM_SCRIPT = """
-import json, sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM
+# One process exports every optimum job (its imports paid once). The checkpoint's weights
+# become a Hugging Face Llama or Qwen2; Qwen2's q/k/v biases, which the checkpoint has
+# not, get small seeded values so that their adds are in the program.
+_OPTIMUM_BATCH = """
+import json, sys, traceback, torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from optimum.exporters.executorch import main_export
-params, ckpt, names, model_dir, out_dir = sys.argv[1:6]
-p, names = json.loads(params), json.loads(names)
-config = LlamaConfig(
-    vocab_size=p["vocab_size"], hidden_size=p["dim"], intermediate_size=p["hidden_dim"],
-    num_hidden_layers=p["n_layers"], num_attention_heads=p["n_heads"],
-    num_key_value_heads=p["n_kv_heads"], rms_norm_eps=p["norm_eps"],
-    max_position_embeddings=int(sys.argv[6]), bos_token_id=int(sys.argv[7]),
-    eos_token_id=int(sys.argv[8]), tie_word_embeddings=False,
-)
-model = LlamaForCausalLM(config)
+params, ckpt, names, max_len, bos, eos, jobs = sys.argv[1:8]
+p, names, max_len = json.loads(params), json.loads(names), int(max_len)
 state = {}
 for key, value in torch.load(ckpt).items():
     parts = key.split(".")
@@ -186,22 +187,52 @@ for key, value in torch.load(ckpt).items():
         state[f"model.layers.{parts[1]}.{names['.'.join(parts[2:-1])]}.weight"] = value
     else:
         state[names[parts[0]] + ".weight"] = value
-model.load_state_dict(state, strict=True)
-model.save_pretrained(model_dir)
-# use_custom_kv_cache stays off: optimum-executorch 1.1's cache module imports
-# transformers' HybridCache, which transformers 5 after 5.0.0rc1 no longer has.
-main_export(model_dir, task="text-generation", recipe="xnnpack", output_dir=out_dir,
-            use_custom_sdpa=True, max_seq_len=int(sys.argv[6]))
+models = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+for job in json.loads(jobs):
+    try:
+        config_class, model_class = models[job["arch"]]
+        config = config_class(
+            vocab_size=p["vocab_size"], hidden_size=p["dim"], intermediate_size=p["hidden_dim"],
+            num_hidden_layers=p["n_layers"], num_attention_heads=p["n_heads"],
+            num_key_value_heads=p["n_kv_heads"], rms_norm_eps=p["norm_eps"],
+            max_position_embeddings=max_len, bos_token_id=int(bos), eos_token_id=int(eos),
+            tie_word_embeddings=False,
+        )
+        model = model_class(config)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        assert not unexpected and all(k.endswith("_proj.bias") for k in missing), missing
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for key in missing:
+                bias = model.get_parameter(key)
+                bias.copy_(0.1 * torch.randn(bias.shape, generator=gen))
+        model.save_pretrained(job["model_dir"])
+        # use_custom_kv_cache stays off: optimum-executorch 1.1's cache module imports
+        # transformers' HybridCache, which transformers 5 after 5.0.0rc1 no longer has.
+        main_export(job["model_dir"], task="text-generation", recipe="xnnpack",
+                    output_dir=job["out_dir"], use_custom_sdpa=True, max_seq_len=max_len,
+                    **job["options"])
+    except BaseException:
+        open(job["error_file"], "w").write(traceback.format_exc())
 """
+
+
+def _optimum_job(variant: Variant, out_dir: Path) -> dict[str, Any]:
+    """``variant``'s job for _OPTIMUM_BATCH: its flags are ``key=value`` pairs, ``arch``
+    the model and the rest main_export's options."""
+    options = dict(flag.split("=", 1) for flag in variant.flags)
+    return {
+        "arch": options.pop("arch"),
+        "options": options,
+        "model_dir": str(out_dir / "hf"),
+        "out_dir": str(out_dir),
+        "error_file": str(out_dir / "error.txt"),
+    }
 
 
 def _command(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[str]:
     if variant.tool == "optimum":
-        return [
-            sys.executable, "-c", _OPTIMUM_SCRIPT, params.read_text(), str(ckpt),
-            json.dumps(_HF_NAMES), str(out_dir / "hf"), str(out_dir),
-            str(MAX_SEQ_LEN), str(BOS_ID), str(EOS_ID),
-        ]  # fmt: skip
+        return _optimum_command([variant], params, ckpt, {variant.name: out_dir})
     if variant.tool == "export_llama":
         return [
             sys.executable, "-m", "executorch.examples.models.llama.export_llama",
@@ -217,6 +248,16 @@ def _command(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[
         sys.executable, "-m", "executorch.extension.llm.export.export_llm",
         "--config", str(out_dir / "config.yaml"),
         f"hydra.run.dir={out_dir / 'hydra'}",  # Hydra's logs go here, not into the cwd
+    ]  # fmt: skip
+
+
+def _optimum_command(
+    variants: list[Variant], params: Path, ckpt: Path, out_dirs: dict[str, Path]
+) -> list[str]:
+    jobs = [_optimum_job(v, out_dirs[v.name]) for v in variants]
+    return [
+        sys.executable, "-c", _OPTIMUM_BATCH, params.read_text(), str(ckpt),
+        json.dumps(_HF_NAMES), str(MAX_SEQ_LEN), str(BOS_ID), str(EOS_ID), json.dumps(jobs),
     ]  # fmt: skip
 
 
@@ -272,40 +313,55 @@ def _write_inputs(root: Path, banned: Sequence[int]) -> tuple[Path, Path]:
     return params, ckpt
 
 
-def _export_llama_batch(variants: list[Variant], banned: Sequence[int]) -> dict[str, bytes]:
-    """The ``.pte`` bytes of every export_llama variant in ``variants``, from one process."""
+# Tools whose variants are made together, in one process per tool (see the batch scripts).
+BATCHED_TOOLS = ("export_llama", "optimum")
+
+
+def _export_batch(tool: str, variants: list[Variant], banned: Sequence[int]) -> dict[str, bytes]:
+    """The ``.pte`` bytes of every variant in ``variants`` (all of ``tool``), from one process."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         params, ckpt = _write_inputs(root, banned)
-        jobs = []
-        for v in variants:
-            (root / v.name).mkdir()
-            argv = _command(v, params, ckpt, root / v.name)[3:]  # after "python -m module"
-            jobs.append((argv, str(root / v.name / "error.txt")))
-        _run([sys.executable, "-c", _EXPORT_LLAMA_BATCH, json.dumps(jobs)], root, "export_llama")
+        out_dirs = {v.name: root / v.name for v in variants}
+        for out_dir in out_dirs.values():
+            out_dir.mkdir()
+        if tool == "optimum":
+            command = _optimum_command(variants, params, ckpt, out_dirs)
+        else:
+            jobs = [
+                # export_llama's arguments after "python -m module"
+                (
+                    _command(v, params, ckpt, out_dirs[v.name])[3:],
+                    str(out_dirs[v.name] / "error.txt"),
+                )
+                for v in variants
+            ]
+            command = [sys.executable, "-c", _EXPORT_LLAMA_BATCH, json.dumps(jobs)]
+        _run(command, root, tool)
         built = {}
         for v in variants:
-            error = root / v.name / "error.txt"
+            error = out_dirs[v.name] / "error.txt"
             if error.exists():
-                raise RuntimeError(f"export_llama failed on {v.name}:\n{error.read_text()[-4000:]}")
-            built[v.name] = (root / v.name / "model.pte").read_bytes()
+                raise RuntimeError(f"{tool} failed on {v.name}:\n{error.read_text()[-4000:]}")
+            built[v.name] = (out_dirs[v.name] / "model.pte").read_bytes()
         return built
 
 
 def export(variant: Variant, banned: Sequence[int]) -> bytes:
     """The ``.pte`` bytes of ``variant`` (made once, then read from the cache).
 
-    The first export_llama variant missing from the cache makes every missing one in
-    one process (see _EXPORT_LLAMA_BATCH) and caches them all."""
+    The first variant of a batched tool missing from the cache makes every missing one
+    of that tool in one process (see _EXPORT_LLAMA_BATCH, _OPTIMUM_BATCH) and caches them
+    all."""
 
     def build() -> bytes:
-        if variant.tool == "export_llama":
+        if variant.tool in BATCHED_TOOLS:
             missing = [
                 v
                 for v in VARIANTS.values()
-                if v.tool == "export_llama" and v != variant and not _cache_path(v, banned).exists()
+                if v.tool == variant.tool and v != variant and not _cache_path(v, banned).exists()
             ]
-            built = _export_llama_batch([variant, *missing], banned)
+            built = _export_batch(variant.tool, [variant, *missing], banned)
             for v in missing:
                 official.cached_file(_cache_path(v, banned), lambda v=v: built[v.name])
             return built[variant.name]
