@@ -11,7 +11,8 @@ head in place, nothing repeated), their softmax, and the weighted sum of the val
 in float32 as the reference computes them (dot products in SIMD lanes: sums in another
 order than BLAS's, within a few float32 ulps). A decoded token (one query row) is
 serial; a prefill splits its heads over the threads when it is large enough to pay for
-a parallel region. Anything else (a mask, float16/bfloat16, int8) keeps the reference.
+a parallel region. The softmax's exponentials are taken a vector at a time
+(``simd.exp``: within one ulp of the correctly rounded value, as numpy's). Anything else (a mask, float16/bfloat16, int8) keeps the reference.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.jit import simd
-from pyexecutorch.jit.variants import serial_and_parallel
+from pyexecutorch.jit.deferral import form_entry_point
+from pyexecutorch.jit.variants import pick, serial_and_parallel
 from pyexecutorch.kernels.llm.attention import _check_qkv, keys_attended
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos
 from pyexecutorch.kernels.registry import KernelError, compiled_form
@@ -72,11 +74,20 @@ def _attend(q, k, v, start, causal, scale, out, scores, acc):  # noqa: ANN001, A
                 sp[srow + j] = s
                 if s > best or s != s:  # (a NaN score makes the whole row NaN)
                     best = s
-            total = np.float32(0.0)
-            for j in range(n):
-                e = np.exp(sp[srow + j] - best)
-                sp[srow + j] = e
-                total += e
+            # the softmax's exponentials, a vector of positions at a time
+            top = simd.splat(best)
+            sums = simd.splat(np.float32(0.0))
+            j = 0
+            while j + lanes <= n:
+                e = simd.exp(simd.sub(simd.load(sp, srow + j), top))
+                simd.store(sp, srow + j, e)
+                sums = simd.add(sums, e)
+                j += lanes
+            if j < n:
+                e = simd.exp(simd.sub(simd.load_first(sp, srow + j, n - j), top))
+                simd.store_first(sp, srow + j, e, n - j)
+                sums = simd.add(sums, simd.load_first(sp, srow + j, n - j))
+            total = simd.total(sums)
             for t in range(d):
                 ap[arow + t] = np.float32(0.0)
             for j in range(n):
@@ -149,7 +160,9 @@ def _custom_sdpa_form(
     scores = np.empty((nb * hq, length), _F32)
     acc = np.empty((nb * hq, d), _F32)
     work = nb * hq * ns * length * d
-    kern = ATTEND[1] if ns > 1 and work >= SPLIT_ATTENTION else ATTEND[0]
+    # (compiled, or read from the disk cache, at load; the parallel one only with threads)
+    load = (query, key, value, 0, causal, factor, out, scores, acc)
+    kern = pick(ATTEND, work if ns > 1 and work >= SPLIT_ATTENTION else 0, load)
     q0, k0, v0, o0 = query, key, value, out
 
     def custom_sdpa(query, key, value, start_pos, attn_mask, drpout_p, is_causal, scale, out):  # noqa: ANN001, ANN202
@@ -197,6 +210,7 @@ def _update_cache_form(
         return None  # the reference kernel raises it per call
     ns, length = value.shape[1], cache.shape[1]
     value0, cache0 = value, cache
+    write = form_entry_point(_write_cache, (value, cache, 0))
 
     def update_cache(value, cache, start_pos, out):  # noqa: ANN001, ANN202
         start = int(start_pos)
@@ -208,7 +222,7 @@ def _update_cache_form(
             from pyexecutorch.kernels.llm.cache import update_cache_out  # noqa: PLC0415
 
             return update_cache_out(value, cache, start, out)
-        _write_cache(value, cache, start)
+        write(value, cache, start)
         return out
 
     return update_cache
