@@ -46,6 +46,14 @@ class ExportPass(_RetracingPassBase):
                 return self.callback.call_delegate(lowered, tuple(inputs), kwargs, meta)
             return super().call_function(target, args, kwargs)
 
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        result = super().call(graph_module)
+        # The retraced module keeps the graph module's own meta (what passes and
+        # tools recorded there), as the official ExportPass does.
+        for key, value in graph_module.meta.items():
+            result.graph_module.meta.setdefault(key, value)
+        return result
+
     def call_delegate(
         self,
         lowered_module: torch.nn.Module,

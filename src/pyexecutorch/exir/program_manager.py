@@ -49,6 +49,7 @@ from pyexecutorch.exir.passes.executorch_passes import (
     sym_shape_eval_pass_for,
 )
 from pyexecutorch.exir.passes.fold_batch_norm import fold_batch_norm
+from pyexecutorch.exir.passes.fold_redundant_qdq_pass import fold_dq_q_pairs
 from pyexecutorch.exir.passes.ir_validity import check_ir_validity
 from pyexecutorch.exir.passes.kernel_check import check_kernels
 from pyexecutorch.exir.passes.lift_constants import lift_constants
@@ -121,6 +122,9 @@ def _generate_edge_program(
         check_ir_validity(gm, [*config._core_aten_ops_exception_list, *preserve_ops], method=name)
     replace_view_ops_with_view_copy(gm, fake_mode)
     normalize(gm)
+    # A dequantize -> quantize pair left by the user or by a removed no-op between
+    # them goes (the official RemoveNoopPass), where that changes no value.
+    fold_dq_q_pairs(gm, exact_only=True)
     scalars_to_tensors(gm, fake_mode)
     if not config._skip_type_promotion:
         promote_mixed_types(gm, fake_mode)

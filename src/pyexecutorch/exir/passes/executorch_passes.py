@@ -14,6 +14,7 @@ from typing import Any
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from pyexecutorch.exir.passes._official_names import recompile_all
 from pyexecutorch.exir.passes.memory_view import replace_view_copies
 from pyexecutorch.exir.passes.out_variants import to_out_variants
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
@@ -52,6 +53,7 @@ class ReplaceViewCopyWithViewPass(PassBase):
         changed = replace_view_copies(graph_module)
         if changed:
             eliminate_dead_code(graph_module)
+            recompile_all(graph_module)  # the module's code shows the views
         return PassResult(graph_module, bool(changed))
 
 

@@ -55,6 +55,15 @@ def _view_spec(base: TensorSpec, spec: TensorSpec) -> TensorSpec:
     return view
 
 
+def _static_spec(node: Node) -> TensorSpec | None:
+    """A view's spec from its value when spec propagation has not run on it (the
+    official pass is also run on graphs whose only specs are the inputs')."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    return TensorSpec.from_tensor(val)
+
+
 def replace_view_copies(gm: GraphModule) -> int:
     """Returns the number of copies replaced."""
     replaced = 0
@@ -70,7 +79,7 @@ def replace_view_copies(gm: GraphModule) -> int:
             base = _root(base)
             if base.op == "placeholder" and g is not gm:
                 continue  # a branch input aliases the caller's value: not planned here
-            bspec, spec = base.meta.get("spec"), node.meta.get("spec")
+            bspec, spec = base.meta.get("spec"), node.meta.get("spec") or _static_spec(node)
             if not isinstance(bspec, TensorSpec) or not isinstance(spec, TensorSpec):
                 continue
             if bspec.dtype != spec.dtype or not _contiguous(bspec) or not _contiguous(spec):
