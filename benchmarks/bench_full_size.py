@@ -296,6 +296,39 @@ def speedups(rows: list[dict]) -> list[str]:
     return lines
 
 
+def markdown(result: dict) -> str:
+    """The README's table of a results file: per model and thread count, each side's ms (CPU
+    at one thread, wall at more), ours over the official runtime, and each side's speed-up
+    from one thread to two (wall)."""
+    rows = result["rows"]
+    by = {(r["model"], r["threads"]): r for r in rows}
+    head = ["model", "threads", *(LABELS[s] for s in SIDES), "ours/xnn ÷ official"]
+    head += ["ours/port ÷ official", "onnxrt ÷ official"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in sorted(rows, key=lambda r: (models_full.MODELS.index(r["model"]), r["threads"])):
+        key = "cpu" if r["threads"] == 1 else "wall"
+        sides = r["sides"]
+        cells = [r["model"], f"{r['threads']} ({key})"]
+        cells += [_ms(sides[s][key]) if s in sides else "-" for s in SIDES]
+        off = sides["official"][key]
+        cells += [
+            _ratio(sides.get(s, {}).get(key), off) for s in ("ours_xnn", "ours_port", "onnxrt")
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| 1 -> 2 threads (wall) | " + " | ".join(LABELS[s] for s in SIDES) + " |"]
+    lines.append("|---|" + "---:|" * len(SIDES))
+    for name in dict.fromkeys(r["model"] for r in rows):
+        one, two = by.get((name, 1)), by.get((name, 2))
+        if one is None or two is None:
+            continue
+        cells = []
+        for s in SIDES:
+            a, b = one["sides"].get(s), two["sides"].get(s)
+            cells.append(_ratio(a and a["wall"], b and b["wall"]))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -304,7 +337,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timing a side")
     parser.add_argument("--json", default=str(HERE / "results_full_size.json"), help="results file")
+    parser.add_argument(
+        "--markdown",
+        metavar="JSON",
+        help="measure nothing: print the README table of a results file",
+    )
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     names = [m for m in args.models.split(",") if m] or models_full.MODELS
     for name in names:
         if name not in models_full.MODELS:
