@@ -110,3 +110,21 @@ def test_a_bool_loop_storing_float16_imports_its_encoder():
     methods, plan = _both_tiers("imprecise_bool_ops_float16_out_of_bool_loop.pte")
     assert methods[1].plan.whole
     _run_alike(methods, plan)
+
+
+def test_a_quantized_fully_connected_wraps_its_int32_sum_as_xnnpack():
+    """A quantized XNNPACK MLP whose first fully connected node has a bias of int32's
+    minimum (campaign 20217, a raw word mutation of the weights): XNNPACK's int32
+    accumulator wraps around, as the compiled tier's does; the numpy tier summed exactly
+    in float64 (and read the bias's magnitude through numpy's abs, which leaves int32's
+    minimum negative), so 63 of 128 outputs differed. It wraps its sums to int32: both
+    tiers give the official runtime's outputs, call after call."""
+    from tests.official import official_run  # noqa: PLC0415 - torch, for this test only
+
+    name = "tiers_quant_xnnpack_fc_bias_int32_min.pte"
+    methods, plan = _both_tiers(name)
+    outputs = _run_alike(methods, plan)
+    data = (REGRESSIONS / name).read_bytes()
+    for seed, out in enumerate(outputs):
+        x = inputs_for(plan, np.random.default_rng(seed))
+        np.testing.assert_array_equal(out[0], official_run(data, x)[0])

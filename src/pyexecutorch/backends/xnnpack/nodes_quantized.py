@@ -190,10 +190,29 @@ def requantize(
 _EXACT_F32 = 1 << 24
 
 
+def _largest_sum(k: int, zero_point_span: int, bias: NDArray | None) -> int:
+    """A bound on every partial sum of ``k`` products and the bias."""
+    # (in Python integers: numpy's abs of int32's minimum is that minimum)
+    top = 0 if bias is None else max(-int(bias.min(initial=0)), int(bias.max(initial=0)))
+    return k * zero_point_span * 128 + top
+
+
 def exact_dtype(k: int, zero_point_span: int, bias: NDArray | None) -> np.dtype:
     """float32 when every partial sum of ``k`` products (and the bias) is an exact float32."""
-    top = k * zero_point_span * 128 + (0 if bias is None else int(np.abs(bias).max(initial=0)))
-    return F32 if top < _EXACT_F32 else F64
+    return F32 if _largest_sum(k, zero_point_span, bias) < _EXACT_F32 else F64
+
+
+def may_wrap(k: int, zero_point_span: int, bias: NDArray | None) -> bool:
+    """Whether a sum can pass int32, where XNNPACK's int32 accumulator wraps around (a bias
+    near the int32 limits): the exact float64 sums are then wrapped (:func:`wrap_int32`)."""
+    return _largest_sum(k, zero_point_span, bias) >= 1 << 31
+
+
+def wrap_int32(acc: NDArray) -> None:
+    """Exact float64 integer sums wrapped in place into int32's range, two's complement."""
+    acc += 2.0**31
+    np.mod(acc, 2.0**32, out=acc)
+    acc -= 2.0**31
 
 
 def _quant(b: Builder, vid: int, kinds: tuple[str, ...]) -> Quant:
@@ -372,6 +391,7 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
         lo, hi = qbounds(node, yq)
         zx = float(xq.zero_point)
         cdt = exact_dtype(k, 255, bias)
+        wrap = may_wrap(k, 255, bias)
         wc = w64.astype(cdt)
         bc = np.zeros(units, cdt) if bias is None else bias.astype(cdt)
         xbuf = np.empty((m, k), cdt)
@@ -383,6 +403,8 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
             np.subtract(x().reshape(m, k), zx, out=xbuf)
             np.dot(xbuf, wc, out=acc)
             np.add(acc, bc, out=acc)
+            if wrap:
+                wrap_int32(acc)
             requantize(acc, scale, zy, lo, hi, o().reshape(m, units), f)
 
         b.step(run)
@@ -502,6 +524,7 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     cout = w.shape[3] if depthwise else w.shape[0]
     k = kh * kw * (1 if depthwise else xs[3] // (n.groups or 1))
     cdt = exact_dtype(k, 255, None if dynamic else bias)
+    wrap = not dynamic and may_wrap(k, 255, bias)
     inner, view, (nb, oh, ow) = _windows(b, n, xs, kh, kw, cdt)
     b.out(n.output_id, (nb, oh, ow, cout))
     x, o = b.getter(n.input1_id), b.getter(n.output_id)
@@ -555,6 +578,8 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     def run() -> None:
         np.subtract(x(), zx, out=inner)
         compute()
+        if wrap:
+            wrap_int32(acc)
         requantize(acc, scale, zy, lo, hi, o(), f)
 
     b.step(run)
