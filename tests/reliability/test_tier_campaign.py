@@ -37,6 +37,7 @@ OWN_TEST = {
     "tiers_conv_relu_float8_weight.pte",
     "tiers_mlp_addmm_misaligned_output.pte",
     "tiers_mutable_buffer_misaligned_output.pte",
+    "tiers_quant_xnnpack_fc_bias_int32_min.pte",
     "tiers_float8_retype_compiled_load.pte",
     "tiers_int_arith_view_of_fused_value.pte",
     "tiers_mlp_splice_rounding.pte",

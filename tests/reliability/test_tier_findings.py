@@ -128,3 +128,19 @@ def test_a_quantized_fully_connected_wraps_its_int32_sum_as_xnnpack():
     for seed, out in enumerate(outputs):
         x = inputs_for(plan, np.random.default_rng(seed))
         np.testing.assert_array_equal(out[0], official_run(data, x)[0])
+
+
+def test_a_quantized_convolution_wraps_its_int32_sum_as_xnnpack():
+    """The same wrap-around in a quantized XNNPACK convolution (our quantized CNN, its first
+    convolution's first bias set to int32's minimum): the numpy interpreter gives the
+    official runtime's outputs, call after call. (The compiled tier's int32 loops wrap
+    already; its CNN forms take minutes to build in a cold cache.)"""
+    from tests.official import official_run  # noqa: PLC0415 - torch, for this test only
+
+    data = (REGRESSIONS / "quant_xnnpack_conv_bias_int32_min.pte").read_bytes()
+    plan = Runtime.get().load_program(data).pte_file.program.execution_plan[0]
+    method = Runtime.get().load_program(data, jit=False).load_method("forward")
+    for seed in range(2):
+        x = inputs_for(plan, np.random.default_rng(seed))
+        got = np.array(method.execute(x)[0])
+        np.testing.assert_array_equal(got, official_run(data, x)[0])
