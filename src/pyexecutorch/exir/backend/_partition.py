@@ -46,6 +46,11 @@ class DelegationError(ExportError, RuntimeError):
     the official ``to_backend`` raises)."""
 
 
+class UnsupportedBufferMutationError(DelegationError, AssertionError):
+    """A delegate would own a mutable buffer whose new value the method also returns
+    (an ``AssertionError`` too, as the official check)."""
+
+
 class PartitionerChangedGraphError(DelegationError, AssertionError):
     """A partitioner changed the graph it was given instead of only tagging it (also
     an ``AssertionError``: the official check is an assert)."""
@@ -64,6 +69,8 @@ class Partition:
     inputs: list[Node]  # owner values passed to the delegate, in order
     outputs: list[Node]  # owner values the delegate returns, in order
     consumed: dict[str, InputSpec] = field(default_factory=dict)  # placeholder name -> spec
+    # Mutable buffers the delegate owns: the node computing each one's new value -> its name.
+    mutations: dict[Node, str] = field(default_factory=dict)
     program: ExportedProgram | None = None
 
 
@@ -81,6 +88,22 @@ def _mutated_targets(ep: ExportedProgram) -> set[str]:
         for s in ep.graph_signature.output_specs
         if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
     }
+
+
+def _buffer_updates(ep: ExportedProgram) -> tuple[dict[str, Node], set[str]]:
+    """Each mutated buffer's name -> the node computing its new value, and the names of
+    the nodes the method also returns as user outputs."""
+    output = ep.graph.output_node()
+    values = list(pytree.tree_leaves(output.args[0]))
+    updates, returned = {}, set()
+    for value, spec in zip(values, ep.graph_signature.output_specs, strict=False):
+        if not isinstance(value, Node):
+            continue
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            updates[spec.target] = value
+        elif spec.kind == OutputKind.USER_OUTPUT:
+            returned.add(value.name)
+    return updates, returned
 
 
 def _fetch(gm: torch.nn.Module, target: str) -> Any:
@@ -139,6 +162,8 @@ def make_partition(
             for user in node.users:
                 if user.op == "call_function" and user.target is operator.getitem:
                     members.add(user)
+    updates, returned = _buffer_updates(ep) if top_level else ({}, set())
+    owned: dict[Node, str] = {}
     for node in tagged:
         users_inside = all(u in members for u in node.users)
         if node.op == "placeholder":
@@ -152,6 +177,23 @@ def make_partition(
             ):
                 consumed[node.name] = spec_in
                 members.add(node)
+            elif (
+                spec_in is not None
+                and spec_in.kind == InputKind.BUFFER
+                and updates.get(spec_in.target) in members
+                and users_inside
+            ):
+                # A mutable buffer read and updated only inside: the delegate owns it.
+                update = updates[spec_in.target]
+                if update.name in returned:
+                    raise UnsupportedBufferMutationError(
+                        f"method {method!r}, tag {tag!r}: buffer {spec_in.target!r} would live "
+                        f"in the delegate, but its new value {_describe(update)} is also "
+                        "returned by the method; leave the buffer (or the update) untagged"
+                    )
+                consumed[node.name] = spec_in
+                members.add(node)
+                owned[update] = spec_in.target
         elif node.op == "get_attr":
             if isinstance(_fetch(owner, node.target), torch.Tensor) and users_inside and node.users:
                 lifted.append(node)
@@ -171,14 +213,21 @@ def make_partition(
                 copied_attrs.append(arg)  # a branch of a tagged control-flow node
             else:
                 inputs.append(arg)
-    outputs = [n for n in order if n.op != "placeholder" and any(u not in members for u in n.users)]
+    # A buffer update the delegate owns leaves through no output (only the method's
+    # output node, which loses it, reads it).
+    outputs = [
+        n
+        for n in order
+        if n.op != "placeholder"
+        and any(u not in members and not (n in owned and u.op == "output") for u in n.users)
+    ]
     for node in outputs:
         if _is_tuple_valued(node):
             raise DelegationError(
                 f"method {method!r}, tag {tag!r}: node {_describe(node)} returns several values and is "
                 "used outside the partition as a whole; tag its users as well"
             )
-    part = Partition(method, tag, spec, owner, top_level, order, inputs, outputs, consumed)
+    part = Partition(method, tag, spec, owner, top_level, order, inputs, outputs, consumed, owned)
     part.program = _partition_program(part, ep, lifted, copied_attrs)
     return part
 
@@ -279,10 +328,15 @@ def _partition_program(
         new.meta.pop(DELEGATION_TAG, None)
         env[node] = new
     outs = tuple(env[n] for n in part.outputs)
-    graph.output(outs)
+    updates = tuple(env[n] for n in part.mutations)
+    graph.output(updates + outs)  # buffer updates first, as export orders them
     gm = GraphModule(root, graph, "DelegatedPartition")
     user_inputs = [env[n] for n in part.inputs]
-    output_specs = [OutputSpec(OutputKind.USER_OUTPUT, _argument(n), None) for n in outs]
+    output_specs = [
+        OutputSpec(OutputKind.BUFFER_MUTATION, _argument(env[n]), fqn)
+        for n, fqn in part.mutations.items()
+    ]
+    output_specs += [OutputSpec(OutputKind.USER_OUTPUT, _argument(n), None) for n in outs]
     signature = ExportGraphSignature(input_specs, output_specs)
     in_spec = pytree.tree_flatten((tuple(user_inputs), {}))[1]
     out_spec = pytree.tree_flatten(outs)[1]
@@ -343,6 +397,11 @@ def replace_with_delegate(
         out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
         replaced[out] = item
         prev = item
+    if part.mutations:
+        # The delegate updates its buffers itself: the method no longer writes them back.
+        output = graph.output_node()
+        (values,) = output.args
+        output.args = (type(values)(v for v in values if v not in part.mutations),)
     for node in reversed(part.nodes):
         if node.op == "placeholder":
             continue

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import GraphModule
 
 from pyexecutorch.exir.backend._partition import (
@@ -337,12 +337,18 @@ def _finish(
     from torch.export.graph_signature import ExportGraphSignature
 
     input_specs = [s for s in sig.input_specs if getattr(s.arg, "name", None) not in consumed]
+    owned = {fqn for p in parts for fqn in p.mutations.values()}
+    output_specs = [
+        s
+        for s in sig.output_specs
+        if not (s.kind == OutputKind.BUFFER_MUTATION and s.target in owned)
+    ]
     targets = {s.target for s in consumed.values()}
     still_used = {s.target for s in input_specs}
     gone = targets - still_used
     state_dict = {k: v for k, v in ep.state_dict.items() if k not in gone}
     constants = {k: v for k, v in ep.constants.items() if k not in gone}
-    signature = updated_signature(ExportGraphSignature(input_specs, list(sig.output_specs)), gm)
+    signature = updated_signature(ExportGraphSignature(input_specs, output_specs), gm)
     return rebuild(ep, gm, signature, constants=constants, state_dict=state_dict)
 
 
