@@ -65,6 +65,7 @@ def test_numpy_tier_load_and_execute_import_no_compiler_stack(tmp_path):
 
 
 def test_low_precision_dtypes_are_there_when_asked_for():
+    # first the tables alone, then ml_dtypes imported by the caller before a lookup
     script = """
         import json, sys
         from pyexecutorch.schema import scalar_type as st
@@ -89,10 +90,6 @@ def test_low_precision_dtypes_are_there_when_asked_for():
     assert facts["bf16"] == "bfloat16" and facts["f8_in"] is True
     assert facts["types"] == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 15, 22, 23, 24, 25, 26, 27, 28, 29]
     assert facts["back"] == 23 and facts["size"] == 2
-
-
-def test_a_dtype_from_ml_dtypes_imported_first_maps_back():
-    # ml_dtypes imported by the caller before any table lookup that would import it
     script = """
         import json
         import ml_dtypes, numpy as np
