@@ -539,6 +539,7 @@ def test_mm_bmm_addmm(n, k, p, dtype):
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_a_large_one_row_product_splits_its_columns_over_the_threads(dtype, monkeypatch):
     monkeypatch.setattr(linalg_compiled, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(linalg_compiled, "SPLIT_GEMV_MACS", 1 << 18)  # (a smaller weight)
     k, p = 512, 1000  # a classifier: past SPLIT_GEMV_MACS
     a, b = _x((1, k), dtype, 1), _x((k, p), dtype, 2)
     bias = _read_only(_x((p,), dtype, 3))

@@ -9,15 +9,18 @@ LLVM resolves once the library is loaded into the process (numpy has loaded it
 already; this makes its symbols visible to compiled code). Calls by symbol name keep
 the callers cacheable on disk. The thread setting reaches it as it reaches numpy.
 
-Threads: compiled code multiplies on one pool, numba's. OpenBLAS is set to one
-thread around every call, and a product of ``SPLIT_PRODUCT`` multiply-adds or more,
-with more than one numba thread, is split into one block of columns (or rows) per
-thread, each a serial BLAS call inside a ``prange``. Two pools that both spin after
-their work (OpenBLAS's workers, numba's OpenMP team) fight for the cores: at two
-threads on this 2-core machine, a depthwise ``prange`` loop and a threaded BLAS call
-alternated took 60+ ms a pair (each alone: well under a millisecond), and
-mobilenet_like at 224x224 ran slower at two threads than at one. The library's thread
-count is set around each call (cheap: a store).
+Threads: compiled code multiplies on one pool, numba's. A product of ``SPLIT_PRODUCT``
+multiply-adds or more, with more than one numba thread, is split into one block of
+columns (or rows) per thread, each a serial BLAS call inside a ``prange``, and the first
+compiled product sets OpenBLAS to one thread for the process (until the next
+``set_threads``). Two pools that both spin after their work (OpenBLAS's workers,
+numba's OpenMP team) fight for the cores: at two threads on this 2-core machine, a
+depthwise ``prange`` loop and a threaded BLAS call alternated took 60+ ms a pair (each
+alone: well under a millisecond), and mobilenet_like at 224x224 ran slower at two
+threads than at one. The count is not restored after each call: raising it again wakes
+OpenBLAS's workers, which then spin against numba's (an LLM's decode at two threads,
+one product every few hundred microseconds: 30 ms of CPU a token, 7.5 with OpenBLAS
+left at one thread; 6.5 at one thread).
 
 Where numpy's library is not found (another build of numpy), :func:`gemm` is
 numba's ``np.dot``, which needs scipy.
@@ -171,16 +174,13 @@ if NUMPY_BLAS:
             return None
 
         def impl(a, b, out):  # noqa: ANN001, ANN202
-            blas_threads = get_blas_threads()
-            if blas_threads > 1:
-                set_blas_threads(1)
+            if get_blas_threads() > 1:
+                set_blas_threads(1)  # for the process: see the module docstring
             parts = _numba_threads()
             if parts > 1 and a.shape[0] * a.shape[1] * b.shape[1] >= SPLIT_PRODUCT:
                 _split_gemm(a, b, out, parts)
             else:
                 serial_gemm(a, b, out)
-            if blas_threads > 1:
-                set_blas_threads(blas_threads)
 
         return impl
 
@@ -194,3 +194,12 @@ else:
 
     overload(gemm)(_dot_overload)
     overload(serial_gemm)(_dot_overload)
+
+    @njit(cache=True)
+    def get_blas_threads() -> int:
+        """(scipy's BLAS: its threads are not ours to set)"""
+        return 1
+
+    @njit(cache=True)
+    def set_blas_threads(n: int) -> None:
+        pass

@@ -28,11 +28,11 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from pyexecutorch.jit.arrays import FLOATS, contiguous
-from pyexecutorch.jit.blas import NUMPY_BLAS
+from pyexecutorch.jit.blas import NUMPY_BLAS, get_blas_threads, set_blas_threads
 from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits
 from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
-from pyexecutorch.kernels.linalg.compiled_gemv import product
+from pyexecutorch.kernels.linalg.compiled_gemv import product, serial_product
 from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
 from pyexecutorch.kernels.registry import compiled_form, fast_path_of, offer
 
@@ -75,11 +75,15 @@ HAS_BLAS = NUMPY_BLAS or importlib.util.find_spec("scipy") is not None
 WHOLE_BLAS_MAX_MACS = 1 << 62 if NUMPY_BLAS else 1 << 18
 
 
-# One-row products (a classifier, a decoded token) from this many multiply-adds split
-# their columns over the threads, a gemv each: one gemv streams the weight on one thread
-# (OpenBLAS's own threads stay off, see compiled_gemv), and a memory-bound stream gains
-# from a second core's (two 1024 x 1000 float32 products, 2 threads: 284 -> 142 us).
-SPLIT_GEMV_MACS = 1 << 18
+# One-row products from this many multiply-adds split their columns over the threads, a
+# gemv each: one gemv streams the weight on one thread (OpenBLAS's own threads stay off,
+# see compiled_gemv), and a long memory-bound stream gains from a second core's (two
+# 1024 x 1000 float32 products, 2 threads: 284 -> 142 us on an idle machine). A decoded
+# token's products stay serial (the largest of a 512-wide LLM, 512 x 4096, is 2M): with
+# thirty such products a token, each a parallel region, an fp32 decode at two threads
+# on the loaded 2-core machine took 40 ms a token split (17 ms of CPU) against 18 serial
+# (6 ms), and 23 at one thread.
+SPLIT_GEMV_MACS = 1 << 22
 
 
 def _blas_matmul(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
@@ -88,13 +92,15 @@ def _blas_matmul(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
     threads by the parallel compilation: see :func:`blas_form`)."""
     p = b.shape[2]
     per = ((p + blocks - 1) // blocks + 15) // 16 * 16  # (whole cache lines of float32)
+    if blocks > 1 and get_blas_threads() > 1:
+        set_blas_threads(1)  # here, for the process: the split's threads must not set it
     for g in range(a.shape[0]):
         o = out[g]
         if blocks > 1:
             for c in prange(blocks):  # noqa: B020 - prange is range when serial
                 j0, j1 = c * per, min(p, (c + 1) * per)
                 if j0 < j1:
-                    product(a[g], b[g][:, j0:j1], o[:, j0:j1])
+                    serial_product(a[g], b[g][:, j0:j1], o[:, j0:j1])
         else:
             product(a[g], b[g], o)
         if has_bias:

@@ -8,7 +8,8 @@ gemv for such shapes). :func:`product` calls gemv for one row (``a``) or one
 column (``b``) and :func:`pyexecutorch.jit.blas.gemm` otherwise. It is
 called by symbol, as ``gemm`` is, so its callers stay cacheable. Without numpy's
 library it is numba's ``np.dot``, as ``gemm`` is. gemv runs on one OpenBLAS thread
-whatever the setting, for the reason ``gemm`` does (one pool, numba's, spins).
+whatever the setting, for the reason ``gemm`` does (one pool, numba's, spins): like
+``gemm``, it leaves the library at one thread for the process.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ def product(a, b, out):  # noqa: ANN001, ANN201
     np.dot(a, b, out)
 
 
+def serial_product(a, b, out):  # noqa: ANN001, ANN201
+    """:func:`product` for a caller that has set the library to one thread already (the
+    threads of a ``prange`` splitting a product): the library's thread count is one
+    process-wide setting, which threads setting and restoring it around their own calls
+    would race on (one thread's gemv then ran on the library's threads too)."""
+    np.dot(a, b, out)
+
+
 if NUMPY_BLAS:
     _i32, _i64, _ptr = types.int32, types.int64, types.voidptr
 
@@ -46,23 +55,24 @@ if NUMPY_BLAS:
         types.float64: _external("d", types.float64),
     }
 
-    @overload(product)
-    def _product_overload(a, b, out):  # noqa: ANN001, ANN202
+    def _gemv_impl(a, b, pin):  # noqa: ANN001, ANN202
+        """The implementation of :func:`product` (``pin``: it sets the library to one
+        thread) or :func:`serial_product` for these types, or None."""
         call = _GEMV.get(getattr(a, "dtype", None))
         if call is None:
             return None
         real = np.float32 if a.dtype == types.float32 else np.float64
+        whole = gemm if pin else blas.serial_gemm
 
         def impl(a, b, out):  # noqa: ANN001, ANN202
             m, k = a.shape
             n = b.shape[1]
             size = a.itemsize
             if m != 1 and n != 1:
-                gemm(a, b, out)
+                whole(a, b, out)
                 return
-            blas_threads = get_blas_threads()
-            if blas_threads > 1:
-                set_blas_threads(1)
+            if pin and get_blas_threads() > 1:
+                set_blas_threads(1)  # for the process, as jit.blas's gemm does
             if m == 1:  # out[0] = b^T a[0]: b read as its (k, n) rows
                 ldb = max(b.strides[0] // size, 1)
                 one, zero = real(1.0), real(0.0)
@@ -86,16 +96,24 @@ if NUMPY_BLAS:
                     out.ctypes,
                     inc_out,
                 )
-            if blas_threads > 1:
-                set_blas_threads(blas_threads)
 
         return impl
 
-else:
-
     @overload(product)
     def _product_overload(a, b, out):  # noqa: ANN001, ANN202
+        return _gemv_impl(a, b, True)
+
+    @overload(serial_product)
+    def _serial_product_overload(a, b, out):  # noqa: ANN001, ANN202
+        return _gemv_impl(a, b, False)
+
+else:
+
+    def _dot_overload(a, b, out):  # noqa: ANN001, ANN202
         def impl(a, b, out):  # noqa: ANN001, ANN202
             np.dot(a, b, out)
 
         return impl
+
+    overload(product)(_dot_overload)
+    overload(serial_product)(_dot_overload)
