@@ -99,3 +99,15 @@ def test_an_input_of_another_rank_or_dtype_is_a_runtime_error_and_a_value_error(
     assert isinstance(info.value, (InputMismatchError, ValueError))
     (out,) = method.execute([-torch.ones(2, 3)])  # the method still runs
     assert (torch.as_tensor(out) == 0).all()
+
+
+def test_edge_programs_are_in_the_edge_dialect(tmp_path):
+    edge = to_edge(torch.export.export(torch.nn.Linear(3, 2), (torch.ones(1, 3),)))
+    program = edge.exported_program()
+    assert program.dialect == "EDGE"
+    program._validate()  # torch's checks still hold
+    torch.export.save(program, tmp_path / "edge.pt2")
+    loaded = torch.export.load(tmp_path / "edge.pt2")
+    assert loaded.dialect == "EDGE"
+    for x in (torch.randn(1, 3), torch.ones(1, 3)):
+        torch.testing.assert_close(loaded.module()(x), program.module()(x))

@@ -63,6 +63,7 @@ from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars
 from pyexecutorch.exir.passes.unused_parameters import remove_unused_parameters
 from pyexecutorch.exir.passes.view_copy import replace_view_ops_with_view_copy
 from pyexecutorch.exir.passes.write_back import insert_write_back
+from pyexecutorch.exir.verification.verifier import EdgeDialectVerifier
 
 PassType = Callable[[GraphModule], PassResult | None]
 
@@ -134,7 +135,9 @@ def _generate_edge_program(
     eliminate_dead_code(gm)
     assign_debug_handles(gm)
     _recompile(gm)
-    return rebuild(ep, gm, updated_signature(signature, gm), constants=constants)
+    edge = rebuild(ep, gm, updated_signature(signature, gm), constants=constants)
+    edge._verifiers = [EdgeDialectVerifier]  # ExportedProgram.dialect: "EDGE"
+    return edge
 
 
 def to_edge(
