@@ -216,6 +216,7 @@ def worker(side: str, pte: str, tokenizer: str, threads: int, new_tokens: int) -
     result["prefill_tokens_per_s"] = prompt_tokens / (result["first_token_ms"] / 1000)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["os_threads"] = len(os.listdir("/proc/self/task"))
+    result["load_average"] = os.getloadavg()[0]  # the machine's 1-minute load at the end
     return result
 
 
@@ -302,6 +303,11 @@ def main() -> None:
                 results[f"{kind}/{threads}/{side}"] = r
                 print(f"{kind} {threads} thread(s) {side}: {json.dumps(r)[:300]}", flush=True)
     print(table(results))
+    loads = [r["load_average"] for r in results.values() if "load_average" in r]
+    threads = {k: r["os_threads"] for k, r in results.items() if "os_threads" in r}
+    if loads:
+        print(f"load average (1 min) at the end of each run: {min(loads):.1f}-{max(loads):.1f}")
+    print("threads in each process at the end (/proc/self/task):", threads)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
