@@ -32,14 +32,19 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered")
 
 @pytest.fixture(autouse=True, scope="module")
 def _serial_steps():
-    """One thread: each step is its serial compilation (the parallel ones are checked
-    by calling them directly), so that the module compiles each kernel's parallel form
-    once, for float32, however large the generated cases."""
+    """Each step is its serial compilation (the parallel ones are checked by calling them
+    directly), so that the module compiles each kernel's parallel form once, for float32,
+    however large the generated cases: one thread, and no work large enough for the
+    parallel variant (which a step takes by its work alone, whatever the threads at load)."""
     import numba  # noqa: PLC0415
 
-    threads = numba.get_num_threads()
+    from pyexecutorch.jit import variants  # noqa: PLC0415
+
+    threads, least = numba.get_num_threads(), variants.PARALLEL_WORK
     numba.set_num_threads(1)
+    variants.PARALLEL_WORK = 1 << 62
     yield
+    variants.PARALLEL_WORK = least
     numba.set_num_threads(threads)
 
 
