@@ -48,16 +48,15 @@ _CHILD = textwrap.dedent(
     """
     import json, sys, time
     side, path, started = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    import numpy as np
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
     if side == "official":
         import torch
         from executorch.extension.pybindings.portable_lib import _load_for_executorch
-        x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-        out = _load_for_executorch(path).forward((x,))[0]
+        out = _load_for_executorch(path).forward((torch.from_numpy(x),))[0]
         first = float(out.reshape(-1)[0])
     else:
-        import numpy as np
         from pyexecutorch.portable_lib import _load_for_executorch
-        x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
         out = _load_for_executorch(path).forward((x,))[0]
         first = float(np.asarray(out).reshape(-1)[0])
     wall, cpu = time.time() - started, time.process_time()
