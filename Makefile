@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PIP_INSTALL) pip setuptools wheel uv torch
 	# uv for the rest, from the same lock: it downloads in parallel (a cold install took
 	# 5 min 20 s with pip alone, 1 min 43 s so), and keeps the torch already there.
-	$(UV_INSTALL) --no-build-isolation -e '.[export,jit,llm,scale,dev]'
+	$(UV_INSTALL) --no-build-isolation -e '.[export,jit,llm,scale,dev,bench]'
 	# optimum-executorch, a test oracle like executorch (the LLM tests run its programs),
 	# pins transformers==5.0.0rc1; its export runs on the later transformers of the lock,
 	# so it and optimum and accelerate go in without their requirements (each in the lock).
