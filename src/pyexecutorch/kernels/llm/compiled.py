@@ -27,7 +27,7 @@ from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.jit.variants import pick, serial_and_parallel
 from pyexecutorch.kernels.llm.attention import _check_qkv, keys_attended
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos
-from pyexecutorch.kernels.registry import KernelError, compiled_form
+from pyexecutorch.kernels.registry import KernelError, compiled_form, offer
 
 _F32 = np.dtype(np.float32)
 # A prefill's attention splits over the threads from this many multiply-adds (scores and
@@ -183,7 +183,7 @@ def _custom_sdpa_form(
         kern(query, key, value, start, causal, factor, out, scores, acc)
         return out
 
-    return custom_sdpa
+    return offer(custom_sdpa, fills_outputs=True)
 
 
 def _fits(given: Any, loaded: np.ndarray) -> bool:
