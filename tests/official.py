@@ -61,22 +61,20 @@ def silence_noise() -> None:
     warnings.filterwarnings("ignore", message=".*is an Enum subclass.*")
 
 
-def load_official_operator_libraries() -> None:
-    """Load the official package's C++ operator libraries into torch: its quantized kernels
-    and its ``llama::`` custom operators.
+def load_official_quantized_kernels() -> None:
+    """Load the official package's quantized kernels (its C++ library) into torch.
 
-    Our exporter defines the operators it needs when they are missing (the
-    ``quantized_decomposed`` out variants, the ``llama::`` operators). A C++ library that
-    finds one of its operators already defined aborts the process, so a test process loads
-    the official libraries first: this module is imported while pytest collects, before any
-    test exports anything (a test module importing them later took a worker down)."""
-    silence_noise()
+    Our exporter defines the ``quantized_decomposed`` out variants it needs when they are
+    missing; the official C++ library, loaded after that, finds them defined and aborts
+    the process. So a test process loads it first: this module is imported while pytest
+    collects, before any test exports anything (a test module importing it later took a
+    worker down). It imports no ``executorch.exir``, whose dialect registry would then
+    come before ours."""
     with contextlib.suppress(ImportError):
-        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
         import executorch.kernels.quantized  # noqa: F401
 
 
-load_official_operator_libraries()
+load_official_quantized_kernels()
 
 
 def _exir():

@@ -521,11 +521,30 @@ KERNEL_CASES += [
     ("aten::remainder.Scalar_out", [_z(3), None], [_z(3)]),
     ("aten::remainder.Tensor_out", [_z(3), _z(4)], [_z(4)]),
     ("dim_order_ops::_clone_dim_order.out", [_z(2, 3), False, [1, 1]], [_z(2, 3)]),
+    # the KV-cache operators: a position past the cache, heads that do not group, a value
+    # wider than its cache
+    (
+        "llama::custom_sdpa.out",
+        [_z(1, 1, 4, 8), _z(1, 6, 2, 8), _z(1, 6, 2, 8), 6, None, 0.0, True, None],
+        [_z(1, 1, 4, 8)],
+    ),
+    (
+        "llama::custom_sdpa.out",
+        [_z(1, 1, 3, 8), _z(1, 6, 2, 8), _z(1, 6, 2, 8), 0, None, 0.0, True, None],
+        [_z(1, 1, 3, 8)],
+    ),
+    ("llama::update_cache.out", [_z(1, 2, 2, 8), _z(1, 6, 2, 8), 5], [_z(1)]),
+    ("llama::update_cache.out", [_z(1, 1, 2, 4), _z(1, 6, 2, 8), 0], [_z(1)]),
 ]
 
 # Arguments each check accepts, and the shapes it says the kernel's outputs take: the
 # kernel's own outputs (the checks say no more than the kernels compute).
 VALID_CASES = [
+    (
+        "llama::custom_sdpa.out",
+        [_z(1, 2, 4, 8), _z(1, 6, 2, 8), _z(1, 6, 2, 8), 3, None, 0.0, True, None],
+        [_z(1, 2, 4, 8)],
+    ),
     ("aten::_adaptive_avg_pool2d.out", [_z(1, 2, 8, 8), [3, 3]], [_z(1, 2, 9, 9)]),
     (
         "aten::_native_batch_norm_legit_no_training.out",

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from pyexecutorch.kernels.checks import argument_check
 from pyexecutorch.kernels.common import fit
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos, write_cache
 from pyexecutorch.kernels.registry import KernelError, kernel
@@ -197,6 +198,26 @@ def _check_mask_and_causal(op: str, attn_mask, is_causal: bool) -> None:
         raise KernelError(f"{op}: attn_mask and is_causal cannot be set at the same time")
 
 
+@argument_check("llama::custom_sdpa.out")
+def custom_sdpa_arguments(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    start_pos: int,
+    attn_mask: np.ndarray | None,
+    drpout_p: float,
+    is_causal: bool,
+    scale: float | None,
+) -> list[tuple[int, ...]]:
+    """The family's argument check (kernels.checks) of ``custom_sdpa``, for every tier: its
+    output has the query's shape."""
+    op = "custom_sdpa"
+    _check_mask_and_causal(op, attn_mask, is_causal)
+    _check_qkv(op, query, key, value, allow_int8=False)
+    keys_attended(op, query, key, int(start_pos), attn_mask)
+    return [tuple(query.shape)]
+
+
 @kernel("llama::custom_sdpa.out")
 def custom_sdpa_out(
     query: np.ndarray,
@@ -211,8 +232,7 @@ def custom_sdpa_out(
 ) -> np.ndarray:
     """Attention of ``query`` over the caches ``key`` and ``value``."""
     op = "custom_sdpa"
-    _check_mask_and_causal(op, attn_mask, is_causal)
-    _check_qkv(op, query, key, value, allow_int8=False)
+    custom_sdpa_arguments(query, key, value, start_pos, attn_mask, drpout_p, is_causal, scale)
     result = attend(op, query, key, value, int(start_pos), attn_mask, is_causal, scale)
     return _store(out, result)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pyexecutorch.kernels.checks import argument_check
 from pyexecutorch.kernels.registry import KernelError, kernel
 
 _I64 = np.dtype(np.int64)
@@ -58,11 +59,21 @@ def write_cache(op: str, what: str, value: np.ndarray, cache: np.ndarray, start_
     cache[:, start_pos : start_pos + seq] = value
 
 
+@argument_check("llama::update_cache.out")
+def update_cache_arguments(value: np.ndarray, cache: np.ndarray, start_pos: int) -> list[None]:
+    """The family's argument check (kernels.checks) of ``update_cache``, for every tier. Its
+    output is the ``out`` it is given, a placeholder the check cannot size."""
+    check_cache_value("update_cache", "value", value, cache)
+    check_start_pos("update_cache", int(start_pos), value.shape[1], cache.shape[1])
+    return [None]
+
+
 @kernel("llama::update_cache.out")
 def update_cache_out(
     value: np.ndarray, cache: np.ndarray, start_pos: int, out: np.ndarray
 ) -> np.ndarray:
     """Write ``value`` into ``cache`` at sequence positions ``start_pos...``."""
+    update_cache_arguments(value, cache, start_pos)
     write_cache("update_cache", "value", value, cache, int(start_pos))
     return out
 
