@@ -25,12 +25,8 @@ from torch.utils import _pytree as pytree
 
 from pyexecutorch.exir.error import InternalError
 from pyexecutorch.exir.graph_utils import graph_modules, is_inplace
-from pyexecutorch.exir.memory_planning import (
-    Plan,
-    PlanItem,
-    _node_specs,
-    _root,
-)
+from pyexecutorch.exir.memory_lifetimes import PlanItem, node_specs, storage_root
+from pyexecutorch.exir.memory_planning import Plan
 from pyexecutorch.exir.tensor_spec import ALIGNMENT, TensorSpec, aligned
 
 
@@ -97,7 +93,7 @@ def as_official(item_algorithm: Callable[[list[PlanItem]], Plan]) -> Callable[..
         specs = sorted(bound.arguments["specs"], key=lambda s: (s.lifetime[0], id(s)))
         given = {id(s) for s in specs}
         # A spec sharing the memory of another planned here is placed with it.
-        owners = [s for s in specs if s.storage_base is None or id(_root(s)[0]) not in given]
+        owners = [s for s in specs if s.storage_base is None or id(storage_root(s)[0]) not in given]
         pools: dict[int, list[TensorSpec]] = {}
         for spec in owners:
             pools.setdefault(spec.mem_id or 1, []).append(spec)
@@ -115,7 +111,7 @@ def as_official(item_algorithm: Callable[[list[PlanItem]], Plan]) -> Callable[..
             result.bufsizes[mem_id] = plan.size
         for spec in specs:
             if spec not in result.spec_dict:
-                root, offset = _root(spec)
+                root, offset = storage_root(spec)
                 where = result.spec_dict[root]
                 result.spec_dict[spec] = SpecAllocResult(
                     where.mem_id, where.mem_obj_id, where.mem_offset + offset
@@ -217,7 +213,7 @@ def filter_nodes(inputs: Any) -> list[Node]:
 
 def get_node_tensor_specs(node: Node) -> list[TensorSpec]:
     """The tensor specs a node produces (several for a multi-output node)."""
-    return _node_specs(node)
+    return node_specs(node)
 
 
 def _is_inplace_node(node: Node) -> bool:
@@ -281,7 +277,7 @@ def collect_specs_from_nodes(
 
 
 def _node_specs_tree(x: Any) -> list[TensorSpec]:
-    return [s for n in filter_nodes(x) for s in _node_specs(n)]
+    return [s for n in filter_nodes(x) for s in node_specs(n)]
 
 
 def apply_algo(
@@ -373,7 +369,7 @@ class Verifier:
                 continue
             # A result written over a dying input of the same size (our in-place
             # reuse, or a view's base) shares its root: that is reuse too.
-            if not self.lifetime_overlap(lhs, rhs) or _root(lhs)[0] is _root(rhs)[0]:
+            if not self.lifetime_overlap(lhs, rhs) or storage_root(lhs)[0] is storage_root(rhs)[0]:
                 reuse += 1
             elif not allow_lifetime_and_storage_overlap:
                 raise InternalError(f"{lhs} and {rhs} are alive together in the same memory")
@@ -389,7 +385,7 @@ class Verifier:
             for node in g.graph.nodes:
                 if node.op == "placeholder":
                     want, what = self.alloc_graph_input, "graph input"
-                    specs = [s for s in _node_specs(node) if not s.const]
+                    specs = [s for s in node_specs(node) if not s.const]
                     specs = [s for s in specs if not s.is_mutable_buffer]
                 elif node.op == "output":
                     want, what = self.alloc_graph_output, "graph output"
@@ -411,7 +407,7 @@ def _all_planned(gm: GraphModule) -> list[TensorSpec]:
     seen: dict[int, TensorSpec] = {}
     for g in graph_modules(gm):
         for node in g.graph.nodes:
-            for spec in _node_specs(node):
+            for spec in node_specs(node):
                 if spec.mem_id is not None and spec.mem_offset is not None:
                     seen.setdefault(id(spec), spec)
     return list(seen.values())

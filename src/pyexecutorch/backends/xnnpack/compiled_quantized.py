@@ -30,8 +30,8 @@ from pyexecutorch.backends.xnnpack.nodes_quantized import (
     add_parameters,
     channel_scales,
     lookup_table,
-    qbounds,
 )
+from pyexecutorch.backends.xnnpack.quant_arithmetic import qbounds
 from pyexecutorch.jit.variants import choose
 from pyexecutorch.kernels.conv.nhwc import Window
 from pyexecutorch.kernels.quantized import compiled_linear as ql

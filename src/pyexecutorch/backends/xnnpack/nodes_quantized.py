@@ -41,6 +41,15 @@ from numpy.lib.stride_tricks import as_strided
 
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS, bounds
+from pyexecutorch.backends.xnnpack.quant_arithmetic import (
+    EXACT_F32,
+    exact_dtype,
+    may_wrap,
+    qbounds,
+    quantize_bound,
+    requantize,
+    wrap_int32,
+)
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
 from pyexecutorch.schema.scalar_type import F32, F64
 
@@ -141,78 +150,6 @@ def load_quant(
         f"XNNPACK delegate: value {vid} has quantization {type(qp).__name__}, "
         "which pyexecutorch does not support"
     )
-
-
-# ------------------------------------------------------------------ arithmetic
-
-
-def quantize_bound(value: float, q: Quant) -> int:
-    """A float output bound in the quantized domain, saturated to int8."""
-    if value == _INF:
-        return 127
-    if value == -_INF:
-        return -128
-    v = np.float32(value) / np.float32(q.scale) + np.float32(q.zero_point)
-    return int(np.rint(np.clip(v, -128.0, 127.0)))
-
-
-def qbounds(node: S.XNode, q: Quant) -> tuple[int, int]:
-    lo, hi = bounds(node)
-    return quantize_bound(lo, q), quantize_bound(hi, q)
-
-
-def requantize(
-    acc: NDArray,
-    scale: Any,
-    zero_point: int,
-    lo: int,
-    hi: int,
-    out: NDArray,
-    f: NDArray | None = None,
-) -> None:
-    """``out = clamp(rint(float32(acc) * scale) + zero_point, lo, hi)``.
-
-    ``f`` is a float32 scratch of ``acc``'s shape (``acc`` itself when float32).
-    The clamp happens before the zero point joins, on integers, so it is exact.
-    """
-    if f is None:
-        f = acc.astype(F32)
-    elif f is not acc:
-        np.copyto(f, acc, casting="unsafe")
-    np.multiply(f, scale, out=f)
-    np.rint(f, out=f)
-    np.maximum(f, np.float32(lo - zero_point), out=f)
-    np.minimum(f, np.float32(hi - zero_point), out=f)
-    np.add(f, np.float32(zero_point), out=out, casting="unsafe")
-
-
-# float32 sums of integer products stay exact below 2**24
-_EXACT_F32 = 1 << 24
-
-
-def _largest_sum(k: int, zero_point_span: int, bias: NDArray | None) -> int:
-    """A bound on every partial sum of ``k`` products and the bias."""
-    # (in Python integers: numpy's abs of int32's minimum is that minimum)
-    top = 0 if bias is None else max(-int(bias.min(initial=0)), int(bias.max(initial=0)))
-    return k * zero_point_span * 128 + top
-
-
-def exact_dtype(k: int, zero_point_span: int, bias: NDArray | None) -> np.dtype:
-    """float32 when every partial sum of ``k`` products (and the bias) is an exact float32."""
-    return F32 if _largest_sum(k, zero_point_span, bias) < _EXACT_F32 else F64
-
-
-def may_wrap(k: int, zero_point_span: int, bias: NDArray | None) -> bool:
-    """Whether a sum can pass int32, where XNNPACK's int32 accumulator wraps around (a bias
-    near the int32 limits): the exact float64 sums are then wrapped (:func:`wrap_int32`)."""
-    return _largest_sum(k, zero_point_span, bias) >= 1 << 31
-
-
-def wrap_int32(acc: NDArray) -> None:
-    """Exact float64 integer sums wrapped in place into int32's range, two's complement."""
-    acc += 2.0**31
-    np.mod(acc, 2.0**32, out=acc)
-    acc -= 2.0**31
 
 
 def _quant(b: Builder, vid: int, kinds: tuple[str, ...]) -> Quant:
@@ -447,7 +384,7 @@ def _dynamic_fully_connected(
     else:
         w_scales = np.broadcast_to(np.asarray(wq.scale, F32).reshape(-1), (units,)).copy()
         largest = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max(initial=0))
-        wmat = np.ascontiguousarray(w.T, dtype=F32 if largest < _EXACT_F32 else F64)
+        wmat = np.ascontiguousarray(w.T, dtype=F32 if largest < EXACT_F32 else F64)
     if wmat.dtype == F32:
         product = partial(np.dot, centered, wmat, out=y)
     else:
