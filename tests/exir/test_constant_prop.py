@@ -10,6 +10,7 @@ from torch.export.graph_signature import InputKind
 
 from pyexecutorch.exir import to_edge
 from pyexecutorch.exir.passes.constant_prop_pass import constant_prop_pass
+from tests.isolated import in_own_process
 
 
 class _Weights(torch.nn.Module):
@@ -64,6 +65,7 @@ def test_quantization_steps_are_left_for_the_backend():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+@in_own_process  # the dim-order operators torch holds depend on what the process imported
 def test_edge_dim_order_operators_run_in_module(dtype):
     class Cast(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
