@@ -280,19 +280,25 @@ def header() -> str:
     )
 
 
-def speedups(rows: list[dict]) -> list[str]:
-    """Each side's wall time at one thread over its wall time at two, per model."""
+def _speedup_cells(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    """Per model measured at one and two threads: each side's wall time at one thread over
+    its wall time at two."""
     by = {(r["model"], r["threads"]): r for r in rows}
-    lines = [f"{'1->2 threads (wall)':<19} " + " ".join(f"{LABELS[s]:>9}" for s in SIDES)]
+    table = []
     for name in dict.fromkeys(r["model"] for r in rows):
         one, two = by.get((name, 1)), by.get((name, 2))
         if one is None or two is None:
             continue
-        cells = []
-        for s in SIDES:
-            a, b = one["sides"].get(s), two["sides"].get(s)
-            cells.append(f"{_ratio(a and a['wall'], b and b['wall']):>9}")
-        lines.append(f"{name:<19} " + " ".join(cells))
+        pairs = [(one["sides"].get(s), two["sides"].get(s)) for s in SIDES]
+        table.append((name, [_ratio(a and a["wall"], b and b["wall"]) for a, b in pairs]))
+    return table
+
+
+def speedups(rows: list[dict]) -> list[str]:
+    """Each side's wall time at one thread over its wall time at two, per model."""
+    lines = [f"{'1->2 threads (wall)':<19} " + " ".join(f"{LABELS[s]:>9}" for s in SIDES)]
+    for name, cells in _speedup_cells(rows):
+        lines.append(f"{name:<19} " + " ".join(f"{c:>9}" for c in cells))
     return lines
 
 
@@ -301,7 +307,6 @@ def markdown(result: dict) -> str:
     at one thread, wall at more), ours over the official runtime, and each side's speed-up
     from one thread to two (wall)."""
     rows = result["rows"]
-    by = {(r["model"], r["threads"]): r for r in rows}
     head = ["model", "threads", *(LABELS[s] for s in SIDES), "ours/xnn ÷ official"]
     head += ["ours/port ÷ official", "onnxrt ÷ official"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
@@ -317,14 +322,7 @@ def markdown(result: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| 1 -> 2 threads (wall) | " + " | ".join(LABELS[s] for s in SIDES) + " |"]
     lines.append("|---|" + "---:|" * len(SIDES))
-    for name in dict.fromkeys(r["model"] for r in rows):
-        one, two = by.get((name, 1)), by.get((name, 2))
-        if one is None or two is None:
-            continue
-        cells = []
-        for s in SIDES:
-            a, b = one["sides"].get(s), two["sides"].get(s)
-            cells.append(_ratio(a and a["wall"], b and b["wall"]))
+    for name, cells in _speedup_cells(rows):
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
