@@ -81,3 +81,46 @@ def test_a_method_loaded_at_one_thread_count_runs_correctly_at_another(restore_t
             (got,) = method.execute([x.numpy()])
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
     assert sources[1] == sources[2]  # nothing decided at load depends on the count then
+
+
+def _in_new_thread(fn):  # noqa: ANN001, ANN202
+    """``fn()`` run on a fresh thread (numba's count is per thread), and its result."""
+    import threading
+
+    box = {}
+    worker = threading.Thread(target=lambda: box.update(result=fn()))
+    worker.start()
+    worker.join()
+    return box["result"]
+
+
+class _Add(nn.Module):
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return x + 1.0
+
+
+def test_the_thread_count_set_at_load_reaches_threads_that_run_the_method(restore_threads):  # noqa: ANN001
+    # A Ray actor or a server loads a program on one thread and runs it on others: the
+    # setting (process-wide, as documented) must reach those, and follow later settings.
+    from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
+
+    pte = to_edge(torch.export.export(_Add(), (torch.randn(4),))).to_executorch().buffer
+    set_threads(2)
+    method = Runtime.get().load_program(pte, threads=1).load_method("forward")
+    module = _load_for_executorch_from_buffer(pte)
+
+    def run_and_count(call):  # noqa: ANN001, ANN202
+        def run():  # noqa: ANN202
+            x = np.arange(4, dtype=np.float32)
+            np.testing.assert_array_equal(np.asarray(call(x)), x + 1.0)
+            return numba.get_num_threads()
+
+        return run
+
+    by_runtime = run_and_count(lambda x: method.execute([x])[0])
+    by_bindings = run_and_count(lambda x: module.forward([torch.from_numpy(x)])[0])
+    assert _in_new_thread(by_runtime) == 1
+    assert _in_new_thread(by_bindings) == 1
+    set_threads(2)
+    assert _in_new_thread(by_runtime) == 2
+    assert _in_new_thread(by_bindings) == 2

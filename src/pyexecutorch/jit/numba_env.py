@@ -110,18 +110,42 @@ def _start_threading_layer(numba: ModuleType) -> None:
         del os.environ["GOMP_SPINCOUNT"]
 
 
+# numba's thread count belongs to the calling thread, while ``set_threads`` promises a
+# process-wide setting: a Ray actor or a server loads a program on one thread and runs it on
+# others, which would otherwise run at numba's default (every core). The setting is kept
+# here with a generation number, and each thread that runs a method applies it once per
+# change (:func:`follow_threads`).
+_wanted_threads: int | None = None
+_generation = 0
+_applied = threading.local()
+
+
 def set_threads(n: int) -> None:
-    """Threads of the compiled loops (``prange``), capped at what numba started with."""
+    """Threads of the compiled loops (``prange``), capped at what numba started with: for
+    this thread now, and for any other thread when it next runs a method."""
+    global _wanted_threads, _generation
     numba = numba_module()
     if numba is not None:
-        # Starting numba's OpenMP pool resets the OpenMP thread count torch shares, so a
-        # torch already imported by the caller gets its own setting back (torch is never
-        # imported here).
-        torch = sys.modules.get("torch")
-        torch_threads = torch.get_num_threads() if torch is not None else None
-        numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
-        if torch is not None and torch.get_num_threads() != torch_threads:
-            torch.set_num_threads(torch_threads)
+        _wanted_threads = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+        _generation += 1
+        _apply_threads(numba)
+
+
+def follow_threads() -> None:
+    """Apply the last :func:`set_threads` to this thread if it has not yet (cheap when it has)."""
+    if _wanted_threads is not None and getattr(_applied, "generation", 0) != _generation:
+        _apply_threads(numba_module())
+
+
+def _apply_threads(numba: ModuleType) -> None:
+    _applied.generation = _generation
+    # Starting numba's OpenMP pool resets the OpenMP thread count torch shares, so a torch
+    # already imported by the caller gets its own setting back (torch is never imported here).
+    torch = sys.modules.get("torch")
+    torch_threads = torch.get_num_threads() if torch is not None else None
+    numba.set_num_threads(_wanted_threads)
+    if torch is not None and torch.get_num_threads() != torch_threads:
+        torch.set_num_threads(torch_threads)
 
 
 def cache_dir() -> Path:

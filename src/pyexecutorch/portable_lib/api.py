@@ -41,7 +41,7 @@ from pyexecutorch.runtime.loader import owned_bytes
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.outputs import convert_outputs
 from pyexecutorch.runtime.program import Program, Runtime, Verification
-from pyexecutorch.runtime.threads import set_threads
+from pyexecutorch.runtime.threads import follow_threads, set_threads
 from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.program import ExecutionPlan, Tensor
 
@@ -88,6 +88,7 @@ def _install(loaded: LoadedMethod, decls: Sequence[InputDecl], inputs: Sequence[
 
 
 def _run(loaded: LoadedMethod) -> None:
+    follow_threads()
     if _profile_blocks:
         start = time.perf_counter_ns()
         loaded.run()

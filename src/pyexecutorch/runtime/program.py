@@ -37,7 +37,7 @@ from pyexecutorch.runtime.meta import MethodMeta
 from pyexecutorch.runtime.method import LoadedMethod
 from pyexecutorch.runtime.method_plan import MethodPlan
 from pyexecutorch.runtime.outputs import convert_outputs, forced_output_kind
-from pyexecutorch.runtime.threads import set_threads
+from pyexecutorch.runtime.threads import follow_threads, set_threads
 from pyexecutorch.runtime.verify import verify_program
 from pyexecutorch.schema.pte import PteFile, decode_pte
 
@@ -89,6 +89,7 @@ class Method:
         if not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
         with self._lock:
+            follow_threads()
             if self._install_exact(inputs):
                 loaded.run()
                 if not clone_outputs:

@@ -28,6 +28,12 @@ def set_threads(num_threads: int) -> None:
     numba_env.set_threads(num_threads)
 
 
+def follow_threads() -> None:
+    """Apply the last :func:`set_threads` to the calling thread's compiled loops (numba's
+    count is per thread; BLAS's, through threadpoolctl, is already process-wide)."""
+    numba_env.follow_threads()
+
+
 def _load_compiled_blas() -> None:
     """Load the BLAS that compiled code calls (numba's np.dot goes through scipy's own
     OpenBLAS, not numpy's), so that the limit reaches it: a library loaded later keeps
