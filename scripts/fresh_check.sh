@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A fresh machine, as far as one can be had on this one: clone the current commit into a
-# temporary folder, with an empty pip cache and an empty $PYEXECUTORCH_CACHE_DIR, run the
+# temporary folder, with empty pip and uv caches and an empty $PYEXECUTORCH_CACHE_DIR, run the
 # README's two commands (`make demo`, `make test`) and print their times and the test
 # summary line. Uncommitted changes are not part of the check: commit first.
 #
@@ -16,6 +16,7 @@ git clone -q --no-local "$repo" "$scratch/clone"
 git -C "$scratch/clone" checkout -q "$commit"
 mkdir -p "$scratch/pip-cache" "$scratch/cache"
 export PIP_CACHE_DIR="$scratch/pip-cache"
+export UV_CACHE_DIR="$scratch/uv-cache"
 export PYEXECUTORCH_CACHE_DIR="$scratch/cache"
 unset PYEXECUTORCH_TEST_CACHE VIRTUAL_ENV
 
