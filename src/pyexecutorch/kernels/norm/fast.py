@@ -25,7 +25,7 @@ from pyexecutorch.kernels.norm.norm import (
     softmax_core,
     softmax_layout,
 )
-from pyexecutorch.kernels.reduce.reduce import _dims, _plan
+from pyexecutorch.kernels.reduce.reduce import _dims, _plan, sequential_sum
 from pyexecutorch.kernels.registry import KernelError, specializer
 from pyexecutorch.schema.scalar_type import F16, F32, F64
 
@@ -325,11 +325,10 @@ def _mean(a: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     if plan is None:
         return None
     axes, n = plan
-    add = np.add.reduce
 
     def mean(a, dim, keepdim, dtype, out):  # noqa: ANN001, ANN202
-        add(a, axes, None, out, keepdim)
-        np.true_divide(out, n, out)
+        # a running sum, as the reference (and the official kernel) adds
+        np.true_divide(sequential_sum(a, axes).reshape(out.shape), n, out)
         return out
 
     return mean
@@ -341,11 +340,9 @@ def _mean_all(a: Any, dtype: Any, out: Any) -> Any:
     if plan is None:
         return None
     axes, n = plan
-    add = np.add.reduce
 
     def mean(a, dtype, out):  # noqa: ANN001, ANN202
-        add(a, axes, None, out, False)
-        np.true_divide(out, n, out)
+        np.true_divide(sequential_sum(a, axes).reshape(out.shape), n, out)
         return out
 
     return mean

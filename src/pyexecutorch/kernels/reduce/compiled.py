@@ -6,7 +6,7 @@ as ``(a, k, b)`` (``k`` the reduced elements, ``b`` what follows them) and one
 loop per ``a`` walks it (a mean or sum over two runs of axes, ``(0, 2)`` of a
 3-D tensor, views it as ``(a, k, m, l, b)``): softmax in three passes where numpy makes five to
 seven calls, a mean in one where numpy makes two. Sums accumulate in float64
-from +0.0, as numpy's and torch's do (a sum of -0.0 is 0.0); maxima propagate NaN as ``np.maximum`` does. Each pass reads an
+from +0.0 (a mean: a running sum in the input's dtype, as the official kernel's), as numpy's and torch's do (a sum of -0.0 is 0.0); maxima propagate NaN as ``np.maximum`` does. Each pass reads an
 element before it writes the same element, so an output may alias its input.
 Imported only by the compiled tier; the kernels in ``reduce.py`` and
 ``norm/norm.py`` stay the reference.
@@ -159,6 +159,36 @@ def _sum(x, out, divisor):  # noqa: ANN001, ANN201
     return out
 
 
+def _mean_sequential(x, out, divisor):  # noqa: ANN001, ANN201
+    """out (a, b) = the means of x (a, k, b) over axis 1, each a running sum in x's dtype
+    from the first element, divided by ``divisor``: the official portable kernel's
+    arithmetic, bit for bit (the sums above are wider or pairwise)."""
+    a, k, b = x.shape
+    for i in prange(a):  # noqa: B020
+        acc = x[i, 0].copy()
+        for kk in range(1, k):
+            for jb in range(b):
+                acc[jb] += x[i, kk, jb]
+        for jb in range(b):
+            out[i, jb] = acc[jb] / divisor
+    return out
+
+
+def _mean_two_sequential(x, out, divisor):  # noqa: ANN001, ANN201
+    """out (a, m, b) = the means of x (a, k, m, l, b) over axes 1 and 3, a running sum in
+    x's dtype over (k, l) in row-major order (as :func:`_mean_sequential`)."""
+    a, k, m, l, b = x.shape  # noqa: E741
+    for i in prange(a):  # noqa: B020
+        for jm in range(m):
+            for jb in range(b):
+                acc = x[i, 0, jm, 0, jb]
+                for kk in range(k):
+                    for ll in range(1 if kk == 0 else 0, l):
+                        acc += x[i, kk, jm, ll, jb]
+                out[i, jm, jb] = acc / divisor
+    return out
+
+
 def _amax(x, out):  # noqa: ANN001, ANN201
     """out (a, b) = the maxima of x (a, k, b) over axis 1; NaN wins, as in np.maximum."""
     a, k, b = x.shape
@@ -306,6 +336,8 @@ INT_SUM = serial_and_parallel(_int_sum, "int_sum")
 ANY = serial_and_parallel(_any, "any_over")
 SUM = serial_and_parallel(_sum, "sum")
 SUM_ROWS = serial_and_parallel(_sum_rows, "sum_rows")
+MEAN = serial_and_parallel(_mean_sequential, "mean_sequential")
+MEAN_TWO = serial_and_parallel(_mean_two_sequential, "mean_two_sequential")
 AMAX = serial_and_parallel(_amax, "amax")
 AMIN = serial_and_parallel(_amin, "amin")
 MAX_DIM = serial_and_parallel(_max_dim, "max_dim")
@@ -448,8 +480,9 @@ def _sum_two_runs(x: Any, dim: Any, out: Any, mean: bool) -> Any:
     a, k, m, l, b = layout  # noqa: E741
     if not _planned(out, x.dtype, a * m * b):
         return None
-    divisor = float(k * l) if mean else 0.0
-    return _as_kernel(_bind(SUM_TWO, x, out, layout, (a, m, b), divisor), 4)
+    if mean:
+        return _as_kernel(_bind(MEAN_TWO, x, out, layout, (a, m, b), float(k * l)), 4)
+    return _as_kernel(_bind(SUM_TWO, x, out, layout, (a, m, b), 0.0), 4)
 
 
 @compiled_form("aten::mean.out")
@@ -460,8 +493,7 @@ def _mean_form(x: Any, dim: Any, keepdim: Any, dtype: Any, out: Any) -> Any:
     layout = _reduction(x, dim, out, FLOATS)
     if layout is None:
         return _sum_two_runs(x, dim, out, True)
-    run = sum_over(x, out, layout, float(layout[1]))
-    return None if run is None else _as_kernel(run, 4)
+    return _as_kernel(_bind(MEAN, x, out, layout, (layout[0], layout[2]), float(layout[1])), 4)
 
 
 @compiled_form("aten::mean.dtype_out")
@@ -472,8 +504,7 @@ def _mean_all_form(x: Any, dtype: Any, out: Any) -> Any:
     layout = _reduction(x, None, out, FLOATS)
     if layout is None:
         return None
-    run = sum_over(x, out, layout, float(layout[1]))
-    return None if run is None else _as_kernel(run, 2)
+    return _as_kernel(_bind(MEAN, x, out, layout, (layout[0], layout[2]), float(layout[1])), 2)
 
 
 @compiled_form("aten::sum.IntList_out")

@@ -116,6 +116,18 @@ def _source(a: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.dtype]:
     return a, dt
 
 
+def sequential_sum(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The sum of ``a`` over ``axes``, adding the reduced values in row-major order one
+    after the other in ``a``'s dtype (a running sum: ``cumsum``'s last value), with the
+    kept axes first in their order."""
+    kept = [i for i in range(a.ndim) if i not in axes]
+    moved = np.moveaxis(a, [*kept, *sorted(axes)], range(a.ndim))
+    rows = moved.reshape(*(a.shape[i] for i in kept), math.prod(a.shape[i] for i in axes))
+    if rows.shape[-1] == 0:
+        return np.zeros(rows.shape[:-1], a.dtype)
+    return np.cumsum(rows, axis=-1, dtype=a.dtype)[..., -1]
+
+
 def _promoted(a: np.ndarray, dtype: int | None, name: str) -> np.dtype:
     """torch's result dtype of sum/prod/cumsum: integers and bools widen to int64."""
     dt = _requested(dtype, name)
@@ -202,6 +214,11 @@ def _mean(self, dim, keepdim, dtype, out):
         out.fill(np.nan)
         return out
     src, acc = _source(self, dt)
+    if out.dtype == acc and src.dtype == acc and acc.kind == "f":
+        # The official portable mean adds the reduced values one after the other in the
+        # output dtype, then divides: so do we, bit for bit (numpy's reduce is pairwise).
+        np.true_divide(sequential_sum(src, axes).reshape(out.shape), count, out=out)
+        return out
     if out.dtype == acc:
         np.add.reduce(src, axis=axes, dtype=acc, out=out, keepdims=keepdim)
         np.true_divide(out, count, out=out)
