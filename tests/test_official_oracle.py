@@ -233,3 +233,28 @@ def test_assert_close_messages():
         assert_close(case, a, [a[0].astype(np.float64), a[1]])
     with pytest.raises(AssertionError, match=r"2 outputs, expected 1"):
         assert_close(case, a, a[:1])
+
+
+@pytest.mark.parametrize(
+    "name, flavor", [("small_cnn", "xnnpack"), ("kv_cache", "portable")], ids=lambda v: v
+)
+def test_shared_provenance_gives_the_same_program(name, flavor):
+    """The official builds share torch's node provenance records instead of deep-copying
+    them (official.shared_provenance, for speed): the cached program is byte for byte the
+    one the unchanged pipeline makes, and torch copies the records again afterwards (our
+    exporter, under test, runs on torch as it is)."""
+    import copy
+
+    from torch.fx.traceback import NodeSource
+
+    case = models.get_case(name)
+    cached = {"xnnpack": official.official_export_xnnpack, "portable": official_export}[flavor]
+    partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
+    unchanged = official.export_programs(
+        models.export(case), case.constant_methods, partitioner, share_provenance=False
+    )
+    assert cached(case) == unchanged
+    record = NodeSource(None, "a pass")
+    with official.shared_provenance():
+        assert copy.deepcopy(record) is record
+    assert copy.deepcopy(record) is not record and "__deepcopy__" not in NodeSource.__dict__
