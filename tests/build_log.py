@@ -24,9 +24,13 @@ def cache_dir() -> Path:
     return d
 
 
-def log_build(name: str, seconds: float) -> None:
-    """Append one built entry (a short line, so appends from several workers stay whole)."""
-    line = json.dumps({"name": name, "seconds": round(seconds, 2), "at": time.time()})
+def log_build(name: str, seconds: float, waited: bool = False) -> None:
+    """Append one built entry (a short line, so appends from several workers stay whole).
+
+    ``waited``: the seconds a worker spent waiting for another worker building the entry
+    (a core idle on a 2-core run), not building it."""
+    row = {"name": name, "seconds": round(seconds, 2), "at": time.time()}
+    line = json.dumps(row | {"waited": True} if waited else row)
     with open(cache_dir() / BUILD_LOG, "a") as log:
         log.write(line + "\n")
 
@@ -42,10 +46,19 @@ def builds_since(start: float) -> list[dict]:
 def summary_lines(start: float, top: int = 8) -> list[str]:
     """One line of totals and the costliest entries built since ``start``; none if nothing was."""
     rows = builds_since(start)
-    if not rows:
-        return []
-    total = sum(row["seconds"] for row in rows)
-    lines = [f"official work built this run: {len(rows)} entries, {total:.0f} s (all workers)"]
-    for row in sorted(rows, key=lambda r: -r["seconds"])[:top]:
-        lines.append(f"  {row['seconds']:7.1f} s  {row['name']}")
+    waits = [row for row in rows if row.get("waited")]
+    rows = [row for row in rows if not row.get("waited")]
+    lines = []
+    if rows:
+        total = sum(row["seconds"] for row in rows)
+        lines.append(
+            f"official work built this run: {len(rows)} entries, {total:.0f} s (all workers)"
+        )
+        for row in sorted(rows, key=lambda r: -r["seconds"])[:top]:
+            lines.append(f"  {row['seconds']:7.1f} s  {row['name']}")
+    if waits:
+        total = sum(row["seconds"] for row in waits)
+        lines.append(
+            f"waited for another worker's official build: {len(waits)} times, {total:.0f} s"
+        )
     return lines

@@ -299,9 +299,11 @@ def cached_file(
     found, data = stored()
     if found:
         return data
+    asked = time.perf_counter()
     with exclusive(path):
         found, data = stored()  # made by another worker while this one waited
         if found:
+            log_build(path.name, time.perf_counter() - asked, waited=True)
             return data
         started = time.perf_counter()
         with shared_provenance():  # every build is the official tools' work

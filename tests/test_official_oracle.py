@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests import models, official
+from tests import build_log, models, official
 from tests.build_log import BUILD_LOG
 from tests.models import CASES, ModelCase
 from tests.official import (
@@ -196,8 +196,11 @@ def test_export_cache(tmp_path, monkeypatch):
     assert official.case_key(case, "portable") == official.case_key(case, "portable")
 
 
-def test_cached_file_is_made_once_for_workers_that_need_it_together(tmp_path):
-    """Workers needing the same official program wait for the one making it."""
+def test_cached_file_is_made_once_for_workers_that_need_it_together(tmp_path, monkeypatch):
+    """Workers needing the same official program wait for the one making it; the build log
+    counts the build and the wait apart (the session's summary reports both)."""
+    monkeypatch.setenv("PYEXECUTORCH_TEST_CACHE", str(tmp_path / "log"))
+    start = time.time()
     path = tmp_path / "entry.pte"
     builds = []
     started = threading.Event()
@@ -215,6 +218,15 @@ def test_cached_file_is_made_once_for_workers_that_need_it_together(tmp_path):
     results.append(official.cached_file(path, build))
     first.join()
     assert results == [b"program", b"program"] and len(builds) == 1
+    logged = build_log.builds_since(start)
+    assert [(r["name"], r.get("waited", False)) for r in logged] == [
+        ("entry.pte", False),
+        ("entry.pte", True),
+    ]
+    assert logged[0]["seconds"] >= 0.3  # the build's sleep
+    summary = build_log.summary_lines(start)
+    assert summary[0].startswith("official work built this run: 1 entries")
+    assert summary[-1].startswith("waited for another worker's official build: 1 times")
     # A refused build is remembered in its fail file: not tried again.
     refused, fail = tmp_path / "refused.pte", tmp_path / "refused.fail"
     assert official.cached_file(refused, lambda: None, fail) is None
