@@ -130,7 +130,7 @@ def _output_quantum(q, reference: np.ndarray) -> float:
     out = q.graph.graph.output_node().args[0][0] if hasattr(q.graph, "graph") else None
     if (
         isinstance(out, torch.fx.Node)
-        and out.target is torch.ops.quantized_decomposed.dequantize_per_tensor.default
+        and out.target == torch.ops.quantized_decomposed.dequantize_per_tensor.default
     ):
         return float(out.args[1])
     return float(reference.max() - reference.min()) / 255
@@ -362,7 +362,7 @@ def test_unsupported_quantize_from_convert_pt2e_names_the_quantized_op_line():
     quantizes = [
         n
         for n in ep.graph.nodes
-        if n.target is torch.ops.quantized_decomposed.quantize_per_tensor.default
+        if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
     ]
     assert quantizes, "the quantizer inserted no quantize node"
     # The quantize of the model input: convert_pt2e gave it no stack trace.

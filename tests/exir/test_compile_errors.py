@@ -50,7 +50,7 @@ def test_transform_reverifies_ir():
 
     def to_non_core(gm):
         for node in gm.graph.nodes:
-            if node.target is torch.ops.aten.mul.Tensor:
+            if node.target == torch.ops.aten.mul.Tensor:  # an edge operator equals ATen's
                 node.target = torch.ops.aten.rrelu.default
                 node.args = node.args[:1]
         gm.recompile()

@@ -385,7 +385,7 @@ def test_partitioner_must_only_tag():
     class Rewriter(Partitioner):
         def partition(self, exported_program):  # noqa: ANN001, ANN201
             for node in exported_program.graph.nodes:
-                if node.target is aten.relu.default:
+                if node.target == aten.relu.default:
                     node.target = aten.sigmoid.default
             return PartitionResult(exported_program, {})
 
@@ -409,7 +409,7 @@ def test_tags_must_form_one_piece():
         """Tags the first two addmm nodes but not the relu between them."""
 
         def partition(self, exported_program):  # noqa: ANN001, ANN201
-            mms = [n for n in exported_program.graph.nodes if n.target is aten.addmm.default]
+            mms = [n for n in exported_program.graph.nodes if n.target == aten.addmm.default]
             for node in mms[:2]:
                 node.meta[DELEGATION_TAG] = "gap"
             return PartitionResult(exported_program, {"gap": DelegationSpec("ExampleBackend", [])})

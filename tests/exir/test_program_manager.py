@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -49,8 +51,19 @@ def _targets(gm):
     return [n.target for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def test_exir_ops_namespace_is_torch_ops():
-    assert exir_ops.edge.aten.add.Tensor is aten.add.Tensor
+def test_exir_ops_namespace_edge_operators():
+    from pyexecutorch.exir.dialects.edge._ops import EdgeOpOverload, aten_of
+
+    edge_add = exir_ops.edge.aten.add.Tensor
+    assert isinstance(edge_add, EdgeOpOverload) and edge_add is exir_ops.edge.aten.add.Tensor
+    # equal to torch's operator, with its hash: tables keyed by either find both
+    assert edge_add == aten.add.Tensor and aten.add.Tensor == edge_add
+    assert {aten.add.Tensor: 1}[edge_add] == 1 and edge_add in {aten.add.Tensor}
+    assert edge_add != aten.add.Scalar and aten_of(edge_add) is aten.add.Tensor
+    assert edge_add.__name__ == "aten.add.Tensor" and edge_add.name() == "aten::add.Tensor"
+    assert edge_add._op is aten.add.Tensor and edge_add.to_out_variant() is aten.add.out
+    torch.testing.assert_close(edge_add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
+    assert copy.deepcopy(edge_add) is edge_add and pickle.loads(pickle.dumps(edge_add)) is edge_add
     op = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
     assert op._schema.name == "dim_order_ops::_to_dim_order_copy"
     assert op._overloadpacket.out._schema.overload_name == "out"
@@ -109,7 +122,7 @@ def test_transform_list_and_dict():
 
     def relu_to_sigmoid(gm):
         for node in gm.graph.nodes:
-            if node.target is aten.relu.default:
+            if node.target == exir_ops.edge.aten.relu.default:  # an edge operator, equal to ATen's
                 node.target = aten.sigmoid.default
         gm.recompile()
 

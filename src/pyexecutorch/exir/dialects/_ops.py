@@ -1,10 +1,10 @@
 """``exir_ops``: the edge-dialect operator namespace.
 
-In pyexecutorch the edge dialect uses torch's own operator objects, so
-``exir_ops.edge.aten.add.Tensor is torch.ops.aten.add.Tensor``.  Passes and
-partitioners written against the official ``executorch.exir.dialects._ops.ops``
-port by changing the import.  ``dim_order_ops`` resolves to the operators in
-:mod:`pyexecutorch.exir.dialects.dim_order_ops`.
+``exir_ops.edge.<ns>.<op>.<overload>`` is the edge operator (an ``EdgeOpOverload``,
+see :mod:`pyexecutorch.exir.dialects.edge._ops`) standing for torch's
+``torch.ops.<ns>.<op>.<overload>``, which it equals. ``exir_ops.backend`` gives the
+same objects (our backend dialect adds nothing to the edge one). ``dim_order_ops``
+resolves to the operators in :mod:`pyexecutorch.exir.dialects.dim_order_ops`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch._C import DispatchKey
 from torch.library import Library
 
 from pyexecutorch.exir.dialects import dim_order_ops
+from pyexecutorch.exir.dialects.edge._ops import EdgeOpOverloadPacket
 
 
 class _OpNamespace:
@@ -23,17 +24,21 @@ class _OpNamespace:
         self._dialect = dialect
         self._namespace = namespace
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> EdgeOpOverloadPacket:
         if name.startswith("__"):
             raise AttributeError(name)
-        if self._namespace == dim_order_ops.NAMESPACE:
-            return dim_order_ops.packet(name)
         try:
-            return getattr(getattr(torch.ops, self._namespace), name)
+            if self._namespace == dim_order_ops.NAMESPACE:
+                packet = dim_order_ops.packet(name)
+            else:
+                packet = getattr(getattr(torch.ops, self._namespace), name)
         except (AttributeError, RuntimeError):
             raise AttributeError(
                 f"{self._dialect} dialect has no operator {self._namespace}.{name}"
             ) from None
+        edge = EdgeOpOverloadPacket(packet)
+        setattr(self, name, edge)  # one packet object per operator
+        return edge
 
     def __repr__(self) -> str:
         return f"exir_ops.{self._dialect}.{self._namespace}"
@@ -61,7 +66,7 @@ class _Ops:
 
     def __init__(self) -> None:
         self.edge = _Dialect("edge")
-        self.backend = _Dialect("backend")
+        self.backend = self.edge
 
 
 ops = _Ops()

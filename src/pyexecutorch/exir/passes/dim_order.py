@@ -7,6 +7,7 @@ import torch
 from torch.fx import GraphModule
 
 from pyexecutorch.exir.dialects import dim_order_ops
+from pyexecutorch.exir.dialects.edge._ops import in_dialect_of
 from pyexecutorch.exir.graph_utils import call_nodes
 
 aten = torch.ops.aten
@@ -30,7 +31,7 @@ def to_dim_order_ops(gm: GraphModule) -> bool:
         kwargs = dict(node.kwargs)
         fmt = kwargs.pop("memory_format", torch.preserve_format)
         src = node.args[0]
-        if node.target is aten.empty.memory_format:
+        if node.target == aten.empty.memory_format:
             ndim = len(src)
             src_val = None
         else:
@@ -48,7 +49,7 @@ def to_dim_order_ops(gm: GraphModule) -> bool:
         kwargs["dim_order"] = dim_order
         if new is dim_order_ops.clone_dim_order():
             kwargs.pop("layout", None)
-        node.target = new
+        node.target = in_dialect_of(node.target, new)
         node.kwargs = kwargs
         changed = True
     return changed

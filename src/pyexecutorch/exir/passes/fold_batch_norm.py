@@ -115,13 +115,13 @@ def fold_batch_norm(
     counter = 0
     fused = 0
     for bn in list(gm.graph.nodes):
-        if bn.op != "call_function" or bn.target is not _BN or bn.kwargs or len(bn.args) != 7:
+        if bn.op != "call_function" or bn.target != _BN or bn.kwargs or len(bn.args) != 7:
             continue
         conv = bn.args[0]
         if (
             not isinstance(conv, Node)
             or conv.op != "call_function"
-            or conv.target is not _CONV
+            or conv.target != _CONV
             or conv.kwargs
             or len(conv.args) != 9
             or len(conv.users) != 1

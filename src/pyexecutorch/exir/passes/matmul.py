@@ -26,7 +26,7 @@ def _broadcast_source(node: Node) -> Node | None:
     while (
         isinstance(node, Node)
         and node.op == "call_function"
-        and node.target is aten.view_copy.default
+        and node.target == aten.view_copy.default
         and _static(node.meta.get("val"))
         and isinstance(node.args[0], Node)
         and tuple(node.args[0].meta["val"].shape) == tuple(node.meta["val"].shape)
@@ -35,7 +35,7 @@ def _broadcast_source(node: Node) -> Node | None:
     if not (
         isinstance(node, Node)
         and node.op == "call_function"
-        and node.target is aten.expand_copy.default
+        and node.target == aten.expand_copy.default
     ):
         return None
     src = node.args[0]
@@ -54,7 +54,7 @@ def bmm_to_mm(gm: GraphModule, fake_mode) -> int:
     for g in graph_modules(gm):
         graph = g.graph
         for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not aten.bmm.default:
+            if node.op != "call_function" or node.target != aten.bmm.default:
                 continue
             a, b = node.args
             w = _broadcast_source(b)

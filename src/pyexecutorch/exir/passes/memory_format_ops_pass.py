@@ -6,6 +6,7 @@ import torch
 from torch.fx import GraphModule
 
 from pyexecutorch.exir.dialects import dim_order_ops
+from pyexecutorch.exir.dialects.edge._ops import in_dialect_of
 from pyexecutorch.exir.graph_utils import call_nodes
 from pyexecutorch.exir.passes._official_names import GraphFunctionPass
 from pyexecutorch.exir.passes.dim_order import to_dim_order_ops
@@ -28,7 +29,7 @@ def from_dim_order_ops(gm: GraphModule) -> bool:
             continue
         kwargs = dict(node.kwargs)
         kwargs["memory_format"] = dim_order_ops.memory_format_of(kwargs.pop("dim_order", None))
-        node.target, node.kwargs = old, kwargs
+        node.target, node.kwargs = in_dialect_of(node.target, old), kwargs
         changed = True
     return changed
 

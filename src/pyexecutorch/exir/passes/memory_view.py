@@ -88,7 +88,7 @@ def replace_view_copies(gm: GraphModule) -> int:
                 continue
             if bspec.storage_base is not None:
                 continue
-            if node.target is aten.view_copy.default:
+            if node.target == aten.view_copy.default:
                 size = node.args[1]
             elif spec.is_static_shape_tensor:
                 size = list(spec.shape)

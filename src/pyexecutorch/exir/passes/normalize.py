@@ -34,11 +34,11 @@ def is_noop(node: Node) -> bool:
         return False
     if a is b:
         return True
-    if target is aten.alias_copy.default:
+    if target == aten.alias_copy.default:
         return False  # a real copy: the result must not alias its input
     if not (_static(a) and _static(b)):
         return False
-    if target is aten._to_copy.default:
+    if target == aten._to_copy.default:
         return (
             a.dtype == b.dtype
             and a.device == b.device
@@ -72,7 +72,7 @@ def normalize(gm: GraphModule) -> bool:
                 node.replace_all_uses_with(node.args[0])
                 g.graph.erase_node(node)
                 changed = True
-            elif node.target is aten.cat.default:
+            elif node.target == aten.cat.default:
                 inputs = node.args[0]
                 kept = [
                     x

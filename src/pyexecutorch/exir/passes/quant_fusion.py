@@ -36,7 +36,7 @@ def _dequantization(node: object, known: dict[Node, torch.Tensor]) -> tuple | No
         out_dtype = node.kwargs.get("output_dtype", out_dtype)
         if dtype != torch.int8 or len(block) != 2 or block[0] != 1:
             return None
-    elif node.target is torch.ops.quantized_decomposed.dequantize_per_channel_group.default:
+    elif node.target == torch.ops.quantized_decomposed.dequantize_per_channel_group.default:
         weight, scale, zero, qmin, qmax, dtype, _group, out_dtype = node.args[:8]
     else:
         return None
@@ -56,7 +56,7 @@ def fuse_quantized_embeddings(
     known = constant_inputs(gm)
     fused = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not torch.ops.aten.embedding.default:
+        if node.op != "call_function" or node.target != torch.ops.aten.embedding.default:
             continue
         found = _dequantization(node.args[0], known)
         if found is None:

@@ -44,7 +44,7 @@ def promote_mixed_types(gm: GraphModule, fake_mode) -> bool:
             if node.op != "call_function" or node.target not in PROMOTING_OPS or len(node.args) < 2:
                 continue
             kind = PROMOTING_OPS[node.target]
-            if node.target is aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
+            if node.target == aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
                 kind = _KIND.INT_TO_FLOAT
             vals = [_value(a) for a in node.args[:2]]
             if not all(isinstance(v, (torch.Tensor, int, float, bool)) for v in vals):

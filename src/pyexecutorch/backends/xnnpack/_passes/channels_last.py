@@ -93,7 +93,7 @@ def _single(node: Node) -> bool:
 
 
 def _is_conv2d(node: Node) -> bool:
-    return node.target is aten.convolution.default and rank(node.args[1]) == 4
+    return node.target == aten.convolution.default and rank(node.args[1]) == 4
 
 
 def needs_nhwc(node: Node) -> bool:
@@ -113,7 +113,7 @@ def _layout(ctx: PassContext, node: Node) -> bool:
         return bool(node.args[0].meta.get(NHWC, False)) and rank(node) == 4
     if needs_nhwc(node):
         return True
-    if node.target is qd.quantize_per_tensor.tensor and node.users:
+    if node.target == qd.quantize_per_tensor.tensor and node.users:
         # a run-time quantization read by convolutions converts the NHWC image
         return all(_is_conv2d(u) for u in node.users)
     key = op_key(node.target)

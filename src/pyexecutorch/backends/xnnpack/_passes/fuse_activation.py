@@ -19,9 +19,9 @@ FUSABLE_PRODUCERS = {
 
 
 def _bounds(act: torch.fx.Node) -> tuple[float, float] | None:
-    if act.target is aten.relu.default:
+    if act.target == aten.relu.default:
         return 0.0, float("inf")
-    if act.target is aten.hardtanh.default:
+    if act.target == aten.hardtanh.default:
         lo = act.args[1] if len(act.args) > 1 else act.kwargs.get("min_val", -1.0)
         hi = act.args[2] if len(act.args) > 2 else act.kwargs.get("max_val", 1.0)
         return float(lo), float(hi)

@@ -46,7 +46,7 @@ def _fold(ctx: PassContext, producer: Node, bn: Node) -> bool:
         return False
     scale, shift = found
     w = weight.double()
-    if producer.target is aten.convolution.default and producer.args[6]:
+    if producer.target == aten.convolution.default and producer.args[6]:
         groups = int(producer.args[8])
         cin, per_group = w.shape[0], w.shape[1]
         if scale.numel() != per_group * groups:
@@ -76,7 +76,7 @@ def _fold(ctx: PassContext, producer: Node, bn: Node) -> bool:
 def fuse_batch_norm(ctx: PassContext) -> None:
     graph = ctx.gm.graph
     for bn in list(graph.nodes):
-        if bn.op != "call_function" or bn.target is not BATCH_NORM:
+        if bn.op != "call_function" or bn.target != BATCH_NORM:
             continue
         producer = bn.args[0]
         readers = list(bn.users)

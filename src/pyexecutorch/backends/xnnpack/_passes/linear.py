@@ -13,7 +13,7 @@ def _transposed_constant(ctx: PassContext, node: object) -> object:
     if (
         isinstance(node, torch.fx.Node)
         and node.op == "call_function"
-        and node.target is aten.permute_copy.default
+        and node.target == aten.permute_copy.default
         and list(node.args[1]) == [1, 0]
         and ctx.is_constant(node.args[0])
     ):
@@ -26,9 +26,9 @@ def convert_to_linear(ctx: PassContext) -> None:
     for node in list(graph.nodes):
         if node.op != "call_function" or node.kwargs:
             continue
-        if node.target is aten.addmm.default and len(node.args) == 3:
+        if node.target == aten.addmm.default and len(node.args) == 3:
             bias, x, mat2 = node.args
-        elif node.target is aten.mm.default:
+        elif node.target == aten.mm.default:
             bias, (x, mat2) = None, node.args
         else:
             continue

@@ -154,7 +154,7 @@ def weight_quant(ctx: PassContext, dq: Node) -> WeightQuant | None:
     data = ctx.constant(dq.args[0])
     if data is None or data.dtype != torch.int8 or data.dim() not in (2, 3, 4):
         return None
-    if dq.target is qd.dequantize_per_channel.default:
+    if dq.target == qd.dequantize_per_channel.default:
         scales = ctx.constant(dq.args[1])
         axis, qmin, qmax = int(dq.args[3]), int(dq.args[4]), int(dq.args[5])
         if scales is None or scales.dim() != 1:
@@ -262,7 +262,7 @@ def _feeds_convolution(q: Node) -> bool:
 
 
 def _is_conv(node: Node) -> bool:
-    return node.op == "call_function" and node.target is aten.convolution.default
+    return node.op == "call_function" and node.target == aten.convolution.default
 
 
 def _dynamic_gemm(ctx: PassContext, node: Node) -> bool:

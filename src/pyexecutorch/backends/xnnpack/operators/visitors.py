@@ -185,9 +185,9 @@ def _copy(b: GraphBuilder, node: Node) -> None:
 
 
 def _clamp_bounds(node: Node) -> tuple[float, float]:
-    if node.target is aten.relu.default:
+    if node.target == aten.relu.default:
         return 0.0, INF
-    if node.target is aten.hardtanh.default:
+    if node.target == aten.hardtanh.default:
         return float(arg(node, 1, "min_val", -1.0)), float(arg(node, 2, "max_val", 1.0))
     lo, hi = arg(node, 1, "min", None), arg(node, 2, "max", None)
     return (-INF if lo is None else float(lo)), (INF if hi is None else float(hi))
@@ -238,7 +238,7 @@ def _linear(b: GraphBuilder, node: Node) -> None:
 
 @register(aten.addmm.default, aten.mm.default)
 def _matmul(b: GraphBuilder, node: Node) -> None:
-    if node.target is aten.addmm.default:
+    if node.target == aten.addmm.default:
         bias, x, weight = node.args[:3]
     else:
         (x, weight), bias = node.args[:2], None
@@ -597,7 +597,7 @@ def _reshape(b: GraphBuilder, node: Node) -> None:
     x = b.value(node.args[0], False)
     out = b.define(node, False)
     shape = _reshape_target(node)
-    if node.target is aten.view_copy.default:
+    if node.target == aten.view_copy.default:
         asked = list(node.args[1])
         shape = [0 if d == -1 else s for d, s in zip(asked, shape, strict=True)]
     b.emit(

@@ -84,7 +84,7 @@ def weight_problem(ep: ExportedProgram, dq: object) -> str | None:
     """Why ``dq`` is not a dequantized constant weight XNNPACK can take."""
     if not isinstance(dq, Node) or dq.op != "call_function":
         return "weight is not dequantized"
-    if dq.target is qd.dequantize_per_channel.default:
+    if dq.target == qd.dequantize_per_channel.default:
         if not (_constant(ep, dq.args[0]) and _constant(ep, dq.args[1])):
             return "per-channel weight or scales are not constants"
         if int(dq.args[3]) != 0:
@@ -92,7 +92,7 @@ def weight_problem(ep: ExportedProgram, dq: object) -> str | None:
         if (dq.args[4], dq.args[5]) == (-8, 7):
             return "4-bit per-channel weights"
         return _int8_range(dq.args[4], dq.args[5])
-    if dq.target is _torchao("dequantize_affine"):
+    if dq.target == _torchao("dequantize_affine"):
         if not (_constant(ep, dq.args[0]) and _constant(ep, dq.args[2])):
             return "affine weight or scales are not constants"
         block = list(dq.args[1])
@@ -116,7 +116,7 @@ def _weight_deps(node: Node) -> list[Node]:
 
 
 def _is_static_dq(node: object) -> bool:
-    return isinstance(node, Node) and node.target is qd.dequantize_per_tensor.default
+    return isinstance(node, Node) and node.target == qd.dequantize_per_tensor.default
 
 
 def _bias_problem(node: Node, ep: ExportedProgram) -> str | None:
@@ -139,7 +139,7 @@ def _static_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
     if len(users) == 1 and users[0].target in _STATIC_GEMM_ACTS:
         deps.append(users[0])
         users = list(users[0].users)
-    if len(users) == 1 and users[0].target is qd.quantize_per_tensor.default:
+    if len(users) == 1 and users[0].target == qd.quantize_per_tensor.default:
         deps.append(users[0])
     return deps
 
@@ -158,7 +158,7 @@ def _static_conv(node: Node, ep: ExportedProgram) -> str | None:
         return "transposed quantized convolution"
     if rank(node.args[1]) not in (3, 4):
         return f"{rank(node.args[1]) - 2}-D quantized convolution (1-D and 2-D only)"
-    if node.args[1].target is not qd.dequantize_per_channel.default:
+    if node.args[1].target != qd.dequantize_per_channel.default:
         return "convolution weight is not dequantized per channel"
     return _static_gemm(node, ep)
 
@@ -192,7 +192,7 @@ def _getitems(node: Node, ep: ExportedProgram) -> list[Node]:
 
 
 def _scale_source(node: Node) -> Node | None:
-    scale = node.args[2] if node.target is _torchao("quantize_affine") else node.args[1]
+    scale = node.args[2] if node.target == _torchao("quantize_affine") else node.args[1]
     if isinstance(scale, Node) and scale.target is operator.getitem:
         return scale.args[0]
     return None
@@ -202,7 +202,7 @@ def _dynamic_q(node: Node, ep: ExportedProgram) -> str | None:
     source = _scale_source(node)
     if source is None or source.target not in _choosers():
         return "scales are not chosen at run time"
-    if node.target is _torchao("quantize_affine"):
+    if node.target == _torchao("quantize_affine"):
         block, n = list(node.args[1]), rank(node.args[0])
         if block[:-1] != [1] * (n - 1) or block[-1] != node.args[0].meta["val"].shape[-1]:
             return f"dynamic block size {block} (per token only)"
@@ -248,7 +248,7 @@ def _dynamic_conv(node: Node, ep: ExportedProgram) -> str | None:
         return "transposed dynamically quantized convolution"
     if rank(node.args[1]) != 4:
         return f"{rank(node.args[1]) - 2}-D dynamically quantized convolution (2-D only)"
-    if node.args[1].target is not qd.dequantize_per_channel.default:
+    if node.args[1].target != qd.dequantize_per_channel.default:
         return "convolution weight is not dequantized per channel"
     return _dynamic_linear(node, ep)
 
@@ -256,7 +256,7 @@ def _dynamic_conv(node: Node, ep: ExportedProgram) -> str | None:
 def _affine_dq(node: Node, ep: ExportedProgram) -> str | None:
     """torchao's dequantize_affine: a weight (read by a linear) or a dynamic activation."""
     if _constant(ep, node.args[0]):
-        if not node.users or any(u.target is not aten.linear.default for u in node.users):
+        if not node.users or any(u.target != aten.linear.default for u in node.users):
             return "affine weight dequantization not read by a linear"
         return weight_problem(ep, node)
     return _dynamic_dq(node, ep)
