@@ -304,3 +304,24 @@ def test_sym_shape_passes_bound_dynamic_sizes():
     x = torch.randn(32, 8)
     got = Runtime.get().load_program(constrained).load_method("forward").execute([x.numpy()])
     np.testing.assert_array_equal(np.asarray(got[0]), Grow()(x).numpy())
+
+
+def test_out_variants_and_debug_log_on_an_unplanned_edge_graph(tmp_path):
+    from pyexecutorch.exir.passes import DebugPass
+
+    class TopK(torch.nn.Module):
+        def forward(self, x):
+            return torch.topk(x, 5)
+
+    edge = to_edge(torch.export.export(TopK(), (torch.randn(10),)))
+    gm = edge.exported_program().graph_module
+    log = tmp_path / "debug.log"
+    DebugPass(log_filename=str(log))(gm)
+    # the generated code names the edge operator, as the official log does
+    assert "pyexecutorch_exir_dialects_edge__ops_aten_topk_default(" in log.read_text()
+    # specs are made from the example values when no pass propagated them
+    out = ToOutVarPass()(gm).graph_module
+    (topk,) = [n for n in out.graph.nodes if n.target == torch.ops.aten.topk.values]
+    allocs = [topk.kwargs["values"], topk.kwargs["indices"]]
+    assert [tuple(a.meta["spec"].shape) for a in allocs] == [(5,), (5,)]
+    assert [a.meta["spec"].dtype for a in allocs] == [torch.float32, torch.int64]

@@ -437,8 +437,11 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
             f"{b.where}: input {xs} has {xs[-1]} features, the filter {ws} takes {k}"
         )
     has_bias = n.bias_id != S.INVALID_ID
-    if has_bias and b.shape(n.bias_id) != (units,):
-        raise XnnpackError(f"{b.where}: bias {b.shape(n.bias_id)} for {units} outputs")
+    # A bias of one row per output channel; ``addmm``'s (1, units) row is the same
+    # vector (the official delegate takes it as is).
+    bias_shape = b.shape(n.bias_id) if has_bias else ()
+    if has_bias and (not bias_shape or bias_shape[-1] != units or math.prod(bias_shape) != units):
+        raise XnnpackError(f"{b.where}: bias {bias_shape} for {units} outputs")
     out_shape = xs[:-1] + (units,)
     b.out(n.output_id, out_shape)
     m = math.prod(xs[:-1])
@@ -458,10 +461,11 @@ def _fully_connected(b: Builder, n: S.XNNFullyConnected, node: S.XNode) -> None:
     if not has_bias:
         getb = lambda: None  # noqa: E731
     elif bconst is not None:
-        bvec = bconst.astype(_F32) if half else bconst
+        bvec = (bconst.astype(_F32) if half else bconst).reshape(units)
         getb = lambda: bvec  # noqa: E731
     else:
-        getb = b.getter(n.bias_id)
+        bget = b.getter(n.bias_id)
+        getb = (lambda: bget().reshape(units)) if len(bias_shape) > 1 else bget
     if (
         b.fixed(n.input1_id)
         and b.fixed(n.output_id)

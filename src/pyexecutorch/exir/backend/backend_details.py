@@ -162,7 +162,9 @@ def get_backend_details(backend_id: str) -> type[BackendDetails]:
         cls = _REGISTRY.get(backend_id)
     if cls is None:
         raise UnknownBackendError(
-            f"no ahead-of-time backend named {backend_id!r} (registered: {sorted(_REGISTRY)}); "
+            # The first sentence is the official message (code matching it keeps working).
+            f"Backend {backend_id} was not found. No ahead-of-time backend named "
+            f"{backend_id!r} (registered: {sorted(_REGISTRY)}); "
             "define a BackendDetails subclass with that name, or register one with "
             "register_backend_details(cls, backend_id)"
         )

@@ -39,6 +39,10 @@ class DebugPass(PassBase):
 
     def lines(self, graph_module: GraphModule) -> list[str]:
         out = [self.msg] if self.msg else []
+        # the generated code first: it names each operator as Python calls it
+        # (``torch.ops.aten.mul.Tensor``), as the official pass's log does
+        graph_module.recompile()
+        out.append(f"Code is:\n{graph_module.code.strip()}")
         counts: Counter = Counter()
         for _, node, owner in nodes_with_owner(graph_module):
             if node.op != "call_function":

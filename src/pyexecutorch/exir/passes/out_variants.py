@@ -97,6 +97,15 @@ def _alloc_arg(spec: Any) -> Any:
     return (tuple(int(d) for d in spec.shape), spec.dtype)
 
 
+def _specs_of(val: Any) -> Any:
+    """Tensor specs from a node's example value (a tensor, or a list/tuple of them)."""
+    if isinstance(val, torch.Tensor):
+        return TensorSpec.from_tensor(val)
+    if isinstance(val, (list, tuple)):
+        return [_specs_of(v) for v in val]
+    return None
+
+
 def _alloc(graph: torch.fx.Graph, spec: Any, val: Any) -> Node:
     node = graph.call_function(memory.alloc, (_alloc_arg(spec),))
     node.meta["spec"] = spec
@@ -157,8 +166,10 @@ def _convert(gm: GraphModule, owner: Node | None, missing: dict[Any, str]) -> No
             missing.setdefault(target, source_location(node, owner))
             continue
         out_op, out_names = found
-        spec = node.meta.get("spec")
         val = node.meta.get("val")
+        spec = node.meta.get("spec")
+        if spec is None:  # run on a graph whose specs were not propagated yet
+            spec = _specs_of(val)
         accepted = {a.name for a in out_op._schema.arguments}
         kwargs = {k: v for k, v in node.kwargs.items() if k in accepted}
         with graph.inserting_before(node):

@@ -14,6 +14,7 @@ Quantized patterns are further configs with precision ``STATIC_QUANT`` or
 from __future__ import annotations
 
 import enum
+import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -408,9 +409,9 @@ def _gemm(weight_index: int, bias_index: int | None, act_index: int) -> tuple[Ch
         w = node.args[weight_index] if len(node.args) > weight_index else None
         # addmm/mm read a transposed weight: permute_copy(w, [1, 0])
         if (
-            weight_index == 2 or (weight_index == 1 and node.target is aten.mm.default)
+            weight_index == 2 or (weight_index == 1 and node.target == aten.mm.default)
         ) and isinstance(w, Node):
-            if w.target is aten.permute_copy.default and list(w.args[1]) == [1, 0]:
+            if w.target == aten.permute_copy.default and list(w.args[1]) == [1, 0]:
                 return w.args[0]
         return w
 
@@ -421,6 +422,13 @@ def _gemm(weight_index: int, bias_index: int | None, act_index: int) -> tuple[Ch
             bias = node.args[bias_index]
             if bias is not None and not is_constant(ep, bias):
                 return "bias is not a constant"
+            # a fully connected layer adds one value per output channel: addmm's full
+            # (M, N) bias matrix is not that
+            val = bias.meta.get("val") if isinstance(bias, Node) else None
+            shape = tuple(val.shape) if isinstance(val, torch.Tensor) else ()
+            units = node.meta["val"].shape[-1]
+            if shape and (shape[-1] != units or math.prod(shape) != units):
+                return f"bias {list(shape)} is not one value per output channel ({units})"
         return None
 
     def deps(node: Node, ep: ExportedProgram) -> list[Node]:
