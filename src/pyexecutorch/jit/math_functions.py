@@ -244,14 +244,31 @@ _LIBRARY = {"EXP": "math.exp", "ERF": "math.erf", "TANH": "math.tanh"}
 # these functions but does not contain them: the digest of this file goes into the
 # source, so that changing it compiles the loops again.
 _VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+# The XNNPACK delegate's float32 sin, cos, sigmoid and 1/sqrt (xnnpack_math), which the
+# formulas of those XNNPACK nodes call, and the digest of their file and its constants.
+_XNNPACK_NAMES = {
+    "XSIN": "xnn_sin_f32",
+    "XCOS": "xnn_cos_f32",
+    "XSIGMOID": "xnn_sigmoid_f32",
+    "XRSQRT": "xnn_rsqrt_f32",
+}
+_XNNPACK_VERSION = hashlib.sha256(
+    b"".join(
+        (Path(__file__).parent / name).read_bytes()
+        for name in ("xnnpack_math.py", "xnnpack_coefficients.py")
+    )
+).hexdigest()[:16]
 
 
 def header_lines(dtype: np.dtype) -> list[str]:
-    """The lines binding ``EXP``, ``ERF`` and ``TANH`` in a loop module of ``dtype``."""
+    """The lines binding ``EXP``, ``ERF`` and ``TANH`` in a loop module of ``dtype`` (and,
+    in a float32 one, the XNNPACK functions ``XSIN``, ``XCOS``, ``XSIGMOID``, ``XRSQRT``)."""
     if dtype != np.float32:
         return [f"{name} = {fn}" for name, fn in _LIBRARY.items()]
     names = ", ".join(f"{fn} as {name}" for name, fn in _FLOAT32_NAMES.items())
+    xnnpack = ", ".join(f"{fn} as {name}" for name, fn in _XNNPACK_NAMES.items())
     return [
-        f"# math_functions {_VERSION}",
+        f"# math_functions {_VERSION} {_XNNPACK_VERSION}",
         f"from pyexecutorch.jit.math_functions import {names}",
+        f"from pyexecutorch.jit.xnnpack_math import {xnnpack}",
     ]

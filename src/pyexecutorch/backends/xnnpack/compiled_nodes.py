@@ -131,20 +131,21 @@ _BINARY: dict[str, str] = {
     "XNNPReLU": "T(np.maximum({0}, T(0)) + T(np.minimum({0}, T(0)) * {1}))",
 }
 _UNARY: dict[str, str] = {
-    "XNNSigmoid": _formula("aten::sigmoid.out"),
+    # XNNPACK's own float32 approximations, as the numpy builders compute them (exact_math)
+    "XNNSigmoid": "XSIGMOID({0})",
     "XNNTanh": _formula("aten::tanh.out"),
     "XNNGelu": _formula("aten::gelu.out", {1: "none"}),
     "XNNFloor": _formula("aten::floor.out"),
     "XNNCeiling": _formula("aten::ceil.out"),
     "XNNSquareRoot": _formula("aten::sqrt.out"),
-    "XNNReciprocalSquareRoot": "T(1) / T(math.sqrt({0}))",
+    "XNNReciprocalSquareRoot": "XRSQRT({0})",
     "XNNSquare": "{0} * {0}",
     "XNNNegate": _formula("aten::neg.out"),
     "XNNAbs": _formula("aten::abs.out"),
     "XNNExp": _formula("aten::exp.out"),
     "XNNLog": _formula("aten::log.out"),
-    "XNNSin": _formula("aten::sin.out"),
-    "XNNCos": _formula("aten::cos.out"),
+    "XNNSin": "XSIN({0})",
+    "XNNCos": "XCOS({0})",
     # (x + 3) clipped to [0, 6], times x, times 1/6, each rounded as numpy rounds it
     "XNNHardswish": "T(T(np.minimum(np.maximum(T({0} + T(3.0)), T(0.0)), T(6.0)) * {0}) "
     "* T(1.0 / 6.0))",

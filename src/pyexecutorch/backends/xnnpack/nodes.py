@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pyexecutorch.backends.xnnpack import exact_math
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
 from pyexecutorch.kernels import get_kernel
@@ -195,21 +196,40 @@ def _rsqrt(x: NDArray, out: NDArray) -> None:
     np.divide(1.0, out, out=out)
 
 
+def _exact(f32: Callable[[NDArray], NDArray], other: Callable[[], Any]) -> Callable[[], Any]:
+    """A float32 node computed as the official delegate's microkernel (``exact_math``:
+    not correctly rounded, and an int8 quantization after it keeps every ulp); what
+    ``other()`` gives for the other dtypes."""
+
+    def make() -> Callable[[NDArray, NDArray], None]:
+        fallback = other()
+
+        def run(x: NDArray, out: NDArray) -> None:
+            if x.dtype == _F32:
+                np.copyto(out, f32(x).reshape(out.shape), casting="unsafe")
+            else:
+                fallback(x, out)
+
+        return run
+
+    return make
+
+
 _UNARY: dict[str, Callable[[], Callable[[NDArray, NDArray], Any]]] = {
-    "XNNSigmoid": lambda: _kernel_unary("aten::sigmoid.out"),
+    "XNNSigmoid": _exact(exact_math.sigmoid, lambda: _kernel_unary("aten::sigmoid.out")),
     "XNNTanh": lambda: np.tanh,
     "XNNGelu": _gelu,
     "XNNFloor": lambda: np.floor,
     "XNNCeiling": lambda: np.ceil,
     "XNNSquareRoot": lambda: np.sqrt,
-    "XNNReciprocalSquareRoot": lambda: _rsqrt,
+    "XNNReciprocalSquareRoot": _exact(exact_math.rsqrt, lambda: _rsqrt),
     "XNNSquare": lambda: np.square,
     "XNNNegate": lambda: np.negative,
     "XNNAbs": lambda: np.abs,
     "XNNExp": lambda: np.exp,
     "XNNLog": lambda: np.log,
-    "XNNSin": lambda: np.sin,
-    "XNNCos": lambda: np.cos,
+    "XNNSin": _exact(exact_math.sin, lambda: np.sin),
+    "XNNCos": _exact(exact_math.cos, lambda: np.cos),
     "XNNHardswish": lambda: _hardswish,
     "XNNClamp": lambda: lambda x, out: np.copyto(out, x),  # the bounds: see _unary
     "XNNCopy": lambda: lambda x, out: np.copyto(out, x),

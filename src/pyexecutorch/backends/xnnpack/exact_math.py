@@ -1,0 +1,140 @@
+"""sin, cos, sigmoid and 1/sqrt of float32 values as the official XNNPACK delegate
+computes them on an x86-64 CPU with AVX-512F, bit for bit (the numpy tier; the compiled
+tier's scalar forms are ``jit/xnnpack_math.py``, from the same constants).
+
+XNNPACK does not round these correctly: its microkernels are rational or table-driven
+approximations, and its 1/sqrt starts from the CPU's ``vrsqrt14ps`` estimate. A model
+whose activations are quantized after them (8da4w) flips an int8 code wherever our
+result differs from the official one by an ulp at a rounding boundary, so the delegate's
+nodes compute what XNNPACK computes, not the nearest float32.
+
+The delegate runs with denormals off (flushed to zero as inputs and as results, the
+MXCSR's DAZ and FTZ): ``_flush`` applies that where these functions can meet one (an
+input, sigmoid's 2**n, the square in 1/sqrt's Newton step, a result).
+
+Each fused multiply-add rounds once: ``_fma`` forms the exact product in float64, adds
+with round-to-odd (the sum's rounding error from TwoSum decides the last bit), and the
+final rounding to float32 is then the correctly rounded fused result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pyexecutorch.jit.xnnpack_coefficients import (
+    RSQRT14_BASE,
+    RSQRT14_SLOPE,
+    SIGMOID,
+    SIGMOID_TABLE,
+    TRIG,
+)
+
+_F32 = np.float32
+_F64 = np.float64
+_TRIG = {k: _F32(v) for k, v in TRIG.items()}
+_SIG = {k: _F32(v) for k, v in SIGMOID.items()}
+_SIG_TABLE = np.array(SIGMOID_TABLE, _F32)
+_R14_BASE = np.array(RSQRT14_BASE, np.int64) * 256
+_R14_SLOPE = np.array(RSQRT14_SLOPE, np.int64)
+_ONE = _F32(1.0)
+_HALF = _F32(0.5)
+_TINY = _F32(np.finfo(np.float32).tiny)  # the smallest normal float32
+
+
+def _flush(v: NDArray) -> NDArray:
+    """``v`` with its subnormal values replaced by zeros of their sign."""
+    return np.where(np.abs(v) < _TINY, v * _F32(0.0), v)
+
+
+def _fma(a: NDArray | np.float32, b: NDArray | np.float32, c: NDArray | np.float32) -> NDArray:
+    """float32 ``a * b + c`` rounded once, as the CPU's fused multiply-add."""
+    p = np.multiply(a, b, dtype=_F64)  # exact: 24 + 24 bits
+    c = np.asarray(c, _F64)
+    s = p + c
+    v = s - p
+    err = (p - (s - v)) + (c - v)  # s + err == p + c exactly
+    # round to odd: a sum that was rounded and ended on an even last bit moves one ulp
+    # toward the exact value, so that rounding to float32 cannot round twice
+    odd = (err != 0) & ((np.asarray(s).view(np.int64) & 1) == 0)
+    if odd.any():
+        s = np.where(odd, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return np.asarray(s).astype(_F32)
+
+
+def _trig(x: NDArray, cosine: bool) -> NDArray:
+    t = _TRIG
+    with np.errstate(invalid="ignore", over="ignore"):
+        k = np.rint(x * t["inv_2pi"])
+        r = _fma(-k, t["two_pi_hi"], x)
+        r = _fma(-k, t["two_pi_lo"], r)
+        if cosine:
+            r = t["half_pi"] - r
+        r = np.minimum(r, t["pi"] - r)
+        r = np.maximum(r, -t["pi"] - r)
+        r = np.minimum(r, t["pi"] - r)
+        r2 = r * r
+        p = r * _fma(r2, _fma(r2, t["a5"], t["a3"]), _ONE)
+        q = _fma(r2, _fma(r2, t["b4"], t["b2"]), _ONE)
+        return p / q
+
+
+def sin(x: NDArray) -> NDArray:
+    """XNNPACK's float32 sine (``f32-vsin``, rational 5/4)."""
+    return _flush(_trig(_flush(np.asarray(x, _F32)), False))
+
+
+def cos(x: NDArray) -> NDArray:
+    """XNNPACK's float32 cosine (``f32-vcos``: the sine of pi/2 - x)."""
+    return _flush(_trig(_flush(np.asarray(x, _F32)), True))
+
+
+def sigmoid(x: NDArray) -> NDArray:
+    """XNNPACK's float32 sigmoid (``f32-vsigmoid``, AVX-512F: 32-entry table, degree 2,
+    a division)."""
+    x = np.asarray(x, _F32)
+    s = _SIG
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        z = -np.abs(x)
+        n = _fma(z, s["log2e"], s["magic_bias"])
+        table = _SIG_TABLE[n.view(np.uint32) & 31]  # 2**(n mod 1), n in 32nds
+        n = n - s["magic_bias"]
+        t = _fma(n, s["minus_ln2_hi"], z)
+        t = _fma(n, s["minus_ln2_lo"], t)
+        p = _fma(t, s["c2"], s["c1"])
+        t = t * table
+        p = _fma(t, p, table)
+        # (past 2**-1000 every result is 0; NaN's exponent is any)
+        whole = np.maximum(np.nan_to_num(np.floor(n), nan=0.0), _F32(-1000.0))
+        e = _flush(np.ldexp(p, whole.astype(np.int32)))  # scalef: p * 2**floor(n)
+        e = np.where(z == -np.inf, _F32(0.0), e)  # (the delegate's limits: 0 and 1)
+        f = e / (e + _ONE)
+        return np.where(np.signbit(x), f, _ONE - f)
+
+
+def rsqrt_estimate(x: NDArray) -> NDArray:
+    """The CPU's ``vrsqrt14ps`` estimate of 1/sqrt(x) (see ``xnnpack_coefficients``)."""
+    x = np.asarray(x, _F32)
+    bits = x.astype(_F64).view(np.int64)  # (a float32 subnormal is normal in float64)
+    e = ((bits >> 52) & 0x7FF) - 1023
+    m = bits & ((1 << 52) - 1)
+    parity, half = e & 1, e >> 1
+    segment, t = (m >> 47) & 31, (m >> 37) & 1023
+    v = (_R14_BASE[parity, segment] - _R14_SLOPE[parity, segment] * t) >> 10
+    v = np.where((m == 0) & (parity == 0), 1 << 17, v)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        y = np.ldexp(v.astype(_F64), (-17 - half).astype(np.int32)).astype(_F32)
+        y = np.where(x == 0, _ONE / x, y)  # +-inf
+        y = np.where(np.isposinf(x), _F32(0.0), y)
+        return np.where((x < 0) | np.isnan(x), _F32(np.nan), y)
+
+
+def rsqrt(x: NDArray) -> NDArray:
+    """XNNPACK's float32 1/sqrt (``f32-vrsqrt``, AVX-512F): the estimate and one
+    Newton-Raphson step; an infinite input gives 0."""
+    x = _flush(np.asarray(x, _F32))
+    y = rsqrt_estimate(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        residual = x * _flush(y * y) - _ONE
+        y = y - residual * (_HALF * y)
+        return np.where(np.isposinf(x), _F32(0.0), y)
