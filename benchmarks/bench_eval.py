@@ -29,7 +29,8 @@ last ``2 * workers`` arrivals are left out (start-up and first chunks; Ray hands
 over about one chunk after its actor finished it, and the pipeline drains at the end),
 and rows/s (wall clock) and CPU a row are taken between the arrivals left. Every row
 also reports the CPU its worker spent on it inside the evaluator (``cpu_ms``: reading,
-preprocessing, the program): the same work on every engine. Ray's CPU overhead at 1
+preprocessing, the program): the same work on every engine, taken over the window's own
+rows at 1 worker (its chunks arrive in order). Ray's CPU overhead at 1
 worker is the CPU a row costs over every process, divided by that work, on Ray against
 the same on the embedded engine (other jobs slow a row's work alike on both; the
 quotient keeps only what the engine adds). The speed-up 2 workers would give on two idle
@@ -235,6 +236,13 @@ def measure(pte: Path, folder: Path, engine: str, workers: int) -> dict[str, flo
         clock.arrivals[trim],
         clock.arrivals[-1 - trim],
     )
+    # The CPU a row costs inside the worker's evaluator (reading, preprocessing, the
+    # program, metrics): the same work on every engine, whatever the engine adds around
+    # it. One worker's chunks arrive in order: the window's own rows (a row's work varies
+    # by a few % along a run, and other rows would skew the quotient below); two workers'
+    # chunks end out of step: every row after each worker's first chunk.
+    cpu_ms = result.per_row["cpu_ms"]
+    work = cpu_ms[rows0:rows1] if workers == 1 else cpu_ms[chunk(engine) * workers :]
     return {
         "rows": len(dataset),
         "seconds": end - start,
@@ -245,10 +253,7 @@ def measure(pte: Path, folder: Path, engine: str, workers: int) -> dict[str, flo
         "steady_cpu_ms_per_row": 1e3
         * (cpu_between(cpu0, cpu1) - (probe1 - probe0))
         / (rows1 - rows0),
-        # The CPU a row costs inside the worker's evaluator (reading, preprocessing, the
-        # program, metrics; each worker's first chunk, its first calls, left out): the
-        # same work on every engine, whatever the engine adds around it.
-        "work_cpu_ms_per_row": float(np.mean(result.per_row["cpu_ms"][chunk(engine) * workers :])),
+        "work_cpu_ms_per_row": float(np.mean(work)),
         "top1": result.metrics["top1"],
     }
 
