@@ -30,7 +30,7 @@ def _dequantization(node: object, known: dict[Node, torch.Tensor]) -> tuple | No
         return None
     ao = getattr(torch.ops, "torchao", None)
     affine = getattr(ao, "dequantize_affine", None) if ao is not None else None
-    if affine is not None and node.target is affine.default:
+    if affine is not None and node.target == affine.default:
         args = list(node.args) + [None] * (8 - len(node.args))
         weight, block, scale, zero, dtype, qmin, qmax, out_dtype = args[:8]
         out_dtype = node.kwargs.get("output_dtype", out_dtype)

@@ -422,9 +422,9 @@ def _gemm(weight_index: int, bias_index: int | None, act_index: int) -> tuple[Ch
             bias = node.args[bias_index]
             if bias is not None and not is_constant(ep, bias):
                 return "bias is not a constant"
-            # a fully connected layer adds one value per output channel: addmm's full
-            # (M, N) bias matrix is not that
-            val = bias.meta.get("val") if isinstance(bias, Node) else None
+            # a fully connected layer adds one value per output channel: addmm's (its
+            # bias comes first) full (M, N) bias matrix is not that
+            val = bias.meta.get("val") if bias_index == 0 and isinstance(bias, Node) else None
             shape = tuple(val.shape) if isinstance(val, torch.Tensor) else ()
             units = node.meta["val"].shape[-1]
             if shape and (shape[-1] != units or math.prod(shape) != units):
