@@ -171,10 +171,19 @@ _HF_NAMES = {
     "attention_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
+# Every batch process shares torch's node provenance records instead of deep-copying them:
+# the same programs for less CPU (see tests.official.shared_provenance, which tests it).
+_SHARE_PROVENANCE = """
+import torch.fx.traceback
+torch.fx.traceback.NodeSource.__deepcopy__ = lambda self, memo: self
+"""
+
 # One process exports every optimum job (its imports paid once). The checkpoint's weights
 # become a Hugging Face Llama or Qwen2; Qwen2's q/k/v biases, which the checkpoint has
 # not, get small seeded values so that their adds are in the program.
-_OPTIMUM_BATCH = """
+_OPTIMUM_BATCH = (
+    _SHARE_PROVENANCE
+    + """
 import json, sys, traceback, torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from optimum.exporters.executorch import main_export
@@ -215,6 +224,7 @@ for job in json.loads(jobs):
     except BaseException:
         open(job["error_file"], "w").write(traceback.format_exc())
 """
+)
 
 
 def _optimum_job(variant: Variant, out_dir: Path) -> dict[str, Any]:
@@ -283,7 +293,9 @@ def _key(variant: Variant, banned: Sequence[int]) -> str:
 # Runs export_llama's command line once per job in one process: the tool's imports
 # (torch, torchao, the XNNPACK partitioner; ~8 s of CPU) are paid once for every
 # variant instead of once each. Each job seeds torch as the tool's main does.
-_EXPORT_LLAMA_BATCH = """
+_EXPORT_LLAMA_BATCH = (
+    _SHARE_PROVENANCE
+    + """
 import json, sys, traceback
 from executorch.examples.models.llama import export_llama as tool
 for argv, error_file in json.loads(sys.argv[1]):
@@ -293,6 +305,7 @@ for argv, error_file in json.loads(sys.argv[1]):
     except BaseException:
         open(error_file, "w").write(traceback.format_exc())
 """
+)
 
 
 def _cache_path(variant: Variant, banned: Sequence[int]) -> Path:
