@@ -107,6 +107,7 @@ def test_positions_follow_each_call(program, jit):
                 i.operator: i.kind for i in static.instructions if i.operator.startswith("llama")
             }
             assert kinds == {"llama::update_cache.out": "call", "llama::custom_sdpa.out": "call"}
+            assert static.whole  # (the position in a cell its function reads per call)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["numpy", "compiled"])
@@ -116,6 +117,7 @@ def test_position_past_the_cache_raises(program, jit):
     k = np.ones((1, 1, KV_HEADS, HEAD_DIM), np.float32)
     for pos in (0, 1, 2):
         method.execute([q, k, k, np.array([pos])])
+    assert not jit or all(p.whole for p in method.plan.static_plans.values())
     with pytest.raises(ExecutionError, match=r"update_cache: start_pos 32 must be in \[0, 32\)"):
         method.execute([q, k, k, np.array([CACHE])])
     (got,) = method.execute([q, k, k, np.array([3])])  # and the method goes on

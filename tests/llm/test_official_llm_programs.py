@@ -187,7 +187,13 @@ def test_logits_match_official(store, name, tier):
         # (its start position read live, its delegates shared): one for the decode steps
         plan = ours.plan
         assert plan.shape_plans
-        assert any(key[0][-1] == 1 for key in plan.static_plans), plan.static_plan_failures
+        decode = [p for key, p in plan.static_plans.items() if key[0][-1] == 1]
+        assert decode, plan.static_plan_failures
+        if variant.tool == "export_llama" and variant.name.startswith("xnnpack"):
+            # export_llama's XNNPACK programs (bench_llm's) decode in one compiled call, the
+            # start position in a cell read per call (kernels/prim/compiled_cells), over
+            # the changing positions above
+            assert decode[0].whole, "the decode step's static plan does not compile whole"
 
 
 # --------------------------------------------------------------------------------------

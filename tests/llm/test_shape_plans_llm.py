@@ -67,6 +67,8 @@ def test_position_follows_each_call(program, jit):
     plan = method.plan
     if jit:
         assert plan.shape_plans and set(plan.static_plans) == {((1, s, WIDTH),) for s in (1, 3, 5)}
+        # each one compiled function, the position in a cell it reads per call
+        assert all(static.whole for static in plan.static_plans.values())
     else:
         assert not plan.shape_plans
 
@@ -77,6 +79,8 @@ def test_clamped_slice_raises(program, jit):
     x = np.ones((1, 4, WIDTH), np.float32)
     for position in (0, 12, 3):  # a static plan for length 4 on the compiled tier
         method.execute([x, np.array([position])])
+    if jit:  # (its compiled slice checks the length the position gives)
+        assert all(static.whole for static in method.plan.static_plans.values())
     # rows 14 and 15 only: two rows where the other operand has four
     with pytest.raises(ExecutionError, match="slice_copy|broadcast|shape"):
         method.execute([x, np.array([14])])

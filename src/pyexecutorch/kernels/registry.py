@@ -184,6 +184,33 @@ def get_compiled_form(name: str) -> Callable[..., Any] | None:
     return _COMPILED_FORMS.get(name)
 
 
+_CELL_STEPS: dict[str, Callable[..., Any]] = {}
+
+
+def cell_step(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the whole-method step maker of the kernels ``names`` for an instruction some
+    of whose int scalars are computed at run time (an LLM's start position): called with
+    the instruction's arguments, each such scalar given as its cell (a 1-element int64
+    array the whole-method function fills per call), it returns a callable offering the
+    ``step`` that reads the cells (and, given the arguments with the cells' values, raises
+    the error where a checked step refuses), or None. Registered by the compiled tier's
+    modules (see ``kernels/prim/compiled_cells.py``)."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            if name in _CELL_STEPS:
+                raise ValueError(f"cell step {name!r} is registered twice")
+            _CELL_STEPS[name] = fn
+        return fn
+
+    return register
+
+
+def get_cell_step(name: str) -> Callable[..., Any] | None:
+    """The cell step maker registered for ``name`` (once the compiled tier loaded them)."""
+    return _CELL_STEPS.get(name)
+
+
 # ---------------------------------------------------------------------------------------
 # The fast-path contract: what a fast path (the callable a specializer or compiled form
 # returns) may offer besides being called as its kernel is, and the keyword options the

@@ -18,6 +18,7 @@ from pyexecutorch.kernels.registry import (
     Kernel,
     facts_of,
     fast_path_of,
+    get_cell_step,
     get_compiled_form,
     get_specializer,
     offer,
@@ -136,7 +137,7 @@ class FastPaths:
         if live:
             candidates = [c for c in candidates if "live_scalars" in options_of(c)]
             if not candidates:
-                return k.fn
+                return self._filling_live(k, args, dynamic)
             fast = self._fast_path(candidates, args, dynamic, frozenset(), live=frozenset(live))
             return k.fn if fast is None else fast
         unused = frozenset(n for n, j in enumerate(args[len(args) - k.n_outs :]) if j not in read)
@@ -167,6 +168,22 @@ class FastPaths:
         as_whole = self.jit and self.traced and facts_of(k.name).traced_as_whole
         fast = self._fast_path(candidates, args, dynamic, unused, as_whole)
         return k.fn if fast is None else fast
+
+    def _filling_live(self, k: Kernel, args: list[int], dynamic: bool) -> Any:
+        """The kernel of an instruction taking scalars computed at run time, writing its one
+        static output in place where a whole method has a step for it (a slice at a start
+        position: kernels.registry.cell_step), so that later steps can bind that output."""
+        out = self.facts.plan.values[args[-1]].val
+        if not (
+            self.jit
+            and not dynamic
+            and k.n_outs == 1
+            and isinstance(out, Tensor)
+            and get_cell_step(k.name) is not None
+        ):
+            return k.fn
+        fast = _filling(k.fn)
+        return fast if fast is k.fn else offer(fast, fills_outputs=True)
 
     def _fast_path(
         self,

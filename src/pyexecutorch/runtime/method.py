@@ -27,7 +27,7 @@ from pyexecutorch.runtime.limits import (
     check_load_memory,
 )
 from pyexecutorch.runtime.lowering import Lowering
-from pyexecutorch.runtime.memory import PlannedValues, SharedArenas
+from pyexecutorch.runtime.memory import PlannedValues, SharedArenas, arena_bytes
 from pyexecutorch.runtime.method_facts import MethodFacts
 from pyexecutorch.runtime.method_plan import MethodPlan
 from pyexecutorch.runtime.resolution import init_delegates, resolve_kernels
@@ -142,6 +142,8 @@ class LoadedMethod:
         """This dynamic-shape method with each value of ``fixed`` fixed (see
         shape_plans.static_plan), on the compiled tier, over this method's arenas."""
         plan, kept = static_plan(self.plan, self.shape_plans.dynamic, fixed)
+        # (the arenas of the inputs static_plan plans, after this method's)
+        inputs = plan.non_const_buffer_sizes[len(self.arenas) :]
         method = LoadedMethod(
             self._pte,
             plan,
@@ -150,7 +152,7 @@ class LoadedMethod:
             shared=self._shared,
             limits=self.limits,
             verify=False,
-            arenas=self.arenas,
+            arenas=[*self.arenas, *(arena_bytes(size) for size in inputs)],
             delegates=self._delegates,
         )
         method.instruction_numbers = kept

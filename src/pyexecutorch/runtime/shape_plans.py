@@ -30,6 +30,7 @@ builds the static method from what the first recorded, and later calls run it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import accesses
 from pyexecutorch.runtime.errors import ExecutionError
 from pyexecutorch.schema.program import (
+    AllocationDetails,
     Bool,
     DelegateCall,
     Double,
@@ -53,6 +55,7 @@ from pyexecutorch.schema.program import (
     TensorList,
     TensorShapeDynamism,
 )
+from pyexecutorch.schema.scalar_type import SCALAR_TYPE_ITEMSIZE
 
 if TYPE_CHECKING:
     from pyexecutorch.runtime.method_facts import MethodFacts
@@ -213,7 +216,7 @@ class ShapePlans:
     ) -> None:
         self._values = method.values
         self._keys = tuple(spec.index for spec in method.inputs if spec.dynamic)
-        # unplanned inputs are the caller's arrays: handed to the static method per call
+        # unplanned inputs are the caller's arrays: copied into the static method's storage
         self._handed = tuple(spec.index for spec in method.inputs if not spec.planned)
         self._outputs = tuple(method.plan.outputs)
         self.dynamic = dynamic
@@ -237,13 +240,14 @@ class ShapePlans:
             self._record(key)
             return
         pv = plan.values
-        for j in self._handed:
-            pv[j] = v[j]
+        for j in self._handed:  # into the static plan's own input storage
+            np.copyto(pv[j], v[j], casting="no")
         plan.run()
         for check in self._slices[key]:
             check.verify(pv)
         for j in self._outputs:
-            v[j] = pv[j]
+            if j not in self._handed:  # (an input returned is the caller's array)
+                v[j] = pv[j]
 
     def _record(self, key: tuple[tuple[int, ...], ...]) -> None:
         """After a generic run: build the static plan for ``key`` the second time it runs."""
@@ -269,11 +273,14 @@ class ShapePlans:
         try:
             built = self._build(fixed)
             sizes = built.plan.values
+            # (a plan compiled whole checks its slices' lengths in its compiled steps, the
+            # scalars then in cells: see kernels/prim/compiled_cells)
             self._slices[key] = [
                 _SliceCheck(
                     pc, name, *args, tuple(sizes[args[0]].val.sizes), sizes[args[-1]].val.sizes
                 )
                 for pc, name, args in self.dynamic.slices
+                if not built.method_plan.whole
             ]
             self.plans[key] = built
         except Exception as e:  # noqa: BLE001 - a plan that cannot be made leaves the generic run
@@ -327,7 +334,12 @@ _SCALAR_VALUE = {bool: Bool, int: Int, float: Double}
 def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any, list[int]]:
     """``plan`` (an ExecutionPlan) with each value of ``fixed`` fixed there: a tensor static
     at its shape, a computed scalar a constant (its instruction dropped); and the index in
-    ``plan`` of each instruction kept (for error messages)."""
+    ``plan`` of each instruction kept (for error messages).
+
+    Each input the dynamic method reads from the caller's array (unplanned) gets a memory
+    id of its own after the plan's (sized in ``non_const_buffer_sizes``; the caller adds
+    those arenas): a static plan copies the caller's input there (a few int64 tokens), so
+    that every array it reads is bound at load and it can compile whole."""
     values = list(plan.values)
     for j, fix in fixed.items():
         val = values[j].val
@@ -338,6 +350,14 @@ def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any
         else:
             val = _SCALAR_VALUE[type(fix)](fix)
         values[j] = EValue(val)
+    sizes = list(plan.non_const_buffer_sizes)
+    for j in plan.inputs:
+        val = values[j].val
+        if isinstance(val, Tensor) and val.allocation_info is None and not val.data_buffer_idx:
+            nbytes = math.prod(val.sizes) * SCALAR_TYPE_ITEMSIZE.get(val.scalar_type, 8)
+            val = dataclasses.replace(val, allocation_info=AllocationDetails.at(len(sizes), 0))
+            sizes.append(max(nbytes, 1))
+            values[j] = EValue(val)
     chain = plan.chains[0]
     operators = list(plan.operators)
     instructions = []
@@ -358,4 +378,7 @@ def static_plan(plan: Any, dynamic: Dynamic, fixed: dict[int, Any]) -> tuple[Any
             instr = Instruction(call)
         instructions.append(instr)
     chain = dataclasses.replace(chain, instructions=instructions)
-    return dataclasses.replace(plan, values=values, chains=[chain], operators=operators), kept
+    made = dataclasses.replace(
+        plan, values=values, chains=[chain], operators=operators, non_const_buffer_sizes=sizes
+    )
+    return made, kept

@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.jit import entry_points
-from pyexecutorch.kernels.registry import Kernel, KernelError, fast_path_of, get_compiled_form
+from pyexecutorch.kernels.registry import (
+    Kernel,
+    KernelError,
+    fast_path_of,
+    get_cell_step,
+    get_compiled_form,
+)
 from pyexecutorch.runtime.codegen import Line, Namespace
 from pyexecutorch.runtime.fast_paths import staged_form_steps, whole_form_step
 from pyexecutorch.runtime.method_facts import MethodFacts
@@ -39,6 +45,7 @@ from pyexecutorch.runtime.whole_method import (
 )
 from pyexecutorch.schema.program import (
     DelegateCall,
+    Int,
     OptionalTensorList,
     Tensor,
     TensorList,
@@ -48,6 +55,18 @@ from pyexecutorch.schema.program import (
 # A recorded instruction: its step (or the function making its steps), and its stores.
 MadeSteps = Step | list[Step] | None
 Recorded = tuple[Step | Callable[[], MadeSteps], list[str]]
+
+
+def _same_bytes(a: Any, b: np.ndarray) -> bool:
+    """Whether array ``a`` holds ``b``'s elements in ``b``'s bytes, in the same order."""
+    return (
+        isinstance(a, np.ndarray)
+        and a.dtype == b.dtype
+        and a.size == b.size
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and a.ctypes.data == b.ctypes.data
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +121,8 @@ class StepRecorder:
         self.bound_array = bound_array
         self.out_expr = out_expr
         self.steps: dict[int, Recorded] = {}
+        # int scalars computed at run time, each in its cell inside a whole method
+        self.cells: dict[int, np.ndarray] = {}
         self.checks: dict[int, Callable[[], Any]] = {}  # checked steps' reference calls
 
     def stores(self, outs: Sequence[int]) -> list[str]:
@@ -159,6 +180,8 @@ class StepRecorder:
     def kernel(self, pc: int, k: Kernel, args: list[int], outs: list[int], fast: Any) -> None:
         """Record instruction ``pc`` as a compiled step when it can be one: the step its
         fast path offers on the arrays bound here, else one made from the kernel's name."""
+        if self._cell_step(pc, k, args, outs):
+            return
         offered = fast_path_of(fast)
         pieces, planned = offered.pieces, offered.step
         if planned is None and offered.with_epilogue:
@@ -173,6 +196,55 @@ class StepRecorder:
             self._pieces(pc, args, outs, pieces)
         elif len(outs) <= 1:
             self._made_step(pc, k.name, args, outs, offered.view_of_input)
+
+    def cell(self, j: int) -> np.ndarray:
+        """The cell of int scalar ``j``, computed at run time, inside a whole method: a
+        1-element int64 array, the same at every step that writes or reads it."""
+        cell = self.cells.get(j)
+        if cell is None:
+            cell = self.cells[j] = np.zeros(1, np.int64)
+        return cell
+
+    def _cell_step(self, pc: int, k: Kernel, args: list[int], outs: list[int]) -> bool:
+        """Record the step of an instruction taking or computing int scalars at run time
+        (kernels.registry.cell_step), those scalars read and written in their cells;
+        False when it has none or takes no such scalar."""
+        evalues = self.facts.plan.values
+        cells = [n for n, j in enumerate(args) if j in self.written and type(evalues[j].val) is Int]
+        if not cells:
+            return False
+        maker = get_cell_step(k.name)
+        if maker is None:
+            return False
+        values: list[Any] = []
+        for n, j in enumerate(args):
+            val = evalues[j].val
+            if n in cells:
+                values.append(self.cell(j))
+            elif isinstance(val, Tensor):
+                values.append(self.facts.capacity.get(j) if j in outs else self.bound_array(j))
+                if values[-1] is None:
+                    return False
+            elif j in self.written or isinstance(val, (TensorList, OptionalTensorList)):
+                return False  # (a float or bool computed at run time; a list)
+            else:
+                values.append(self.facts.values[j])
+        try:
+            offered = maker(*values)
+        except Exception:  # noqa: BLE001 - a maker that cannot decide offers no step
+            return False
+        planned = fast_path_of(offered).step
+        if planned is None:
+            return False
+        step = Step(*planned)
+        if step.checked:
+            # the error from the cells' values at the failing call
+            def raise_error() -> None:
+                offered(*(int(a[0]) if n in cells else a for n, a in enumerate(values)))
+
+            self.checks[pc] = raise_error
+        self.record(pc, step, self.stores([j for j in outs if j in self.facts.capacity]))
+        return True
 
     def _offered_step(
         self, pc: int, k: Kernel, args: list[int], outs: list[int], planned: Any
@@ -231,7 +303,10 @@ class StepRecorder:
 
         def make() -> MadeSteps:  # built only for a method that may be whole
             if view_of_input is not None and out is not None:
-                return view_copy_step(view_of_input(arrays[0]), out)
+                view = view_of_input(arrays[0])
+                if _same_bytes(view, out):
+                    return []  # the planner put the copy on its input's bytes: nothing to do
+                return view_copy_step(view, out)
             if out is not None and (step := whole_form_step(name, [*arrays, out])):
                 return step
             if out is not None and (staged := staged_form_steps(name, arrays, out)):

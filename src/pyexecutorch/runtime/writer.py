@@ -30,7 +30,7 @@ from pyexecutorch.runtime.method_facts import MethodFacts
 from pyexecutorch.runtime.resolution import delegate_runner
 from pyexecutorch.runtime.step_recorder import EntryPoint, StepRecorder, WholeFunction
 from pyexecutorch.runtime.views import identity
-from pyexecutorch.runtime.whole_method import Step, flat_copy_step
+from pyexecutorch.runtime.whole_method import Step, flat_copy_step, view_copy_step
 from pyexecutorch.schema.program import (
     DelegateCall,
     FreeCall,
@@ -295,6 +295,10 @@ class ChainWriter:
             self.recorder.record(pc, lambda: flat_copy_step(src, dst), stores)
         else:
             line = f"{copy}({self.out_expr(out)}, {self.expr(source)}.reshape({dst.shape!r}))"
+            view = None if src is None else src.reshape(dst.shape)
+            if view is not None and np.may_share_memory(view, src):
+                # a strided source numpy reshapes as a view (a squeeze): copied as it is
+                self.recorder.record(pc, lambda: view_copy_step(view, dst), stores)
         return "; ".join([line, *stores])
 
     def bind_pending(self, pending: list[Any]) -> None:

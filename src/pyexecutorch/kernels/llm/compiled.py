@@ -24,10 +24,10 @@ from numba import njit, prange
 
 from pyexecutorch.jit import simd
 from pyexecutorch.jit.deferral import form_entry_point
-from pyexecutorch.jit.variants import pick, serial_and_parallel
+from pyexecutorch.jit.variants import can_thread, pick, serial_and_parallel
 from pyexecutorch.kernels.llm.attention import _check_qkv, keys_attended
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos
-from pyexecutorch.kernels.registry import KernelError, compiled_form, offer
+from pyexecutorch.kernels.registry import KernelError, cell_step, compiled_form, offer
 
 _F32 = np.dtype(np.float32)
 # A prefill's attention splits over the threads from this many multiply-adds (scores and
@@ -128,6 +128,30 @@ def _dense(*arrays: Any) -> bool:
     return all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays)
 
 
+def _attention_setup(
+    query: Any, key: Any, value: Any, attn_mask: Any, is_causal: Any, scale: Any, out: Any
+) -> tuple[bool, np.float32, np.ndarray, np.ndarray, int] | None:
+    """(causal, scale, scores and sums scratch, the work deciding the parallel variant) of
+    an attention the compiled loop computes, or None (the reference kernel runs)."""
+    op = "custom_sdpa"
+    if attn_mask is not None or not _dense(query, key, value, out):
+        return None
+    try:
+        _check_qkv(op, query, key, value, allow_int8=False)
+        keys_attended(op, query, key, 0, None)  # heads (the position is checked per call)
+    except KernelError:
+        return None  # the reference kernel raises it per call
+    if query.dtype != _F32 or out.dtype != _F32 or out.shape != query.shape:
+        return None
+    nb, ns, hq, d = query.shape
+    length = key.shape[1]
+    factor = np.float32(scale if scale is not None else 1.0 / np.sqrt(d))
+    scores = np.empty((nb * hq, length), _F32)
+    acc = np.empty((nb * hq, d), _F32)
+    work = nb * hq * ns * length * d
+    return bool(is_causal), factor, scores, acc, work if ns > 1 and work >= SPLIT_ATTENTION else 0
+
+
 @compiled_form("llama::custom_sdpa.out")
 def _custom_sdpa_form(
     query: Any,
@@ -144,25 +168,14 @@ def _custom_sdpa_form(
 ) -> Any:
     """Float32 attention without a mask over the caches, its start position read per call."""
     op = "custom_sdpa"
-    if attn_mask is not None or not _dense(query, key, value, out):
+    setup = _attention_setup(query, key, value, attn_mask, is_causal, scale, out)
+    if setup is None:
         return None
-    try:
-        _check_qkv(op, query, key, value, allow_int8=False)
-        keys_attended(op, query, key, 0, None)  # heads (the position is checked per call)
-    except KernelError:
-        return None  # the reference kernel raises it per call
-    if query.dtype != _F32 or out.dtype != _F32 or out.shape != query.shape:
-        return None
-    nb, ns, hq, d = query.shape
-    length = key.shape[1]
-    factor = np.float32(scale if scale is not None else 1.0 / np.sqrt(d))
-    causal = bool(is_causal)
-    scores = np.empty((nb * hq, length), _F32)
-    acc = np.empty((nb * hq, d), _F32)
-    work = nb * hq * ns * length * d
+    causal, factor, scores, acc, work = setup
+    ns, length = query.shape[1], key.shape[1]
     # (compiled, or read from the disk cache, at load; the parallel one only with threads)
     load = (query, key, value, 0, causal, factor, out, scores, acc)
-    kern = pick(ATTEND, work if ns > 1 and work >= SPLIT_ATTENTION else 0, load)
+    kern = pick(ATTEND, work, load)
     q0, k0, v0, o0 = query, key, value, out
 
     def custom_sdpa(query, key, value, start_pos, attn_mask, drpout_p, is_causal, scale, out):  # noqa: ANN001, ANN202
@@ -226,3 +239,84 @@ def _update_cache_form(
         return out
 
     return update_cache
+
+
+# ------------------------------------------------------------------------------------
+# Inside a method compiled whole, the start position lives in a cell (a 1-element int64
+# array, see kernels/prim/compiled_cells.py), read per call by these steps.
+
+_ATTEND_SERIAL, _ATTEND_PARALLEL = ATTEND
+
+
+@njit(cache=True, error_model="numpy")
+def attend_at(q, k, v, cell, causal, scale, out, scores, acc):  # noqa: ANN001, ANN201
+    """The attention at the start position in ``cell``; False (nothing written) where it
+    is out of the cache, as the reference kernel raises."""
+    start = cell[0]
+    if start < 0 or start + q.shape[1] > k.shape[1]:
+        return False
+    _ATTEND_SERIAL(q, k, v, start, causal, scale, out, scores, acc)
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def attend_at_parallel(q, k, v, cell, causal, scale, out, scores, acc):  # noqa: ANN001, ANN201
+    """:func:`attend_at` with its heads split over the threads (a large prefill)."""
+    start = cell[0]
+    if start < 0 or start + q.shape[1] > k.shape[1]:
+        return False
+    _ATTEND_PARALLEL(q, k, v, start, causal, scale, out, scores, acc)
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def write_cache_at(value, cache, cell):  # noqa: ANN001, ANN201
+    """``update_cache`` at the start position in ``cell``; False (nothing written) where the
+    tokens do not fit in the cache, as the reference kernel raises."""
+    start = cell[0]
+    if start < 0 or start + value.shape[1] > cache.shape[1]:
+        return False
+    _write_cache(value, cache, start)
+    return True
+
+
+@cell_step("llama::custom_sdpa.out")
+def _custom_sdpa_cells(
+    query: Any,
+    key: Any,
+    value: Any,
+    start_pos: Any,
+    attn_mask: Any,
+    drpout_p: Any,
+    is_causal: Any,
+    scale: Any,
+    out: Any,
+) -> Any:
+    setup = _attention_setup(query, key, value, attn_mask, is_causal, scale, out)
+    if setup is None or not isinstance(start_pos, np.ndarray):
+        return None
+    causal, factor, scores, acc, work = setup
+    function = attend_at_parallel if work and can_thread() else attend_at
+
+    def refuse(query, key, value, start_pos, *rest):  # noqa: ANN001, ANN002, ANN202
+        keys_attended("custom_sdpa", query, key, start_pos, None)  # the reference's error
+
+    step = (query, key, value, start_pos, causal, factor, out, scores, acc)
+    return offer(refuse, step=(function, step, True))
+
+
+@cell_step("llama::update_cache.out")
+def _update_cache_cells(value: Any, cache: Any, start_pos: Any, out: Any) -> Any:
+    if not _dense(value, cache) or not isinstance(start_pos, np.ndarray):
+        return None
+    try:
+        check_cache_value("update_cache", "value", value, cache)
+    except KernelError:
+        return None  # the reference kernel raises it per call
+    if value.dtype != cache.dtype or value.dtype.kind not in "biuf":
+        return None
+
+    def refuse(value, cache, start_pos, out):  # noqa: ANN001, ANN202
+        check_start_pos("update_cache", start_pos, value.shape[1], cache.shape[1])
+
+    return offer(refuse, step=(write_cache_at, (value, cache, start_pos), True))
