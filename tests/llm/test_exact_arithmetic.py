@@ -98,3 +98,31 @@ def test_operators_equal_the_official_bit_for_bit(program, tier):
             assert not where.size, (
                 f"call {call}: {name} differs from the official on {where.size} of {g.size}{first}"
             )
+
+
+@pytest.mark.parametrize(
+    ("node", "exact", "plain"),
+    [
+        ("XNNSigmoid", "sigmoid", lambda x: 1 / (1 + np.exp(-x.astype(np.float64)))),
+        ("XNNSin", "sin", lambda x: np.sin(x.astype(np.float64))),
+        ("XNNCos", "cos", lambda x: np.cos(x.astype(np.float64))),
+    ],
+)
+def test_numpy_tier_emulates_up_to_its_limit_and_takes_numpys_function_past_it(node, exact, plain):
+    # The emulation costs ~100 ns a value on the numpy tier: a CNN's activations take
+    # numpy's function (within an ulp or two of XNNPACK's), an LLM's per-token tensors
+    # XNNPACK's own bits.
+    from pyexecutorch.backends.xnnpack import exact_math, nodes
+
+    run = nodes._UNARY[node]()
+    rng = np.random.default_rng(7)
+    for size in (nodes.EXACT_NUMPY_LIMIT, nodes.EXACT_NUMPY_LIMIT + 1):
+        x = rng.uniform(-8, 8, size).astype(np.float32)
+        out = np.empty_like(x)
+        run(x, out)
+        emulated = getattr(exact_math, exact)(x)
+        if size <= nodes.EXACT_NUMPY_LIMIT:
+            assert np.array_equal(out.view(np.uint32), emulated.view(np.uint32))
+        else:
+            np.testing.assert_allclose(out, plain(x), rtol=3e-7, atol=1e-7)
+            np.testing.assert_allclose(out, emulated, rtol=1e-6, atol=1e-6)

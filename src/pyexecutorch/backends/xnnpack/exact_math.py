@@ -12,9 +12,11 @@ The delegate runs with denormals off (flushed to zero as inputs and as results, 
 MXCSR's DAZ and FTZ): ``_flush`` applies that where these functions can meet one (an
 input, sigmoid's 2**n, the square in 1/sqrt's Newton step, a result).
 
-Each fused multiply-add rounds once: ``_fma`` forms the exact product in float64, adds
-with round-to-odd (the sum's rounding error from TwoSum decides the last bit), and the
-final rounding to float32 is then the correctly rounded fused result.
+Each fused multiply-add rounds once: ``_fma`` forms the exact product in float64 and adds;
+the sums whose rounding to float32 could then round twice (an exact float32 midpoint, or a
+subnormal result) are added again with round-to-odd (the sum's rounding error from TwoSum
+decides the last bit), so the final rounding to float32 is the correctly rounded fused
+result. The common path is four array operations, not a dozen.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ _R14_SLOPE = np.array(RSQRT14_SLOPE, np.int64)
 _ONE = _F32(1.0)
 _HALF = _F32(0.5)
 _TINY = _F32(np.finfo(np.float32).tiny)  # the smallest normal float32
+_TINY64 = _F64(np.finfo(np.float32).tiny)
+_LOW29 = (1 << 29) - 1  # the float64 mantissa bits below float32's
+_HALF_ULP32 = 1 << 28
 
 
 def _flush(v: NDArray) -> NDArray:
@@ -50,16 +55,29 @@ def _flush(v: NDArray) -> NDArray:
 def _fma(a: NDArray | np.float32, b: NDArray | np.float32, c: NDArray | np.float32) -> NDArray:
     """float32 ``a * b + c`` rounded once, as the CPU's fused multiply-add."""
     p = np.multiply(a, b, dtype=_F64)  # exact: 24 + 24 bits
-    c = np.asarray(c, _F64)
-    s = p + c
+    s = np.add(p, c, dtype=_F64)
+    # Rounding the float64 sum to float32 rounds twice; that can differ from rounding once
+    # only where the sum lands exactly halfway between two float32 values (its low 29
+    # bits 1 followed by zeros), or where the result is a float32 subnormal (a coarser
+    # grid; an exact zero is exact). Those rare values alone take the exact path.
+    s = np.asarray(s)
+    risky = ((s.view(np.int64) & _LOW29) == _HALF_ULP32) | ((np.abs(s) < _TINY64) & (s != 0))
+    if risky.any():
+        where = np.nonzero(risky)
+        p, c = np.broadcast_arrays(p, np.asarray(c, _F64))
+        s = s.copy()
+        s[where] = _fma_to_odd(p[where], c[where], s[where])
+    return s.astype(_F32)
+
+
+def _fma_to_odd(p: NDArray, c: NDArray, s: NDArray) -> NDArray:
+    """``p + c`` rounded to odd in float64 (``s`` is the nearest-rounded sum): a sum that
+    was rounded and ended on an even last bit moves one ulp toward the exact value, so
+    that rounding it to float32 is the correctly rounded fused result."""
     v = s - p
-    err = (p - (s - v)) + (c - v)  # s + err == p + c exactly
-    # round to odd: a sum that was rounded and ended on an even last bit moves one ulp
-    # toward the exact value, so that rounding to float32 cannot round twice
+    err = (p - (s - v)) + (c - v)  # s + err == p + c exactly (TwoSum)
     odd = (err != 0) & ((np.asarray(s).view(np.int64) & 1) == 0)
-    if odd.any():
-        s = np.where(odd, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-    return np.asarray(s).astype(_F32)
+    return np.where(odd, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
 
 
 def _trig(x: NDArray, cosine: bool) -> NDArray:

@@ -196,16 +196,25 @@ def _rsqrt(x: NDArray, out: NDArray) -> None:
     np.divide(1.0, out, out=out)
 
 
+# The numpy tier emulates XNNPACK's microkernels (fused multiply-adds included) with
+# float64 array passes: about 100 ns a value against 3 for numpy's own functions, which a
+# CNN's activations (EfficientNet-B0: 9x slower a call) cannot pay. Past this many values
+# a node takes numpy's function (within an ulp of XNNPACK's); an LLM's per-token tensors,
+# where an int8 quantization after the node keeps every ulp, stay under it. The compiled
+# tier computes XNNPACK's arithmetic at every size.
+EXACT_NUMPY_LIMIT = 1 << 15
+
+
 def _exact(f32: Callable[[NDArray], NDArray], other: Callable[[], Any]) -> Callable[[], Any]:
     """A float32 node computed as the official delegate's microkernel (``exact_math``:
-    not correctly rounded, and an int8 quantization after it keeps every ulp); what
-    ``other()`` gives for the other dtypes."""
+    not correctly rounded, and an int8 quantization after it keeps every ulp) up to
+    :data:`EXACT_NUMPY_LIMIT` values; what ``other()`` gives past it and for other dtypes."""
 
     def make() -> Callable[[NDArray, NDArray], None]:
         fallback = other()
 
         def run(x: NDArray, out: NDArray) -> None:
-            if x.dtype == _F32:
+            if x.dtype == _F32 and x.size <= EXACT_NUMPY_LIMIT:
                 np.copyto(out, f32(x).reshape(out.shape), casting="unsafe")
             else:
                 fallback(x, out)
