@@ -105,20 +105,24 @@ def test_an_input_of_another_rank_or_dtype_is_a_runtime_error_and_a_value_error(
 
 # Run in a process of its own: torch's verifier registry maps the dialect name "EDGE" to
 # one class, and once the official package's exir is imported (other tests do, in the same
-# worker) torch.export.load checks a loaded edge program with the official verifier, which
-# takes only the official EdgeOpOverloads (a note on issue 31).
+# worker) torch checks an edge program with the official verifier, which takes only the
+# official EdgeOpOverloads (a note on issue 31). (torch.export.save writes an edge
+# program, but torch.export.load cannot resolve edge operators, ours or the official's:
+# the official package fails there the same way, so no round trip is asserted.)
 _EDGE_DIALECT_SCRIPT = """
 import sys, torch
 from pyexecutorch.exir import to_edge
-edge = to_edge(torch.export.export(torch.nn.Linear(3, 2), (torch.ones(1, 3),)))
+from pyexecutorch.exir.dialects.edge._ops import EdgeOpOverload
+linear = torch.nn.Linear(3, 2)
+edge = to_edge(torch.export.export(linear, (torch.ones(1, 3),)))
 program = edge.exported_program()
 assert program.dialect == "EDGE", program.dialect
 program._validate()  # torch's checks still hold
-torch.export.save(program, sys.argv[1])
-loaded = torch.export.load(sys.argv[1])
-assert loaded.dialect == "EDGE", loaded.dialect
+calls = [n for n in program.graph.nodes if n.op == "call_function"]
+assert calls and all(isinstance(n.target, EdgeOpOverload) for n in calls), calls
+assert all(n.target == n.target._op for n in calls)
 for x in (torch.randn(1, 3), torch.ones(1, 3)):
-    torch.testing.assert_close(loaded.module()(x), program.module()(x))
+    torch.testing.assert_close(program.module()(x), linear(x))
 print("ok")
 """
 
