@@ -2,8 +2,8 @@
 
 numba's machine code, of generated loops and of the kernels' compiled forms alike,
 goes to ``numba/`` under the cache directory (``$PYEXECUTORCH_CACHE_DIR``) unless
-``NUMBA_CACHE_DIR`` says otherwise; nothing here imports numba before
-:func:`numba_module` is called.
+``NUMBA_CACHE_DIR`` (or numba's own config) says otherwise, also when the caller imported
+numba first; nothing here imports numba before :func:`numba_module` is called.
 """
 
 from __future__ import annotations
@@ -72,18 +72,34 @@ def numba_module() -> ModuleType | None:
                 # numba's own; numba reads this setting when it first imports.
                 # Kept apart per numpy build: compiled products call numpy's own BLAS by
                 # symbol, which another build may not have.
-                if "numba" not in sys.modules:
-                    folder = cache_dir() / "numba" / f"numpy-{numpy_build()}"
-                    os.environ.setdefault("NUMBA_CACHE_DIR", str(folder))
+                folder = str(cache_dir() / "numba" / f"numpy-{numpy_build()}")
+                imported_first = "numba" in sys.modules
+                if not imported_first:
+                    os.environ.setdefault("NUMBA_CACHE_DIR", folder)
                 try:
                     import numba  # noqa: PLC0415 - optional, imported only for the compiled tier
                 except ImportError:
                     numba = None
                 else:
+                    if imported_first:
+                        _follow_cache_dir(numba, folder)
                     _start_threading_layer(numba)
                 _numba = numba
                 _numba_checked = True
     return _numba
+
+
+def _follow_cache_dir(numba: ModuleType, folder: str) -> None:
+    """Our cache folder for a numba the caller imported first, unless a cache folder was
+    chosen (in the environment or in numba's config): numba picks a function's cache place
+    from ``config.CACHE_DIR`` when the function is decorated (our kernels are decorated
+    later), and its compiler reloads the config when a ``NUMBA_`` variable changes, so
+    both are set. Without this, the kernels' machine code went to ``__pycache__`` beside
+    the installed sources and ``$PYEXECUTORCH_CACHE_DIR`` was silently not used."""
+    if os.environ.get("NUMBA_CACHE_DIR") or numba.config.CACHE_DIR:
+        return
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    numba.config.CACHE_DIR = folder
 
 
 # How long numba's OpenMP threads spin after a parallel region before they sleep
