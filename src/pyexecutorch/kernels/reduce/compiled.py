@@ -161,8 +161,9 @@ def _sum(x, out, divisor):  # noqa: ANN001, ANN201
 
 def _mean_sequential(x, out, divisor):  # noqa: ANN001, ANN201
     """out (a, b) = the means of x (a, k, b) over axis 1, each a running sum in x's dtype
-    from the first element, divided by ``divisor``: the official portable kernel's
-    arithmetic, bit for bit (the sums above are wider or pairwise)."""
+    from the first element, then +0.0 (the official sum starts from zero, so a sum of
+    -0.0 is +0.0), divided by ``divisor``: the official portable kernel's arithmetic, bit
+    for bit (the sums above are wider or pairwise)."""
     a, k, b = x.shape
     for i in prange(a):  # noqa: B020
         acc = x[i, 0].copy()
@@ -170,7 +171,7 @@ def _mean_sequential(x, out, divisor):  # noqa: ANN001, ANN201
             for jb in range(b):
                 acc[jb] += x[i, kk, jb]
         for jb in range(b):
-            out[i, jb] = acc[jb] / divisor
+            out[i, jb] = (acc[jb] + 0.0) / divisor
     return out
 
 
@@ -185,7 +186,7 @@ def _mean_two_sequential(x, out, divisor):  # noqa: ANN001, ANN201
                 for kk in range(k):
                     for ll in range(1 if kk == 0 else 0, l):
                         acc += x[i, kk, jm, ll, jb]
-                out[i, jm, jb] = acc / divisor
+                out[i, jm, jb] = (acc + 0.0) / divisor
     return out
 
 
@@ -285,7 +286,7 @@ def _sum_two(x, out, divisor):  # noqa: ANN001, ANN201
                             first = False
                             continue
                         acc += x[i, kk, jm, ll, jb]
-                out[i, jm, jb] = acc / divisor if divisor != 0 else acc
+                out[i, jm, jb] = (acc + 0.0) / divisor if divisor != 0 else acc
     return out
 
 

@@ -118,14 +118,14 @@ def _source(a: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.dtype]:
 
 def sequential_sum(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """The sum of ``a`` over ``axes``, adding the reduced values in row-major order one
-    after the other in ``a``'s dtype (a running sum: ``cumsum``'s last value), with the
-    kept axes first in their order."""
+    after the other in ``a``'s dtype (a running sum: ``cumsum``'s last value, plus +0.0 as
+    a sum from zero has: sums of -0.0 are +0.0), with the kept axes first in their order."""
     kept = [i for i in range(a.ndim) if i not in axes]
     moved = np.moveaxis(a, [*kept, *sorted(axes)], range(a.ndim))
     rows = moved.reshape(*(a.shape[i] for i in kept), math.prod(a.shape[i] for i in axes))
     if rows.shape[-1] == 0:
         return np.zeros(rows.shape[:-1], a.dtype)
-    return np.cumsum(rows, axis=-1, dtype=a.dtype)[..., -1]
+    return np.cumsum(rows, axis=-1, dtype=a.dtype)[..., -1] + a.dtype.type(0)
 
 
 def _promoted(a: np.ndarray, dtype: int | None, name: str) -> np.dtype:
