@@ -79,7 +79,7 @@ def _times_pow2(typingctx, p, t):  # noqa: ANN001, ANN202, ARG001
 
 
 @intrinsic
-def _bits(typingctx, x):  # noqa: ANN001, ANN202, ARG001 - numba's intrinsic protocol
+def bits_of_float64(typingctx, x):  # noqa: ANN001, ANN202, ARG001 - numba's intrinsic protocol
     """The int64 with the bits of float64 ``x``."""
     sig = types.int64(types.float64)
 
@@ -90,7 +90,7 @@ def _bits(typingctx, x):  # noqa: ANN001, ANN202, ARG001 - numba's intrinsic pro
 
 
 @intrinsic
-def _float(typingctx, n):  # noqa: ANN001, ANN202, ARG001
+def float64_of_bits(typingctx, n):  # noqa: ANN001, ANN202, ARG001
     """The float64 with the bits of int64 ``n``."""
     sig = types.float64(types.int64)
 
@@ -167,7 +167,7 @@ def exp_f64(x: float) -> float:
     r4 = r2 * r2
     low = _fma(r2, _fma(_E3, r, _E2), _fma(_E1, r, _E0))
     high = _fma(r4, _E8, _fma(r2, _fma(_E7, r, _E6), _fma(_E5, r, _E4)))
-    scale = _float((_bits(t) - _ROUND_BITS + 1023) << 52)  # 2**n
+    scale = float64_of_bits((bits_of_float64(t) - _ROUND_BITS + 1023) << 52)  # 2**n
     y = _fma(r4, high, low) * scale
     return y if x == x else x
 

@@ -17,6 +17,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from pyexecutorch.jit.math_functions import bits_of_float64, float64_of_bits
 from pyexecutorch.jit.xnnpack_coefficients import (
     RSQRT14_BASE,
     RSQRT14_SLOPE,
@@ -67,28 +68,6 @@ def _bits32(typingctx, x):  # noqa: ANN001, ANN202, ARG001
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
         return builder.bitcast(args[0], ir.IntType(32))
-
-    return sig, codegen
-
-
-@intrinsic
-def _bits64(typingctx, x):  # noqa: ANN001, ANN202, ARG001
-    """The int64 with the bits of float64 ``x``."""
-    sig = types.int64(types.float64)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return sig, codegen
-
-
-@intrinsic
-def _float64(typingctx, n):  # noqa: ANN001, ANN202, ARG001
-    """The float64 with the bits of int64 ``n``."""
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        return builder.bitcast(args[0], ir.DoubleType())
 
     return sig, codegen
 
@@ -162,7 +141,7 @@ def xnn_sigmoid_f32(x: float) -> float:
     # 2**-1000 every result is 0
     whole = np.floor(n) if n == n else _ZERO
     k = np.int64(whole) if whole > -1000.0 else np.int64(-1000)
-    e = _flush(np.float32(np.float64(p) * _float64((k + 1023) << 52)))
+    e = _flush(np.float32(np.float64(p) * float64_of_bits((k + 1023) << 52)))
     e = _ZERO if z == -np.inf else e  # (the delegate's limits: 0 and 1)
     f = e / (e + _ONE)
     f = f if (_bits32(x) < 0) else _ONE - f
@@ -173,7 +152,7 @@ def xnn_sigmoid_f32(x: float) -> float:
 def xnn_rsqrt_f32(x: float) -> float:
     """XNNPACK's float32 1/sqrt: the vrsqrt14ps estimate, one Newton-Raphson step."""
     x = _flush(x)
-    bits = _bits64(np.float64(x))
+    bits = bits_of_float64(np.float64(x))
     e = ((bits >> 52) & 0x7FF) - 1023
     m = bits & _MANTISSA
     parity = e & 1
@@ -181,7 +160,7 @@ def xnn_rsqrt_f32(x: float) -> float:
     v = (_R14_BASE[at] - _R14_SLOPE[at] * ((m >> 37) & 1023)) >> 10
     v = np.int64(1 << 17) if (m == 0 and parity == 0) else v
     # V * 2**-(17 + e // 2): exact in float64, then float32 (e // 2 within +-75)
-    y = np.float32(np.float64(v) * _float64((1023 - 17 - (e >> 1)) << 52))
+    y = np.float32(np.float64(v) * float64_of_bits((1023 - 17 - (e >> 1)) << 52))
     y = (_ONE / x) if x == 0 else y
     residual = x * _flush(y * y) - _ONE
     y = y - residual * (_HALF * y)
