@@ -200,3 +200,26 @@ def test_every_specializer_takes_only_options_the_runtime_passes():
         # (the runtime passes an option only when it applies: each has a default)
         taken = {p.name: p.default for p in parameters if p.name in options_of(special)}
         assert inspect.Parameter.empty not in taken.values(), (name, taken)
+
+
+@pytest.mark.parametrize(
+    ("module", "decorator", "table", "what"),
+    [
+        ("registry", "specializer", "_SPECIALIZERS", "specializer"),
+        ("registry", "compiled_form", "_COMPILED_FORMS", "compiled form"),
+        ("registry", "cell_step", "_CELL_STEPS", "cell step"),
+        ("checks", "argument_check", "_CHECKS", "argument check"),
+    ],
+)
+def test_a_name_registered_twice_is_refused(module, decorator, table, what):
+    import importlib
+
+    owner = importlib.import_module(f"pyexecutorch.kernels.{module}")
+    register, entries = getattr(owner, decorator), getattr(owner, table)
+    register("test::twice.out")(len)
+    try:
+        with pytest.raises(ValueError, match=rf"^{what} 'test::twice.out' is registered twice$"):
+            register("test::twice.out")(abs)
+        assert entries["test::twice.out"] is len
+    finally:
+        del entries["test::twice.out"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.kernels.registry import KernelError
+from pyexecutorch.kernels.registry import KernelError, registrar
 
 Shape = tuple[int, ...]
 Check = Callable[..., Sequence[Any]]
@@ -31,15 +31,7 @@ _CHECKS: dict[str, Check] = {}
 
 def argument_check(*names: str) -> Callable[[Check], Check]:
     """Register ``fn`` as the argument check of the kernels ``names`` (once each)."""
-
-    def register(fn: Check) -> Check:
-        for name in names:
-            if name in _CHECKS:
-                raise ValueError(f"argument check {name!r} is registered twice")
-            _CHECKS[name] = fn
-        return fn
-
-    return register
+    return registrar(_CHECKS, "argument check", names)
 
 
 def get_argument_check(name: str) -> Check | None:

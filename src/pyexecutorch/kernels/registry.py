@@ -74,6 +74,22 @@ def kernel(*names: str, n_outs: int = 1) -> Callable[[Callable[..., Any]], Calla
 _SPECIALIZERS: dict[str, Callable[..., Any]] = {}
 
 
+def registrar(
+    table: dict[str, Any], what: str, names: tuple[str, ...]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator entering its function in ``table`` under each of ``names``, once each
+    (a name registered twice is a programming error: ``ValueError`` naming ``what``)."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            if name in table:
+                raise ValueError(f"{what} {name!r} is registered twice")
+            table[name] = fn
+        return fn
+
+    return register
+
+
 @dataclass(frozen=True)
 class Const:
     """A value fixed at load, passed to an :class:`Inline` call as is."""
@@ -140,15 +156,7 @@ def specializer(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any
     the outputs) of outputs that nothing in the method reads; it may leave
     those unwritten.
     """
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for name in names:
-            if name in _SPECIALIZERS:
-                raise ValueError(f"specializer {name!r} is registered twice")
-            _SPECIALIZERS[name] = fn
-        return fn
-
-    return register
+    return registrar(_SPECIALIZERS, "specializer", names)
 
 
 def get_specializer(name: str) -> Callable[..., Any] | None:
@@ -168,15 +176,7 @@ def compiled_form(*names: str) -> Callable[[Callable[..., Any]], Callable[..., A
     imported only then); it returns a callable with the kernel's signature, or
     ``None`` to leave the instruction to the numpy fast path and kernel.
     """
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for name in names:
-            if name in _COMPILED_FORMS:
-                raise ValueError(f"compiled form {name!r} is registered twice")
-            _COMPILED_FORMS[name] = fn
-        return fn
-
-    return register
+    return registrar(_COMPILED_FORMS, "compiled form", names)
 
 
 def get_compiled_form(name: str) -> Callable[..., Any] | None:
@@ -195,15 +195,7 @@ def cell_step(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     ``step`` that reads the cells (and, given the arguments with the cells' values, raises
     the error where a checked step refuses), or None. Registered by the compiled tier's
     modules (see ``kernels/prim/compiled_cells.py``)."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for name in names:
-            if name in _CELL_STEPS:
-                raise ValueError(f"cell step {name!r} is registered twice")
-            _CELL_STEPS[name] = fn
-        return fn
-
-    return register
+    return registrar(_CELL_STEPS, "cell step", names)
 
 
 def get_cell_step(name: str) -> Callable[..., Any] | None:
