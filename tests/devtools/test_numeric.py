@@ -101,12 +101,12 @@ def test_wrong_kernel_is_the_first_divergence(net, portable_pte, wrong_relu_kern
     assert (first.instruction, first.operator, first.graph_nodes) == (
         1,
         "aten::relu.out",
-        ["relu.default"],
+        ["aten.relu.default"],
     )
     assert first.max_abs_error == pytest.approx(1e-2, rel=1e-4)
     assert first.source == "net.py:12: h = torch.relu(self.fc1(x))"
     assert result.rows[0].within_tolerance  # the operator before it is fine
-    assert "first divergence: instruction 1, aten::relu.out (relu.default)" in str(result)
+    assert "first divergence: instruction 1, aten::relu.out (aten.relu.default)" in str(result)
 
 
 def test_wrong_op_inside_a_delegate(net, wrong_relu_in_delegate):
@@ -123,7 +123,7 @@ def test_wrong_op_inside_a_delegate(net, wrong_relu_in_delegate):
         "ExampleBackend:tanh",
     ]
     first = result.first_divergence
-    assert (first.operator, first.graph_nodes) == ("ExampleBackend:relu", ["relu.default"])
+    assert (first.operator, first.graph_nodes) == ("ExampleBackend:relu", ["aten.relu.default"])
     assert first.max_abs_error == pytest.approx(1e-2, rel=1e-4)
     assert first.source == "net.py:12: h = torch.relu(self.fc1(x))"
 
@@ -193,10 +193,10 @@ def test_official_xnnpack_delegate_without_a_map(net, official_xnnpack):
         "matched by the graph debug handles written in its nodes"
     ]
     assert [(r.operator, r.graph_nodes) for r in result.rows] == [
-        ("XnnpackBackend:XNNFullyConnected", ["linear.default", "relu.default"]),
-        ("XnnpackBackend:XNNFullyConnected", ["linear.default"]),
-        ("XnnpackBackend:XNNMultiply", ["mul.Tensor"]),
-        ("XnnpackBackend:XNNTanh", ["tanh.default"]),
+        ("XnnpackBackend:XNNFullyConnected", ["aten.linear.default", "aten.relu.default"]),
+        ("XnnpackBackend:XNNFullyConnected", ["aten.linear.default"]),
+        ("XnnpackBackend:XNNMultiply", ["aten.mul.Tensor"]),
+        ("XnnpackBackend:XNNTanh", ["aten.tanh.default"]),
     ]
     assert result.first_divergence is None
 
@@ -207,7 +207,7 @@ def test_wrong_op_inside_an_xnnpack_delegate(net, official_xnnpack, wrong_multip
     first = compare(model, pte, [x], etrecord=etrecord).first_divergence
     assert (first.operator, first.graph_nodes) == (
         "XnnpackBackend:XNNMultiply",
-        ["mul.Tensor"],
+        ["aten.mul.Tensor"],
     )
     assert first.max_abs_error == pytest.approx(1e-2, rel=1e-4)
     assert first.source == "net.py:13: return torch.tanh(self.fc2(h) * 2.0)"

@@ -49,6 +49,7 @@ from torch._export.serde.union import _Union
 from torch.export import ExportedProgram
 
 from pyexecutorch.exir.dialects import dim_order_ops
+from pyexecutorch.exir.dialects.edge._ops import edge_op
 
 
 class ETRecordReservedFileNames(enum.StrEnum):
@@ -184,10 +185,9 @@ class NodeInfo:
 
 
 def _target_name(node: torch.fx.Node) -> str:
-    # As the official Inspector names torch's operators: "add.Tensor", "relu.default"
-    # (the official exporter's edge operators call themselves "aten.add.Tensor").
-    name = getattr(node.target, "__name__", str(node.target))
-    return name.removeprefix("aten.")
+    # The operator's own __name__, as the official Inspector reads it: edge operators call
+    # themselves "aten.add.Tensor", torch's "add.Tensor".
+    return getattr(node.target, "__name__", str(node.target))
 
 
 def nodes_by_debug_handle(program: Any) -> dict[int, list[NodeInfo]]:
@@ -471,11 +471,14 @@ def _read_program(z: zipfile.ZipFile, name: str) -> ExportedProgram:
     # torch checks the graph with the verifier of the dialect named; the official
     # exporter's "EDGE" is its own, so the graph is read with torch's (ATen) one.
     graph["verifiers"] = [v for v in graph.get("verifiers", []) if v != "EDGE"]
+    edge_nodes = set()
     for node in graph["graph_module"]["graph"]["nodes"]:
-        # The official exporter's edge operators are torch's, in their dialect's namespace.
+        # The official exporter's edge operators are torch's, in their dialect's namespace:
+        # torch reads them as torch's, and they become edge operators again below.
         target = node.get("target", "")
         if target.startswith(_OFFICIAL_EDGE_OPS):
             node["target"] = "torch.ops." + target[len(_OFFICIAL_EDGE_OPS) :]
+            edge_nodes.add(node["name"])
     with _dim_order_ops_resolved():
         program = deserialize(SerializedArtifact(json.dumps(graph).encode(), *blobs[1:]))
     handles = {
@@ -486,6 +489,10 @@ def _read_program(z: zipfile.ZipFile, name: str) -> ExportedProgram:
     for node in program.graph_module.graph.nodes:
         if node.name in handles:
             node.meta["debug_handle"] = handles[node.name]
+        if node.name in edge_nodes and isinstance(node.target, torch._ops.OpOverload):
+            node.target = edge_op(node.target)
+    if edge_nodes:
+        program.graph_module.recompile()
     return program
 
 
