@@ -24,9 +24,11 @@ from pyexecutorch.portable_lib.result import tensor_output, wrap_outputs
 from pyexecutorch.runtime import backend as backends
 from pyexecutorch.runtime import meta as _meta
 from pyexecutorch.runtime.data_loader import is_data_loader
+from pyexecutorch.runtime.errors import DataFileError
 from pyexecutorch.runtime.io import (
     ERROR_ACCESS_FAILED,
     ERROR_INVALID_ARGUMENT,
+    ERROR_INVALID_EXTERNAL_DATA,
     ERROR_INVALID_PROGRAM,
     ERROR_NOT_FOUND,
     Input,
@@ -159,9 +161,14 @@ class ExecuTorchModule:
     for the rest, as the official bindings do.
     """
 
-    def __init__(self, program: Program, etdump: _Etdump) -> None:
+    def __init__(
+        self, program: Program, etdump: _Etdump, data_error: DataFileError | None = None
+    ) -> None:
         self._program = program
         self._etdump = etdump
+        # A malformed .ptd: the official Module reads its data files when it loads the
+        # program for the first method, so the error comes with that call, not here.
+        self._data_error = data_error
         self._lock = threading.RLock()
         self._decls: dict[str, list[InputDecl]] = {}
         self._retained: dict[str, list[Input]] = {}
@@ -196,6 +203,11 @@ class ExecuTorchModule:
             retained = self._retained.get(method_name, [])
             for i in range(count, len(retained)):
                 retained[i].check_storage(i, method_name)
+            if self._data_error is not None:
+                raise RuntimeError(
+                    f"Failed to load method {method_name}, error: "
+                    f"0x{ERROR_INVALID_EXTERNAL_DATA:x}: {self._data_error}"
+                )
             loaded = self._program.load_method(method_name)._loaded
             passed = max(len(retained), count)
             if passed < len(decls):
@@ -432,6 +444,7 @@ def _load(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     max_instructions: int | None = None,
+    keep_data_error: bool = False,
 ) -> Program:
     data_files = [] if data is None else list(data) if isinstance(data, (list, tuple)) else [data]
     try:
@@ -449,11 +462,25 @@ def _load(
             f"Failed to create MmapDataLoader, error: 0x{ERROR_ACCESS_FAILED:x}: {e}"
         ) from e
     except FormatError as e:
+        if keep_data_error and isinstance(e, DataFileError):
+            raise
         raise RuntimeError(
             f"Failed to load program, error: 0x{ERROR_INVALID_PROGRAM:x}: {e}"
         ) from e
     logger.debug("loaded program with methods %s", _method_names(program))
     return program
+
+
+def _load_module(source: Any, data: Any, verification: Any, **kwargs: Any) -> ExecuTorchModule:
+    """A module over the program; a malformed data file fails its first method call
+    rather than the load, as with the official ``Module`` (which reads its data files
+    when the first method loads)."""
+    try:
+        program = _load(source, data, verification, keep_data_error=True, **kwargs)
+    except DataFileError as e:
+        program = _load(source, None, verification, **kwargs)
+        return ExecuTorchModule(program, _Etdump(program), data_error=e)
+    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_for_executorch(
@@ -465,7 +492,7 @@ def _load_for_executorch(
     max_instructions: int | None = None,
 ) -> ExecuTorchModule:
     """Load the program at ``program_path`` (weights in ``data_path`` when they live apart)."""
-    program = _load(
+    return _load_module(
         os.fspath(program_path),
         data_path,
         program_verification,
@@ -473,7 +500,6 @@ def _load_for_executorch(
         debug_buffer_size=debug_buffer_size,
         max_instructions=max_instructions,
     )
-    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_for_executorch_from_buffer(
@@ -486,7 +512,7 @@ def _load_for_executorch_from_buffer(
 ) -> ExecuTorchModule:
     """Load a program from bytes. The module keeps ``buffer`` alive for as long
     as anything loaded from it lives; a writable buffer is copied first."""
-    program = _load(
+    return _load_module(
         _owned_buffer(buffer, "buffer"),
         None if data_map_buffer is None else _owned_buffer(data_map_buffer, "data_map_buffer"),
         program_verification,
@@ -494,7 +520,6 @@ def _load_for_executorch_from_buffer(
         debug_buffer_size=debug_buffer_size,
         max_instructions=max_instructions,
     )
-    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_for_executorch_from_data_loader(
@@ -512,7 +537,7 @@ def _load_for_executorch_from_data_loader(
             "loader must be a data loader with size and load(offset, size), got "
             f"{type(loader).__name__}"
         )
-    program = _load(
+    return _load_module(
         loader,
         None if data_path is None else os.fspath(data_path),
         Verification.InternalConsistency,
@@ -520,7 +545,6 @@ def _load_for_executorch_from_data_loader(
         debug_buffer_size=debug_buffer_size,
         max_instructions=max_instructions,
     )
-    return ExecuTorchModule(program, _Etdump(program))
 
 
 def _load_program(
@@ -736,11 +760,10 @@ def _load_for_executorch_from_bundled_program(
 
     if not isinstance(module, BundledModule):
         raise TypeError(f"expected a BundledModule, got {type(module).__name__}")
-    program = _load(
+    return _load_module(
         module.program_bytes,
         None if data is None else data if isinstance(data, str) else _owned_buffer(data, "data"),
         Verification.InternalConsistency,
         enable_etdump=enable_etdump,
         debug_buffer_size=debug_buffer_size,
     )
-    return ExecuTorchModule(program, _Etdump(program))

@@ -13,6 +13,7 @@ from pyexecutorch.runtime.data_loader import (
     MmapDataLoader,
 )
 from pyexecutorch.runtime.errors import (
+    DataFileError,
     ExecutionError,
     InvalidProgramError,
     MissingBackendError,
@@ -35,6 +36,7 @@ __all__ = [
     "BackendInterface",
     "BackendRegistry",
     "BufferDataLoader",
+    "DataFileError",
     "DataLoader",
     "ExecutionError",
     "FileDataLoader",

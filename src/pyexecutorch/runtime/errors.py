@@ -7,6 +7,11 @@ class InvalidProgramError(FormatError):
     """The program is internally inconsistent (an index, size or offset out of range)."""
 
 
+class DataFileError(FormatError):
+    """A ``.ptd`` data file passed beside a program is malformed (the program itself is
+    fine); the message names the file's position among the data files."""
+
+
 class MissingOperatorError(RuntimeError):
     """A method calls operators that have no registered kernel."""
 

@@ -21,6 +21,7 @@ from pyexecutorch.runtime.data_loader import (
     loader_size,
     segments_for_method,
 )
+from pyexecutorch.runtime.errors import DataFileError
 from pyexecutorch.runtime.etdump import EventTracer
 from pyexecutorch.runtime.exact_inputs import exact_installer
 from pyexecutorch.runtime.io import (
@@ -39,6 +40,7 @@ from pyexecutorch.runtime.method_plan import MethodPlan
 from pyexecutorch.runtime.outputs import convert_outputs, forced_output_kind
 from pyexecutorch.runtime.threads import follow_threads, set_threads
 from pyexecutorch.runtime.verify import verify_program
+from pyexecutorch.schema.errors import FormatError
 from pyexecutorch.schema.pte import PteFile, decode_pte
 
 
@@ -264,13 +266,16 @@ def _named_data_of(data_files: Sequence[Any]) -> dict[str, Any]:
         return named
     from pyexecutorch.schema import flat_tensor  # noqa: PLC0415 - only programs with .ptd files need it
 
-    for source in data_files:
+    for number, source in enumerate(data_files):
         if is_data_loader(source):
             total = loader_size(source)
             buf = load_checked(source, 0, total, total)
         else:
             buf = open_bytes(source, "data")
-        ptd = flat_tensor.decode_ptd(buf)
+        try:
+            ptd = flat_tensor.decode_ptd(buf)
+        except FormatError as e:
+            raise DataFileError(f"data file {number}: {e}") from None
         for key, entry in ptd.entries.items():
             named[key] = entry.data
     return named
