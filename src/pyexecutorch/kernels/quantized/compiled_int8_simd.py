@@ -13,9 +13,11 @@ and these intrinsics:
 * :func:`splat_quad`: the four bytes of an int32 (four consecutive int8 inputs) in every lane;
 * :func:`low_nibbles` / :func:`high_nibbles`: each byte's 4-bit halves as bytes 0..15;
 * :func:`dot_u8s8`: ``acc + sum over each lane's 4 bytes of u8(a) * s8(b)``: one
-  ``vpdpbusd`` where the CPU has AVX-512 VNNI (or AVX-VNNI at 256 bits), else the same
-  sums spelled in plain LLVM integer vectors (LLVM picks ``pmaddubsw``/``pmaddwd``-style
-  code); exact in int32 for the sums a kernel here makes (no saturation anywhere);
+  ``vpdpbusd`` where the CPU has AVX-512 VNNI (or AVX-VNNI at 256 bits); else two
+  ``pmaddwd`` on the bytes widened to int16 (AVX2: 7x the plain-vector form LLVM made of
+  the same sums, which widened to int32 and multiplied with ``vpmulld``), or for 4-bit
+  operands (:class:`NibbleVector`) ``pmaddubsw`` then ``pmaddwd`` by ones; plain LLVM
+  vectors elsewhere; exact in int32 for the sums a kernel here makes (no saturation);
 * :func:`izeros`, :func:`isplat`, :func:`iadd`, :func:`imul`, :func:`to_float` (int32
   lanes to the float32 :data:`~pyexecutorch.jit.simd.Vector` of the same lanes).
 
@@ -51,6 +53,16 @@ elif LANES == 8 and (_CPU.get("avxvnni") or (_CPU.get("avx512vnni") and _CPU.get
     VNNI = "llvm.x86.avx512.vpdpbusd.256"
 else:
     VNNI = None
+# without VNNI: int16 pair products summed into int32 lanes (pmaddwd), at this width
+PAIRS: str | None = (
+    "llvm.x86.avx2.pmadd.wd" if LANES == 8 and _CPU.get("avx2") else
+    "llvm.x86.avx512.pmaddw.d.512" if LANES == 16 and _CPU.get("avx512bw") else None
+)  # fmt: skip
+# and unsigned by signed byte pairs into int16, saturating (pmaddubsw): for 4-bit operands
+SMALL_PAIRS: str | None = (
+    None if PAIRS is None else
+    "llvm.x86.avx2.pmadd.ub.sw" if LANES == 8 else "llvm.x86.avx512.pmaddubs.w.512"
+)  # fmt: skip
 
 
 class Int32Vector(types.Type):
@@ -63,7 +75,15 @@ class ByteVector(types.Type):
         super().__init__(name=f"ByteVector({4 * LANES})")
 
 
-INT32_VECTOR, BYTE_VECTOR = Int32Vector(), ByteVector()
+class NibbleVector(types.Type):
+    """A :class:`ByteVector` whose bytes are 0..15 (4-bit weights): their products with
+    int8 fit a cheaper exact form where the CPU has no VNNI (see :func:`dot_u8s8`)."""
+
+    def __init__(self) -> None:
+        super().__init__(name=f"NibbleVector({4 * LANES})")
+
+
+INT32_VECTOR, BYTE_VECTOR, NIBBLE_VECTOR = Int32Vector(), ByteVector(), NibbleVector()
 _I32, _I8 = ir.IntType(32), ir.IntType(8)
 _IVEC, _BVEC = ir.VectorType(_I32, LANES), ir.VectorType(_I8, 4 * LANES)
 
@@ -75,6 +95,7 @@ class _Int32Model(models.PrimitiveModel):
 
 
 @register_model(ByteVector)
+@register_model(NibbleVector)
 class _ByteModel(models.PrimitiveModel):
     def __init__(self, dmm: Any, fe_type: ByteVector) -> None:
         super().__init__(dmm, fe_type, _BVEC)
@@ -129,7 +150,7 @@ def low_nibbles(typingctx: Any, v: Any) -> Any:
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         return builder.and_(args[0], ir.Constant(_BVEC, [15] * _BVEC.count))
 
-    return BYTE_VECTOR(v), codegen
+    return NIBBLE_VECTOR(v), codegen
 
 
 @intrinsic
@@ -141,29 +162,75 @@ def high_nibbles(typingctx: Any, v: Any) -> Any:
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         return builder.lshr(args[0], ir.Constant(_BVEC, [4] * _BVEC.count))
 
-    return BYTE_VECTOR(v), codegen
+    return NIBBLE_VECTOR(v), codegen
+
+
+def _halves(builder: Any, v: Any, t: int, extend: str) -> Any:
+    """Bytes ``t`` and ``t + 1`` of every lane of ``v`` as 2 L int16 (``extend``: zext/sext)."""
+    picks = ir.Constant(
+        ir.VectorType(_I32, 2 * LANES), [4 * (i // 2) + t + i % 2 for i in range(2 * LANES)]
+    )
+    pairs = builder.shuffle_vector(v, ir.Constant(_BVEC, ir.Undefined), picks)
+    return getattr(builder, extend)(pairs, ir.VectorType(ir.IntType(16), 2 * LANES))
+
+
+def _pair_sums(builder: Any, a: Any, b: Any) -> Any:
+    """``a[2j] * b[2j] + a[2j + 1] * b[2j + 1]`` of int16 vectors as L int32 (``pmaddwd``
+    where the CPU has AVX2; exact: no operand here is -32768)."""
+    if PAIRS is not None:
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_IVEC, [a.type, b.type]), PAIRS
+        )
+        return builder.call(fn, [a, b])
+    wide = ir.VectorType(_I32, 2 * LANES)
+    products = builder.mul(builder.sext(a, wide), builder.sext(b, wide))
+    undefined = ir.Constant(wide, ir.Undefined)
+    even = ir.Constant(ir.VectorType(_I32, LANES), [2 * j for j in range(LANES)])
+    odd = ir.Constant(ir.VectorType(_I32, LANES), [2 * j + 1 for j in range(LANES)])
+    return builder.add(
+        builder.shuffle_vector(products, undefined, even),
+        builder.shuffle_vector(products, undefined, odd),
+    )
+
+
+def _nibble_dot(builder: Any, acc: Any, a: Any, b: Any) -> Any:
+    """acc + per-lane sums of four u8(a) * s8(b) products, ``a`` at most 15: saturating
+    byte pair products into int16 (``pmaddubsw``: none saturates), then int16 pairs into
+    int32 (``pmaddwd`` by ones)."""
+    halves = ir.VectorType(ir.IntType(16), 2 * LANES)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(halves, [_BVEC, _BVEC]), SMALL_PAIRS
+    )
+    sums16 = builder.call(fn, [a, b])
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_IVEC, [halves, halves]), PAIRS
+    )
+    return builder.add(acc, builder.call(fn, [sums16, ir.Constant(halves, [1] * 2 * LANES)]))
 
 
 def _portable_dot(builder: Any, acc: Any, a: Any, b: Any) -> Any:
-    """acc + per-lane sums of four u8(a) * s8(b) products, in plain integer vectors."""
-    wide = ir.VectorType(_I32, 4 * LANES)
-    products = builder.mul(builder.zext(a, wide), builder.sext(b, wide))
-    for t in range(4):
-        picks = ir.Constant(ir.VectorType(_I32, LANES), [4 * j + t for j in range(LANES)])
-        acc = builder.add(
-            acc, builder.shuffle_vector(products, ir.Constant(wide, ir.Undefined), picks)
-        )
-    return acc
+    """acc + per-lane sums of four u8(a) * s8(b) products without VNNI: bytes 0-1 and 2-3
+    of each lane widened to int16 and multiplied pairwise into int32 (two ``pmaddwd`` on
+    AVX2; the widening of an operand shared by several products is computed once, LLVM
+    merging the equal instructions). Exact: ``|u8 * s8| <= 32640``, a pair's sum fits."""
+    low = _pair_sums(builder, _halves(builder, a, 0, "zext"), _halves(builder, b, 0, "sext"))
+    high = _pair_sums(builder, _halves(builder, a, 2, "zext"), _halves(builder, b, 2, "sext"))
+    return builder.add(acc, builder.add(low, high))
 
 
 @intrinsic
 def dot_u8s8(typingctx: Any, acc: Any, a: Any, b: Any) -> Any:
-    """``acc[j] + sum_t u8(a[4j + t]) * s8(b[4j + t])`` for every lane j."""
-    if not (acc == INT32_VECTOR and a == BYTE_VECTOR and b == BYTE_VECTOR):
+    """``acc[j] + sum_t u8(a[4j + t]) * s8(b[4j + t])`` for every lane j (``a`` a
+    :class:`ByteVector`, or a :class:`NibbleVector`, whose products take ``pmaddubsw``
+    without VNNI: exact, as a pair of them is at most ``2 * 15 * 128`` in size)."""
+    if not (acc == INT32_VECTOR and a in (BYTE_VECTOR, NIBBLE_VECTOR) and b == BYTE_VECTOR):
         return None
+    nibbles = a == NIBBLE_VECTOR
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         acc_v, a_v, b_v = args
+        if VNNI is None and nibbles and SMALL_PAIRS is not None:
+            return _nibble_dot(builder, acc_v, a_v, b_v)
         if VNNI is None:
             return _portable_dot(builder, acc_v, a_v, b_v)
         # (LLVM 22 declares the byte operands as <4L x i8>; older ones as <L x i32>)
