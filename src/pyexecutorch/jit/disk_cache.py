@@ -64,6 +64,15 @@ def refresh_once(context: Any) -> None:
         _refreshed.add(id(context))
 
 
+def runtime_once(context: Any) -> None:
+    """Start numba's runtime (NRT: the allocator compiled code calls) for ``context``, as its
+    registries' refresh does first, without the refresh (under numba's compiler lock)."""
+    if id(context) not in _refreshed:
+        from numba.core.runtime import rtsys  # noqa: PLC0415 - compiled tier only
+
+        rtsys.initialize(context)
+
+
 def read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
     """numba's compile result for ``signature`` from ``cache`` (a function's disk cache) and
     the data it was read from, or None (not cached, or a numba this does not know).

@@ -120,12 +120,12 @@ def plain_entry_point(
     result = _plain_results.get(key)
     if result is None:
         record = function_records.path_of(function, types)
-        result = function_records.read(record)
+        result = function_records.read(record, plain=True)
         if result is None:
             what = f"{function.module_name}.{function.name}{types}"
             with compile_lock.compiling_alone(what) as waited:
                 # (another process may have compiled it meanwhile and written its record)
-                result = function_records.read(record) if waited else None
+                result = function_records.read(record, plain=True) if waited else None
                 if result is None:
                     result = _compile_plain(function, arrays, prepare)
                     function_records.write(record, result)

@@ -98,9 +98,10 @@ def path_of(function: generated.GeneratedFunction, types: str) -> Path:
     return numba_env.cache_dir() / _FOLDER / f"{module}.{function.name}.{digest}.nbr"
 
 
-def read(path: Path) -> Any:
+def read(path: Path, plain: bool = False) -> Any:
     """numba's compile result held by the record at ``path``, its machine code installed;
-    None when there is none or it cannot be read."""
+    None when there is none or it cannot be read. ``plain``: a plain function's record (see
+    :func:`write`), read without refreshing numba's registries."""
     rebuilder = disk_cache.lazy_rebuilder()
     if rebuilder is None:
         return None
@@ -114,7 +115,8 @@ def read(path: Path) -> Any:
 
     context = cpu_target.target_context
     with global_compiler_lock:
-        disk_cache.refresh_once(context)
+        if not plain:
+            disk_cache.refresh_once(context)
         try:
             payload = disk_cache.CacheDataReader(io.BytesIO(data)).load()
         except Exception:  # noqa: BLE001 - an unreadable record is compiled again
@@ -123,7 +125,12 @@ def read(path: Path) -> Any:
         if not isinstance(payload, tuple) or not payload:
             return None
         if payload[0] == _LIGHT:
+            # Installing machine code needs numba's runtime (NRT) and no typing or lowering
+            # registry: their refresh, which imports scipy.linalg, cost half a warm start
+            disk_cache.runtime_once(context)
             return disk_cache.entry_rebuilder()(context, payload[1:])
+        if plain:
+            disk_cache.refresh_once(context)
         return rebuilder(context, payload)
 
 
