@@ -7,8 +7,9 @@ these operators are compared with ``array_equal``, not a tolerance, on both tier
 several calls with changing inputs:
 
 * XNNPACK's sin, cos, sigmoid and 1/sqrt (its own approximations, not correctly rounded;
-  1/sqrt from the CPU's ``vrsqrt14ps`` estimate: the emulation is of an x86-64 CPU with
-  AVX-512F, the kind the official delegate picks those kernels on);
+  1/sqrt from the CPU's estimate instruction), whose kernels the official delegate picks
+  by the CPU's features: AVX-512F (``vrsqrt14ps``) or AVX2 (``rsqrtps``), each tier
+  emulating this host's, and both tiers agreeing on each variant's arithmetic;
 * the portable ``mean`` (a running float32 sum, then a division), on the rows of an
   RMS norm.
 """
@@ -126,3 +127,94 @@ def test_numpy_tier_emulates_up_to_its_limit_and_takes_numpys_function_past_it(n
         else:
             np.testing.assert_allclose(out, plain(x), rtol=3e-7, atol=1e-7)
             np.testing.assert_allclose(out, emulated, rtol=1e-6, atol=1e-6)
+
+
+def test_the_variant_follows_the_cpu_features_as_xnnpacks_config():
+    from pyexecutorch.backends.xnnpack import exact_math
+    from pyexecutorch.jit import xnnpack_coefficients as coefficients
+
+    intel = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vnni"}
+    zen3 = {"sse2", "avx", "avx2", "fma"}
+    assert coefficients.variant(intel) == coefficients.AVX512F == "avx512f"
+    assert coefficients.variant(zen3) == coefficients.AVX2 == "avx2"
+    # LLVM's host features: a map with false entries
+    assert coefficients.variant({"avx512f": False, "avx2": True, "fma": True}) == "avx2"
+    assert coefficients.variant({"avx512f": True, "avx2": True}) == "avx512f"
+    cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    assert exact_math.host_flags(cpuinfo) == frozenset({"fpu", "sse2", "avx", "avx2", "fma"})
+    assert exact_math.host_flags("processor\t: 0\n") == frozenset()
+    # this host: both tiers picked the same kernels, from its real features
+    from pyexecutorch.jit import xnnpack_math
+
+    assert exact_math.VARIANT == xnnpack_math.VARIANT
+    avx512 = exact_math.VARIANT == "avx512f"
+    assert exact_math.sigmoid is (exact_math.sigmoid_avx512f if avx512 else exact_math.sigmoid_avx2)
+    assert exact_math.rsqrt is (exact_math.rsqrt_avx512f if avx512 else exact_math.rsqrt_avx)
+    assert xnnpack_math.xnn_sigmoid_f32 is (
+        xnnpack_math.sigmoid_avx512f if avx512 else xnnpack_math.sigmoid_avx2
+    )
+
+
+def _sweep() -> np.ndarray:
+    """float32 arguments over every binade, both signs, with the special values."""
+    rng = np.random.default_rng(11)
+    bits = rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    near = rng.normal(0, 20, 1 << 18).astype(np.float32)
+    specials = np.array(
+        [0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan, 87.33, -87.34], np.float32
+    )
+    return np.concatenate([bits.view(np.float32), near, specials])
+
+
+def _compiled(name: str):  # noqa: ANN202 - a numba dispatcher
+    from numba import njit
+
+    from pyexecutorch.jit import xnnpack_math
+
+    f = getattr(xnnpack_math, name)
+
+    @njit(error_model="numpy")
+    def run(x, out):  # noqa: ANN001, ANN202
+        for i in range(x.size):
+            out[i] = f(x[i])
+
+    def call(x: np.ndarray) -> np.ndarray:
+        out = np.empty_like(x)
+        run(x, out)
+        return out
+
+    return call
+
+
+@pytest.mark.parametrize("name", ["sigmoid_avx512f", "sigmoid_avx2", "rsqrt_avx512f"])
+def test_both_tiers_compute_each_variant_alike(name):
+    # Each variant on any x86-64 host (the official checks only this host's).
+    from pyexecutorch.backends.xnnpack import exact_math
+
+    x = _sweep()
+    if name.startswith("rsqrt"):
+        x = np.abs(x)
+    got = _compiled(name)(x)
+    expected = getattr(exact_math, name)(x)
+    same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
+    assert same.all(), f"{name}: {np.count_nonzero(~same)} values differ, first at {x[~same][0]!r}"
+
+
+def test_the_numpy_tier_rsqrtps_table_is_the_instruction():
+    # Where the delegate runs avx_rsqrt, the compiled tier calls rsqrtps itself and the
+    # numpy tier reads an AMD Zen 3's estimate from a table: equal for every mantissa of
+    # [1, 4), scaled over the exponents, and at the special values. (With AVX-512F the
+    # table is not used, and another vendor's rsqrtps is not this table.)
+    from pyexecutorch.backends.xnnpack import exact_math
+
+    if exact_math.VARIANT != "avx2":
+        pytest.skip("this CPU has AVX-512F: the delegate's 1/sqrt is vrsqrt14ps, not rsqrtps")
+    mantissas = np.arange(1 << 23, dtype=np.uint32)
+    for exponents in ((127, 128), (1, 2), (253, 254)):
+        x = np.concatenate([(mantissas | (e << 23)).view(np.float32) for e in exponents])
+        got, expected = exact_math.rsqrt_avx(x), _compiled("rsqrt_avx")(x)
+        different = np.count_nonzero(got.view(np.uint32) != expected.view(np.uint32))
+        assert not different, f"exponents {exponents}: {different} of {x.size} differ"
+    x = np.array([0, -0.0, 1e-40, np.inf, -1, np.nan, 3.4e38], np.float32)
+    got, expected = exact_math.rsqrt_avx(x), _compiled("rsqrt_avx")(x)
+    assert np.array_equal(got, expected, equal_nan=True)

@@ -1,7 +1,12 @@
 """sin, cos, sigmoid and 1/sqrt of a float32 as the official XNNPACK delegate computes
-them (x86-64, AVX-512F), bit for bit: the compiled tier's scalar forms of
+them on this x86-64 CPU, bit for bit: the compiled tier's scalar forms of
 ``backends/xnnpack/exact_math.py`` (see there why), for the loops generated from the
 XNNPACK nodes' formulas (bound as ``XSIN``, ``XCOS``, ``XSIGMOID``, ``XRSQRT``).
+
+``xnn_sigmoid_f32`` and ``xnn_rsqrt_f32`` are the AVX-512F or the AVX2 kernels' forms, by
+LLVM's host features read once at import (``VARIANT``, ``xnnpack_coefficients.variant``).
+Without AVX-512F the 1/sqrt estimate is the ``rsqrtps`` instruction itself, so it is the
+official one on any vendor's CPU.
 
 Every multiply-add XNNPACK fuses goes through ``llvm.fma`` (always one rounding; a CPU
 without FMA gets the C library's ``fmaf``), every other operation is a separate float32
@@ -19,11 +24,14 @@ from numba.extending import intrinsic
 
 from pyexecutorch.jit.math_functions import bits_of_float64, float64_of_bits
 from pyexecutorch.jit.xnnpack_coefficients import (
+    AVX512F,
     RSQRT14_BASE,
     RSQRT14_SLOPE,
     SIGMOID,
+    SIGMOID_P5,
     SIGMOID_TABLE,
     TRIG,
+    variant,
 )
 
 
@@ -72,6 +80,41 @@ def _bits32(typingctx, x):  # noqa: ANN001, ANN202, ARG001
     return sig, codegen
 
 
+@intrinsic
+def _pow2_of_bits(typingctx, n):  # noqa: ANN001, ANN202, ARG001
+    """The float32 whose bits are float32 ``n``'s shifted left by 23 (vpslld: n's low
+    bits, biased, become an exponent)."""
+    if n != types.float32:
+        return None
+    sig = types.float32(types.float32)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        i32 = ir.IntType(32)
+        bits = builder.shl(builder.bitcast(args[0], i32), ir.Constant(i32, 23))
+        return builder.bitcast(bits, ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def _rsqrtps(typingctx, x):  # noqa: ANN001, ANN202, ARG001
+    """The CPU's 12-bit estimate of 1/sqrt(x) (rsqrtss: rsqrtps's arithmetic, one lane)."""
+    if x != types.float32:
+        return None
+    sig = types.float32(types.float32)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        v4 = ir.VectorType(ir.FloatType(), 4)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v4, [v4]), "llvm.x86.sse.rsqrt.ss"
+        )
+        zero = ir.Constant(ir.IntType(32), 0)
+        lane = builder.insert_element(ir.Constant(v4, None), args[0], zero)
+        return builder.extract_element(builder.call(fn, [lane]), zero)
+
+    return sig, codegen
+
+
 _F = np.float32
 _INV_2PI, _TWO_PI_HI, _TWO_PI_LO = _F(TRIG["inv_2pi"]), _F(TRIG["two_pi_hi"]), _F(TRIG["two_pi_lo"])
 _PI, _HALF_PI = _F(TRIG["pi"]), _F(TRIG["half_pi"])
@@ -82,6 +125,9 @@ _C2, _C1 = _F(SIGMOID["c2"]), _F(SIGMOID["c1"])
 _SIG_TABLE = np.array(SIGMOID_TABLE, np.float32)
 _R14_BASE = np.array(RSQRT14_BASE, np.int64).reshape(-1) * 256
 _R14_SLOPE = np.array(RSQRT14_SLOPE, np.int64).reshape(-1)
+_P5_MAGIC, _P5_LOG2E, _P5_LN2 = (_F(SIGMOID_P5[k]) for k in ("magic_bias", "log2e", "minus_ln2"))
+_P5_C5, _P5_C4, _P5_C3, _P5_C2, _P5_C1 = (_F(SIGMOID_P5[f"c{i}"]) for i in range(5, 0, -1))
+_P5_CUTOFF = _F(SIGMOID_P5["denorm_cutoff"])
 _ONE, _HALF, _ZERO = _F(1.0), _F(0.5), _F(0.0)
 _MANTISSA = (1 << 52) - 1
 _TINY = _F(np.finfo(np.float32).tiny)
@@ -126,8 +172,8 @@ def xnn_cos_f32(x: float) -> float:
 
 
 @njit(inline="always", error_model="numpy")
-def xnn_sigmoid_f32(x: float) -> float:
-    """XNNPACK's float32 sigmoid."""
+def sigmoid_avx512f(x: float) -> float:
+    """XNNPACK's float32 sigmoid (AVX-512F: 32-entry table, degree 2, scalef)."""
     z = -abs(x)
     n = _fma(z, _LOG2E, _MAGIC)
     table = _SIG_TABLE[_bits32(n) & 31]
@@ -149,7 +195,27 @@ def xnn_sigmoid_f32(x: float) -> float:
 
 
 @njit(inline="always", error_model="numpy")
-def xnn_rsqrt_f32(x: float) -> float:
+def sigmoid_avx2(x: float) -> float:
+    """XNNPACK's float32 sigmoid (AVX2: rr1_p5_div)."""
+    x = _flush(x)
+    z = -abs(x)
+    n = _fma(z, _P5_LOG2E, _P5_MAGIC)
+    scale = _pow2_of_bits(n)
+    n = n - _P5_MAGIC
+    t = _fma(n, _P5_LN2, z)
+    p = _fma(_P5_C5, t, _P5_C4)
+    p = _fma(p, t, _P5_C3)
+    p = _fma(p, t, _P5_C2)
+    p = _fma(p, t, _P5_C1)
+    t = _flush(t * scale)
+    e = _flush(_fma(t, p, scale))
+    f = _flush(e / (e + _ONE))
+    f = _ZERO if z < _P5_CUTOFF else f
+    return f if (_bits32(x) < 0) else _ONE - f
+
+
+@njit(inline="always", error_model="numpy")
+def rsqrt_avx512f(x: float) -> float:
     """XNNPACK's float32 1/sqrt: the vrsqrt14ps estimate, one Newton-Raphson step."""
     x = _flush(x)
     bits = bits_of_float64(np.float64(x))
@@ -166,3 +232,29 @@ def xnn_rsqrt_f32(x: float) -> float:
     y = y - residual * (_HALF * y)
     y = _ZERO if x == np.inf else y
     return y if x >= 0 else np.float32(np.nan)
+
+
+@njit(inline="always", error_model="numpy")
+def rsqrt_avx(x: float) -> float:
+    """XNNPACK's float32 1/sqrt without AVX-512F: rsqrtps, one Newton-Raphson step."""
+    x = _flush(x)  # (the instruction flushes nothing itself)
+    y = _rsqrtps(x)
+    residual = x * _flush(y * y) - _ONE
+    y = y - residual * (_HALF * y)
+    return _ZERO if x == np.inf else y
+
+
+def _host_features() -> dict[str, bool]:
+    from llvmlite import binding  # noqa: PLC0415
+
+    try:
+        return dict(binding.get_host_cpu_features())
+    except RuntimeError:  # LLVM cannot tell (not x86): no feature
+        return {}
+
+
+# The delegate's kernels on this CPU, decided once (the official runtime picks them from
+# the same features).
+VARIANT = variant(_host_features())
+xnn_sigmoid_f32 = sigmoid_avx512f if VARIANT == AVX512F else sigmoid_avx2
+xnn_rsqrt_f32 = rsqrt_avx512f if VARIANT == AVX512F else rsqrt_avx

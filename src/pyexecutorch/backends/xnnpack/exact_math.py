@@ -147,7 +147,8 @@ def sigmoid_avx512f(x: NDArray) -> NDArray:
 def rsqrt14_estimate(x: NDArray) -> NDArray:
     """The CPU's ``vrsqrt14ps`` estimate of 1/sqrt(x) (see ``xnnpack_coefficients``)."""
     x = np.asarray(x, _F32)
-    bits = x.astype(_F64).view(np.int64)  # (a float32 subnormal is normal in float64)
+    with np.errstate(invalid="ignore"):  # (a signalling NaN)
+        bits = x.astype(_F64).view(np.int64)  # (a float32 subnormal is normal in float64)
     e = ((bits >> 52) & 0x7FF) - 1023
     m = bits & ((1 << 52) - 1)
     parity, half = e & 1, e >> 1
