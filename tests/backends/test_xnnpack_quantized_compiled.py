@@ -113,6 +113,55 @@ def test_dynamic_linear_against_float64(kind, m, k, n, block):
         )
 
 
+@pytest.mark.parametrize("kind", ["int4", "int8"])
+def test_dynamic_split_over_the_threads_in_force_keeps_every_bit(kind):
+    """The parallel kernels' tiles are jobs the threads in force take from a counter: at 2
+    threads (jobs taken in whatever order) the same bits as at 1, call after call."""
+    from pyexecutorch.jit.variants import can_thread  # noqa: PLC0415
+    from pyexecutorch.runtime.threads import set_threads  # noqa: PLC0415
+
+    if not can_thread():
+        pytest.skip("numba runs one thread only")
+    rng = np.random.default_rng(7)
+    m, k, n = 9, 256, 1000  # 125 tiles of 8 (or 63 of 16): 16 jobs at 2 threads
+    if kind == "int4":
+        w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+        scales = rng.uniform(1e-3, 2e-2, (n, k // 32)).astype(np.float32)
+    else:
+        w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        scales = rng.uniform(1e-3, 2e-2, n).astype(np.float32)
+    linear = ql.DynamicLinear(w, scales, rng.standard_normal(n).astype(np.float32))
+    parallel = ql.INT4_LINEAR[1] if kind == "int4" else ql.INT8_LINEAR[1]
+    assert choose(ql.INT4_LINEAR if kind == "int4" else ql.INT8_LINEAR, 1 << 30) is parallel
+    try:
+        for call in range(3):
+            x = _rows(rng, m, k)
+            got = {}
+            for threads in (2, 1):
+                set_threads(threads)
+                q, zps, xs = _reference_rows(x)
+                out = np.full((m, n), np.nan, np.float32)
+                jobs = np.zeros(1, np.int64)
+                if kind == "int4":
+                    wp, bs, col = linear.packed
+                    rsum = np.empty((m, bs.shape[1]), np.int32)
+                    parallel(q, q.view(np.int32), zps, xs, wp, bs, col, linear.bias,
+                             -np.inf, np.inf, out, rsum, jobs)  # fmt: skip
+                else:
+                    wp, sums = linear.packed
+                    parallel(q.view(np.int32), zps, xs, wp, sums, linear.wscales, linear.bias,
+                             -np.inf, np.inf, out, jobs)  # fmt: skip
+                # every job taken once: the counter ends one past the jobs per thread
+                jobs_made = min(wp.shape[0], ql.JOBS_PER_THREAD * threads) if threads > 1 else 1
+                per = -(-wp.shape[0] // jobs_made)
+                assert jobs[0] == -(-wp.shape[0] // per) + min(threads, jobs_made)
+                got[threads] = out
+            np.testing.assert_array_equal(got[1], got[2], err_msg=f"call {call}")
+            np.testing.assert_array_equal(got[1], linear(x))  # the entry point's variant
+    finally:
+        set_threads(1)
+
+
 def test_dynamic_linear_refuses_bad_arguments():
     w = np.zeros((4, 32), np.int8)
     with pytest.raises(ValueError, match="4-bit weights must lie in"):

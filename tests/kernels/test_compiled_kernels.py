@@ -536,22 +536,38 @@ def test_mm_bmm_addmm(n, k, p, dtype):
 
 
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
+@pytest.mark.skipif(not linalg_compiled.can_thread(), reason="numba runs one thread only")
 @pytest.mark.parametrize("dtype", [F32, F64])
-def test_a_large_one_row_product_splits_its_columns_over_the_threads(dtype, monkeypatch):
-    monkeypatch.setattr(linalg_compiled, "get_num_threads", lambda: 2)
-    monkeypatch.setattr(linalg_compiled, "SPLIT_GEMV_MACS", 1 << 18)  # (a smaller weight)
-    k, p = 512, 1000  # a classifier: past SPLIT_GEMV_MACS
+def test_a_one_row_product_splits_its_columns_over_the_threads_in_force(dtype):
+    from pyexecutorch.runtime.threads import set_threads  # noqa: PLC0415
+
+    k, p = 512, 1008  # a decoded token's product: past SPLIT_GEMV_MACS
     a, b = _x((1, k), dtype, 1), _x((k, p), dtype, 2)
     bias = _read_only(_x((p,), dtype, 3))
     out = np.zeros((1, p), dtype)
     fast = get_compiled_form("aten::addmm.out")(bias, a, b, 1, 1, out, whole=True)
     dispatcher, args = fast_path_of(fast).step
-    assert dispatcher is linalg_compiled.BLAS_MATMUL[1] and args[-1] == 2
-    fast(bias, a, b, 1, 1, out)
-    np.testing.assert_allclose(out, torch.addmm(_t(bias), _t(a), _t(b)).numpy(), **TOL[dtype])
-    # a product of several rows, or a small one, stays one serial BLAS call
+    # the blocks are the threads in force at each call, at most one per 16 columns
+    assert dispatcher is linalg_compiled.blas_matmul_at_threads and args[-1] == p // 16
+    try:
+        for seed in (11, 12, 13):  # new values in the planned input at each call
+            a[...] = _x((1, k), dtype, seed) / np.sqrt(k)  # (sums of order 1)
+            want = torch.addmm(_t(bias), _t(a), _t(b)).numpy()
+            got = {}
+            for threads in (2, 1):  # set after the form was made, changed between calls
+                set_threads(threads)
+                fast(bias, a, b, 1, 1, out)
+                np.testing.assert_allclose(out, want, **TOL[dtype])
+                got[threads] = out.copy()
+            # the split changes no bit: each column is the same gemv sum
+            np.testing.assert_array_equal(got[1], got[2])
+    finally:
+        set_threads(1)
+    # a product of several rows, or a small one, or one whose width OpenBLAS's gemv sums
+    # otherwise than its slices (not a multiple of 16), stays one serial BLAS call
     assert linalg_compiled.blas_form(2, k, p) == (linalg_compiled.blas_matmul, 1)
     assert linalg_compiled.blas_form(1, 16, 16) == (linalg_compiled.blas_matmul, 1)
+    assert linalg_compiled.blas_form(1, k, 1000) == (linalg_compiled.blas_matmul, 1)
 
 
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")

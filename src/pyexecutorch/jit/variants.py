@@ -62,6 +62,32 @@ def threads_reader() -> Any:
     return threads
 
 
+@functools.cache
+def job_taker() -> Any:
+    """An intrinsic ``take(counter)`` for compiled code: adds 1 to ``counter[0]`` (a 1-D
+    int64 array) atomically and returns the value before. The threads of a ``prange`` over
+    the threads in force take their jobs from one counter (a dynamic split): a thread the
+    system deschedules then delays the loop by one job, not by its whole static share."""
+    from llvmlite import ir  # noqa: PLC0415 - numba's own dependency
+    from numba.core import types as nb_types  # noqa: PLC0415
+    from numba.extending import intrinsic  # noqa: PLC0415
+
+    @intrinsic
+    def take(typingctx: Any, counter: Any) -> Any:
+        ok = isinstance(counter, nb_types.Array) and counter.dtype == nb_types.int64
+        if not ok or counter.ndim != 1:
+            return None
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            array = context.make_array(signature.args[0])(context, builder, args[0])
+            one = ir.Constant(ir.IntType(64), 1)
+            return builder.atomic_rmw("add", array.data, one, "monotonic")
+
+        return nb_types.int64(counter), codegen
+
+    return take
+
+
 def serial_and_parallel(fn: Any, name: str) -> tuple[Any, Any]:
     """``fn`` compiled twice, as ``name`` and ``name_parallel`` (its ``prange`` threaded).
 

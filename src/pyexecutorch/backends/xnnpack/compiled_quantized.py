@@ -183,14 +183,14 @@ def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
         bias = ql.padded(linear.bias, tiles * ql.L)
         scratch = np.empty((m, block_scales.shape[1]), np.int32)
         args = (rows.q, q32, rows.zero_points, rows.scales, packed, block_scales, column,
-                bias, low, high, o2, scratch)  # fmt: skip
+                bias, low, high, o2, scratch, np.zeros(1, np.int64))  # fmt: skip
         function = choose(ql.INT4_LINEAR, m * units * inputs // 4)
     else:
         packed, sums = ql.pack_int8(linear.w)
         tiles = packed.shape[0]
         args = (q32, rows.zero_points, rows.scales, packed, sums,
                 ql.padded(linear.scales, tiles * ql.L), ql.padded(linear.bias, tiles * ql.L),
-                low, high, o2)  # fmt: skip
+                low, high, o2, np.zeros(1, np.int64))  # fmt: skip
         function = choose(ql.INT8_LINEAR, m * units * inputs // 4)
     b.commit(u.output_id, out)
     b.add(Step(function, args))

@@ -25,13 +25,13 @@ import importlib.util
 from typing import Any
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import njit, prange
 
 from pyexecutorch.jit.arrays import FLOATS, contiguous
 from pyexecutorch.jit.blas import NUMPY_BLAS, get_blas_threads, set_blas_threads
 from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits
-from pyexecutorch.jit.variants import choose, pick, serial_and_parallel
+from pyexecutorch.jit.variants import can_thread, choose, pick, serial_and_parallel, threads_reader
 from pyexecutorch.kernels.linalg.compiled_gemv import product, serial_product
 from pyexecutorch.kernels.linalg.linalg import addmm as reference_addmm
 from pyexecutorch.kernels.registry import compiled_form, fast_path_of, offer
@@ -75,15 +75,13 @@ HAS_BLAS = NUMPY_BLAS or importlib.util.find_spec("scipy") is not None
 WHOLE_BLAS_MAX_MACS = 1 << 62 if NUMPY_BLAS else 1 << 18
 
 
-# One-row products from this many multiply-adds split their columns over the threads, a
-# gemv each: one gemv streams the weight on one thread (OpenBLAS's own threads stay off,
-# see compiled_gemv), and a long memory-bound stream gains from a second core's (two
-# 1024 x 1000 float32 products, 2 threads: 284 -> 142 us on an idle machine). A decoded
-# token's products stay serial (the largest of a 512-wide LLM, 512 x 4096, is 2M): with
-# thirty such products a token, each a parallel region, an fp32 decode at two threads
-# on the loaded 2-core machine took 40 ms a token split (17 ms of CPU) against 18 serial
-# (6 ms), and 23 at one thread.
-SPLIT_GEMV_MACS = 1 << 22
+# One-row products from this many multiply-adds split their columns over the threads in
+# force at each call, a gemv each: one gemv streams the weight on one thread (OpenBLAS's
+# own threads stay off, see compiled_gemv), and a decoded token's products are
+# memory-bound streams that gain from a second core's (XNNPACK splits its fully connected
+# output columns over its threads too). At one thread the same function makes one gemv
+# call, no parallel region.
+SPLIT_GEMV_MACS = 1 << 16
 
 
 def _blas_matmul(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
@@ -113,18 +111,31 @@ def _blas_matmul(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
     return out
 
 
-def blas_form(n: int, k: int, p: int) -> tuple[Any, int]:
-    """(the :data:`BLAS_MATMUL` dispatcher, its ``blocks`` argument) for products
-    (n, k) @ (k, p): the parallel compilation only for one row of enough work, split over
-    the threads (each product of a batch in turn)."""
-    threads = get_num_threads()
-    if n != 1 or k * p < SPLIT_GEMV_MACS or threads < 2 or p < 32:
-        return BLAS_MATMUL[0], 1
-    return BLAS_MATMUL[1], min(threads, p // 16)
-
-
 BLAS_MATMUL = serial_and_parallel(_blas_matmul, "blas_matmul")
 blas_matmul = BLAS_MATMUL[0]
+_THREADS = threads_reader()
+_BLAS_PARALLEL = BLAS_MATMUL[1]
+
+
+@njit(cache=True, error_model="numpy")
+def blas_matmul_at_threads(a, b, bias, out, has_bias, most):  # noqa: ANN001, ANN201
+    """:func:`_blas_matmul` with its columns in as many blocks as threads in force now (at
+    most ``most``): one block, one gemv and no parallel region, at one thread."""
+    threads = _THREADS()
+    blocks = min(threads, most) if threads > 1 else 1
+    return _BLAS_PARALLEL(a, b, bias, out, has_bias, blocks)
+
+
+def blas_form(n: int, k: int, p: int) -> tuple[Any, int]:
+    """(the dispatcher, its last argument) for products (n, k) @ (k, p): for one row of
+    enough work where numba can run several threads, :func:`blas_matmul_at_threads` and
+    the most blocks its columns split into (whole cache lines each); else the serial
+    :data:`BLAS_MATMUL` and one block. Only widths a multiple of 16 split: OpenBLAS's
+    gemv sums the columns of such a width as it sums them in slices of 16, bit for bit
+    (measured on widths 96 to 32000); a width of 1000 it sums otherwise in places."""
+    if n != 1 or k * p < SPLIT_GEMV_MACS or p % 16 or p < 32 or not can_thread():
+        return BLAS_MATMUL[0], 1
+    return blas_matmul_at_threads, p // 16
 
 
 @njit(cache=True, error_model="numpy")

@@ -133,6 +133,28 @@ def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
             q[r, i] = np.int8(c + zp)
 
 
+# The output tiles split into jobs that the threads in force take in turn from a counter
+# (a dynamic split: a thread the system deschedules delays the product by one job, where
+# an equal static share each stalled the other thread for the whole of its share, as at
+# 2 threads on a busy machine). JOBS_PER_THREAD jobs a thread (or one a tile): each take
+# is an atomic add on a line both cores write.
+JOBS_PER_THREAD = 8
+_THREADS = variants.threads_reader()
+_take = variants.job_taker()
+
+
+@njit(cache=True, error_model="numpy")
+def _split(tiles, jobs):  # noqa: ANN001, ANN202
+    """(workers, tiles a job, jobs) for ``tiles`` output tiles on the threads in force,
+    the counter ``jobs`` reset. Not inlined: its thread reader and a parallel loop's
+    declare the threading layer's function with two return types, one a module."""
+    threads = _THREADS()
+    count = min(tiles, JOBS_PER_THREAD * threads) if threads > 1 else 1
+    per = (tiles + count - 1) // count
+    jobs[0] = 0
+    return min(threads, count), per, (tiles + per - 1) // per
+
+
 @njit(cache=True, error_model="numpy", inline="always")
 def _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n):  # noqa: ANN001, ANN202
     """Row ``r`` of tile ``t``: less the zero point's share (``zp * sum_b s_b * sum_k w``,
@@ -241,18 +263,22 @@ def _row_block_terms(q, zps, blocks, rsum):  # noqa: ANN001, ANN202
             rsum[r, g] = np.int32(-8) * s
 
 
-def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum):  # noqa: ANN001, ANN201
+def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, jobs):  # noqa: ANN001, ANN201
     """``out (M, N) = clamp(dequantized(q) @ w4.T + bias, lo, hi)`` for rows ``q`` (M, K)
     int8 (``q32`` the same memory as int32 quads) with zero points ``zps`` and scales
     ``xscales``, and 4-bit weights packed by :func:`pack_int4` (``bias`` padded to the
-    tiles, zeros without one); ``rsum`` (M, blocks) int32 scratch."""
+    tiles, zeros without one); ``rsum`` (M, blocks) int32 scratch; ``jobs`` (1,) int64,
+    the job counter of the threads (see :func:`_split`)."""
     _row_block_terms(q, zps, bscales.shape[1], rsum)
     tiles = wp.shape[0]
-    for part in prange(tiles // 4 + 1):
-        t0 = part * 4
-        t1 = min(t0 + 4, tiles)
-        if t0 < t1:
+    workers, per, count = _split(tiles, jobs)
+    for _ in prange(workers):
+        job = _take(jobs)
+        while job < count:
+            t0 = job * per
+            t1 = min(t0 + per, tiles)
             _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, t0, t1)
+            job = _take(jobs)
 
 
 @njit(cache=True, error_model="numpy")
@@ -297,17 +323,21 @@ def _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):
                 simd.store_first(optr, r * n + t * L, y, left)
 
 
-def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out):  # noqa: ANN001, ANN201
+def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, jobs):  # noqa: ANN001, ANN201
     """``out (M, N) = clamp(float(acc) * xscales[m] * wscales[n] + bias[n], lo, hi)``,
     ``acc`` the exact sum of ``(q - zp) * w``, for rows ``q32`` (M, K / 4) int8 quads with
     zero points ``zps`` and int8 weights packed by :func:`pack_int8` (``sums`` their
-    column sums; ``wscales`` and ``bias`` padded to the tiles)."""
+    column sums; ``wscales`` and ``bias`` padded to the tiles); ``jobs`` as
+    :func:`int4_linear`'s."""
     tiles = wp.shape[0]
-    for part in prange(tiles // 4 + 1):
-        t0 = part * 4
-        t1 = min(t0 + 4, tiles)
-        if t0 < t1:
+    workers, per, count = _split(tiles, jobs)
+    for _ in prange(workers):
+        job = _take(jobs)
+        while job < count:
+            t0 = job * per
+            t1 = min(t0 + per, tiles)
             _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1)
+            job = _take(jobs)
 
 
 INT4_LINEAR = variants.serial_and_parallel(int4_linear, "int4_linear")
@@ -367,6 +397,7 @@ class DynamicLinear:
             raise ValueError(f"DynamicLinear: bias of {b.size} values for {n} outputs")
         self.bias = padded(b, self.packed[0].shape[0] * L)
         self._rows = 0
+        self._jobs = np.zeros(1, np.int64)
 
     def _scratch(self, m: int) -> None:
         if m > self._rows:
@@ -397,12 +428,12 @@ class DynamicLinear:
         if self.kind == "int4":
             wp, bs, col = self.packed
             args = (q, q.view(np.int32), zps, xs, wp, bs, col, self.bias, self.low, self.high,
-                    o2, self._sums[:m])  # fmt: skip
+                    o2, self._sums[:m], self._jobs)  # fmt: skip
             variants.choose(INT4_LINEAR, work)(*args)
         else:
             wp, sums = self.packed
             args = (q.view(np.int32), zps, xs, wp, sums, self.wscales, self.bias, self.low,
-                    self.high, o2)  # fmt: skip
+                    self.high, o2, self._jobs)  # fmt: skip
             variants.choose(INT8_LINEAR, work)(*args)
         return out
 
