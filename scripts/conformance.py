@@ -19,8 +19,9 @@ What it does, and nothing more:
    scripts/conformance_overlay.py mounting the copied helpers under
    ``pyexecutorch``) and reads the outcomes from its JUnit XML;
 4. prints per file: passed/failed/errors for the official package and for ours,
-   how many official passes we pass, and how many of the rest read an official
-   private member (scripts/conformance_exclusions.toml).
+   how many official passes we pass, how many of the rest read an official
+   private member, and how many assert a behaviour pyexecutorch deliberately does
+   otherwise (both listed, with the reason, in scripts/conformance_exclusions.toml).
 
 The official side depends only on the wheel, so its outcomes are cached, keyed by
 the executorch version and each file's content.
@@ -288,20 +289,28 @@ def load_exclusions() -> dict[str, str]:
     return {entry["test"]: entry["member"] for entry in data.get("private", [])}
 
 
+def load_deliberate() -> dict[str, str]:
+    """test id -> why pyexecutorch deliberately behaves otherwise than the test asserts."""
+    data = tomllib.loads(EXCLUSIONS.read_text())
+    return {entry["test"]: entry["why"] for entry in data.get("deliberate", [])}
+
+
 def table(files: list[str], official: dict[str, FileResult], ours: dict[str, FileResult]) -> str:
     excluded = load_exclusions()
+    deliberate = load_deliberate()
     head = (
         f"{'file':58} {'official p/f/e':>15} {'ours p/f/e':>12} "
-        f"{'both pass':>9} {'lost':>5} {'private':>7} {'ours s':>7}"
+        f"{'both pass':>9} {'lost':>5} {'private':>7} {'deliberate':>10} {'ours s':>7}"
     )
     lines = [head, "-" * len(head)]
-    totals = [0] * 9
+    totals = [0] * 10
     for rel in files:
         off, our = official[rel], ours[rel]
         off_pass = {t for t, o in off.outcomes.items() if o == "passed"}
         our_pass = {t for t, o in our.outcomes.items() if o == "passed"}
         lost = off_pass - our_pass
         private = {t for t in lost if t in excluded}
+        chosen = {t for t in lost - private if t in deliberate}
         row = [
             off.count("passed"),
             off.count("failed"),
@@ -310,21 +319,22 @@ def table(files: list[str], official: dict[str, FileResult], ours: dict[str, Fil
             our.count("failed"),
             our.count("error"),
             len(off_pass & our_pass),
-            len(lost) - len(private),
+            len(lost) - len(private) - len(chosen),
             len(private),
+            len(chosen),
         ]
         totals = [a + b for a, b in zip(totals, row, strict=True)]
         note = "; ".join(n for n in (off.note, our.note) if n)
         note = f"  ({note})" if note else ""
         lines.append(
             f"{rel:58} {row[0]:>5}/{row[1]}/{row[2]:<5} {row[3]:>4}/{row[4]}/{row[5]:<4}"
-            f" {row[6]:>9} {row[7]:>5} {row[8]:>7} {our.seconds:>7.1f}{note}"
+            f" {row[6]:>9} {row[7]:>5} {row[8]:>7} {row[9]:>10} {our.seconds:>7.1f}{note}"
         )
     lines.append("-" * len(head))
     t = totals
     lines.append(
         f"{'total':58} {t[0]:>5}/{t[1]}/{t[2]:<5} {t[3]:>4}/{t[4]}/{t[5]:<4}"
-        f" {t[6]:>9} {t[7]:>5} {t[8]:>7}"
+        f" {t[6]:>9} {t[7]:>5} {t[8]:>7} {t[9]:>10}"
     )
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ pass). The slice runs in one pytest process (one interpreter start)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -59,3 +60,23 @@ def test_official_suites_pass_at_least_the_floor(tmp_path):
     }
     below = {rel: (got[rel], floor) for rel, floor in FLOOR.items() if got[rel] < floor}
     assert not below, f"passing (got, floor) fell: {below}; not passing: {failing}"
+
+
+def test_deliberate_differences_name_real_tests_and_are_not_counted_as_lost():
+    wheel = conformance.wheel_root()
+    deliberate = conformance.load_deliberate()
+    assert deliberate, "scripts/conformance_exclusions.toml lists no [[deliberate]] entry"
+    private = conformance.load_exclusions()
+    for test, why in deliberate.items():
+        rel, *_, name = test.split("::")
+        function = re.sub(r"_\d+$", "", name)  # parameterized.expand's suffix
+        assert f"def {function}(" in (wheel / rel).read_text(), test
+        assert test not in private and len(why) > 40, test
+    rel = "exir/program/test/test_program.py"
+    chosen = f"{rel}::TestProgramManagers::test_while"
+    other = f"{rel}::TestProgramManagers::test_other"
+    official = {rel: conformance.FileResult({chosen: "passed", other: "passed"})}
+    ours = {rel: conformance.FileResult({chosen: "failed", other: "failed"})}
+    row = conformance.table([rel], official, ours).splitlines()[2].split()
+    # file, official p/f/e, ours p/f/e, both pass, lost, private, deliberate, seconds
+    assert row[3:7] == ["0", "1", "0", "1"], row
