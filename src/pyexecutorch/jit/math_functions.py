@@ -57,6 +57,21 @@ def _fma(typingctx, a, b, c):  # noqa: ANN001, ANN202, ARG001
 
 
 @intrinsic
+def fma_f32(typingctx, a, b, c):  # noqa: ANN001, ANN202, ARG001 - numba's intrinsic protocol
+    """float32 ``a * b + c`` rounded once (``llvm.fma``: C's ``fmaf``, fused on every CPU)."""
+    if not (a == b == c == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        lty = args[0].type
+        fnty = ir.FunctionType(lty, [lty, lty, lty])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.f32")
+        return builder.call(fn, args)
+
+    return a(a, a, a), codegen
+
+
+@intrinsic
 def _times_pow2(typingctx, p, t):  # noqa: ANN001, ANN202, ARG001
     """float32 ``p * 2**n`` where ``t`` is ``n + _ROUND32`` (``n`` in its low mantissa
     bits), scaled in two halves so that a subnormal result rounds once."""

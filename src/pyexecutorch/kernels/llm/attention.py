@@ -9,10 +9,11 @@ With a float mask ``[seq, cache_len]`` they attend to the whole cache and the
 mask is added to the scaled scores instead. Query head ``h`` reads kv head
 ``h // (q_heads // kv_heads)`` (grouped-query attention).
 
-Numerics follow the official kernel: scores, softmax and the weighted sum run in
-float32; for float16/bfloat16 inputs the unnormalized softmax weights are
-rounded to the input dtype before they multiply the values, and the sum is
-divided out at the end. An int8 query, key and value (``custom_quantized_sdpa``)
+Numerics follow the official kernel: float32 attention without a mask (up to 512
+keys) is its arithmetic operation for operation (:mod:`.official_order`); otherwise
+scores, softmax and the weighted sum run in float32; for float16/bfloat16 inputs the
+unnormalized softmax weights are rounded to the input dtype before they multiply the
+values, and the sum is divided out at the end. An int8 query, key and value (``custom_quantized_sdpa``)
 carry per-token scales and zero points: ``q @ k.T`` is the exact integer product
 of the zero-point-shifted values times both scales, the values are dequantized,
 and the output is float32. ``drpout_p`` is ignored, as officially.
@@ -26,6 +27,7 @@ import numpy as np
 
 from pyexecutorch.kernels.checks import argument_check
 from pyexecutorch.kernels.common import fit
+from pyexecutorch.kernels.llm import official_order
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos, write_cache
 from pyexecutorch.kernels.registry import KernelError, kernel
 from pyexecutorch.schema.scalar_type import F32, F64
@@ -161,6 +163,15 @@ def attend(
         # Nothing to attend to: the official kernel divides zero by a zero sum.
         return np.full((b, s, q_heads, d), np.nan, F32)
     factor = F32.type(scale if scale is not None else 1.0 / math.sqrt(d))
+    if (
+        qparams is None
+        and attn_mask is None
+        and q.dtype == F32
+        and n <= official_order.KEY_BLOCK
+        and official_order.available()
+    ):
+        # float32 without a mask: bit for bit the official kernel's arithmetic
+        return official_order.attend(q, k, v, start_pos, is_causal, factor)
     scores = _scores(q, k, n, kv_heads, qparams and qparams[:2])
     scores *= factor
     rows = scores.reshape(b, kv_heads, reps, s, n)

@@ -5,25 +5,27 @@ Their start position is a scalar the program reads from its inputs at run time
 option): the arrays are checked and bound at load, the position per call, by the same
 checks the reference kernels run (:mod:`.cache`, :mod:`.attention`).
 
-Attention (float32, no mask) is one loop per query head: the scores of one query row
-against the filled prefix of its kv head's cache (grouped-query heads read their kv
-head in place, nothing repeated), their softmax, and the weighted sum of the values,
-in float32 as the reference computes them (dot products in SIMD lanes: sums in another
-order than BLAS's, within a few float32 ulps). A decoded token (one query row) is
-serial; a prefill splits its heads over the threads when it is large enough to pay for
-a parallel region. The softmax's exponentials are taken a vector at a time
-(``simd.exp``: within one ulp of the correctly rounded value, as numpy's). Anything else (a mask, float16/bfloat16, int8) keeps the reference.
+Attention (float32, no mask) is one loop per query head over the filled prefix of its kv
+head's cache (grouped-query heads read their kv head in place, nothing repeated), in the
+official kernel's arithmetic, bit for bit as the numpy kernel computes it
+(:mod:`.official_order`): the scores summed one product at a time over the head (eight
+keys side by side), libm's ``expf`` and ``exp``, the weighted values one key at a time
+(vectorized over the head), Eigen's other row panels apart. A decoded token (one query
+row) is serial; a prefill splits its heads over the threads when it is large enough to
+pay for a parallel region. Anything else (a mask, float16/bfloat16, int8) keeps the
+reference.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.jit import simd
 from pyexecutorch.jit.deferral import form_entry_point
+from pyexecutorch.jit.math_functions import fma_f32
 from pyexecutorch.jit.variants import can_thread, pick, serial_and_parallel
 from pyexecutorch.kernels.llm.attention import _check_qkv, keys_attended
 from pyexecutorch.kernels.llm.cache import check_cache_value, check_start_pos
@@ -36,74 +38,140 @@ SPLIT_ATTENTION = 1 << 21
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _dot(p, i, r, j, d, lanes):  # noqa: ANN001, ANN202
-    """The float32 dot product of ``p[i : i + d]`` and ``r[j : j + d]`` (pointers)."""
-    acc = simd.splat(np.float32(0.0))
-    t = 0
-    while t + lanes <= d:
-        acc = simd.fma(simd.load(p, i + t), simd.load(r, j + t), acc)
-        t += lanes
-    if t < d:
-        acc = simd.fma(simd.load_first(p, i + t, d - t), simd.load_first(r, j + t, d - t), acc)
-    return simd.total(acc)
+def _special_sums(x, y, count, split, panel, out):  # noqa: ANN001, ANN202
+    """Eigen's sums of ``x[r, :] * y[:]`` (``r`` in ``[0, count)``, float32 ``[R, K]`` and
+    ``[K]``) for the rows its blocking does not sum one product at a time (see
+    :func:`.official_order.products`): ``split`` marks the 4 rows from ``count - count % 8``
+    summed in even and odd halves, ``panel`` a query column in a group of 4 (else the last
+    ``count % 4`` rows are ``fmaf`` chains)."""
+    depth = x.shape[1]
+    r8, r4 = count - count % 8, count - count % 4
+    if split:
+        peeled = depth - depth % 8
+        for r in range(r8, r8 + 4):
+            even = np.float32(0.0)
+            odd = np.float32(0.0)
+            for k in range(0, peeled, 2):
+                even = even + x[r, k] * y[k]
+                odd = odd + x[r, k + 1] * y[k + 1]
+            even = even + odd
+            for k in range(peeled, depth):
+                even = even + x[r, k] * y[k]
+            out[r] = even
+    quad = depth - depth % 4
+    for r in range(r4, count):
+        if panel:
+            p0 = np.float32(0.0)
+            p1 = np.float32(0.0)
+            p2 = np.float32(0.0)
+            p3 = np.float32(0.0)
+            for k in range(0, quad, 4):
+                p0 = p0 + x[r, k] * y[k]
+                p1 = p1 + x[r, k + 1] * y[k + 1]
+                p2 = p2 + x[r, k + 2] * y[k + 2]
+                p3 = p3 + x[r, k + 3] * y[k + 3]
+            total = (p0 + p1) + (p2 + p3)
+            for k in range(quad, depth):
+                total = total + x[r, k] * y[k]
+        else:
+            total = np.float32(0.0)
+            for k in range(depth):
+                total = fma_f32(x[r, k], y[k], total)
+        out[r] = total
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _key_sums(k, b, g, q, i, h, n, out):  # noqa: ANN001, ANN202
+    """``out[j]`` = ``k[b, j, g] . q[b, i, h]`` for ``j < n``, summed one product at a time
+    over the head (each product and sum rounded), eight keys' sums side by side."""
+    d = q.shape[3]
+    j = 0
+    while j + 8 <= n:
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = np.float32(0.0)
+        for t in range(d):
+            qt = q[b, i, h, t]
+            a0 = a0 + k[b, j, g, t] * qt
+            a1 = a1 + k[b, j + 1, g, t] * qt
+            a2 = a2 + k[b, j + 2, g, t] * qt
+            a3 = a3 + k[b, j + 3, g, t] * qt
+            a4 = a4 + k[b, j + 4, g, t] * qt
+            a5 = a5 + k[b, j + 5, g, t] * qt
+            a6 = a6 + k[b, j + 6, g, t] * qt
+            a7 = a7 + k[b, j + 7, g, t] * qt
+        out[j], out[j + 1], out[j + 2], out[j + 3] = a0, a1, a2, a3
+        out[j + 4], out[j + 5], out[j + 6], out[j + 7] = a4, a5, a6, a7
+        j += 8
+    while j < n:
+        a = np.float32(0.0)
+        for t in range(d):
+            a = a + k[b, j, g, t] * q[b, i, h, t]
+        out[j] = a
+        j += 1
 
 
 def _attend(q, k, v, start, causal, scale, out, scores, acc):  # noqa: ANN001, ANN202
     """``out`` (B, S, Hq, D) = attention of ``q`` (B, S, Hq, D) over the caches ``k``, ``v``
-    (B, L, Hkv, D), all float32 and C-contiguous: query row ``i`` attends to positions
-    ``[0, start + i]`` when ``causal``, else ``[0, start + S)``. ``scores`` (B * Hq, L) and
-    ``acc`` (B * Hq, D) are scratch."""
+    (B, L, Hkv, D), all float32 and C-contiguous, in the official kernel's arithmetic
+    (:mod:`.official_order`, whose numpy form this is, query row by query row): row ``i``
+    attends to positions ``[0, start + i]`` when ``causal``, else ``[0, start + S)``, of
+    ``start + S <= 512``. ``scores`` (B * Hq, L) and ``acc`` (B * Hq, D) are scratch."""
     nb, ns, hq, d = q.shape
-    length, hkv = k.shape[1], k.shape[2]
+    hkv = k.shape[2]
     reps = hq // hkv
-    lanes = simd.lanes_of(q)
-    qp, kp, vp, op = simd.pointer(q), simd.pointer(k), simd.pointer(v), simd.pointer(out)
-    sp, ap = simd.pointer(scores), simd.pointer(acc)
+    n = start + ns
+    block = 256 if ns >= 768 else (64 if ns >= 192 else 32)
+    vector = 16 * (n // 16)
     for bh in prange(nb * hq):
         b = bh // hq
         h = bh - b * hq
         g = h // reps
-        srow = bh * length
-        arow = bh * d
+        srow = scores[bh]
+        arow = acc[bh]
+        keys = k[b, :n, g]  # (n, D) strided
+        values = v[b, :n, g]
+        lanes = np.zeros(16, np.float32)
         for i in range(ns):
-            n = start + i + 1 if causal else start + ns
-            qoff = ((b * ns + i) * hq + h) * d
+            first = (i // block) * block
+            size = min(block, ns - first)
+            panel = i - first < size - size % 4
+            qrow = q[b, i, h]
+            # the scores: one product at a time over the head, then Eigen's other rows
+            _key_sums(k, b, g, q, i, h, n, srow)
+            _special_sums(keys, qrow, n, panel and n % 8 >= 4, panel, srow)
+            last = start + i if causal else n - 1
             best = np.float32(-np.inf)
             for j in range(n):
-                s = _dot(qp, qoff, kp, ((b * length + j) * hkv + g) * d, d, lanes) * scale
-                sp[srow + j] = s
-                if s > best or s != s:  # (a NaN score makes the whole row NaN)
-                    best = s
-            # the softmax's exponentials, a vector of positions at a time
-            top = simd.splat(best)
-            sums = simd.splat(np.float32(0.0))
-            j = 0
-            while j + lanes <= n:
-                e = simd.exp(simd.sub(simd.load(sp, srow + j), top))
-                simd.store(sp, srow + j, e)
-                sums = simd.add(sums, e)
-                j += lanes
-            if j < n:
-                e = simd.exp(simd.sub(simd.load_first(sp, srow + j, n - j), top))
-                simd.store_first(sp, srow + j, e, n - j)
-                sums = simd.add(sums, simd.load_first(sp, srow + j, n - j))
-            total = simd.total(sums)
+                x = srow[j] * scale
+                if j > last:
+                    x = np.float32(-np.inf)
+                srow[j] = x
+                if x > best or x != x:  # (a NaN score makes the whole row NaN)
+                    best = x
+            # exp: libm's expf in 16 lanes, then its double exp on the last keys
+            for t in range(16):
+                lanes[t] = np.float32(0.0)
+            for j in range(vector):
+                e = math.exp(srow[j] - best)
+                srow[j] = e
+                lanes[j % 16] = lanes[j % 16] + e
+            total = np.float32(0.0)
+            for t in range(16):
+                total = total + lanes[t]
+            for j in range(vector, n):
+                wide = math.exp(np.float64(srow[j] - best))
+                total = np.float32(np.float64(total) + wide)
+                srow[j] = np.float32(wide)
+            # the weighted values: one product at a time over the keys, then Eigen's other rows
             for t in range(d):
-                ap[arow + t] = np.float32(0.0)
+                arow[t] = np.float32(0.0)
             for j in range(n):
-                w = simd.splat(sp[srow + j])
-                voff = ((b * length + j) * hkv + g) * d
-                t = 0
-                while t + lanes <= d:
-                    summed = simd.fma(w, simd.load(vp, voff + t), simd.load(ap, arow + t))
-                    simd.store(ap, arow + t, summed)
-                    t += lanes
-                while t < d:
-                    ap[arow + t] += sp[srow + j] * vp[voff + t]
-                    t += 1
-            r = np.float32(1.0) / total if n > 0 else np.float32(np.nan)
+                w = srow[j]
+                for t in range(d):  # (v indexed whole: a unit stride the loop vectorizes)
+                    arow[t] = arow[t] + v[b, j, g, t] * w
+            _special_sums(values.T, srow, d, panel and d % 8 >= 4, panel, arow)
+            r = np.float32(1.0) / total
             for t in range(d):
-                op[qoff + t] = ap[arow + t] * r
+                out[b, i, h, t] = arow[t] * r
 
 
 ATTEND = serial_and_parallel(_attend, "llm_attend")
