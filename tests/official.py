@@ -148,6 +148,19 @@ def mutated_buffers(programs: dict[str, torch.export.ExportedProgram]) -> list[s
     return sorted(names)
 
 
+def edge_compile_config(verify: bool = False):  # noqa: ANN201 - the official class
+    """The official ``EdgeCompileConfig`` of the suite's official builds: the exporter's own
+    IR checks off unless ``verify``.
+
+    The checks verify the whole graph again (operator sets, and dtypes by a fake-tensor run)
+    each time a pass makes a new program; they change nothing, so the program is the same
+    byte for byte (test_official_oracle checks), for about a fifth less CPU (a quantized
+    SqueezeNet's XNNPACK program: 16.4 -> 12.8 s)."""
+    from executorch.exir import EdgeCompileConfig
+
+    return EdgeCompileConfig(_check_ir_validity=verify)
+
+
 def export_programs(
     programs: dict[str, torch.export.ExportedProgram],
     constant_methods: dict[str, Any] | None = None,
@@ -155,11 +168,13 @@ def export_programs(
     init_mutable_buffers: bool = True,
     on_edge: Callable[[Any], None] | None = None,
     share_provenance: bool = True,
+    verify: bool = False,
 ) -> bytes:
     """The official pipeline, uncached: to_edge_transform_and_lower -> to_executorch.
 
     ``on_edge`` sees the lowered edge program manager before ``to_executorch``.
     ``share_provenance``: under :func:`shared_provenance` (the same bytes, less CPU).
+    ``verify``: with the exporter's own IR checks (see :func:`edge_compile_config`).
 
     By default the official emitter stores only the shape of a mutated buffer and
     leaves its initial contents undefined; with ``init_mutable_buffers`` (the
@@ -172,6 +187,7 @@ def export_programs(
             programs,
             partitioner=partitioner,
             constant_methods=constant_methods or None,
+            compile_config=edge_compile_config(verify),
         )
         if on_edge is not None:
             on_edge(edge)

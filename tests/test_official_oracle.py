@@ -147,7 +147,7 @@ def test_official_export_still_fails(case: ModelCase):
     eager_outputs(case)
     programs = models.export(case)
     with pytest.raises(Exception) as err:
-        official.export_programs(programs, case.constant_methods)
+        official.export_programs(programs, case.constant_methods, verify=True)
     assert not isinstance(err.value, AssertionError | KeyboardInterrupt), err.value
 
 
@@ -252,8 +252,9 @@ def test_assert_close_messages():
 )
 def test_shared_provenance_gives_the_same_program(name, flavor):
     """The official builds share torch's node provenance records instead of deep-copying
-    them (official.shared_provenance, for speed): the cached program is byte for byte the
-    one the unchanged pipeline makes, and torch copies the records again afterwards (our
+    them (official.shared_provenance) and skip the exporter's own IR checks
+    (official.edge_compile_config), for speed: the cached program is byte for byte the one
+    the unchanged pipeline makes, and torch copies the records again afterwards (our
     exporter, under test, runs on torch as it is)."""
     import copy
 
@@ -263,10 +264,35 @@ def test_shared_provenance_gives_the_same_program(name, flavor):
     cached = {"xnnpack": official.official_export_xnnpack, "portable": official_export}[flavor]
     partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
     unchanged = official.export_programs(
-        models.export(case), case.constant_methods, partitioner, share_provenance=False
+        models.export(case),
+        case.constant_methods,
+        partitioner,
+        share_provenance=False,
+        verify=True,
     )
     assert cached(case) == unchanged
     record = NodeSource(None, "a pass")
     with official.shared_provenance():
         assert copy.deepcopy(record) is record
     assert copy.deepcopy(record) is not record and "__deepcopy__" not in NodeSource.__dict__
+
+
+@pytest.mark.parametrize("model, recipe", [("cnn", "static"), ("mlp", "dynamic")])
+def test_quantized_builds_without_ir_checks_give_the_same_program(model, recipe):
+    """The official quantized programs (XNNPACK-lowered) are built without the exporter's
+    IR checks too (official.edge_compile_config): the same bytes as with them, through
+    both build paths (tests/backends/_quantized_programs, _quantized_models)."""
+    from tests.backends import _quantized_models as qm
+    from tests.backends import _quantized_programs as qp
+
+    cached = qp.official_pte(qp.quantize(model, recipe), "xnnpack")
+    unchanged = official.export_programs(
+        {"forward": qp.quantize(model, recipe).program},
+        partitioner=official._xnnpack_partitioner(),
+        share_provenance=False,
+        verify=True,
+    )
+    assert cached == unchanged
+    small = qp.quantize(model, recipe)  # each build exports the graph afresh
+    q = qm.QuantizedCase(small.name, small.float_model, small.graph, small.inputs, [])
+    assert qm.official_build(q, "xnnpack") == qm.official_build(q, "xnnpack", verify=True)

@@ -115,20 +115,24 @@ def _key(q: QuantizedCase, flavor: str) -> str:
     return h.hexdigest()[:16]
 
 
+def official_build(q: QuantizedCase, flavor: str, verify: bool = False) -> bytes:
+    """The official exporter's ``.pte`` (``xnnpack`` or ``portable``), uncached; ``verify``:
+    with the exporter's own IR checks (the same bytes: official.edge_compile_config)."""
+    import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
+
+    exir = official._exir()
+    partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
+    edge = exir.to_edge_transform_and_lower(
+        q.program(), partitioner=partitioner, compile_config=official.edge_compile_config(verify)
+    )
+    config = exir.ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse)
+    return edge.to_executorch(config).buffer
+
+
 def official_pte(q: QuantizedCase, flavor: str) -> bytes:
     """The official exporter's ``.pte`` (``xnnpack`` or ``portable``), cached."""
     path = official.cache_dir() / f"quantarch-{q.name}.{flavor}.{_key(q, flavor)}.pte"
-
-    def build() -> bytes:
-        import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
-
-        exir = official._exir()
-        partitioner = official._xnnpack_partitioner() if flavor == "xnnpack" else None
-        edge = exir.to_edge_transform_and_lower(q.program(), partitioner=partitioner)
-        config = exir.ExecutorchBackendConfig(do_quant_fusion_and_const_prop=q.fuse)
-        return edge.to_executorch(config).buffer
-
-    return official.cached_file(path, build)
+    return official.cached_file(path, lambda: official_build(q, flavor))
 
 
 def snr_db(reference: np.ndarray, got: np.ndarray) -> float:
