@@ -413,8 +413,15 @@ def test_half_precision_values_move_on_numpy(caplog):
 
 
 def test_input_shape_change_builds_a_new_plan(plans):
-    base.test_input_shape_change_builds_a_new_plan()
+    base.test_input_shape_change_builds_a_new_plan()  # (outputs against torch, shapes changing)
     assert len(plans) == 3 and all(p.compiled and p.declined == [] for p in plans)
+    # the plans (one per input shapes) read one copy of the weights laid out at load
+    weights = [
+        [a for s in p.steps for a in s.args if isinstance(a, np.ndarray) and a.size == 24]
+        for p in plans
+    ]
+    assert all(len(w) == 1 and not w[0].flags.writeable for w in weights)
+    assert all(np.shares_memory(weights[0][0], w[0]) for w in weights[1:])
 
 
 # --------------------------------------------------------------------------------------

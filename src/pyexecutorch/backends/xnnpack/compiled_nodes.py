@@ -319,6 +319,16 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def shared(b: StepBuilder, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, made once per delegate graph under ``key``: a dynamic-length method has
+    a plan per input length, and each copied every weight it laid out (an LLM's prefill
+    and decode plans held two copies of every linear's weights)."""
+    found = b.graph.derived.get(key)
+    if found is None:
+        found = b.graph.derived[key] = make()
+    return found
+
+
 def _residual_add(b: StepBuilder, k: int, conv_out: int) -> tuple[Any, int, float, float] | None:
     """(the other operand, the add's output, its bounds) of an XNNAdd at ``k + 1`` that
     adds ``conv_out`` (read by nothing else) to a tensor of its shape."""
@@ -503,7 +513,8 @@ def _fully_connected(b: StepBuilder, k: int) -> int:
         return 0
     xs = b.shape(u.input1_id)
     transposed = bool(u.flags & S.FLAG_TRANSPOSE_WEIGHTS)
-    wmat = _readonly(w if transposed else w.T)  # [in, out]
+    key = ("kn", u.filter_id, transposed)
+    wmat = shared(b, key, lambda: _readonly(w if transposed else w.T))  # [in, out]
     kk, units = wmat.shape
     m = math.prod(xs[:-1])
     out = b.new(u.output_id, xs[:-1] + (units,))
@@ -511,7 +522,8 @@ def _fully_connected(b: StepBuilder, k: int) -> int:
     if a2 is None:
         return 0
     if has_bias:
-        step = _form_step("aten::addmm.out", _readonly(bias), a2, wmat, 1, 1, o2, whole=True)
+        row = shared(b, ("row", u.bias_id), lambda: _readonly(bias))
+        step = _form_step("aten::addmm.out", row, a2, wmat, 1, 1, o2, whole=True)
     else:
         step = _form_step("aten::mm.out", a2, wmat, o2, whole=True)
     if step is None:

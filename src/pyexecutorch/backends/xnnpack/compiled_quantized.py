@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pyexecutorch.backends.xnnpack import schema as S
-from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, Maker
+from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, Maker, shared
 from pyexecutorch.backends.xnnpack.nodes import bounds
 from pyexecutorch.backends.xnnpack.nodes_quantized import (
     add_parameters,
@@ -178,18 +178,24 @@ def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
     q32 = rows.q.view(np.int32)
     low, high = float(linear.low), float(linear.high)
     if linear.kind == "int4":
-        packed, block_scales, column = ql.pack_int4(linear.w, linear.scales)
+        packed, block_scales, column = shared(
+            b, ("int4", u.filter_id), lambda: ql.pack_int4(linear.w, linear.scales)
+        )
         tiles = packed.shape[0]
-        bias = ql.padded(linear.bias, tiles * ql.L)
+        bias = shared(b, ("int4 bias", u.filter_id), lambda: ql.padded(linear.bias, tiles * ql.L))
         scratch = np.empty((m, block_scales.shape[1]), np.int32)
         args = (rows.q, q32, rows.zero_points, rows.scales, packed, block_scales, column,
                 bias, low, high, o2, scratch, np.zeros(1, np.int64))  # fmt: skip
         function = choose(ql.INT4_LINEAR, m * units * inputs // 4)
     else:
-        packed, sums = ql.pack_int8(linear.w)
+        packed, sums = shared(b, ("int8", u.filter_id), lambda: ql.pack_int8(linear.w))
         tiles = packed.shape[0]
-        args = (q32, rows.zero_points, rows.scales, packed, sums,
-                ql.padded(linear.scales, tiles * ql.L), ql.padded(linear.bias, tiles * ql.L),
+        scales, bias = shared(
+            b,
+            ("int8 scales", u.filter_id, u.bias_id),
+            lambda: (ql.padded(linear.scales, tiles * ql.L), ql.padded(linear.bias, tiles * ql.L)),
+        )
+        args = (q32, rows.zero_points, rows.scales, packed, sums, scales, bias,
                 low, high, o2, np.zeros(1, np.int64))  # fmt: skip
         function = choose(ql.INT8_LINEAR, m * units * inputs // 4)
     b.commit(u.output_id, out)

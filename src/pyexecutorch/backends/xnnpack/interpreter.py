@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,10 @@ class Graph:
     nodes: list[S.XNode]
     inputs: list[Value]  # in external-id order
     outputs: list[Value]
+    # arrays the compiled plans make from constants at load (weights laid out or packed
+    # for a kernel), by what they are: made once, every plan (one per input shapes) reads
+    # the same (see compiled_nodes.shared)
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _constant(

@@ -300,12 +300,13 @@ def _addmm_form(
     how = _loop_or_blas(a, dims, whole)
     if how is None:
         return None
-    try:
-        full = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
-    except ValueError:
-        return None
     if how == "blas" and bias.shape in ((out.shape[1],), (1, out.shape[1])):
-        full = full[:1]  # one row, added to every row of the product
+        full = np.ascontiguousarray(bias.reshape(1, -1))  # one row, added to every row
+    else:
+        try:
+            full = np.ascontiguousarray(np.broadcast_to(bias, out.shape))
+        except ValueError:
+            return None
     run = _bind(a, b, out, dims, full, how)
     bias0 = bias
 
