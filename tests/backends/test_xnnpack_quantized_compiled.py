@@ -17,6 +17,8 @@ import pytest
 
 pytest.importorskip("numba")
 
+import torch  # noqa: E402
+
 from pyexecutorch.backends.xnnpack.nodes_quantized import DynamicRows  # noqa: E402
 from pyexecutorch.backends.xnnpack.runtime import Delegate  # noqa: E402
 from pyexecutorch.jit.variants import choose  # noqa: E402
@@ -237,10 +239,12 @@ def _requantized(acc, scales, zy, lo, hi):
     "h, c, cout, k, stride, pad, dilation",
     [(9, 3, 20, 7, 2, 3, 1), (6, 17, 33, 3, 1, 1, 1), (7, 8, 16, 3, 2, 2, 2), (5, 12, 40, 1, 1, 0, 1)],
 )  # fmt: skip
-def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilation):
+@pytest.mark.parametrize("rows_dtype", [np.int8, np.int16])
+def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilation, rows_dtype):
     """im2col (or the flip of a 1x1's rows) and the int8 product against int64 sums,
     requantized as the numpy interpreter does (odd channels, K not a multiple of 4,
-    a partial last tile, padding, stride, dilation), over calls with new inputs."""
+    a partial last tile, padding, stride, dilation), over calls with new inputs; rows as
+    bytes and as uint16 (the rows of CPUs without VNNI: compiled_int8_simd.WIDE_ROWS)."""
     from pyexecutorch.kernels.quantized import compiled_static as qs
 
     rng = np.random.default_rng(h * c)
@@ -250,12 +254,13 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
     bias = rng.integers(-5000, 5000, cout).astype(np.int32)
     scales = rng.uniform(1e-4, 1e-3, cout).astype(np.float32)
     packed, folded = qs.pack_weights(w.reshape(cout, -1), bias, zx)
-    rows = np.empty((oh * oh, -(-k * k * c // 4) * 4), np.int8)
+    rows = np.empty((oh * oh, -(-k * k * c // 4) * 4), rows_dtype)
+    quads = rows.view(np.int64 if rows_dtype == np.int16 else np.int32)
     out = np.empty((oh * oh, cout), np.int8)
     for _ in range(2):
         x = rng.integers(-128, 128, (1, h, h, c)).astype(np.int8)
         qs.im2col(x, rows, oh, oh, k, k, stride, stride, dilation, dilation, pad, pad, zx)
-        args = (rows.view(np.int32), packed, folded, qs.padded(scales, folded.size, np.float32),
+        args = (quads, packed, folded, qs.padded(scales, folded.size, np.float32),
                 float(zy), float(lo - zy), float(hi - zy), out)  # fmt: skip
         choose(qs.GEMM, oh * oh * cout * k * k * c)(*args)
         xp = np.full((1, h + 2 * pad, h + 2 * pad, c), zx, np.int64)
@@ -321,3 +326,69 @@ def test_static_clamp_kernels_match_numpy_builder():
         np.testing.assert_array_equal(out, np.clip(x, -20, 90))
         qs.lookup(x, out, codes)
         np.testing.assert_array_equal(out, np.take(table, x.view(np.uint8)))
+
+
+class _ConvClamps(torch.nn.Module):
+    """Convolutions each followed by a clamp of their own (ReLU6, a clamp the quantizer does
+    not fuse), one of them read by a second node too (not folded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 12, 3, padding=1)
+        self.dw = torch.nn.Conv2d(12, 12, 3, padding=1, groups=12)
+        self.b = torch.nn.Conv2d(12, 12, 1)
+
+    def forward(self, x):
+        a = torch.nn.functional.hardtanh(self.a(x), 0.0, 6.0)
+        d = torch.nn.functional.hardtanh(self.dw(a), -1.0, 1.5)
+        b = self.b(d)
+        return torch.nn.functional.hardtanh(b, 0.0, 6.0) + b
+
+
+def test_static_clamps_fold_into_their_convolutions(plans):
+    """A clamp that alone reads a convolution's int8 output on the same quantization is
+    folded into the convolution's requantization (no step of its own), the others stay;
+    the bytes are the numpy interpreter's, over calls with changing inputs."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+    from tests import official
+
+    official.silence_noise()
+    torch.manual_seed(0)
+    model, shape = _ConvClamps().eval(), (1, 3, 12, 12)
+    inputs = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+
+    def build() -> bytes:
+        import executorch.kernels.quantized  # noqa: F401 - the out variants of quantized ops
+
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(True))
+        prepared = prepare_pt2e(torch.export.export(model, (inputs[0],)).module(), quantizer)
+        for x in inputs:
+            prepared(x)
+        program = torch.export.export(convert_pt2e(prepared), (inputs[0],))
+        partitioner = official._xnnpack_partitioner()
+        return official.export_programs({"forward": program}, partitioner=partitioner)
+
+    key = f"{official.versions()}|{_ConvClamps.forward.__code__.co_code.hex()}"
+    path = official.cache_dir() / f"quant-convclamps.{hash_text(key)}.pte"
+    pte = official.cached_file(path, build)
+    compiled = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    reference = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    for seed in (5, 6, 7):
+        x = (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * seed).numpy()
+        np.testing.assert_array_equal(compiled.execute([x])[0], reference.execute([x])[0])
+    plan = next(p for p in plans if p.compiled)
+    # of the three clamps two folded (after the first convolution and the depthwise one),
+    # one left: b is read twice
+    assert [s.function for s in plan.steps].count(qs.clamp) == 1
+
+
+def hash_text(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -88,9 +88,12 @@ def test_nibble_dot_products_exact_at_the_extremes():
 
 
 @pytest.mark.parametrize("x_value, w_value", [(127, -128), (-128, -128), (127, 127)])
-def test_static_gemm_exact_on_extreme_operands(x_value, w_value):
+@pytest.mark.parametrize("rows_dtype", [np.int8, np.int16])
+def test_static_gemm_exact_on_extreme_operands(x_value, w_value, rows_dtype):
     """Rows of one extreme value against extreme weights, the scale picking out exact
-    int32 sums (y = acc * 2**-k stays below 127 only where acc is what it must be)."""
+    int32 sums (y = acc * 2**-k stays below 127 only where acc is what it must be); rows
+    as bytes (quads read as int32) and widened to uint16 (quads read as int64: the layout
+    of ``WIDE_ROWS`` CPUs, whose weights are packed pair-major; either form runs on any)."""
     m, k, n = 9, 260, 2 * L + 3
     rng = np.random.default_rng(2)
     x = np.full((m, k), x_value, np.int8)
@@ -99,15 +102,16 @@ def test_static_gemm_exact_on_extreme_operands(x_value, w_value):
     w[:, 1::2] = rng.integers(-128, 128, (n, k // 2), dtype=np.int8)
     bias = rng.integers(-5000, 5000, n).astype(np.int32)
     zx = -128 if x_value == 127 else 127
-    rows = np.empty((m, -(-k // 4) * 4), np.int8)
+    rows = np.empty((m, -(-k // 4) * 4), rows_dtype)
     qs.im2col(x.reshape(1, m, 1, k), rows, m, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)
+    quads = rows.view(np.int64 if rows_dtype == np.int16 else np.int32)
     packed, folded = qs.pack_weights(w, bias, zx)
     acc = (x.astype(np.int64) - zx) @ w.astype(np.int64).T + bias
     scale = np.float32(2.0**-17)  # |acc| < 2**24: float32(acc) exact, y exact halves
     scales = qs.padded(np.full(n, scale, np.float32), folded.size, np.float32)
     for variant in qs.GEMM:
         out = np.zeros((m, n), np.int8)
-        variant(rows.view(np.int32), packed, folded, scales, 0.0, -128.0, 127.0, out)
+        variant(quads, packed, folded, scales, 0.0, -128.0, 127.0, out)
         expected = np.clip(np.rint(acc.astype(np.float32) * scale), -128, 127).astype(np.int8)
         np.testing.assert_array_equal(out, expected)
     assert np.abs(acc).max() > 2**22  # (the sums are large: past any int16 step)

@@ -34,6 +34,7 @@ from pyexecutorch.backends.xnnpack.nodes_quantized import (
 from pyexecutorch.backends.xnnpack.quant_arithmetic import qbounds
 from pyexecutorch.jit.variants import choose
 from pyexecutorch.kernels.conv.nhwc import Window
+from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
 from pyexecutorch.kernels.quantized import compiled_linear as ql
 from pyexecutorch.kernels.quantized import compiled_static as qs
 from pyexecutorch.runtime.whole_method import Step
@@ -227,11 +228,42 @@ def _requant(b: StepBuilder, node: Any, yq: Any) -> tuple[float, float, float]:
     return float(zy), float(lo - zy), float(hi - zy)
 
 
+def _fused_output(b: StepBuilder, k: int) -> tuple[int, tuple[float, float, float], int]:
+    """(the value node ``k`` writes, its requantization as :func:`_requant`, nodes taken):
+    a clamp that is the only reader of node ``k``'s int8 output, on the same quantization
+    (a ReLU/ReLU6 after a convolution), joins its bounds to the node's (two clamps of
+    integers are one: exact) and its output becomes the node's; XNNPACK fuses them so."""
+    node = b.graph.nodes[k]
+    vid = node.xnode_union.output_id
+    yq = b.value(vid).quant
+    own = _requant(b, node, yq)
+    nodes = b.graph.nodes
+    if k + 1 >= len(nodes) or b.is_external(vid) or b.readers.get(vid) != {k + 1}:
+        return vid, own, 1
+    clamp = nodes[k + 1]
+    u = clamp.xnode_union
+    if type(u).__name__ != "XNNClamp" or u.input_id != vid or not _tensor_quant(b, u.output_id):
+        return vid, own, 1
+    cq = b.value(u.output_id).quant
+    if (cq.scale, cq.zero_point) != (yq.scale, yq.zero_point):
+        return vid, own, 1
+    zy, lo, hi = own
+    clo, chi = qbounds(clamp, cq)
+    lo, hi = max(lo, float(clo - cq.zero_point)), min(hi, float(chi - cq.zero_point))
+    if lo > hi:  # (disjoint ranges: the clamp's bound alone; left to the two steps)
+        return vid, own, 1
+    return u.output_id, (zy, lo, hi), 2
+
+
+# the rows of a static product: int8, or uint8 widened to int16 (compiled_int8_simd.WIDE_ROWS)
+_ROWS = np.dtype(np.int16 if iv.WIDE_ROWS else np.int8)
+
+
 def _rows_step(b: StepBuilder, a: np.ndarray) -> np.ndarray:
     """Rows (M, K) int8 as :func:`~pyexecutorch.kernels.quantized.compiled_static.gemm`
     reads them: sign-flipped, K padded to a multiple of 4 (a step that lays them out)."""
     m, k = a.shape
-    rows = np.empty((m, -(-k // 4) * 4), np.int8)
+    rows = np.empty((m, -(-k // 4) * 4), _ROWS)
     if k % 4:
         b.add(Step(qs.im2col, (a.reshape(1, m, 1, k), rows, m, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)))
     else:
@@ -240,14 +272,15 @@ def _rows_step(b: StepBuilder, a: np.ndarray) -> np.ndarray:
 
 
 def _gemm_step(b: StepBuilder, rows: np.ndarray, w: np.ndarray, bias: Any, xq: Any, wq: Any,
-               yq: Any, node: Any, out: np.ndarray) -> None:  # fmt: skip
+               yq: Any, requant: tuple, out: np.ndarray) -> None:  # fmt: skip
     """``out (M, N) int8 = requantized(x @ w (N, K).T + bias)``, ``rows`` the inputs ``x``
-    laid out by :func:`_rows_step` or ``im2col``."""
+    laid out by :func:`_rows_step` or ``im2col``; ``requant`` as :func:`_requant`."""
     m = rows.shape[0]
     units, k = w.shape
     packed, folded = qs.pack_weights(w, bias, xq.zero_point)
     scales = qs.padded(channel_scales(xq, wq, yq, units), folded.size, np.float32)
-    args = (rows.view(np.int32), packed, folded, scales, *_requant(b, node, yq), out)
+    quads = rows.view(np.int64 if rows.dtype == np.int16 else np.int32)  # (four inputs)
+    args = (quads, packed, folded, scales, *requant, out)
     b.add(Step(choose(qs.GEMM, m * units * k), args))
 
 
@@ -271,13 +304,14 @@ def _static_fully_connected(b: StepBuilder, k: int) -> int:
         return 0
     units, inputs = w.shape
     xs = b.shape(u.input1_id)
-    out = b.new(u.output_id, xs[:-1] + (units,))
+    vid, requant, taken = _fused_output(b, k)
+    out = b.new(vid, xs[:-1] + (units,))
     m = x.size // inputs
     xq, yq = b.value(u.input1_id).quant, b.value(u.output_id).quant
-    b.commit(u.output_id, out)
+    b.commit(vid, out)
     rows = _rows_step(b, x.reshape(m, inputs))
-    _gemm_step(b, rows, w, bias, xq, wq, yq, node, out.reshape(m, units))
-    return 1
+    _gemm_step(b, rows, w, bias, xq, wq, yq, requant, out.reshape(m, units))
+    return taken
 
 
 def _output_size(
@@ -314,35 +348,32 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     oh, ow = _output_size(x.shape, u, kh, kw, sh, sw, dh, dw)
     cout = w.shape[3] if depthwise else w.shape[0]
     xq, yq = b.value(u.input1_id).quant, b.value(u.output_id).quant
+    if (depthwise and cout != c) or (not depthwise and (u.groups or 1) != 1):
+        return 0  # (a depth multiplier; grouped convolutions: numpy's)
+    vid, requant, taken = _fused_output(b, k)
+    out = b.new(vid, (nb, oh, ow, cout))
+    b.commit(vid, out)
     if depthwise:
-        if cout != c:
-            return 0  # (a depth multiplier)
         width = -(-c // qs.L) * qs.L
         taps = np.zeros((kh * kw, width), np.int32)
         taps[:, :c] = w.reshape(kh * kw, c)
-        out = b.new(u.output_id, (nb, oh, ow, cout))
-        b.commit(u.output_id, out)
         bias32 = qs.padded(np.zeros(c, np.int32) if bias is None else bias, width, np.int32)
         scales = qs.padded(channel_scales(xq, wq, yq, c), width, np.float32)
-        args = (x, taps, bias32, scales, -xq.zero_point, *_requant(b, node, yq), out,
+        args = (x, taps, bias32, scales, -xq.zero_point, *requant, out,
                 kh, kw, sh, sw, dh, dw, pt, pl)  # fmt: skip
         b.add(Step(choose(qs.DEPTHWISE, out.size * kh * kw), args))
-        return 1
-    if (u.groups or 1) != 1:
-        return 0
-    out = b.new(u.output_id, (nb, oh, ow, cout))
-    b.commit(u.output_id, out)
+        return taken
     rows = nb * oh * ow
     depth = kh * kw * c
     pads = (pt, pl, u.padding_bottom, u.padding_right)
     if kh == kw == 1 and sh == sw == 1 and not any(pads):
         a = _rows_step(b, x.reshape(rows, c))  # (a 1x1 convolution reads its input as rows)
     else:
-        a = np.empty((rows, -(-depth // 4) * 4), np.int8)
+        a = np.empty((rows, -(-depth // 4) * 4), _ROWS)
         b.add(Step(qs.im2col, (x, a, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, xq.zero_point)))
     wmat = w.reshape(cout, depth)
-    _gemm_step(b, a, wmat, bias, xq, wq, yq, node, out.reshape(rows, cout))
-    return 1
+    _gemm_step(b, a, wmat, bias, xq, wq, yq, requant, out.reshape(rows, cout))
+    return taken
 
 
 def _static_add(b: StepBuilder, k: int, sign: int = 1) -> int:
@@ -357,13 +388,13 @@ def _static_add(b: StepBuilder, k: int, sign: int = 1) -> int:
         return 0
     q = [b.value(v).quant for v in (u.input1_id, u.input2_id, u.output_id)]
     am, bm, bias, shift = add_parameters(b.where, *q, sign)
-    lo, hi = qbounds(node, q[2])
-    out = b.new(u.output_id, x.shape)
-    b.commit(u.output_id, out)
+    vid, (zy, lo, hi), taken = _fused_output(b, k)
+    out = b.new(vid, x.shape)
+    b.commit(vid, out)
     args = (x.reshape(-1), y.reshape(-1), out.reshape(-1), am, bm, bias, shift,
-            q[2].zero_point, lo, hi)  # fmt: skip
+            q[2].zero_point, int(lo + zy), int(hi + zy))  # fmt: skip
     b.add(Step(qs.add, args))
-    return 1
+    return taken
 
 
 def _static_max_pool(b: StepBuilder, k: int) -> int:

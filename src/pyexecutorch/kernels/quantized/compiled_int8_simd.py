@@ -63,6 +63,10 @@ SMALL_PAIRS: str | None = (
     None if PAIRS is None else
     "llvm.x86.avx2.pmadd.ub.sw" if LANES == 8 else "llvm.x86.avx512.pmaddubs.w.512"
 )  # fmt: skip
+# Static int8 products lay their rows out as uint16 (the inputs plus 128, an int64 per four:
+# two 32-bit pairs to broadcast, no widening in the loop) and pack weights pair-major (a
+# load and a sign extension a half) where the dot products are pmaddwd's.
+WIDE_ROWS = VNNI is None and PAIRS is not None
 
 
 class Int32Vector(types.Type):
@@ -83,7 +87,24 @@ class NibbleVector(types.Type):
         super().__init__(name=f"NibbleVector({4 * LANES})")
 
 
+class WeightVector(types.Type):
+    """A :class:`ByteVector` of packed weights (:func:`load_weights`): where
+    :data:`WIDE_ROWS`, pair-major (bytes 0-1 of every lane, then bytes 2-3)."""
+
+    def __init__(self) -> None:
+        super().__init__(name=f"WeightVector({4 * LANES})")
+
+
+class WideQuad(types.Type):
+    """Four inputs widened to uint16 (an int64 of a :data:`WIDE_ROWS` row), splat lazily
+    by :func:`dot_u8s8` as two 32-bit pairs."""
+
+    def __init__(self) -> None:
+        super().__init__(name="WideQuad")
+
+
 INT32_VECTOR, BYTE_VECTOR, NIBBLE_VECTOR = Int32Vector(), ByteVector(), NibbleVector()
+WEIGHT_VECTOR, WIDE_QUAD = WeightVector(), WideQuad()
 _I32, _I8 = ir.IntType(32), ir.IntType(8)
 _IVEC, _BVEC = ir.VectorType(_I32, LANES), ir.VectorType(_I8, 4 * LANES)
 
@@ -96,9 +117,16 @@ class _Int32Model(models.PrimitiveModel):
 
 @register_model(ByteVector)
 @register_model(NibbleVector)
+@register_model(WeightVector)
 class _ByteModel(models.PrimitiveModel):
     def __init__(self, dmm: Any, fe_type: ByteVector) -> None:
         super().__init__(dmm, fe_type, _BVEC)
+
+
+@register_model(WideQuad)
+class _WideModel(models.PrimitiveModel):
+    def __init__(self, dmm: Any, fe_type: WideQuad) -> None:
+        super().__init__(dmm, fe_type, ir.IntType(64))
 
 
 def _byte_pointer(p: Any) -> bool:
@@ -124,6 +152,39 @@ def _splat(builder: Any, value: Any, vty: ir.VectorType) -> Any:
     one = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(_I32, 0))
     zeros = ir.Constant(ir.VectorType(_I32, vty.count), [0] * vty.count)
     return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
+
+
+@intrinsic
+def load_weights(typingctx: Any, p: Any, i: Any) -> Any:
+    """:func:`load_bytes` of weights packed for this CPU (see :class:`WeightVector`)."""
+    if not (_byte_pointer(p) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
+        value = builder.load(address)
+        value.align = 1
+        return value
+
+    return WEIGHT_VECTOR(p, i), codegen
+
+
+@intrinsic
+def splat_row(typingctx: Any, p: Any, i: Any) -> Any:
+    """Quad ``i`` of a row of inputs: ``p`` an int32 pointer (four bytes a quad: as
+    :func:`splat_quad`) or an int64 one (four uint16: a :data:`WIDE_ROWS` row's, a
+    :class:`WideQuad`)."""
+    if not (isinstance(p, types.CPointer) and isinstance(i, types.Integer)):
+        return None
+    if p.dtype not in (types.int32, types.int64):
+        return None
+    wide = p.dtype == types.int64
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        value = builder.load(builder.gep(args[0], [args[1]]))
+        return value if wide else builder.bitcast(_splat(builder, value, _IVEC), _BVEC)
+
+    return (WIDE_QUAD if wide else BYTE_VECTOR)(p, i), codegen
 
 
 @intrinsic
@@ -208,13 +269,45 @@ def _nibble_dot(builder: Any, acc: Any, a: Any, b: Any) -> Any:
     return builder.add(acc, builder.call(fn, [sums16, ir.Constant(halves, [1] * 2 * LANES)]))
 
 
-def _portable_dot(builder: Any, acc: Any, a: Any, b: Any) -> Any:
+def _wide_halves(builder: Any, v: Any) -> tuple[Any, Any]:
+    """A :class:`WideQuad`'s two pairs of uint16, each splat as 2 L int16."""
+    halves = ir.VectorType(ir.IntType(16), 2 * LANES)
+    low = builder.trunc(v, _I32)
+    high = builder.trunc(builder.lshr(v, ir.Constant(v.type, 32)), _I32)
+    return (builder.bitcast(_splat(builder, w, _IVEC), halves) for w in (low, high))
+
+
+def _wide_bytes(builder: Any, v: Any) -> Any:
+    """A :class:`WideQuad` as a splat quad of bytes (its uint16 are bytes)."""
+    words = builder.bitcast(v, ir.VectorType(ir.IntType(16), 4))
+    quad = builder.bitcast(builder.trunc(words, ir.VectorType(_I8, 4)), _I32)
+    return builder.bitcast(_splat(builder, quad, _IVEC), _BVEC)
+
+
+def _pair_major(builder: Any, v: Any, half: int) -> Any:
+    """Bytes ``16 half`` on of pair-major weights, sign-extended to 2 L int16."""
+    picks = ir.Constant(
+        ir.VectorType(_I32, 2 * LANES), [2 * LANES * half + i for i in range(2 * LANES)]
+    )
+    part = builder.shuffle_vector(v, ir.Constant(_BVEC, ir.Undefined), picks)
+    return builder.sext(part, ir.VectorType(ir.IntType(16), 2 * LANES))
+
+
+def _portable_dot(builder: Any, acc: Any, a: Any, b: Any, wide: bool, paired: bool) -> Any:
     """acc + per-lane sums of four u8(a) * s8(b) products without VNNI: bytes 0-1 and 2-3
     of each lane widened to int16 and multiplied pairwise into int32 (two ``pmaddwd`` on
     AVX2; the widening of an operand shared by several products is computed once, LLVM
-    merging the equal instructions). Exact: ``|u8 * s8| <= 32640``, a pair's sum fits."""
-    low = _pair_sums(builder, _halves(builder, a, 0, "zext"), _halves(builder, b, 0, "sext"))
-    high = _pair_sums(builder, _halves(builder, a, 2, "zext"), _halves(builder, b, 2, "sext"))
+    merging the equal instructions). Exact: ``|u8 * s8| <= 32640``, a pair's sum fits.
+    ``wide``: ``a`` a :class:`WideQuad`; ``paired``: ``b`` pair-major weights."""
+    if wide:
+        a0, a2 = _wide_halves(builder, a)
+    else:
+        a0, a2 = _halves(builder, a, 0, "zext"), _halves(builder, a, 2, "zext")
+    if paired:
+        b0, b2 = _pair_major(builder, b, 0), _pair_major(builder, b, 1)
+    else:
+        b0, b2 = _halves(builder, b, 0, "sext"), _halves(builder, b, 2, "sext")
+    low, high = _pair_sums(builder, a0, b0), _pair_sums(builder, a2, b2)
     return builder.add(acc, builder.add(low, high))
 
 
@@ -223,16 +316,21 @@ def dot_u8s8(typingctx: Any, acc: Any, a: Any, b: Any) -> Any:
     """``acc[j] + sum_t u8(a[4j + t]) * s8(b[4j + t])`` for every lane j (``a`` a
     :class:`ByteVector`, or a :class:`NibbleVector`, whose products take ``pmaddubsw``
     without VNNI: exact, as a pair of them is at most ``2 * 15 * 128`` in size)."""
-    if not (acc == INT32_VECTOR and a in (BYTE_VECTOR, NIBBLE_VECTOR) and b == BYTE_VECTOR):
+    if acc != INT32_VECTOR or a not in (BYTE_VECTOR, NIBBLE_VECTOR, WIDE_QUAD):
         return None
-    nibbles = a == NIBBLE_VECTOR
+    if b not in (BYTE_VECTOR, WEIGHT_VECTOR):
+        return None
+    nibbles, wide = a == NIBBLE_VECTOR, a == WIDE_QUAD
+    paired = b == WEIGHT_VECTOR and WIDE_ROWS
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         acc_v, a_v, b_v = args
-        if VNNI is None and nibbles and SMALL_PAIRS is not None:
+        if VNNI is None and nibbles and SMALL_PAIRS is not None and not paired:
             return _nibble_dot(builder, acc_v, a_v, b_v)
         if VNNI is None:
-            return _portable_dot(builder, acc_v, a_v, b_v)
+            return _portable_dot(builder, acc_v, a_v, b_v, wide, paired)
+        if wide:
+            a_v = _wide_bytes(builder, a_v)
         # (LLVM 22 declares the byte operands as <4L x i8>; older ones as <L x i32>)
         fnty = ir.FunctionType(_IVEC, [_IVEC, _BVEC, _BVEC])
         fn = cgutils.get_or_insert_function(builder.module, fnty, VNNI)

@@ -52,14 +52,17 @@ def _tiles(n: int) -> int:
 
 
 def pack_int8(w: NDArray) -> tuple[NDArray, NDArray]:
-    """int8 weights (N, K), K a multiple of 4, as (tiles, K // 4, 4 L) bytes, and each
-    padded column's sum (tiles, L) int32."""
+    """int8 weights (N, K), K a multiple of 4, as (tiles, K // 4, 4 L) bytes (pair-major
+    where ``WIDE_ROWS``: see :func:`~.compiled_int8_simd.load_weights`), and each padded
+    column's sum (tiles, L) int32."""
     n, k = w.shape
     t = _tiles(n)
     full = np.zeros((t * L, k), np.int8)
     full[:n] = w
     # [tile, column j, quad c, byte] -> [tile, quad c, column j, byte]
     packed = full.reshape(t, L, k // 4, 4).transpose(0, 2, 1, 3)
+    if iv.WIDE_ROWS:  # [tile, quad c, half, column j, byte of the pair]
+        packed = packed.reshape(t, k // 4, L, 2, 2).transpose(0, 1, 3, 2, 4)
     sums = full.astype(np.int32).sum(axis=1, dtype=np.int32).reshape(t, L)
     return np.ascontiguousarray(packed).reshape(t, k // 4, 4 * L), sums
 
@@ -304,12 +307,12 @@ def _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):
             while c + 1 < quads:
                 x0 = iv.splat_quad(q32[r, c] ^ _QUAD_XOR)
                 x1 = iv.splat_quad(q32[r, c + 1] ^ _QUAD_XOR)
-                a0 = iv.dot_u8s8(a0, x0, iv.load_bytes(wptr, base + c * stride))
-                a1 = iv.dot_u8s8(a1, x1, iv.load_bytes(wptr, base + (c + 1) * stride))
+                a0 = iv.dot_u8s8(a0, x0, iv.load_weights(wptr, base + c * stride))
+                a1 = iv.dot_u8s8(a1, x1, iv.load_weights(wptr, base + (c + 1) * stride))
                 c += 2
             if c < quads:
                 x0 = iv.splat_quad(q32[r, c] ^ _QUAD_XOR)
-                a0 = iv.dot_u8s8(a0, x0, iv.load_bytes(wptr, base + c * stride))
+                a0 = iv.dot_u8s8(a0, x0, iv.load_weights(wptr, base + c * stride))
             # the uint8 inputs are q + 128: take (128 + zp) * column sum back
             shift = iv.isplat(-(np.int32(128) + np.int32(zps[r])))
             acc = iv.iadd(iv.iadd(a0, a1), iv.imul(shift, iv.iload(sumptr, t * L)))

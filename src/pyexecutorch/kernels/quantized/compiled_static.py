@@ -48,6 +48,8 @@ def pack_weights(w: NDArray, bias: NDArray | None, zx: int) -> tuple[NDArray, ND
     full = np.zeros((tiles * L, kq * 4), np.int8)
     full[:n, :k] = w
     packed = full.reshape(tiles, L, kq, 4).transpose(0, 2, 1, 3)
+    if iv.WIDE_ROWS:  # (pair-major: [tile, quad, half, lane, byte of the pair])
+        packed = packed.reshape(tiles, kq, L, 2, 2).transpose(0, 1, 3, 2, 4)
     folded = np.zeros(tiles * L, np.int64)
     if bias is not None:
         folded[:n] = bias
@@ -93,15 +95,15 @@ def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1):  # noqa: ANN00
             c00, c01, c10, c11 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
             c20, c21, c30, c31 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
             for c in range(kq):
-                v0 = iv.load_bytes(wptr, w0 + c * stride)
-                v1 = iv.load_bytes(wptr, w1 + c * stride)
-                x = iv.splat_quad(aptr[p0 + c])
+                v0 = iv.load_weights(wptr, w0 + c * stride)
+                v1 = iv.load_weights(wptr, w1 + c * stride)
+                x = iv.splat_row(aptr, p0 + c)
                 c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
-                x = iv.splat_quad(aptr[p1 + c])
+                x = iv.splat_row(aptr, p1 + c)
                 c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
-                x = iv.splat_quad(aptr[p2 + c])
+                x = iv.splat_row(aptr, p2 + c)
                 c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
-                x = iv.splat_quad(aptr[p3 + c])
+                x = iv.splat_row(aptr, p3 + c)
                 c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
             left0, left1 = n - t * L, n - u * L
             rows = min(4, r1 - r)
@@ -146,7 +148,8 @@ def _gemm(a32, wp, bias, scales, zy, lo, hi, out):  # noqa: ANN001, ANN202
              min(t0 + _TILE_GROUP, tiles))  # fmt: skip
 
 
-# gemm(a32 (M, K/4) int32: the sign-flipped int8 inputs, wp, bias, scales (tiles * L) float32,
+# gemm(a32 (M, K/4) int32: the sign-flipped int8 inputs (int64: four uint16, where
+#      compiled_int8_simd.WIDE_ROWS), wp, bias, scales (tiles * L) float32,
 #      zy, lo - zy, hi - zy (floats), out (M, N) int8)
 GEMM = serial_and_parallel(_gemm, "qs8_gemm")
 
@@ -155,13 +158,13 @@ GEMM = serial_and_parallel(_gemm, "qs8_gemm")
 def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN001, ANN201
     """Windows of NHWC int8 ``x`` as the rows of ``cols`` (N * oh * ow, >= kh * kw * C),
     taps in (kh, kw, C) order, each byte sign-flipped (the uint8 of the value + 128, as
-    :func:`gemm` reads its rows); taps outside the image ``pad`` (flipped too); the
-    columns past the taps 0."""
+    :func:`gemm` reads its rows; ``cols`` int8, or int16 where ``WIDE_ROWS``); taps outside
+    the image ``pad`` (flipped too); the columns past the taps 0."""
     nb, h, w, c = x.shape
     width = cols.shape[1]
     span = kw * c
     xp, cp = simd.pointer(x), simd.pointer(cols)
-    fill = np.int8(np.int8(pad) ^ _FLIP)
+    fill = np.uint8(np.int8(pad) ^ _FLIP)
     for b in range(nb):
         for oy in range(oh):
             for ox in range(ow):
@@ -176,7 +179,7 @@ def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN00
                     elif whole:
                         src = ((b * h + iy) * w + ix0) * c
                         for e in range(span):
-                            cp[dst + e] = xp[src + e] ^ _FLIP
+                            cp[dst + e] = np.uint8(xp[src + e] ^ _FLIP)
                     else:
                         for j in range(kw):
                             ix = ix0 + j * dw
@@ -184,7 +187,7 @@ def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN00
                             if 0 <= ix < w:
                                 src = ((b * h + iy) * w + ix) * c
                                 for e in range(c):
-                                    cp[at + e] = xp[src + e] ^ _FLIP
+                                    cp[at + e] = np.uint8(xp[src + e] ^ _FLIP)
                             else:
                                 for e in range(c):
                                     cp[at + e] = fill
@@ -195,10 +198,11 @@ def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN00
 
 @njit(cache=True, error_model="numpy")
 def flip(x, out):  # noqa: ANN001, ANN201
-    """Each int8 of flat ``x`` sign-flipped into ``out`` (rows for :func:`gemm`)."""
+    """Each int8 of flat ``x`` sign-flipped into ``out`` (rows for :func:`gemm`: int8, or
+    int16 where ``WIDE_ROWS``: the uint8 widened)."""
     xp, op = simd.pointer(x), simd.pointer(out)
     for i in range(out.size):
-        op[i] = xp[i] ^ _FLIP
+        op[i] = np.uint8(xp[i] ^ _FLIP)
 
 
 # ------------------------------------------------------------------ depthwise
