@@ -261,8 +261,7 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
         x = rng.integers(-128, 128, (1, h, h, c)).astype(np.int8)
         qs.im2col(x, rows, oh, oh, k, k, stride, stride, dilation, dilation, pad, pad, zx)
         args = (quads, packed, folded, qs.padded(scales, folded.size, np.float32),
-                float(zy), float(lo - zy), float(hi - zy), out)  # fmt: skip
-        choose(qs.GEMM, oh * oh * cout * k * k * c)(*args)
+                float(zy), float(lo - zy), float(hi - zy))  # fmt: skip
         xp = np.full((1, h + 2 * pad, h + 2 * pad, c), zx, np.int64)
         xp[:, pad : pad + h, pad : pad + h] = x
         acc = np.broadcast_to(bias.astype(np.int64), (oh, oh, cout)).copy()
@@ -271,7 +270,10 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
                 window = xp[0, i * dilation :, j * dilation :][::stride, ::stride][:oh, :oh]
                 acc += (window - zx) @ w[:, i, j, :].T.astype(np.int64)
         expected = _requantized(acc.reshape(-1, cout), scales, zy, lo, hi)
-        np.testing.assert_array_equal(out, expected)
+        for variant in qs.GEMM:  # (serial, and parallel on the threads in force: jobs taken)
+            out.fill(0)
+            variant(*args, out, np.zeros(1, np.int64))
+            np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.parametrize(
@@ -296,8 +298,14 @@ def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
     out = np.empty((1, oh, oh, c), np.int8)
     for _ in range(2):
         x = rng.integers(-128, 128, (1, h, h, c)).astype(np.int8)
-        choose(qs.DEPTHWISE, out.size * k * k)(x, taps, bias, scales, -zx, float(zy), float(lo - zy), float(hi - zy),
-                        out, k, k, stride, stride, dilation, dilation, pad, pad)  # fmt: skip
+        results = []
+        for variant in qs.DEPTHWISE:  # (serial, and parallel on the threads in force)
+            out.fill(0)
+            variant(x, taps, bias, scales, -zx, float(zy), float(lo - zy), float(hi - zy),
+                    out, k, k, stride, stride, dilation, dilation, pad, pad,
+                    np.zeros(1, np.int64))  # fmt: skip
+            results.append(out.copy())
+        np.testing.assert_array_equal(results[0], results[1])
         xp = np.full((h + 2 * pad, h + 2 * pad, c), zx, np.int64)
         xp[pad : pad + h, pad : pad + h] = x[0]
         acc = np.broadcast_to(bias[:c].astype(np.int64), (oh, oh, c)).copy()

@@ -111,7 +111,7 @@ def test_static_gemm_exact_on_extreme_operands(x_value, w_value, rows_dtype):
     scales = qs.padded(np.full(n, scale, np.float32), folded.size, np.float32)
     for variant in qs.GEMM:
         out = np.zeros((m, n), np.int8)
-        variant(quads, packed, folded, scales, 0.0, -128.0, 127.0, out)
+        variant(quads, packed, folded, scales, 0.0, -128.0, 127.0, out, np.zeros(1, np.int64))
         expected = np.clip(np.rint(acc.astype(np.float32) * scale), -128, 127).astype(np.int8)
         np.testing.assert_array_equal(out, expected)
     assert np.abs(acc).max() > 2**22  # (the sums are large: past any int16 step)

@@ -280,7 +280,7 @@ def _gemm_step(b: StepBuilder, rows: np.ndarray, w: np.ndarray, bias: Any, xq: A
     packed, folded = qs.pack_weights(w, bias, xq.zero_point)
     scales = qs.padded(channel_scales(xq, wq, yq, units), folded.size, np.float32)
     quads = rows.view(np.int64 if rows.dtype == np.int16 else np.int32)  # (four inputs)
-    args = (quads, packed, folded, scales, *requant, out)
+    args = (quads, packed, folded, scales, *requant, out, np.zeros(1, np.int64))
     b.add(Step(choose(qs.GEMM, m * units * k), args))
 
 
@@ -360,7 +360,7 @@ def _static_conv(b: StepBuilder, k: int) -> int:
         bias32 = qs.padded(np.zeros(c, np.int32) if bias is None else bias, width, np.int32)
         scales = qs.padded(channel_scales(xq, wq, yq, c), width, np.float32)
         args = (x, taps, bias32, scales, -xq.zero_point, *requant, out,
-                kh, kw, sh, sw, dh, dw, pt, pl)  # fmt: skip
+                kh, kw, sh, sw, dh, dw, pt, pl, np.zeros(1, np.int64))  # fmt: skip
         b.add(Step(choose(qs.DEPTHWISE, out.size * kh * kw), args))
         return taken
     rows = nb * oh * ow

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from pyexecutorch.jit import simd
+from pyexecutorch.jit import simd, variants
 from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
 
@@ -135,22 +135,41 @@ def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1):  # noqa: ANN00
                     )
 
 
-def _gemm(a32, wp, bias, scales, zy, lo, hi, out):  # noqa: ANN001, ANN202
+# The jobs of a parallel kernel here are taken in turn from a counter by the threads in
+# force at the call (a dynamic split: a thread the loaded system deschedules delays one
+# job, not an equal static share; at one thread the jobs run in order).
+_THREADS = variants.threads_reader()
+_take = variants.job_taker()
+
+
+@njit(cache=True, error_model="numpy")
+def _workers(count, jobs):  # noqa: ANN001, ANN202
+    """Threads to start for ``count`` jobs (at most those in force), the counter reset.
+    Not inlined (see compiled_linear._split)."""
+    jobs[0] = 0
+    return max(1, min(_THREADS(), count))
+
+
+def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs):  # noqa: ANN001, ANN202
     m, kq = a32.shape
     tiles = wp.shape[0]
     block = max(4, (_BLOCK_BYTES // (4 * kq)) // 4 * 4)
     blocks = (m + block - 1) // block
     groups = (tiles + _TILE_GROUP - 1) // _TILE_GROUP
-    for j in prange(blocks * groups):
-        b, g = j // groups, j % groups
-        r0, t0 = b * block, g * _TILE_GROUP
-        _job(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
-             min(t0 + _TILE_GROUP, tiles))  # fmt: skip
+    count = blocks * groups
+    for _ in prange(_workers(count, jobs)):
+        j = _take(jobs)
+        while j < count:
+            b, g = j // groups, j % groups
+            r0, t0 = b * block, g * _TILE_GROUP
+            _job(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
+                 min(t0 + _TILE_GROUP, tiles))  # fmt: skip
+            j = _take(jobs)
 
 
 # gemm(a32 (M, K/4) int32: the sign-flipped int8 inputs (int64: four uint16, where
 #      compiled_int8_simd.WIDE_ROWS), wp, bias, scales (tiles * L) float32,
-#      zy, lo - zy, hi - zy (floats), out (M, N) int8)
+#      zy, lo - zy, hi - zy (floats), out (M, N) int8, jobs (1,) int64: the job counter)
 GEMM = serial_and_parallel(_gemm, "qs8_gemm")
 
 
@@ -244,65 +263,79 @@ def _window3(xptr, r0, rs, cs, bias_v, zx_v, w0, w1, w2, w3, w4, w5, w6, w7, w8)
     return iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2 + 2 * cs), zx_v), w8))
 
 
-def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl):  # noqa: ANN001, ANN202
+def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs):  # noqa: ANN001, ANN202
+    nb, oh = x.shape[0], out.shape[1]
+    for _ in prange(_workers(nb * oh, jobs)):
+        line = _take(jobs)
+        while line < nb * oh:
+            _depthwise_line(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw,
+                            dh, dw, pt, pl, line)  # fmt: skip
+            line = _take(jobs)
+
+
+@njit(cache=True, error_model="numpy")
+def _depthwise_line(
+    x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, line
+):  # noqa: ANN001, ANN202
+    """Output row ``line`` (of all images' rows) of :func:`_depthwise`."""
     nb, h, w, c = x.shape
     oh, ow = out.shape[1], out.shape[2]
     cp = taps.shape[1]
-    for line in prange(nb * oh):
-        b, oy = line // oh, line % oh
-        xptr, optr, tptr = simd.pointer(x), simd.pointer(out), simd.pointer(taps)
-        bptr, sptr = simd.pointer(bias), simd.pointer(scales)
-        zx_v = iv.isplat(nzx)
-        zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
-        top = oy * sh - pt
-        # the output columns whose every tap is inside the image, unrolled for 3x3 windows
-        # of full channel vectors; the others tap by tap
-        first = min(ow, max(0, -(-pl // sw)))
-        stop = min(ow, max(first, (w - 1 - (kw - 1) * dw + pl) // sw + 1))
-        unrolled = kh == 3 and kw == 3 and top >= 0 and top + 2 * dh < h
-        for c0 in range(0, c, L):
-            left = c - c0
-            bias_v = iv.iload(bptr, c0)
-            scale_v = iv.load_scales(sptr, c0)
-            fast = unrolled and left >= L
-            ox = 0
-            while ox < ow:
-                if fast and ox == first and first < stop:
-                    w0, w1, w2 = (
-                        iv.iload(tptr, c0),
-                        iv.iload(tptr, cp + c0),
-                        iv.iload(tptr, 2 * cp + c0),
-                    )
-                    w3, w4 = iv.iload(tptr, 3 * cp + c0), iv.iload(tptr, 4 * cp + c0)
-                    w5, w6 = iv.iload(tptr, 5 * cp + c0), iv.iload(tptr, 6 * cp + c0)
-                    w7, w8 = iv.iload(tptr, 7 * cp + c0), iv.iload(tptr, 8 * cp + c0)
-                    r0 = ((b * h + top) * w + first * sw - pl) * c + c0
-                    at = ((b * oh + oy) * ow + first) * c + c0
-                    for _ in range(first, stop):
-                        acc = _window3(xptr, r0, dh * w * c, dw * c, bias_v, zx_v,
-                                       w0, w1, w2, w3, w4, w5, w6, w7, w8)  # fmt: skip
-                        _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, L)
-                        r0 += sw * c
-                        at += c
-                    ox = stop
-                    continue
-                acc = bias_v
-                for i in range(kh):
-                    iy = top + i * dh
-                    if 0 <= iy < h:
-                        base = (b * h + iy) * w * c + c0
-                        for j in range(kw):
-                            ix = ox * sw - pl + j * dw
-                            if 0 <= ix < w:
-                                wv = iv.iload(tptr, (i * kw + j) * cp + c0)
-                                acc = _tap(acc, xptr, base + ix * c, left, zx_v, wv)
-                at = ((b * oh + oy) * ow + ox) * c + c0
-                _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left)
-                ox += 1
+    b, oy = line // oh, line % oh
+    xptr, optr, tptr = simd.pointer(x), simd.pointer(out), simd.pointer(taps)
+    bptr, sptr = simd.pointer(bias), simd.pointer(scales)
+    zx_v = iv.isplat(nzx)
+    zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
+    top = oy * sh - pt
+    # the output columns whose every tap is inside the image, unrolled for 3x3 windows
+    # of full channel vectors; the others tap by tap
+    first = min(ow, max(0, -(-pl // sw)))
+    stop = min(ow, max(first, (w - 1 - (kw - 1) * dw + pl) // sw + 1))
+    unrolled = kh == 3 and kw == 3 and top >= 0 and top + 2 * dh < h
+    for c0 in range(0, c, L):
+        left = c - c0
+        bias_v = iv.iload(bptr, c0)
+        scale_v = iv.load_scales(sptr, c0)
+        fast = unrolled and left >= L
+        ox = 0
+        while ox < ow:
+            if fast and ox == first and first < stop:
+                w0, w1, w2 = (
+                    iv.iload(tptr, c0),
+                    iv.iload(tptr, cp + c0),
+                    iv.iload(tptr, 2 * cp + c0),
+                )
+                w3, w4 = iv.iload(tptr, 3 * cp + c0), iv.iload(tptr, 4 * cp + c0)
+                w5, w6 = iv.iload(tptr, 5 * cp + c0), iv.iload(tptr, 6 * cp + c0)
+                w7, w8 = iv.iload(tptr, 7 * cp + c0), iv.iload(tptr, 8 * cp + c0)
+                r0 = ((b * h + top) * w + first * sw - pl) * c + c0
+                at = ((b * oh + oy) * ow + first) * c + c0
+                for _ in range(first, stop):
+                    acc = _window3(xptr, r0, dh * w * c, dw * c, bias_v, zx_v,
+                                   w0, w1, w2, w3, w4, w5, w6, w7, w8)  # fmt: skip
+                    _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, L)
+                    r0 += sw * c
+                    at += c
+                ox = stop
+                continue
+            acc = bias_v
+            for i in range(kh):
+                iy = top + i * dh
+                if 0 <= iy < h:
+                    base = (b * h + iy) * w * c + c0
+                    for j in range(kw):
+                        ix = ox * sw - pl + j * dw
+                        if 0 <= ix < w:
+                            wv = iv.iload(tptr, (i * kw + j) * cp + c0)
+                            acc = _tap(acc, xptr, base + ix * c, left, zx_v, wv)
+            at = ((b * oh + oy) * ow + ox) * c + c0
+            _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left)
+            ox += 1
 
 
 # depthwise(x NHWC int8, taps (kh * kw, Cp) int32, bias (Cp) int32, scales (Cp) float32,
-#           -zx (int), zy, lo - zy, hi - zy, out NHWC int8, kh, kw, sh, sw, dh, dw, pt, pl)
+#           -zx (int), zy, lo - zy, hi - zy, out NHWC int8, kh, kw, sh, sw, dh, dw, pt, pl,
+#           jobs (1,) int64: the job counter)
 DEPTHWISE = serial_and_parallel(_depthwise, "qs8_depthwise")
 
 
