@@ -26,6 +26,7 @@ from pyexecutorch.runtime import Runtime
 from tests import official
 from tests.llm import _official_llm as O
 from tests.llm import _programs as P
+from tests.llm._official_blas import PREAMBLE
 
 PROMPT = "hello 日本 café"
 NEW_TOKENS = 64
@@ -36,19 +37,7 @@ VARIANTS = list(O.VARIANTS)
 
 # Failures of ours found by these tests and not fixed yet, by (test, variant, tier): each
 # an xfail that fails the run once it passes (strict), so that it leaves this table.
-_QWEN2_8DA4W_DRIFT = (
-    "llama::custom_sdpa is not bit-exact with the official kernel, whose two matmuls call "
-    "sgemm_: in a process with torch loaded (this suite's official side) that symbol is "
-    "libtorch_cpu's MKL, not the official build's own Eigen BLAS, and MKL's summation order "
-    "depends on the matrix sizes, the output's 16-byte alignment and the official thread "
-    "count (README, LLM programs); every float operator before it is bit-exact (mean, "
-    "XNNPACK's sin/cos/sigmoid/rsqrt: test_exact_arithmetic). In 8da4w an ulp at a rounding "
-    "boundary flips an int8 activation code that the KV cache keeps: the compiled tier's "
-    "attention flips one within the 64 steps, the numpy tier's does not"
-)
-KNOWN_FAILURES: dict[tuple[str, str, str], str] = {
-    ("runner", "optimum_qwen2_xnnpack_8da4w", "compiled"): _QWEN2_8DA4W_DRIFT,
-}
+KNOWN_FAILURES: dict[tuple[str, str, str], str] = {}
 
 # name -> what was measured, printed by the module's report fixture.
 REPORT: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -233,7 +222,8 @@ with open(out, "w") as f:
 @pytest.fixture(scope="module")
 def official_runs(store, tmp_path_factory) -> dict[str, dict[str, Any]]:
     """The official runner on every variant that exports, in one subprocess (it prints
-    from C++, and loading the package once saves seconds per program)."""
+    from C++, and loading the package once saves seconds per program), with the official
+    build's own BLAS (see tests/llm/_official_blas.py)."""
     paths: dict[str, str] = {}
     for name, variant in O.VARIANTS.items():
         if variant.tool == "optimum" and not O.optimum_available():
@@ -245,7 +235,7 @@ def official_runs(store, tmp_path_factory) -> dict[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("official_runner") / "runs.json"
     args = [str(store.tokenizer), PROMPT, str(NEW_TOKENS), str(out), *paths.values()]
     result = subprocess.run(
-        [sys.executable, "-c", OFFICIAL_SCRIPT, *args], capture_output=True, timeout=600
+        [sys.executable, "-c", PREAMBLE + OFFICIAL_SCRIPT, *args], capture_output=True, timeout=600
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     runs = json.loads(out.read_text())
