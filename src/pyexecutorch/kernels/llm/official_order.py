@@ -18,7 +18,6 @@ does, runs libtorch_cpu's MKL ``sgemm_`` instead, in another order: README, LLM 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from functools import cache
 
 import numpy as np
@@ -32,10 +31,15 @@ LANES = 16  # its exponentials' vector width (two 8-float vectors)
 @cache
 def _libm() -> ctypes.CDLL | None:
     """The C math library the official kernel calls (None where there is none to load)."""
-    name = ctypes.util.find_library("m")
-    if name is None:
-        return None
-    lib = ctypes.CDLL(name)
+    try:
+        lib = ctypes.CDLL("libm.so.6")  # glibc's, without find_library's ldconfig run
+    except OSError:
+        from ctypes.util import find_library  # noqa: PLC0415 - other systems name it otherwise
+
+        name = find_library("m")
+        if name is None:
+            return None
+        lib = ctypes.CDLL(name)
     lib.expf.restype, lib.expf.argtypes = ctypes.c_float, [ctypes.c_float]
     lib.exp.restype, lib.exp.argtypes = ctypes.c_double, [ctypes.c_double]
     lib.fmaf.restype, lib.fmaf.argtypes = ctypes.c_float, [ctypes.c_float] * 3
