@@ -58,7 +58,10 @@ from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copie
 from pyexecutorch.exir.passes.quant_fusion import fuse_quantized_embeddings
 from pyexecutorch.exir.passes.reinplace import DEFAULT_INPLACEABLE_OPS, reinplace_pass
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
-from pyexecutorch.exir.passes.replace_aten_with_edge_pass import replace_aten_with_edge
+from pyexecutorch.exir.passes.replace_aten_with_edge_pass import (
+    name_nodes_by_target,
+    replace_aten_with_edge,
+)
 from pyexecutorch.exir.passes.spec_prop import propagate_specs
 from pyexecutorch.exir.passes.type_promotion import promote_mixed_types, scalars_to_tensors
 from pyexecutorch.exir.passes.unused_parameters import remove_unused_parameters
@@ -137,6 +140,7 @@ def _generate_edge_program(
     assign_debug_handles(gm)
     if config._use_edge_ops:
         replace_aten_with_edge(gm)
+    name_nodes_by_target(gm)
     _recompile(gm)
     edge = rebuild(ep, gm, updated_signature(signature, gm), constants=constants)
     edge._verifiers = [EdgeDialectVerifier]  # ExportedProgram.dialect: "EDGE"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.fx import GraphModule
+from torch._ops import OpOverload
+from torch.fx import Graph, GraphModule
+from torch.fx.graph import _Namespace
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from pyexecutorch.exir.dialects.edge._ops import EdgeOpOverload, edge_op, lowers_to_edge
@@ -37,6 +39,29 @@ def replace_aten_with_edge(gm: GraphModule) -> bool:
     return changed
 
 
+def _name_for(graph: Graph, target: Any) -> str:
+    if isinstance(target, EdgeOpOverload):  # (an OpOverload too: checked first)
+        return graph._target_to_str(target)  # aten.add.Tensor -> aten_add_tensor
+    if isinstance(target, OpOverload):  # torch's operators that stay: sym_size, scalar_tensor
+        return graph._target_to_str(target.overloadpacket.__name__)
+    return graph._target_to_str(target)  # getitem, mul, cond
+
+
+def name_nodes_by_target(gm: GraphModule) -> None:
+    """Name every operator call after its target, numbered afresh in graph order, as
+    the official ``to_edge`` does (it re-traces the graph): ``aten_add_tensor``,
+    ``aten_add_tensor_1``, ``dim_order_ops__to_dim_order_copy_default``, ``getitem``,
+    ``sym_size``. Other nodes keep their names. A caller's ``ExportGraphSignature``
+    must be rebuilt from the graph after this (``graph_utils.updated_signature``)."""
+    for g in graph_modules(gm):
+        graph = g.graph
+        names = _Namespace()  # fresh: the old names' numbers would carry over
+        for node in graph.nodes:
+            candidate = _name_for(graph, node.target) if node.op == "call_function" else node.name
+            node.name = names.create_name(candidate, node)
+        graph._graph_namespace = names
+
+
 class OpReplacePass(PassBase):
     """The official pass's name for :func:`replace_aten_with_edge`."""
 
@@ -48,4 +73,10 @@ class OpReplacePass(PassBase):
         return PassResult(graph_module, changed)
 
 
-__all__ = ["OpReplacePass", "aten_to_edge", "replace_aten_with_edge", "should_lower_to_edge"]
+__all__ = [
+    "OpReplacePass",
+    "aten_to_edge",
+    "name_nodes_by_target",
+    "replace_aten_with_edge",
+    "should_lower_to_edge",
+]
