@@ -407,3 +407,79 @@ def test_cnns_compile_whole_and_match_numpy_tier_and_eager(name):
             want = module(x).numpy()
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class Pools(torch.nn.Module):
+    """Two max pools and two average pools, each pair of different window sizes."""
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        a = torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1)
+        c = torch.nn.functional.avg_pool2d(x, 2, stride=2)
+        return (
+            torch.nn.functional.max_pool2d(a, 2, stride=2),
+            torch.nn.functional.avg_pool2d(c, 3, stride=1, padding=1),
+        )
+
+
+# Loads a program on the compiled tier (an empty cache) counting numba's compilations per
+# function; argv: the program, the input, where to write the outputs of two calls.
+_COUNTING_CHILD = """
+import collections, json, sys
+import numpy as np
+from numba.core import event
+from pyexecutorch.runtime import Runtime
+
+counts = collections.Counter()
+
+class Count(event.Listener):
+    def on_start(self, ev):
+        counts[ev.data["dispatcher"].py_func.__qualname__] += 1
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", Count())
+method = Runtime.get().load_program(open(sys.argv[1], "rb").read(), jit=True).load_method("forward")
+x = np.load(sys.argv[2])
+outs = [np.array(o) for o in method.execute([x])]
+outs += [np.array(o) for o in method.execute([x * -2.0])]
+np.savez(sys.argv[3], *outs)
+print(json.dumps({"counts": counts, "source": method.plan.whole_source}))
+"""
+
+
+def test_a_kernel_compiles_once_for_layers_of_different_sizes(tmp_path):
+    # Whole numbers reach a kernel as int64 values, not literals: numba compiled the pooling
+    # kernels once per window size (a cold load's seconds, for each pooling layer)
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    x = torch.randn(1, 8, 20, 20)
+    (tmp_path / "pools.pte").write_bytes(_pte(Pools(), (x,)))
+    np.save(tmp_path / "x.npy", x.numpy())
+    env = {**os.environ, "PYEXECUTORCH_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    paths = [str(tmp_path / name) for name in ("pools.pte", "x.npy", "outs.npz")]
+    result = subprocess.run(
+        [sys.executable, "-c", _COUNTING_CHILD, *paths],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    source = report["source"]
+    assert source is not None and source.count("f0(") == 2 and source.count("f1(") == 2
+    assert "np.int64(3)" in source and "np.int64(2)" in source
+    assert report["counts"]["max_pool_values"] == 1
+    assert report["counts"]["avg_pool"] == 1
+    assert report["counts"]["whole"] == 1
+    got = np.load(tmp_path / "outs.npz")
+    with torch.no_grad():
+        want = [*Pools()(x), *Pools()(x * -2.0)]
+    assert len(got.files) == len(want) == 4
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(got[f"arr_{k}"], w.numpy(), rtol=1e-6, atol=1e-6)

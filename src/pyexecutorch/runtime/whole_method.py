@@ -85,11 +85,24 @@ def _module_name(function: Any) -> tuple[str, str] | None:
 def _constant(value: Any) -> str | None:
     """Source of a scalar argument, exact, or None when it has none.
 
-    A numpy scalar keeps its dtype (a kernel's accumulator type may follow it).
+    A numpy scalar keeps its dtype (a kernel's accumulator type may follow it). A bool or
+    an int is typed as numba types a run-time value (``np.bool_(True)``, ``np.int64(3)``),
+    not as a literal: numba compiles a function once per literal value it is called with,
+    so two pooling layers of different sizes compiled the pooling kernel twice.
     """
     if isinstance(value, (np.floating, np.integer)) and value.dtype.kind in "fiu":
-        text = _constant(value.item())
+        text = _literal(value.item())
         return None if text is None else f"np.{value.dtype.name}({text})"
+    kind = type(value)
+    if kind is bool:
+        return f"np.bool_({value!r})"
+    if kind is int and abs(value) < 1 << 62:
+        return f"np.int64({int.__repr__(value)})"
+    return _literal(value)
+
+
+def _literal(value: Any) -> str | None:
+    """Python source of an exact bool, int or float, or None."""
     kind = type(value)
     if kind is bool:
         return repr(value)
