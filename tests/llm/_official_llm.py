@@ -241,8 +241,7 @@ def _optimum_job(variant: Variant, out_dir: Path) -> dict[str, Any]:
 
 
 def _command(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[str]:
-    if variant.tool == "optimum":
-        return _optimum_command([variant], params, ckpt, {variant.name: out_dir})
+    """The command line of ``variant``'s tool (export_llama or export_llm) as a user runs it."""
     if variant.tool == "export_llama":
         return [
             sys.executable, "-m", "executorch.examples.models.llama.export_llama",
@@ -252,7 +251,8 @@ def _command(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[
         ]  # fmt: skip
     config = json.loads(json.dumps(_EXPORT_LLM))
     config["base"] |= {"params": str(params), "checkpoint": str(ckpt)}
-    config["export"] |= {"output_dir": str(out_dir), "output_name": "model.pte"}
+    # (the name, as -n's, is a path from the current folder, which a batch does not set)
+    config["export"] |= {"output_dir": str(out_dir), "output_name": str(out_dir / "model.pte")}
     (out_dir / "config.yaml").write_text(json.dumps(config))
     return [
         sys.executable, "-m", "executorch.extension.llm.export.export_llm",
@@ -292,7 +292,9 @@ def _key(variant: Variant, banned: Sequence[int]) -> str:
 
 # Runs export_llama's command line once per job in one process: the tool's imports
 # (torch, torchao, the XNNPACK partitioner; ~8 s of CPU) are paid once for every
-# variant instead of once each. Each job seeds torch as the tool's main does.
+# variant instead of once each. Each job seeds torch as the tool's main does. The
+# export_llm jobs come last, through export_llama's own --hydra route (it runs
+# export_llm's module in its process): Hydra then configures logging for the process.
 _EXPORT_LLAMA_BATCH = (
     _SHARE_PROVENANCE
     + """
@@ -326,36 +328,44 @@ def _write_inputs(root: Path, banned: Sequence[int]) -> tuple[Path, Path]:
     return params, ckpt
 
 
-# Tools whose variants are made together, in one process per tool (see the batch scripts).
-BATCHED_TOOLS = ("export_llama", "optimum")
+# The process each tool's variants are made in, all of a batch together (see the batch
+# scripts): export_llm's in export_llama's, through its --hydra flag.
+BATCH_OF = {"export_llama": "export_llama", "export_llm": "export_llama", "optimum": "optimum"}
 
 
-def _export_batch(tool: str, variants: list[Variant], banned: Sequence[int]) -> dict[str, bytes]:
-    """The ``.pte`` bytes of every variant in ``variants`` (all of ``tool``), from one process."""
+def _export_llama_job(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[str]:
+    """``variant``'s arguments to export_llama's main (after ``python -m module``)."""
+    command = _command(variant, params, ckpt, out_dir)
+    if variant.tool == "export_llm":  # export_llama --hydra runs export_llm's main
+        return ["--hydra", *command[3:]]
+    return command[3:]
+
+
+def _export_batch(batch: str, variants: list[Variant], banned: Sequence[int]) -> dict[str, bytes]:
+    """The ``.pte`` bytes of every variant in ``variants`` (all of ``batch``), from one process."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         params, ckpt = _write_inputs(root, banned)
         out_dirs = {v.name: root / v.name for v in variants}
         for out_dir in out_dirs.values():
             out_dir.mkdir()
-        if tool == "optimum":
+        if batch == "optimum":
             command = _optimum_command(variants, params, ckpt, out_dirs)
         else:
             jobs = [
-                # export_llama's arguments after "python -m module"
                 (
-                    _command(v, params, ckpt, out_dirs[v.name])[3:],
+                    _export_llama_job(v, params, ckpt, out_dirs[v.name]),
                     str(out_dirs[v.name] / "error.txt"),
                 )
-                for v in variants
+                for v in sorted(variants, key=lambda v: v.tool == "export_llm")
             ]
             command = [sys.executable, "-c", _EXPORT_LLAMA_BATCH, json.dumps(jobs)]
-        _run(command, root, tool)
+        _run(command, root, batch)
         built = {}
         for v in variants:
             error = out_dirs[v.name] / "error.txt"
             if error.exists():
-                raise RuntimeError(f"{tool} failed on {v.name}:\n{error.read_text()[-4000:]}")
+                raise RuntimeError(f"{v.tool} failed on {v.name}:\n{error.read_text()[-4000:]}")
             built[v.name] = (out_dirs[v.name] / "model.pte").read_bytes()
         return built
 
@@ -363,25 +373,20 @@ def _export_batch(tool: str, variants: list[Variant], banned: Sequence[int]) -> 
 def export(variant: Variant, banned: Sequence[int]) -> bytes:
     """The ``.pte`` bytes of ``variant`` (made once, then read from the cache).
 
-    The first variant of a batched tool missing from the cache makes every missing one
-    of that tool in one process (see _EXPORT_LLAMA_BATCH, _OPTIMUM_BATCH) and caches them
-    all."""
+    The first variant of a batch missing from the cache makes every missing one of that
+    batch in one process (see BATCH_OF, _EXPORT_LLAMA_BATCH, _OPTIMUM_BATCH) and caches
+    them all."""
+    batch = BATCH_OF[variant.tool]
 
     def build() -> bytes:
-        if variant.tool in BATCHED_TOOLS:
-            missing = [
-                v
-                for v in VARIANTS.values()
-                if v.tool == variant.tool and v != variant and not _cache_path(v, banned).exists()
-            ]
-            built = _export_batch(variant.tool, [variant, *missing], banned)
-            for v in missing:
-                official.cached_file(_cache_path(v, banned), lambda v=v: built[v.name])
-            return built[variant.name]
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            params, ckpt = _write_inputs(root, banned)
-            _run(_command(variant, params, ckpt, root), root, f"{variant.tool} on {variant.name}")
-            return (root / "model.pte").read_bytes()
+        missing = [
+            v
+            for v in VARIANTS.values()
+            if BATCH_OF[v.tool] == batch and v != variant and not _cache_path(v, banned).exists()
+        ]
+        built = _export_batch(batch, [variant, *missing], banned)
+        for v in missing:
+            official.cached_file(_cache_path(v, banned), lambda v=v: built[v.name])
+        return built[variant.name]
 
     return official.cached_file(_cache_path(variant, banned), build)
