@@ -38,7 +38,7 @@ from pyexecutorch.exir.graph_utils import (
     updated_signature,
 )
 from pyexecutorch.exir.memory_planning import MemoryPlanningPass
-from pyexecutorch.exir.passes.const_fold import fold_constants
+from pyexecutorch.exir.passes.const_fold import fold_constants, lift_constant_attrs
 from pyexecutorch.exir.passes.debug_handles import assign_debug_handles
 from pyexecutorch.exir.passes.decompose import decompose
 from pyexecutorch.exir.passes.dim_order import to_dim_order_ops
@@ -435,6 +435,7 @@ def _to_executorch_program(
         signature = fuse_quantized_embeddings(gm, signature, fake_mode)
     signature = fold_batch_norm(gm, signature, fake_mode)
     signature = fold_constants(gm, signature, fake_mode)
+    signature, constants = lift_constant_attrs(gm, signature, ep.constants)
     for p in pre_memory_planning_passes(config, name):
         gm = run_pass(p, gm)
     if hasattr(planner, "enable_non_cpu_memory_planning"):  # the official pass's attribute
@@ -446,7 +447,7 @@ def _to_executorch_program(
     if isinstance(res, PassResult):
         gm = res.graph_module
     _recompile(gm)
-    new_ep = rebuild(ep, gm, updated_signature(signature, gm))
+    new_ep = rebuild(ep, gm, updated_signature(signature, gm), constants=constants)
     new_ep.graph_module.meta.update(gm.meta)
     return new_ep
 

@@ -729,12 +729,17 @@ class MethodEmitter(ControlFlowEmitter):
         if mutable:
             return self._mutable_buffer(node, spec, fqn, tensor)
 
-        tag = None if target in self._lifted else self._external_tag(node)
+        # A lifted constant stays in the program unless it is a folded weight: its
+        # spec names the weights it was computed from (const_fold.derived_name).
+        lifted = self._lifted.get(target)
+        derived = spec.fqn if lifted is not None and spec.fqn not in (None, lifted) else None
+        tag = None if lifted is not None and derived is None else self._external_tag(node)
         if tag is None and self.external_mutable_weights and fqn in self._trained:
             tag = DEFAULT_EXTERNAL_TAG
         if tag is None and is_external(spec_extra_info(spec)):
             tag = DEFAULT_EXTERNAL_TAG
-        index = self._const_tensor(tensor, spec, external=(tag, fqn) if tag is not None else None)
+        name = derived or fqn
+        index = self._const_tensor(tensor, spec, external=(tag, name) if tag is not None else None)
         self._spec_values[id(spec)] = index
         return index
 

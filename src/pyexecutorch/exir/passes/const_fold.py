@@ -1,8 +1,10 @@
 """Constant folding: operators whose inputs are all constants run at export.
 
 Typical case: ``permute_copy(weight)`` in front of every linear layer.  The
-result becomes a constant (a ``get_attr`` node with a ``const`` spec); the
-runtime neither computes it on each call nor plans memory for it.  A fold is
+result becomes a constant (a ``get_attr`` node with a ``const`` spec, which
+:func:`lift_constant_attrs` then makes a lifted constant input of the method, as
+the official ``constant_prop_pass`` leaves its results); the runtime neither
+computes it on each call nor plans memory for it.  A fold is
 only done when it does not grow the program (the result is no larger than the
 constant inputs it replaces, or is tiny), and constants left unused are
 dropped from the method.
@@ -15,7 +17,12 @@ import re
 from typing import Any
 
 import torch
-from torch.export.graph_signature import ExportGraphSignature, InputKind
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    TensorArgument,
+)
 from torch.fx import GraphModule, Node
 from torch.utils import _pytree as pytree
 
@@ -214,7 +221,9 @@ def add_constant(
     constant is a weight that ``external_constants`` moves to the ``.ptd``."""
     gm.register_buffer(name, value, persistent=False)
     with gm.graph.inserting_before(before):
-        const = gm.graph.get_attr(name)
+        # (the node's own name leaves ``name`` free for the placeholder that
+        # lift_constant_attrs makes of it)
+        const = gm.graph.create_node("get_attr", name, name=f"{name}_attr")
     const.meta.update(
         {
             k: v
@@ -267,3 +276,52 @@ def fold_constants(
     gm.graph.eliminate_dead_code()
     # Constant inputs nothing reads any more are dropped from the method.
     return drop_unused_constants(gm, signature)
+
+
+def lift_constant_attrs(
+    gm: GraphModule, signature: ExportGraphSignature, constants: dict[str, Any]
+) -> tuple[ExportGraphSignature, dict[str, Any]]:
+    """The method's tensor ``get_attr`` constants (folded weights) become lifted
+    constant inputs, as the official ``constant_prop_pass`` makes its results: a
+    placeholder with a ``CONSTANT_TENSOR`` input spec, its value in ``constants``.
+    Inserted before the user inputs; each keeps its node's spec (``const``, and the
+    ``fqn`` of the weights it stands for). Control-flow submodules keep theirs."""
+    attrs = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "get_attr" and isinstance(_attr(gm, n.target), torch.Tensor)
+    ]
+    if not attrs:
+        return signature, constants
+    specs = list(signature.input_specs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    at = next((i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT), len(specs))
+    anchor = placeholders[at] if at < len(placeholders) else None
+    constants = dict(constants)
+    new_specs = []
+    for attr in attrs:
+        value = _attr(gm, attr.target)
+        if anchor is not None:
+            ctx = gm.graph.inserting_before(anchor)
+        else:
+            last = placeholders[-1] if placeholders else None
+            ctx = (
+                gm.graph.inserting_after(last) if last is not None else gm.graph.inserting_before()
+            )
+        with ctx:
+            node = gm.graph.placeholder(attr.target)
+        node.target = node.name
+        if anchor is None:
+            placeholders.append(node)
+        node.meta.update(attr.meta)
+        attr.replace_all_uses_with(node)
+        gm.graph.erase_node(attr)
+        delattr(gm, attr.target)
+        constants[node.name] = value
+        new_specs.append(
+            InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name=node.name), node.name)
+        )
+    specs[at:at] = new_specs
+    return ExportGraphSignature(
+        input_specs=specs, output_specs=list(signature.output_specs)
+    ), constants
