@@ -441,12 +441,12 @@ def test_unsupported_forms_are_logged_one_line_per_node(caplog):
         to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
     lines = [r.getMessage() for r in caplog.records if "to portable" in r.getMessage()]
     assert lines == [
-        "XNNPACK leaves _softmax (aten::_softmax.default) to portable: "
+        "XNNPACK leaves aten__softmax_default (aten::_softmax.default) to portable: "
         "SoftmaxConfig: softmax over dim 0 of a rank-2 tensor (last dim only)",
-        "XNNPACK leaves add (aten::add.Tensor) to portable: AddConfig: alpha=2 (XNNPACK takes "
+        "XNNPACK leaves aten_add_tensor (aten::add.Tensor) to portable: AddConfig: alpha=2 (XNNPACK takes "
         "alpha=1 only)",
-        "XNNPACK leaves pow_1 (aten::pow.Tensor_Scalar) to portable: PowConfig: power 3 (2 only)",
-        "XNNPACK leaves gelu (aten::gelu.default) to portable: GeluConfig: GELU "
+        "XNNPACK leaves aten_pow_tensor_scalar (aten::pow.Tensor_Scalar) to portable: PowConfig: power 3 (2 only)",
+        "XNNPACK leaves aten_gelu_default (aten::gelu.default) to portable: GeluConfig: GELU "
         "approximate='tanh' (XNNPACK has the erf form only)",
     ]
 
@@ -519,7 +519,7 @@ def test_to_backend_whole_program_refuses_what_xnnpack_lacks():
     with pytest.raises(PreprocessError) as err:
         to_backend("XnnpackBackend", to_edge(ep).exported_program(), [])
     assert str(err.value) == (
-        "XnnpackBackend cannot serialize node cumsum (aten::cumsum.default): no XNNPACK visitor"
+        "XnnpackBackend cannot serialize node aten_cumsum_default (aten::cumsum.default): no XNNPACK visitor"
     )
 
 
@@ -534,8 +534,8 @@ def test_convolution_weight_read_elsewhere_stays_portable(caplog):
     with caplog.at_level(logging.DEBUG, logger="pyexecutorch.backends.xnnpack"):
         edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
     assert (
-        "XNNPACK leaves convolution (aten::convolution.default) to portable: its constant "
-        "p_mods_0_weight is also read outside this delegate"
+        "XNNPACK leaves aten_convolution_default (aten::convolution.default) to portable: its "
+        "constant p_mods_0_weight is also read outside this delegate"
     ) in caplog.text
     info = get_delegation_info(edge.exported_program().graph_module)
     assert (info.num_delegated_subgraphs, info.num_delegated_nodes) == (1, 1)  # the relu
