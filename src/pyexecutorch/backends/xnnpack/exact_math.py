@@ -66,7 +66,7 @@ def _flush(v: NDArray) -> NDArray:
     return np.where(np.abs(v) < _TINY, np.copysign(_F32(0.0), v), v)
 
 
-def _fma(a: NDArray | np.float32, b: NDArray | np.float32, c: NDArray | np.float32) -> NDArray:
+def fma(a: NDArray | np.float32, b: NDArray | np.float32, c: NDArray | np.float32) -> NDArray:
     """float32 ``a * b + c`` rounded once, as the CPU's fused multiply-add."""
     p = np.multiply(a, b, dtype=_F64)  # exact: 24 + 24 bits
     s = np.add(p, c, dtype=_F64)
@@ -98,16 +98,16 @@ def _trig(x: NDArray, cosine: bool) -> NDArray:
     t = _TRIG
     with np.errstate(invalid="ignore", over="ignore"):
         k = np.rint(x * t["inv_2pi"])
-        r = _fma(-k, t["two_pi_hi"], x)
-        r = _fma(-k, t["two_pi_lo"], r)
+        r = fma(-k, t["two_pi_hi"], x)
+        r = fma(-k, t["two_pi_lo"], r)
         if cosine:
             r = t["half_pi"] - r
         r = np.minimum(r, t["pi"] - r)
         r = np.maximum(r, -t["pi"] - r)
         r = np.minimum(r, t["pi"] - r)
         r2 = r * r
-        p = r * _fma(r2, _fma(r2, t["a5"], t["a3"]), _ONE)
-        q = _fma(r2, _fma(r2, t["b4"], t["b2"]), _ONE)
+        p = r * fma(r2, fma(r2, t["a5"], t["a3"]), _ONE)
+        q = fma(r2, fma(r2, t["b4"], t["b2"]), _ONE)
         return p / q
 
 
@@ -128,14 +128,14 @@ def sigmoid_avx512f(x: NDArray) -> NDArray:
     s = _SIG
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
         z = -np.abs(x)
-        n = _fma(z, s["log2e"], s["magic_bias"])
+        n = fma(z, s["log2e"], s["magic_bias"])
         table = _SIG_TABLE[n.view(np.uint32) & 31]  # 2**(n mod 1), n in 32nds
         n = n - s["magic_bias"]
-        t = _fma(n, s["minus_ln2_hi"], z)
-        t = _fma(n, s["minus_ln2_lo"], t)
-        p = _fma(t, s["c2"], s["c1"])
+        t = fma(n, s["minus_ln2_hi"], z)
+        t = fma(n, s["minus_ln2_lo"], t)
+        p = fma(t, s["c2"], s["c1"])
         t = t * table
-        p = _fma(t, p, table)
+        p = fma(t, p, table)
         # (past 2**-1000 every result is 0; NaN's exponent is any)
         whole = np.maximum(np.nan_to_num(np.floor(n), nan=0.0), _F32(-1000.0))
         e = _flush(np.ldexp(p, whole.astype(np.int32)))  # scalef: p * 2**floor(n)
@@ -169,15 +169,15 @@ def sigmoid_avx2(x: NDArray) -> NDArray:
     s = _P5
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
         z = -np.abs(x)
-        n = _fma(z, s["log2e"], s["magic_bias"])
+        n = fma(z, s["log2e"], s["magic_bias"])
         scale = (n.view(np.uint32) << np.uint32(23)).view(_F32)  # 2**n (vpslld)
         n = n - s["magic_bias"]
-        t = _fma(n, s["minus_ln2"], z)
-        p = _fma(s["c5"], t, s["c4"])
+        t = fma(n, s["minus_ln2"], z)
+        p = fma(s["c5"], t, s["c4"])
         for c in ("c3", "c2", "c1"):
-            p = _fma(p, t, s[c])
+            p = fma(p, t, s[c])
         t = _flush(t * scale)
-        e = _flush(_fma(t, p, scale))
+        e = _flush(fma(t, p, scale))
         f = _flush(e / (e + _ONE))
         f = np.where(z < s["denorm_cutoff"], _F32(0.0), f)
         return np.where(np.signbit(x), f, _ONE - f)

@@ -436,11 +436,37 @@ def _pad(b: Builder, n: S.XNNStaticConstantPad, node: S.XNode) -> None:
 # matrix products -----------------------------------------------------
 
 
+# XNNPACK's float32 GEMM microkernels (the broadcast ones it picks on x86-64, AVX2 and
+# AVX-512 alike) start each output at its bias and add the depth's products one at a time,
+# each a fused multiply-add: a BLAS sums in another order, some ulps apart (an LLM's logits
+# ~10 ulps, past 1e-5 at |12|). The numpy tier follows that order up to this many
+# multiply-adds a product (a numpy pass per depth step is slow past it); the compiled
+# tier's products are BLAS's.
+EXACT_GEMM_LIMIT = 1 << 20
+
+
+def sequential_fma_product(a: NDArray, w: NDArray, bias: NDArray | None) -> NDArray:
+    """float32 ``a @ w + bias`` as XNNPACK's GEMM computes it: from the bias, the depth's
+    products added in order, each rounded once (``a`` [m, k], ``w`` [k, n])."""
+    m, n = a.shape[0], w.shape[1]
+    acc = np.zeros((m, n), _F32) if bias is None else np.broadcast_to(bias, (m, n))
+    for k in range(a.shape[1]):
+        acc = exact_math.fma(a[:, k : k + 1], w[k], acc)
+    return np.asarray(acc, _F32)
+
+
 def _matmul_into(
     out2d: NDArray, a: NDArray, w: NDArray, bias: NDArray | None, lo: float, hi: float
 ) -> None:
     """out2d = a @ w (+ bias), clamped; computed in float32 for half-precision outputs."""
-    if out2d.dtype == _F32:
+    if (
+        out2d.dtype == _F32
+        and a.dtype == w.dtype == _F32
+        and a.size * w.shape[1] <= EXACT_GEMM_LIMIT
+    ):
+        np.copyto(out2d, sequential_fma_product(a, w, bias))
+        clamp_array(out2d, lo, hi)
+    elif out2d.dtype == _F32:
         np.matmul(a, w, out=out2d)
         if bias is not None:
             np.add(out2d, bias, out=out2d)
