@@ -375,4 +375,7 @@ def test_unsupported_quantize_from_convert_pt2e_names_the_quantized_op_line():
     assert f"quantized_decomposed.{_UNSUPPORTED}.default at " in message
     assert _line_of(_OneLinear, "self.fc(x)") in message
     # The node's name as to_edge left it, and the (decomposed) linear lending its line.
-    assert re.search(rf"\(node {_UNSUPPORTED}\w* quantizes (addmm|linear)\w*\)", message)
+    assert re.search(
+        rf"\(node quantized_decomposed_{_UNSUPPORTED}\w* quantizes aten_(addmm|linear)\w*\)",
+        message,
+    )
