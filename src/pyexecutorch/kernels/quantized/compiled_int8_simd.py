@@ -133,19 +133,21 @@ def _byte_pointer(p: Any) -> bool:
     return isinstance(p, types.CPointer) and p.dtype in (types.int8, types.uint8)
 
 
+def _unaligned_load(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+    """Codegen of a byte vector's load at ``pointer + index`` (``args``), no alignment."""
+    address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
+    value = builder.load(address)
+    value.align = 1
+    return value
+
+
 @intrinsic
 def load_bytes(typingctx: Any, p: Any, i: Any) -> Any:
     """The ``4 L`` bytes at ``p + i`` (``p`` an int8/uint8 pointer; no alignment needed)."""
     if not (_byte_pointer(p) and isinstance(i, types.Integer)):
         return None
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
-        value = builder.load(address)
-        value.align = 1
-        return value
-
-    return BYTE_VECTOR(p, i), codegen
+    return BYTE_VECTOR(p, i), _unaligned_load
 
 
 def _splat(builder: Any, value: Any, vty: ir.VectorType) -> Any:
@@ -160,13 +162,7 @@ def load_weights(typingctx: Any, p: Any, i: Any) -> Any:
     if not (_byte_pointer(p) and isinstance(i, types.Integer)):
         return None
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
-        value = builder.load(address)
-        value.align = 1
-        return value
-
-    return WEIGHT_VECTOR(p, i), codegen
+    return WEIGHT_VECTOR(p, i), _unaligned_load
 
 
 @intrinsic
