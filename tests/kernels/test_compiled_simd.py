@@ -313,3 +313,27 @@ def test_sub_and_neg(dtype):
     np.testing.assert_array_equal(out[:lanes], a - b)
     np.testing.assert_array_equal(out[lanes:], -a)
     assert np.signbit(out[lanes])  # -(0.0) is -0.0
+
+
+@numba.njit
+def _transpose(a, out, i, rows, j, cols):  # noqa: ANN001, ANN202
+    simd.transpose_square(a, i, rows, out, j, cols)  # arrays
+    simd.transpose_square(simd.pointer(out), j, cols, simd.pointer(a), i + 1, rows)  # pointers
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transpose_square_moves_a_block_transposed_and_nothing_else(dtype):
+    lanes = simd.lanes(dtype)
+    rows, cols = lanes + 3, 2 * lanes + 1  # (strides that are no multiple of the lanes)
+    a = np.arange(1, lanes * rows + 8, dtype=dtype)
+    out = np.full(lanes * cols + 8, -1, dtype)
+    original = a.copy()
+    _transpose(a, out, 2, rows, 5, cols)
+    block = original[2 : 2 + lanes * rows].reshape(lanes, rows)[:, :lanes]
+    expected = np.full_like(out, -1)
+    expected[5 : 5 + lanes * cols].reshape(lanes, cols)[:, :lanes] = block.T
+    np.testing.assert_array_equal(out, expected)
+    # moved back transposed, one element on: the block itself there, the rest untouched
+    back = original.copy()
+    back[3 : 3 + lanes * rows].reshape(lanes, rows)[:, :lanes] = block
+    np.testing.assert_array_equal(a, back)

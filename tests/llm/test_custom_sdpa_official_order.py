@@ -33,7 +33,17 @@ CASES = {
     "split-dims": (2, 1, 20, 40, [(6, 0, True), (1, 6, True), (1, 7, True), (7, 9, False)]),
     "odd-dims": (2, 2, 18, 40, [(5, 0, True), (1, 5, True), (1, 6, True), (9, 20, True)]),
     "long": (8, 2, 64, 512, [(12, 100, True), (1, 300, True), (1, 500, True), (1, 511, True)]),
+    "long-prefill": (8, 2, 64, 512, [(142, 0, True), (1, 142, True), (40, 143, True)]),
+    "non-finite": (4, 2, 16, 64, [(8, 0, True), (6, 8, True), (1, 14, True), (9, 15, False)]),
 }  # fmt: skip
+# (case, "key" or "value", position, kv head, dim) -> value: an infinite or NaN value at a
+# position a causal prefill masks for its first rows (0 * inf is NaN there), and a key
+NON_FINITE = {
+    ("non-finite", "value", 3, 0, 5): np.inf,
+    ("non-finite", "value", 10, 1, 2): np.nan,
+    ("non-finite", "value", 20, 1, 0): -np.inf,
+    ("non-finite", "key", 12, 1, 7): np.inf,
+}
 
 OFFICIAL_SCRIPT = """
 import sys
@@ -60,6 +70,9 @@ def _inputs() -> dict[str, np.ndarray]:
         data[f"{name}/key"] = rng.standard_normal((1, length, hkv, d)).astype(F32)
         data[f"{name}/value"] = rng.standard_normal((1, length, hkv, d)).astype(F32)
         data[f"{name}/calls"] = np.array(len(calls))
+        for (case, cache, position, head, dim), x in NON_FINITE.items():
+            if case == name:
+                data[f"{name}/{cache}"][0, position, head, dim] = x
         for call, (seq, start, causal) in enumerate(calls):
             data[f"{name}/{call}/query"] = rng.standard_normal((1, seq, hq, d)).astype(F32)
             data[f"{name}/{call}/where"] = np.array([start, causal])

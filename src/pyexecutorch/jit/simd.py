@@ -572,3 +572,54 @@ def neg(typingctx: Any, a: Any) -> Any:
         return builder.fneg(args[0])
 
     return a(a), codegen
+
+
+@intrinsic
+def transpose_square(
+    typingctx: Any, src: Any, i: Any, src_stride: Any, dst: Any, j: Any, dst_stride: Any
+) -> Any:
+    """``dst[j + c * dst_stride + r] = src[i + r * src_stride + c]`` for ``r, c < L``: an
+    ``L x L`` block moved transposed, ``L`` row loads and ``L`` row stores with
+    ``log2(L)`` rounds of two-source lane shuffles between them in registers (a scalar
+    copy would load and store each element alone). ``src`` and ``dst`` are flat arrays or
+    pointers of one float type."""
+    ok = _flat_array(src) and _flat_array(dst) and src.dtype == dst.dtype
+    if not (ok and all(isinstance(x, types.Integer) for x in (i, src_stride, j, dst_stride))):
+        return None
+    vector = _vector_of(src.dtype)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        count = vector.count
+        i64 = ir.IntType(64)
+        src_t, _, _, dst_t = signature.args[:4]
+        source, first, sstride, target, tfirst, tstride = (
+            builder.sext(a, i64) if isinstance(a.type, ir.IntType) and a.type.width < 64 else a
+            for a in args
+        )
+        rows = []
+        for r in range(count):
+            at = builder.add(first, builder.mul(sstride, ir.Constant(i64, r)))
+            value = builder.load(_address(context, builder, src_t, source, at))
+            value.align = vector.dtype.bitwidth // 8
+            rows.append(value)
+        # Round ``m`` swaps bit ``m`` of the row index with bit ``m`` of the lane index
+        # (element (r, c) goes to (c, r) once every bit has been swapped).
+        indices = ir.VectorType(ir.IntType(32), count)
+        m = count // 2
+        while m:
+            low = ir.Constant(indices, [c if not c & m else count + c - m for c in range(count)])
+            high = ir.Constant(indices, [c + m if not c & m else count + c for c in range(count)])
+            for r in range(count):
+                if r & m:
+                    continue
+                a, b = rows[r], rows[r + m]
+                rows[r] = builder.shuffle_vector(a, b, low)
+                rows[r + m] = builder.shuffle_vector(a, b, high)
+            m //= 2
+        for c in range(count):
+            at = builder.add(tfirst, builder.mul(tstride, ir.Constant(i64, c)))
+            done = builder.store(rows[c], _address(context, builder, dst_t, target, at))
+            done.align = vector.dtype.bitwidth // 8
+        return context.get_dummy_value()
+
+    return types.void(src, i, src_stride, dst, j, dst_stride), codegen
