@@ -149,3 +149,80 @@ def test_openmp_spin_setting_is_scoped_to_numbas_start(preset, after):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["True", after]
+
+
+_LAYER_CHOICE = """
+import sys
+if sys.argv[1] == "torch":
+    import torch  # loads torch's libgomp before numba's threading layer starts
+    torch.ones(64, 64) @ torch.ones(64, 64)
+import numpy as np
+from pyexecutorch.jit import numba_env
+numba = numba_env.numba_module()
+numba_env.set_threads(2)
+from numba.np.ufunc.parallel import _get_thread_id
+
+@numba.njit(parallel=True)
+def owners(out):
+    for i in numba.prange(out.size):
+        out[i] = _get_thread_id()
+
+out = np.full(2, -1, np.int64)
+owners(out)
+runtime = numba_env.loaded_openmp_runtime()
+print(numba.threading_layer(), sorted(set(out.tolist())), runtime is not None)
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "preset", "layer", "openmp_loaded"),
+    [
+        ("nothing", None, "omp", True),  # numba's own libgomp, spin count set as it loads
+        ("torch", None, "workqueue", True),  # torch's libgomp spins as torch set it up
+        ("torch", "omp", "omp", True),  # the user's choice of threading layer is kept
+    ],
+)
+def test_threading_layer_avoids_a_libgomp_loaded_before_it(first, preset, layer, openmp_loaded):
+    # numba's OpenMP layer binds to a libgomp already loaded (torch's), whose spin setting
+    # was read at torch's import: the loops then run on numba's work queue instead, on
+    # both threads
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("numba")
+    if first == "torch":
+        pytest.importorskip("torch")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two cores")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "NUMBA_THREADING_LAYER")
+    }
+    if preset is not None:
+        env["NUMBA_THREADING_LAYER"] = preset
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAYER_CHOICE, first],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": src},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == f"{layer} [0, 1] {openmp_loaded}", proc.stdout
+
+
+def test_loaded_openmp_runtime_reads_the_process_mappings(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f00-7f01 r-xp 00000000 08:01 12 /usr/lib/x86_64-linux-gnu/libm.so.6\n"
+        "7f02-7f03 rw-p 00000000 00:00 0 \n"
+        "7f04-7f05 r-xp 00000000 08:01 13 /opt/my libs/torch/lib/libgomp-a34b3233.so.1\n"
+    )
+    found = numba_env.loaded_openmp_runtime(str(maps))
+    assert found == "/opt/my libs/torch/lib/libgomp-a34b3233.so.1"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 12 /usr/lib/libm.so.6\n")
+    assert numba_env.loaded_openmp_runtime(str(maps)) is None
+    assert numba_env.loaded_openmp_runtime(str(tmp_path / "absent")) is None
