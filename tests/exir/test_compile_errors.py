@@ -92,13 +92,37 @@ class Dyn(nn.Module):
         return torch.relu(x) + 1
 
 
-def test_dynamic_dim_without_upper_bound():
+def test_dynamic_dim_without_upper_bound_is_planned_at_the_example():
+    # As the official exporter: torch bounds the size by int_oo, the plan takes the
+    # example's size (with a warning), and the runtime refuses anything larger.
+    from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
+
     ep = torch.export.export(Dyn(), (torch.randn(4, 3),), dynamic_shapes=({0: Dim("batch")},))
+    with pytest.warns(UserWarning, match=r"no upper bound: .* example's size 4.*max="):
+        et = to_edge(ep).to_executorch()
+    plan = et.executorch_program.execution_plan[0]
+    assert list(plan.values[plan.inputs[0]].val.sizes) == [4, 3]
+    module = _load_for_executorch_from_buffer(et.buffer)
+    for rows in (4, 1, 3):
+        x = torch.randn(rows, 3)
+        assert torch.equal(module.forward((x,))[0], Dyn()(x))
+    with pytest.raises(RuntimeError, match=r"size 5 in dimension 0, above its upper bound 4"):
+        module.forward((torch.randn(5, 3),))
+
+
+def test_unbacked_size_without_upper_bound():
+    class OnesOfLength(nn.Module):
+        def forward(self, n):
+            length = n.item()
+            torch._check(length >= 0)
+            return torch.ones(length) + 1
+
+    ep = torch.export.export(OnesOfLength(), (torch.tensor(3),))
     with pytest.raises(DynamicShapeError) as info:
         to_edge(ep).to_executorch()
     msg = str(info.value)
-    assert "no upper bound" in msg and "Dim(" in msg and "max=" in msg
-    assert "'x'" in msg or "relu" in msg
+    assert "no upper bound" in msg and "Dim(" in msg and "torch._check" in msg
+    assert "ones" in msg or "add" in msg
 
 
 def test_dynamic_dim_with_upper_bound_is_planned_at_the_bound():

@@ -163,6 +163,73 @@ def test_to_executorch_twice_and_configs():
             assert (u == v).all()
 
 
+def test_to_executorch_shows_the_plan_on_the_callers_manager():
+    # As the official manager, which plans its programs in place: the edge manager's
+    # exported_program() is the planned program afterwards, while lowering again,
+    # transforming and recording still start from the edge programs as they were.
+    from pyexecutorch.exir.etrecord import _edge_of
+
+    edge = to_edge(_export())
+    before = edge.exported_program()
+    edge_code = before.graph_module.code
+    first = edge.to_executorch(
+        ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(memory_planning_algo=naive))
+    )
+    shown = edge.exported_program()
+    assert shown is first.exported_program()
+    gm = shown.graph_module
+    assert (
+        gm.meta["non_const_buffer_sizes"]
+        == first.executorch_program.execution_plan[0].non_const_buffer_sizes
+    )
+    planned = [n for n in gm.graph.nodes if n.target is aten.addmm.out]
+    assert planned and planned[0].meta["spec"].mem_offset is not None
+    assert before.graph_module.code == edge_code and aten.addmm.out not in _targets(
+        before.graph_module
+    )
+    assert _edge_of(edge, "edge_dialect_program") is before
+    again = edge.to_executorch(
+        ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(memory_planning_algo=naive))
+    )
+    assert again.buffer == first.buffer
+    assert edge.exported_program() is again.exported_program()
+    transformed = edge.transform([lambda gm: None])
+    assert transformed.exported_program().graph_module.code == edge_code
+    x = torch.randn(2, 6)
+    for a, b in zip(official.OfficialRunner(first.buffer).run((x,)), _model()(x), strict=True):
+        assert np.allclose(a, b.detach().numpy(), atol=1e-6)
+
+
+def test_edge_graph_outputs_carry_their_values():
+    class Split(nn.Module):
+        def forward(self, x):
+            return torch.split(x, 10)
+
+    gm = to_edge(torch.export.export(Split(), (torch.randn(10),))).exported_program().graph_module
+    out = gm.graph.output_node()
+    assert isinstance(out.meta["val"], tuple) and len(out.meta["val"]) == 1
+    assert out.meta["val"][0].shape == (10,)
+
+
+def test_eval_upper_bound_falls_back_to_the_example():
+    from torch.export import Dim
+
+    from pyexecutorch.exir.sym_util import eval_shape_upper_bound, eval_upper_bound
+
+    linear = nn.Linear(6, 4)
+    bounded = torch.export.export(
+        linear, (torch.randn(3, 6),), dynamic_shapes=({0: Dim("b", max=9)},)
+    )
+    unbounded = torch.export.export(linear, (torch.randn(3, 6),), dynamic_shapes=({0: Dim("b")},))
+    for ep, bound in ((bounded, 9), (unbounded, 3)):
+        x = [n for n in ep.graph.nodes if n.op == "placeholder"][-1]
+        shape = x.meta["val"].shape
+        assert isinstance(shape[0], torch.SymInt)
+        assert eval_upper_bound(shape[0]) == bound
+        assert eval_shape_upper_bound(shape) == [bound, 6]
+    assert eval_upper_bound(7) == 7
+
+
 def test_buffer_write_to_file_and_dump(tmp_path):
     et = to_edge(_export()).to_executorch()
     f = io.BytesIO()

@@ -92,6 +92,15 @@ def meta_val(x: Any) -> Any:
     return pytree.tree_map_only(Node, lambda n: n.meta.get("val"), x)
 
 
+def record_output_values(gm: GraphModule) -> None:
+    """Every graph's output node carries the values it returns (``meta["val"]``, a
+    tuple), as the official edge graphs' do: code reading a graph's results finds them
+    there."""
+    for g in graph_modules(gm):
+        out = g.graph.output_node()
+        out.meta["val"] = meta_val(out.args[0])
+
+
 _VIEW_OF_COPY: dict[Any, Any] = {}
 
 

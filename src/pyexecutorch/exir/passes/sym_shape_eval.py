@@ -3,12 +3,15 @@
 ``ConstraintBasedSymShapeEvalPass`` (the default, as in the official exporter)
 bounds each symbolic size with the value ranges torch.export recorded
 (``Dim(..., max=...)``); ``HintBasedSymShapeEvalPass`` uses the example
-inputs' sizes instead.  An unbounded dimension is an error: it names the
-operator, the user's source line and the fix.
+inputs' sizes instead.  A dimension torch bounds by nothing (``int_oo``: a ``Dim``
+without ``max``) is planned at its example's size, as the official pass does, with
+a warning; one with no example size either (unbacked, data-dependent) is an error
+naming the operator, the user's source line and the fix.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import sympy
@@ -80,17 +83,32 @@ class ConstraintBasedSymShapeEvalPass(SymShapeEvalPass):
         # torch's int_oo is a sympy Number claiming to be finite: test the type.
         if isinstance(upper, (int, sympy.Integer)):
             return int(upper)
-        raise _Unbounded
+        hint = trace_hint(value)
+        if hint is None:
+            raise _Unbounded
+        warnings.warn(
+            f"dynamic size {node.expr} has no upper bound: its memory is planned for the "
+            f"example's size {hint}, and a larger input is refused at run time; give its "
+            "torch.export.Dim a max= to plan for more",
+            stacklevel=2,
+        )
+        return hint
+
+
+def trace_hint(value: Any) -> int | None:
+    """The size ``value`` had in the example inputs; None for an unbacked symbol."""
+    hint = value.node.hint
+    if hint is None:
+        try:
+            hint = value.node.shape_env.size_hint(value.node.expr)
+        except Exception:  # unbacked symbols have no hint
+            hint = None
+    return None if hint is None else int(hint)
 
 
 class HintBasedSymShapeEvalPass(SymShapeEvalPass):
     def upper_bound(self, value: Any) -> int:
-        hint = value.node.hint
-        if hint is None:
-            try:
-                hint = value.node.shape_env.size_hint(value.node.expr)
-            except Exception:  # unbacked symbols have no hint
-                hint = None
+        hint = trace_hint(value)
         if hint is None:
             raise _Unbounded
-        return int(hint)
+        return hint
