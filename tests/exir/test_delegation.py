@@ -421,6 +421,48 @@ def test_tags_must_form_one_piece():
         _edge().to_backend(Gappy())
 
 
+class _SharedConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("const", torch.arange(4.0).reshape(2, 2))
+
+    def forward(self, x):
+        return x + self.const, x - self.const
+
+
+class _TagAddWithItsConstant(Partitioner):
+    """Tags the addition and the constant it shares with the subtraction."""
+
+    def __init__(self, no_copy: bool) -> None:
+        super().__init__()
+        self.no_copy = no_copy
+
+    def partition(self, exported_program):  # noqa: ANN001, ANN201
+        for node in exported_program.graph.nodes:
+            if node.target == aten.add.Tensor or node.name == "b_const":
+                node.meta[DELEGATION_TAG] = "tag0"
+                if node.op == "placeholder" and self.no_copy:
+                    node.meta["no_copy"] = True
+        return PartitionResult(exported_program, {"tag0": DelegationSpec("ExampleBackend", [])})
+
+
+def test_no_copy_constant_shared_outside_its_delegate_is_refused():
+    edge = to_edge(torch.export.export(_SharedConstant(), (torch.ones(2, 2),)))
+    with pytest.raises(RuntimeError) as info:
+        edge.to_backend(_TagAddWithItsConstant(no_copy=True))
+    assert isinstance(info.value, DelegationError)
+    # the official check's words, with the official node names
+    assert "is tagged with (tag0) but has user (aten_sub_tensor) which has tag (None)" in str(
+        info.value
+    )
+    # without no_copy the constant serves both: the delegate and the method each read it
+    lowered = edge.to_backend(_TagAddWithItsConstant(no_copy=False)).to_executorch()
+    for x in (torch.randn(2, 2), torch.ones(2, 2), torch.zeros(2, 2)):
+        got = Runtime().load_program(lowered.buffer).load_method("forward").execute([x.numpy()])
+        for a, b in zip(got, _SharedConstant()(x), strict=True):
+            np.testing.assert_array_equal(a, b.numpy())
+
+
 def test_compile_spec_values_are_bytes_or_str():
     assert CompileSpec("k", bytearray(b"v")).value == b"v"
     assert CompileSpec("k", "v").value == "v"  # official scripts pass str (stored as UTF-8)

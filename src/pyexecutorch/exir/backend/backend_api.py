@@ -260,6 +260,18 @@ def _check_tagged_nodes(name: str, method: str, tagged: ExportedProgram) -> None
                 "placeholder node for non-params, non-buffer, and non-tensor constants "
                 "should not be tagged"
             )
+        if node.op == "placeholder" and node.meta.get("no_copy", False):
+            # A weight marked no_copy is not duplicated for users outside its delegate.
+            tag = node.meta[DELEGATION_TAG]
+            for user in node.users:
+                users_tag = user.meta.get(DELEGATION_TAG)
+                if users_tag != tag:
+                    raise DelegationError(
+                        f"partitioner {name}, method {method!r}: constant data node ({node}) "
+                        f"is tagged with ({tag}) but has user ({user}) which has tag "
+                        f"({users_tag}); it is marked no_copy, so it cannot be copied for "
+                        "that user: tag the user too, or drop no_copy"
+                    )
 
 
 def _collect(method: str, ep: ExportedProgram, specs: dict[str, DelegationSpec]) -> list[Partition]:
