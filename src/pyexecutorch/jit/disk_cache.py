@@ -312,6 +312,8 @@ def _entry_rebuilder(library_class: type) -> Any:
         )
         for held in (env, *envs):
             codegen_.set_env(held.env_name, held)
-        return types.SimpleNamespace(entry_point=entry, library=library, environment=env)
+        return types.SimpleNamespace(
+            entry_point=entry, library=library, environment=env, symbols=symbols
+        )
 
     return rebuild_entry

@@ -48,7 +48,7 @@ import numpy as np
 from pyexecutorch.jit import disk_cache, generated, numba_env
 
 # Bump when what a record holds, or how it is read, changes.
-FORMAT = "2"
+FORMAT = "3"
 # The first item of a plain function's record (the rest: see write).
 _LIGHT = "plain entry point"
 _FOLDER = "functions"
@@ -95,7 +95,12 @@ def path_of(function: generated.GeneratedFunction, types: str) -> Path:
     ``types`` (see :func:`types_key`)."""
     digest = hashlib.sha256(f"{_machine()}\n{types}".encode()).hexdigest()[:20]
     module = function.module_name[len(generated.GENERATED_PREFIX) :]
-    return numba_env.cache_dir() / _FOLDER / f"{module}.{function.name}.{digest}.nbr"
+    return folder() / f"{module}.{function.name}.{digest}.nbr"
+
+
+def folder() -> Path:
+    """Where the records are kept (under the cache directory)."""
+    return numba_env.cache_dir() / _FOLDER
 
 
 def read(path: Path, plain: bool = False) -> Any:
@@ -128,7 +133,9 @@ def read(path: Path, plain: bool = False) -> Any:
             # Installing machine code needs numba's runtime (NRT) and no typing or lowering
             # registry: their refresh, which imports scipy.linalg, cost half a warm start
             disk_cache.runtime_once(context)
-            return disk_cache.entry_rebuilder()(context, payload[1:])
+            result = disk_cache.entry_rebuilder()(context, payload[1:-1])
+            result.return_type = payload[-1]
+            return result
         if plain:
             disk_cache.refresh_once(context)
         return rebuilder(context, payload)
@@ -156,7 +163,7 @@ def dispatcher_path(dispatcher: Any, types: str) -> Path | None:
         stamp = f"{py.__code__.co_filename}:{st.st_size}:{st.st_mtime_ns}:{generated.build_key()}"
     text = f"{_machine()}\n{types}\n{module}.{py.__qualname__}\n{stamp}\n{sorted(options.items())}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
-    return numba_env.cache_dir() / _FOLDER / f"{module}.{py.__qualname__}.{digest}.nbr"
+    return folder() / f"{module}.{py.__qualname__}.{digest}.nbr"
 
 
 def write(path: Path, result: Any, linkable: bool = False) -> None:
@@ -165,9 +172,12 @@ def write(path: Path, result: Any, linkable: bool = False) -> None:
     function a later compilation may call)."""
     if disk_cache.lazy_rebuilder() is None:
         return  # a numba whose results this module cannot read back
-    if result.library.has_dynamic_globals or any(not f.can_cache for f in result.lifted):
-        # as numba's cache: machine code holding this process's addresses is not kept
+    if not can_record(result):
         numba_env.logger.debug("not recording %s: it cannot be cached", path.name)
+        return
+    if getattr(result.library, "_compiled_object", None) is None:
+        # read from numba's own cache, which keeps it (numba's library holds no object)
+        numba_env.logger.debug("not recording %s: read from numba's cache", path.name)
         return
     from numba.core.serialize import dumps  # noqa: PLC0415
 
@@ -179,11 +189,32 @@ def write(path: Path, result: Any, linkable: bool = False) -> None:
         symbols = (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
         envs = tuple(result._find_referenced_environments())
         light = (name, object_code, symbols, fndesc.modname, fndesc.qualname)
-        write_data(path, dumps((_LIGHT, *light, result.environment, envs, result.reload_init)))
+        returns = result.signature.return_type
+        light += (result.environment, envs, result.reload_init, returns)
+        write_data(path, dumps((_LIGHT, *light)))
         return
     libdata, fndesc, env, signature, objectmode, lifted, _typeann, *rest = result._reduce()
     # (not numba's annotated source, which only inspect_types prints: 100 KB for a CNN)
     write_data(path, dumps((libdata, fndesc, env, signature, objectmode, lifted, "", *rest)))
+
+
+def can_record(result: Any) -> bool:
+    """Whether numba's compile ``result`` can be recorded: as numba's cache, not machine
+    code holding this process's addresses."""
+    return not result.library.has_dynamic_globals and all(f.can_cache for f in result.lifted)
+
+
+def native_name(result: Any) -> str:
+    """The symbol of the native entry (numba's calling convention) of ``result``, a compile
+    result or a plain function read back."""
+    fndesc = getattr(result, "fndesc", None)
+    return result.symbols[0] if fndesc is None else fndesc.llvm_func_name
+
+
+def return_type(result: Any) -> Any:
+    """The numba type ``result`` (a compile result, or a plain function read back) returns."""
+    signature = getattr(result, "signature", None)
+    return result.return_type if signature is None else signature.return_type
 
 
 def write_data(path: Path, data: bytes) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pyexecutorch.jit import entry_points, generated
+from pyexecutorch.jit import entry_points, generated, symbol_calls
 from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.whole_arguments import (
     WholeFunction,
@@ -122,8 +122,9 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
     functions it calls (name in the module, function).
 
     The module does not import the functions it calls: :func:`compile_steps` binds
-    them before it compiles, and a function read back from the disk cache needs none
-    of them (its machine code holds theirs). Each is named in a comment, which makes
+    them before it compiles, as calls by symbol (:mod:`pyexecutorch.jit.symbol_calls`),
+    and a function read back from the disk cache reads their records first, not their
+    modules. Each is named in a comment, which makes
     the source, and so its cache entry, this sequence of calls' own.
     None when some step's function cannot be imported by name or some argument
     is neither an array nor an exact scalar.
@@ -164,7 +165,7 @@ def source_of(steps: list[Step]) -> tuple[str, list[np.ndarray], list[tuple[str,
         "",
     ]
     for (module, name), (alias, _) in callees.items():
-        lines.append(f"{alias} = None  # {module}:{name}")
+        lines.append(f"{alias} = None  # {module}:{name}, called by symbol")
     # the arrays come as the words of one array (see runtime.whole_arguments)
     unpack, offset = [], 0
     for k, a in enumerate(params):
@@ -197,10 +198,20 @@ def compile_steps(steps: list[Step]) -> tuple[WholeFunction, tuple[np.ndarray, .
     # Named, not imported: read back from its record, the function needs no module.
     whole = generated.GeneratedFunction(source, "whole", "whole")
 
-    def bind_callees() -> None:  # only before a compilation: see source_of
+    def bind_callees() -> bool:  # only before a compilation: see source_of
+        """Bind the callees; True where every one is called by symbol."""
         module = generated.generated_module(source, "whole")
+        glue = True
         for alias, function in callees:
-            setattr(module, alias, generated.dispatcher_of(function))
+            # by symbol: the function's machine code is compiled once, in its own record,
+            # not linked into this one and optimised again (symbol_calls)
+            callee = symbol_calls.callee_of(function)
+            if callee is None:
+                setattr(module, alias, generated.dispatcher_of(function))
+                glue = False
+            else:
+                setattr(module, alias, symbol_calls.by_symbol(callee))
+        return glue
 
     arrays = tuple(params)
     meta = describe(arrays)

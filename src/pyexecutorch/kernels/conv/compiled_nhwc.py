@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.jit import simd, variants
+from pyexecutorch.jit import simd, symbol_calls, variants
 from pyexecutorch.jit.arrays import FLOATS, channels_last
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -101,7 +101,9 @@ from pyexecutorch.kernels.conv.compiled_nhwc_depthwise import DEPTHWISE
 # the few microseconds a parallel region costs on one thread.
 
 _THREADS = variants.threads_reader()
-_DENSE_PARALLEL, _DEPTHWISE_PARALLEL = DENSE[1], DEPTHWISE[1]
+# (called by symbol: these wrappers do not optimise the kernels' code again; jit.symbol_calls)
+_DENSE_PARALLEL = symbol_calls.by_symbol(symbol_calls.callee_of(DENSE[1]))
+_DEPTHWISE_PARALLEL = symbol_calls.by_symbol(symbol_calls.callee_of(DEPTHWISE[1]))
 
 
 @njit(cache=True, error_model="numpy")

@@ -29,9 +29,9 @@ The step that calls it is planned in :mod:`pyexecutorch.kernels.conv.compiled_nh
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
-from pyexecutorch.jit import simd
+from pyexecutorch.jit import simd, symbol_calls
 from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -467,7 +467,7 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, 
 _rows_read = _call(geometry.rows_read)
 
 
-@_part
+@njit(cache=True, error_model="numpy")  # (cached: called by symbol, below)
 def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
     """Job (image, strip, group) of a dense convolution: strips split an image's tiles of 8
     output pixels evenly, groups its output vector pairs (the last group also taking an
@@ -499,6 +499,11 @@ def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job
     _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, has_residual)
 
 
+# A job is called, not inlined: the parallel loop's code and the kernel's around it then do
+# not optimise the job's again (most of a cold load's compile time; see jit.symbol_calls).
+_DENSE_JOB = symbol_calls.by_symbol(symbol_calls.callee_of(_dense_job))
+
+
 def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
     """out (N, OH, OW, C_out) = conv2d(x, W) + bias, + residual, clamped: a direct
     convolution over tiles of 8 output pixels, every window inside what is read (an input
@@ -524,7 +529,7 @@ def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes,
     )
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
     for job in prange(g[_N] * g[_STRIPS] * g[_GROUPS]):  # (its index unsigned in parallel)
-        _dense_job(
+        _DENSE_JOB(
             simd.pointer(x), xp, wpp, bp, runp, wtp, op, rp, gp, low, high, has_residual,
             np.int64(job),
         )  # fmt: skip

@@ -23,9 +23,9 @@ The step that calls it is planned in :mod:`pyexecutorch.kernels.conv.compiled_nh
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
-from pyexecutorch.jit import simd
+from pyexecutorch.jit import simd, symbol_calls
 from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -532,9 +532,13 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
             _dw_rows(xp, wp, op, rp, g, low, high, n, c0, count, ba, oh0, oh1, has_residual)
 
 
-@_part
+@njit(cache=True, error_model="numpy")  # (cached: called by symbol, below)
 def _depthwise_jobs(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
     _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job)
+
+
+# A job is called, not inlined (see compiled_nhwc_dense._DENSE_JOB).
+_DEPTHWISE_JOBS = symbol_calls.by_symbol(symbol_calls.callee_of(_depthwise_jobs))
 
 
 def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  # noqa: ANN001, ANN201
@@ -555,7 +559,7 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
     wpp, bp = simd.pointer(wp), simd.pointer(bias)
     op, rp, gp = simd.pointer(out), simd.pointer(residual), simd.pointer(geometry)
     for job in prange(g[_N] * g[_BANDS] * g[_GROUPS]):  # (its index unsigned in parallel)
-        _depthwise_jobs(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
+        _DEPTHWISE_JOBS(xp, wpp, bp, op, rp, gp, low, high, has_residual, np.int64(job))
     if to_planes:
         pixels = g[_OH] * g[_OW]
         _to_planes(out, planes, residual, g[_HAS_RESIDUAL] != 0, lo, hi, g[_N], pixels, g[_CIN])
