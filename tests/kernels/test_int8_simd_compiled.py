@@ -115,3 +115,30 @@ def test_static_gemm_exact_on_extreme_operands(x_value, w_value, rows_dtype):
         expected = np.clip(np.rint(acc.astype(np.float32) * scale), -128, 127).astype(np.int8)
         np.testing.assert_array_equal(out, expected)
     assert np.abs(acc).max() > 2**22  # (the sums are large: past any int16 step)
+
+
+@njit(cache=False)
+def _word_products(a, b, start, out):  # noqa: ANN001, ANN202
+    """out[i] = start[i] + a[i] * b[i] twice, by madd_words on b's low_words (L lanes at a time)."""
+    ap, bp, sp = simd.pointer(a), simd.pointer(b), simd.pointer(start)
+    for i in range(0, a.size, L):
+        w = iv.low_words(iv.iload(bp, i))
+        acc = iv.madd_words(iv.iload(sp, i), iv.iload(ap, i), w)
+        _store(out, i // L, iv.madd_words(acc, iv.iload(ap, i), w))
+
+
+def test_word_products_exact_at_the_extremes():
+    # a depthwise tap: (x - zx) from -255 to 255 by an int8 weight, and the ends of int16
+    # (the lane's high half, the sign extension of a negative value, must add nothing)
+    rng = np.random.default_rng(2)
+    n = 8 * L
+    a = rng.choice(np.array([-32768, -32767, -255, -1, 0, 1, 255, 32767], np.int32), n)
+    b = rng.choice(np.array([-128, -127, -1, 0, 1, 127, 255, -255], np.int32), n)
+    a[:L], b[:L] = -255, -128
+    start = rng.integers(-(1 << 15), 1 << 15, n).astype(np.int32)
+    out = np.zeros((n // L, L), np.float32)
+    _word_products(a, b, start, out)
+    expected = start.astype(np.int64) + 2 * a.astype(np.int64) * b
+    assert np.abs(expected).max() < 1 << 24  # (the float32 store is exact)
+    np.testing.assert_array_equal(out.reshape(-1), expected.astype(np.float32))
+    assert out[0, 0] == start[0] + 2 * 255 * 128

@@ -229,12 +229,13 @@ def flip(x, out):  # noqa: ANN001, ANN201
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _tap(acc, xptr, at, left, zx_v, wv):  # noqa: ANN001, ANN202
-    """``acc + (x[at : at + L] - zx) * wv`` (the first ``left`` channels where fewer than L)."""
+    """``acc + (x[at : at + L] - zx) * wv`` (the first ``left`` channels where fewer than L;
+    ``wv`` of :func:`~.compiled_int8_simd.low_words`)."""
     if left >= L:
         xv = iv.load_int8(xptr, at)
     else:
         xv = iv.load_int8_first(xptr, at, left)
-    return iv.iadd(acc, iv.imul(iv.iadd(xv, zx_v), wv))
+    return iv.madd_words(acc, iv.iadd(xv, zx_v), wv)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -248,19 +249,28 @@ def _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left):  # noqa: ANN001, ANN
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _window3(xptr, r0, rs, cs, bias_v, zx_v, w0, w1, w2, w3, w4, w5, w6, w7, w8):  # noqa: ANN001, ANN202
-    """A 3x3 window of full channel vectors inside the image: rows ``rs``, columns ``cs``
-    apart from ``r0``."""
+def _word_tap(tptr, at):  # noqa: ANN001, ANN202
+    """The L int32 taps at ``at`` as :func:`~.compiled_int8_simd.madd_words` multiplies by."""
+    return iv.low_words(iv.iload(tptr, at))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _window3(xptr, r0, rs, cs, acc, w0, w1, w2, w3, w4, w5, w6, w7, w8):  # noqa: ANN001, ANN202
+    """``acc`` plus a 3x3 window of full channel vectors inside the image (rows ``rs``,
+    columns ``cs`` apart from ``r0``) times the taps (of
+    :func:`~.compiled_int8_simd.low_words`); the input's zero point is in ``acc``."""
+    # a sum per window row: three short chains of multiply-adds, not one of nine
     r1, r2 = r0 + rs, r0 + 2 * rs
-    acc = iv.iadd(bias_v, iv.imul(iv.iadd(iv.load_int8(xptr, r0), zx_v), w0))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r0 + cs), zx_v), w1))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r0 + 2 * cs), zx_v), w2))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r1), zx_v), w3))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r1 + cs), zx_v), w4))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r1 + 2 * cs), zx_v), w5))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2), zx_v), w6))
-    acc = iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2 + cs), zx_v), w7))
-    return iv.iadd(acc, iv.imul(iv.iadd(iv.load_int8(xptr, r2 + 2 * cs), zx_v), w8))
+    top = iv.madd_words(acc, iv.load_int8(xptr, r0), w0)
+    top = iv.madd_words(top, iv.load_int8(xptr, r0 + cs), w1)
+    top = iv.madd_words(top, iv.load_int8(xptr, r0 + 2 * cs), w2)
+    mid = iv.madd_words(iv.izeros(), iv.load_int8(xptr, r1), w3)
+    mid = iv.madd_words(mid, iv.load_int8(xptr, r1 + cs), w4)
+    mid = iv.madd_words(mid, iv.load_int8(xptr, r1 + 2 * cs), w5)
+    low = iv.madd_words(iv.izeros(), iv.load_int8(xptr, r2), w6)
+    low = iv.madd_words(low, iv.load_int8(xptr, r2 + cs), w7)
+    low = iv.madd_words(low, iv.load_int8(xptr, r2 + 2 * cs), w8)
+    return iv.iadd(top, iv.iadd(mid, low))
 
 
 def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs):  # noqa: ANN001, ANN202
@@ -301,17 +311,22 @@ def _depthwise_line(
         while ox < ow:
             if fast and ox == first and first < stop:
                 w0, w1, w2 = (
-                    iv.iload(tptr, c0),
-                    iv.iload(tptr, cp + c0),
-                    iv.iload(tptr, 2 * cp + c0),
+                    _word_tap(tptr, c0),
+                    _word_tap(tptr, cp + c0),
+                    _word_tap(tptr, 2 * cp + c0),
                 )
-                w3, w4 = iv.iload(tptr, 3 * cp + c0), iv.iload(tptr, 4 * cp + c0)
-                w5, w6 = iv.iload(tptr, 5 * cp + c0), iv.iload(tptr, 6 * cp + c0)
-                w7, w8 = iv.iload(tptr, 7 * cp + c0), iv.iload(tptr, 8 * cp + c0)
+                w3, w4 = _word_tap(tptr, 3 * cp + c0), _word_tap(tptr, 4 * cp + c0)
+                w5, w6 = _word_tap(tptr, 5 * cp + c0), _word_tap(tptr, 6 * cp + c0)
+                w7, w8 = _word_tap(tptr, 7 * cp + c0), _word_tap(tptr, 8 * cp + c0)
+                # -zx times the taps' sum, once a row: the window then adds x * w alone
+                total = iv.izeros()
+                for t in range(9):
+                    total = iv.iadd(total, iv.iload(tptr, t * cp + c0))
+                start = iv.iadd(bias_v, iv.imul(zx_v, total))
                 r0 = ((b * h + top) * w + first * sw - pl) * c + c0
                 at = ((b * oh + oy) * ow + first) * c + c0
                 for _ in range(first, stop):
-                    acc = _window3(xptr, r0, dh * w * c, dw * c, bias_v, zx_v,
+                    acc = _window3(xptr, r0, dh * w * c, dw * c, start,
                                    w0, w1, w2, w3, w4, w5, w6, w7, w8)  # fmt: skip
                     _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, L)
                     r0 += sw * c
@@ -326,7 +341,7 @@ def _depthwise_line(
                     for j in range(kw):
                         ix = ox * sw - pl + j * dw
                         if 0 <= ix < w:
-                            wv = iv.iload(tptr, (i * kw + j) * cp + c0)
+                            wv = _word_tap(tptr, (i * kw + j) * cp + c0)
                             acc = _tap(acc, xptr, base + ix * c, left, zx_v, wv)
             at = ((b * oh + oy) * ow + ox) * c + c0
             _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, left)
