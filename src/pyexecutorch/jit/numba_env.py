@@ -108,7 +108,10 @@ def _follow_cache_dir(numba: ModuleType, folder: str) -> None:
 # than a woken thread's start costs: at two threads under load, mobilenet_like took
 # 122-248 ms a call with the default, 29-63 ms with 10000, 49-116 ms with no spinning
 # (OMP_WAIT_POLICY=PASSIVE, which slowed the small regions of efficientnet by 1.1-1.5x).
-OPENMP_SPIN_COUNT = "10000"
+# (That was an AMD Zen 3.) On an Intel Sapphire Rapids at load 15, int8 MobileNetV2 at two
+# threads took 19.7 ms CPU a call with 10000, 6.5-7.5 with 1000 (ResNet-18 int8 19-21
+# against 14-16; 14.6 at one thread).
+OPENMP_SPIN_COUNT = "1000"
 
 
 def _start_threading_layer(numba: ModuleType) -> None:
