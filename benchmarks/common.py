@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from pyexecutorch.jit import numba_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # The repository root, so that the suite's helpers import as ``tests.models``,
@@ -14,6 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # folders (kernels, backends, ...) would shadow installed packages of those names.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# torch's libgomp reads its spin setting when torch is imported, and numba's OpenMP
+# threads run on it when torch came first (as in every benchmark here): without this its
+# default (300000 rounds a wait) held, and at two threads on a loaded machine int8
+# ResNet-18 took 160 ms CPU a call against 15.6 with it (14.2 at one thread).
+os.environ.setdefault("GOMP_SPINCOUNT", numba_env.OPENMP_SPIN_COUNT)
 
 
 def samples(fn: Callable[[], object], *, budget_s: float, min_runs: int) -> list[float]:

@@ -116,21 +116,29 @@ OPENMP_SPIN_COUNT = "1000"
 
 def _start_threading_layer(numba: ModuleType) -> None:
     """Start numba's threading layer with :data:`OPENMP_SPIN_COUNT`, unless the user set an
-    OpenMP wait setting or a threading layer. libgomp reads its environment once, when it
-    loads, so the setting is in the environment only meanwhile: a libgomp loaded later
-    (torch's) keeps its own. Where a libgomp is already loaded (a caller imported torch
-    first) numba's OpenMP layer would run on it, spinning as it was set up at its load
-    (300000 pauses a wait by default: at two threads int8 ResNet-18 took 160 ms CPU a call
-    against 15 at one), so numba's own work queue runs our loops instead: its threads
-    sleep on a condition when they have no work."""
-    user_set = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER"} & set(os.environ)
-    if user_set or str(numba.config.THREADING_LAYER).lower() != "default":
+    OpenMP wait setting. libgomp reads its environment once, when it loads, so the setting
+    is in the environment only meanwhile: a libgomp loaded later (torch's) keeps its own.
+
+    Where a libgomp is already loaded (a caller imported torch first), numba's OpenMP layer
+    runs on it (the dynamic linker hands back the loaded ``libgomp.so.1``), spinning as it
+    was set up at its load: 300000 rounds a wait unless ``GOMP_SPINCOUNT`` was in the
+    environment then. At two threads on a loaded machine int8 ResNet-18 took 160 ms CPU a
+    call so, 15.6 with ``GOMP_SPINCOUNT=1000`` set before torch's import (14.2 at one
+    thread). numba's work queue layer does not spin, but hands every parallel loop to a
+    worker even at one thread (small kernels took twice the CPU time), so it is not chosen
+    here; the benchmarks set the variable before they import torch."""
+    user_set = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)
+    if user_set:
         numba.get_num_threads()
         return
-    if loaded_openmp_runtime() is not None:
-        numba.config.THREADING_LAYER = "workqueue"
-        numba.get_num_threads()  # loads the threading layer
-        return
+    loaded = loaded_openmp_runtime() if logger.isEnabledFor(logging.DEBUG) else None
+    if loaded is not None:
+        logger.debug(
+            "OpenMP runtime %s loaded before numba's threads: its spin setting applies (set"
+            " GOMP_SPINCOUNT=%s before importing torch to shorten it)",
+            loaded,
+            OPENMP_SPIN_COUNT,
+        )
     os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
     try:
         numba.get_num_threads()  # loads the threading layer (and its libgomp)
@@ -140,8 +148,7 @@ def _start_threading_layer(numba: ModuleType) -> None:
 
 def loaded_openmp_runtime(maps: str = "/proc/self/maps") -> str | None:
     """The path of a GNU OpenMP runtime (``libgomp*``) this process has loaded, or None
-    (also where the process's mappings cannot be read: not Linux). numba's OpenMP layer
-    asks the dynamic linker for ``libgomp.so.1``, which hands back one already loaded."""
+    (also where the process's mappings cannot be read: not Linux)."""
     try:
         with open(maps, encoding="utf-8", errors="replace") as f:
             for line in f:
