@@ -40,9 +40,14 @@ def mlp_xnnpack():
     return pte, [x.numpy() for x in case.inputs()]
 
 
-def ours(pte, inputs, tmp_path, name, debug_buffer_size=DEBUG_SIZE, runs=1):
+def ours(
+    pte, inputs, tmp_path, name, debug_buffer_size=DEBUG_SIZE, runs=1, log_delegate_outputs=False
+):
     program = Runtime.get().load_program(
-        pte, enable_etdump=True, debug_buffer_size=debug_buffer_size
+        pte,
+        enable_etdump=True,
+        debug_buffer_size=debug_buffer_size,
+        log_delegate_outputs=log_delegate_outputs,
     )
     method = program.load_method("forward")
     for _ in range(runs):
@@ -143,6 +148,13 @@ def test_xnnpack_delegate_events(mlp_xnnpack, tmp_path):
     mine = Inspector(etdump_path=etdp, debug_buffer_path=buf)
     execute = mine.event_blocks[1]
     inside = [e for e in execute.events if e.is_delegated_op]
+    # As the official delegate, ours logs no output of its nodes unless asked to at load.
+    assert inside and not any(e.debug_data for e in inside)
+    etdp, buf = ours(pte, inputs, tmp_path, "ours", log_delegate_outputs=True)
+    mine = Inspector(etdump_path=etdp, debug_buffer_path=buf)
+    execute = mine.event_blocks[1]
+    inside = [e for e in execute.events if e.is_delegated_op]
+    assert all(len(e.debug_data) == 1 for e in inside)
     # One event per XNNPACK node, identified by the node's debug handle, its type in the metadata.
     assert inside and all(isinstance(e.delegate_debug_identifier, int) for e in inside)
     assert b"XNNFullyConnected" in [e.delegate_debug_metadatas[0] for e in inside]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 
@@ -96,26 +97,47 @@ def test_official_inspector_maps_our_events_to_nodes(traced):
     assert any("torch.relu(self.fc(x))" in t for t in relu.stack_traces.values())
 
 
-def test_numeric_gap(traced):
-    d, _ = traced
-    insp = Inspector(
-        etdump_path=d / "net.etdp", etrecord=d / "net.etrecord", debug_buffer_path=d / "net.bin"
-    )
-    rows = insp.calculate_numeric_gap("MSE")
-    records = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
-    assert [r["runtime_ops"] for r in records] == [
-        ["native_call_addmm.out"],
-        ["native_call_relu.out"],
-        ["native_call_add.out"],
-        ["native_call_sigmoid.out"],
+def _gap_rows(table):
+    return [
+        (list(r["aot_ops"]), list(r["runtime_ops"]), sorted(r["stacktraces"]))
+        for r in table.to_dict("records")
     ]
-    assert all(r["gap"][0] < 1e-12 for r in records)
-    snr = insp.calculate_numeric_gap("SNR")
-    assert all(
-        g[0] > 100 for g in (snr["gap"] if hasattr(snr, "to_dict") else [r["gap"] for r in snr])
-    )
-    with pytest.raises(ValueError, match="unknown distance 'cosine'"):
+
+
+def test_numeric_gap(traced):
+    """The official Inspector's table from the same trace and record: rows, operator
+    names (the ATen program's, its debug handles carried back), gaps and stack traces."""
+    from executorch.devtools import Inspector as OfficialInspector
+
+    d, _ = traced
+    files = {
+        "etdump_path": str(d / "net.etdp"),
+        "etrecord": str(d / "net.etrecord"),
+        "debug_buffer_path": str(d / "net.bin"),
+    }
+    insp = Inspector(**files)
+    theirs = OfficialInspector(**files)
+    for distance in ("MSE", "L1", "SNR"):
+        rows = insp.calculate_numeric_gap(distance)
+        expected = theirs.calculate_numeric_gap(distance)
+        assert _gap_rows(rows) == _gap_rows(expected)
+        assert [r[0] for r in _gap_rows(rows)] == [["linear"], ["relu"], ["add"], ["sigmoid"]]
+        np.testing.assert_allclose(
+            [g[0] for g in rows["gap"]], [g[0] for g in expected["gap"]], rtol=1e-9
+        )
+    # The edge program as the reference: its node names, the same values.
+    edge = insp.calculate_numeric_gap("MSE", reference_graph="edge_dialect_exported_program")
+    assert [r[0] for r in _gap_rows(edge)] == [
+        ["aten_permute_copy_default", "aten_addmm_default"],
+        ["aten_relu_default"],
+        ["aten_add_tensor"],
+        ["aten_sigmoid_default"],
+    ]
+    assert all(r["stacktraces"][op] for r in edge.to_dict("records") for op in r["aot_ops"])
+    with pytest.raises(ValueError, match="Unsupported distance metric 'cosine'"):
         insp.calculate_numeric_gap("cosine")
+    with pytest.raises(ValueError, match="Reference graph 'nowhere/forward' not found"):
+        insp.calculate_numeric_gap("MSE", reference_graph="nowhere")
 
 
 def test_round_trip_and_errors(traced, tmp_path):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from pyexecutorch.devtools.etrecord import ETRecord, nodes_by_debug_handle
-from pyexecutorch.devtools.inspector import Event, Inspector, event_blocks_of
+from pyexecutorch.devtools.inspector import Event, event_blocks_of
 from pyexecutorch.schema.program import DelegateCall, KernelCall
 
 
@@ -187,7 +187,9 @@ def runtime_events(pte: bytes, inputs: Sequence[Any], method: str = "forward") -
     ]
     size = 1 << 20
     while True:
-        program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=size)
+        program = Runtime.get().load_program(
+            pte, enable_etdump=True, debug_buffer_size=size, log_delegate_outputs=True
+        )
         try:
             program.load_method(method).execute(data)
             break
@@ -435,59 +437,3 @@ def compare(
         etrecord = parse_etrecord(etrecord)
     record = etrecord or _regenerated(module_or_exported_program, inputs, pte, partitioner)
     return match(record, pte, inputs, rtol, atol, method)
-
-
-# ------------------------------------------------------------ Inspector's gap
-
-
-def _distance(kind: str) -> Any:
-    def mse(a: np.ndarray, b: np.ndarray) -> float:
-        return float(np.mean((a - b) ** 2))
-
-    def l1(a: np.ndarray, b: np.ndarray) -> float:
-        return float(np.sum(np.abs(a - b)))
-
-    def snr(a: np.ndarray, b: np.ndarray) -> float:
-        noise = float(np.mean((a - b) ** 2))
-        signal = float(np.mean(b**2))
-        return math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
-
-    table = {"MSE": mse, "L1": l1, "SNR": snr}
-    fn = table.get(kind.strip().upper())
-    if fn is None:
-        raise ValueError(f"unknown distance {kind!r}: use one of {sorted(table)}")
-    return fn
-
-
-def numeric_gap(inspector: Inspector, distance: str) -> list[dict[str, Any]]:
-    """Rows of ``Inspector.calculate_numeric_gap``: each event with a debug handle and an output."""
-    fn = _distance(distance)
-    record = inspector._etrecord
-    inputs = record._representative_inputs
-    if not inputs:
-        raise ValueError("the ETRecord has no representative inputs to run the reference on")
-    program = _edge_program(record, "forward")
-    eager, _ = eager_by_handle(program, inputs)
-    nodes = nodes_by_debug_handle(program)
-    rows = []
-    for block in inspector.event_blocks:
-        for event in block.events:
-            handles = _handles(event.debug_handles)
-            if event.name == "OPERATOR_CALL" or not handles or not event.debug_data:
-                continue
-            got = event.debug_data[-1]
-            want = _pick(eager.get(handles[-1]), got)
-            if errors(got, want) is None:
-                continue
-            a = np.asarray(_as_numpy(got), np.float64)
-            b = np.asarray(_as_numpy(want), np.float64).reshape(a.shape)
-            rows.append(
-                {
-                    "aot_ops": [n.name for h in handles for n in nodes.get(h, [])],
-                    "aot_intermediate_output": b,
-                    "runtime_ops": [event.name],
-                    "runtime_intermediate_output": a,
-                    "gap": [fn(a, b)],
-                }
-            )
-    return rows

@@ -17,7 +17,8 @@ debug events whose bytes are copied into the buffer at 64-byte aligned
 offsets, and a run's outputs are logged with ``output`` set.
 
 Backends receive the tracer as ``BackendInitContext.event_tracer`` and call
-:meth:`EventTracer.delegate_key`, :meth:`EventTracer.record_delegate` and
+:meth:`EventTracer.delegate_key`, :meth:`EventTracer.record_delegate` and, when
+:attr:`EventTracer.logs_delegate_outputs` (asked for at load),
 :meth:`EventTracer.log_delegate_output`.
 """
 
@@ -75,7 +76,7 @@ class _Block:
 class EventTracer:
     """Records profile and debug events; :meth:`write` saves them as an ETDump."""
 
-    def __init__(self, debug_buffer_size: int = 0) -> None:
+    def __init__(self, debug_buffer_size: int = 0, delegate_outputs: bool = False) -> None:
         if not isinstance(debug_buffer_size, int) or debug_buffer_size < 0:
             raise ValueError(
                 f"debug_buffer_size must be a non-negative int, got {debug_buffer_size!r}"
@@ -91,6 +92,9 @@ class EventTracer:
             # Touch every page now (as the official runtime zeroes its buffer), not in the runs.
             np.frombuffer(self.debug_buffer, np.uint8).fill(0)
         self._debug_view = memoryview(self.debug_buffer) if debug_buffer_size else None
+        # Outputs of the nodes inside delegates too (the official delegates log none: a
+        # trace with them has more intermediate outputs than the official Inspector expects).
+        self.delegate_outputs = delegate_outputs
         self._scalar_types: dict[np.dtype, int] = {}
         self.debug_used = 0
         # The instruction running now, set around delegate calls for the backend's events.
@@ -99,6 +103,11 @@ class EventTracer:
     @property
     def logs_outputs(self) -> bool:
         return self.debug_buffer is not None
+
+    @property
+    def logs_delegate_outputs(self) -> bool:
+        """Whether backends log the outputs of the nodes inside their delegates."""
+        return self.debug_buffer is not None and self.delegate_outputs
 
     # ------------------------------------------------------------ registration
 

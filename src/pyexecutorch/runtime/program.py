@@ -324,6 +324,7 @@ class Runtime:
         threads: int | None = None,
         enable_etdump: bool = False,
         debug_buffer_size: int = 0,
+        log_delegate_outputs: bool = False,
         max_arena_bytes: int | None = None,
         max_instructions: int | None = None,
     ) -> Program:
@@ -337,7 +338,10 @@ class Runtime:
         that many threads (a process-wide setting, as ``_unsafe_reset_threadpool``).
         With ``enable_etdump`` its methods record ETDump events (and, with
         ``debug_buffer_size > 0``, intermediate outputs) for
-        :meth:`Program.write_etdump_result_to_file`.
+        :meth:`Program.write_etdump_result_to_file`; ``log_delegate_outputs`` also
+        logs the output of each node inside a delegate that can (ours: XNNPACK, the
+        example backend), which the official runtime's delegates do not: off by
+        default, so that a trace reads as the official runtime's does.
         ``max_arena_bytes`` bounds the memory one method allocates when it loads
         (default: the machine's physical memory); ``max_instructions`` bounds the
         instructions one run of a chain with jumps executes (default:
@@ -376,7 +380,9 @@ class Runtime:
             named_data=_named_data_of(data_files),
             backend_options=backend_options,
             jit=use_jit,
-            event_tracer=EventTracer(debug_buffer_size) if enable_etdump else None,
+            event_tracer=EventTracer(debug_buffer_size, log_delegate_outputs)
+            if enable_etdump
+            else None,
             limits=limits,
             verified=verified,
         )

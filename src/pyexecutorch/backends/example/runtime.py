@@ -232,7 +232,7 @@ class ExampleBackend(BackendInterface):
             start = clock()
             v[out] = fn(*[None if i == -1 else v[i] for i in ins])
             tracer.record_delegate(key, start, clock())
-            if tracer.logs_outputs:
+            if tracer.logs_delegate_outputs:
                 tracer.log_delegate_output(v[out], index)
             if trace is not None:
                 trace.append(name)

@@ -278,6 +278,10 @@ class Builder:
         self.steps.append(fn)
 
 
+# What the official preprocess writes in a node's debug_handle when it has none.
+NO_DEBUG_HANDLE = 65535
+
+
 def _output_ids(node: Any) -> list[int]:
     """The values a node writes (for logging them as intermediate outputs)."""
     if hasattr(node, "output_id"):
@@ -293,7 +297,8 @@ def _traced_steps(
     """One step per node, timed into ``tracer`` (a runtime EventTracer), outputs logged.
 
     A node is identified by its ``debug_handle`` (the key of the delegate's
-    debug-handle map) when it has one, else by its type and index.
+    debug-handle map; ours numbers the nodes from 0) when it has one, else by its type
+    and index.
     """
     from pyexecutorch.runtime.etdump import clock  # noqa: PLC0415 - only traced plans need it
 
@@ -301,10 +306,10 @@ def _traced_steps(
     traced: list[Step] = []
     for k, node, first, end in spans:
         kind = type(node.xnode_union).__name__
-        debug_id = node.debug_handle or None
+        debug_id = None if node.debug_handle == NO_DEBUG_HANDLE else node.debug_handle
         label = f"{kind} #{k}"
         key = tracer.delegate_key(debug_id, label, kind.encode())
-        outs = _output_ids(node.xnode_union) if tracer.logs_outputs else []
+        outs = _output_ids(node.xnode_union) if tracer.logs_delegate_outputs else []
 
         def step(
             steps: tuple[Step, ...] = tuple(b.steps[first:end]),

@@ -113,6 +113,7 @@ class Event:
     debug_data: list[Any] = field(default_factory=list)  # tensors (see read_value), scalars
     debug_handles: int | tuple[int, ...] | None = None
     op_types: list[str] = field(default_factory=list)
+    num_outputs: int = 1  # a delegate call's outputs (the ETRecord's count), logged in order
     stack_traces: dict[str, str] = field(default_factory=dict)
     module_hierarchy: dict[str, Any] = field(default_factory=dict)
     start_time: list[int] = field(default_factory=list)
@@ -437,6 +438,7 @@ class Inspector:
         # keyed as a saved ETRecord's JSON keys them (strings), however the record was made
         handle_map = (_json_keys(record._debug_handle_map) or {}).get("forward", {})
         delegate_map = (_json_keys(record._delegate_map) or {}).get("forward", {})
+        num_outs = (_json_keys(record._instruction_id_to_num_outs_map) or {}).get("forward", {})
         nodes = nodes_by_debug_handle(record.edge_dialect_program)
         for block in self.event_blocks:
             for event in block.events:
@@ -444,6 +446,8 @@ class Inspector:
                 if event.chain_index == -1 or str(instruction) not in handle_map:
                     continue  # whole-method events (Method::execute) have no node
                 handles = handle_map[str(instruction)]
+                if not event.is_delegated_op:  # an event inside a delegate logs its own node's
+                    event.num_outputs = num_outs.get(str(instruction), 1)
                 delegate = delegate_map.get(str(instruction)) or delegate_map.get(instruction)
                 if delegate is not None:
                     event.delegate_backend_name = delegate.get("name")
@@ -568,15 +572,21 @@ class Inspector:
             )
         ]
 
-    def calculate_numeric_gap(self, distance: str = "MSE") -> Any:
-        """Each operator's intermediate output here against the ETRecord's reference run.
+    def calculate_numeric_gap(
+        self,
+        distance: Any = "MSE",
+        disable_debug_handle_valdiation: bool = False,  # noqa: FBT001, FBT002 - official spelling
+        reference_graph: str | None = None,
+    ) -> Any:
+        """Each operator's intermediate output here against the ETRecord's reference graph.
 
-        Needs an ETRecord with representative inputs and a debug buffer; the
-        distance is ``"MSE"``, ``"L1"`` or ``"SNR"`` (dB). One row per runtime
-        event that has a debug handle and a logged output.
+        Needs an ETRecord with representative inputs and a debug buffer. ``distance`` is
+        ``"MSE"``, ``"L1"``, ``"SNR"`` (dB) or a ``NumericalComparatorBase``;
+        ``reference_graph`` is ``"exported_program"`` (the ATen program, the default when
+        every debug handle carries back onto it), ``"edge_dialect_exported_program"`` or a
+        graph of the ETRecord's ``graph_map``. One row per runtime output matched to
+        reference outputs by debug handles (see :mod:`.numeric_gap`).
         """
-        if self._etrecord is None:
-            raise ValueError("calculate_numeric_gap needs an ETRecord (etrecord=...)")
-        from pyexecutorch.devtools.numeric import numeric_gap  # noqa: PLC0415 - torch
+        from pyexecutorch.devtools.inspector.numeric_gap import numeric_gap  # noqa: PLC0415 - torch
 
-        return rows_table(numeric_gap(self, distance))
+        return numeric_gap(self, distance, disable_debug_handle_valdiation, reference_graph)
