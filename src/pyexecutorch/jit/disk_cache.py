@@ -246,6 +246,8 @@ def _payload_rebuilder(library_class: type) -> Any:
             init()
         library = library_class(codegen_, name, object_code)
         library.__dict__["_linking_bitcode"] = linking_bitcode
+        # kept: a function record is written from it (numba's library drops its copy)
+        library.__dict__["object_code"] = object_code
         # The symbols this load looks up; the rest are known once the bitcode is parsed.
         codegen_._engine._defined_symbols.update(
             (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)

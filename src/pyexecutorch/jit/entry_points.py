@@ -51,7 +51,7 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     if signature is None:
         signature = tuple(numba.typeof(a) for a in arrays)
     disk_cache.read_lazily(dispatcher)
-    cached = _from_disk_cache(dispatcher, signature, record)
+    cached = from_disk_cache(dispatcher, signature, record)
     if cached is not None:
         return cached
     name = (
@@ -59,7 +59,7 @@ def entry_point(dispatcher: Any, arrays: tuple[Any, ...]) -> Any:
     )
     with compile_lock.compiling_alone(f"{name}{signature}") as waited:
         if waited:  # another process compiled it meanwhile: its machine code is on disk
-            cached = _from_disk_cache(dispatcher, signature, record)
+            cached = from_disk_cache(dispatcher, signature, record)
             if cached is not None:
                 return cached
         short = getattr(dispatcher, "__qualname__", name)
@@ -83,7 +83,7 @@ def _install(dispatcher: Any, result: Any) -> bool:
     return True
 
 
-def _from_disk_cache(dispatcher: Any, signature: tuple[Any, ...], record: Any = None) -> Any:
+def from_disk_cache(dispatcher: Any, signature: tuple[Any, ...], record: Any = None) -> Any:
     """The entry point of ``dispatcher`` for ``signature`` read from numba's disk cache, as
     its ``compile`` would read it (see :func:`~.disk_cache.read_cache`), or None. Its data
     is copied to ``record`` (a function record's path), if given."""

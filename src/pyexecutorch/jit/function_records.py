@@ -175,8 +175,9 @@ def write(path: Path, result: Any, linkable: bool = False) -> None:
     if not can_record(result):
         numba_env.logger.debug("not recording %s: it cannot be cached", path.name)
         return
-    if getattr(result.library, "_compiled_object", None) is None:
-        # read from numba's own cache, which keeps it (numba's library holds no object)
+    held = result.library.__dict__.get("object_code")  # (read back: see disk_cache)
+    if held is None and getattr(result.library, "_compiled_object", None) is None:
+        # read by numba's own reader, whose library holds no machine code to write
         numba_env.logger.debug("not recording %s: read from numba's cache", path.name)
         return
     from numba.core.serialize import dumps  # noqa: PLC0415
@@ -185,9 +186,15 @@ def write(path: Path, result: Any, linkable: bool = False) -> None:
         # A plain function, called only through its entry point: its light record, what
         # numba's get_executable needs (see disk_cache.entry_rebuilder).
         fndesc = result.fndesc
-        name, _, (object_code, _bitcode) = result.library.serialize_using_object_code()
+        if held is None:
+            name, _, (object_code, _bitcode) = result.library.serialize_using_object_code()
+        else:
+            name, object_code = result.library.name, held
         symbols = (fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name)
-        envs = tuple(result._find_referenced_environments())
+        if held is None:
+            envs = tuple(result._find_referenced_environments())
+        else:  # (no module to search: as numba's reader rebuilt them)
+            envs = tuple(result.referenced_envs or ())
         light = (name, object_code, symbols, fndesc.modname, fndesc.qualname)
         returns = result.signature.return_type
         light += (result.environment, envs, result.reload_init, returns)

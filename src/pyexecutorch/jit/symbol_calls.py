@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyexecutorch.jit import function_records, generated, numba_env
+from pyexecutorch.jit import disk_cache, function_records, generated, numba_env
 
 # The records of callees, beside the function records (see Binding.record).
 _SUFFIX = ".symbol.nbr"
@@ -110,8 +110,14 @@ class Binding:
 def _compiled(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """numba's compile result of ``dispatcher`` for ``signature``, compiled if needed (at
     numba's usual optimisation level, also inside :func:`glue_level`)."""
+    from pyexecutorch.jit import entry_points  # noqa: PLC0415 - (it imports this module)
+
     result = dispatcher.overloads.get(signature)
     if result is None:
+        # numba's cache first, read so that the machine code can be recorded (disk_cache)
+        disk_cache.read_lazily(dispatcher)
+        if entry_points.from_disk_cache(dispatcher, signature) is not None:
+            return dispatcher.overloads[signature]
         name = f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}"
         with (
             _level(_usual_level[-1]) if _usual_level else contextlib.nullcontext(),
