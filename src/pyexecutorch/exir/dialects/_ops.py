@@ -3,19 +3,22 @@
 ``exir_ops.edge.<ns>.<op>.<overload>`` is the edge operator (an ``EdgeOpOverload``,
 see :mod:`pyexecutorch.exir.dialects.edge._ops`) standing for torch's
 ``torch.ops.<ns>.<op>.<overload>``, which it equals. ``exir_ops.backend`` gives the
-same objects (our backend dialect adds nothing to the edge one). ``dim_order_ops``
+same objects, and ``exir_ops.backend.executorch_prim`` the symbolic-scalar operators
+of :mod:`pyexecutorch.exir.dialects.backend._ops`. ``dim_order_ops``
 resolves to the operators in :mod:`pyexecutorch.exir.dialects.dim_order_ops`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._C import DispatchKey
 from torch.library import Library
 
 from pyexecutorch.exir.dialects import dim_order_ops
+from pyexecutorch.exir.dialects.backend._ops import NAMESPACE, PrimNamespace
 from pyexecutorch.exir.dialects.edge._ops import EdgeOpOverloadPacket
 
 
@@ -61,12 +64,25 @@ class _Dialect:
         return f"exir_ops.{self._name}"
 
 
+class _BackendDialect(_Dialect):
+    """The edge dialect's operators, and the ``executorch_prim`` symbolic-scalar ones."""
+
+    def __getattr__(self, namespace: str) -> Any:
+        if namespace == NAMESPACE:
+            ns = self._namespaces.get(namespace)
+            if ns is None:
+                ns = self._namespaces[namespace] = PrimNamespace()
+            return ns
+        return super().__getattr__(namespace)
+
+
 class _Ops:
-    """``ops.edge.<namespace>.<op>.<overload>``; ``ops.backend`` is the same namespace."""
+    """``ops.edge.<namespace>.<op>.<overload>``; ``ops.backend`` gives the same
+    operators, and ``ops.backend.executorch_prim`` the symbolic-scalar ones."""
 
     def __init__(self) -> None:
         self.edge = _Dialect("edge")
-        self.backend = self.edge
+        self.backend = _BackendDialect("backend")
 
 
 ops = _Ops()

@@ -1,0 +1,1 @@
+"""The backend dialect: the ``executorch_prim`` symbolic-scalar operators (``_ops``)."""
