@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 Step = Callable[[], None]
 NDArray = np.ndarray
 _F32 = np.dtype(np.float32)
+_F16 = np.dtype(np.float16)
 _INF = float("inf")
 
 Builders = Callable[["Builder", Any, S.XNode], None]
@@ -604,6 +605,32 @@ def _operand(b: Builder, vid: int) -> Operand:
     return Operand(b.getter(vid), b.env[vid] if b.fixed(vid) else None)
 
 
+def _conv_operands(
+    b: Builder, in_id: int, out_id: int, in_shape: tuple[int, ...], out_shape: tuple[int, ...]
+) -> tuple[Operand, Operand, list[Callable[[], None]], list[Callable[[], None]]]:
+    """A convolution's input and output, with the steps before and after its own: for
+    float16 values the convolution runs in float32 (XNNPACK's float16 kernels convert
+    to float32 on CPUs without float16 arithmetic) between a widening of the input and
+    a rounding of the output, in arrays made here."""
+    dtypes = {b.dtype(in_id), b.dtype(out_id)}
+    if dtypes == {_F32}:
+        return _operand(b, in_id), _operand(b, out_id), [], []
+    if dtypes != {_F16}:
+        names = sorted(d.name for d in dtypes)
+        raise NotImplementedError(
+            f"XNNPACK delegate: {b.where}: a convolution of {' and '.join(names)} values "
+            "(float32 or float16 only)"
+        )
+    x, o = b.getter(in_id), b.getter(out_id)
+    wide_in, wide_out = np.empty(in_shape, _F32), np.empty(out_shape, _F32)
+    return (
+        Operand(lambda: wide_in, wide_in),
+        Operand(lambda: wide_out, wide_out),
+        [lambda: np.copyto(wide_in, x())],
+        [lambda: np.copyto(o(), wide_out, casting="same_kind")],
+    )
+
+
 def _clamp(node: S.XNode) -> Callable[[NDArray], None]:
     lo, hi = bounds(node)
     return lambda o: clamp_array(o, lo, hi)
@@ -666,20 +693,19 @@ def _groups(b: Builder, n: S.Conv, channels: int) -> tuple[int, int, int]:
 
 @builder("XNNConv2d")
 def _conv2d(b: Builder, n: S.Conv, node: S.XNode) -> None:
-    _float_only(b, n.input1_id, n.output_id)
     win = _conv_window(b, n)
     g, cin, cout = _groups(b, n, win.c)
     w = _filter(b, n, (g * cout, win.kh, win.kw, cin))
     bias = _bias(b, n, g * cout)
-    b.out(n.output_id, (win.n, win.oh, win.ow, g * cout))
-    x, out = _operand(b, n.input1_id), _operand(b, n.output_id)
-    for step in conv2d_steps(win, w, g, bias, x, out, _clamp(node)):
+    shape = (win.n, win.oh, win.ow, g * cout)
+    b.out(n.output_id, shape)
+    x, out, before, after = _conv_operands(b, n.input1_id, n.output_id, b.shape(n.input1_id), shape)
+    for step in [*before, *conv2d_steps(win, w, g, bias, x, out, _clamp(node)), *after]:
         b.step(step)
 
 
 @builder("XNNDepthwiseConv2d")
 def _depthwise(b: Builder, n: S.Conv, node: S.XNode) -> None:
-    _float_only(b, n.input1_id, n.output_id)
     win = _conv_window(b, n)
     channels = win.c
     if n.groups != channels or n.group_input_channels != 1:
@@ -688,9 +714,10 @@ def _depthwise(b: Builder, n: S.Conv, node: S.XNode) -> None:
     units = channels * mult
     w = _filter(b, n, (1, win.kh, win.kw, units))
     bias = _bias(b, n, units)
-    b.out(n.output_id, (win.n, win.oh, win.ow, units))
-    x, out = _operand(b, n.input1_id), _operand(b, n.output_id)
-    for step in depthwise_steps(win, w, mult, bias, x, out, _clamp(node)):
+    shape = (win.n, win.oh, win.ow, units)
+    b.out(n.output_id, shape)
+    x, out, before, after = _conv_operands(b, n.input1_id, n.output_id, b.shape(n.input1_id), shape)
+    for step in [*before, *depthwise_steps(win, w, mult, bias, x, out, _clamp(node)), *after]:
         b.step(step)
 
 
@@ -711,7 +738,6 @@ def _pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
 
 @builder("XNNConvTranspose2d")
 def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
-    _float_only(b, n.input1_id, n.output_id)
     xs = b.shape(n.input1_id)
     if len(xs) != 4:
         raise XnnpackError(f"{b.where}: input {xs} must be 4-d NHWC")
@@ -733,9 +759,11 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     oh, ow = transposed_out_hw(win, adjust)
     if oh < 1 or ow < 1:
         raise XnnpackError(f"{b.where}: padding leaves an empty {oh}x{ow} output")
-    b.out(n.output_id, (win.n, oh, ow, g * cout))
-    x, out = _operand(b, n.input1_id), _operand(b, n.output_id)
-    for step in conv_transpose2d_steps(win, w, g, adjust, bias, x, out, _clamp(node)):
+    shape = (win.n, oh, ow, g * cout)
+    b.out(n.output_id, shape)
+    x, out, before, after = _conv_operands(b, n.input1_id, n.output_id, xs, shape)
+    steps = conv_transpose2d_steps(win, w, g, adjust, bias, x, out, _clamp(node))
+    for step in [*before, *steps, *after]:
         b.step(step)
 
 
