@@ -1,0 +1,1 @@
+"""Pieces of the official Llama example (see :mod:`.source_transformation`)."""
