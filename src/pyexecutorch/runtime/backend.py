@@ -68,6 +68,12 @@ class BackendInterface:
         that a method compiled whole calls in its place, or None (the default)."""
         return None
 
+    def written_arguments(self, handle: Any) -> frozenset[int] | None:
+        """The positions of the call's arguments that the delegate writes whole on every call
+        without reading them (its outputs), or None (the default: any argument may be read,
+        and written in part)."""
+        return None
+
     def destroy(self, handle: Any) -> None:
         return None
 

@@ -6,7 +6,9 @@ Static views are no instruction at all: the memory planner gives a view its
 base's bytes. So the values that read what an instruction writes are the value
 it writes and any other value on those bytes read before they are written
 again (:meth:`Flow.aliases_reading`). Delegate arguments count as both read
-and written, since a program does not say which are inputs.
+and written, since a program does not say which are inputs; where the backend
+says which it writes whole (``written_arguments``: XNNPACK's outputs), the
+alias analysis takes those as written there, not read.
 """
 
 from __future__ import annotations
@@ -87,6 +89,25 @@ def fills_in_place(method: MethodFacts, a: DelegateCall, j: int) -> bool:
     )
 
 
+def _delegate_fills(method: MethodFacts, a: DelegateCall) -> frozenset[int]:
+    """The values delegate call ``a`` writes whole in place without reading them: the
+    arguments its backend names as written (``written_arguments``), static tensors of a
+    backend that fills those in place, and not passed to it twice."""
+    delegates = method.delegates
+    if not delegates or not 0 <= a.delegate_index < len(delegates):
+        return frozenset()
+    backend, handle = delegates[a.delegate_index]
+    written = backend.written_arguments(handle)
+    if not written:
+        return frozenset()
+    args = list(a.args)
+    return frozenset(
+        j
+        for n, j in enumerate(args)
+        if n in written and args.count(j) == 1 and fills_in_place(method, a, j)
+    )
+
+
 @dataclass
 class Flow:
     """Reads, writes and memory of one method's values (see the module docstring)."""
@@ -101,6 +122,8 @@ class Flow:
     rebound: set[int]  # values a delegate or a move sets to an array of its choosing
     bounds: dict[int, tuple[int, int]]  # bytes of each tensor in an arena
     read_at: dict[int, list[int]] = field(default_factory=dict)  # value -> reading instructions
+    # delegate call -> the values it writes whole in place without reading them (outputs)
+    delegate_fills: dict[int, frozenset[int]] = field(default_factory=dict)
     _written_ranges: list[list[tuple[int, int]]] | None = None  # see _covering_writes
     _aliases: _AliasIndex | None = None  # see aliases_reading
 
@@ -114,12 +137,16 @@ class Flow:
         if any(isinstance(a, (JumpFalseCall, FreeCall)) for a in instructions):
             return None
         reads, writes, delegate_reads, rebound = [], [], set(), set()
+        fills: dict[int, frozenset[int]] = {}
         for a in instructions:
             r, w = accesses(method, a)
             if isinstance(a, DelegateCall):
                 delegate_reads.update(r)
                 w_rebound = [j for j in w if not fills_in_place(method, a, j)]
                 rebound.update(w_rebound)
+                filled = _delegate_fills(method, a)
+                if filled:
+                    fills[len(reads)] = filled
             if isinstance(a, MoveCall):
                 rebound.update(w)
             reads.append(r)
@@ -151,6 +178,7 @@ class Flow:
             delegate_reads,
             rebound,
             bounds,
+            delegate_fills=fills,
         )
         for pc, r in enumerate(reads):
             for j in r:
@@ -173,10 +201,13 @@ class Flow:
         index = self._alias_index()
         found = []
         read_at = self.read_at
+        fills = self.delegate_fills
         for i in index.overlapping(lo, hi):
             if i == j:
                 continue
             reads = read_at.get(i)
+            if reads and fills:  # (a delegate's output is written there, not read)
+                reads = [r for r in reads if i not in fills.get(r, ())]
             if not reads:
                 continue
             at = bisect_right(reads, pc)  # reads are in instruction order
@@ -194,13 +225,17 @@ class Flow:
         return self._aliases
 
     def _covering_writes(self) -> list[list[tuple[int, int]]]:
-        """Per instruction, the byte ranges it writes whole (a delegate argument may be only
-        read); built once, on first use."""
+        """Per instruction, the byte ranges it writes whole; built once, on first use. A
+        delegate writes its outputs whole when its backend says which they are (any other
+        argument may be only read); a kernel writes its outputs whole unless a delegate or
+        a move gave them an array of its own (their planned bytes are then not written)."""
         if self._written_ranges is None:
-            bounds = self.bounds
+            bounds, fills = self.bounds, self.delegate_fills
             self._written_ranges = [
-                [bounds[j] for j in w if j in bounds and j not in self.delegate_reads]
-                for w in self.writes
+                [bounds[j] for j in fills.get(pc, ()) if j in bounds]
+                if isinstance(self.instructions[pc], DelegateCall)
+                else [bounds[j] for j in w if j in bounds and j not in self.rebound]
+                for pc, w in enumerate(self.writes)
             ]
         return self._written_ranges
 

@@ -219,11 +219,13 @@ class Lowering:
 
     def _plain_copy(self, k: Kernel, args: list[int], outs: list[int]) -> bool:
         """Whether a kernel call copies a static tensor's elements, in order, into another's
-        planned storage of the same dtype and size (so it can fill that storage in place)."""
-        if copy_source_position(k.name) != 0 or len(outs) != 1 or not args:
+        planned storage of the same size and the same dtype or one numpy converts to as
+        the kernel does (so it can fill that storage in place)."""
+        at = copy_source_position(k.name)
+        if at is None or len(outs) != 1 or at >= len(args) - 1:
             return False
         facts = self.facts
-        src, out = args[0], outs[0]
+        src, out = args[at], outs[0]
         for j in (src, out):
             val = facts.plan.values[j].val
             if not isinstance(val, Tensor) or val.shape_dynamism != TensorShapeDynamism.STATIC:
@@ -232,8 +234,7 @@ class Lowering:
         return (
             out not in facts.constant_values
             and facts.values[out] is b
-            and a.dtype == b.dtype
-            and a.dtype.kind in "biuf"
+            and _plain_cast(a.dtype, b.dtype)
             and a.size == b.size
             and b.flags.c_contiguous
             and not np.shares_memory(a, b)
@@ -371,3 +372,15 @@ _OTHER_KINDS: dict[type, str] = {
     FreeCall: "free",
     JumpFalseCall: "jump",
 }
+
+
+def _plain_cast(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether numpy's copy of ``src`` elements into ``dst`` (``np.copyto``, same-kind
+    casting) gives the copy kernels' values, and a compiled step converts alike: the same
+    dtype, or a widening or integer-to-float cast (float16 has no numba arithmetic)."""
+    if src.kind not in "biuf" or dst.kind not in "biuf":
+        return False
+    if src == dst:
+        return True
+    half = np.dtype(np.float16)
+    return half not in (src, dst) and dst.kind in "iuf" and np.can_cast(src, dst, "same_kind")

@@ -350,7 +350,19 @@ class StepRecorder:
         arrays = [self.bound_array(j) for j in call.args]
         if any(a is None for a in arrays):
             return  # (an argument read live)
-        self.record(pc, lambda: backend.whole_steps(handle, arrays), [])
+        constants = self.facts.constant_values
+
+        def make() -> MadeSteps:
+            # A constant is a read-only view of the program's data, which numba types apart
+            # from the writable arrays the delegate's steps were compiled for: they read a
+            # writable copy (made once; constants never change).
+            given = [
+                np.array(a) if j in constants and not a.flags.writeable else a
+                for j, a in zip(call.args, arrays, strict=True)
+            ]
+            return backend.whole_steps(handle, given)
+
+        self.record(pc, make, [])
 
     def whole_lines(
         self, lines: list[Line], ns: Namespace

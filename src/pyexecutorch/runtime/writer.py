@@ -17,7 +17,7 @@ from pyexecutorch.jit import deferral
 from pyexecutorch.kernels.registry import Const, Inline
 from pyexecutorch.runtime.codegen import Line, Namespace, literal
 from pyexecutorch.runtime.errors import InvalidProgramError
-from pyexecutorch.runtime.fast_paths import FastPaths, PendingFastPath
+from pyexecutorch.runtime.fast_paths import FastPaths, PendingFastPath, whole_form_step
 from pyexecutorch.runtime.fusion import (
     HALF,
     FusedCall,
@@ -30,7 +30,12 @@ from pyexecutorch.runtime.method_facts import MethodFacts
 from pyexecutorch.runtime.resolution import delegate_runner
 from pyexecutorch.runtime.step_recorder import EntryPoint, StepRecorder, WholeFunction
 from pyexecutorch.runtime.views import identity
-from pyexecutorch.runtime.whole_method import Step, flat_copy_step, view_copy_step
+from pyexecutorch.runtime.whole_method import (
+    Step,
+    copy_source_position,
+    flat_copy_step,
+    view_copy_step,
+)
 from pyexecutorch.schema.program import (
     DelegateCall,
     FreeCall,
@@ -176,7 +181,7 @@ class ChainWriter:
                 self.recorder.kernel(pc, k, args, outs, fast)
             return source
         if kind == "copy":
-            return self._plain_copy(args[0], outs[0], pc)
+            return self._plain_copy(k.name, args, outs[0], pc)
         if kind == "skip":
             return None  # computed by the fused loop of a later instruction
         if kind == "fused":
@@ -282,14 +287,22 @@ class ChainWriter:
             arrays = [a for k, a in enumerate(arrays) if k not in aliases]
         return call.lazy_function(flat, aliases), arrays
 
-    def _plain_copy(self, source: int, out: int, pc: int) -> str:
-        """A copy into its planned storage (numpy; a compiled step once the method is whole)."""
+    def _plain_copy(self, name: str, args: list[int], out: int, pc: int) -> str:
+        """A copy (or a plain cast, see lowering._plain_cast) into its planned storage
+        (numpy; a compiled step once the method is whole)."""
         ns = self.ns
+        source = args[copy_source_position(name)]
         dst = self.facts.capacity[out]
         src = self.bound_array(source)
         stores = [] if out in self.analysis.fixed else [f"v[{out}] = {self.out_expr(out)}"]
         copy = ns.bind(np.copyto, "f")
-        if src is not None and src.flags.c_contiguous:
+        if src is not None and src.flags.c_contiguous and src.dtype != dst.dtype:
+            line = f"{copy}({self.out_expr(out)}, {ns.bind(src.reshape(dst.shape), 'C')})"
+            # the cast's step: the operator's compiled form inside a whole method
+            values = [self.bound_array(j) if j == source else self.facts.values[j] for j in args]
+            values[-1] = dst
+            self.recorder.record(pc, lambda: whole_form_step(name, values), stores)
+        elif src is not None and src.flags.c_contiguous:
             # the same bytes every run: their view in the destination's shape, made now
             line = f"{copy}({self.out_expr(out)}, {ns.bind(src.reshape(dst.shape), 'C')})"
             self.recorder.record(pc, lambda: flat_copy_step(src, dst), stores)

@@ -198,6 +198,10 @@ class _External:
         # bound to the caller's array (else copied): not for constants, values that numpy
         # closures touch, and arrays sharing memory with another external's
         self.bindable = not const and array.flags.c_contiguous and array.size > 0
+        # the output that is this input's memory (a transpose moving only a dimension of
+        # size 1 makes its output a view of its input): a method compiled whole binds the
+        # input and copies it to the output (see CompiledPlan.whole_steps)
+        self.aliased_output: _External | None = None
 
     def fits(self, a: Any) -> bool:
         """Whether the caller's ``a`` can stand for the plan's array (its memory: a shape
@@ -252,12 +256,16 @@ class CompiledPlan:
         for v in graph.outputs:
             externals.append(_External(v.id, v.external_id, b.env[v.id], True, v.const is not None))
         for e in externals:
-            if any(_overlap(e, f) for f in externals if f is not e):
+            overlapping = [f for f in externals if f is not e and _overlap(e, f)]
+            if overlapping:
                 e.bindable = False  # (one value both input and output, or views of one array)
+            if len(overlapping) == 1 and _aliased(e, overlapping[0]):
+                e.aliased_output = overlapping[0]
             for a in b.numpy_arrays:
                 lo, hi = _bounds(a)
                 if lo < e.hi and e.lo < hi:
                     e.bindable = False
+                    e.aliased_output = None
         self.externals = externals
         # (value, external id, shape, dtype, array): as the numpy plan lists them
         self.outputs = [
@@ -289,6 +297,7 @@ class CompiledPlan:
                         recipes.append((position, e, offset, a.shape, a.strides, numba.typeof(a)))
                     else:
                         e.bindable = False
+                        e.aliased_output = None
         return recipes
 
     def _chosen(self, args: list[Any]) -> dict[int, np.ndarray]:
@@ -359,7 +368,19 @@ class CompiledPlan:
         if self.numpy_steps or len(args) != len(self.externals):
             return None
         chosen = self._chosen(args)
-        if len(chosen) != len(self.externals):
+        # an input whose memory is also an output: the steps read the caller's input,
+        # and a copy at the end makes the caller's output
+        copies = []
+        for e in self.externals:
+            f = e.aliased_output
+            if f is None or e.output or not (e.fits(args[e.ext]) and f.fits(args[f.ext])):
+                continue
+            src, dst = args[e.ext], args[f.ext]
+            copy = view_copy_step(src.reshape(f.array.shape), dst.reshape(f.array.shape))
+            if copy is not None:  # (the output stays out of chosen: its steps read src)
+                chosen[id(e)] = src
+                copies.append(copy)
+        if len(chosen) + len(copies) != len(self.externals):
             return None
         made = []
         for step, recipes in zip(self.steps, self.step_recipes, strict=True):
@@ -367,7 +388,7 @@ class CompiledPlan:
             if refused is not None:
                 return None
             made.append(Step(step.function, params, step.checked))
-        return made
+        return made + copies
 
     def holds(self, args: list[Any]) -> bool:
         """Whether the calls are bound to exactly these arguments."""
@@ -423,6 +444,20 @@ class CompiledPlan:
 
 def _overlap(e: _External, f: _External) -> bool:
     return e.lo < f.hi and f.lo < e.hi
+
+
+def _aliased(e: _External, f: _External) -> bool:
+    """Whether input ``e`` and output ``f`` are one memory, elements in the same order."""
+    a, b = e.array, f.array
+    return (
+        not e.output
+        and f.output
+        and a.dtype == b.dtype
+        and a.size == b.size > 0
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and a.ctypes.data == b.ctypes.data
+    )
 
 
 def _calls(items: list[tuple[str, Any]]) -> list[_Call]:

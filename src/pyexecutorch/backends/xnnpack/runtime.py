@@ -131,6 +131,10 @@ class XnnpackBackend(BackendInterface):
         plan = handle.plan_for(args)
         return plan.whole_steps(args) if plan.compiled else None
 
+    def written_arguments(self, handle: Delegate) -> frozenset[int]:
+        """The graph's outputs (an external that is also an input is read too)."""
+        return frozenset(v.external_id for v in handle.graph.outputs) - set(handle.input_ext)
+
     def destroy(self, handle: Delegate) -> None:
         handle.plans.clear()
         handle.last_plan = None

@@ -38,6 +38,9 @@ declare(
     copy_source=0,
 )
 declare("aten::copy_", copy_source=1)  # (in place: the destination is the first argument)
+# copy(self, src, non_blocking, out): src's elements in self's shape and dtype (a copy in
+# order where their sizes and dtypes agree, which the callers check)
+declare("aten::copy.out", copy_source=1)
 # Reshapes' copies: their bytes are their first argument's, as they are.
 declare(
     "aten::view_copy.out",
