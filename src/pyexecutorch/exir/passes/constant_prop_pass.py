@@ -105,8 +105,14 @@ def propagate(ep: ExportedProgram, skip: Any = None) -> dict[Node, Any]:
     return known
 
 
+# to_edge's lifted scalars: a CONSTANT_TENSOR here, a state_dict buffer in the official
+# edge program, so not counted where the official numbers by its constants.
+_EDGE_SCALAR_PREFIX = "_lifted_tensor_constant"
+
+
 def _fresh_name(ep: ExportedProgram) -> str:
-    name = f"{PREFIX}{len(ep.constants)}"
+    count = sum(1 for k in ep.constants if not k.startswith(_EDGE_SCALAR_PREFIX))
+    name = f"{PREFIX}{count}"
     if name in ep.constants:
         taken = [int(k[len(PREFIX) :]) for k in ep.constants if k[len(PREFIX) :].isdigit()]
         name = f"{PREFIX}{max(taken, default=-1) + 1}"

@@ -23,14 +23,14 @@ def lift_constants(
         return signature, constants
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     specs = list(signature.input_specs)
-    first_user = next(
-        (i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT), len(specs)
-    )
+    # Before the first user input, or first of all without one, and numbered after the
+    # method's buffers, as the official lift_constant_tensor_pass places and names them.
+    first_user = next((i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT), 0)
     anchor = placeholders[first_user] if first_user < len(placeholders) else None
     constants = dict(constants)
     new_specs = []
     taken = set(constants) | {s.target for s in specs if s.target}
-    counter = 0
+    counter = sum(1 for s in specs if s.kind == InputKind.BUFFER)
     for node in attrs:
         tensor = getattr(gm, node.target)
         while f"_lifted_tensor_constant{counter}" in taken:

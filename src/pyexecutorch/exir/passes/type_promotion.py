@@ -81,17 +81,20 @@ _OPMATH_FLOAT32 = {
 
 
 def _fold_constant_cast(g: GraphModule, node: Node, dtype: torch.dtype, fake_mode) -> bool:
-    """Cast a scalar constant made by :func:`scalars_to_tensors` in place."""
+    """A scalar constant made by :func:`scalars_to_tensors` next to bfloat16/float8
+    tensors becomes float32 in place. Other scalars keep the official edge graph's
+    form, their own dtype (int64, float32, bool) cast by a ``_to_copy`` node, which
+    ``to_executorch`` folds."""
     if (
         node.op != "get_attr"
         or not node.target.startswith("_scalar_tensor_constant")
         or len(node.users) != 1
+        or dtype not in _OPMATH_FLOAT32
     ):
         return False
-    if dtype in _OPMATH_FLOAT32:
-        # Eager reads a Python scalar at float32 precision next to bfloat16/float8
-        # tensors (it is never rounded to their type), and so do the kernels.
-        dtype = torch.float32
+    # Eager reads a Python scalar at float32 precision next to bfloat16/float8
+    # tensors (it is never rounded to their type), and so do the kernels.
+    dtype = torch.float32
     t = getattr(g, node.target).to(dtype)
     g.register_buffer(node.target, t, persistent=False)
     node.meta["val"] = fake_mode.from_tensor(t, static_shapes=True)
