@@ -18,10 +18,17 @@ import numpy as np
 import pytest
 import torch
 
-from pyexecutorch.backends.xnnpack import XnnpackPartitioner
-from pyexecutorch.exir import to_edge_transform_and_lower
-from pyexecutorch.runtime import Runtime
-from pyexecutorch.schema.pte import decode_pte
+from tests import official
+
+official.silence_noise()
+# The official llama:: kernels (for the official runtime), loaded before our exporter
+# registers its operators: the other order aborts the process.
+import executorch.extension.llm.custom_ops.custom_ops  # noqa: E402, F401
+
+from pyexecutorch.backends.xnnpack import XnnpackPartitioner  # noqa: E402
+from pyexecutorch.exir import to_edge_transform_and_lower  # noqa: E402
+from pyexecutorch.runtime import Runtime  # noqa: E402
+from pyexecutorch.schema.pte import decode_pte  # noqa: E402
 
 
 class DecodeStepPieces(torch.nn.Module):
@@ -69,3 +76,37 @@ def test_compiles_whole_and_matches_eager(program, jit):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     # the delegates' steps bound into one function (before: each delegate a call of its own)
     assert method.plan.whole == jit
+
+
+def test_our_export_decodes_whole_over_changing_positions(tmp_path):
+    """Our export_llm program (XNNPACK, dynamic length, forward(tokens, input_pos)): its
+    decode step's static plan compiles whole (input_pos + arange folded where the decode
+    length fixes it, the delegates bound), and each call's logits equal the official
+    runtime's on the same file as the positions move."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pyexecutorch.extension.llm.export import export_llm
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+        )
+        hf = LlamaForCausalLM(config).eval()
+    pte = export_llm(hf, max_seq_length=32, xnnpack=True, progress=False).buffer
+    theirs = official.OfficialRunner(pte)
+    method = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    prompt = [3, 17, 42, 99, 150]
+    calls = [(prompt, 0)] + [([7 + 11 * k], len(prompt) + k) for k in range(8)]
+    for tokens, start in calls:
+        inputs = [torch.tensor([tokens]), torch.tensor([start])]
+        (want,) = theirs.run(inputs)
+        got = np.asarray(method.execute(inputs)[0])
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg=f"{tokens} at {start}")
+    decode = [p for key, p in method.plan.static_plans.items() if key[0][-1] == 1]
+    assert decode and decode[0].whole
