@@ -62,6 +62,21 @@ def test_symbolic_int_operations_become_executorch_prim_operators():
         exir_ops.backend.executorch_prim.frobnicate  # noqa: B018
 
 
+def test_export_pass_retraces_backend_operators_keeping_symbolic_sizes():
+    from pyexecutorch.exir.pass_base import ExportPass
+
+    retraced = _transformed().transform([ExportPass()]).exported_program().graph_module
+    prims = [n for n in retraced.graph.nodes if type(n.target).__name__ == "PrimOperator"]
+    assert [n.target.name() for n in prims] == [
+        "executorch_prim::sub.Scalar",
+        "executorch_prim::mul.Scalar",
+        "executorch_prim::floordiv.Scalar",
+    ]
+    *_, last, _output = retraced.graph.nodes
+    size = last.meta["val"].shape[0]
+    assert isinstance(size, torch.SymInt) and size.node.expr.free_symbols
+
+
 def test_program_with_backend_operators_runs_like_eager():
     from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
 

@@ -27,6 +27,8 @@ from torch._export.pass_base import (
 from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from pyexecutorch.exir.dialects.backend._ops import PrimOperator
+
 PassType = Callable[[torch.fx.GraphModule], PassResult | None]
 
 
@@ -44,6 +46,8 @@ class ExportPass(_RetracingPassBase):
                 lowered, *inputs = args
                 meta = NodeMetadata(self.node.meta)
                 return self.callback.call_delegate(lowered, tuple(inputs), kwargs, meta)
+            if isinstance(target, PrimOperator):  # a symbolic-int operation, retraced as one
+                return self.callback.call_sym(target, args, NodeMetadata(self.node.meta))
             return super().call_function(target, args, kwargs)
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
