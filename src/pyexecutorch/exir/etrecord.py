@@ -369,7 +369,7 @@ class ETRecord:
                 graph_map[f"{name}/forward"] = module
             elif _is_edge_manager(module):
                 for method in module.methods:
-                    graph_map[f"{name}/{method}"] = module._source_program(method)
+                    graph_map[f"{name}/{method}"] = module.exported_program(method)
             elif isinstance(getattr(module, "exported_program", None), ExportedProgram):
                 graph_map[f"{name}/forward"] = module.exported_program
             else:
@@ -408,11 +408,12 @@ def _edge_of(manager: Any, what: str) -> ExportedProgram | dict[str, ExportedPro
         return manager.exported_program  # a legacy ExirExportedProgram
     if not _is_edge_manager(manager):
         raise ETRecordError(f"{what}: takes an EdgeProgramManager, not {type(manager).__name__}")
-    # its edge programs, also after a to_executorch (which plans the official's in place)
+    # what the manager holds now, as the official records it: after a to_executorch, the
+    # planned programs (the official manager lowers its own in place)
     methods = sorted(manager.methods)
     if len(methods) == 1:
-        return manager._source_program(methods[0])
-    return {m: manager._source_program(m) for m in methods}
+        return manager.exported_program(methods[0])
+    return {m: manager.exported_program(m) for m in methods}
 
 
 def _get_reference_outputs(bundled_program: Any) -> dict[str, list[Any]]:

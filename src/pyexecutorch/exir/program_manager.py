@@ -300,11 +300,6 @@ class EdgeProgramManager:
                 f"no method {method_name!r}; methods are {sorted(self._edge_programs)}"
             ) from None
 
-    def _source_program(self, method_name: str = "forward") -> ExportedProgram:
-        """Method ``method_name``'s edge program, as it was before any ``to_executorch``."""
-        self.exported_program(method_name)  # the error for an unknown name
-        return self._sources[method_name]
-
     def transform(
         self,
         passes: Sequence[PassType] | Mapping[str, Sequence[PassType]] | FxPassManager,
