@@ -27,6 +27,7 @@ from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackP
 from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
 from pyexecutorch.exir.backend import get_delegation_info, get_lowered_backend_modules, to_backend
 from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
+from pyexecutorch.runtime import Runtime
 from pyexecutorch.schema import decode_pte
 from tests import official
 
@@ -481,8 +482,8 @@ def test_configs_by_name_and_per_op_mode():
 
 def test_float16_convolution_runs_in_the_official_runtime():
     """float16 convolutions keep float32 filters and biases, as the official exporter
-    writes them. Our runtime's XNNPACK convolutions are float32 only so far: it refuses
-    the delegate by name."""
+    writes them; convolution, clamp and max pooling run in both runtimes alike (ours in
+    float32 between a widening and one rounding per node), over calls with other inputs."""
     torch.manual_seed(0)
     module = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)).half()
     args = (R(1, 3, 6, 6).half(),)
@@ -492,12 +493,22 @@ def test_float16_convolution_runs_in_the_official_runtime():
     datatypes = [v.tensor.datatype for v in payload.graph.xvalues]
     assert datatypes.count(S.XNNDatatype.fp32) == 2  # filter and bias
     pte = edge.to_executorch().buffer
-    with torch.no_grad():
-        expected = official.flatten_outputs(module(*args))
-    got = official.official_run(pte, args)
-    official.assert_close("fp16_conv", got, expected, rtol=1e-2, atol=1e-2)
-    with pytest.raises(Exception, match="XNNConv2d.*float16; only float32 is supported here"):
-        _load_for_executorch_from_buffer(pte).run_method("forward", args)
+    methods = [
+        Runtime.get().load_program(pte, jit=jit).load_method("forward") for jit in (False, True)
+    ]
+    for scale in (1.0, 4.0, 0.5):
+        call = (args[0] * scale,)
+        with torch.no_grad():
+            expected = official.flatten_outputs(module(*call))
+        got = official.official_run(pte, call)
+        official.assert_close("fp16_conv", got, expected, rtol=1e-2, atol=1e-2)
+        for method in methods:
+            (ours,) = method.execute([call[0].numpy()])
+            ours = np.asarray(ours)
+            assert ours.dtype == np.float16
+            np.testing.assert_allclose(
+                ours.astype(np.float32), np.asarray(got[0], np.float32), rtol=4e-3, atol=4e-3
+            )
 
 
 def test_dynamic_batch_runs_at_other_sizes():

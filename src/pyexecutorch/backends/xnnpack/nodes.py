@@ -605,21 +605,20 @@ def _operand(b: Builder, vid: int) -> Operand:
     return Operand(b.getter(vid), b.env[vid] if b.fixed(vid) else None)
 
 
-def _conv_operands(
+def _float32_operands(
     b: Builder, in_id: int, out_id: int, in_shape: tuple[int, ...], out_shape: tuple[int, ...]
 ) -> tuple[Operand, Operand, list[Callable[[], None]], list[Callable[[], None]]]:
-    """A convolution's input and output, with the steps before and after its own: for
-    float16 values the convolution runs in float32 (XNNPACK's float16 kernels convert
-    to float32 on CPUs without float16 arithmetic) between a widening of the input and
-    a rounding of the output, in arrays made here."""
+    """A convolution's or pooling's input and output, with the steps before and after its
+    own: for float16 values it runs in float32 (XNNPACK's float16 kernels convert to
+    float32 on CPUs without float16 arithmetic; a max is exact either way) between a
+    widening of the input and a rounding of the output, in arrays made here."""
     dtypes = {b.dtype(in_id), b.dtype(out_id)}
     if dtypes == {_F32}:
         return _operand(b, in_id), _operand(b, out_id), [], []
     if dtypes != {_F16}:
         names = sorted(d.name for d in dtypes)
         raise NotImplementedError(
-            f"XNNPACK delegate: {b.where}: a convolution of {' and '.join(names)} values "
-            "(float32 or float16 only)"
+            f"XNNPACK delegate: {b.where}: {' and '.join(names)} values (float32 or float16 only)"
         )
     x, o = b.getter(in_id), b.getter(out_id)
     wide_in, wide_out = np.empty(in_shape, _F32), np.empty(out_shape, _F32)
@@ -660,14 +659,6 @@ def _filter(b: Builder, n: Any, expected: tuple[int, ...]) -> NDArray:
     return w.astype(_F32)
 
 
-def _float_only(b: Builder, *vids: int) -> None:
-    for v in vids:
-        if b.dtype(v) != _F32:
-            raise NotImplementedError(
-                f"XNNPACK delegate: {b.where}: value {v} is {b.dtype(v).name}; only float32 is supported here"
-            )
-
-
 def _conv_window(b: Builder, n: S.Conv) -> Window:
     return _window(
         b,
@@ -699,7 +690,9 @@ def _conv2d(b: Builder, n: S.Conv, node: S.XNode) -> None:
     bias = _bias(b, n, g * cout)
     shape = (win.n, win.oh, win.ow, g * cout)
     b.out(n.output_id, shape)
-    x, out, before, after = _conv_operands(b, n.input1_id, n.output_id, b.shape(n.input1_id), shape)
+    x, out, before, after = _float32_operands(
+        b, n.input1_id, n.output_id, b.shape(n.input1_id), shape
+    )
     for step in [*before, *conv2d_steps(win, w, g, bias, x, out, _clamp(node)), *after]:
         b.step(step)
 
@@ -716,7 +709,9 @@ def _depthwise(b: Builder, n: S.Conv, node: S.XNode) -> None:
     bias = _bias(b, n, units)
     shape = (win.n, win.oh, win.ow, units)
     b.out(n.output_id, shape)
-    x, out, before, after = _conv_operands(b, n.input1_id, n.output_id, b.shape(n.input1_id), shape)
+    x, out, before, after = _float32_operands(
+        b, n.input1_id, n.output_id, b.shape(n.input1_id), shape
+    )
     for step in [*before, *depthwise_steps(win, w, mult, bias, x, out, _clamp(node)), *after]:
         b.step(step)
 
@@ -724,15 +719,15 @@ def _depthwise(b: Builder, n: S.Conv, node: S.XNode) -> None:
 @builder("XNNMaxPooling2d", "XNNAvgPooling2d")
 def _pool(b: Builder, n: S.Pooling2D, node: S.XNode) -> None:
     is_max = type(n).__name__ == "XNNMaxPooling2d"
-    _float_only(b, n.input_id, n.output_id)
     xs = b.shape(n.input_id)
     dh, dw = n.dilation_height or 1, n.dilation_width or 1
     win = _window(
         b, xs, n, n.pooling_height, n.pooling_width, n.stride_height, n.stride_width, dh, dw
     )
-    b.out(n.output_id, (win.n, win.oh, win.ow, win.c))
-    x, out = _operand(b, n.input_id), _operand(b, n.output_id)
-    for step in pool2d_steps(win, is_max, _F32, x, out, _clamp(node)):
+    shape = (win.n, win.oh, win.ow, win.c)
+    b.out(n.output_id, shape)
+    x, out, before, after = _float32_operands(b, n.input_id, n.output_id, xs, shape)
+    for step in [*before, *pool2d_steps(win, is_max, _F32, x, out, _clamp(node)), *after]:
         b.step(step)
 
 
@@ -761,7 +756,7 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
         raise XnnpackError(f"{b.where}: padding leaves an empty {oh}x{ow} output")
     shape = (win.n, oh, ow, g * cout)
     b.out(n.output_id, shape)
-    x, out, before, after = _conv_operands(b, n.input1_id, n.output_id, xs, shape)
+    x, out, before, after = _float32_operands(b, n.input1_id, n.output_id, xs, shape)
     steps = conv_transpose2d_steps(win, w, g, adjust, bias, x, out, _clamp(node))
     for step in [*before, *steps, *after]:
         b.step(step)
