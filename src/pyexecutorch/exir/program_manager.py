@@ -230,7 +230,7 @@ def to_edge_transform_and_lower(
     manager = EdgeProgramManager(edge, _check_constant_methods(constant_methods), config)
     if transform_passes is not None:
         manager = manager.transform(transform_passes)
-    record = _record(aten_programs, manager._sources) if generate_etrecord else None
+    record = _record(aten_programs, manager._edge_programs) if generate_etrecord else None
     if record is not None and transform_passes is not None:
         # the graphs the custom passes made, a reference for numeric comparison
         record.add_extra_export_modules({"edge_after_transform": manager})
@@ -271,11 +271,6 @@ class EdgeProgramManager:
         self._edge_programs: dict[str, ExportedProgram] = _as_dict(
             edge_programs, "EdgeProgramManager"
         )
-        # The edge programs every later stage starts from. After to_executorch,
-        # exported_program() returns the lowered and planned program of a method, as the
-        # official manager (which lowers its programs in place) does, while these stay as
-        # they were: the manager can be lowered again, transformed, delegated or recorded.
-        self._sources: dict[str, ExportedProgram] = dict(self._edge_programs)
         self._config_methods = _check_constant_methods(constant_methods)
         self._etrecord: Any = None  # the ETRecord begun by generate_etrecord=True
         clash = sorted(set(self._config_methods or {}) & set(self._edge_programs))
@@ -291,8 +286,9 @@ class EdgeProgramManager:
         return set(self._config_methods or {})
 
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
-        """Method ``method_name``'s edge program; after ``to_executorch``, the program it
-        lowered to (planned, in the executorch dialect), as with the official manager."""
+        """Method ``method_name``'s edge program. ``to_executorch`` leaves it as it was (the
+        official manager plans it in place), so the manager can be lowered again and an
+        ETRecord made from it afterwards."""
         try:
             return self._edge_programs[method_name]
         except KeyError:
@@ -309,7 +305,7 @@ class EdgeProgramManager:
         method, or per method when a dict); the result is checked again for IR validity."""
         config = compile_config or self.compile_config
         new: dict[str, ExportedProgram] = {}
-        for name, ep in self._sources.items():
+        for name, ep in self._edge_programs.items():
             plist = passes.get(name) if isinstance(passes, Mapping) else passes
             if isinstance(plist, FxPassManager):
                 plist = [plist]  # one pass that runs its own list
@@ -336,7 +332,7 @@ class EdgeProgramManager:
                 "delegation (pyexecutorch.exir.backend) is not available yet"
             ) from e
         new: dict[str, ExportedProgram] = {}
-        for name, ep in self._sources.items():
+        for name, ep in self._edge_programs.items():
             if isinstance(partitioner, Mapping):
                 new[name] = to_backend(ep, partitioner[name]) if name in partitioner else ep
             else:
@@ -355,18 +351,18 @@ class EdgeProgramManager:
         config.check_supported()
         planners = {
             name: _per_method(config.memory_planning_pass, name, None) or MemoryPlanningPass()
-            for name in self._sources
+            for name in self._edge_programs
         }
         # Buffers a method mutates are state in every method that shares them.
         shared_state = frozenset(
             fqn
-            for ep in self._sources.values()
+            for ep in self._edge_programs.values()
             for fqn in ep.graph_signature.buffers_to_mutate.values()
             if any(getattr(p, "share_mutable_buffers", False) for p in planners.values())
         )
         programs = {
             name: _to_executorch_program(name, ep, config, planners[name], shared_state)
-            for name, ep in self._sources.items()
+            for name, ep in self._edge_programs.items()
         }
         for planner in {id(p): p for p in planners.values()}.values():
             if hasattr(planner, "run_multimethod"):
@@ -376,8 +372,6 @@ class EdgeProgramManager:
         )
         manager = ExecutorchProgramManager(programs, self._config_methods, config)
         manager._etrecord = self._etrecord
-        # The caller's manager shows the plan, as the official one (planning in place) does.
-        self._edge_programs.update(programs)
         return manager
 
 
