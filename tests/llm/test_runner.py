@@ -427,6 +427,51 @@ def test_stats(store):
     assert stats.model_load_end_ms == 0
 
 
+class _CompilingOnFirstCalls:
+    """A loaded method whose first prefill and first decode call compile (0.2 s, with a
+    compilation nested inside, as a whole plan compiling its kernels), as a cold compiled
+    tier's do."""
+
+    def __init__(self, method):
+        self._method = method
+        self.compiled_lengths: set[int] = set()
+
+    def __getattr__(self, name):
+        return getattr(self._method, name)
+
+    def execute(self, inputs, **kwargs):
+        import time
+
+        from pyexecutorch.jit import numba_env
+
+        length = np.asarray(inputs[0]).shape[-1]
+        if length not in self.compiled_lengths:
+            self.compiled_lengths.add(length)
+            with numba_env.compiling("a plan"), numba_env.compiling("a kernel of it"):
+                time.sleep(0.2)
+        return self._method.execute(inputs, **kwargs)
+
+
+def test_stats_leave_compilation_out_of_the_rates(store):
+    runner = store.runner("llama_dynamic")
+    runner.load()
+    runner._decoder.method = _CompilingOnFirstCalls(runner._decoder.method)
+    received: list[Stats] = []
+    runner.generate(PROMPT, GREEDY, None, received.append)
+    (stats,) = received
+    # once each, not twice for the nested compilation
+    assert 200 <= stats.prefill_compile_ms < 390 and 200 <= stats.decode_compile_ms < 390
+    assert stats.prefill_ms() == pytest.approx(
+        stats.prompt_eval_end_ms - stats.inference_start_ms - stats.prefill_compile_ms
+    )
+    assert stats.decode_ms() < stats.inference_end_ms - stats.prompt_eval_end_ms - 199
+    assert "s compiling, once" in stats.summary() and "left out of the rates" in str(stats)
+    runner.reset()
+    runner.generate(PROMPT, GREEDY, None, received.append)  # plans compiled: nothing to leave out
+    assert received[1].prefill_compile_ms == received[1].decode_compile_ms == 0
+    assert "compiling" not in received[1].summary()
+
+
 def test_errors(store, tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer file not found"):
         TextLLMRunner(store.path("llama_static"), tmp_path / "missing.json")

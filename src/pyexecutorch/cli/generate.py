@@ -14,7 +14,9 @@ Load a text-decoder .pte (export_llama's or optimum-executorch's layout, or ours
 the pyexecutorch runtime (numpy only, no torch), tokenize the prompt with the
 tokenizer file (HuggingFace tokenizer.json, tiktoken, SentencePiece .model; read
 with the pytorch-tokenizers package) and stream the generated text to stdout. A
-line giving prefill and decode tokens/s goes to stderr.
+line giving prefill and decode tokens/s goes to stderr; on the compiled tier a first
+run compiles the program's plans (announced on stderr, cached on disk for later runs),
+and that time is reported beside the rates, not in them.
 
 With --chat, each line read from stdin is a user turn (fed as typed); the model
 keeps the conversation, so a turn only prefills its own tokens."""
@@ -68,7 +70,8 @@ def _print(piece: str) -> None:
 def _turn(runner: Any, prompt: str, config: Any) -> None:
     """Generate after ``prompt``, streaming to stdout; the rates to stderr."""
     stats = []
-    runner.generate(prompt, config, _print, stats.append)
+    with common.compile_progress():  # a first run compiles its plans: say so, not hang
+        runner.generate(prompt, config, _print, stats.append)
     _print("\n")
     print(stats[0].summary(), file=sys.stderr)
 

@@ -34,8 +34,11 @@ _numba_checked = False
 # Compilations go to this logger: DEBUG a line each, INFO before a method compiles whole
 # (up to a minute) and once a load has compiled anything (see Program.load_method).
 logger = logging.getLogger("pyexecutorch.compiled")
-# What this process compiled: functions and seconds (a load reports the difference).
+# What this process compiled: functions and seconds (a load, and the LLM runner's
+# rates, take the difference). Seconds count the outermost compilations only: a
+# function compiled while its caller compiles is inside the caller's time.
 compile_totals: collections.Counter[str] = collections.Counter()
+_nesting = threading.local()
 
 
 @contextlib.contextmanager
@@ -51,13 +54,17 @@ def compiling(what: str, announce: str | None = None) -> Iterator[None]:
             compile_totals["functions"] + 1,
             cache_dir(),
         )
+    depth = getattr(_nesting, "depth", 0)
+    _nesting.depth = depth + 1
     start = time.perf_counter()
     try:
         yield
     finally:
         seconds = time.perf_counter() - start
+        _nesting.depth = depth
         compile_totals["functions"] += 1
-        compile_totals["seconds"] += seconds
+        if depth == 0:
+            compile_totals["seconds"] += seconds
         logger.debug("compiled %s in %.2f s", what, seconds)
 
 

@@ -230,12 +230,14 @@ class TextLLMRunner:
         stats.token_encode_end_ms = now_ms()
         emit = None if config.warming else token_callback
         exec_before = self._decoder.execution_ms
+        compile_before = self._decoder.compile_ms
         feed = self._to_feed(tokens, generating=True)
         if emit is not None and config.echo and echo_text:
             emit(echo_text)  # before the prefill, which may take a while
         stats.model_execution_start_ms = now_ms()
         logits = self._feed(feed)
         stats.prompt_eval_end_ms = now_ms()
+        stats.prefill_compile_ms = self._decoder.compile_ms - compile_before
         generated: list[int] = []
         try:
             self._decode(logits, config, emit, generated)
@@ -245,6 +247,9 @@ class TextLLMRunner:
             stats.inference_end_ms = now_ms()
             stats.num_generated_tokens = len(generated)
             stats.aggregate_model_execution_time_ms = self._decoder.execution_ms - exec_before
+            stats.decode_compile_ms = (
+                self._decoder.compile_ms - compile_before - stats.prefill_compile_ms
+            )
             if config.warming:  # a warm-up leaves the conversation as it was
                 self._context, self._pending = saved
         if stats_callback is not None and not config.warming:
