@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyexecutorch.devtools.etrecord import ETRecord, nodes_by_debug_handle
+from pyexecutorch.devtools.etrecord import ETRecord, edge_program_of, nodes_by_debug_handle
 from pyexecutorch.devtools.inspector import Event, event_blocks_of
 from pyexecutorch.schema.program import DelegateCall, KernelCall
 
@@ -221,11 +221,6 @@ def _map_of(record: Any, name: str, method: str) -> dict[str, Any]:
     return {str(k): v for k, v in table.items()}
 
 
-def _edge_program(record: Any, method: str) -> Any:
-    program = record.edge_dialect_program
-    return program.get(method) if isinstance(program, dict) else program
-
-
 def match(
     record: Any,
     pte: bytes,
@@ -242,7 +237,7 @@ def match(
     handle_map = _map_of(record, "_debug_handle_map", method)
     delegate_map = _map_of(record, "_delegate_map", method)
     num_outs = _map_of(record, "_instruction_id_to_num_outs_map", method)
-    program = _edge_program(record, method)
+    program = edge_program_of(record, method)
     nodes = nodes_by_debug_handle(program)
     eager, eager_outputs = eager_by_handle(program, inputs)
     comparison = Comparison([], rtol, atol)

@@ -190,6 +190,12 @@ def _target_name(node: torch.fx.Node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
+def edge_program_of(record: Any, method: str = "forward") -> Any:
+    """The ETRecord's edge program of ``method`` (its only one when not saved per method)."""
+    program = record.edge_dialect_program
+    return program.get(method) if isinstance(program, dict) else program
+
+
 def nodes_by_debug_handle(program: Any) -> dict[int, list[NodeInfo]]:
     """The call nodes of an edge program (or a dict of them, ``forward`` used) by debug handle;
     several nodes share a handle when they come from one source operator."""
@@ -408,8 +414,8 @@ def _edge_of(manager: Any, what: str) -> ExportedProgram | dict[str, ExportedPro
         return manager.exported_program  # a legacy ExirExportedProgram
     if not _is_edge_manager(manager):
         raise ETRecordError(f"{what}: takes an EdgeProgramManager, not {type(manager).__name__}")
-    # what the manager holds now, as the official records it: after a to_executorch, the
-    # planned programs (the official manager lowers its own in place)
+    # its edge programs: ours stay unplanned after a to_executorch (the official manager
+    # plans its own in place, and so records the planned ones)
     methods = sorted(manager.methods)
     if len(methods) == 1:
         return manager.exported_program(methods[0])

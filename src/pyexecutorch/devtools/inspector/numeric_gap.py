@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from pyexecutorch.devtools.etrecord import edge_program_of
 from pyexecutorch.devtools.inspector import EXCLUDED_EVENTS_WHEN_PRINTING, Inspector
 from pyexecutorch.devtools.inspector._inspector_utils import (
     DebugHandle,
@@ -68,11 +69,6 @@ def comparator_of(distance: str | NumericalComparatorBase, inspector: Inspector)
     return kind(inspector=inspector)
 
 
-def _edge_program(record: Any) -> Any:
-    program = record.edge_dialect_program
-    return program.get("forward") if isinstance(program, dict) else program
-
-
 def reference_graph_module(
     record: Any, reference_graph: str | None, disable_debug_handle_validation: bool
 ) -> tuple[torch.fx.GraphModule, str]:
@@ -81,7 +77,10 @@ def reference_graph_module(
     if reference_graph in (None, EXPORTED_PROGRAM):
         exported = record.exported_program
         if exported is not None and propagate_back_debug_handle(
-            exported, record.export_graph_id, _edge_program(record), disable_debug_handle_validation
+            exported,
+            record.export_graph_id,
+            edge_program_of(record),
+            disable_debug_handle_validation,
         ):
             name = EXPORTED_PROGRAM
         elif reference_graph is None:
@@ -95,7 +94,7 @@ def reference_graph_module(
     if name == EXPORTED_PROGRAM:
         return record.exported_program.module(), name
     if name == EDGE_PROGRAM:
-        return _edge_program(record).module(), name
+        return edge_program_of(record).module(), name
     lookup = name if "/" in name else f"{name}/forward"
     graphs = record.graph_map or {}
     if lookup not in graphs:
