@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from pyexecutorch.exir.dialects.stand_in import StandIn
+
 BACKEND_MODULE = "pyexecutorch.exir.dialects.backend._ops"
 NAMESPACE = "executorch_prim"
 
@@ -49,7 +51,7 @@ PRIM_OPERATIONS: dict[str, Callable[..., Any]] = {
 }
 
 
-class PrimOperator:
+class PrimOperator(StandIn):
     """``executorch_prim::<name>.Scalar``: calls (and equals) ``operation``."""
 
     def __init__(self, name: str, operation: Callable[..., Any]) -> None:
@@ -58,20 +60,6 @@ class PrimOperator:
         self.__name__ = f"{NAMESPACE}.{name}.Scalar"
         self.__qualname__ = self.__name__
         self.__module__ = BACKEND_MODULE
-
-    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        return self._op(*args, **kwargs)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, PrimOperator):
-            return other._op is self._op
-        return other is self._op
-
-    def __hash__(self) -> int:
-        return hash(self._op)
-
-    def __deepcopy__(self, memo: Any = None) -> PrimOperator:
-        return self
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return prim_operator, (self._name,)

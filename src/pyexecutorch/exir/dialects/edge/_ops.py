@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
+from pyexecutorch.exir.dialects.stand_in import StandIn
+
 # Generated graph code names an edge operator ``<module>.<ns>.<op>.<overload>``.
 EDGE_MODULE = "pyexecutorch.exir.dialects.edge._ops"
 
@@ -37,7 +39,7 @@ _KEPT_ATEN = frozenset(
 )
 
 
-class EdgeOpOverload(OpOverload):
+class EdgeOpOverload(StandIn, OpOverload):
     """An edge-dialect operator: the overload ``op`` under its edge name."""
 
     def __init__(self, op: OpOverload) -> None:  # noqa: D107 - deliberately skips the base __init__
@@ -47,20 +49,6 @@ class EdgeOpOverload(OpOverload):
         namespace, name = op._schema.name.split("::")
         self.__name__ = f"{namespace}.{name}.{op._overloadname}"
         self.__module__ = EDGE_MODULE
-
-    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        return self._op(*args, **kwargs)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, EdgeOpOverload):
-            return other._op is self._op
-        return other is self._op
-
-    def __hash__(self) -> int:
-        return hash(self._op)
-
-    def __deepcopy__(self, memo: Any = None) -> EdgeOpOverload:
-        return self
 
     def __reduce__(self) -> tuple[Any, tuple[str, str]]:
         return _edge_op_named, (self._op._schema.name, self._op._overloadname)
