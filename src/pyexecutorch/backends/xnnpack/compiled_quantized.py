@@ -271,16 +271,23 @@ def _rows_step(b: StepBuilder, a: np.ndarray) -> np.ndarray:
     return rows
 
 
+# (the bases and taps of a product whose rows lie one after another)
+_NO_GEOMETRY = np.zeros(0, np.int64)
+
+
 def _gemm_step(b: StepBuilder, rows: np.ndarray, w: np.ndarray, bias: Any, xq: Any, wq: Any,
-               yq: Any, requant: tuple, out: np.ndarray) -> None:  # fmt: skip
+               yq: Any, requant: tuple, out: np.ndarray,
+               geometry: tuple[np.ndarray, np.ndarray] | None = None) -> None:  # fmt: skip
     """``out (M, N) int8 = requantized(x @ w (N, K).T + bias)``, ``rows`` the inputs ``x``
-    laid out by :func:`_rows_step` or ``im2col``; ``requant`` as :func:`_requant`."""
-    m = rows.shape[0]
+    laid out by :func:`_rows_step` or ``im2col``, or the padded input of an implicit
+    convolution with its ``geometry`` (bases, taps); ``requant`` as :func:`_requant`."""
+    m = out.shape[0]
     units, k = w.shape
     packed, folded = qs.pack_weights(w, bias, xq.zero_point)
     scales = qs.padded(channel_scales(xq, wq, yq, units), folded.size, np.float32)
-    quads = rows.view(np.int64 if rows.dtype == np.int16 else np.int32)  # (four inputs)
-    args = (quads, packed, folded, scales, *requant, out, np.zeros(1, np.int64))
+    quads = rows.reshape(-1).view(np.int64 if rows.dtype == np.int16 else np.int32)
+    args = (quads, packed, folded, scales, *requant, out, np.zeros(1, np.int64),
+            *(geometry or (_NO_GEOMETRY, _NO_GEOMETRY)))  # fmt: skip
     b.add(Step(choose(qs.GEMM, m * units * k), args))
 
 
@@ -366,13 +373,19 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     rows = nb * oh * ow
     depth = kh * kw * c
     pads = (pt, pl, u.padding_bottom, u.padding_right)
+    geometry = None
     if kh == kw == 1 and sh == sw == 1 and not any(pads):
         a = _rows_step(b, x.reshape(rows, c))  # (a 1x1 convolution reads its input as rows)
+    elif c % 4 == 0:  # (taps of whole quads: the product reads the padded input in place)
+        shape, bases, taps = qs.conv_geometry(x.shape, oh, ow, kh, kw, sh, sw, dh, dw, pads)
+        a = qs.padded_input(shape, xq.zero_point, _ROWS)
+        b.add(Step(qs.pad_flip, (x, a, pt, pl)))
+        geometry = (bases, taps)
     else:
         a = np.empty((rows, -(-depth // 4) * 4), _ROWS)
         b.add(Step(qs.im2col, (x, a, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, xq.zero_point)))
     wmat = w.reshape(cout, depth)
-    _gemm_step(b, a, wmat, bias, xq, wq, yq, requant, out.reshape(rows, cout))
+    _gemm_step(b, a, wmat, bias, xq, wq, yq, requant, out.reshape(rows, cout), geometry)
     return taken
 
 

@@ -19,8 +19,11 @@ operand is the input plus 128 (each byte's sign bit flipped where the rows are l
 times each channel's weight sum is taken out of the bias at load, so the input's zero
 point costs nothing at run time. 4 rows by 2 tiles of accumulators stay in registers;
 rows go in blocks that stay in L2 while every tile of weights passes, the blocks and
-groups of tiles split over the threads. :func:`im2col` lays convolution windows out as
-rows (padding is the input's zero point: it adds nothing).
+groups of tiles split over the threads. A convolution whose channels fill whole quads
+reads its input in place (an implicit product: :func:`pad_flip` writes the input
+sign-flipped inside a border of the zero point, and row r's quads of tap t are read at
+``bases[r] + taps[t]``); others have :func:`im2col` lay their windows out as rows
+(padding is the input's zero point: it adds nothing).
 """
 
 from __future__ import annotations
@@ -77,10 +80,18 @@ def _requantize_store(optr, at, acc, bptr, sptr, col, zy, lo, hi, left):  # noqa
         iv.store_int8_first(optr, at, f, left)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _row_base(bases, r, kq):  # noqa: ANN001, ANN202
+    """Where row ``r``'s first quad is: ``bases[r]``, or ``r * kq`` where bases is empty."""
+    return bases[r] if bases.size else r * kq
+
+
 @njit(cache=True, error_model="numpy")
-def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1):  # noqa: ANN001, ANN202
+def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  # noqa: ANN001, ANN202
     """Rows r0..r1 of output tiles t0..t1 (see :func:`gemm`)."""
-    kq = a32.shape[1]
+    kq = wp.shape[1]
+    ntaps = max(1, taps.size)
+    span = kq // ntaps
     n = out.shape[1]
     stride = 4 * L
     aptr, wptr, optr = simd.pointer(a32), simd.pointer(wp), simd.pointer(out)
@@ -91,21 +102,26 @@ def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1):  # noqa: ANN00
         u = min(t + 1, t1 - 1)  # (one tile left: computed twice, stored once)
         w0, w1 = t * kq * stride, u * kq * stride
         for r in range(r0, r1, 4):
-            p0, p1 = r * kq, min(r + 1, last) * kq
-            p2, p3 = min(r + 2, last) * kq, min(r + 3, last) * kq
+            p0, p1 = _row_base(bases, r, kq), _row_base(bases, min(r + 1, last), kq)
+            p2 = _row_base(bases, min(r + 2, last), kq)
+            p3 = _row_base(bases, min(r + 3, last), kq)
             c00, c01, c10, c11 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
             c20, c21, c30, c31 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
-            for c in range(kq):
-                v0 = iv.load_weights(wptr, w0 + c * stride)
-                v1 = iv.load_weights(wptr, w1 + c * stride)
-                x = iv.splat_row(aptr, p0 + c)
-                c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
-                x = iv.splat_row(aptr, p1 + c)
-                c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
-                x = iv.splat_row(aptr, p2 + c)
-                c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
-                x = iv.splat_row(aptr, p3 + c)
-                c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
+            for tap in range(ntaps):
+                o = taps[tap] if taps.size else 0
+                q0, q1, q2, q3 = p0 + o, p1 + o, p2 + o, p3 + o
+                wt0, wt1 = w0 + tap * span * stride, w1 + tap * span * stride
+                for c in range(span):
+                    v0 = iv.load_weights(wptr, wt0 + c * stride)
+                    v1 = iv.load_weights(wptr, wt1 + c * stride)
+                    x = iv.splat_row(aptr, q0 + c)
+                    c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
+                    x = iv.splat_row(aptr, q1 + c)
+                    c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
+                    x = iv.splat_row(aptr, q2 + c)
+                    c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
+                    x = iv.splat_row(aptr, q3 + c)
+                    c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
             left0, left1 = n - t * L, n - u * L
             rows = min(4, r1 - r)
             _requantize_store(optr, r * n + t * L, c00, bptr, sptr, t * L, zy_v, lo_v, hi_v, left0)
@@ -151,9 +167,9 @@ def _workers(count, jobs):  # noqa: ANN001, ANN202
     return max(1, min(_THREADS(), count))
 
 
-def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs):  # noqa: ANN001, ANN202
-    m, kq = a32.shape
-    tiles = wp.shape[0]
+def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: ANN001, ANN202
+    m = out.shape[0]
+    tiles, kq = wp.shape[0], wp.shape[1]
     block = max(4, (_BLOCK_BYTES // (4 * kq)) // 4 * 4)
     blocks = (m + block - 1) // block
     groups = (tiles + _TILE_GROUP - 1) // _TILE_GROUP
@@ -164,13 +180,16 @@ def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs):  # noqa: ANN001, ANN202
             b, g = j // groups, j % groups
             r0, t0 = b * block, g * _TILE_GROUP
             _job(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
-                 min(t0 + _TILE_GROUP, tiles))  # fmt: skip
+                 min(t0 + _TILE_GROUP, tiles), bases, taps)  # fmt: skip
             j = _take(jobs)
 
 
 # gemm(a32 (M, K/4) int32: the sign-flipped int8 inputs (int64: four uint16, where
 #      compiled_int8_simd.WIDE_ROWS), wp, bias, scales (tiles * L) float32,
-#      zy, lo - zy, hi - zy (floats), out (M, N) int8, jobs (1,) int64: the job counter)
+#      zy, lo - zy, hi - zy (floats), out (M, N) int8, jobs (1,) int64: the job counter,
+#      bases (M,) int64, taps (T,) int64: row r's quads of tap t at a32[bases[r] + taps[t]:]
+#      for K / 4 / T quads (an implicit convolution: a32 the flat padded input, no im2col;
+#      see :func:`conv_geometry`); both empty: row r at a32[r], its K / 4 quads in a row)
 GEMM = serial_and_parallel(_gemm, "qs8_gemm")
 
 
@@ -238,6 +257,42 @@ def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN00
                     dst += span
                 for e in range(kh * span, width):
                     cp[((b * oh + oy) * ow + ox) * width + e] = 0
+
+
+def conv_geometry(
+    shape: tuple[int, int, int, int], oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
+    dh: int, dw: int, pads: tuple[int, int, int, int],
+) -> tuple[tuple[int, int, int, int], NDArray, NDArray]:  # fmt: skip
+    """(the padded input's shape, bases, taps) of an implicit convolution (see :data:`GEMM`)
+    over an NHWC input of ``shape`` (C a multiple of 4) padded by ``pads`` (top, left,
+    bottom, right): the quads of output pixel r's tap t start at ``bases[r] + taps[t]``."""
+    nb, h, w, c = shape
+    pt, pl, pb, pr = pads
+    hp, wp, cq = h + pt + pb, w + pl + pr, c // 4
+    b, oy, ox = np.meshgrid(np.arange(nb), np.arange(oh), np.arange(ow), indexing="ij")
+    bases = ((b * hp + oy * sh) * wp + ox * sw) * cq
+    i, j = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    taps = (i * dh * wp + j * dw) * cq
+    return (nb, hp, wp, c), bases.reshape(-1).astype(np.int64), taps.reshape(-1).astype(np.int64)
+
+
+def padded_input(shape: tuple[int, int, int, int], zx: int, dtype: type) -> NDArray:
+    """The buffer :func:`pad_flip` fills (int8, or int16 where ``WIDE_ROWS``), its border
+    the input's zero point sign-flipped (it adds nothing): written once, at load."""
+    return np.full(shape, (int(zx) + 128) if dtype == np.int16 else int(zx) ^ -128, dtype)
+
+
+@njit(cache=True, error_model="numpy")
+def pad_flip(x, buf, pt, pl):  # noqa: ANN001, ANN201
+    """NHWC int8 ``x`` sign-flipped into the inside of ``buf`` (its rows from ``pt``, its
+    columns from ``pl``): a convolution's input as an implicit :data:`GEMM` reads it."""
+    nb, h, w, c = x.shape
+    hp, wp = buf.shape[1], buf.shape[2]
+    xp, bp = simd.pointer(x), simd.pointer(buf)
+    row = w * c
+    for b in range(nb):
+        for y in range(h):
+            _copy_flipped(bp, ((b * hp + y + pt) * wp + pl) * c, xp, (b * h + y) * row, row)
 
 
 @njit(cache=True, error_model="numpy")
