@@ -565,9 +565,28 @@ def test_a_one_row_product_splits_its_columns_over_the_threads_in_force(dtype):
         set_threads(1)
     # a product of several rows, or a small one, or one whose width OpenBLAS's gemv sums
     # otherwise than its slices (not a multiple of 16), stays one serial BLAS call
+    # (one row: the form that compiles the gemv alone)
     assert linalg_compiled.blas_form(2, k, p) == (linalg_compiled.blas_matmul, 1)
-    assert linalg_compiled.blas_form(1, 16, 16) == (linalg_compiled.blas_matmul, 1)
-    assert linalg_compiled.blas_form(1, k, 1000) == (linalg_compiled.blas_matmul, 1)
+    assert linalg_compiled.blas_form(1, 16, 16) == (linalg_compiled.blas_matmul_one_row, 1)
+    assert linalg_compiled.blas_form(1, k, 1000) == (linalg_compiled.blas_matmul_one_row, 1)
+
+
+@pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_the_one_row_product_is_the_general_forms_bit_for_bit(dtype):
+    # a CNN's classifier (one row, a width no split takes): the form blas_form picks
+    # makes the general form's gemv calls, over batches, with and without the bias
+    k, p = 96, 1000
+    assert linalg_compiled.blas_form(1, k, p)[0] is linalg_compiled.blas_matmul_one_row
+    b = _x((2, k, p), dtype, 2)
+    bias = _x((1, p), dtype, 3)
+    for seed, has_bias in ((11, True), (12, False), (13, True)):  # new inputs each call
+        a = _x((2, 1, k), dtype, seed)
+        got = linalg_compiled.blas_matmul_one_row(a, b, bias, np.zeros((2, 1, p), dtype), has_bias)
+        want = linalg_compiled.blas_matmul(a, b, bias, np.zeros((2, 1, p), dtype), has_bias, 1)
+        np.testing.assert_array_equal(got, want)
+        reference = _t(a) @ _t(b) + (_t(bias) if has_bias else 0)
+        np.testing.assert_allclose(got, reference.numpy(), **TOL[dtype])
 
 
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")

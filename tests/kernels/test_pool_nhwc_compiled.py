@@ -366,7 +366,7 @@ def test_steps_run_in_a_generated_whole_method_and_in_parallel():
     np.testing.assert_allclose(mean, swapped.mean((2, 3)).numpy(), **TOL[F32])
 
     pairs = [nhwc.MAX_POOL_NHWC, nhwc.WINDOW_AVERAGE_NHWC, nhwc.SPLIT2_NHWC, nhwc.CAT2_NHWC]
-    pairs.append(nhwc.WINDOW_AVERAGE_NHWC)
+    pairs.append(nhwc.LONG_WINDOW_AVERAGE_NHWC)  # (the mean: 81 float32 pixels a window)
     outs = [[pooled], [avg], halves, [joined], [mean]]
     for (serial, parallel), step, written in zip(pairs, steps, outs, strict=True):
         assert step[0] is serial  # (the work is small)

@@ -215,13 +215,14 @@ def _long_window(src, dst, run, acc, t, o, rn, rstep, cn, cstep, c, span, share,
         dst[o + q] = dst[o + q] / share
 
 
-def _window_average(x, out, rows, cols, divisor, run, acc, span):  # noqa: ANN001, ANN201
-    """Window averages of x (N, H, W, C) into out (N, OH, OW, C).
+def _window_average(x, out, rows, cols, divisor):  # noqa: ANN001, ANN201
+    """Window averages of x (N, H, W, C) into out (N, OH, OW, C), each window summed in
+    registers (windows of at most :data:`FLOAT32_RUN` taps in float32, any in float64).
 
     ``rows[oh]`` / ``cols[ow]``: as :func:`_max_pool_nhwc`'s, of consecutive taps;
-    ``divisor[oh, ow]`` in x's dtype. With ``span`` 0 each window sums in registers;
-    else (windows of more than ``span`` taps: a global average) each through
-    :func:`_long_window`, in ``run`` (of x's dtype) and ``acc`` (float64) rows (N * OH, C).
+    ``divisor[oh, ow]`` in x's dtype. Longer float32 windows (a global average) are
+    :func:`_long_window_average`'s: a kernel apart, so that a program compiles only the
+    one its windows need (each is about a second of a cold load's CPU).
     """
     n_n, h, w, c = x.shape
     oh_n, ow_n = out.shape[1], out.shape[2]
@@ -238,12 +239,6 @@ def _window_average(x, out, rows, cols, divisor, run, acc, span):  # noqa: ANN00
         shares = divisor[oh]
         ow = 0
         while ow < ow_n:
-            if span != 0:
-                _long_window(src, dst, run[task], acc[task], t_row + cols[ow, 0] * c,
-                             o_row + ow * c, rn, rstep, cols[ow, 1], c, c, span, shares[ow],
-                             zero)  # fmt: skip
-                ow += 1
-                continue
             if cols[ow, 2] == 4:  # pixels b..b+3, one channel vector at a time
                 b = cols[ow, 4]
                 t, o, gap = t_row + cols[b, 0] * c, o_row + b * c, cols[ow, 3] * c
@@ -277,6 +272,28 @@ def _window_average(x, out, rows, cols, divisor, run, acc, span):  # noqa: ANN00
                 simd.store_first(dst, o + k, simd.div(v, d), m)
                 k += lanes
             ow += 1
+    return out
+
+
+def _long_window_average(x, out, rows, cols, divisor, run, acc, span):  # noqa: ANN001, ANN201
+    """:func:`_window_average` of windows of more than ``span`` taps (float32 ones past
+    :data:`FLOAT32_RUN`), each through :func:`_long_window`, in ``run`` (of x's dtype) and
+    ``acc`` (float64) rows (N * OH, C)."""
+    n_n, h, w, c = x.shape
+    oh_n, ow_n = out.shape[1], out.shape[2]
+    src, dst = x.reshape(-1), out.reshape(-1)
+    zero = simd.splat(x.dtype.type(0))
+    rstep = w * c
+    for task in prange(n_n * oh_n):  # noqa: B020 - prange is range when serial
+        n = task // oh_n
+        oh = task - n * oh_n
+        t_row = (n * h + rows[oh, 0]) * rstep
+        o_row = task * ow_n * c
+        shares = divisor[oh]
+        for ow in range(ow_n):
+            _long_window(src, dst, run[task], acc[task], t_row + cols[ow, 0] * c,
+                         o_row + ow * c, rows[oh, 1], rstep, cols[ow, 1], c, c, span,
+                         shares[ow], zero)  # fmt: skip
     return out
 
 
@@ -366,6 +383,7 @@ def _split4(x, a, b, c, d):  # noqa: ANN001, ANN201
 
 MAX_POOL_NHWC = serial_and_parallel(_max_pool_nhwc, "max_pool_nhwc")
 WINDOW_AVERAGE_NHWC = serial_and_parallel(_window_average, "window_average_nhwc")
+LONG_WINDOW_AVERAGE_NHWC = serial_and_parallel(_long_window_average, "long_window_average_nhwc")
 # by count of pieces (separate names: a whole method imports a pair's items by index)
 CAT2_NHWC = serial_and_parallel(_cat2, "cat2_nhwc")
 CAT3_NHWC = serial_and_parallel(_cat3, "cat3_nhwc")
@@ -473,13 +491,15 @@ def _average(xv: np.ndarray, ov: np.ndarray, rows: np.ndarray, cols: np.ndarray,
     tasks = ov.shape[0] * ov.shape[1]
     longest = int(rows[:, 1].max() * cols[:, 1].max())
     # float64 sums whole; float32 ones in runs of FLOAT32_RUN pixels when longer
-    span = FLOAT32_RUN if xv.dtype == np.float32 and longest > FLOAT32_RUN else 0
-    shape = (tasks, xv.shape[3]) if span else (1, 1)  # (only long windows use them)
-    run, acc = np.zeros(shape, xv.dtype), np.zeros(shape, np.float64)
     divisor = np.ascontiguousarray(divisor, dtype=xv.dtype)
     work = int(ov.size * max(longest, 1))
+    if xv.dtype == np.float32 and longest > FLOAT32_RUN:
+        shape = (tasks, xv.shape[3])
+        run, acc = np.zeros(shape, xv.dtype), np.zeros(shape, np.float64)
+        function = _variant(LONG_WINDOW_AVERAGE_NHWC, work, tasks)
+        return function, (xv, ov, rows, cols, divisor, run, acc, FLOAT32_RUN)
     function = _variant(WINDOW_AVERAGE_NHWC, work, tasks)
-    return function, (xv, ov, rows, _batched(cols, xv), divisor, run, acc, span)
+    return function, (xv, ov, rows, _batched(cols, xv), divisor)
 
 
 # ---------------------------------------------------------------------------
