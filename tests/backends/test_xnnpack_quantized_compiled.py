@@ -406,7 +406,11 @@ def test_static_clamps_fold_into_their_convolutions(plans):
     plan = next(p for p in plans if p.compiled)
     # of the three clamps two folded (after the first convolution and the depthwise one),
     # one left: b is read twice
-    assert [s.function for s in plan.steps].count(qs.clamp) == 1
+    functions = [s.function for s in plan.steps]
+    assert functions.count(qs.clamp) == 1
+    # the depthwise output, read by b alone (1x1, 12 channels), is stored sign-flipped as
+    # b's rows: no flip step; b's own output, read twice, is not
+    assert qs.flip not in functions and qs.DEPTHWISE[0] in functions
 
 
 def hash_text(text: str) -> str:

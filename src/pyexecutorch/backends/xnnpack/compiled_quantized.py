@@ -330,20 +330,62 @@ def _output_size(
     return win.oh, win.ow
 
 
-def _static_conv(b: StepBuilder, k: int) -> int:
-    node = b.graph.nodes[k]
-    u = node.xnode_union
+def _conv_operands(b: StepBuilder, k: int) -> tuple[Any, bool, Any, Any, Any] | None:
+    """(its union, whether depthwise, weights' quantization, weights, bias) of convolution
+    node ``k`` where the static kernels take it as far as its operands tell, else None."""
+    u = b.graph.nodes[k].xnode_union
     depthwise = type(u).__name__ == "XNNDepthwiseConv2d"
     if not _tensor_quant(b, u.input1_id, u.output_id) or u.flags & S.FLAG_TENSORFLOW_SAME_PADDING:
-        return 0
+        return None
     wq = b.value(u.filter_id).quant
     w = b.const(u.filter_id)
     has_bias = u.bias_id != S.INVALID_ID
     bias = b.const(u.bias_id) if has_bias else None
     if wq is None or wq.kind not in ("channel", "tensor") or w is None or w.dtype != np.int8:
-        return 0
+        return None
     if has_bias and (bias is None or bias.dtype != np.int32):
+        return None
+    if not depthwise and (u.groups or 1) != 1:
+        return None  # (grouped convolutions: numpy's)
+    return u, depthwise, wq, w, bias
+
+
+def _pointwise(u: Any) -> bool:
+    """Whether convolution ``u`` is 1x1, stride 1, unpadded: it reads its input as rows."""
+    pads = (u.padding_top, u.padding_left, u.padding_bottom, u.padding_right)
+    one = u.kernel_height == u.kernel_width == 1
+    return one and (u.subsampling_height or 1) == (u.subsampling_width or 1) == 1 and not any(pads)
+
+
+def _flipped(b: StepBuilder) -> set[int]:
+    """Values whose int8 array holds each byte sign-flipped (the rows a product reads)."""
+    found = getattr(b, "flipped_rows", None)
+    if found is None:
+        found = b.flipped_rows = set()
+    return found
+
+
+def _stores_flipped(b: StepBuilder, vid: int, channels: int) -> bool:
+    """Whether the convolution writing ``vid`` should store it sign-flipped: its one reader
+    is a pointwise product that takes it as rows (the bytes the rows' flip would write;
+    a MobileNet block's depthwise output, its projection's input, then needs no flip)."""
+    if iv.WIDE_ROWS or channels % 4 or b.is_external(vid):
+        return False  # (uint16 rows; rows of padded quads)
+    readers = b.readers.get(vid, set())
+    if len(readers) != 1:
+        return False
+    (r,) = readers
+    if type(b.graph.nodes[r].xnode_union).__name__ != "XNNConv2d":
+        return False
+    found = _conv_operands(b, r)
+    return found is not None and found[0].input1_id == vid and _pointwise(found[0])
+
+
+def _static_conv(b: StepBuilder, k: int) -> int:
+    found = _conv_operands(b, k)
+    if found is None:
         return 0
+    u, depthwise, wq, w, bias = found
     x = _int8_array(b, u.input1_id)
     if x is None or x.ndim != 4:
         return 0
@@ -355,9 +397,12 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     oh, ow = _output_size(x.shape, u, kh, kw, sh, sw, dh, dw)
     cout = w.shape[3] if depthwise else w.shape[0]
     xq, yq = b.value(u.input1_id).quant, b.value(u.output_id).quant
-    if (depthwise and cout != c) or (not depthwise and (u.groups or 1) != 1):
-        return 0  # (a depth multiplier; grouped convolutions: numpy's)
+    if depthwise and cout != c:
+        return 0  # (a depth multiplier: numpy's)
     vid, requant, taken = _fused_output(b, k)
+    if _stores_flipped(b, vid, cout):  # (zy + 128: each byte stored is the value's, flipped)
+        requant = (requant[0] + 128, *requant[1:])
+        _flipped(b).add(vid)
     out = b.new(vid, (nb, oh, ow, cout))
     b.commit(vid, out)
     if depthwise:
@@ -374,7 +419,9 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     depth = kh * kw * c
     pads = (pt, pl, u.padding_bottom, u.padding_right)
     geometry = None
-    if kh == kw == 1 and sh == sw == 1 and not any(pads):
+    if _pointwise(u) and u.input1_id in _flipped(b):
+        a = x.reshape(rows, c)  # (stored flipped by the convolution before)
+    elif _pointwise(u):
         a = _rows_step(b, x.reshape(rows, c))  # (a 1x1 convolution reads its input as rows)
     elif c % 4 == 0:  # (taps of whole quads: the product reads the padded input in place)
         shape, bases, taps = qs.conv_geometry(x.shape, oh, ow, kh, kw, sh, sw, dh, dw, pads)

@@ -152,6 +152,91 @@ def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  
                     )
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _store_row(optr, at, t, u, a0, a1, bptr, sptr, zy_v, lo_v, hi_v, left0, left1):  # noqa: ANN001, ANN202
+    """Tiles t and u (t == u: one tile) of an output row at ``at``."""
+    _requantize_store(optr, at + t * L, a0, bptr, sptr, t * L, zy_v, lo_v, hi_v, left0)
+    if u != t:
+        _requantize_store(optr, at + u * L, a1, bptr, sptr, u * L, zy_v, lo_v, hi_v, left1)
+
+
+@njit(cache=True, error_model="numpy")
+def _job7(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  # noqa: ANN001, ANN202
+    """:func:`_job` 7 rows a pass (14 accumulators: AVX-512's 32 registers hold them): each
+    weight vector loaded serves 7 rows, not 4 (the weights of deep layers stream from L2,
+    whose bandwidth a 4-row pass saturates), and 7 divides the rows of 7x7 .. 224x224."""
+    kq = wp.shape[1]
+    ntaps = max(1, taps.size)
+    span = kq // ntaps
+    n = out.shape[1]
+    stride = 4 * L
+    aptr, wptr, optr = simd.pointer(a32), simd.pointer(wp), simd.pointer(out)
+    bptr, sptr = simd.pointer(bias), simd.pointer(scales)
+    zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
+    last = r1 - 1
+    for t in range(t0, t1, 2):
+        u = min(t + 1, t1 - 1)  # (one tile left: computed twice, stored once)
+        w0, w1 = t * kq * stride, u * kq * stride
+        for r in range(r0, r1, 7):
+            p0 = _row_base(bases, r, kq)
+            p1 = _row_base(bases, min(r + 1, last), kq)
+            p2 = _row_base(bases, min(r + 2, last), kq)
+            p3 = _row_base(bases, min(r + 3, last), kq)
+            p4 = _row_base(bases, min(r + 4, last), kq)
+            p5 = _row_base(bases, min(r + 5, last), kq)
+            p6 = _row_base(bases, min(r + 6, last), kq)
+            z = iv.izeros()
+            c00, c01, c10, c11, c20, c21, c30, c31 = z, z, z, z, z, z, z, z
+            c40, c41, c50, c51, c60, c61 = z, z, z, z, z, z
+            for tap in range(ntaps):
+                o = taps[tap] if taps.size else 0
+                wt0, wt1 = w0 + tap * span * stride, w1 + tap * span * stride
+                q0, q1, q2, q3 = p0 + o, p1 + o, p2 + o, p3 + o
+                q4, q5, q6 = p4 + o, p5 + o, p6 + o
+                for c in range(span):
+                    v0 = iv.load_weights(wptr, wt0 + c * stride)
+                    v1 = iv.load_weights(wptr, wt1 + c * stride)
+                    x = iv.splat_row(aptr, q0 + c)
+                    c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
+                    x = iv.splat_row(aptr, q1 + c)
+                    c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
+                    x = iv.splat_row(aptr, q2 + c)
+                    c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
+                    x = iv.splat_row(aptr, q3 + c)
+                    c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
+                    x = iv.splat_row(aptr, q4 + c)
+                    c40, c41 = iv.dot_u8s8(c40, x, v0), iv.dot_u8s8(c41, x, v1)
+                    x = iv.splat_row(aptr, q5 + c)
+                    c50, c51 = iv.dot_u8s8(c50, x, v0), iv.dot_u8s8(c51, x, v1)
+                    x = iv.splat_row(aptr, q6 + c)
+                    c60, c61 = iv.dot_u8s8(c60, x, v0), iv.dot_u8s8(c61, x, v1)
+            left0, left1 = n - t * L, n - u * L
+            rows = min(7, r1 - r)
+            _store_row(optr, r * n, t, u, c00, c01, bptr, sptr, zy_v, lo_v, hi_v, left0, left1)
+            if rows > 1:
+                _store_row(optr, (r + 1) * n, t, u, c10, c11, bptr, sptr, zy_v, lo_v, hi_v,
+                           left0, left1)  # fmt: skip
+            if rows > 2:
+                _store_row(optr, (r + 2) * n, t, u, c20, c21, bptr, sptr, zy_v, lo_v, hi_v,
+                           left0, left1)  # fmt: skip
+            if rows > 3:
+                _store_row(optr, (r + 3) * n, t, u, c30, c31, bptr, sptr, zy_v, lo_v, hi_v,
+                           left0, left1)  # fmt: skip
+            if rows > 4:
+                _store_row(optr, (r + 4) * n, t, u, c40, c41, bptr, sptr, zy_v, lo_v, hi_v,
+                           left0, left1)  # fmt: skip
+            if rows > 5:
+                _store_row(optr, (r + 5) * n, t, u, c50, c51, bptr, sptr, zy_v, lo_v, hi_v,
+                           left0, left1)  # fmt: skip
+            if rows > 6:
+                _store_row(optr, (r + 6) * n, t, u, c60, c61, bptr, sptr, zy_v, lo_v, hi_v,
+                           left0, left1)  # fmt: skip
+
+
+# rows a pass of the product: 7 where the vectors are AVX-512's (32 registers), else 4
+_PASS, _PASS_ROWS = (_job7, 7) if L == 16 else (_job, 4)
+
+
 # The jobs of a parallel kernel here are taken in turn from a counter by the threads in
 # force at the call (a dynamic split: a thread the loaded system deschedules delays one
 # job, not an equal static share; at one thread the jobs run in order).
@@ -167,20 +252,35 @@ def _workers(count, jobs):  # noqa: ANN001, ANN202
     return max(1, min(_THREADS(), count))
 
 
+@njit(cache=True, error_model="numpy")
+def _block_rows(m, quads, groups):  # noqa: ANN001, ANN202
+    """Rows of a job of the product: as many as keep their inputs (``quads`` int32 or int64
+    in all: M rows, or an implicit convolution's padded input, which its rows share) in
+    L2 while every tile of weights passes once, fewer where the threads in force would
+    have under 4 jobs each (a dynamic split balances only jobs of some number)."""
+    per_row = max(1, quads // m)
+    block = _BLOCK_BYTES // (4 * per_row)
+    threads = _THREADS()
+    if threads > 1:
+        blocks = -(-4 * threads // groups)
+        block = min(block, -(-m // blocks))
+    return max(_PASS_ROWS, -(-block // _PASS_ROWS) * _PASS_ROWS)
+
+
 def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: ANN001, ANN202
     m = out.shape[0]
-    tiles, kq = wp.shape[0], wp.shape[1]
-    block = max(4, (_BLOCK_BYTES // (4 * kq)) // 4 * 4)
-    blocks = (m + block - 1) // block
+    tiles = wp.shape[0]
     groups = (tiles + _TILE_GROUP - 1) // _TILE_GROUP
+    block = _block_rows(m, a32.size, groups)
+    blocks = (m + block - 1) // block
     count = blocks * groups
     for _ in prange(_workers(count, jobs)):
         j = _take(jobs)
         while j < count:
             b, g = j // groups, j % groups
             r0, t0 = b * block, g * _TILE_GROUP
-            _job(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
-                 min(t0 + _TILE_GROUP, tiles), bases, taps)  # fmt: skip
+            _PASS(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
+                  min(t0 + _TILE_GROUP, tiles), bases, taps)  # fmt: skip
             j = _take(jobs)
 
 
