@@ -163,12 +163,10 @@ def test_to_executorch_twice_and_configs():
             assert (u == v).all()
 
 
-def test_to_executorch_leaves_the_callers_manager_and_its_etrecord_as_they_were():
-    # Unlike the official manager (which plans its programs in place): exported_program()
-    # is the edge program after to_executorch too, so it lowers again to the same bytes,
-    # transforms from the edge program, and an ETRecord made afterwards records that
-    # program (the official records its planned one, and so compares equal to its own
-    # exported_program(); ours does to ours).
+def test_to_executorch_shows_the_plan_on_the_callers_manager():
+    # As the official manager, which plans its programs in place: exported_program() is
+    # the planned program after to_executorch (and an ETRecord made afterwards records it),
+    # while lowering again and transforming still start from the edge program as it was.
     from pyexecutorch.exir.etrecord import _edge_of
 
     edge = to_edge(_export())
@@ -178,15 +176,19 @@ def test_to_executorch_leaves_the_callers_manager_and_its_etrecord_as_they_were(
         memory_planning_pass=MemoryPlanningPass(memory_planning_algo=naive)
     )
     first = edge.to_executorch(config)
-    assert edge.exported_program() is before and before.graph_module.code == edge_code
-    assert aten.addmm.out not in _targets(before.graph_module)
-    planned = [
-        n for n in first.exported_program().graph_module.graph.nodes if n.target is aten.addmm.out
-    ]
+    shown = edge.exported_program()
+    assert shown is first.exported_program() and _edge_of(edge, "edge_dialect_program") is shown
+    assert (
+        shown.graph_module.meta["non_const_buffer_sizes"]
+        == first.executorch_program.execution_plan[0].non_const_buffer_sizes
+    )
+    planned = [n for n in shown.graph_module.graph.nodes if n.target is aten.addmm.out]
     assert planned and planned[0].meta["spec"].mem_offset is not None
-    assert _edge_of(edge, "edge_dialect_program") is before
+    assert before.graph_module.code == edge_code
+    assert aten.addmm.out not in _targets(before.graph_module)
     again = edge.to_executorch(config)
     assert again.buffer == first.buffer
+    assert edge.exported_program() is again.exported_program()
     transformed = edge.transform([lambda gm: None])
     assert transformed.exported_program().graph_module.code == edge_code
     x = torch.randn(2, 6)

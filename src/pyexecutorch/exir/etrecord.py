@@ -1,20 +1,20 @@
 """ETRecord: what the compiler knew, saved next to a ``.pte`` for the Inspector (needs torch).
 
 The file is the official zip layout: an empty ``ETRECORD_V0`` marker entry;
-each program as the four blobs of torch's export serializer (``<name>``,
-``<name>_state_dict``, ``<name>_constants``, ``<name>_example_inputs``):
-``exported_program`` (the ATen program) and
-``edge_dialect_exported_program/<method>`` (the edge programs); the JSON maps
+each program as the four blobs of the official exporter's serializer
+(:mod:`pyexecutorch.exir.serde.serialize`: ``<name>``, ``<name>_state_dict``,
+``<name>_constants``, ``<name>_example_inputs``): ``exported_program`` (the ATen
+program) and ``edge_dialect_exported_program/<method>`` (the edge programs; after
+``to_executorch``, what the edge manager shows: the planned programs); the JSON maps
 ``debug_handle_map`` ({method: {instruction: handle or handles}}),
 ``delegate_map`` ({method: {instruction: {"name": backend, "delegate_map":
 {backend id: handles}}}}) and ``instruction_id_to_num_outs_map``; and
 ``representative_inputs`` / ``reference_outputs`` saved by ``torch.save``.
 
-Each node's debug handle is written into its serialized metadata as the
-official exporter's serializer writes it (``"debug_handle": "<n>"``), so the
-official ``parse_etrecord`` restores it, and so does ours. Delegated edge
-programs are recorded before delegation: their nodes, and the handles the
-delegate map points at, are all there.
+Each node's debug handle is in its serialized metadata (``"debug_handle": "<n>"``),
+so the official ``parse_etrecord`` restores it, and so does ours. A compilation made
+with ``generate_etrecord=True`` records its edge programs before delegation: their
+nodes, and the handles the delegate map points at, are all there.
 
 The compiler holds the ETRecord (``to_edge(..., generate_etrecord=True)``,
 ``ExecutorchProgramManager.get_etrecord``); :mod:`pyexecutorch.devtools.etrecord`, the
@@ -23,33 +23,27 @@ official path, offers the same names for reading it.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import dataclasses
 import enum
 import io
 import json
 import os
-import types
-import typing
 import zipfile
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import torch
-from torch._export.serde import schema as S
-from torch._export.serde.serialize import (
-    GraphModuleDeserializer,
+from torch.export import ExportedProgram
+
+from pyexecutorch.exir.serde.serialize import (
+    OFFICIAL_SCHEMA_VERSION as OFFICIAL_SCHEMA_VERSION,  # offered by devtools.etrecord
+)
+from pyexecutorch.exir.serde.serialize import (
     SerializedArtifact,
+    SerializeError,
     deserialize,
     serialize,
 )
-from torch._export.serde.union import _Union
-from torch.export import ExportedProgram
-
-from pyexecutorch.exir.dialects import dim_order_ops
-from pyexecutorch.exir.dialects.edge._ops import edge_op
 
 
 class ETRecordReservedFileNames(enum.StrEnum):
@@ -78,99 +72,10 @@ REFERENCE_OUTPUTS = _R.REFERENCE_OUTPUTS.value
 REPRESENTATIVE_INPUTS = _R.REPRESENTATIVE_INPUTS.value
 EXPORT_GRAPH_ID = _R.EXPORT_GRAPH_ID.value
 _BLOB_SUFFIXES = ("_state_dict", "_constants", "_example_inputs")
-_OFFICIAL_EDGE_OPS = "executorch.exir.dialects.edge.ops."
-# Our edge operators that torch's dispatcher does not hold (dim_order_ops) name
-# themselves with this module; the file names them as the official exporter does.
-_OUR_EDGE_OPS = dim_order_ops.EDGE_MODULE + "."
-_DIM_ORDER_OPS = f"torch.ops.{dim_order_ops.NAMESPACE}."
-
-
-@contextlib.contextmanager
-def _dim_order_ops_resolved():
-    """While reading a program: ``torch.ops.dim_order_ops.<name>.<overload>`` resolves
-    to our dim-order operators when torch's dispatcher lacks them (the official package
-    registers them there; ours does not, see exir.dialects.dim_order_ops). torch's
-    deserializer classes are final, so its operator lookup is wrapped for the call."""
-    lookup = GraphModuleDeserializer.deserialize_operator
-
-    def resolve(self: GraphModuleDeserializer, target: str) -> Any:
-        if target.startswith(_DIM_ORDER_OPS):
-            name, _, overload = target[len(_DIM_ORDER_OPS) :].partition(".")
-            return getattr(dim_order_ops.packet(name), overload)
-        return lookup(self, target)
-
-    GraphModuleDeserializer.deserialize_operator = resolve
-    try:
-        yield
-    finally:
-        GraphModuleDeserializer.deserialize_operator = lookup
 
 
 class ETRecordError(RuntimeError):
     """An ETRecord file that cannot be read, or an ETRecord that cannot be saved."""
-
-
-# The official exporter (de)serializes programs with its own copy of torch's
-# export schema, at version 5.4; torch's own is newer. A graph is written in
-# that version: the fields (and union members) 5.4 lacks are left out, which
-# torch's reader defaults again; "dialect" is the 5.4 field torch lacks.
-OFFICIAL_SCHEMA_VERSION = {"major": 5, "minor": 4}
-_NEWER_FIELDS: dict[type, frozenset[str]] = {
-    S.ExportedProgram: frozenset({"torch_version", "guards_code"}),
-    S.Graph: frozenset({"sym_float_values"}),
-    S.GraphModule: frozenset({"treespec_namedtuple_fields", "metadata"}),
-    S.ModuleCallSignature: frozenset({"forward_arg_names"}),
-    S.NamedArgument: frozenset({"kind"}),
-    S.Node: frozenset({"is_hop_single_tensor_return"}),
-    S.OutputSpec: frozenset({"parameter_mutation"}),
-    S.Argument: frozenset(
-        {
-            "as_string_to_argument",
-            "as_float_lists",
-            "as_int_lists",
-            "as_optional_tensor",
-            "as_nested_tensors",
-            "as_sym_float",
-            "as_sym_floats",
-            "as_complex",
-        }
-    ),
-}
-
-
-@cache
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _to_official(value: Any, tp: Any, where: str) -> Any:
-    """``value`` (torch's JSON of type ``tp``) without what schema 5.4 lacks."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return value if value is None or len(inner) != 1 else _to_official(value, inner[0], where)
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return [_to_official(v, item, where) for v in value]
-    if origin is dict:
-        item = typing.get_args(tp)[1]
-        return {k: _to_official(v, item, where) for k, v in value.items()}
-    if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)) or not isinstance(value, dict):
-        return value
-    newer = _NEWER_FIELDS.get(tp, frozenset())
-    hints = _field_types(tp)
-    if issubclass(tp, _Union):
-        (member,) = value
-        if member in newer:
-            raise ETRecordError(
-                f"{where}: a {tp.__name__} of kind {member!r} cannot be written in the official "
-                "exporter's schema 5.4"
-            )
-    return {
-        k: _to_official(v, hints[k], f"{where}.{k}") if k in hints else v
-        for k, v in value.items()
-        if k not in newer
-    }
 
 
 @dataclass
@@ -414,8 +319,8 @@ def _edge_of(manager: Any, what: str) -> ExportedProgram | dict[str, ExportedPro
         return manager.exported_program  # a legacy ExirExportedProgram
     if not _is_edge_manager(manager):
         raise ETRecordError(f"{what}: takes an EdgeProgramManager, not {type(manager).__name__}")
-    # its edge programs: ours stay unplanned after a to_executorch (the official manager
-    # plans its own in place, and so records the planned ones)
+    # what the manager shows: after a to_executorch, the planned programs (as the official
+    # manager, which plans its programs in place)
     methods = sorted(manager.methods)
     if len(methods) == 1:
         return manager.exported_program(methods[0])
@@ -446,22 +351,11 @@ def _get_representative_inputs(bundled_program: Any) -> list[Any] | None:
 
 
 def _write_program(z: zipfile.ZipFile, name: str, program: ExportedProgram) -> None:
-    artifact = serialize(program)
-    handles = {
-        node.name: node.meta["debug_handle"]
-        for node in program.graph_module.graph.nodes
-        if node.meta.get("debug_handle") is not None
-    }
-    graph = _to_official(json.loads(artifact.exported_program), S.ExportedProgram, name)
-    graph["schema_version"] = OFFICIAL_SCHEMA_VERSION
-    graph["dialect"] = graph.get("verifiers", ["ATEN"])[0] if graph.get("verifiers") else "ATEN"
-    for node in graph["graph_module"]["graph"]["nodes"]:
-        if node.get("target", "").startswith(_OUR_EDGE_OPS):
-            node["target"] = _OFFICIAL_EDGE_OPS + node["target"][len(_OUR_EDGE_OPS) :]
-        handle = handles.get(node.get("name"))
-        if handle is not None:
-            node.setdefault("metadata", {})["debug_handle"] = str(handle)
-    z.writestr(name, json.dumps(graph).encode())
+    try:
+        artifact = serialize(program)
+    except SerializeError as e:
+        raise ETRecordError(f"ETRecord entry {name!r}: {e}") from e
+    z.writestr(name, artifact.exported_program)
     z.writestr(f"{name}_state_dict", artifact.state_dict)
     z.writestr(f"{name}_constants", artifact.constants)
     z.writestr(f"{name}_example_inputs", artifact.example_inputs)
@@ -472,36 +366,10 @@ def _read_program(z: zipfile.ZipFile, name: str) -> ExportedProgram:
         blobs = [z.read(name), *(z.read(name + s) for s in _BLOB_SUFFIXES)]
     except KeyError as e:
         raise ETRecordError(f"ETRecord entry {name!r} lacks its companion entries: {e}") from None
-    graph = json.loads(blobs[0])
-    # Read as torch's current schema: its newer fields take their defaults.
-    graph.pop("dialect", None)
-    graph["schema_version"] = {"major": S.SCHEMA_VERSION[0], "minor": S.SCHEMA_VERSION[1]}
-    # torch checks the graph with the verifier of the dialect named; the official
-    # exporter's "EDGE" is its own, so the graph is read with torch's (ATen) one.
-    graph["verifiers"] = [v for v in graph.get("verifiers", []) if v != "EDGE"]
-    edge_nodes = set()
-    for node in graph["graph_module"]["graph"]["nodes"]:
-        # The official exporter's edge operators are torch's, in their dialect's namespace:
-        # torch reads them as torch's, and they become edge operators again below.
-        target = node.get("target", "")
-        if target.startswith(_OFFICIAL_EDGE_OPS):
-            node["target"] = "torch.ops." + target[len(_OFFICIAL_EDGE_OPS) :]
-            edge_nodes.add(node["name"])
-    with _dim_order_ops_resolved():
-        program = deserialize(SerializedArtifact(json.dumps(graph).encode(), *blobs[1:]))
-    handles = {
-        node["name"]: int(node["metadata"]["debug_handle"])
-        for node in graph["graph_module"]["graph"]["nodes"]
-        if "debug_handle" in node.get("metadata", {})
-    }
-    for node in program.graph_module.graph.nodes:
-        if node.name in handles:
-            node.meta["debug_handle"] = handles[node.name]
-        if node.name in edge_nodes and isinstance(node.target, torch._ops.OpOverload):
-            node.target = edge_op(node.target)
-    if edge_nodes:
-        program.graph_module.recompile()
-    return program
+    try:
+        return deserialize(SerializedArtifact(*blobs))
+    except SerializeError as e:
+        raise ETRecordError(f"ETRecord entry {name!r}: {e}") from e
 
 
 def parse_etrecord(etrecord_path: str | os.PathLike | Any) -> ETRecord:

@@ -271,6 +271,11 @@ class EdgeProgramManager:
         self._edge_programs: dict[str, ExportedProgram] = _as_dict(
             edge_programs, "EdgeProgramManager"
         )
+        # What exported_program() shows after to_executorch: the lowered and planned
+        # programs, as the official manager (which plans its programs in place) shows them.
+        # Every later stage (to_executorch again, transform, to_backend) starts from the
+        # edge programs as they were.
+        self._planned: dict[str, ExportedProgram] = {}
         self._config_methods = _check_constant_methods(constant_methods)
         self._etrecord: Any = None  # the ETRecord begun by generate_etrecord=True
         clash = sorted(set(self._config_methods or {}) & set(self._edge_programs))
@@ -286,9 +291,10 @@ class EdgeProgramManager:
         return set(self._config_methods or {})
 
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
-        """Method ``method_name``'s edge program. ``to_executorch`` leaves it as it was (the
-        official manager plans it in place), so the manager can be lowered again and an
-        ETRecord made from it afterwards."""
+        """Method ``method_name``'s edge program; after ``to_executorch``, the program it
+        was lowered to (planned, in the executorch dialect), as the official manager shows."""
+        if method_name in self._planned:
+            return self._planned[method_name]
         try:
             return self._edge_programs[method_name]
         except KeyError:
@@ -372,6 +378,7 @@ class EdgeProgramManager:
         )
         manager = ExecutorchProgramManager(programs, self._config_methods, config)
         manager._etrecord = self._etrecord
+        self._planned = dict(programs)
         return manager
 
 
