@@ -238,7 +238,7 @@ def _requantized(acc, scales, zy, lo, hi):
 @pytest.mark.parametrize(
     "h, c, cout, k, stride, pad, dilation",
     [(9, 3, 20, 7, 2, 3, 1), (6, 17, 33, 3, 1, 1, 1), (7, 8, 16, 3, 2, 2, 2), (5, 12, 40, 1, 1, 0, 1),
-     (6, 16, 33, 3, 1, 1, 1), (7, 8, 20, 1, 2, 0, 1)],
+     (6, 16, 33, 3, 1, 1, 1), (7, 8, 20, 1, 2, 0, 1), (8, 5, 18, 3, 1, 1, 2)],
 )  # fmt: skip
 @pytest.mark.parametrize("rows_dtype", [np.int8, np.int16])
 def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilation, rows_dtype):
@@ -246,7 +246,8 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
     requantized as the numpy interpreter does (odd channels, K not a multiple of 4,
     a partial last tile, padding, stride, dilation), over calls with new inputs; rows as
     bytes and as uint16 (the rows of CPUs without VNNI: compiled_int8_simd.WIDE_ROWS);
-    where C is a multiple of 4, the implicit form too (pad_flip, no im2col)."""
+    the implicit form too (pad_flip, no im2col: kernel rows of any C as taps, or kernel
+    positions where dilated columns and C a multiple of 4; none for the last case)."""
     from pyexecutorch.kernels.quantized import compiled_static as qs
 
     rng = np.random.default_rng(h * c)
@@ -256,22 +257,23 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
     bias = rng.integers(-5000, 5000, cout).astype(np.int32)
     scales = rng.uniform(1e-4, 1e-3, cout).astype(np.float32)
     packed, folded = qs.pack_weights(w.reshape(cout, -1), bias, zx)
-    quad_type = np.int64 if rows_dtype == np.int16 else np.int32
     rows = np.empty((oh * oh, -(-k * k * c // 4) * 4), rows_dtype)
     no_geometry = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    forms = [(rows.reshape(-1).view(quad_type), no_geometry)]
-    if c % 4 == 0:
-        shape, bases, taps = qs.conv_geometry(
-            (1, h, h, c), oh, oh, k, k, stride, stride, dilation, dilation, (pad,) * 4
-        )
+    forms = [(rows.reshape(-1), packed, folded, no_geometry)]
+    implicit = qs.conv_geometry(
+        (1, h, h, c), oh, oh, k, k, stride, stride, dilation, dilation, (pad,) * 4
+    )
+    if implicit is not None:
+        shape, bases, taps, span = implicit
         padded = qs.padded_input(shape, zx, rows_dtype)
-        forms.append((padded.reshape(-1).view(quad_type), (bases, taps)))
+        weights = qs.pack_weights(qs.implicit_weights(w, span), bias, zx)
+        forms.append((padded, *weights, (bases, taps)))
     out = np.empty((oh * oh, cout), np.int8)
     for _ in range(2):
         x = rng.integers(-128, 128, (1, h, h, c)).astype(np.int8)
         qs.im2col(x, rows, oh, oh, k, k, stride, stride, dilation, dilation, pad, pad, zx)
-        if c % 4 == 0:
-            qs.pad_flip(x, padded, pad, pad)
+        if implicit is not None:
+            qs.pad_flip(x, padded, shape[1], shape[2], pad, pad)
         xp = np.full((1, h + 2 * pad, h + 2 * pad, c), zx, np.int64)
         xp[:, pad : pad + h, pad : pad + h] = x
         acc = np.broadcast_to(bias.astype(np.int64), (oh, oh, cout)).copy()
@@ -280,8 +282,8 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
                 window = xp[0, i * dilation :, j * dilation :][::stride, ::stride][:oh, :oh]
                 acc += (window - zx) @ w[:, i, j, :].T.astype(np.int64)
         expected = _requantized(acc.reshape(-1, cout), scales, zy, lo, hi)
-        for quads, geometry in forms:
-            args = (quads, packed, folded, qs.padded(scales, folded.size, np.float32),
+        for inputs, packed, folded, geometry in forms:
+            args = (inputs, packed, folded, qs.padded(scales, folded.size, np.float32),
                     float(zy), float(lo - zy), float(hi - zy))  # fmt: skip
             for variant in qs.GEMM:  # (serial, and parallel on the threads in force)
                 out.fill(0)

@@ -104,7 +104,7 @@ def test_static_gemm_exact_on_extreme_operands(x_value, w_value, rows_dtype):
     zx = -128 if x_value == 127 else 127
     rows = np.empty((m, -(-k // 4) * 4), rows_dtype)
     qs.im2col(x.reshape(1, m, 1, k), rows, m, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)
-    quads = rows.reshape(-1).view(np.int64 if rows_dtype == np.int16 else np.int32)
+
     packed, folded = qs.pack_weights(w, bias, zx)
     acc = (x.astype(np.int64) - zx) @ w.astype(np.int64).T + bias
     scale = np.float32(2.0**-17)  # |acc| < 2**24: float32(acc) exact, y exact halves
@@ -112,7 +112,7 @@ def test_static_gemm_exact_on_extreme_operands(x_value, w_value, rows_dtype):
     for variant in qs.GEMM:
         out = np.zeros((m, n), np.int8)
         none = np.zeros(0, np.int64)  # (rows one after another: no bases, no taps)
-        variant(quads, packed, folded, scales, 0.0, -128.0, 127.0, out, np.zeros(1, np.int64),
+        variant(rows.reshape(-1), packed, folded, scales, 0.0, -128.0, 127.0, out, np.zeros(1, np.int64),
                 none, none)  # fmt: skip
         expected = np.clip(np.rint(acc.astype(np.float32) * scale), -128, 127).astype(np.int8)
         np.testing.assert_array_equal(out, expected)

@@ -285,8 +285,7 @@ def _gemm_step(b: StepBuilder, rows: np.ndarray, w: np.ndarray, bias: Any, xq: A
     units, k = w.shape
     packed, folded = qs.pack_weights(w, bias, xq.zero_point)
     scales = qs.padded(channel_scales(xq, wq, yq, units), folded.size, np.float32)
-    quads = rows.reshape(-1).view(np.int64 if rows.dtype == np.int16 else np.int32)
-    args = (quads, packed, folded, scales, *requant, out, np.zeros(1, np.int64),
+    args = (rows.reshape(-1), packed, folded, scales, *requant, out, np.zeros(1, np.int64),
             *(geometry or (_NO_GEOMETRY, _NO_GEOMETRY)))  # fmt: skip
     b.add(Step(choose(qs.GEMM, m * units * k), args))
 
@@ -418,20 +417,19 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     rows = nb * oh * ow
     depth = kh * kw * c
     pads = (pt, pl, u.padding_bottom, u.padding_right)
-    geometry = None
+    geometry, wmat = None, w.reshape(cout, depth)
     if _pointwise(u) and u.input1_id in _flipped(b):
         a = x.reshape(rows, c)  # (stored flipped by the convolution before)
     elif _pointwise(u):
         a = _rows_step(b, x.reshape(rows, c))  # (a 1x1 convolution reads its input as rows)
-    elif c % 4 == 0:  # (taps of whole quads: the product reads the padded input in place)
-        shape, bases, taps = qs.conv_geometry(x.shape, oh, ow, kh, kw, sh, sw, dh, dw, pads)
+    elif (implicit := qs.conv_geometry(x.shape, oh, ow, kh, kw, sh, sw, dh, dw, pads)) is not None:
+        shape, bases, taps, span = implicit  # (the product reads the padded input in place)
         a = qs.padded_input(shape, xq.zero_point, _ROWS)
-        b.add(Step(qs.pad_flip, (x, a, pt, pl)))
-        geometry = (bases, taps)
+        b.add(Step(qs.pad_flip, (x, a, shape[1], shape[2], pt, pl)))
+        geometry, wmat = (bases, taps), qs.implicit_weights(w, span)
     else:
         a = np.empty((rows, -(-depth // 4) * 4), _ROWS)
         b.add(Step(qs.im2col, (x, a, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, xq.zero_point)))
-    wmat = w.reshape(cout, depth)
     _gemm_step(b, a, wmat, bias, xq, wq, yq, requant, out.reshape(rows, cout), geometry)
     return taken
 

@@ -166,21 +166,24 @@ def load_weights(typingctx: Any, p: Any, i: Any) -> Any:
 
 
 @intrinsic
-def splat_row(typingctx: Any, p: Any, i: Any) -> Any:
-    """Quad ``i`` of a row of inputs: ``p`` an int32 pointer (four bytes a quad: as
-    :func:`splat_quad`) or an int64 one (four uint16: a :data:`WIDE_ROWS` row's, a
-    :class:`WideQuad`)."""
-    if not (isinstance(p, types.CPointer) and isinstance(i, types.Integer)):
+def splat_quad_at(typingctx: Any, p: Any, e: Any) -> Any:
+    """The four inputs at element ``e`` of a row (no alignment needed): ``p`` an int8
+    pointer (four bytes in every lane: as :func:`splat_quad`) or an int16 one (four
+    uint16: a :data:`WIDE_ROWS` row's, a :class:`WideQuad`)."""
+    if not (isinstance(p, types.CPointer) and isinstance(e, types.Integer)):
         return None
-    if p.dtype not in (types.int32, types.int64):
+    if p.dtype not in (types.int8, types.int16):
         return None
-    wide = p.dtype == types.int64
+    wide = p.dtype == types.int16
+    quad = ir.IntType(64) if wide else _I32
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        value = builder.load(builder.gep(args[0], [args[1]]))
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), quad.as_pointer())
+        value = builder.load(address)
+        value.align = 1
         return value if wide else builder.bitcast(_splat(builder, value, _IVEC), _BVEC)
 
-    return (WIDE_QUAD if wide else BYTE_VECTOR)(p, i), codegen
+    return (WIDE_QUAD if wide else BYTE_VECTOR)(p, e), codegen
 
 
 @intrinsic

@@ -19,11 +19,11 @@ operand is the input plus 128 (each byte's sign bit flipped where the rows are l
 times each channel's weight sum is taken out of the bias at load, so the input's zero
 point costs nothing at run time. 4 rows by 2 tiles of accumulators stay in registers;
 rows go in blocks that stay in L2 while every tile of weights passes, the blocks and
-groups of tiles split over the threads. A convolution whose channels fill whole quads
-reads its input in place (an implicit product: :func:`pad_flip` writes the input
-sign-flipped inside a border of the zero point, and row r's quads of tap t are read at
-``bases[r] + taps[t]``); others have :func:`im2col` lay their windows out as rows
-(padding is the input's zero point: it adds nothing).
+groups of tiles split over the threads. A convolution reads its input in place (an
+implicit product: :func:`pad_flip` writes the input sign-flipped inside a border of the
+zero point, and row r's inputs of tap t, a kernel row, are read at ``bases[r] + taps[t]``);
+only dilated columns of channels not filling quads have :func:`im2col` lay their windows
+out as rows (padding is the input's zero point: it adds nothing).
 """
 
 from __future__ import annotations
@@ -82,19 +82,19 @@ def _requantize_store(optr, at, acc, bptr, sptr, col, zy, lo, hi, left):  # noqa
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _row_base(bases, r, kq):  # noqa: ANN001, ANN202
-    """Where row ``r``'s first quad is: ``bases[r]``, or ``r * kq`` where bases is empty."""
-    return bases[r] if bases.size else r * kq
+    """Row ``r``'s first element: ``bases[r]``, or ``4 kq r`` where bases is empty."""
+    return bases[r] if bases.size else 4 * kq * r
 
 
 @njit(cache=True, error_model="numpy")
-def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  # noqa: ANN001, ANN202
+def _job(rows, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  # noqa: ANN001, ANN202
     """Rows r0..r1 of output tiles t0..t1 (see :func:`gemm`)."""
     kq = wp.shape[1]
     ntaps = max(1, taps.size)
     span = kq // ntaps
     n = out.shape[1]
     stride = 4 * L
-    aptr, wptr, optr = simd.pointer(a32), simd.pointer(wp), simd.pointer(out)
+    aptr, wptr, optr = simd.pointer(rows), simd.pointer(wp), simd.pointer(out)
     bptr, sptr = simd.pointer(bias), simd.pointer(scales)
     zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
     last = r1 - 1
@@ -114,13 +114,13 @@ def _job(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  
                 for c in range(span):
                     v0 = iv.load_weights(wptr, wt0 + c * stride)
                     v1 = iv.load_weights(wptr, wt1 + c * stride)
-                    x = iv.splat_row(aptr, q0 + c)
+                    x = iv.splat_quad_at(aptr, q0 + 4 * c)
                     c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
-                    x = iv.splat_row(aptr, q1 + c)
+                    x = iv.splat_quad_at(aptr, q1 + 4 * c)
                     c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
-                    x = iv.splat_row(aptr, q2 + c)
+                    x = iv.splat_quad_at(aptr, q2 + 4 * c)
                     c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
-                    x = iv.splat_row(aptr, q3 + c)
+                    x = iv.splat_quad_at(aptr, q3 + 4 * c)
                     c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
             left0, left1 = n - t * L, n - u * L
             rows = min(4, r1 - r)
@@ -161,7 +161,7 @@ def _store_row(optr, at, t, u, a0, a1, bptr, sptr, zy_v, lo_v, hi_v, left0, left
 
 
 @njit(cache=True, error_model="numpy")
-def _job7(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  # noqa: ANN001, ANN202
+def _job7(rows, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):  # noqa: ANN001, ANN202
     """:func:`_job` 7 rows a pass (14 accumulators: AVX-512's 32 registers hold them): each
     weight vector loaded serves 7 rows, not 4 (the weights of deep layers stream from L2,
     whose bandwidth a 4-row pass saturates), and 7 divides the rows of 7x7 .. 224x224."""
@@ -170,7 +170,7 @@ def _job7(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps): 
     span = kq // ntaps
     n = out.shape[1]
     stride = 4 * L
-    aptr, wptr, optr = simd.pointer(a32), simd.pointer(wp), simd.pointer(out)
+    aptr, wptr, optr = simd.pointer(rows), simd.pointer(wp), simd.pointer(out)
     bptr, sptr = simd.pointer(bias), simd.pointer(scales)
     zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
     last = r1 - 1
@@ -196,19 +196,19 @@ def _job7(a32, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps): 
                 for c in range(span):
                     v0 = iv.load_weights(wptr, wt0 + c * stride)
                     v1 = iv.load_weights(wptr, wt1 + c * stride)
-                    x = iv.splat_row(aptr, q0 + c)
+                    x = iv.splat_quad_at(aptr, q0 + 4 * c)
                     c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
-                    x = iv.splat_row(aptr, q1 + c)
+                    x = iv.splat_quad_at(aptr, q1 + 4 * c)
                     c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
-                    x = iv.splat_row(aptr, q2 + c)
+                    x = iv.splat_quad_at(aptr, q2 + 4 * c)
                     c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
-                    x = iv.splat_row(aptr, q3 + c)
+                    x = iv.splat_quad_at(aptr, q3 + 4 * c)
                     c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
-                    x = iv.splat_row(aptr, q4 + c)
+                    x = iv.splat_quad_at(aptr, q4 + 4 * c)
                     c40, c41 = iv.dot_u8s8(c40, x, v0), iv.dot_u8s8(c41, x, v1)
-                    x = iv.splat_row(aptr, q5 + c)
+                    x = iv.splat_quad_at(aptr, q5 + 4 * c)
                     c50, c51 = iv.dot_u8s8(c50, x, v0), iv.dot_u8s8(c51, x, v1)
-                    x = iv.splat_row(aptr, q6 + c)
+                    x = iv.splat_quad_at(aptr, q6 + 4 * c)
                     c60, c61 = iv.dot_u8s8(c60, x, v0), iv.dot_u8s8(c61, x, v1)
             left0, left1 = n - t * L, n - u * L
             rows = min(7, r1 - r)
@@ -253,13 +253,13 @@ def _workers(count, jobs):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, error_model="numpy")
-def _block_rows(m, quads, groups):  # noqa: ANN001, ANN202
-    """Rows of a job of the product: as many as keep their inputs (``quads`` int32 or int64
-    in all: M rows, or an implicit convolution's padded input, which its rows share) in
-    L2 while every tile of weights passes once, fewer where the threads in force would
-    have under 4 jobs each (a dynamic split balances only jobs of some number)."""
-    per_row = max(1, quads // m)
-    block = _BLOCK_BYTES // (4 * per_row)
+def _block_rows(m, size, groups):  # noqa: ANN001, ANN202
+    """Rows of a job of the product: as many as keep their inputs (``size`` bytes in all:
+    M rows, or an implicit convolution's padded input, which its rows share) in L2 while
+    every tile of weights passes once, fewer where the threads in force would have under
+    4 jobs each (a dynamic split balances only jobs of some number)."""
+    per_row = max(1, size // m)
+    block = _BLOCK_BYTES // per_row
     threads = _THREADS()
     if threads > 1:
         blocks = -(-4 * threads // groups)
@@ -267,11 +267,11 @@ def _block_rows(m, quads, groups):  # noqa: ANN001, ANN202
     return max(_PASS_ROWS, -(-block // _PASS_ROWS) * _PASS_ROWS)
 
 
-def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: ANN001, ANN202
+def _gemm(rows, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: ANN001, ANN202
     m = out.shape[0]
     tiles = wp.shape[0]
     groups = (tiles + _TILE_GROUP - 1) // _TILE_GROUP
-    block = _block_rows(m, a32.size, groups)
+    block = _block_rows(m, rows.nbytes, groups)
     blocks = (m + block - 1) // block
     count = blocks * groups
     for _ in prange(_workers(count, jobs)):
@@ -279,17 +279,17 @@ def _gemm(a32, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: A
         while j < count:
             b, g = j // groups, j % groups
             r0, t0 = b * block, g * _TILE_GROUP
-            _PASS(a32, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
+            _PASS(rows, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
                   min(t0 + _TILE_GROUP, tiles), bases, taps)  # fmt: skip
             j = _take(jobs)
 
 
-# gemm(a32 (M, K/4) int32: the sign-flipped int8 inputs (int64: four uint16, where
+# gemm(rows: the sign-flipped int8 inputs, flat (int16 holding uint8, where
 #      compiled_int8_simd.WIDE_ROWS), wp, bias, scales (tiles * L) float32,
 #      zy, lo - zy, hi - zy (floats), out (M, N) int8, jobs (1,) int64: the job counter,
-#      bases (M,) int64, taps (T,) int64: row r's quads of tap t at a32[bases[r] + taps[t]:]
-#      for K / 4 / T quads (an implicit convolution: a32 the flat padded input, no im2col;
-#      see :func:`conv_geometry`); both empty: row r at a32[r], its K / 4 quads in a row)
+#      bases (M,) int64, taps (T,) int64: row r's inputs of tap t at rows[bases[r] + taps[t]:]
+#      for K / T elements (an implicit convolution: rows the flat padded input, no im2col;
+#      see :func:`conv_geometry`); both empty: row r at rows[K r:], its K inputs in a row)
 GEMM = serial_and_parallel(_gemm, "qs8_gemm")
 
 
@@ -362,32 +362,58 @@ def im2col(x, cols, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pad):  # noqa: ANN00
 def conv_geometry(
     shape: tuple[int, int, int, int], oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
     dh: int, dw: int, pads: tuple[int, int, int, int],
-) -> tuple[tuple[int, int, int, int], NDArray, NDArray]:  # fmt: skip
-    """(the padded input's shape, bases, taps) of an implicit convolution (see :data:`GEMM`)
-    over an NHWC input of ``shape`` (C a multiple of 4) padded by ``pads`` (top, left,
-    bottom, right): the quads of output pixel r's tap t start at ``bases[r] + taps[t]``."""
+) -> tuple[tuple[int, int, int, int], NDArray, NDArray, int] | None:  # fmt: skip
+    """(the padded input's shape, bases, taps, a kernel row's inputs) of an implicit
+    convolution (see :data:`GEMM`) over an NHWC input of ``shape`` padded by ``pads``
+    (top, left, bottom, right): output pixel r's inputs of tap t start at element
+    ``bases[r] + taps[t]``. A tap is a kernel row, its ``kw * C`` inputs in a row of the
+    image (read in whole quads: up to 3 more, whose weights are 0, see
+    :func:`implicit_weights`); with dilated columns, a kernel position (C a multiple of
+    4); None where neither fits (im2col's)."""
     nb, h, w, c = shape
     pt, pl, pb, pr = pads
-    hp, wp, cq = h + pt + pb, w + pl + pr, c // 4
+    hp, wp = h + pt + pb, w + pl + pr
     b, oy, ox = np.meshgrid(np.arange(nb), np.arange(oh), np.arange(ow), indexing="ij")
-    bases = ((b * hp + oy * sh) * wp + ox * sw) * cq
-    i, j = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
-    taps = (i * dh * wp + j * dw) * cq
-    return (nb, hp, wp, c), bases.reshape(-1).astype(np.int64), taps.reshape(-1).astype(np.int64)
+    bases = ((b * hp + oy * sh) * wp + ox * sw) * c
+    i, j = np.meshgrid(np.arange(kh), np.arange(1 if dw == 1 else kw), indexing="ij")
+    if dw == 1:
+        span = -(-kw * c // 4) * 4
+    elif c % 4 == 0:
+        span = kw * c
+    else:
+        return None
+    taps = (i * dh * wp + j * dw) * c
+    padded = (nb, hp, wp, c)
+    return padded, bases.reshape(-1).astype(np.int64), taps.reshape(-1).astype(np.int64), span
+
+
+def implicit_weights(w: NDArray, span: int) -> NDArray:
+    """Weights (N, kh, kw, C) as an implicit convolution's rows read its inputs: each
+    kernel row's ``kw * C`` then zeros to ``span`` (see :func:`conv_geometry`), (N, kh span)."""
+    n, kh, kw, c = w.shape
+    out = np.zeros((n, kh, span), w.dtype)
+    out[:, :, : kw * c] = w.reshape(n, kh, kw * c)
+    return out.reshape(n, kh * span)
+
+
+# elements past a padded input that a kernel row's last quad may read (times weights 0)
+_SLACK = 4
 
 
 def padded_input(shape: tuple[int, int, int, int], zx: int, dtype: type) -> NDArray:
-    """The buffer :func:`pad_flip` fills (int8, or int16 where ``WIDE_ROWS``), its border
-    the input's zero point sign-flipped (it adds nothing): written once, at load."""
-    return np.full(shape, (int(zx) + 128) if dtype == np.int16 else int(zx) ^ -128, dtype)
+    """The flat buffer :func:`pad_flip` fills (int8, or int16 where ``WIDE_ROWS``): an
+    NHWC image of ``shape`` and a few elements of slack, its border the input's zero
+    point sign-flipped (it adds nothing), written once, at load."""
+    size = int(np.prod(shape)) + _SLACK
+    return np.full(size, (int(zx) + 128) if dtype == np.int16 else int(zx) ^ -128, dtype)
 
 
 @njit(cache=True, error_model="numpy")
-def pad_flip(x, buf, pt, pl):  # noqa: ANN001, ANN201
-    """NHWC int8 ``x`` sign-flipped into the inside of ``buf`` (its rows from ``pt``, its
-    columns from ``pl``): a convolution's input as an implicit :data:`GEMM` reads it."""
+def pad_flip(x, buf, hp, wp, pt, pl):  # noqa: ANN001, ANN201
+    """NHWC int8 ``x`` sign-flipped into flat ``buf``, an image of ``hp`` x ``wp`` pixels,
+    from row ``pt`` and column ``pl``: a convolution's input as an implicit :data:`GEMM`
+    reads it."""
     nb, h, w, c = x.shape
-    hp, wp = buf.shape[1], buf.shape[2]
     xp, bp = simd.pointer(x), simd.pointer(buf)
     row = w * c
     for b in range(nb):
