@@ -413,9 +413,31 @@ def test_static_clamps_fold_into_their_convolutions(plans):
     # the depthwise output, read by b alone (1x1, 12 channels), is stored sign-flipped as
     # b's rows: no flip step; b's own output, read twice, is not
     assert qs.flip not in functions and qs.DEPTHWISE[0] in functions
+    # the input quantized straight into NHWC (its transpose taken), the output's transpose
+    # a compiled copy: no numpy step is left
+    assert qs.quantize_to_nhwc in functions and not plan.numpy_steps
 
 
 def hash_text(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 20, 20), (2, 3, 5, 7), (1, 5, 6, 6)])
+def test_quantize_to_nhwc_is_quantize_then_transpose(shape):
+    """The input's quantization written straight in NHWC (three channels a vector step,
+    others and the tail pixel by pixel) has the bytes of quantize then a transpose,
+    saturations and ties included, over calls with new inputs."""
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+
+    rng = np.random.default_rng(sum(shape))
+    inv = np.float32(1.0) / np.float32(0.02)
+    out = np.empty((shape[0], shape[2], shape[3], shape[1]), np.int8)
+    for _ in range(2):
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        x.flat[::7], x.flat[1::11], x.flat[2::13] = 1e9, -1e9, np.float32(0.01)  # (0.5 q)
+        expected = np.empty(x.size, np.int8)
+        qs.quantize(x.reshape(-1), expected, inv, 3)
+        qs.quantize_to_nhwc(x, out, inv, 3)
+        np.testing.assert_array_equal(out, expected.reshape(shape).transpose(0, 2, 3, 1))

@@ -37,7 +37,7 @@ from pyexecutorch.kernels.conv.nhwc import Window
 from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
 from pyexecutorch.kernels.quantized import compiled_linear as ql
 from pyexecutorch.kernels.quantized import compiled_static as qs
-from pyexecutorch.runtime.whole_method import Step
+from pyexecutorch.runtime.whole_method import Step, view_copy_step
 
 if TYPE_CHECKING:
     from pyexecutorch.backends.xnnpack.compiled import StepBuilder
@@ -499,6 +499,48 @@ def _static_global_avg_pool(b: StepBuilder, k: int) -> int:
     return 1
 
 
+def _same_quantization(b: StepBuilder, a: int, c: int) -> bool:
+    """Whether int8 values ``a`` and ``c`` are quantized per tensor alike: moving the
+    bytes moves the values (as the numpy builders of data movement do)."""
+    if not _tensor_quant(b, a, c):
+        return False
+    qa, qc = b.value(a).quant, b.value(c).quant
+    return (qa.scale, qa.zero_point) == (qc.scale, qc.zero_point)
+
+
+def _transposed_to_nhwc(b: StepBuilder, k: int) -> int | None:
+    """The output of an NCHW-to-NHWC transpose at ``k + 1`` that alone reads the output of
+    Convert ``k`` (on its quantization), or None."""
+    vid = b.graph.nodes[k].xnode_union.output_id
+    if k + 1 >= len(b.graph.nodes) or b.is_external(vid) or b.readers.get(vid) != {k + 1}:
+        return None
+    u = b.graph.nodes[k + 1].xnode_union
+    if type(u).__name__ != "XNNStaticTranspose" or u.input_id != vid:
+        return None
+    if tuple(u.perm) != (0, 2, 3, 1) or not _same_quantization(b, vid, u.output_id):
+        return None
+    return u.output_id
+
+
+def _static_transpose(b: StepBuilder, k: int) -> int:
+    """A transpose of int8 values on one quantization: their bytes moved, by a compiled
+    copy (or none, where the transposed view is C-contiguous)."""
+    u = b.graph.nodes[k].xnode_union
+    if not _same_quantization(b, u.input_id, u.output_id):
+        return 0
+    view = b.array(u.input_id).transpose(tuple(int(p) for p in u.perm))
+    if view.flags.c_contiguous:
+        b.commit(u.output_id, view)
+        return 1
+    out = b.new(u.output_id, view.shape)
+    step = view_copy_step(view, out)
+    if step is None:
+        return 0
+    b.commit(u.output_id, out)
+    b.add(step)
+    return 1
+
+
 def _static_convert(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
     qi, qo = b.value(u.input_id).quant, b.value(u.output_id).quant
@@ -506,6 +548,13 @@ def _static_convert(b: StepBuilder, k: int) -> int:
     if not x.flags.c_contiguous:
         return 0
     if qi is None and _tensor_quant(b, u.output_id) and x.dtype == _F32:
+        moved = _transposed_to_nhwc(b, k) if x.ndim == 4 else None
+        if moved is not None:  # (quantized straight into the transpose's NHWC output)
+            out = b.new(moved, tuple(x.shape[p] for p in (0, 2, 3, 1)))
+            b.commit(moved, out)
+            inv = np.float32(1.0) / np.float32(qo.scale)
+            b.add(Step(qs.quantize_to_nhwc, (x, out, inv, qo.zero_point)))
+            return 2
         out = b.new(u.output_id, x.shape)
         inv = np.float32(1.0) / np.float32(qo.scale)
         args = (x.reshape(-1), out.reshape(-1), inv, qo.zero_point)
@@ -566,3 +615,4 @@ _in_front_of("XNNSubtract", lambda b, k: _static_add(b, k, -1))
 _in_front_of("XNNMaxPooling2d", _static_max_pool)
 _in_front_of("XNNClamp", _static_clamp)
 _in_front_of("XNNGlobalAvgPooling2d", _static_global_avg_pool)
+_in_front_of("XNNStaticTranspose", _static_transpose)

@@ -166,6 +166,24 @@ def load_weights(typingctx: Any, p: Any, i: Any) -> Any:
 
 
 @intrinsic
+def splat_row(typingctx: Any, p: Any, i: Any) -> Any:
+    """Quad ``i`` of a row of inputs: ``p`` an int32 pointer (four bytes a quad: as
+    :func:`splat_quad`) or an int64 one (four uint16: a :data:`WIDE_ROWS` row's, a
+    :class:`WideQuad`)."""
+    if not (isinstance(p, types.CPointer) and isinstance(i, types.Integer)):
+        return None
+    if p.dtype not in (types.int32, types.int64):
+        return None
+    wide = p.dtype == types.int64
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        value = builder.load(builder.gep(args[0], [args[1]]))
+        return value if wide else builder.bitcast(_splat(builder, value, _IVEC), _BVEC)
+
+    return (WIDE_QUAD if wide else BYTE_VECTOR)(p, i), codegen
+
+
+@intrinsic
 def splat_quad_at(typingctx: Any, p: Any, e: Any) -> Any:
     """The four inputs at element ``e`` of a row (no alignment needed): ``p`` an int8
     pointer (four bytes in every lane: as :func:`splat_quad`) or an int16 one (four
@@ -626,3 +644,31 @@ def store_int8_lanes(typingctx: Any, p: Any, i: Any, v: Any, n: Any) -> Any:
         return context.get_dummy_value()
 
     return types.void(p, i, v, n), codegen
+
+
+@intrinsic
+def store_int8_interleaved3(typingctx: Any, p: Any, i: Any, a: Any, b: Any, c: Any) -> Any:
+    """``p[i : i + 3 L] = a[0], b[0], c[0], a[1], b[1], ...`` for float32 lanes holding
+    integers in [-128, 127]: three channels' values of L pixels stored pixel by pixel
+    (one byte shuffle, not 3 L single-byte stores)."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer)):
+        return None
+    if not (a == _FLOAT_VECTOR and b == _FLOAT_VECTOR and c == _FLOAT_VECTOR):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        bytes_ = ir.VectorType(_I8, LANES)
+        a8, b8, c8 = (builder.trunc(builder.fptosi(v, _IVEC), bytes_) for v in args[2:])
+        two = ir.VectorType(_I32, 2 * LANES)
+        ab = builder.shuffle_vector(a8, b8, ir.Constant(two, list(range(2 * LANES))))
+        c2 = builder.shuffle_vector(
+            c8, ir.Constant(bytes_, None), ir.Constant(two, list(range(2 * LANES)))
+        )
+        picks = [lane + channel * LANES for lane in range(LANES) for channel in range(3)]
+        mixed = builder.shuffle_vector(ab, c2, ir.Constant(ir.VectorType(_I32, 3 * LANES), picks))
+        wide = ir.VectorType(_I8, 3 * LANES)
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), wide.as_pointer())
+        builder.store(mixed, address).align = 1
+        return context.get_dummy_value()
+
+    return types.void(p, i, a, b, c), codegen
