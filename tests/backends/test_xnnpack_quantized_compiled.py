@@ -71,12 +71,15 @@ def _expected(x, w, scales, bias, low, high):
     return np.clip(y, low, high)
 
 
-def _fold_error(x, w, scales):
+def _fold_error(x, w, scales, signed=ql.SIGNED_NIBBLES):
     """What XNNPACK's fold of the 4-bit zero point's share, ``zp * sum_b s_b * sum_k w``
-    in float32, may lose per output: a few float32 roundings of that term."""
+    in float32, may lose per output: a few float32 roundings of that term (``signed``
+    nibbles: of ``(zp + 128) * ...``, see compiled_linear.SIGNED_NIBBLES)."""
     if scales.ndim == 1:
         return 0.0  # (int8: exact integer sums)
     _, zps, xs = _reference_rows(x)
+    if signed:  # (the rows' bytes plus 128 are the products' operands: 128 more of the fold)
+        zps = zps + 128
     block = w.shape[1] // scales.shape[1]
     sums = w.reshape(w.shape[0], -1, block).sum(axis=2, dtype=np.int64)
     share = np.abs(sums * scales.astype(np.float64)).sum(axis=1)
@@ -115,6 +118,37 @@ def test_dynamic_linear_against_float64(kind, m, k, n, block):
         )
 
 
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.parametrize("m, k, n, block", [(1, 64, 20, 8), (3, 128, 40, 32), (10, 256, 33, 32),
+                                            (11, 96, 16, 32), (2, 512, 5, 128)])  # fmt: skip
+def test_int4_forms_against_float64(signed, m, k, n, block):
+    """Both forms of 4-bit weights (signed nibbles on unsigned rows, as XNNPACK's VNNI
+    kernels; unsigned nibbles on signed rows), whichever this CPU's products take: eight
+    rows a pass (the last rows of a pass repeating, m 3, 10, 11), four, or one at a time,
+    over three calls with new rows, against float64 on the same integers."""
+    rng = np.random.default_rng(m * k + n)
+    w = rng.integers(-8, 8, (n, k)).astype(np.int8)
+    scales = rng.uniform(1e-3, 2e-2, (n, k // block)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    low, high = (-0.5, 0.75) if m == 3 else (-np.inf, np.inf)
+    wp, bs, col = ql.pack_int4(w, scales, signed)
+    padded_bias = ql.padded(bias, wp.shape[0] * ql.L)
+    terms, tiles = ql.INT4_FORMS[signed]
+    for call in range(3):
+        x = _rows(rng, m, k)
+        q, zps, xs = _reference_rows(x)
+        scratch = ql.int4_scratch(m, k, k // block, signed)
+        out = np.full((m, n), np.nan, np.float32)
+        terms(q, q.view(np.int32), scratch)
+        tiles(q.view(np.int32), scratch, zps, xs, wp, bs, col, padded_bias, low, high, out,
+              0, wp.shape[0])  # fmt: skip
+        expected = _expected(x, w, scales, bias, low, high)
+        bound = 2e-5 * (np.abs(expected).max() + np.abs(expected))
+        bound = bound + _fold_error(x, w, scales, signed)
+        err = np.abs(out - expected)
+        assert (err <= bound).all(), f"call {call}: worst {err.max():.3g}"
+
+
 @pytest.mark.parametrize("kind", ["int4", "int8"])
 def test_dynamic_split_over_the_threads_in_force_keeps_every_bit(kind):
     """The parallel kernels' tiles are jobs the threads in force take from a counter: at 2
@@ -146,9 +180,9 @@ def test_dynamic_split_over_the_threads_in_force_keeps_every_bit(kind):
                 jobs = np.zeros(1, np.int64)
                 if kind == "int4":
                     wp, bs, col = linear.packed
-                    rsum = np.empty((m, bs.shape[1]), np.int32)
+                    terms = ql.int4_scratch(m, k, bs.shape[1])
                     parallel(q, q.view(np.int32), zps, xs, wp, bs, col, linear.bias,
-                             -np.inf, np.inf, out, rsum, jobs)  # fmt: skip
+                             -np.inf, np.inf, out, terms, jobs)  # fmt: skip
                 else:
                     wp, sums = linear.packed
                     parallel(q.view(np.int32), zps, xs, wp, sums, linear.wscales, linear.bias,

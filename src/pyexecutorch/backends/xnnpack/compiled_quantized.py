@@ -184,7 +184,7 @@ def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
         )
         tiles = packed.shape[0]
         bias = shared(b, ("int4 bias", u.filter_id), lambda: ql.padded(linear.bias, tiles * ql.L))
-        scratch = np.empty((m, block_scales.shape[1]), np.int32)
+        scratch = ql.int4_scratch(m, inputs, block_scales.shape[1])
         args = (rows.q, q32, rows.zero_points, rows.scales, packed, block_scales, column,
                 bias, low, high, o2, scratch, np.zeros(1, np.int64))  # fmt: skip
         function = choose(ql.INT4_LINEAR, m * units * inputs // 4)

@@ -672,3 +672,93 @@ def store_int8_interleaved3(typingctx: Any, p: Any, i: Any, a: Any, b: Any, c: A
         return context.get_dummy_value()
 
     return types.void(p, i, a, b, c), codegen
+
+
+# ------------------------------------------------------------------ signed 4-bit weights
+
+
+def _nibble_mask() -> Any:
+    return ir.Constant(_BVEC, [0xF0] * _BVEC.count)
+
+
+@intrinsic
+def signed_low_nibbles(typingctx: Any, v: Any) -> Any:
+    """Each byte's low four bits, a two's complement 4-bit ``w``, as the signed byte
+    ``16 w`` (moved to the high half: exact). With :func:`signed_high_nibbles`, the weights
+    of a VNNI product on unsigned inputs, two a byte, unpacked in three instructions."""
+    if v != BYTE_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        lanes = builder.bitcast(args[0], _IVEC)  # (a 32-bit shift: x86 has no byte shift)
+        moved = builder.shl(lanes, ir.Constant(_IVEC, [4] * LANES))
+        return builder.and_(builder.bitcast(moved, _BVEC), _nibble_mask())
+
+    return BYTE_VECTOR(v), codegen
+
+
+@intrinsic
+def signed_high_nibbles(typingctx: Any, v: Any) -> Any:
+    """Each byte's high four bits, a two's complement 4-bit ``w``, as the signed byte
+    ``16 w`` (the low bits cleared)."""
+    if v != BYTE_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.and_(args[0], _nibble_mask())
+
+    return BYTE_VECTOR(v), codegen
+
+
+@intrinsic
+def prefetch(typingctx: Any, p: Any, i: Any) -> Any:
+    """A hint to bring the cache line at ``p + i`` (a byte pointer) into every cache
+    level: a stream of weights read once per call runs ahead of its loads."""
+    if not (_byte_pointer(p) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address = builder.gep(args[0], [args[1]])
+        fnty = ir.FunctionType(ir.VoidType(), [address.type, _I32, _I32, _I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(
+            fn, [address, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)]
+        )
+        return context.get_dummy_value()
+
+    return types.void(p, i), codegen
+
+
+# ------------------------------------------------------------------ row extremes
+
+
+def _lanes_fold(builder: Any, value: Any, compare: str) -> Any:
+    """The lane of ``value`` that ``compare`` (an ordered fcmp) picks over all others."""
+    count = LANES
+    while count > 1:
+        count //= 2
+        low = ir.Constant(ir.VectorType(_I32, count), list(range(count)))
+        high = ir.Constant(ir.VectorType(_I32, count), list(range(count, 2 * count)))
+        a = builder.shuffle_vector(value, value, low)
+        b = builder.shuffle_vector(value, value, high)
+        value = builder.select(builder.fcmp_ordered(compare, b, a), b, a)
+    return builder.extract_element(value, ir.Constant(_I32, 0))
+
+
+def _extreme(compare: str, doc: str) -> Any:
+    def typer(typingctx: Any, v: Any) -> Any:
+        if v != _FLOAT_VECTOR:
+            return None
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return _lanes_fold(builder, args[0], compare)
+
+        return types.float32(v), codegen
+
+    typer.__name__ = typer.__qualname__ = f"lanes_{'min' if compare == '<' else 'max'}"
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+lanes_min = _extreme("<", "The smallest of float32 lanes (NaN lanes are passed over).")
+lanes_max = _extreme(">", "The largest of float32 lanes (NaN lanes are passed over).")

@@ -73,12 +73,27 @@ def _bf16_exact(s: NDArray) -> NDArray | None:
     return (bits >> 16).astype(np.uint16) if not (bits & 0xFFFF).any() else None
 
 
-def pack_int4(w: NDArray, scales: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+# Where the CPU has VNNI, 4-bit weights take XNNPACK's form for its VNNI kernels: two's
+# complement nibbles, each unpacked into the high half of a byte (the signed byte 16 w)
+# and multiplied against the rows' bytes plus 128 (unsigned): a block's int32 sum then
+# holds no term of its row, and the share of the 128 and of the row's zero point is one
+# float per column, ``-(zp + 128) * sum_b s_b * sum_k w``, where the sum starts (the
+# scales are stored over 16). Without VNNI the nibbles are ``w + 8``, unsigned, against
+# the signed rows (pmaddubsw, exact on them, would saturate on the other form), less 8
+# times each block's row sum, and the zero point's share comes off at the end.
+SIGNED_NIBBLES = iv.VNNI is not None
+
+
+def pack_int4(
+    w: NDArray, scales: NDArray, signed: bool = SIGNED_NIBBLES
+) -> tuple[NDArray, NDArray, NDArray]:
     """4-bit weights (N, K) as int8 in [-8, 7] and their scales (N, blocks), a block a
-    multiple of 8 inputs: the bytes (tiles, K // 8, 4 L), two weights (plus 8) a byte
-    (inputs 8c..8c+3 low, 8c+4..8c+7 high); the scales (tiles, blocks, L), as bfloat16
-    bits (uint16) where they all are bfloat16 (XNNPACK's programs: half the bytes to
-    stream), else float32; and each column's ``sum_b s_b * sum_k w`` (tiles, L) float32."""
+    multiple of 8 inputs, in the form of :data:`SIGNED_NIBBLES` (``signed``): the bytes
+    (tiles, K // 8, 4 L), two weights a byte (inputs 8c..8c+3 low, 8c+4..8c+7 high; ``w &
+    15`` signed, else ``w + 8``); the scales (tiles, blocks, L), over 16 where signed, as
+    bfloat16 bits (uint16) where they all are bfloat16 (XNNPACK's programs: half the bytes
+    to stream), else float32; and each column's ``sum_b s_b * sum_k w`` (tiles, L)
+    float32, negated where signed."""
     n, k = w.shape
     blocks = scales.shape[1]
     t = _tiles(n)
@@ -86,11 +101,15 @@ def pack_int4(w: NDArray, scales: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     full[:n] = w
     s = np.zeros((t * L, blocks), _F32)
     s[:n] = scales
-    eights = (full.astype(np.int16) + 8).astype(np.uint8).reshape(t, L, k // 8, 2, 4)
-    packed = eights[:, :, :, 0, :] | (eights[:, :, :, 1, :] << 4)  # [tile, column, chunk, byte]
+    nibbles = (full & 15) if signed else (full.astype(np.int16) + 8)
+    nibbles = nibbles.astype(np.uint8).reshape(t, L, k // 8, 2, 4)
+    packed = nibbles[:, :, :, 0, :] | (nibbles[:, :, :, 1, :] << 4)  # [tile, column, chunk, byte]
     packed = np.ascontiguousarray(packed.transpose(0, 2, 1, 3)).reshape(t, k // 8, 4 * L)
     sums = full.reshape(t * L, blocks, k // blocks).sum(axis=2, dtype=np.int64)
     column = (sums * s.astype(np.float64)).sum(axis=1).astype(_F32).reshape(t, L)
+    if signed:
+        s = s / _F32(16.0)  # (exact: a power of two)
+        column = -column
     block_scales = np.ascontiguousarray(s.reshape(t, L, blocks).transpose(0, 2, 1))
     bits = _bf16_exact(block_scales)
     return packed, block_scales if bits is None else bits, column
@@ -99,20 +118,35 @@ def pack_int4(w: NDArray, scales: NDArray) -> tuple[NDArray, NDArray, NDArray]:
 # ------------------------------------------------------------------ compiled kernels
 
 
+_NEG_INF, _POS_INF = _F32(-np.inf), _F32(np.inf)
+
+
 @njit(cache=True, error_model="numpy")
 def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
     """Rows of float32 ``x`` (M, K) as int8 ``q`` with XNNPACK's asymmetric parameters:
     the range [min(0, lo), max(0, hi)], the multiplier ``255 / span`` (1 for an all-zero
     row), the zero point from the end with the smaller error, ``q = clamp(rint(v *
     mult), -128 - zp, 127 - zp) + zp``; ``scales`` gets ``1 / mult``, ``zps`` the zero
-    points (float32 throughout, as ``DynamicRows``)."""
+    points (float32 throughout, as ``DynamicRows``). A vector of the row at a time."""
     m, k = x.shape
     zero, full, one = _F32(0.0), _F32(255.0), _F32(1.0)
     qlo, qhi = _F32(-128.0), _F32(127.0)
+    xptr = simd.pointer(x)
+    qptr = simd.pointer(q)
+    whole = k - k % L
+    below = simd.splat(_NEG_INF)
+    above = simd.splat(_POS_INF)
     for r in range(m):
-        low = zero
-        high = zero
-        for i in range(k):
+        row = r * k
+        low_v = simd.splat(zero)
+        high_v = simd.splat(zero)
+        for i in range(0, whole, L):
+            v = simd.load(xptr, row + i)
+            low_v = simd.clamp(low_v, below, v)  # min(low, v)
+            high_v = simd.clamp(high_v, v, above)  # max(high, v)
+        low = iv.lanes_min(low_v)
+        high = iv.lanes_max(high_v)
+        for i in range(whole, k):
             v = x[r, i]
             low = min(low, v)
             high = max(high, v)
@@ -129,11 +163,17 @@ def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
         zp = np.rint(min(max(zp, qlo), qhi))
         zps[r] = np.int32(zp)
         scales[r] = one / mult
-        bottom, top = qlo - zp, qhi - zp
-        for i in range(k):
-            c = np.rint(x[r, i] * mult)
-            c = min(max(c, bottom), top)
-            q[r, i] = np.int8(c + zp)
+        mult_v = simd.splat(mult)
+        zp_v = simd.splat(zp)
+        bottom = simd.splat(qlo - zp)
+        top = simd.splat(qhi - zp)
+        for i in range(0, whole, L):
+            c = iv.rint(simd.mul(simd.load(xptr, row + i), mult_v))
+            iv.store_int8(qptr, row + i, simd.add(simd.clamp(c, bottom, top), zp_v))
+        if whole < k:
+            c = iv.rint(simd.mul(simd.load_first(xptr, row + whole, k - whole), mult_v))
+            c = simd.add(simd.clamp(c, bottom, top), zp_v)
+            iv.store_int8_first(qptr, row + whole, c, k - whole)
 
 
 # The output tiles split into jobs that the threads in force take in turn from a counter
@@ -159,11 +199,9 @@ def _split(tiles, jobs):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n):  # noqa: ANN001, ANN202
-    """Row ``r`` of tile ``t``: less the zero point's share (``zp * sum_b s_b * sum_k w``,
-    as XNNPACK folds it), times the row's scale, plus the bias, clamped and stored."""
-    facc = simd.fma(simd.splat(_F32(-zptr[r])), simd.load(cptr, t * L), facc)
-    y = simd.add(simd.mul(facc, simd.splat(xptr[r])), simd.load(bptr, t * L))
+def _store_row(y, optr, r, t, n, low_v, high_v):  # noqa: ANN001, ANN202
+    """Row ``r`` of output tile ``t``: ``y`` clamped and stored (the tile's first columns
+    only where it passes ``n``)."""
     y = simd.clamp(y, low_v, high_v)
     left = n - t * L
     if left >= L:
@@ -172,10 +210,20 @@ def _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n):  #
         simd.store_first(optr, r * n + t * L, y, left)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n):  # noqa: ANN001, ANN202
+    """Row ``r`` of tile ``t`` (unsigned nibbles): less the zero point's share (``zp *
+    sum_b s_b * sum_k w``, as XNNPACK folds it), times the row's scale, plus the bias."""
+    facc = simd.fma(simd.splat(_F32(-zptr[r])), simd.load(cptr, t * L), facc)
+    y = simd.add(simd.mul(facc, simd.splat(xptr[r])), simd.load(bptr, t * L))
+    _store_row(y, optr, r, t, n, low_v, high_v)
+
+
 @njit(cache=True, error_model="numpy")
-def _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, t0, t1):  # noqa: ANN001, ANN202
-    """Output tiles t0..t1 of the 4-bit product (see :func:`int4_linear`): four rows at a
-    time (each chunk of weights unpacked once for the four), the last rows one by one."""
+def _int4_unsigned_rows(q32, rsum, zps, xscales, wp, bscales, column, bias, lo, hi, out, t0, t1):  # noqa: ANN001, ANN202
+    """Output tiles t0..t1 of the 4-bit product on unsigned nibbles (see
+    :func:`int4_linear`; ``rsum`` from :func:`_block_terms`): four rows at a time (each
+    chunk of weights unpacked once for the four), the last rows one by one."""
     m_rows = q32.shape[0]
     blocks = bscales.shape[1]
     chunks = wp.shape[1] // blocks  # 8-input chunks a block
@@ -253,10 +301,159 @@ def _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, 
             _int4_finish(facc, zptr, xptr, t, r, cptr, bptr, optr, low_v, high_v, n)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _signed_start(col, zptr, r):  # noqa: ANN001, ANN202
+    """A row's sum before its blocks' (signed nibbles): the column's fold times the row's
+    zero point plus 128, as XNNPACK's VNNI kernels start it."""
+    return simd.mul(col, simd.splat(_F32(zptr[r] + 128)))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _signed_finish(f, xptr, r, t, bptr, optr, n, low_v, high_v):  # noqa: ANN001, ANN202
+    """Row ``r`` of tile ``t`` (signed nibbles): times the row's scale, plus the bias."""
+    y = simd.add(simd.mul(f, simd.splat(xptr[r])), simd.load(bptr, t * L))
+    _store_row(y, optr, r, t, n, low_v, high_v)
+
+
+# Rows a pass of the signed kernel takes at once (each chunk of weights unpacked once
+# for them; their 16 accumulators and the weights fill the 32 vector registers), and the
+# fewest rows left that still take such a pass (its missing rows repeat the last).
+SIGNED_ROWS = 8
+SIGNED_ROWS_LEAST = 3
+# How far ahead of its loads a row alone (a decoded token's) asks for the weights: its
+# products stream them from memory once a call (a decode step's 4-bit linears 0.41 -> 0.38
+# ms CPU, one thread, this Sapphire Rapids; 1024 and 8192 bytes did no better).
+WEIGHTS_AHEAD = 4096
+
+
 @njit(cache=True, error_model="numpy")
-def _row_block_terms(q, zps, blocks, rsum):  # noqa: ANN001, ANN202
-    """Per row and block: ``-8 * sum q`` (the nibbles' offset's share)."""
+def _int4_signed_rows(q32, u32, zps, xscales, wp, bscales, column, bias, lo, hi, out, t0, t1):  # noqa: ANN001, ANN202, PLR0915
+    """Output tiles t0..t1 of the 4-bit product on signed nibbles (see :func:`int4_linear`;
+    ``u32`` the rows plus 128 from :func:`_flip_rows`): eight rows at a time, one weight load and three unpacking instructions for sixteen
+    ``vpdpbusd``; the last rows (fewer than :data:`SIGNED_ROWS_LEAST`) one by one, a
+    row's two halves of a chunk in chains of their own."""
+    m_rows = u32.shape[0]
+    quads = u32.shape[1]
+    blocks = bscales.shape[1]
+    chunks = wp.shape[1] // blocks  # 8-input chunks a block
+    n = out.shape[1]
+    stride = 4 * L
+    wptr = simd.pointer(wp)
+    uptr = simd.pointer(u32)
+    sptr = simd.pointer(bscales)
+    cptr = simd.pointer(column)
+    bptr = simd.pointer(bias)
+    optr = simd.pointer(out)
+    zptr = simd.pointer(zps)
+    xptr = simd.pointer(xscales)
+    low_v = simd.splat(_F32(lo))
+    high_v = simd.splat(_F32(hi))
+    last = m_rows - 1
+    for t in range(t0, t1):
+        tile_w = t * wp.shape[1] * stride
+        col = simd.load(cptr, t * L)
+        r = 0
+        while r < m_rows:
+            if m_rows - r >= SIGNED_ROWS_LEAST:
+                # rows past the last repeat it: the same values stored twice
+                r0, r1, r2, r3 = r, min(r + 1, last), min(r + 2, last), min(r + 3, last)
+                r4, r5 = min(r + 4, last), min(r + 5, last)
+                r6, r7 = min(r + 6, last), min(r + 7, last)
+                f0 = _signed_start(col, zptr, r0)
+                f1 = _signed_start(col, zptr, r1)
+                f2 = _signed_start(col, zptr, r2)
+                f3 = _signed_start(col, zptr, r3)
+                f4 = _signed_start(col, zptr, r4)
+                f5 = _signed_start(col, zptr, r5)
+                f6 = _signed_start(col, zptr, r6)
+                f7 = _signed_start(col, zptr, r7)
+                for g in range(blocks):
+                    a0 = iv.izeros()
+                    a1 = iv.izeros()
+                    a2 = iv.izeros()
+                    a3 = iv.izeros()
+                    a4 = iv.izeros()
+                    a5 = iv.izeros()
+                    a6 = iv.izeros()
+                    a7 = iv.izeros()
+                    base = tile_w + g * chunks * stride
+                    i = 2 * g * chunks
+                    for c in range(chunks):
+                        v = iv.load_bytes(wptr, base + c * stride)
+                        wl = iv.signed_low_nibbles(v)
+                        wh = iv.signed_high_nibbles(v)
+                        j = i + 2 * c
+                        a0 = iv.dot_u8s8(a0, iv.splat_row(uptr, r0 * quads + j), wl)
+                        a1 = iv.dot_u8s8(a1, iv.splat_row(uptr, r1 * quads + j), wl)
+                        a2 = iv.dot_u8s8(a2, iv.splat_row(uptr, r2 * quads + j), wl)
+                        a3 = iv.dot_u8s8(a3, iv.splat_row(uptr, r3 * quads + j), wl)
+                        a4 = iv.dot_u8s8(a4, iv.splat_row(uptr, r4 * quads + j), wl)
+                        a5 = iv.dot_u8s8(a5, iv.splat_row(uptr, r5 * quads + j), wl)
+                        a6 = iv.dot_u8s8(a6, iv.splat_row(uptr, r6 * quads + j), wl)
+                        a7 = iv.dot_u8s8(a7, iv.splat_row(uptr, r7 * quads + j), wl)
+                        a0 = iv.dot_u8s8(a0, iv.splat_row(uptr, r0 * quads + j + 1), wh)
+                        a1 = iv.dot_u8s8(a1, iv.splat_row(uptr, r1 * quads + j + 1), wh)
+                        a2 = iv.dot_u8s8(a2, iv.splat_row(uptr, r2 * quads + j + 1), wh)
+                        a3 = iv.dot_u8s8(a3, iv.splat_row(uptr, r3 * quads + j + 1), wh)
+                        a4 = iv.dot_u8s8(a4, iv.splat_row(uptr, r4 * quads + j + 1), wh)
+                        a5 = iv.dot_u8s8(a5, iv.splat_row(uptr, r5 * quads + j + 1), wh)
+                        a6 = iv.dot_u8s8(a6, iv.splat_row(uptr, r6 * quads + j + 1), wh)
+                        a7 = iv.dot_u8s8(a7, iv.splat_row(uptr, r7 * quads + j + 1), wh)
+                    scale = iv.load_scales(sptr, (t * blocks + g) * L)
+                    f0 = simd.fma(iv.to_float(a0), scale, f0)
+                    f1 = simd.fma(iv.to_float(a1), scale, f1)
+                    f2 = simd.fma(iv.to_float(a2), scale, f2)
+                    f3 = simd.fma(iv.to_float(a3), scale, f3)
+                    f4 = simd.fma(iv.to_float(a4), scale, f4)
+                    f5 = simd.fma(iv.to_float(a5), scale, f5)
+                    f6 = simd.fma(iv.to_float(a6), scale, f6)
+                    f7 = simd.fma(iv.to_float(a7), scale, f7)
+                _signed_finish(f0, xptr, r0, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f1, xptr, r1, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f2, xptr, r2, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f3, xptr, r3, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f4, xptr, r4, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f5, xptr, r5, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f6, xptr, r6, t, bptr, optr, n, low_v, high_v)
+                _signed_finish(f7, xptr, r7, t, bptr, optr, n, low_v, high_v)
+                r += SIGNED_ROWS
+            else:
+                f = _signed_start(col, zptr, r)
+                row = r * quads
+                for g in range(blocks):
+                    a0 = iv.izeros()
+                    a1 = iv.izeros()
+                    base = tile_w + g * chunks * stride
+                    i = row + 2 * g * chunks
+                    for c in range(chunks):
+                        iv.prefetch(wptr, base + c * stride + WEIGHTS_AHEAD)
+                        v = iv.load_bytes(wptr, base + c * stride)
+                        a0 = iv.dot_u8s8(
+                            a0, iv.splat_row(uptr, i + 2 * c), iv.signed_low_nibbles(v)
+                        )
+                        a1 = iv.dot_u8s8(
+                            a1, iv.splat_row(uptr, i + 2 * c + 1), iv.signed_high_nibbles(v)
+                        )
+                    scale = iv.load_scales(sptr, (t * blocks + g) * L)
+                    f = simd.fma(iv.to_float(iv.iadd(a0, a1)), scale, f)
+                _signed_finish(f, xptr, r, t, bptr, optr, n, low_v, high_v)
+                r += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _flip_rows(q, q32, u32):  # noqa: ANN001, ANN202
+    """The rows' bytes plus 128 (as uint8, in int32 quads ``u32``): the signed kernel's."""
+    m, quads = q32.shape
+    for r in range(m):
+        for i in range(quads):
+            u32[r, i] = q32[r, i] ^ _QUAD_XOR
+
+
+@njit(cache=True, error_model="numpy")
+def _block_terms(q, q32, rsum):  # noqa: ANN001, ANN202
+    """Per row and block: ``-8 * sum q`` (the unsigned nibbles' offset's share)."""
     m, k = q.shape
+    blocks = rsum.shape[1]
     bl = k // blocks
     for r in range(m):
         for g in range(blocks):
@@ -266,13 +463,28 @@ def _row_block_terms(q, zps, blocks, rsum):  # noqa: ANN001, ANN202
             rsum[r, g] = np.int32(-8) * s
 
 
-def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, jobs):  # noqa: ANN001, ANN201
+# Each form of 4-bit weights (signed nibbles or not: see SIGNED_NIBBLES): what the rows
+# give its kernel, and the kernel (of output tiles t0..t1). Both are exact on any CPU; this
+# CPU's runs in int4_linear.
+INT4_FORMS = {True: (_flip_rows, _int4_signed_rows), False: (_block_terms, _int4_unsigned_rows)}
+_row_terms, _int4_tiles = INT4_FORMS[SIGNED_NIBBLES]
+
+
+def int4_scratch(m: int, k: int, blocks: int, signed: bool = SIGNED_NIBBLES) -> NDArray:
+    """The int32 scratch of a 4-bit product of ``m`` rows of ``k`` inputs in ``blocks``
+    blocks (:func:`int4_linear`'s on this CPU): the rows plus 128 (M, K / 4) where the
+    nibbles are ``signed``, else each block's row term (M, blocks)."""
+    return np.empty((m, k // 4 if signed else blocks), np.int32)
+
+
+def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, scratch, jobs):  # noqa: ANN001, ANN201
     """``out (M, N) = clamp(dequantized(q) @ w4.T + bias, lo, hi)`` for rows ``q`` (M, K)
     int8 (``q32`` the same memory as int32 quads) with zero points ``zps`` and scales
-    ``xscales``, and 4-bit weights packed by :func:`pack_int4` (``bias`` padded to the
-    tiles, zeros without one); ``rsum`` (M, blocks) int32 scratch; ``jobs`` (1,) int64,
-    the job counter of the threads (see :func:`_split`)."""
-    _row_block_terms(q, zps, bscales.shape[1], rsum)
+    ``xscales``, and 4-bit weights packed by :func:`pack_int4` in this CPU's form
+    (``bias`` padded to the tiles, zeros without one); ``scratch`` from
+    :func:`int4_scratch`; ``jobs`` (1,) int64, the job counter of the threads (see
+    :func:`_split`)."""
+    _row_terms(q, q32, scratch)
     tiles = wp.shape[0]
     workers, per, count = _split(tiles, jobs)
     for _ in prange(workers):
@@ -280,7 +492,7 @@ def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rs
         while job < count:
             t0 = job * per
             t1 = min(t0 + per, tiles)
-            _int4_rows(q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, rsum, t0, t1)
+            _int4_tiles(q32, scratch, zps, xscales, wp, bscales, column, bias, lo, hi, out, t0, t1)
             job = _take(jobs)
 
 
@@ -407,8 +619,8 @@ class DynamicLinear:
             self._q = np.empty((m, self.inputs), np.int8)
             self._zps = np.empty(m, np.int32)
             self._scales = np.empty(m, _F32)
-            blocks = self.packed[1].shape[1] if self.kind == "int4" else 1
-            self._sums = np.empty((m, blocks), np.int32)
+            if self.kind == "int4":
+                self._terms = int4_scratch(m, self.inputs, self.packed[1].shape[1])
             self._rows = m
 
     def __call__(self, x: NDArray, out: NDArray | None = None) -> NDArray:
@@ -431,7 +643,7 @@ class DynamicLinear:
         if self.kind == "int4":
             wp, bs, col = self.packed
             args = (q, q.view(np.int32), zps, xs, wp, bs, col, self.bias, self.low, self.high,
-                    o2, self._sums[:m], self._jobs)  # fmt: skip
+                    o2, self._terms[:m], self._jobs)  # fmt: skip
             variants.choose(INT4_LINEAR, work)(*args)
         else:
             wp, sums = self.packed
