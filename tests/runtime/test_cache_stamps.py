@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -102,3 +103,31 @@ def test_the_package_s_kernels_are_stamped_with_their_helpers():
     names = {Path(p).name for p in dense}
     assert {"geometry.py", "simd.py", "compiled_nhwc_common.py"} <= names
     assert "registry.py" not in names and "numba_env.py" not in names  # (not inlined)
+
+
+def test_whole_method_functions_are_keyed_by_the_code_rebuilding_their_arrays(monkeypatch):
+    # bound_array's code is inlined into every whole-method function: a new stamp of its
+    # file (as an edit gives it) is a new build key, so their records are compiled afresh
+    from pyexecutorch.jit import generated  # noqa: PLC0415
+    from pyexecutorch.runtime import whole_arguments  # noqa: PLC0415
+
+    source = Path(whole_arguments.__file__).parent / "bound_arrays.py"
+    real_stat = Path.stat
+
+    def edited(path: Path, *args, **kwargs):  # noqa: ANN202
+        st = real_stat(path, *args, **kwargs)
+        if path.name != source.name:
+            return st
+        return SimpleNamespace(st_size=st.st_size, st_mtime_ns=st.st_mtime_ns + 1)
+
+    generated.build_key.cache_clear()
+    before = generated.build_key()
+    monkeypatch.setattr(Path, "stat", edited)
+    try:
+        generated.build_key.cache_clear()
+        assert generated.build_key() != before
+    finally:
+        monkeypatch.undo()
+        generated.build_key.cache_clear()
+        generated._source_key.cache_clear()
+    assert generated.build_key() == before

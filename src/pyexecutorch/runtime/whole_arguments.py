@@ -15,9 +15,17 @@ describes alive (:class:`WholeFunction` does).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pyexecutorch.jit import generated
+
+# Generated whole-method functions inline bound_array's code (runtime/bound_arrays.py, which
+# numba does not stamp them with): its file's stamp is in their key, so that a change to
+# it compiles them again rather than reading back machine code made from the old one.
+generated.stamp_sources(Path(__file__).parent, "bound_arrays.py")
 
 
 def layout_of(a: np.ndarray) -> str:
