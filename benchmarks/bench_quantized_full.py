@@ -9,7 +9,10 @@ XnnpackPartitioner):
 - ``linears-8da4w-K-gG``: a stack of 4 linears K -> K at LLM decode shapes (one row),
   torchao's int8 dynamic activations with 4-bit weights in groups of G;
 - ``linears-int8-K``: the same stack, dynamic int8 per-channel weights (the official
-  XNNPACKQuantizer's dynamic configuration).
+  XNNPACKQuantizer's dynamic configuration);
+- ``vit_s4-int8dyn``: a dynamic int8 transformer: the suite's ViT at ViT-S/16 widths
+  (224x224, patches of 16, width 384, 6 heads, MLP 1536) and 4 blocks, its linears
+  dynamically quantized as ``linears-int8-K``'s.
 
 Columns: the official runtime, our runtime (the compiled tier), our numpy tier (what
 ran the quantized nodes on both tiers before they had compiled kernels), torch eager on
@@ -40,7 +43,7 @@ from bench_xnnpack_export import paired
 from common import fmt_us
 
 from tests import official
-from tests.architectures import MobileNetV2, ResNet18
+from tests.architectures import MobileNetV2, ResNet18, ViT
 
 
 class Linears(torch.nn.Module):
@@ -110,6 +113,10 @@ def _case(name: str) -> tuple[torch.nn.Module, torch.nn.Module, tuple]:
         model.eval()
         inputs = (torch.randn(1, 3, 224, 224),)
         return model, _static(model, inputs), inputs
+    if name == "vit_s4-int8dyn":
+        model = ViT(224, 16, 384, 4, 6, 1000).eval()
+        inputs = (torch.randn(1, 3, 224, 224),)
+        return model, _dynamic(model, inputs), inputs
     parts = name.split("-")  # linears-8da4w-K-gG / linears-int8-K
     k = int(parts[2])
     model = Linears(k).eval()
@@ -124,6 +131,7 @@ CASES = [
     "mobilenet_v2-int8",
     *(f"linears-8da4w-{k}-g{g}" for k in (512, 1024, 2048) for g in (32, 128)),
     *(f"linears-int8-{k}" for k in (512, 2048)),
+    "vit_s4-int8dyn",
 ]
 
 

@@ -90,7 +90,8 @@ def _fold_error(x, w, scales, signed=ql.SIGNED_NIBBLES):
     "kind, m, k, n, block",
     [("int4", 1, 256, 100, 32), ("int4", 3, 384, 48, 128), ("int4", 2, 64, 5, 8),
      ("int4", 6, 128, 40, 32),  # rows four at a time, then two alone
-     ("int8", 1, 260, 100, None), ("int8", 4, 64, 33, None)],
+     ("int8", 1, 260, 100, None), ("int8", 4, 64, 33, None),
+     ("int8", 7, 260, 40, None)],  # (rows four a weight load, then three alone)
 )  # fmt: skip
 def test_dynamic_linear_against_float64(kind, m, k, n, block):
     rng = np.random.default_rng(n)

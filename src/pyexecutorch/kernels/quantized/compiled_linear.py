@@ -496,10 +496,29 @@ def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, sc
             job = _take(jobs)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _int8_store(optr, r, n, t, acc, zp, xscale, sumptr, wsptr, bptr, low_v, high_v):  # noqa: ANN001, ANN202
+    """Row ``r`` of output tile ``t`` from its int32 sums ``acc`` (see :func:`int8_linear`)."""
+    # the uint8 inputs are q + 128: take (128 + zp) * column sum back
+    shift = iv.isplat(-(np.int32(128) + np.int32(zp)))
+    acc = iv.iadd(acc, iv.imul(shift, iv.iload(sumptr, t * L)))
+    y = simd.mul(iv.to_float(acc), simd.splat(xscale))
+    y = simd.add(simd.mul(y, simd.load(wsptr, t * L)), simd.load(bptr, t * L))
+    y = simd.clamp(y, low_v, high_v)
+    left = n - t * L
+    if left >= L:
+        simd.store(optr, r * n + t * L, y)
+    else:
+        simd.store_first(optr, r * n + t * L, y, left)
+
+
 @njit(cache=True, error_model="numpy")
 def _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):  # noqa: ANN001, ANN202
-    """Output tiles t0..t1 of the int8 product (see :func:`int8_linear`)."""
+    """Output tiles t0..t1 of the int8 product (see :func:`int8_linear`): rows four a
+    weight load (a prefill's or a transformer's rows: one a load ran at a third of the
+    static products' rate), then the rest one at a time (a decode step's one row)."""
     m_rows = q32.shape[0]
+    four = m_rows - m_rows % 4
     quads = wp.shape[1]
     n = out.shape[1]
     stride = 4 * L
@@ -512,7 +531,23 @@ def _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):
     high_v = simd.splat(_F32(hi))
     for t in range(t0, t1):
         base = t * quads * stride
-        for r in range(m_rows):
+        for r in range(0, four, 4):
+            a0, a1, a2, a3 = iv.izeros(), iv.izeros(), iv.izeros(), iv.izeros()
+            for c in range(quads):
+                v = iv.load_weights(wptr, base + c * stride)
+                a0 = iv.dot_u8s8(a0, iv.splat_quad(q32[r, c] ^ _QUAD_XOR), v)
+                a1 = iv.dot_u8s8(a1, iv.splat_quad(q32[r + 1, c] ^ _QUAD_XOR), v)
+                a2 = iv.dot_u8s8(a2, iv.splat_quad(q32[r + 2, c] ^ _QUAD_XOR), v)
+                a3 = iv.dot_u8s8(a3, iv.splat_quad(q32[r + 3, c] ^ _QUAD_XOR), v)
+            _int8_store(optr, r, n, t, a0, zps[r], xscales[r], sumptr, wsptr, bptr,
+                        low_v, high_v)  # fmt: skip
+            _int8_store(optr, r + 1, n, t, a1, zps[r + 1], xscales[r + 1], sumptr, wsptr, bptr,
+                        low_v, high_v)  # fmt: skip
+            _int8_store(optr, r + 2, n, t, a2, zps[r + 2], xscales[r + 2], sumptr, wsptr, bptr,
+                        low_v, high_v)  # fmt: skip
+            _int8_store(optr, r + 3, n, t, a3, zps[r + 3], xscales[r + 3], sumptr, wsptr, bptr,
+                        low_v, high_v)  # fmt: skip
+        for r in range(four, m_rows):
             a0 = iv.izeros()
             a1 = iv.izeros()
             c = 0
@@ -525,17 +560,8 @@ def _int8_rows(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):
             if c < quads:
                 x0 = iv.splat_quad(q32[r, c] ^ _QUAD_XOR)
                 a0 = iv.dot_u8s8(a0, x0, iv.load_weights(wptr, base + c * stride))
-            # the uint8 inputs are q + 128: take (128 + zp) * column sum back
-            shift = iv.isplat(-(np.int32(128) + np.int32(zps[r])))
-            acc = iv.iadd(iv.iadd(a0, a1), iv.imul(shift, iv.iload(sumptr, t * L)))
-            y = simd.mul(iv.to_float(acc), simd.splat(xscales[r]))
-            y = simd.add(simd.mul(y, simd.load(wsptr, t * L)), simd.load(bptr, t * L))
-            y = simd.clamp(y, low_v, high_v)
-            left = n - t * L
-            if left >= L:
-                simd.store(optr, r * n + t * L, y)
-            else:
-                simd.store_first(optr, r * n + t * L, y, left)
+            _int8_store(optr, r, n, t, iv.iadd(a0, a1), zps[r], xscales[r], sumptr, wsptr, bptr,
+                        low_v, high_v)  # fmt: skip
 
 
 def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, jobs):  # noqa: ANN001, ANN201
