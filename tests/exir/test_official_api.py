@@ -16,7 +16,6 @@ from pyexecutorch.exir import (
     DynamicMemoryPlanningMode,
     EdgeCompileConfig,
     ExecutorchBackendConfig,
-    PropagateDeviceConfig,
     ToOutVarPass,
     edge_to_executorch_passes,
     pre_memory_planning_passes,
@@ -84,7 +83,6 @@ def test_every_official_field_exists_with_the_official_default():
     ("field", "value"),
     [
         ("dynamic_memory_planning_mode", DynamicMemoryPlanningMode.SYMBOLIC),
-        ("propagate_device_config", PropagateDeviceConfig(skip_h2d_for_method_inputs=True)),
     ],
 )
 def test_unimplemented_fields_are_refused_by_name(field, value):

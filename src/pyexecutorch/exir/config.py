@@ -24,13 +24,19 @@ class DynamicMemoryPlanningMode(IntEnum):
 
 @dataclass
 class PropagateDeviceConfig:
-    """Copies between host and device memory at device-delegate boundaries.
+    """Copies between host and device memory at the boundary of a delegate whose compile
+    specs name a device (:mod:`pyexecutorch.exir.passes.propagate_device_pass`).
 
-    There are no device delegates here (every planned tensor is host memory), so only
-    the defaults mean something: skipping a copy that cannot exist is refused."""
+    - ``skip_h2d_for_method_inputs``: a method input that only feeds such a delegate is
+      planned on the device (the caller passes device memory), with no copy;
+    - ``skip_d2h_for_method_outputs``: such a delegate's output that is only a method
+      output stays on the device.
 
-    skip_h2d_for_method_inputs: bool = False
-    skip_d2h_for_method_outputs: bool = False
+    Each a bool or a dict by method name; both need ``enable_non_cpu_memory_planning``.
+    Our runtime has host memory only: it refuses to load a method planned on a device."""
+
+    skip_h2d_for_method_inputs: bool | dict[str, bool] = False
+    skip_d2h_for_method_outputs: bool | dict[str, bool] = False
 
 
 @dataclass
@@ -70,7 +76,7 @@ class ExecutorchBackendConfig:
     - ``passes``: run first, on each method's graph.
     - ``memory_planning_pass``, ``sym_shape_eval_pass``: one for every method or a dict
       by method name (the default for names it lacks).
-    - ``propagate_device_config``: see :class:`PropagateDeviceConfig` (host only).
+    - ``propagate_device_config``: see :class:`PropagateDeviceConfig`.
     - ``to_out_var_pass``: the pass that makes out variants (a ``ToOutVarPass`` or any
       pass of the user's that does the same job).
     - ``dynamic_memory_planning_mode``: ``UPPER_BOUND`` only.
@@ -127,8 +133,6 @@ class ExecutorchBackendConfig:
                     "propagate_device_config must be a PropagateDeviceConfig (or a dict of "
                     f"them), got {type(cfg).__name__}"
                 )
-            if cfg.skip_h2d_for_method_inputs or cfg.skip_d2h_for_method_outputs:
-                refused.append("propagate_device_config")
         if refused:
             raise NotImplementedError(
                 f"ExecutorchBackendConfig: {', '.join(dict.fromkeys(refused))} "

@@ -29,7 +29,11 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.fx.passes.infra.pass_manager import PassManager as FxPassManager
 
-from pyexecutorch.exir.config import EdgeCompileConfig, ExecutorchBackendConfig
+from pyexecutorch.exir.config import (
+    EdgeCompileConfig,
+    ExecutorchBackendConfig,
+    PropagateDeviceConfig,
+)
 from pyexecutorch.exir.graph_utils import (
     copy_graph_module,
     fake_mode_of,
@@ -56,6 +60,7 @@ from pyexecutorch.exir.passes.kernel_check import check_kernels
 from pyexecutorch.exir.passes.lift_constants import lift_constants
 from pyexecutorch.exir.passes.matmul import bmm_to_mm
 from pyexecutorch.exir.passes.normalize import normalize, remove_redundant_copies
+from pyexecutorch.exir.passes.propagate_device_pass import PropagateDevicePass
 from pyexecutorch.exir.passes.quant_fusion import fuse_quantized_embeddings
 from pyexecutorch.exir.passes.reinplace import DEFAULT_INPLACEABLE_OPS, reinplace_pass
 from pyexecutorch.exir.passes.remove_asserts import eliminate_dead_code, remove_asserts
@@ -425,6 +430,21 @@ def _reinplaced(ep: ExportedProgram, extra: frozenset[Any]) -> ExportedProgram:
     return reinplace_pass(ep, DEFAULT_INPLACEABLE_OPS | extra)
 
 
+def _propagate_device_pass(config: ExecutorchBackendConfig, name: str) -> PropagateDevicePass:
+    """The method's device pass: its ``PropagateDeviceConfig`` (one for all methods or
+    a dict by method name), each flag a bool or a dict by method name."""
+    device = _per_method(config.propagate_device_config, name, PropagateDeviceConfig())
+    return PropagateDevicePass(
+        skip_h2d_for_method_inputs=bool(
+            _per_method(device.skip_h2d_for_method_inputs, name, False)
+        ),
+        skip_d2h_for_method_outputs=bool(
+            _per_method(device.skip_d2h_for_method_outputs, name, False)
+        ),
+        enable_non_cpu_memory_planning=config.enable_non_cpu_memory_planning,
+    )
+
+
 def _to_executorch_program(
     name: str,
     ep: ExportedProgram,
@@ -442,6 +462,7 @@ def _to_executorch_program(
     remove_redundant_copies(gm)
     signature = insert_write_back(ep, gm)
     propagate_specs(ep, gm, sym_shape_eval_pass_for(config, name), shared_state)
+    gm = run_pass(_propagate_device_pass(config, name), gm)
     gm = run_pass(RemoveGraphAssertsPass(), gm)
     if config.do_quant_fusion_and_const_prop:
         signature = fuse_quantized_embeddings(gm, signature, fake_mode)

@@ -34,3 +34,9 @@ class InputMismatchError(ValueError, RuntimeError):
 
 class ExecutionError(RuntimeError):
     """A kernel or delegate failed while a method ran."""
+
+
+class DeviceMemoryError(RuntimeError):
+    """A method plans a memory buffer on a device (``non_const_buffer_device``) this
+    runtime has no allocator for: it runs on the host only. A ``RuntimeError`` with the
+    official runtime's message, which refuses such a method when it loads it."""

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from pyexecutorch.kernels.common import keep_size
-from pyexecutorch.runtime.errors import InvalidProgramError
+from pyexecutorch.runtime.errors import DeviceMemoryError, InvalidProgramError
 from pyexecutorch.runtime.limits import LoadLimits
 from pyexecutorch.runtime.tensors import dim_order_of, view_of
 from pyexecutorch.schema.program import (
     Bool,
     BoolList,
+    DeviceType,
     Double,
     DoubleList,
     ExecutionPlan,
@@ -54,7 +55,10 @@ class SharedArenas:
         sizes: dict[int, int] = {}
         owners: dict[int, str] = {}
         for plan in plans:
+            on_device = device_buffers(plan)  # refused when the method loads; not host state
             for mem_id, size in enumerate(plan.non_const_buffer_sizes):
+                if mem_id in on_device:
+                    continue
                 if mem_id >= SHARED_FROM_MEMORY_ID and max(size, 0) >= sizes.get(mem_id, 0):
                     sizes[mem_id], owners[mem_id] = max(size, 0), plan.name
         if not sizes:
@@ -69,6 +73,30 @@ class SharedArenas:
                 f"than the limit of {limit} bytes (max_arena_bytes={limits.max_arena_bytes})"
             )
         return SharedArenas({m: arena_bytes(n) for m, n in sizes.items()}, set())
+
+
+def device_buffers(plan: ExecutionPlan) -> dict[int, tuple[DeviceType, int]]:
+    """The memory ids ``plan`` places on a device other than the host, with the device."""
+    return {
+        int(d.buffer_idx): (DeviceType(int(d.device_type)), int(d.device_index))
+        for d in plan.non_const_buffer_device or ()
+        if int(d.device_type) != DeviceType.CPU
+    }
+
+
+def refuse_device_buffers(plan: ExecutionPlan) -> None:
+    """``DeviceMemoryError`` for the first buffer ``plan`` places on a device: there is
+    no device allocator here. The message starts as the official runtime's, which counts
+    buffers from the first planned one (memory id 1) and names the device by number."""
+    for mem_id, (device, index) in sorted(device_buffers(plan).items()):
+        sizes = plan.non_const_buffer_sizes
+        size = sizes[mem_id] if mem_id < len(sizes) else 0
+        raise DeviceMemoryError(
+            f"Failed to allocate {size} bytes for buffer {mem_id - 1} on device "
+            f"{int(device)}:{index} (method '{plan.name}' plans memory id {mem_id} in "
+            f"{device.name}:{index} memory; pyexecutorch runs on the host and has no "
+            "allocator for device memory)"
+        )
 
 
 # Bytes an arena's start is aligned to: a cache line. Planned offsets are multiples of 16
@@ -122,6 +150,7 @@ class PlannedValues:
     ) -> None:
         """``arenas``: those of a method this one is a static plan of; their state is kept,
         no initial data written."""
+        refuse_device_buffers(plan)
         self.name = plan.name
         self.plan = plan
         self._pte = pte

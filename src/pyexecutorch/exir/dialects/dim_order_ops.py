@@ -3,11 +3,8 @@
 ExecuTorch replaces the memory-format ops (``_to_copy``, ``clone``,
 ``empty.memory_format``) with variants taking an explicit ``dim_order``.  The
 official package registers them in torch's dispatcher under the namespace
-``dim_order_ops``; registering the same names here would make a later import
-of the official package fail (torch refuses a second definition).  So when the
-official registration is present we use it, and otherwise we build operator
-objects that carry the same schemas without touching the dispatcher (generated
-graph code refers to them as globals, so ``ExportedProgram.module()`` runs them).  Either
+``dim_order_ops``; when that registration is present we use it, otherwise schema-only
+stand-ins (:mod:`pyexecutorch.exir.dialects.schema_only`).  Either
 way the graph holds ``torch._ops.OpOverload`` objects named
 ``dim_order_ops::<name>.<overload>``, which is all the emitter needs.
 """
@@ -19,10 +16,13 @@ from typing import Any
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
+from pyexecutorch.exir.dialects.schema_only import (  # EDGE_MODULE: serde reads it here
+    EDGE_MODULE,  # noqa: F401
+    SchemaOnlyPacket,
+    registered,
+)
+
 NAMESPACE = "dim_order_ops"
-# The module the operator objects say they come from (generated graph code names
-# them ``pyexecutorch_exir_dialects_edge__ops_dim_order_ops_<name>_<overload>``).
-EDGE_MODULE = "pyexecutorch.exir.dialects.edge._ops"
 
 _SCHEMAS: dict[str, dict[str, str]] = {
     "_to_dim_order_copy": {
@@ -107,49 +107,7 @@ def _impl(name: str, overload: str):
     return table[(name, overload)]
 
 
-class _SchemaOnlyPacket(OpOverloadPacket):
-    """An ``OpOverloadPacket`` whose overloads are not in torch's dispatcher."""
-
-    def __init__(self, name: str) -> None:  # noqa: D107 - deliberately skips the base __init__
-        self._qualified_op_name = f"{NAMESPACE}::{name}"
-        self.__name__ = name
-        self.__module__ = f"torch.ops.{NAMESPACE}"
-        self._op = _impl(name, "default")
-        self._overload_names = ["" if k == "default" else k for k in _SCHEMAS[name]]
-        self._dir = []
-        self._has_torchbind_op_overload = False
-        for overload, schema_text in _SCHEMAS[name].items():
-            suffix = "" if overload == "default" else f".{overload}"
-            schema = torch._C.parse_schema(f"{NAMESPACE}::{name}{suffix}{schema_text}")
-            fn = _impl(name, overload)
-            op = OpOverload(self, fn, fn, schema, [])
-            # Not in ``torch.ops``: a graph's generated code must name the operator
-            # object itself (a global), as it names the official edge operators.
-            op.__module__ = EDGE_MODULE
-            op.__name__ = f"{NAMESPACE}.{name}.{overload}"
-            object.__setattr__(self, overload, op)
-            self._dir.append(overload)
-
-    @property
-    def _schemas(self):
-        return {getattr(self, k)._schema.overload_name: getattr(self, k)._schema for k in self._dir}
-
-    def __getattr__(self, key: str):
-        raise AttributeError(f"'{self}' has no overload named '{key}'")
-
-    def __hash__(self):
-        return hash(self._qualified_op_name)
-
-
 _PACKETS: dict[str, OpOverloadPacket] = {}
-
-
-def _registered(name: str) -> OpOverloadPacket | None:
-    try:
-        ns = getattr(torch.ops, NAMESPACE)
-        return getattr(ns, name)
-    except (AttributeError, RuntimeError):
-        return None
 
 
 def packet(name: str) -> OpOverloadPacket:
@@ -158,7 +116,9 @@ def packet(name: str) -> OpOverloadPacket:
         raise AttributeError(f"dim_order_ops has no operator named {name!r}")
     found = _PACKETS.get(name)
     if found is None:
-        found = _registered(name) or _SchemaOnlyPacket(name)
+        found = registered(NAMESPACE, name) or SchemaOnlyPacket(
+            NAMESPACE, name, {ov: (text, _impl(name, ov)) for ov, text in _SCHEMAS[name].items()}
+        )
         _PACKETS[name] = found
     return found
 

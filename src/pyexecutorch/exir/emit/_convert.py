@@ -8,6 +8,7 @@ emitter raises.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -18,6 +19,7 @@ from torch.utils import _pytree as pytree
 from pyexecutorch.exir.tensor_spec import TORCH_TO_SCALAR_TYPE
 from pyexecutorch.schema.program import (
     AllocationDetails,
+    DeviceType,
     ExtraTensorInfo,
     Frame,
     FrameList,
@@ -78,14 +80,23 @@ def spec_allocation(spec: Any) -> AllocationDetails | None:
 
 
 def spec_extra_info(spec: Any) -> ExtraTensorInfo | None:
-    """Convert a spec's ``extra_tensor_info`` (ours or the official one) to our table."""
+    """Convert a spec's ``extra_tensor_info`` (ours or the official one) to our table,
+    with the spec's device where it is not the host (as the official emitter writes it:
+    a host tensor's table is left out, to keep programs small)."""
     info = getattr(spec, "extra_tensor_info", None)
-    if info is None or isinstance(info, ExtraTensorInfo):
+    if info is not None and not isinstance(info, ExtraTensorInfo):
+        info = ExtraTensorInfo(
+            mutable_data_segments_idx=int(getattr(info, "mutable_data_segments_idx", 0) or 0),
+            fully_qualified_name=getattr(info, "fully_qualified_name", None),
+            location=TensorDataLocation(int(getattr(info, "location", 0))),
+        )
+    device = DeviceType(int(getattr(spec, "device", DeviceType.CPU)))
+    if device == DeviceType.CPU:
         return info
-    return ExtraTensorInfo(
-        mutable_data_segments_idx=int(getattr(info, "mutable_data_segments_idx", 0) or 0),
-        fully_qualified_name=getattr(info, "fully_qualified_name", None),
-        location=TensorDataLocation(int(getattr(info, "location", 0))),
+    return dataclasses.replace(
+        info or ExtraTensorInfo(),
+        device_type=device,
+        device_index=int(getattr(spec, "device_index", 0)),
     )
 
 

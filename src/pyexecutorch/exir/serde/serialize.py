@@ -65,6 +65,7 @@ from torch.utils._sympy.numbers import int_oo
 from pyexecutorch.exir import memory
 from pyexecutorch.exir.dialects import dim_order_ops
 from pyexecutorch.exir.dialects.edge._ops import edge_op
+from pyexecutorch.exir.passes import _device_copy_ops_registry as device_copies
 
 __all__ = ["SerializedArtifact", "SerializeError", "deserialize", "serialize"]
 
@@ -104,6 +105,8 @@ _OFFICIAL_EDGE_OPS = "executorch.exir.dialects.edge.ops."
 # "<module>.<name>"); the file names them as the official exporter does.
 _OUR_EDGE_OPS = dim_order_ops.EDGE_MODULE + "."
 _DIM_ORDER_OPS = f"torch.ops.{dim_order_ops.NAMESPACE}."
+# The host/device copies are torch operators there, not edge ones.
+_DEVICE_COPY_OPS = f"torch.ops.{device_copies.NAMESPACE}."
 _ALLOC = "memory.alloc"
 _VIEW = "executorch.exir.memory.view"
 
@@ -284,8 +287,16 @@ def _writers() -> dict[Any, Callable[[GraphModuleSerializer, torch.fx.Node], S.N
     }
 
 
+def _is_device_copy(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and target._schema.name.startswith(
+        f"{device_copies.NAMESPACE}::"
+    )
+
+
 def _official_operator_names(name_of: Callable[[Any], str]) -> Callable[[Any], str]:
     def serialize_operator(target: Any) -> str:
+        if _is_device_copy(target):
+            return f"{_DEVICE_COPY_OPS}{target._overloadpacket.__name__}.{target._overloadname}"
         name = name_of(target)
         if name.startswith(_OUR_EDGE_OPS):
             return _OFFICIAL_EDGE_OPS + name[len(_OUR_EDGE_OPS) :]
@@ -513,6 +524,9 @@ def _reader(lowered: dict[str, Any]) -> GraphModuleDeserializer:
         if target.startswith(_DIM_ORDER_OPS):
             name, _, overload = target[len(_DIM_ORDER_OPS) :].partition(".")
             return getattr(dim_order_ops.packet(name), overload)
+        if target.startswith(_DEVICE_COPY_OPS):
+            name, _, overload = target[len(_DEVICE_COPY_OPS) :].partition(".")
+            return getattr(device_copies.PACKETS[name], overload)
         return operator_default(target)
 
     def deserialize_metadata(metadata: dict[str, str]) -> dict[str, Any]:
