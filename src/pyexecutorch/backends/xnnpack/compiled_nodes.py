@@ -23,7 +23,9 @@ What each node type becomes:
   an NCHW value into NHWC that only convolutions read is no copy (the kernels read NCHW);
 * max and average pooling, the global average pool: :mod:`pyexecutorch.kernels.pool.compiled_nhwc`;
 * fully connected layers and batched products: the linalg compiled forms' whole-method
-  steps (a loop or numpy's BLAS; the bias added in the same call);
+  steps (a loop or numpy's BLAS; the bias added in the same call); a fully connected
+  layer on one row (a decoded token) the one-row kernel, in XNNPACK's order of sums
+  (:mod:`pyexecutorch.kernels.linalg.compiled_one_row`);
 * softmax: the reduce family's compiled form;
 * transposes, slices, concatenations, constant pads: compiled copies, or no step at all
   where the result is a view of the input's memory in its own order (a reshape, a
@@ -521,6 +523,8 @@ def _fully_connected(b: StepBuilder, k: int) -> int:
     a2, o2 = _view(b.array(u.input1_id), (m, kk)), out.reshape(m, units)
     if a2 is None:
         return 0
+    if m == 1 and _one_row_linear(b, u, a2, wmat, bias, out, low, high):
+        return 1
     if has_bias:
         row = shared(b, ("row", u.bias_id), lambda: _readonly(bias))
         step = _form_step("aten::addmm.out", row, a2, wmat, 1, 1, o2, whole=True)
@@ -532,6 +536,36 @@ def _fully_connected(b: StepBuilder, k: int) -> int:
     b.add(step)
     clamp_in_place(b, out, low, high)
     return 1
+
+
+def _one_row_linear(
+    b: StepBuilder,
+    u: Any,
+    a2: np.ndarray,
+    wmat: np.ndarray,
+    bias: np.ndarray | None,
+    out: np.ndarray,
+    low: float,
+    high: float,
+) -> bool:
+    """A fully connected node on one row (a decoded token) as one step of the one-row
+    kernel (:mod:`pyexecutorch.kernels.linalg.compiled_one_row`): the weight streamed in
+    its ``[in, out]`` layout, the bias and the clamp in the same call, the sums in
+    XNNPACK's order."""
+    from pyexecutorch.jit.variants import choose  # noqa: PLC0415
+    from pyexecutorch.kernels.linalg import compiled_one_row as one_row  # noqa: PLC0415
+
+    inputs, units = wmat.shape
+    if not one_row.fits(inputs, units) or (bias is not None and bias.size != units):
+        return False
+    if bias is None:
+        row = shared(b, ("zeros", units), lambda: _readonly(np.zeros(units, F32)))
+    else:
+        row = shared(b, ("row", u.bias_id), lambda: _readonly(bias)).reshape(units)
+    args = (a2.reshape(inputs), wmat, row, out.reshape(units), F32.type(low), F32.type(high))
+    b.commit(u.output_id, out)
+    b.add(Step(choose(one_row.ONE_ROW_LINEAR, inputs * units), (*args, np.zeros(1, np.int64))))
+    return True
 
 
 @maker("XNNBatchMatrixMultiply")

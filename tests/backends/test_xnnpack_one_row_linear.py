@@ -1,0 +1,103 @@
+"""A float32 fully connected node on one row (a decoded token) runs on the one-row kernel
+(:mod:`pyexecutorch.kernels.linalg.compiled_one_row`): the bias, the depth's fused
+multiply-adds in order and the clamp in one call, as XNNPACK's GEMM computes it. Bit for
+bit against that order (serial and threaded, rows past the eights, column passes past
+the first) and against the official runtime on an official XNNPACK export."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("numba")
+
+from pyexecutorch.backends.xnnpack.nodes import sequential_fma_product  # noqa: E402
+from pyexecutorch.kernels.linalg import compiled_one_row as one_row  # noqa: E402
+from pyexecutorch.runtime import Runtime  # noqa: E402
+from pyexecutorch.runtime.threads import set_threads, thread_counts  # noqa: E402
+from tests import official  # noqa: E402
+
+CALLS = 3
+L = one_row.L
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("k", "n"),
+    [(7, L), (96, 5 * L), (300, 8 * L), (17, one_row.CHUNK + 3 * L)],  # rows and columns past
+)  # the kernel's blocks
+def test_one_row_linear_sums_in_xnnpacks_order(k, n, threads):
+    rng = np.random.default_rng(k)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    x, out, jobs = np.empty(k, np.float32), np.empty(n, np.float32), np.zeros(1, np.int64)
+    before = thread_counts()
+    set_threads(threads)
+    try:
+        for variant in one_row.ONE_ROW_LINEAR:
+            for call, (lo, hi) in enumerate([(-np.inf, np.inf), (-0.5, 2.0), (0.0, np.inf)]):
+                x[:] = rng.normal(0, 1 + call, k)  # the same arrays, new values each call
+                variant(x, w, bias, out, np.float32(lo), np.float32(hi), jobs)
+                want = np.clip(sequential_fma_product(x[None], w, bias)[0], lo, hi)
+                assert np.array_equal(_bits(out), _bits(want)), (variant, call)
+    finally:
+        set_threads(before["numba"] or 1)
+
+
+class _OneRow(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.w1 = torch.nn.Parameter(torch.randn(5 * L, 96, generator=gen) * 0.3)
+        self.b1 = torch.nn.Parameter(torch.randn(5 * L, generator=gen))
+        self.w2 = torch.nn.Parameter(torch.randn(2 * L, 5 * L, generator=gen) * 0.3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(torch.nn.functional.linear(x, self.w1, self.b1))  # bias, clamp
+        return h, torch.nn.functional.linear(h, self.w2)  # neither
+
+
+def _input(call: int) -> np.ndarray:
+    return np.random.default_rng(call).normal(0, 2, (1, 96)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def program() -> bytes:
+    def build() -> bytes:
+        official.silence_noise()
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
+            XnnpackPartitioner,
+        )
+        from executorch.exir import to_edge_transform_and_lower
+
+        exported = torch.export.export(_OneRow().eval(), (torch.from_numpy(_input(0)),))
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+        return edge.to_executorch().buffer
+
+    key = official.versions() + f"one_row_linear v1 {L}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return official.cached_file(official.cache_dir() / f"one_row_linear.{name}.pte", build)
+
+
+def test_compiled_one_row_linears_equal_the_official_bit_for_bit(program, monkeypatch):
+    taken = []
+    fits = one_row.fits
+    monkeypatch.setattr(one_row, "fits", lambda k, n: taken.append((k, n)) or fits(k, n))
+    theirs = official.OfficialRunner(program)
+    ours = Runtime.get().load_program(program, jit=True).load_method("forward")
+    for call in range(CALLS):
+        x = _input(call)
+        expected = theirs.run([x])
+        got = [np.asarray(o) for o in ours.execute([x])]
+        for name, g, e in zip(("bias and relu", "no bias"), got, expected, strict=True):
+            assert np.array_equal(_bits(g), _bits(e)), (
+                f"call {call}, {name}: {int((g != e).sum())} of {g.size} differ"
+            )
+    assert sorted(taken) == sorted([(96, 5 * L), (5 * L, 2 * L)])  # both linears on the kernel
