@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack._passes import PassContext, run_passes
 from pyexecutorch.backends.xnnpack.operators import GraphBuilder, visit
+from pyexecutorch.backends.xnnpack.partition.config import is_constant
 from pyexecutorch.exir.backend import (
     BackendDetails,
     CompileSpec,
@@ -27,9 +28,12 @@ from pyexecutorch.exir.backend import (
 
 
 def _check_dim_order(ep: ExportedProgram) -> None:
+    """Inputs fed at run time must be contiguous; constants are copied into the payload
+    in XNNPACK's layout whatever their strides (a weight quantized per channel along
+    axis 1, a transposed convolution's, folds into a tensor with dim order [1, 0, ...])."""
     for node in ep.graph.nodes:
         val = node.meta.get("val")
-        if node.op != "placeholder" or not hasattr(val, "dim_order"):
+        if node.op != "placeholder" or not hasattr(val, "dim_order") or is_constant(ep, node):
             continue
         order = tuple(val.dim_order())
         if order != tuple(range(val.dim())):

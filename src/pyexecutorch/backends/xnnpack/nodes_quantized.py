@@ -40,6 +40,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from pyexecutorch.backends.xnnpack import schema as S
+from pyexecutorch.backends.xnnpack.exact_math import fma
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS, bounds
 from pyexecutorch.backends.xnnpack.quant_arithmetic import (
     EXACT_F32,
@@ -51,6 +52,12 @@ from pyexecutorch.backends.xnnpack.quant_arithmetic import (
     wrap_int32,
 )
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
+from pyexecutorch.kernels.conv.nhwc import (
+    Operand,
+    Window,
+    conv_transpose2d_steps,
+    transposed_out_hw,
+)
 from pyexecutorch.schema.scalar_type import F32, F64
 
 if TYPE_CHECKING:
@@ -522,6 +529,16 @@ def _conv(b: Builder, n: S.Conv, node: S.XNode) -> None:
     b.step(run)
 
 
+def scale_and_bias(y: NDArray, w_scales: NDArray, bias: NDArray | None) -> None:
+    """``y = y * w_scales (+ bias)`` in place, per output channel (the last axis): with a
+    bias one fused multiply-add, rounded once, as XNNPACK's x86 dynamic convolution
+    kernels (``fmadd``) compute it."""
+    if bias is None:
+        np.multiply(y, w_scales, out=y)
+    else:
+        y[...] = fma(y, w_scales, bias)
+
+
 def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w) -> None:
     # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float; groups take
     # their slice of the input channels and of the filters
@@ -563,14 +580,102 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
                 dest[...] = cols @ wmat
         y = acc.astype(F32).reshape(nb, per_image, cout)
         y *= scales.reshape(nb, 1, 1)
-        y *= ws
-        if bias is not None:
-            y += bias
+        scale_and_bias(y, ws, bias)
         out = o().reshape(y.shape)
         if (lo, hi) != (-_INF, _INF):
             np.clip(y, lo, hi, out=out)
         else:
             np.copyto(out, y)
+
+    b.step(run)
+
+
+def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
+    """A transposed convolution on int8 values: static (int8 out, XNNPACK's requantization
+    of the exact int32 sums) or on rows quantized per image at run time (float out:
+    ``float(acc) * x_scale[image] * w_scale[c] (+ bias)``, as the dynamic convolution)."""
+    xq = _quant(b, n.input1_id, ("tensor", "token"))
+    dynamic = xq.kind == "token"
+    yq = None if dynamic else _quant(b, n.output_id, ("tensor",))
+    wq = _quant(b, n.filter_id, ("channel", "tensor"))
+    w = b.const(n.filter_id)
+    bias = None if n.bias_id == S.INVALID_ID else b.const(n.bias_id)
+    if w is None or (n.bias_id != S.INVALID_ID and bias is None):
+        raise NotImplementedError(f"XNNPACK delegate: {b.where}: weights and bias must be constant")
+    xs = b.shape(n.input1_id)
+    if len(xs) != 4:
+        raise XnnpackError(f"{b.where}: input {xs} must be NHWC")
+    g, cin, cout_g = n.groups or 1, n.group_input_channels, n.group_output_channels
+    kh, kw = n.kernel_height, n.kernel_width
+    cout = g * cout_g
+    if g * cin != xs[3] or w.shape != (cout, kh, kw, cin):
+        raise XnnpackError(
+            f"{b.where}: filter {w.shape} and {g} groups of {cin} -> {cout_g} channels do not "
+            f"fit input {xs}"
+        )
+    if bias is not None and bias.shape != (cout,):
+        raise XnnpackError(f"{b.where}: bias {bias.shape} for {cout} output channels")
+    pads = (n.padding_top, n.padding_right, n.padding_bottom, n.padding_left)
+    win = Window(*xs, pads, kh, kw, n.subsampling_height or 1, n.subsampling_width or 1,
+                 n.dilation_height or 1, n.dilation_width or 1)  # fmt: skip
+    adjust = (n.adjustment_height, n.adjustment_width)
+    oh, ow = transposed_out_hw(win, adjust)
+    if oh < 1 or ow < 1:
+        raise XnnpackError(f"{b.where}: padding leaves an empty {oh}x{ow} output")
+    nb = xs[0]
+    b.out(n.output_id, (nb, oh, ow, cout))
+    k = kh * kw * cin  # the most products one output sums
+    cdt = exact_dtype(k, 255, None if dynamic else bias)
+    wrap = not dynamic and may_wrap(k, 255, bias)
+    centered = np.empty(xs, cdt)
+    acc = np.empty((nb, oh, ow, cout), cdt)
+    sums = conv_transpose2d_steps(
+        win, w, g, adjust, None, Operand(lambda: centered, centered),
+        Operand(lambda: acc, acc), lambda a: None, cdt,
+    )  # fmt: skip
+    x, o = b.getter(n.input1_id), b.getter(n.output_id)
+    if dynamic:
+        rowsq = b.dynamic.get(n.input1_id)
+        if rowsq is None or rowsq.rows != nb:
+            raise NotImplementedError(
+                f"XNNPACK delegate: {b.where}: dynamic transposed convolution input must be "
+                "quantized per image"
+            )
+        ws = np.broadcast_to(np.asarray(wq.scale, F32).reshape(-1), (cout,)).copy()
+        fbias = None if bias is None else bias.astype(F32)
+        lo, hi = bounds(node)
+        zps, scales = rowsq.zps.reshape(nb, 1, 1, 1), rowsq.scales.reshape(nb, 1, 1)
+        y = np.empty((nb, oh * ow, cout), F32)
+
+        def run_dynamic() -> None:
+            np.subtract(x(), zps, out=centered)
+            for step in sums:
+                step()
+            np.copyto(y, acc.reshape(y.shape), casting="unsafe")
+            np.multiply(y, scales, out=y)
+            scale_and_bias(y, ws, fbias)
+            out = o().reshape(y.shape)
+            if (lo, hi) != (-_INF, _INF):
+                np.clip(y, lo, hi, out=out)
+            else:
+                np.copyto(out, y)
+
+        b.step(run_dynamic)
+        return
+    scale = channel_scales(xq, wq, yq, cout)
+    lo, hi = qbounds(node, yq)
+    zx, zy = float(xq.zero_point), yq.zero_point
+    bc = np.zeros(cout, cdt) if bias is None else bias.astype(cdt)
+    f = acc if cdt == F32 else np.empty(acc.shape, F32)
+
+    def run() -> None:
+        np.subtract(x(), zx, out=centered)
+        for step in sums:
+            step()
+        np.add(acc, bc, out=acc)
+        if wrap:
+            wrap_int32(acc)
+        requantize(acc, scale, zy, lo, hi, o(), f)
 
     b.step(run)
 
@@ -786,6 +891,7 @@ _in_front_of("XNNConvert", _convert, "input_id", "output_id")
 _in_front_of("XNNFullyConnected", _fully_connected, "input1_id")
 _in_front_of("XNNConv2d", _conv, "input1_id")
 _in_front_of("XNNDepthwiseConv2d", _conv, "input1_id")
+_in_front_of("XNNConvTranspose2d", _deconv, "input1_id")
 _in_front_of("XNNAdd", _add, "output_id")
 _in_front_of("XNNSubtract", partial(_add, sign=-1), "output_id")
 _in_front_of("XNNMultiply", _multiply, "output_id")

@@ -320,9 +320,11 @@ def conv_transpose2d_steps(
     x: Operand,
     out: Operand,
     finish: Finish,
+    dtype: np.dtype = _F32,
 ) -> list[Step]:
     """``out`` = the transposed convolution of ``x`` with ``weight [groups * cout, kh, kw,
-    cin]`` + bias, then ``finish(out)``; float32."""
+    cin]`` + bias, then ``finish(out)``; in ``dtype`` (float32; float64 holds the exact
+    integer sums of quantized operands)."""
     nb, h, wd, c = win.n, win.h, win.w, win.c
     g, cin = groups, weight.shape[3]
     cout = weight.shape[0] // g
@@ -334,12 +336,13 @@ def conv_transpose2d_steps(
     # Per group: [in, kh*kw*out] so that x @ W gives each pixel's contribution to every tap.
     wmats = [
         np.ascontiguousarray(
-            weight[q * cout : (q + 1) * cout].transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
+            weight[q * cout : (q + 1) * cout].transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout),
+            dtype=dtype,
         )
         for q in range(g)
     ]
-    acc = np.zeros((nb, full_h, full_w, g * cout), _F32)
-    cols = np.empty((m, kh * kw * cout), _F32)
+    acc = np.zeros((nb, full_h, full_w, g * cout), dtype)
+    cols = np.empty((m, kh * kw * cout), dtype)
     adds = []
     cview = cols.reshape(nb, h, wd, kh, kw, cout)
     for q in range(g):

@@ -30,6 +30,7 @@ from torch.fx import Node
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack._passes.common import PassContext, absorb
 from pyexecutorch.backends.xnnpack.partition.config import op_key
+from pyexecutorch.backends.xnnpack.partition.quant_configs import conv_input_pad
 
 XNN_QUANT = "xnn_quant"
 XNN_QWEIGHT = "xnn_qweight"
@@ -54,12 +55,13 @@ class QuantSpec:
 @dataclass(frozen=True)
 class WeightQuant:
     """A quantized constant weight: int8 values (4-bit ones in [-8, 7]) and their scales
-    (``[out]`` per channel, ``[out, in // group_size]`` per group)."""
+    (``[out]`` per channel, ``[out, in // group_size]`` per group, ``[1]`` per tensor)."""
 
     scales: torch.Tensor
     axis: int
-    group_size: int  # 0: per channel
+    group_size: int  # 0: per channel (or per tensor)
     four_bit: bool
+    per_tensor: bool = False
 
 
 def _ops(namespace: str, *names: str) -> tuple:
@@ -119,7 +121,11 @@ def qparam_choosers() -> tuple:
 
 
 def weight_dequantizers() -> tuple:
-    return (qd.dequantize_per_channel.default, *_ops("torchao", "dequantize_affine"))
+    return (
+        qd.dequantize_per_channel.default,
+        qd.dequantize_per_tensor.default,
+        *_ops("torchao", "dequantize_affine"),
+    )
 
 
 def per_tensor(scale: float, zero_point: int) -> QuantSpec:
@@ -154,6 +160,12 @@ def weight_quant(ctx: PassContext, dq: Node) -> WeightQuant | None:
     data = ctx.constant(dq.args[0])
     if data is None or data.dtype != torch.int8 or data.dim() not in (2, 3, 4):
         return None
+    if dq.target == qd.dequantize_per_tensor.default:
+        # dequantize_per_tensor(input, scale, zero_point, qmin, qmax, dtype): symmetric only
+        if int(dq.args[2]) != 0:
+            return None
+        scale = torch.tensor([float(dq.args[1])], dtype=torch.float64)  # the Python float
+        return WeightQuant(scale, 0, 0, False, per_tensor=True)
     if dq.target == qd.dequantize_per_channel.default:
         scales = ctx.constant(dq.args[1])
         axis, qmin, qmax = int(dq.args[3]), int(dq.args[4]), int(dq.args[5])
@@ -178,19 +190,27 @@ def weight_quant(ctx: PassContext, dq: Node) -> WeightQuant | None:
     return WeightQuant(scales, 0, group, four_bit)
 
 
+def _input_pad(node: Node) -> Node | None:
+    """A zero padding between a direct convolution and its static dequantize, run on the
+    int8 values (the official delegate's quantized XNNStaticConstantPad)."""
+    return conv_input_pad(node) if node.op == "call_function" else None
+
+
 def _quantized_op(ctx: PassContext, node: Node) -> bool:
     """An op computed between dequantizes and one quantize: every activation input is
-    a static dequantize, weights are quantized constants, its output (through at most
-    one relu/hardtanh) reaches a single quantize."""
+    a static dequantize (a convolution's through a zero padding), weights are quantized
+    constants, its output (through at most one relu/hardtanh) reaches a single quantize."""
     if node.op != "call_function" or op_key(node.target) not in _STATIC_QUANT_OPS:
         return False
     inputs = node.all_input_nodes
     if not inputs:
         return False
+    if node.target in _GEMMS and weight_quant(ctx, node.args[1]) is None:
+        return False
     for a in inputs:
-        if a.target in STATIC_DQ:
+        if a.target in STATIC_DQ or (node.target in _GEMMS and a is node.args[1]):
             continue
-        if node.target in _GEMMS and a is node.args[1] and weight_quant(ctx, a) is not None:
+        if a is _input_pad(node):
             continue
         if node.target in _GEMMS and len(node.args) > 2 and a is node.args[2]:
             if ctx.is_constant(a):
@@ -226,6 +246,15 @@ def fold_quantization(ctx: PassContext) -> None:
         absorb(op, q)
         q.replace_all_uses_with(chain[-1])
         graph.erase_node(q)
+
+    # A padding before a quantized convolution pads the int8 values (with their zero
+    # point): it reads the dequantize's input and keeps its parameters.
+    for op in list(quantized):
+        pad = _input_pad(op)
+        if pad is not None:
+            dq = pad.args[0]
+            pad.meta[XNN_QUANT] = per_tensor(dq.args[1], dq.args[2])
+            quantized.add(pad)
 
     # Weights: the GEMM reads the int8 constant.
     for op in [n for n in nodes if n in quantized or _dynamic_gemm(ctx, n)]:
@@ -270,7 +299,7 @@ def _dynamic_gemm(ctx: PassContext, node: Node) -> bool:
     constant weight."""
     if node.op != "call_function" or node.target not in _DYNAMIC_GEMMS:
         return False
-    if _is_conv(node) and (node.args[6] or node.args[1].meta["val"].dim() != 4):
+    if _is_conv(node) and node.args[1].meta["val"].dim() != 4:
         return False
     x = node.args[0]
     return (

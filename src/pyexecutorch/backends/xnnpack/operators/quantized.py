@@ -151,6 +151,13 @@ def _weight(b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, ax
         raise PreprocessError(
             f"XnnpackBackend: {node.name}: 4-bit per-channel weights are not supported"
         )
+    if wq.per_tensor:
+        return b.constant_data(
+            data,
+            (w_node, "qint8"),
+            datatype=S.XNNDatatype.qint8,
+            quant=S.PerTensorQuant(scale=float(wq.scales[0]), zero_point=0),
+        )
     return b.constant_data(
         data,
         (w_node, "qcint8", axis),
@@ -167,6 +174,18 @@ def _bias(b: GraphBuilder, node: Node, wq: WeightQuant) -> int:
     if x_spec is None or x_spec.datatype != S.XNNDatatype.qint8:
         return b.value(bias, False)  # dynamic activations: float bias
     data = b.ctx.constant(bias)
+    if wq.per_tensor:
+        # the official QuantParams.from_bias: the two Python floats' product
+        scale = float(wq.scales[0]) * float(x_spec.params.scale)
+        q = qd.quantize_per_tensor.default(
+            data.to(torch.float32), scale, 0, INT32_MIN, INT32_MAX, torch.int32
+        )
+        return b.constant_data(
+            q,
+            (bias, "qint32"),
+            datatype=S.XNNDatatype.qint32,
+            quant=S.PerTensorQuant(scale=scale, zero_point=0),
+        )
     scales = wq.scales * float(x_spec.params.scale)
     zeros = torch.zeros(scales.shape, dtype=torch.int64)
     q = qd.quantize_per_channel.default(
@@ -194,30 +213,42 @@ def _listed(values: object) -> list[int]:
 
 
 def _quantized_conv(b: GraphBuilder, node: Node) -> None:
-    """A 2-D convolution, or a 1-D one as a 2-D convolution of height 1 between a
-    reshape and transposes (the official delegate's nodes), on quantized values."""
+    """A 2-D convolution (direct, depthwise or transposed), or a 1-D one as a 2-D
+    convolution of height 1 between a reshape and transposes (the official delegate's
+    nodes), on quantized values."""
     x_node, w_node, _, stride, padding, dilation, transposed, out_pad, groups = node.args
     wq: WeightQuant = node.meta[XNN_QWEIGHT]
     weight = b.ctx.constant(w_node)
-    if transposed or weight.dim() not in (3, 4):
-        raise PreprocessError(
-            f"XnnpackBackend: quantized convolution {node.name}: 1-D or 2-D, not transposed, only"
-        )
+    if weight.dim() not in (3, 4):
+        raise PreprocessError(f"XnnpackBackend: quantized convolution {node.name}: 1-D or 2-D only")
     one_d = weight.dim() == 3
-    stride, padding, dilation = (_listed(v) for v in (stride, padding, dilation))
+    stride, padding, dilation, out_pad = (_listed(v) for v in (stride, padding, dilation, out_pad))
     if one_d:
         weight = weight.unsqueeze(2)
-        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+        stride, padding, dilation, out_pad = (
+            [1, *stride], [0, *padding], [1, *dilation], [0, *out_pad]
+        )  # fmt: skip
     else:
-        stride, padding, dilation = (
-            v * 2 if len(v) == 1 else v for v in (stride, padding, dilation)
+        stride, padding, dilation, out_pad = (
+            v * 2 if len(v) == 1 else v for v in (stride, padding, dilation, out_pad)
         )
     groups = int(groups)
-    group_in, group_out = weight.shape[1], weight.shape[0] // groups
-    depthwise = group_in == 1 and group_out % group_in == 0
+    if transposed:
+        group_in, group_out = weight.shape[0] // groups, weight.shape[1]
+    else:
+        group_in, group_out = weight.shape[1], weight.shape[0] // groups
+    depthwise = group_in == 1 and group_out % group_in == 0 and not transposed
     if depthwise:
         # [out, 1, kh, kw] -> [1, kh, kw, out]: output channels last
         data, axis = weight.permute(1, 2, 3, 0).contiguous(), 3
+    elif transposed:
+        # [in, out / g, kh, kw] -> [g * out / g, kh, kw, in / g], output channels first
+        # (per-channel weights are quantized along torch's axis 1, XNNPACK's axis 0)
+        shape = weight.shape
+        swapped = weight.reshape(groups, shape[0] // groups, *shape[1:]).transpose(1, 2)
+        swapped = swapped.reshape(shape[1] * groups, shape[0] // groups, *shape[2:])
+        data, axis = swapped.permute(*TO_NHWC).contiguous(), 0
+        weight = swapped
     else:
         data, axis = weight.permute(*TO_NHWC).contiguous(), 0
     filt = _weight(b, node, data, wq, axis)
@@ -226,9 +257,10 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
         x, y = rows_as_images(b, x_node, node)
     else:
         x, y = b.value(x_node, True), b.define(node, True)
+    kind = _CONV_KINDS[depthwise, bool(transposed)]
     b.emit(
         conv_node(
-            "XNNDepthwiseConv2d" if depthwise else "XNNConv2d",
+            kind,
             weight.shape,
             padding,
             stride,
@@ -238,11 +270,20 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
             filt,
             bias_id,
             y,
+            out_pad,
         ),
         node.meta.get(MIN_MAX),
     )
     if one_d:
         images_as_rows(b, y, node)
+
+
+# (depthwise, transposed) -> the node type
+_CONV_KINDS = {
+    (False, False): "XNNConv2d",
+    (True, False): "XNNDepthwiseConv2d",
+    (False, True): "XNNConvTranspose2d",
+}
 
 
 def _with_quantized(target: object, quantized) -> None:

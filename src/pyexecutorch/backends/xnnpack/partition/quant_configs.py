@@ -80,15 +80,23 @@ def _dq_per_tensor(node: Node, ep: ExportedProgram) -> str | None:
     return _int8_range(node.args[3], node.args[4])
 
 
-def weight_problem(ep: ExportedProgram, dq: object) -> str | None:
-    """Why ``dq`` is not a dequantized constant weight XNNPACK can take."""
+def weight_problem(ep: ExportedProgram, dq: object, channel_axis: int = 0) -> str | None:
+    """Why ``dq`` is not a dequantized constant weight XNNPACK can take (per channel:
+    along ``channel_axis``, the weight's output channels)."""
     if not isinstance(dq, Node) or dq.op != "call_function":
         return "weight is not dequantized"
+    if dq.target == qd.dequantize_per_tensor.default:
+        if not _constant(ep, dq.args[0]):
+            return "per-tensor weight is not a constant"
+        return _int8_range(dq.args[3], dq.args[4])
     if dq.target == qd.dequantize_per_channel.default:
         if not (_constant(ep, dq.args[0]) and _constant(ep, dq.args[1])):
             return "per-channel weight or scales are not constants"
-        if int(dq.args[3]) != 0:
-            return f"weight quantized along axis {dq.args[3]} (output channels only)"
+        if int(dq.args[3]) != channel_axis:
+            return (
+                f"weight quantized along axis {dq.args[3]} (output channels, axis "
+                f"{channel_axis}, only)"
+            )
         if (dq.args[4], dq.args[5]) == (-8, 7):
             return "4-bit per-channel weights"
         return _int8_range(dq.args[4], dq.args[5])
@@ -131,10 +139,28 @@ def _gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
     return _weight_deps(node) + ([bias] if isinstance(bias, Node) else [])
 
 
+def conv_input_pad(conv: Node) -> Node | None:
+    """The zero padding between a direct convolution and its dequantized input (an
+    even-kernel 'same' convolution decomposes so), which XNNPACK runs on the int8
+    values, as the official ConvolutionConfig takes it: its only reader, non-negative
+    amounts on the spatial dimensions only."""
+    pad = conv.args[0]
+    if conv.target != aten.convolution.default or conv.args[6] or not isinstance(pad, Node):
+        return None
+    if pad.target != aten.constant_pad_nd.default or len(pad.users) != 1:
+        return None
+    amounts, value = list(pad.args[1]), arg(pad, 2, "value", 0.0)
+    spatial = 2 * (rank(conv.args[1]) - 2)
+    if value != 0 or any(a < 0 for a in amounts) or any(amounts[spatial:]):
+        return None
+    return pad if _is_static_dq(pad.args[0]) else None
+
+
 def _static_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
-    """Weight and bias, the input's dequantize and the output's quantize (through a
-    fused activation): one group, never split across delegates."""
-    deps = [*_gemm_deps(node, ep), node.args[0]]
+    """Weight and bias, the input's dequantize (and a padding before it) and the output's
+    quantize (through a fused activation): one group, never split across delegates."""
+    pad = conv_input_pad(node)
+    deps = [*_gemm_deps(node, ep), node.args[0], *([pad.args[0]] if pad else [])]
     users = list(node.users)
     if len(users) == 1 and users[0].target in _STATIC_GEMM_ACTS:
         deps.append(users[0])
@@ -148,19 +174,37 @@ _STATIC_GEMM_ACTS = (aten.relu.default, aten.hardtanh.default)
 
 
 def _static_gemm(node: Node, ep: ExportedProgram) -> str | None:
-    if not _is_static_dq(node.args[0]):
+    if not (_is_static_dq(node.args[0]) or conv_input_pad(node)):
         return "input is not dequantized per tensor"
-    return weight_problem(ep, node.args[1]) or _bias_problem(node, ep)
+    return weight_problem(ep, node.args[1], _channel_axis(node)) or _bias_problem(node, ep)
+
+
+def _channel_axis(gemm: Node) -> int:
+    """The weight axis of a GEMM's output channels: 1 for a transposed convolution
+    ([in, out / groups, kh, kw]), else 0."""
+    transposed = gemm.target == aten.convolution.default and bool(gemm.args[6])
+    return 1 if transposed else 0
+
+
+_CONV_WEIGHT_DQ = (qd.dequantize_per_channel.default, qd.dequantize_per_tensor.default)
+
+
+def _conv_problem(node: Node, ep: ExportedProgram, kind: str, ranks: tuple[int, ...]) -> str | None:
+    """What the official ConvolutionConfig refuses for a quantized convolution."""
+    weight = node.args[1]
+    if rank(weight) not in ranks:
+        dims = " and ".join(f"{r - 2}-D" for r in ranks)
+        return f"{rank(weight) - 2}-D {kind} convolution ({dims} only)"
+    if not isinstance(weight, Node) or weight.target not in _CONV_WEIGHT_DQ:
+        return "convolution weight is not dequantized per channel or per tensor"
+    per_channel = weight.target == qd.dequantize_per_channel.default
+    if node.args[6] and per_channel and int(node.args[8]) != 1:
+        return "transposed convolution with groups and per-channel weights"
+    return None
 
 
 def _static_conv(node: Node, ep: ExportedProgram) -> str | None:
-    if node.args[6]:
-        return "transposed quantized convolution"
-    if rank(node.args[1]) not in (3, 4):
-        return f"{rank(node.args[1]) - 2}-D quantized convolution (1-D and 2-D only)"
-    if node.args[1].target != qd.dequantize_per_channel.default:
-        return "convolution weight is not dequantized per channel"
-    return _static_gemm(node, ep)
+    return _conv_problem(node, ep, "quantized", (3, 4)) or _static_gemm(node, ep)
 
 
 def _dq_per_channel(node: Node, ep: ExportedProgram) -> str | None:
@@ -169,7 +213,10 @@ def _dq_per_channel(node: Node, ep: ExportedProgram) -> str | None:
         u.target not in (aten.convolution.default, aten.linear.default) for u in users
     ):
         return "per-channel dequantization not read by a convolution or linear"
-    return weight_problem(ep, node)
+    axes = {_channel_axis(u) for u in users}
+    if len(axes) != 1:
+        return "per-channel weight read as both a transposed and a direct convolution"
+    return weight_problem(ep, node, axes.pop())
 
 
 def _weight_constants(node: Node, ep: ExportedProgram) -> list[Node]:
@@ -232,7 +279,7 @@ def _dynamic_linear(node: Node, ep: ExportedProgram) -> str | None:
     x = node.args[0]
     if not isinstance(x, Node) or x.target not in _dynamic_dequantizers():
         return "input is not dynamically quantized"
-    return weight_problem(ep, node.args[1]) or _bias_problem(node, ep)
+    return weight_problem(ep, node.args[1], _channel_axis(node)) or _bias_problem(node, ep)
 
 
 def _dynamic_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
@@ -244,12 +291,14 @@ def _dynamic_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
 
 
 def _dynamic_conv(node: Node, ep: ExportedProgram) -> str | None:
-    if node.args[6]:
-        return "transposed dynamically quantized convolution"
-    if rank(node.args[1]) != 4:
-        return f"{rank(node.args[1]) - 2}-D dynamically quantized convolution (2-D only)"
-    if node.args[1].target != qd.dequantize_per_channel.default:
-        return "convolution weight is not dequantized per channel"
+    problem = _conv_problem(node, ep, "dynamically quantized", (4,))
+    if problem:
+        return problem
+    shape = node.args[1].meta["val"].shape
+    # one input channel a group: the official is_depthwise_conv (transposed ones too)
+    group_in = shape[0] // int(node.args[8]) if node.args[6] else shape[1]
+    if group_in == 1:
+        return "depthwise dynamically quantized convolution (standard 2-D only)"
     return _dynamic_linear(node, ep)
 
 
