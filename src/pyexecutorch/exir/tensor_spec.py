@@ -229,4 +229,5 @@ class TensorSpec:
             )
         dyn = "" if self.is_static_shape_tensor else f", {self.shape_dynamism.name}"
         const = ", const" if self.const else ""
-        return f"TensorSpec({self.dtype}, {list(self.shape)}{dyn}{const}{extra})"
+        device = f", device={self.device.name}:{self.device_index}"
+        return f"TensorSpec({self.dtype}, {list(self.shape)}{dyn}{const}{device}{extra})"

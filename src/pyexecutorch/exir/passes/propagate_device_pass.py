@@ -68,10 +68,20 @@ def target_device(gm: GraphModule, call: Node) -> Device | None:
             f"executorch_call_delegate node '{call.name}' does not reference a "
             "LoweredBackendModule: its first argument must be a get_attr of one"
         )
+    return device_of_compile_specs(module)
+
+
+def device_of_compile_specs(module: LoweredBackendModule) -> Device | None:
+    """The device a lowered module's compile specs name, or None (host)."""
     for spec in module.compile_specs:
         if spec.key == TARGET_DEVICE_COMPILE_SPEC_KEY:
             return parse_device_spec_value(spec.value)
     return None
+
+
+# The official module's private names, which its own tests import.
+_parse_device_spec_value = parse_device_spec_value
+_get_target_device_from_compile_specs = device_of_compile_specs
 
 
 def _tag(spec: object, device: Device) -> bool:
@@ -228,6 +238,7 @@ __all__ = [
     "TARGET_DEVICE_COMPILE_SPEC_KEY",
     "PropagateDeviceConfig",
     "PropagateDevicePass",
+    "device_of_compile_specs",
     "parse_device_spec_value",
     "target_device",
 ]
