@@ -539,6 +539,21 @@ def scale_and_bias(y: NDArray, w_scales: NDArray, bias: NDArray | None) -> None:
         y[...] = fma(y, w_scales, bias)
 
 
+def _finish_dynamic(
+    y: NDArray, row_scales: NDArray, w_scales: NDArray, bias: NDArray | None,
+    lo: float, hi: float, out: NDArray,
+) -> None:  # fmt: skip
+    """A dynamic convolution's float epilogue, in place on ``y`` (the int32 sums as
+    float32): times each image's input scale, then :func:`scale_and_bias`, clamped into
+    ``out`` (copied where there are no bounds)."""
+    np.multiply(y, row_scales, out=y)
+    scale_and_bias(y, w_scales, bias)
+    if (lo, hi) != (-_INF, _INF):
+        np.clip(y, lo, hi, out=out)
+    else:
+        np.copyto(out, y)
+
+
 def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w) -> None:
     # float(acc) * x_scale[image] * w_scale[c] (+ bias), clamped in float; groups take
     # their slice of the input channels and of the filters
@@ -579,13 +594,7 @@ def _dynamic_conv(b, n, node, xq, wq, bias, cdt, inner, view, cout, depthwise, w
             else:
                 dest[...] = cols @ wmat
         y = acc.astype(F32).reshape(nb, per_image, cout)
-        y *= scales.reshape(nb, 1, 1)
-        scale_and_bias(y, ws, bias)
-        out = o().reshape(y.shape)
-        if (lo, hi) != (-_INF, _INF):
-            np.clip(y, lo, hi, out=out)
-        else:
-            np.copyto(out, y)
+        _finish_dynamic(y, scales.reshape(nb, 1, 1), ws, bias, lo, hi, o().reshape(y.shape))
 
     b.step(run)
 
@@ -652,13 +661,7 @@ def _deconv(b: Builder, n: S.Conv, node: S.XNode) -> None:
             for step in sums:
                 step()
             np.copyto(y, acc.reshape(y.shape), casting="unsafe")
-            np.multiply(y, scales, out=y)
-            scale_and_bias(y, ws, fbias)
-            out = o().reshape(y.shape)
-            if (lo, hi) != (-_INF, _INF):
-                np.clip(y, lo, hi, out=out)
-            else:
-                np.copyto(out, y)
+            _finish_dynamic(y, scales, ws, fbias, lo, hi, o().reshape(y.shape))
 
         b.step(run_dynamic)
         return
