@@ -32,3 +32,21 @@ def test_a_kernel_compile_is_announced_once(caplog):
     assert f"later loads read it from {numba_env.cache_dir()}" in announced[0]
     assert first(x, y) == pytest.approx(float((x * 2.5 + y).sum()))
     assert again(2 * x, y) == pytest.approx(float((2 * x * 2.5 + y).sum()))
+
+
+def test_numbas_ssa_scope_warning_is_hidden_and_others_are_not():
+    """A cold load of a transformer printed numba's pedantic "variable '...' is not in
+    scope" check (an inlined closure in a generated whole-method function) once per
+    variable; numba_env filters it when it imports numba, and only it."""
+    import warnings  # noqa: PLC0415
+
+    from pyexecutorch.jit import numba_env  # noqa: PLC0415
+
+    pedantic = numba.core.errors.NumbaIRAssumptionWarning
+    with warnings.catch_warnings(record=True) as seen:
+        # pytest puts its own "always" filters first: test the package's filter alone.
+        warnings.resetwarnings()
+        numba_env._quiet_ssa_scope_check(numba)
+        warnings.warn(pedantic("variable '_exp_v113.1' is not in scope."), stacklevel=1)
+        warnings.warn(pedantic("some other IR assumption"), stacklevel=1)
+    assert [str(w.message).split("\n")[0] for w in seen] == ["some other IR assumption"]

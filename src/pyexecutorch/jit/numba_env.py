@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -90,10 +91,25 @@ def numba_module() -> ModuleType | None:
                 else:
                     if imported_first:
                         _follow_cache_dir(numba, folder)
+                    _quiet_ssa_scope_check(numba)
                     _start_threading_layer(numba)
                 _numba = numba
                 _numba_checked = True
     return _numba
+
+
+def _quiet_ssa_scope_check(numba: ModuleType) -> None:
+    """Hide numba's pedantic SSA check "variable '...' is not in scope".
+
+    numba's SSA pass warns it when a kernel inlines a closure (softmax's exp, for one)
+    into a generated whole-method function; the code it compiles is right, the warning
+    asks for a numba bug report, and users saw a screenful of them on a cold load. Only
+    that message of that category is filtered, so other numba warnings still show."""
+    warnings.filterwarnings(
+        "ignore",
+        message=r"variable '.*' is not in scope",
+        category=numba.core.errors.NumbaIRAssumptionWarning,
+    )
 
 
 def _follow_cache_dir(numba: ModuleType, folder: str) -> None:
