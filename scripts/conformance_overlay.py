@@ -8,6 +8,15 @@ ships no such modules, so this finder serves them from the scratch copy named by
 ``$CONFORMANCE_OVERLAY``: a module file found there is loaded from there, and a
 folder found there that our package lacks becomes a namespace package. Nothing of
 our own package is shadowed: only copied test files live in the scratch tree.
+
+Served modules are loaded through a link whose path names the package
+(``<scratch>/../pyexecutorch-overlay-<name>``), as their official originals sit under
+``site-packages/executorch/``: torch reads caller file names
+(``torch/export/_unlift.py::_ok_to_generate_guards_fn``) and leaves the shape
+guards out of ``ExportedProgram.module()`` when called from a file whose path holds
+"executorch". The official XNNPACK tester's Quantize stage makes such a module and
+its Export stage re-exports it with a dynamic batch, which a guarded module refuses
+(``ConstraintViolationError``: the batch specialized to the example's size).
 """
 
 from __future__ import annotations
@@ -53,6 +62,20 @@ def _ours_has(fullname: str, path) -> bool:  # noqa: ANN001
     return importlib.machinery.PathFinder.find_spec(fullname, path) is not None
 
 
+def package_named_root(root: Path) -> Path:
+    """A link to ``root`` whose path holds the package name (see the module doc);
+    several processes may create it at once, and a stale one is replaced."""
+    root = root.resolve()
+    link = root.parent / f"{PACKAGE}-overlay-{root.name}"
+    if link.is_symlink() and link.resolve() == root:
+        return link
+    spare = root.parent / f".{link.name}.{os.getpid()}"
+    spare.unlink(missing_ok=True)
+    spare.symlink_to(root, target_is_directory=True)
+    os.replace(spare, link)
+    return link
+
+
 _root = os.environ.get("CONFORMANCE_OVERLAY")
 if _root:
-    sys.meta_path.insert(0, OverlayFinder(Path(_root)))
+    sys.meta_path.insert(0, OverlayFinder(package_named_root(Path(_root))))
