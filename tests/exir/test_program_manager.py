@@ -69,6 +69,34 @@ def test_exir_ops_namespace_edge_operators():
     assert op._overloadpacket.out._schema.overload_name == "out"
 
 
+def test_a_traced_forward_may_be_the_first_to_touch_an_edge_operator():
+    # Fresh namespaces: the forward below is the first to reach each operator through
+    # them, under dynamo (strict export), which refuses to trace building a packet.
+    import torch.ao.quantization.fx._decomposed  # noqa: F401, PLC0415 - registers the operators
+
+    from pyexecutorch.exir.dialects._ops import _Ops  # noqa: PLC0415
+
+    fresh = _Ops()
+
+    class Dequantized(nn.Module):
+        def forward(self, x):
+            edge = fresh.edge
+            y = edge.quantized_decomposed.dequantize_per_tensor.default(
+                x, 0.5, 0, -127, 127, torch.int8
+            )
+            return edge.aten.relu.default(y)
+
+    x = torch.tensor([[-4, 3, 0], [7, -1, 2]], dtype=torch.int8)
+    ep = torch.export.export(Dequantized(), (x,), strict=True)
+    assert [str(t) for t in _targets(ep.graph_module)] == [
+        "quantized_decomposed.dequantize_per_tensor.default",
+        "aten.relu.default",
+    ]
+    torch.testing.assert_close(ep.module()(x), (x.float() * 0.5).relu())
+    # the namespaces made while tracing are the ones an eager lookup finds
+    assert fresh.edge.aten.relu.default is exir_ops.edge.aten.relu.default
+
+
 def test_edge_dialect_graph():
     ep = _export()
     before = ep.graph_module.code

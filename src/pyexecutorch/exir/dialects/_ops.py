@@ -6,10 +6,16 @@ see :mod:`pyexecutorch.exir.dialects.edge._ops`) standing for torch's
 same objects, and ``exir_ops.backend.executorch_prim`` the symbolic-scalar operators
 of :mod:`pyexecutorch.exir.dialects.backend._ops`. ``dim_order_ops``
 resolves to the operators in :mod:`pyexecutorch.exir.dialects.dim_order_ops`.
+
+The namespaces are module objects, as the official ones: dynamo reads a module's
+attributes eagerly instead of tracing its ``__getattr__``, so a traced forward may be
+the first to touch ``exir_ops.edge.<ns>.<op>.<overload>`` (the packet it makes holds
+every overload as a plain attribute).
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -22,8 +28,9 @@ from pyexecutorch.exir.dialects.backend._ops import NAMESPACE, PrimNamespace
 from pyexecutorch.exir.dialects.edge._ops import EdgeOpOverloadPacket
 
 
-class _OpNamespace:
+class _OpNamespace(types.ModuleType):
     def __init__(self, dialect: str, namespace: str) -> None:
+        super().__init__(f"exir_ops.{dialect}.{namespace}")
         self._dialect = dialect
         self._namespace = namespace
 
@@ -47,8 +54,9 @@ class _OpNamespace:
         return f"exir_ops.{self._dialect}.{self._namespace}"
 
 
-class _Dialect:
+class _Dialect(types.ModuleType):
     def __init__(self, name: str) -> None:
+        super().__init__(f"exir_ops.{name}")
         self._name = name
         self._namespaces: dict[str, _OpNamespace] = {}
 
@@ -76,11 +84,12 @@ class _BackendDialect(_Dialect):
         return super().__getattr__(namespace)
 
 
-class _Ops:
+class _Ops(types.ModuleType):
     """``ops.edge.<namespace>.<op>.<overload>``; ``ops.backend`` gives the same
     operators, and ``ops.backend.executorch_prim`` the symbolic-scalar ones."""
 
     def __init__(self) -> None:
+        super().__init__("exir_ops")
         self.edge = _Dialect("edge")
         self.backend = _BackendDialect("backend")
 

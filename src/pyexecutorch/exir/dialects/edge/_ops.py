@@ -67,13 +67,21 @@ class EdgeOpOverload(StandIn, OpOverload):
 
 
 class EdgeOpOverloadPacket:
-    """``exir_ops.edge.<ns>.<op>``: its attributes are the edge overloads."""
+    """``exir_ops.edge.<ns>.<op>``: its attributes are the edge overloads (all made
+    with the packet)."""
 
     def __init__(self, packet: OpOverloadPacket) -> None:
         self._parent_overload_packet = packet
         self._qualified_op_name = f"edge::{packet._qualified_op_name}"
         self.__name__ = packet._qualified_op_name.replace("::", ".")
         self._overload_names = packet._overload_names
+        # Every overload's edge operator is made now, so ``packet.<overload>`` is a plain
+        # attribute: dynamo reads one in a traced forward, but refuses to build one there.
+        for overload in packet.overloads():
+            try:
+                setattr(self, overload, edge_op(getattr(packet, overload)))
+            except (AttributeError, RuntimeError):
+                continue  # left to __getattr__, which names it
 
     @property
     def op(self) -> Any:
