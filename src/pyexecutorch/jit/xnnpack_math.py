@@ -81,6 +81,20 @@ def _bits32(typingctx, x):  # noqa: ANN001, ANN202, ARG001
 
 
 @intrinsic
+def _float32_of_bits(typingctx, n):  # noqa: ANN001, ANN202, ARG001
+    """The float32 with the bits of integer ``n``'s low 32 bits."""
+    if not isinstance(n, types.Integer):
+        return None
+    sig = types.float32(n)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        low = builder.trunc(args[0], ir.IntType(32)) if n.bitwidth > 32 else args[0]
+        return builder.bitcast(low, ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
 def _pow2_of_bits(typingctx, n):  # noqa: ANN001, ANN202, ARG001
     """The float32 whose bits are float32 ``n``'s shifted left by 23 (vpslld: n's low
     bits, biased, become an exponent)."""
@@ -131,6 +145,7 @@ _P5_CUTOFF = _F(SIGMOID_P5["denorm_cutoff"])
 _ONE, _HALF, _ZERO = _F(1.0), _F(0.5), _F(0.0)
 _MANTISSA = (1 << 52) - 1
 _TINY = _F(np.finfo(np.float32).tiny)
+_MIN_NORMAL_EXPONENT = _F(-126.0)
 
 
 @njit(inline="always", error_model="numpy")
@@ -183,11 +198,16 @@ def sigmoid_avx512f(x: float) -> float:
     p = _fma(t, _C2, _C1)
     t = t * table
     p = _fma(t, p, table)
-    # scalef: p * 2**floor(n) rounded once (exact in float64, then one rounding); past
-    # 2**-1000 every result is 0
-    whole = np.floor(n) if n == n else _ZERO
-    k = np.int64(whole) if whole > -1000.0 else np.int64(-1000)
-    e = _flush(np.float32(np.float64(p) * float64_of_bits((k + 1023) << 52)))
+    # scalef: p * 2**floor(n) rounded once, then flushed. p lies in [0.98, 2) (the table's
+    # 2**(i/32) times e**t, |t| <= ln2/64) or is NaN, so below 2**-126 every result is
+    # subnormal, flushed to a zero (a NaN p stays NaN); from 2**-126 on, a float32
+    # multiply by that exact power of two rounds once. In float32 and int32 only: the
+    # loops stay vectors (a float64 route halved their width).
+    whole = np.floor(n)
+    inside = whole >= _MIN_NORMAL_EXPONENT  # (false for NaN and -inf)
+    k = np.int32(whole) if inside else np.int32(-126)
+    e = p * _float32_of_bits((k + 127) << 23)
+    e = _flush(e) if inside else p * _ZERO
     e = _ZERO if z == -np.inf else e  # (the delegate's limits: 0 and 1)
     f = e / (e + _ONE)
     f = f if (_bits32(x) < 0) else _ONE - f
