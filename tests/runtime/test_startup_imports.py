@@ -149,3 +149,54 @@ def test_a_warm_read_refreshes_no_numba_registry(tmp_path):
     expected = [(x + k) * np.float32(s) + np.float32(1) for s in (3.0, -2.0) for k in range(3)]
     assert np.array_equal(np.array(warm["outs"]), np.array(expected))
     assert cold["outs"] == warm["outs"][:3]
+
+
+def test_every_compiled_registration_is_found_through_its_kernels_family():
+    # A load imports the compiled modules of the families of the kernels it asks for
+    # (registry.use_compiled_forms): every compiled form and cell step must live in its
+    # kernel's family or in one that COMPILED_ELSEWHERE names for that family.
+    pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+    from pyexecutorch.kernels import registry  # noqa: PLC0415
+    from pyexecutorch.runtime import tiers  # noqa: PLC0415
+
+    tiers.load_compiled_forms()
+    registrations = [*registry._COMPILED_FORMS.items(), *registry._CELL_STEPS.items()]
+    assert len(registrations) > 50  # (they were loaded)
+    misplaced = []
+    for name, maker in registrations:
+        family = registry.family_of(name)
+        holders = (family, *registry.COMPILED_ELSEWHERE.get(family, ()))
+        if family is None or maker.__module__.split(".")[2] not in holders:
+            misplaced.append((name, family, maker.__module__))
+    assert misplaced == []
+
+
+def test_a_compiled_load_imports_the_compiled_forms_of_its_kernels_families_only(tmp_path):
+    # small_cnn (convolutions, pooling, linear, relu) needs none of the LLM, quantized or
+    # index families' compiled modules (each makes numba dispatchers as it imports)
+    pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+    case = models.CASES_BY_NAME["small_cnn"]
+    pte = tmp_path / "small_cnn.pte"
+    pte.write_bytes(official.official_export(case))
+    x = case.inputs()[0].numpy()
+    np.save(tmp_path / "x.npy", x)
+    script = f"""
+        import json, sys
+        import numpy as np
+        from pyexecutorch.portable_lib import _load_for_executorch
+        module = _load_for_executorch({str(pte)!r})
+        x = np.load({str(tmp_path / "x.npy")!r})
+        outs = [np.asarray(module.forward((x * s,))[0]).tolist() for s in (1.0, 0.5, 1.0)]
+        families = sorted(
+            {{m.split(".")[2] for m in sys.modules
+             if m.startswith("pyexecutorch.kernels.") and m.split(".")[-1].startswith("compiled")}}
+        )
+        print(json.dumps({{"outs": outs, "families": families}}))
+    """
+    report = _run(script, PYEXECUTORCH_JIT="1")
+    assert "conv" in report["families"]
+    assert not {"llm", "quantized", "index"} & set(report["families"])
+    for scale, out in zip((1.0, 0.5, 1.0), report["outs"], strict=True):
+        scaled = tuple(t * scale for t in case.inputs())
+        expected = official.eager_outputs(case, scaled)[0]
+        np.testing.assert_allclose(np.array(out), expected, rtol=1e-4, atol=1e-5)

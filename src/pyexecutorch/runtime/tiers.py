@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from pyexecutorch.jit import numba_env
+from pyexecutorch.kernels import registry
 
 JIT_ENV = "PYEXECUTORCH_JIT"
 
@@ -34,14 +35,16 @@ def enabled(requested: bool | None) -> bool:
                 "jit=True needs numba, which does not import (pip install 'pyexecutorch[jit]')"
             )
         return False
-    load_compiled_forms()
+    registry.use_compiled_forms()
     return True
 
 
 def load_compiled_forms() -> None:
     """Import every kernel family's compiled forms (``kernels/<family>/compiled*.py``: the
-    forms and the steps they build, the channels-last ones included) once, and the
-    whole-method functions' argument binding."""
+    forms and the steps they build, the channels-last ones included) and the whole-method
+    functions' argument binding, once. A load needs none of this: it imports the families
+    of the kernels it asks for (see :func:`pyexecutorch.kernels.registry.use_compiled_forms`);
+    this is for what lists every form."""
     global _compiled_forms_loaded
     if _compiled_forms_loaded:
         return
@@ -52,9 +55,6 @@ def load_compiled_forms() -> None:
 
         root = Path(kernels.__path__[0])
         for family in sorted(p.name for p in root.iterdir() if p.is_dir()):
-            # (compiled.py first: it registers the forms the others serve)
-            names = sorted(p.stem for p in (root / family).glob("compiled*.py"))
-            for name in sorted(names, key=lambda n: n != "compiled"):
-                importlib.import_module(f"pyexecutorch.kernels.{family}.{name}")
+            registry.import_compiled_family(family)
         importlib.import_module("pyexecutorch.runtime.bound_arrays")
         _compiled_forms_loaded = True

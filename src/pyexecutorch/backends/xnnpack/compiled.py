@@ -33,8 +33,8 @@ from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
 from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
 from pyexecutorch.jit import deferral, entry_points, numba_env
+from pyexecutorch.kernels import registry
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
-from pyexecutorch.runtime import tiers
 from pyexecutorch.runtime.whole_arguments import WholeFunction
 from pyexecutorch.runtime.whole_method import Step, compile_steps, view_copy_step
 
@@ -243,7 +243,7 @@ class CompiledPlan:
     def __init__(
         self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...], declared: bool = False
     ) -> None:
-        tiers.load_compiled_forms()
+        registry.use_compiled_forms()  # (its nodes ask the kernel families for their steps)
         b = StepBuilder(graph, input_shapes, declared)
         # (the kernels' standalone entry points are never called here: only their steps)
         with deferral.deferred_entry_points():
