@@ -122,3 +122,52 @@ def test_arena_sizes_against_official(capsys):
         print(f"{'total':35s} {total_theirs:9d} {total_ours:9d} {total_ours / total_theirs:6.2f}")
     assert not worse, f"arena larger than the official exporter's: {worse}"
     assert total_ours <= 0.9 * total_theirs
+
+
+class _TwoMaps(torch.nn.Module):
+    """Two maps (one with an operand) and a tensor alive across both."""
+
+    def forward(self, xs, y):
+        from torch._higher_order_ops.map import map as torch_map
+
+        kept = xs.sum(0)
+        a = torch_map(lambda x, y: (x * y).relu(), xs, y)
+        b = torch_map(lambda x: x.exp() + 1, a)
+        return b + kept
+
+
+def test_map_bodies_are_planned_on_their_own_before_the_method():
+    from pyexecutorch.exir import to_edge
+    from pyexecutorch.exir.graph_utils import HOP_MAP
+    from pyexecutorch.portable_lib import _load_for_executorch_from_buffer
+
+    model = _TwoMaps()
+    xs, y = torch.randn(4, 3), torch.randn(3)
+    et = to_edge(torch.export.export(model, (xs, y))).to_executorch()
+    gm = et.exported_program().graph_module
+    verify_memory_plan(gm)
+    maps = [n for n in gm.graph.nodes if n.target is HOP_MAP]
+    bodies = [getattr(gm, n.args[0].target) for n in maps]
+    # 16 bytes a row; body 1: the slice x and the operand y (its memory unused, as the
+    # official's), x * y and relu written over x; body 2: x, exp and + 1 over it
+    assert [b.meta["non_const_buffer_sizes"] for b in bodies] == [[0, 32], [0, 16]]
+    region = 32
+    for body in bodies:
+        for n in body.graph.nodes:
+            spec = n.meta.get("spec")
+            if isinstance(spec, TensorSpec) and spec.mem_offset is not None:
+                assert spec.mem_offset + spec.allocated_memory <= region, n.format_node()
+    outer = [
+        n.meta["spec"]
+        for n in gm.graph.nodes
+        if isinstance(n.meta.get("spec"), TensorSpec) and n.meta["spec"].mem_offset is not None
+    ]
+    assert outer and all(s.mem_offset >= region for s in outer)
+    assert gm.meta["non_const_buffer_sizes"][1] > region
+    ours = _load_for_executorch_from_buffer(et.buffer)
+    theirs = official.OfficialRunner(et.buffer)
+    for _ in range(3):  # new values each call
+        xs, y = torch.randn(4, 3), torch.randn(3)
+        expected = model(xs, y)
+        torch.testing.assert_close(ours.forward((xs, y))[0], expected)
+        torch.testing.assert_close(torch.from_numpy(theirs.run((xs, y))[0]), expected)

@@ -6,7 +6,7 @@ elementwise operator's input by its output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +31,8 @@ class PlanItem:
     start: int
     end: int
     order: int = 0  # first appearance in the method, for stable tie-breaking
+    # The map body whose own plan places it (None: the method's), see memory_planning.
+    body: GraphModule | None = None
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Lifetimes:
     items: list[PlanItem]
     views: list[TensorSpec]
     end: int
+    # Each map body and the map body it sits in (None: the method).
+    bodies: dict[GraphModule, GraphModule | None] = field(default_factory=dict)
 
 
 def specs_of(x: Any) -> list[TensorSpec]:
@@ -105,11 +109,17 @@ class _LifetimeWalker:
         self.outputs: set[int] = set()
         self.mutable: set[int] = set()
         self.ops: list[tuple[int, Node]] = []  # (index, node) of out-variant calls
+        # The map body being walked, the one each tensor is first seen in, and the
+        # nesting of map bodies.
+        self.body: GraphModule | None = None
+        self.owner: dict[int, GraphModule | None] = {}
+        self.bodies: dict[GraphModule, GraphModule | None] = {}
 
     def touch(self, spec: TensorSpec, idx: int) -> None:
         key = id(spec)
         if key not in self.specs:
             self.specs[key] = spec
+            self.owner[key] = self.body
             self.first[key] = idx
             self.last[key] = idx
             return
@@ -155,9 +165,16 @@ class _LifetimeWalker:
             if is_control_flow(node):
                 flow = _ControlFlow(node, target, idx, idx, submodules(gm, node))
                 self.flows.append(flow)
-                n_sliced = len(node.args[1]) if target is HOP_MAP else 0
+                # A map body plans all its inputs, the mapped slices and the operands
+                # (as the official planner: the operands' memory goes unused).
+                n_planned = len(node.args[1]) + len(node.args[2]) if target is HOP_MAP else 0
+                outer = self.body
                 for sub in flow.subgraphs:
-                    self.walk(sub, False, target, n_sliced)
+                    if target is HOP_MAP:
+                        self.bodies.setdefault(sub, outer)
+                        self.body = sub
+                    self.walk(sub, False, target, n_planned)
+                    self.body = outer
                 flow.end = self.counter
                 self.counter += 1
                 for arg in arg_nodes(node):
@@ -314,7 +331,8 @@ def compute_lifetimes(
         if not alloc_mutable_buffers and key in w.mutable:
             continue
         spec.alignment = alignment
-        it = PlanItem(spec, aligned(spec.nbytes(), alignment), first[key], last[key], order)
+        size = aligned(spec.nbytes(), alignment)
+        it = PlanItem(spec, size, first[key], last[key], order, w.owner[key])
         items.append(it)
         by_id[key] = it
         order += 1
@@ -332,7 +350,7 @@ def compute_lifetimes(
         items = _reuse_in_place(w, items, by_id, pinned, first, last)
     for it in items:
         it.spec.lifetime = [it.start, it.end]
-    return Lifetimes(items, views, end)
+    return Lifetimes(items, views, end, w.bodies)
 
 
 def _same_symbolic_shape(arg: Node, node: Node) -> bool:
@@ -371,6 +389,8 @@ def _reuse_in_place(w, items, by_id, pinned, first, last):
             src_item = by_id.get(id(src))
             if src_item is None or id(src) in pinned or src_item.end != idx:
                 continue
+            if src_item.body is not out_item.body:
+                continue  # planned in different regions
             a = specs[0]
             if (
                 a.dtype != out.dtype

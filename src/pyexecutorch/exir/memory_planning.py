@@ -6,6 +6,13 @@ and body) are numbered inside the control-flow node's own range, in the order
 the emitter lays them out, so branch temporaries share the arena with the rest
 of the method instead of getting a reserved region.
 
+A ``map``'s body is planned on its own, as the official planner does: its tensors
+(all its inputs included, the operands' memory unused, as there) from offset 0, in a
+region at the start of the arena as large as the largest body, which the method's
+other tensors follow (map bodies never run at once; one inside another is planned
+the same way inside its body's plan). The body's ``non_const_buffer_sizes`` are its
+own.
+
 Conventions (those of the official exporter):
 
 - user inputs, outputs and mutable buffers are planned; constants are not;
@@ -37,7 +44,7 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from pyexecutorch.exir import memory
-from pyexecutorch.exir.graph_utils import is_control_flow, submodules
+from pyexecutorch.exir.graph_utils import HOP_MAP, is_control_flow, submodules
 from pyexecutorch.exir.memory_lifetimes import (  # noqa: F401 (ELEMENTWISE_OUT_OPS, Lifetimes: the module's API)
     ELEMENTWISE_OUT_OPS,
     Lifetimes,
@@ -258,11 +265,20 @@ def _all_specs(gm: GraphModule) -> list[TensorSpec]:
 
 
 def _set_buffer_sizes(gm: GraphModule, sizes: list[int]) -> None:
+    """The method's arena sizes on ``gm`` and its branches (a map body keeps its own)."""
     gm.meta["non_const_buffer_sizes"] = list(sizes)
     for node in gm.graph.nodes:
-        if is_control_flow(node):
+        if is_control_flow(node) and node.target is not HOP_MAP:
             for sub in submodules(gm, node):
                 _set_buffer_sizes(sub, sizes)
+
+
+def _by_memory_id(sizes: dict[PoolKey, int], ids: dict[PoolKey, int]) -> list[int]:
+    """Pool sizes as ``non_const_buffer_sizes`` (index 0: the constants, unplanned)."""
+    out = [0] * (max(ids.values()) + 1)
+    for key, size in sizes.items():
+        out[ids[key]] = size
+    return out
 
 
 # A pool: the device it lives on and its memory id there (1 unless a pass chose one).
@@ -366,20 +382,45 @@ def plan_memory(
         reuse_inputs_in_place=reuse_in_place,
     )
     items = life.items
-    pools = _pools(items, enable_non_cpu_memory_planning) or {(_CPU, 1): []}
+    by_device = enable_non_cpu_memory_planning
+    pools = _pools(items, by_device) or {(_CPU, 1): []}
     ids = _global_ids(pools)
-    sizes = [0] * (max(ids.values()) + 1)
+    by_body: dict[GraphModule | None, list[PlanItem]] = {}
+    for it in items:
+        by_body.setdefault(it.body, []).append(it)
+    inner: dict[GraphModule | None, list[GraphModule]] = {}
+    for body, parent in life.bodies.items():
+        inner.setdefault(parent, []).append(body)
     report: dict[str, int] = {}
-    names = []
-    for key, pool in pools.items():
-        plan, by_algo = _plan_pool(pool, algorithms, gm, signature, alignment, key[1])
-        for name, size in by_algo.items():
-            report[name] = report.get(name, 0) + size
-        names.append(plan.algorithm)
-        sizes[ids[key]] = plan.size
-        for it, off in zip(pool, plan.offsets, strict=True):
-            it.spec.mem_id = ids[key]
-            it.spec.mem_offset = off
+    names: list[str] = []
+
+    def place(body: GraphModule | None) -> dict[PoolKey, int]:
+        """Places ``body``'s own tensors (the method's for None) after the region its
+        map bodies share, each planned on its own from offset 0 (they never run at
+        once), as the official planner; returns each pool's size."""
+        reserved: dict[PoolKey, int] = {}
+        for child in inner.get(body, []):
+            for key, size in place(child).items():
+                reserved[key] = max(reserved.get(key, 0), size)
+        sizes = dict(reserved)
+        for key, pool in _pools(by_body.get(body, []), by_device).items():
+            owner = gm if body is None else body
+            plan, by_algo = _plan_pool(pool, algorithms, owner, signature, alignment, key[1])
+            base = reserved.get(key, 0)
+            for it, off in zip(pool, plan.offsets, strict=True):
+                it.spec.mem_id = ids[key]
+                it.spec.mem_offset = base + off
+            sizes[key] = base + plan.size
+            if body is None:
+                for name, size in by_algo.items():
+                    report[name] = report.get(name, 0) + base + size
+                report["lower_bound"] = report.get("lower_bound", 0) + base + live_peak(pool)
+                names.append(plan.algorithm)
+        if body is not None:
+            body.meta["non_const_buffer_sizes"] = _by_memory_id(sizes, ids)
+        return sizes
+
+    sizes = _by_memory_id(place(None), ids)
     shared = list(life.views)
     shared += [s for s in _all_specs(gm) if s.storage_base is not None and s not in shared]
     for view in shared:
@@ -388,7 +429,7 @@ def plan_memory(
             view.mem_id = base.mem_id
             view.mem_offset = base.mem_offset + offset
     report["chosen"] = sum(sizes)
-    report["lower_bound"] = sum(live_peak(pool) for pool in pools.values())
+    report.setdefault("lower_bound", 0)
     report["chosen_algorithm"] = "+".join(dict.fromkeys(names))  # type: ignore[assignment]
     _set_buffer_sizes(gm, sizes)
     devices = [(ids[k], k[0]) for k in sorted(pools, key=ids.__getitem__) if k[0] != _CPU]
