@@ -65,6 +65,9 @@ class ModelCase:
     # (rtol, atol) for comparing the official runtime with eager, where its kernels
     # round differently from eager (None: the case's own rtol/atol).
     official_tol: tuple[float, float] | None = None
+    # ExecutorchBackendConfig fields pyexecutorch's to_executorch needs for this case:
+    # our opt-ins beyond the official exporter (emit_while_loop).
+    backend_options: dict[str, Any] = field(default_factory=dict)
     tags: frozenset[str] = frozenset()
 
     def __post_init__(self):
@@ -847,8 +850,10 @@ CASES: list[ModelCase] = [
         lambda: (randn(2, 3), torch.tensor(4)),
         alt_inputs=lambda: [(randn(2, 3, seed=1), torch.tensor(0))],
         official_exportable=False,
-        # The official emitter: "Unsupported control flow operator: while_loop".
+        # The official emitter: "Unsupported control flow operator: while_loop"; ours
+        # refuses it too unless asked.
         official_failure="to_executorch cannot emit torch.ops.higher_order.while_loop",
+        backend_options={"emit_while_loop": True},
         tags=frozenset({"control_flow"}),
     ),
     ModelCase(

@@ -281,3 +281,38 @@ def test_export_with_the_example_backend(cli, model_file, tmp_path):
     assert r.rc == 0, r.err
     assert "ExampleBackend" in r.out
     assert "0 kernel call(s) of 0 operator(s), 1 delegate call(s)" in r.out
+
+
+_WHILE_FILE = """
+import torch
+from torch._higher_order_ops.while_loop import while_loop
+
+
+class Halve(torch.nn.Module):
+    def forward(self, x):
+        def cond_fn(i, acc):
+            return i < 3
+
+        def body_fn(i, acc):
+            return i + 1, acc * 0.5 + 1.0
+
+        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))[1]
+"""
+
+
+def test_export_while_loop_only_when_asked(cli, tmp_path):
+    model = tmp_path / "halve.py"
+    model.write_text(_WHILE_FILE)
+    out = tmp_path / "halve.pte"
+    r = cli("export", f"{model}:Halve", "--inputs", "2x3", "-o", out)
+    assert r.rc == 1 and not out.exists()
+    assert r.err.startswith(
+        "pyexecutorch export: error: to_executorch failed: InternalError: Failed with error: "
+        "Unsupported control flow operator: while_loop (node while_loop of method 'forward')."
+    )
+    assert "emit_while_loop=True" in r.err
+    r = cli("export", f"{model}:Halve", "--inputs", "2x3", "--emit-while-loop", "-o", out)
+    assert r.rc == 0, r.err
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).standard_normal((2, 3)).astype(np.float32)
+        np.testing.assert_allclose(_run(out, x), ((x * 0.5 + 1) * 0.5 + 1) * 0.5 + 1, rtol=1e-6)

@@ -13,13 +13,13 @@ from tests import models, official
 @functools.cache
 def compile_case(name: str):
     """``(ExecutorchProgramManager, .pte bytes)`` for the suite case ``name``."""
-    from pyexecutorch.exir import to_edge
+    from pyexecutorch.exir import ExecutorchBackendConfig, to_edge
 
     case = models.get_case(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         edge = to_edge(models.export(case), constant_methods=case.constant_methods or None)
-        et = edge.to_executorch()
+        et = edge.to_executorch(ExecutorchBackendConfig(**case.backend_options))
     return et, et.buffer
 
 

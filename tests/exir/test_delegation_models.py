@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyexecutorch.exir import ExecutorchBackendConfig
 from pyexecutorch.exir.backend import executorch_call_delegate, get_delegation_info
 from pyexecutorch.exir.error import op_name
 from pyexecutorch.exir.graph_utils import graph_modules
@@ -36,7 +37,7 @@ def test_lowered_model_matches_eager(case: models.ModelCase, flow: str):
             assert info.num_delegated_subgraphs == 0, info.summary()
     if case.name not in NONE:
         assert n_calls > 0
-    et = edge.to_executorch()
+    et = edge.to_executorch(ExecutorchBackendConfig(**case.backend_options))
     pte = decode_pte(et.buffer)
     plans = pte.program.execution_plan
     assert sum(len(p.delegates) for p in plans) == n_calls

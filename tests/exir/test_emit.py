@@ -203,10 +203,24 @@ class _Counter(torch.nn.Module):
         return while_loop(cond_fn, body_fn, (torch.zeros_like(n), x))
 
 
+def test_while_loop_is_refused_unless_asked():
+    from pyexecutorch.exir.error import InternalError
+
+    # The official exporter's error type and message, then the opt-in.
+    program = _export(_Counter(), torch.randn(2, 3), torch.randn(2, 3), torch.tensor(3))
+    with pytest.raises(InternalError) as refused:
+        _compile(program)
+    assert str(refused.value) == (
+        "Failed with error: Unsupported control flow operator: while_loop (node while_loop "
+        "of method 'forward'). The official exporter refuses it; pyexecutorch emits it as a "
+        "loop (a program both runtimes run) with ExecutorchBackendConfig(emit_while_loop=True)"
+    )
+
+
 @pytest.mark.parametrize("n", [0, 1, 4])
 def test_while_loop_layout_and_run(n):
     x, y = torch.randn(2, 3), torch.randn(2, 3)
-    et = _compile(_export(_Counter(), x, y, torch.tensor(3)))
+    et = _compile(_export(_Counter(), x, y, torch.tensor(3)), emit_while_loop=True)
     plan = _plan(et)
     instrs = [i.instr_args for i in plan.chains[0].instructions]
     jumps = [(k, a) for k, a in enumerate(instrs) if isinstance(a, JumpFalseCall)]

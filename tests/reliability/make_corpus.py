@@ -53,7 +53,7 @@ XNNPACK_CASES = ("mlp", "depthwise_conv")
 
 
 def _ours(case: models.ModelCase, partitioner: list | None = None) -> bytes:
-    from pyexecutorch.exir import to_edge, to_edge_transform_and_lower
+    from pyexecutorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -62,7 +62,7 @@ def _ours(case: models.ModelCase, partitioner: list | None = None) -> bytes:
             edge = to_edge_transform_and_lower(programs, partitioner=partitioner)
         else:
             edge = to_edge(programs, constant_methods=case.constant_methods or None)
-        return edge.to_executorch().buffer
+        return edge.to_executorch(ExecutorchBackendConfig(**case.backend_options)).buffer
 
 
 def _external(ours: bool) -> tuple[bytes, list[bytes]]:

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from pyexecutorch.exir import to_edge
+from pyexecutorch.exir import ExecutorchBackendConfig, to_edge
 from pyexecutorch.runtime import Runtime
 from tests import models
 from tests.runtime._suite import assert_program_matches_eager
@@ -18,7 +18,7 @@ def _compile(case) -> bytes:  # noqa: ANN001
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         edge = to_edge(models.export(case), constant_methods=case.constant_methods or None)
-        return edge.to_executorch().buffer
+        return edge.to_executorch(ExecutorchBackendConfig(**case.backend_options)).buffer
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

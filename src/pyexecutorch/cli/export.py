@@ -89,6 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="store the weights in a .ptd file next to the .pte",
     )
+    p.add_argument(
+        "--emit-while-loop",
+        action="store_true",
+        help="emit torch.while_loop as a loop (the official exporter refuses it)",
+    )
     p.add_argument("-o", "--output", required=True, metavar="PTE", help="the .pte to write")
 
 
@@ -425,7 +430,10 @@ def _export(
     else:
         progress.skip("lowering", "no --backend")
     with progress.stage("to_executorch"):
-        et = edge.to_executorch(ExecutorchBackendConfig(external_constants=args.external_constants))
+        config = ExecutorchBackendConfig(
+            external_constants=args.external_constants, emit_while_loop=args.emit_while_loop
+        )
+        et = edge.to_executorch(config)
         data = et.buffer
     written = [out]
     with progress.stage("write", str(out)):

@@ -99,6 +99,11 @@ class ExecutorchBackendConfig:
 
     ``check_kernels`` is ours: when true, an operator without a pyexecutorch kernel is
     an error instead of a warning.
+
+    ``emit_while_loop`` is ours: ``torch.while_loop`` is refused by default, as the
+    official exporter refuses it (``InternalError``, "Unsupported control flow operator:
+    while_loop"); when true it is emitted as a loop of jumps over copied loop state, a
+    program both pyexecutorch's runtime and the official one run.
     """
 
     passes: list[Any] = field(default_factory=list)
@@ -121,6 +126,7 @@ class ExecutorchBackendConfig:
     enable_non_cpu_memory_planning: bool = True
     reinplace_extra_ops: frozenset[Any] | None = None
     check_kernels: bool = False
+    emit_while_loop: bool = False
 
     def check_supported(self) -> None:
         """Raise ``NotImplementedError`` naming each field set to a value whose effect

@@ -34,7 +34,9 @@ from pyexecutorch.exir.config import (
     ExecutorchBackendConfig,
     PropagateDeviceConfig,
 )
+from pyexecutorch.exir.error import InternalError
 from pyexecutorch.exir.graph_utils import (
+    HOP_WHILE,
     copy_graph_module,
     fake_mode_of,
     graph_modules,
@@ -360,6 +362,8 @@ class EdgeProgramManager:
         """Lower every method to the executorch dialect, plan memory, emit and serialize."""
         config = config or ExecutorchBackendConfig()
         config.check_supported()
+        if not config.emit_while_loop:
+            _refuse_while_loops(self._edge_programs)
         planners = {
             name: _per_method(config.memory_planning_pass, name, None) or MemoryPlanningPass()
             for name in self._edge_programs
@@ -385,6 +389,21 @@ class EdgeProgramManager:
         manager._etrecord = self._etrecord
         self._planned = dict(programs)
         return manager
+
+
+def _refuse_while_loops(programs: Mapping[str, ExportedProgram]) -> None:
+    """The official exporter's refusal of ``torch.while_loop`` (its error type and
+    message), naming the opt-in that emits it."""
+    for name, ep in programs.items():
+        for g in graph_modules(ep.graph_module):
+            for node in g.graph.nodes:
+                if node.op == "call_function" and node.target is HOP_WHILE:
+                    raise InternalError(
+                        "Failed with error: Unsupported control flow operator: while_loop "
+                        f"(node {node.name} of method {name!r}). The official exporter "
+                        "refuses it; pyexecutorch emits it as a loop (a program both "
+                        "runtimes run) with ExecutorchBackendConfig(emit_while_loop=True)"
+                    )
 
 
 def _per_method(value: Any, name: str, default: Any) -> Any:
