@@ -36,7 +36,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -121,22 +120,30 @@ def suite_files(wheel: Path, only: list[str] | None = None) -> list[str]:
 
 
 def populate(wheel: Path, side: str, root: Path | None = None) -> Path:
-    """Copy (and for ``ours``, rewrite) the wheel's test files into a fresh scratch
-    tree (``root``, by default ``.cache/conformance/<side>``)."""
+    """Copy (and for ``ours``, rewrite) the wheel's test files into a scratch tree
+    (``root``, by default ``.cache/conformance/<side>``).
+
+    In place: only files whose text changed are rewritten and files the wheel no longer
+    has are removed, so a run started while another runs in the same tree never finds
+    a test file or a helper missing."""
     root = root or SCRATCH / side
-    if root.exists():
-        shutil.rmtree(root)
+    wanted: dict[Path, str] = {}
     for scope in SCOPES:
         for src in (wheel / scope).rglob("*.py"):
             rel = src.relative_to(wheel)
-            if not is_test_path(rel):
-                continue
-            dst = root / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            text = src.read_text()
-            dst.write_text(rewrite_imports(text) if side == "ours" else text)
+            if is_test_path(rel):
+                text = src.read_text()
+                wanted[root / rel] = rewrite_imports(text) if side == "ours" else text
     # Our own pytest configuration only: the repository's must not apply here.
-    (root / "pytest.ini").write_text("[pytest]\n")
+    wanted[root / "pytest.ini"] = "[pytest]\n"
+    for dst, text in wanted.items():
+        if not dst.is_file() or dst.read_text() != text:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(text)
+    if root.is_dir():
+        for stale in [*root.rglob("*.py"), *root.glob("pytest.ini")]:
+            if stale not in wanted and "__pycache__" not in stale.parts:
+                stale.unlink()
     return root
 
 

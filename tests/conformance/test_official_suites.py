@@ -87,3 +87,21 @@ def test_deliberate_differences_name_real_tests_and_are_not_counted_as_lost(tmp_
     row = conformance.table([rel], official, ours).splitlines()[2].split()
     # file, official p/f/e, ours p/f/e, both pass, lost, private, deliberate, seconds
     assert row[3:7] == ["0", "1", "0", "1"], row
+
+
+def test_populate_updates_a_tree_in_place(tmp_path):
+    """A second run repopulating the tree while another runs in it must not take
+    files away: only changed files are rewritten, and files the wheel lacks removed."""
+    wheel = conformance.wheel_root()
+    root = conformance.populate(wheel, "ours", tmp_path / "ours")
+    kept = root / "exir/program/test/test_program.py"
+    edited = root / "devtools/etdump/tests/serialize_test.py"
+    stale = root / "exir/tests/test_gone.py"
+    expected = edited.read_text()
+    edited.write_text("# edited by hand\n")
+    stale.write_text("# no longer in the wheel\n")
+    before = kept.stat().st_mtime_ns
+    conformance.populate(wheel, "ours", root)
+    assert kept.stat().st_mtime_ns == before
+    assert edited.read_text() == expected
+    assert "from pyexecutorch" in expected and not stale.exists()
