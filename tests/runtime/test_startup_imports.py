@@ -200,3 +200,49 @@ def test_a_compiled_load_imports_the_compiled_forms_of_its_kernels_families_only
         scaled = tuple(t * scale for t in case.inputs())
         expected = official.eager_outputs(case, scaled)[0]
         np.testing.assert_allclose(np.array(out), expected, rtol=1e-4, atol=1e-5)
+
+
+# numba's runtime started with its library from the record (jit/runtime_library.py), then a
+# function compiled in the same process that allocates, so links and calls that library.
+_RUNTIME_CHILD = """
+import json
+import numpy as np
+from pyexecutorch.jit import numba_env, runtime_library
+numba = numba_env.numba_module()
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import cpu_target
+from numba.core.runtime import nrt
+had = runtime_library.record_path().read_bytes() if runtime_library.record_path().exists() else b""
+with global_compiler_lock:
+    runtime_library.start(cpu_target.target_context)
+outs = []
+if COMPILE:
+    @numba.njit
+    def ramp_sum(n, scale):
+        a = np.empty(n)
+        for i in range(n):
+            a[i] = i * scale
+        return a.sum()
+    outs = [ramp_sum(n, s) for n, s in ((10, 1.0), (100, 0.5), (7, -2.0))]
+print(json.dumps({
+    "had": had.hex(),
+    "outs": outs,
+    "abort": bool(nrt.rtsys.library.get_pointer_to_function("nrt_unresolved_abort")),
+}))
+"""
+
+
+def test_numbas_runtime_library_is_read_back_from_its_record(tmp_path):
+    pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+    env = {"PYEXECUTORCH_CACHE_DIR": str(tmp_path)}
+    want = [45.0, 2475.0, -42.0]
+    start_only = _RUNTIME_CHILD.replace("COMPILE", "False")
+    first = _run(start_only, **env)
+    assert first["had"] == "" and first["abort"]
+    (record,) = (tmp_path / "functions").glob("numba-runtime.*.record")
+    written = record.read_bytes()
+    # read back: the runtime of a function compiled after it (one compile: seconds)
+    again = _run(_RUNTIME_CHILD.replace("COMPILE", "True"), **env)
+    assert bytes.fromhex(again["had"]) == written and again["outs"] == want and again["abort"]
+    record.write_bytes(b"not a record")  # an unreadable one is compiled and written again
+    assert _run(start_only, **env)["abort"] and record.read_bytes() == written

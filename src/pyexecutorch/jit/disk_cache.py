@@ -50,6 +50,14 @@ def lazy_rebuilder() -> Any:
     return None if lazy is None else lazy.rebuild_payload
 
 
+def lazily_linked_library() -> Any:
+    """The class of numba's JIT code library made from machine code, its bitcode parsed
+    when a compilation links it (see :func:`_lazily_linked_library`), or None for a numba
+    it does not know."""
+    lazy = _lazy_cache_impl()
+    return None if lazy is None else lazy.library_class
+
+
 def entry_rebuilder() -> Any:
     """The function making a plain function's entry point from its light record (see
     :func:`_entry_rebuilder`), or None for a numba it does not know."""
@@ -61,6 +69,9 @@ def refresh_once(context: Any) -> None:
     """Refresh numba's typing and target registries of ``context`` once in this process,
     before the first compile result is read back (under numba's compiler lock)."""
     if id(context) not in _refreshed:
+        from pyexecutorch.jit import runtime_library  # noqa: PLC0415 - (it imports this)
+
+        runtime_library.start(context)  # (the refresh starts it too, its library compiled)
         context.refresh()
         _refreshed.add(id(context))
 
@@ -69,9 +80,9 @@ def runtime_once(context: Any) -> None:
     """Start numba's runtime (NRT: the allocator compiled code calls) for ``context``, as its
     registries' refresh does first, without the refresh (under numba's compiler lock)."""
     if id(context) not in _refreshed:
-        from numba.core.runtime import rtsys  # noqa: PLC0415 - compiled tier only
+        from pyexecutorch.jit import runtime_library  # noqa: PLC0415 - (it imports this)
 
-        rtsys.initialize(context)
+        runtime_library.start(context)
 
 
 def read_cache(cache: Any, context: Any, signature: tuple[Any, ...]) -> Any:
@@ -187,6 +198,7 @@ def _make_lazy_cache_impl() -> Any:
             result = rebuild_payload(target_context, payload)
             return super().rebuild(target_context, payload) if result is None else result
 
+    LazyLinkingCacheImpl.library_class = library_class
     LazyLinkingCacheImpl.rebuild_payload = staticmethod(rebuild_payload)
     LazyLinkingCacheImpl.rebuild_entry = staticmethod(_entry_rebuilder(library_class))
     return LazyLinkingCacheImpl
