@@ -16,11 +16,13 @@ these functions can meet them, as the delegate runs (DAZ and FTZ). Straight-line
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from pyexecutorch.jit.math_functions import bits_of_float64, float64_of_bits
 from pyexecutorch.jit.xnnpack_coefficients import (
@@ -278,3 +280,90 @@ def _host_features() -> dict[str, bool]:
 VARIANT = variant(_host_features())
 xnn_sigmoid_f32 = sigmoid_avx512f if VARIANT == AVX512F else sigmoid_avx2
 xnn_rsqrt_f32 = rsqrt_avx512f if VARIANT == AVX512F else rsqrt_avx
+
+
+@intrinsic
+def silu_vector_avx512f(typingctx, v):  # noqa: ANN001, ANN202, ARG001 - numba's intrinsic protocol
+    """v * sigmoid(v) of a 16-lane float32 vector (jit.simd), each lane's sigmoid
+    :func:`sigmoid_avx512f`'s arithmetic bit for bit (its table read by two in-register
+    permutes): the SiLU a convolution's epilogue applies before its store."""
+    from pyexecutorch.jit.simd import Vector  # noqa: PLC0415 - the compiled tier's type
+
+    if not (isinstance(v, Vector) and v.dtype == types.float32 and v.count == 16):
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        x = args[0]
+        vty = x.type
+        ity = ir.VectorType(ir.IntType(32), 16)
+
+        def const(value: float) -> Any:
+            return ir.Constant(vty, [float(value)] * 16)
+
+        def iconst(value: int) -> Any:
+            return ir.Constant(ity, [int(value)] * 16)
+
+        def call(name: str, result: Any, operands: list[Any]) -> Any:
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(result, [a.type for a in operands]), name
+            )
+            return builder.call(fn, operands)
+
+        def fma(a: Any, b: Any, c: Any) -> Any:
+            return call("llvm.fma.v16f32", vty, [a, b, c])
+
+        def flushed(e: Any) -> Any:  # (_flush)
+            tiny = builder.fcmp_ordered("<", call("llvm.fabs.v16f32", vty, [e]), const(_TINY))
+            return builder.select(tiny, builder.fmul(e, const(0.0)), e)
+
+        z = builder.fneg(call("llvm.fabs.v16f32", vty, [x]))
+        n = fma(z, const(_LOG2E), const(_MAGIC))
+        index = builder.bitcast(n, ity)
+        low_half = ir.Constant(vty, [float(t) for t in _SIG_TABLE[:16]])
+        high_half = ir.Constant(vty, [float(t) for t in _SIG_TABLE[16:]])
+        permute = "llvm.x86.avx512.permvar.sf.512"  # (vpermps: the index's low 4 bits)
+        upper = builder.icmp_signed("!=", builder.and_(index, iconst(16)), iconst(0))
+        table = builder.select(
+            upper, call(permute, vty, [high_half, index]), call(permute, vty, [low_half, index])
+        )
+        n = builder.fsub(n, const(_MAGIC))
+        t = fma(n, const(_LN2_HI), z)
+        t = fma(n, const(_LN2_LO), t)
+        p = fma(t, const(_C2), const(_C1))
+        t = builder.fmul(t, table)
+        p = fma(t, p, table)
+        whole = call("llvm.floor.v16f32", vty, [n])
+        inside = builder.fcmp_ordered(">=", whole, const(_MIN_NORMAL_EXPONENT))
+        k = builder.fptosi(builder.select(inside, whole, const(-126.0)), ity)
+        scale = builder.bitcast(builder.shl(builder.add(k, iconst(127)), iconst(23)), vty)
+        e = flushed(builder.fmul(p, scale))
+        e = builder.select(inside, e, builder.fmul(p, const(0.0)))
+        e = builder.select(builder.fcmp_ordered("==", z, const(-np.inf)), const(0.0), e)
+        f = builder.fdiv(e, builder.fadd(e, const(1.0)))
+        negative = builder.icmp_signed("<", builder.bitcast(x, ity), iconst(0))
+        f = builder.select(negative, f, builder.fsub(const(1.0), f))
+        f = builder.select(builder.fcmp_ordered("==", x, x), f, x)
+        return builder.fmul(x, f)
+
+    return v(v), codegen
+
+
+def vector_silu(v):  # noqa: ANN001, ANN201 - numba's overload protocol
+    """v * sigmoid(v) of a jit.simd vector in compiled code: :func:`silu_vector_avx512f`
+    for 16 float32 lanes where the delegate's sigmoid is the AVX-512F form; other vectors
+    come back unchanged (kernels compiled for them never set SiLU: see SILU_VECTORS)."""
+    raise NotImplementedError("compiled code only")
+
+
+@overload(vector_silu, inline="always")
+def _vector_silu(v):  # noqa: ANN001, ANN202
+    from pyexecutorch.jit.simd import Vector  # noqa: PLC0415 - the compiled tier's type
+
+    if isinstance(v, Vector) and v.dtype == types.float32 and v.count == 16 and VARIANT == AVX512F:
+        return lambda v: silu_vector_avx512f(v)
+    return lambda v: v
+
+
+# Whether compiled kernels can apply SiLU to float32 vectors (vector_silu): 16 lanes with
+# the delegate's AVX-512F sigmoid.
+SILU_VECTORS = VARIANT == AVX512F

@@ -351,6 +351,29 @@ def _residual_add(b: StepBuilder, k: int, conv_out: int) -> tuple[Any, int, floa
     return other, u.output_id, low, high
 
 
+def _silu_after(b: StepBuilder, k: int, conv_out: int) -> int | None:
+    """The output of ``conv_out * sigmoid(conv_out)`` computed by an XNNSigmoid at ``k + 1``
+    and an XNNMultiply at ``k + 2`` (a SiLU as exported), where nothing else reads
+    ``conv_out`` or the sigmoid and neither node clamps; else None."""
+    nodes = b.graph.nodes
+    if k + 2 >= len(nodes) or b.readers.get(conv_out) != {k + 1, k + 2}:
+        return None
+    sigmoid, multiply = nodes[k + 1], nodes[k + 2]
+    us, um = sigmoid.xnode_union, multiply.xnode_union
+    if type(us).__name__ != "XNNSigmoid" or type(um).__name__ != "XNNMultiply":
+        return None
+    gate = us.output_id
+    if us.input_id != conv_out or {um.input1_id, um.input2_id} != {conv_out, gate}:
+        return None
+    if b.readers.get(gate) != {k + 2} or any(b.is_external(v) for v in (conv_out, gate)):
+        return None
+    if not _float32(b, gate, um.output_id):
+        return None
+    if any(bounds(node) != (-_INF, _INF) for node in (sigmoid, multiply)):
+        return None
+    return um.output_id
+
+
 @maker("XNNConv2d", "XNNDepthwiseConv2d")
 def _conv(b: StepBuilder, k: int) -> int:
     from pyexecutorch.kernels.conv.compiled_nhwc import (  # noqa: PLC0415
@@ -396,20 +419,27 @@ def _conv(b: StepBuilder, k: int) -> int:
             consumed = 2
     if math.isnan(low) or math.isnan(high):
         return 0
+    # a SiLU right after (no clamp, no residual): in the kernel's stores
+    silu_out = _silu_after(b, k, u.output_id) if residual is None else None
+    if silu_out is not None and (low, high) == (-_INF, _INF):
+        out_vid, consumed = silu_out, 3
+    else:
+        silu_out = None
+    x, packed_weight = b.nchw(u.input1_id), _readonly(weight)
+    packed_bias = None if bias is None else _readonly(bias)
+
+    def step(out: np.ndarray, silu: bool) -> Any:
+        return channels_last_conv_step(
+            x, packed_weight, packed_bias, (sh, sw), pad, (dh, dw), groups,
+            out.transpose(0, 3, 1, 2), low=low, high=high, residual=residual, silu=silu,
+        )  # fmt: skip
+
     out = b.new(out_vid, (n, oh, ow, c_out))
-    pair = channels_last_conv_step(
-        b.nchw(u.input1_id),
-        _readonly(weight),
-        None if bias is None else _readonly(bias),
-        (sh, sw),
-        pad,
-        (dh, dw),
-        groups,
-        out.transpose(0, 3, 1, 2),
-        low=low,
-        high=high,
-        residual=residual,
-    )
+    pair = step(out, silu_out is not None)
+    if pair is None and silu_out is not None:  # (no vector SiLU here: the loop after)
+        out_vid, consumed = u.output_id, 1
+        out = b.new(out_vid, (n, oh, ow, c_out))
+        pair = step(out, False)
     if pair is None:
         return 0
     b.commit(out_vid, out)

@@ -4,7 +4,7 @@ The step the runtime's layout pass calls::
 
     channels_last_conv_step(
         input, weight, bias, stride, padding, dilation, groups, out,
-        *, low=-math.inf, high=math.inf, residual=None,
+        *, low=-math.inf, high=math.inf, residual=None, silu=False,
     ) -> tuple[dispatcher, tuple] | None
 
 returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pyexecutorch.jit import simd, symbol_calls, variants
+from pyexecutorch.jit import simd, symbol_calls, variants, xnnpack_math
 from pyexecutorch.jit.arrays import FLOATS, channels_last
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -80,6 +80,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _RUN_STEP,
     _RUNS,
     _SH,
+    _SILU,
     _STRIPS,
     _SW,
     _TO_PLANES,
@@ -359,14 +360,22 @@ def channels_last_conv_step(
     low: float = -math.inf,
     high: float = math.inf,
     residual: Any = None,
+    silu: bool = False,
 ) -> tuple[Any, tuple[Any, ...]] | None:
     """``(function, args)``: ``function(*args)`` writes
     ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low,
-    high)`` into ``out``; or None where this module does not apply (see the module's
-    docstring)."""
+    high)`` into ``out`` (with ``silu``, times the XNNPACK sigmoid of itself); or None where
+    this module does not apply (see the module's docstring)."""
     call = _accepted(
         input, weight, bias, stride, padding, dilation, groups, out, low, high, residual
     )
+    if call is not None and silu:
+        # (in the kernels' stores: a channels-last output they write themselves, float32
+        # vectors with the delegate's AVX-512F sigmoid)
+        fits = xnnpack_math.SILU_VECTORS and simd.lanes(np.float32) == 16
+        if not (fits and call.input.dtype == np.float32 and call.g[_TO_PLANES] == 0):
+            return None
+        call.g[_SILU] = 1
     if call is None:
         return None
     return _depthwise_call(call) if groups != 1 else _dense_call(call)

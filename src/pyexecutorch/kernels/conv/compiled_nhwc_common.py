@@ -10,6 +10,7 @@ from __future__ import annotations
 from numba import njit, prange
 
 from pyexecutorch.jit import simd
+from pyexecutorch.jit.xnnpack_math import vector_silu
 
 # Pieces are plain numba functions called by the kernels (_part, _call): each compiles
 # once per dtype and LLVM inlines the small ones (_call) into their callers when it
@@ -61,19 +62,36 @@ _loops = njit(inline="always", error_model="numpy")
     _PIXEL_MAJOR,  # (depthwise) 1: 3x3 copied, pixel by pixel; 2: clipped taps; 3: tiled
     _STRIPS,  # (dense) strips of output pixels an image is split into (whole tiles of 8)
     _BANDED,  # (dense) strips are bands of output rows that copy their input rows
+    _SILU,  # x * sigmoid(x) (XNNPACK's sigmoid) applied to the clamped sums (channels-last)
     _GEOMETRY_SIZE,
-) = range(34)
+) = range(35)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
 
+# The kernels' ``has_residual`` argument is a set of these epilogue flags.
+RESIDUAL, SILU = 1, 2
+
+
+@_call
+def _epilogue(g):  # noqa: ANN001, ANN202
+    """The epilogue flags of geometry ``g``'s stores: a residual and SiLU where the kernel
+    writes the channels-last output itself (else _to_planes adds the residual)."""
+    if g[_TO_PLANES] != 0:
+        return 0
+    return (RESIDUAL if g[_HAS_RESIDUAL] != 0 else 0) | (SILU if g[_SILU] != 0 else 0)
+
 
 @_call
 def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """op[o : o + L] = clamp(acc + rp[o : o + L], low, high)."""
-    if has_residual:
+    """op[o : o + L] = clamp(acc + rp[o : o + L], low, high), then its SiLU (the flags
+    ``has_residual``: see _epilogue)."""
+    if has_residual & RESIDUAL:
         acc = simd.add(acc, simd.load(rp, o))
-    simd.store(op, o, simd.clamp(acc, low, high))
+    acc = simd.clamp(acc, low, high)
+    if has_residual & SILU:
+        acc = vector_silu(acc)
+    simd.store(op, o, acc)
 
 
 @_call
@@ -81,13 +99,14 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
     """op[o : o + count] = clamp(acc + rp[o : o + count], low, high)[:count]; nothing when
     count is 0 (the residual read before the store, so rp may be op)."""
     if count >= simd.lanes_of(op):
-        if has_residual:
-            acc = simd.add(acc, simd.load(rp, o))
-        simd.store(op, o, simd.clamp(acc, low, high))
+        _finish_whole(op, o, acc, rp, has_residual, low, high)
     elif count > 0:
-        if has_residual:
+        if has_residual & RESIDUAL:
             acc = simd.add(acc, simd.load_first(rp, o, count))
-        simd.store_first(op, o, simd.clamp(acc, low, high), count)
+        acc = simd.clamp(acc, low, high)
+        if has_residual & SILU:
+            acc = vector_silu(acc)
+        simd.store_first(op, o, acc, count)
 
 
 # ---------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _XS_IMAGE,
     _call,
     _div,
+    _epilogue,
     _finish,
     _finish_whole,
     _pad_input,
@@ -439,7 +440,7 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, 
         _paired8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, has_residual)
         return
     # (the tiny images' forms take the residual's test at run time: compiled once)
-    summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
+    summed = _epilogue(g)
     last = 2 * q1 * lanes  # (with ``tail``, the odd last vector's first channel)
     if pixels == 1:
         a = base + wt[0]
@@ -514,7 +515,7 @@ def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes,
     With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
-    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
+    has_residual = _epilogue(g)
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)

@@ -55,6 +55,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _TO_PLANES,
     _W,
     _div,
+    _epilogue,
     _finish,
     _finish_whole,
     _inline,
@@ -513,7 +514,7 @@ def _depthwise_job(xp, wp, bp, op, rp, g, low, high, has_residual, job):  # noqa
     per_group = _div(vectors + groups - 1, groups)
     v0, v1 = group * per_group, min(vectors, (group + 1) * per_group)
     if g[_PIXEL_MAJOR] == 2:  # (the residual's test at run time: compiled once)
-        summed = g[_HAS_RESIDUAL] != 0 and g[_TO_PLANES] == 0
+        summed = _epilogue(g)
         _dw_clipped(xp, wp, bp, op, rp, g, low, high, n, v0, v1, oh0, oh1, summed)
         return
     if g[_PIXEL_MAJOR] == 3:
@@ -547,7 +548,7 @@ def _depthwise(x, wp, bias, geometry, scalars, residual, out, planes, buffer):  
     with _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
-    has_residual = g[_HAS_RESIDUAL] != 0 and not to_planes
+    has_residual = _epilogue(g)
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)
