@@ -248,57 +248,75 @@ def test_convolution_reads_nchw_input_and_adds_its_residual():
     np.testing.assert_allclose(got[1], _nhwc(d), rtol=1e-5, atol=1e-5)
 
 
-def _silu_graph(x_shape, o, conv_out_is_output=False):
-    """On an NHWC input of ``x_shape``: a 3x3 convolution to ``o`` channels, then SiLU
-    (sigmoid, multiply), then a depthwise one, then SiLU with the multiply's operands the
-    other way round."""
+def _activation(g: GraphBuilder, name: str, x: int, out: int, shape, swapped: bool) -> None:
+    """Nodes computing activation ``name`` of ``x`` (of ``shape``) into ``out``: SiLU as
+    exported (a sigmoid, a multiply whose operands ``swapped`` or not), or a hardswish."""
+    if name == "hardswish":
+        g.node(NODE["XNNHardswish"](x, out, 0))
+        return
+    gate = g.tensor(shape)
+    g.node(NODE["XNNSigmoid"](x, gate, 0))
+    g.node(NODE["XNNMultiply"](*((gate, x) if swapped else (x, gate)), out, 0))
+
+
+_TORCH_ACTIVATIONS = {"silu": F.silu, "hardswish": F.hardswish}
+
+
+def _activation_graph(x_shape, o, name, conv_out_is_output=False):
+    """On an NHWC input of ``x_shape``: a 3x3 convolution to ``o`` channels, the activation
+    ``name``, a depthwise 3x3 convolution, the activation again (a SiLU's multiply with
+    its operands the other way round); the weights, and torch's result on an NCHW x."""
     n, h, _, c = x_shape
     w, bias = _rand(o, c, 3, 3, seed=2), _rand(o, seed=3)
     wd, bd = _rand(o, 1, 3, 3, seed=4), _rand(o, seed=5)
     g = GraphBuilder()
     xi = g.input((n, h, h, c))
-    conv, gate, act, dw, gate2, out = (g.tensor((n, h, h, o)) for _ in range(6))
+    conv, act, dw, out = (g.tensor((n, h, h, o)) for _ in range(4))
     g.node(_conv_table(NODE["XNNConv2d"], xi, g.const(w.transpose(0, 2, 3, 1)), g.const(bias),
                        conv, k=3, pad=(1,) * 4, cin=c, cout=o))  # fmt: skip
-    g.node(NODE["XNNSigmoid"](conv, gate, 0))
-    g.node(NODE["XNNMultiply"](conv, gate, act, 0))
+    _activation(g, name, conv, act, (n, h, h, o), False)
     wx = g.const(wd.reshape(o, 3, 3).transpose(1, 2, 0)[None])
     g.node(_conv_table(NODE["XNNDepthwiseConv2d"], act, wx, g.const(bd), dw, k=3, stride=1,
                        pad=(1,) * 4, groups=o, cin=1, cout=1))  # fmt: skip
-    g.node(NODE["XNNSigmoid"](dw, gate2, 0))
-    g.node(NODE["XNNMultiply"](gate2, dw, out, 0))
+    _activation(g, name, dw, out, (n, h, h, o), True)
     g.output_all(*((conv, out) if conv_out_is_output else (out,)))
-    return g, (w, bias, wd, bd)
+
+    def torch_result(x):
+        f = _TORCH_ACTIVATIONS[name]
+        s = f(F.conv2d(x, torch.from_numpy(w), torch.from_numpy(bias), padding=1))
+        return f(F.conv2d(s, torch.from_numpy(wd), torch.from_numpy(bd), padding=1, groups=o))
+
+    return g, torch_result
 
 
+@pytest.mark.parametrize("name", ["silu", "hardswish"])
 @pytest.mark.parametrize("o", [24, 32])  # (a channel tail of 8 lanes, whole vectors)
-def test_convolutions_apply_a_following_silu_in_their_stores(monkeypatch, o):
+def test_convolutions_apply_a_following_activation_in_their_stores(monkeypatch, o, name):
     from pyexecutorch.jit import xnnpack_math
 
     x = _specials((1, 9, 9, 5), seed=1)
-    g, (w, bias, wd, bd) = _silu_graph(x.shape, o)
+    g, torch_result = _activation_graph(x.shape, o, name)
     got, ref, plan = run_both(g, x)
     assert plan.declined == []
-    # fused where the kernels have the delegate's sigmoid in vectors (AVX-512F)
+    # fused (SiLU where the kernels have the delegate's sigmoid in vectors: AVX-512F)
     fused = ["nhwc_dense", "nhwc_depthwise"]
-    assert (_kinds(plan) == fused) == xnnpack_math.SILU_VECTORS
-    # bit for bit the separate SiLU loop's result (the same arithmetic), near the numpy
+    assert (_kinds(plan) == fused) == (name == "hardswish" or xnnpack_math.SILU_VECTORS)
+    # bit for bit the separate loops' result (the same arithmetic), near the numpy
     # interpreter's (another summation order) and torch's
-    monkeypatch.setattr(compiled_nodes, "_silu_after", lambda *a: None)
+    monkeypatch.setattr(compiled_nodes, "_ACTIVATIONS_AFTER", ())
     apart, _, plan_apart = run_both(g, x)
     assert len(plan_apart.steps) == 4
     np.testing.assert_array_equal(got[0], apart[0])
     _same(got, ref, rtol=1e-5, atol=1e-5)
-    s = F.silu(F.conv2d(base._nchw(x), torch.from_numpy(w),
-                        torch.from_numpy(bias), padding=1))  # fmt: skip
-    d = F.silu(F.conv2d(s, torch.from_numpy(wd), torch.from_numpy(bd), padding=1, groups=o))
     finite = np.isfinite(ref[0])
-    np.testing.assert_allclose(got[0][finite], _nhwc(d)[finite], rtol=1e-4, atol=1e-5)
+    expected = _nhwc(torch_result(base._nchw(x)))
+    np.testing.assert_allclose(got[0][finite], expected[finite], rtol=1e-4, atol=1e-5)
 
 
-def test_a_silu_whose_input_is_read_elsewhere_stays_a_loop():
+@pytest.mark.parametrize("name", ["silu", "hardswish"])
+def test_an_activation_whose_input_is_read_elsewhere_stays_a_loop(name):
     x = _specials((1, 7, 7, 5), seed=2)
-    g, _ = _silu_graph(x.shape, 16, conv_out_is_output=True)
+    g, _ = _activation_graph(x.shape, 16, name, conv_out_is_output=True)
     got, ref, plan = run_both(g, x)
     kinds = _kinds(plan)
     assert plan.declined == [] and kinds[0] == "nhwc_dense" and len(kinds) >= 3

@@ -102,8 +102,8 @@ def test_delegate_call_passing_a_scalar_fails_at_load():
 
     with pytest.raises(
         InvalidProgramError,
-        match=r"instruction 0 \(delegate 0, XnnpackBackend\) passes value \d+, a Bool; "
-        r"the backend takes tensors only",
+        match=r"instruction 0 \(delegate 0, XnnpackBackend\) passes value \d+, a Bool, as "
+        r"argument 0; the backend takes a tensor there",
     ):
         _load(_edited("official_xnnpack_mlp.pte", edit))
 

@@ -367,3 +367,26 @@ def _vector_silu(v):  # noqa: ANN001, ANN202
 # Whether compiled kernels can apply SiLU to float32 vectors (vector_silu): 16 lanes with
 # the delegate's AVX-512F sigmoid.
 SILU_VECTORS = VARIANT == AVX512F
+
+
+def vector_hardswish(v):  # noqa: ANN001, ANN201 - numba's overload protocol
+    """XNNPACK's hardswish node of a float32 jit.simd vector in compiled code, each step
+    rounded to float32 as the delegate's loops (and the numpy interpreter) compute it:
+    ``(min(max(v + 3, 0), 6) * v) * (1/6)``, NaN kept; other vectors come back unchanged
+    (kernels compiled for them never set it)."""
+    raise NotImplementedError("compiled code only")
+
+
+@overload(vector_hardswish, inline="always")
+def _vector_hardswish(v):  # noqa: ANN001, ANN202
+    from pyexecutorch.jit import simd  # noqa: PLC0415 - the compiled tier's module
+
+    if not (isinstance(v, simd.Vector) and v.dtype == types.float32):
+        return lambda v: v
+    three, zero, six, sixth = _F(3.0), _F(0.0), _F(6.0), _F(1.0 / 6.0)
+
+    def hardswish(v):  # noqa: ANN001, ANN202
+        clipped = simd.clamp(simd.add(v, simd.splat(three)), simd.splat(zero), simd.splat(six))
+        return simd.mul(simd.mul(clipped, v), simd.splat(sixth))
+
+    return hardswish

@@ -15,7 +15,7 @@ handle once, when a method loads, and runs that handle on every call::
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,12 @@ class BackendInterface:
         every call) as compiled steps (:class:`pyexecutorch.runtime.whole_method.Step`)
         that a method compiled whole calls in its place, or None (the default)."""
         return None
+
+    def tensor_arguments(self, handle: Any, count: int) -> Iterable[int]:
+        """The positions among a delegate call's ``count`` arguments that must hold
+        tensors, which loading checks (default: all of them where
+        ``tensor_arguments_only``, else none)."""
+        return range(count) if self.tensor_arguments_only else ()
 
     def written_arguments(self, handle: Any) -> frozenset[int] | None:
         """The positions of the call's arguments that the delegate writes whole on every call

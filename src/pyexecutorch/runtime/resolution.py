@@ -145,22 +145,24 @@ def init_delegates(
 
 
 def _check_tensor_arguments(plan: ExecutionPlan, delegates: list[tuple[Any, Any]]) -> None:
-    """Refuse a delegate call passing a non-tensor to a backend that takes tensors only."""
+    """Refuse a delegate call passing a non-tensor where its backend reads a tensor."""
     for c, chain in enumerate(plan.chains):
         for pc, instr in enumerate(chain.instructions):
             call = instr.instr_args
-            if not (
-                isinstance(call, DelegateCall)
-                and delegates[call.delegate_index][0].tensor_arguments_only
-            ):
+            if not isinstance(call, DelegateCall):
                 continue
-            for j in call.args:
+            backend, handle = delegates[call.delegate_index]
+            args = list(call.args)
+            positions = getattr(backend, "tensor_arguments", None)
+            for position in positions(handle, len(args)) if positions else ():
+                j = args[position]
                 if not isinstance(plan.values[j].val, Tensor):
                     kind = type(plan.values[j].val).__name__
                     raise InvalidProgramError(
                         f"method '{plan.name}': chain {c} instruction {pc} (delegate "
                         f"{call.delegate_index}, {plan.delegates[call.delegate_index].id}) passes "
-                        f"value {j}, a {kind}; the backend takes tensors only"
+                        f"value {j}, a {kind}, as argument {position}; the backend takes a "
+                        "tensor there"
                     )
 
 

@@ -374,6 +374,26 @@ def _silu_after(b: StepBuilder, k: int, conv_out: int) -> int | None:
     return um.output_id
 
 
+def _hardswish_after(b: StepBuilder, k: int, conv_out: int) -> int | None:
+    """The output of an XNNHardswish at ``k + 1`` of ``conv_out`` (read by nothing else),
+    without a clamp; else None."""
+    nodes = b.graph.nodes
+    if k + 1 >= len(nodes) or b.readers.get(conv_out) != {k + 1} or b.is_external(conv_out):
+        return None
+    node = nodes[k + 1]
+    u = node.xnode_union
+    if type(u).__name__ != "XNNHardswish" or u.input_id != conv_out:
+        return None
+    if not _float32(b, u.output_id) or bounds(node) != (-_INF, _INF):
+        return None
+    return u.output_id
+
+
+# An activation right after a convolution, applied in its kernel's stores: (the nodes it
+# takes, its name for channels_last_conv_step, the value it computes or None).
+_ACTIVATIONS_AFTER = ((2, "silu", _silu_after), (1, "hardswish", _hardswish_after))
+
+
 @maker("XNNConv2d", "XNNDepthwiseConv2d")
 def _conv(b: StepBuilder, k: int) -> int:
     from pyexecutorch.kernels.conv.compiled_nhwc import (  # noqa: PLC0415
@@ -419,27 +439,30 @@ def _conv(b: StepBuilder, k: int) -> int:
             consumed = 2
     if math.isnan(low) or math.isnan(high):
         return 0
-    # a SiLU right after (no clamp, no residual): in the kernel's stores
-    silu_out = _silu_after(b, k, u.output_id) if residual is None else None
-    if silu_out is not None and (low, high) == (-_INF, _INF):
-        out_vid, consumed = silu_out, 3
-    else:
-        silu_out = None
+    # an activation right after (no clamp, no residual): in the kernel's stores
+    activation = None
+    if residual is None and (low, high) == (-_INF, _INF):
+        for taken, name, after in _ACTIVATIONS_AFTER:
+            act_out = after(b, k, u.output_id)
+            if act_out is not None:
+                out_vid, consumed, activation = act_out, 1 + taken, name
+                break
     x, packed_weight = b.nchw(u.input1_id), _readonly(weight)
     packed_bias = None if bias is None else _readonly(bias)
 
-    def step(out: np.ndarray, silu: bool) -> Any:
+    def step(out: np.ndarray, activation: str | None) -> Any:
         return channels_last_conv_step(
             x, packed_weight, packed_bias, (sh, sw), pad, (dh, dw), groups,
-            out.transpose(0, 3, 1, 2), low=low, high=high, residual=residual, silu=silu,
+            out.transpose(0, 3, 1, 2), low=low, high=high, residual=residual,
+            activation=activation,
         )  # fmt: skip
 
     out = b.new(out_vid, (n, oh, ow, c_out))
-    pair = step(out, silu_out is not None)
-    if pair is None and silu_out is not None:  # (no vector SiLU here: the loop after)
+    pair = step(out, activation)
+    if pair is None and activation is not None:  # (not in vectors here: the loop after)
         out_vid, consumed = u.output_id, 1
         out = b.new(out_vid, (n, oh, ow, c_out))
-        pair = step(out, False)
+        pair = step(out, None)
     if pair is None:
         return 0
     b.commit(out_vid, out)

@@ -65,6 +65,7 @@ class Graph:
     nodes: list[S.XNode]
     inputs: list[Value]  # in external-id order
     outputs: list[Value]
+    num_args: int  # the delegate call's arguments (num_externs): inputs, then outputs
     # arrays the compiled plans make from constants at load (weights laid out or packed
     # for a kernel), by what they are: made once, every plan (one per input shapes) reads
     # the same (see compiled_nodes.shared)
@@ -168,11 +169,15 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
         key=lambda v: v.external_id,
     )
     externals = sorted(v.external_id for v in inputs + outputs)
-    if externals != list(range(len(externals))):
+    # an external id is the position of the delegate call's argument; a position no value
+    # takes is a non-tensor argument (a symbolic size the exporter passed in)
+    num_args = g.num_externs or len(externals)
+    if len(set(externals)) != len(externals) or (externals and externals[-1] >= num_args):
         raise XnnpackError(
-            f"external ids {externals} of the delegate's inputs and outputs are not 0..{len(externals) - 1}"
+            f"external ids {externals} of the delegate's inputs and outputs are not distinct "
+            f"ids below num_externs {num_args}"
         )
-    return Graph(values, list(g.xnodes), inputs, outputs)
+    return Graph(values, list(g.xnodes), inputs, outputs, num_args)
 
 
 # ------------------------------------------------------------------ planning

@@ -35,7 +35,8 @@ class Delegate:
         self.last_key: tuple[tuple[int, ...], ...] | None = None
         self.last_plan: Any = None
         self.input_ext = [v.external_id for v in graph.inputs]
-        self.n_args = len(graph.inputs) + len(graph.outputs)
+        self.output_ext = [v.external_id for v in graph.outputs]
+        self.n_args = graph.num_args
 
     def make_plan(self, key: tuple[tuple[int, ...], ...], declared: bool = False) -> Any:
         """The plan for input shapes ``key``: compiled where the delegate is, else numpy's."""
@@ -130,6 +131,11 @@ class XnnpackBackend(BackendInterface):
             return None
         plan = handle.plan_for(args)
         return plan.whole_steps(args) if plan.compiled else None
+
+    def tensor_arguments(self, handle: Delegate, count: int) -> list[int]:
+        """The positions the graph's values read or write (external ids): the other
+        arguments are sizes the exporter passed in, which XNNPACK does not read."""
+        return [e for e in handle.input_ext + handle.output_ext if e < count]
 
     def written_arguments(self, handle: Delegate) -> frozenset[int]:
         """The graph's outputs (an external that is also an input is read too)."""

@@ -4,7 +4,7 @@ The step the runtime's layout pass calls::
 
     channels_last_conv_step(
         input, weight, bias, stride, padding, dilation, groups, out,
-        *, low=-math.inf, high=math.inf, residual=None, silu=False,
+        *, low=-math.inf, high=math.inf, residual=None, activation=None,
     ) -> tuple[dispatcher, tuple] | None
 
 returns ``(function, args)``; ``function(*args)`` computes, into ``out``,
@@ -55,6 +55,7 @@ from pyexecutorch.jit import simd, symbol_calls, variants, xnnpack_math
 from pyexecutorch.jit.arrays import FLOATS, channels_last
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
+    _ACTIVATION,
     _BANDED,
     _BANDS,
     _CIN,
@@ -80,7 +81,6 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _RUN_STEP,
     _RUNS,
     _SH,
-    _SILU,
     _STRIPS,
     _SW,
     _TO_PLANES,
@@ -90,6 +90,8 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _XS_COL,
     _XS_IMAGE,
     _XS_ROW,
+    HARDSWISH,
+    SILU,
 )
 from pyexecutorch.kernels.conv.compiled_nhwc_dense import DENSE
 from pyexecutorch.kernels.conv.compiled_nhwc_depthwise import DEPTHWISE
@@ -347,6 +349,10 @@ class _Call:
         return variants.planned_threads() if self.macs >= least and variants.can_thread() else 1
 
 
+# The activations the kernels apply in their stores, by name (channels_last_conv_step).
+ACTIVATIONS = {"silu": SILU, "hardswish": HARDSWISH}
+
+
 def channels_last_conv_step(
     input: Any,
     weight: Any,
@@ -360,22 +366,25 @@ def channels_last_conv_step(
     low: float = -math.inf,
     high: float = math.inf,
     residual: Any = None,
-    silu: bool = False,
+    activation: str | None = None,
 ) -> tuple[Any, tuple[Any, ...]] | None:
     """``(function, args)``: ``function(*args)`` writes
     ``clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual, low,
-    high)`` into ``out`` (with ``silu``, times the XNNPACK sigmoid of itself); or None where
+    high)`` into ``out``, then ``activation`` of it ("silu": times the XNNPACK sigmoid of
+    itself; "hardswish": as XNNPACK's node, each step rounded to float32); or None where
     this module does not apply (see the module's docstring)."""
     call = _accepted(
         input, weight, bias, stride, padding, dilation, groups, out, low, high, residual
     )
-    if call is not None and silu:
-        # (in the kernels' stores: a channels-last output they write themselves, float32
-        # vectors with the delegate's AVX-512F sigmoid)
-        fits = xnnpack_math.SILU_VECTORS and simd.lanes(np.float32) == 16
-        if not (fits and call.input.dtype == np.float32 and call.g[_TO_PLANES] == 0):
+    if call is not None and activation is not None:
+        # (in the kernels' stores: a float32 channels-last output they write themselves;
+        # SiLU where vectors have the delegate's AVX-512F sigmoid)
+        flag = ACTIVATIONS.get(activation)
+        if flag == SILU and not (xnnpack_math.SILU_VECTORS and simd.lanes(np.float32) == 16):
+            flag = None
+        if flag is None or call.input.dtype != np.float32 or call.g[_TO_PLANES] != 0:
             return None
-        call.g[_SILU] = 1
+        call.g[_ACTIVATION] = flag
     if call is None:
         return None
     return _depthwise_call(call) if groups != 1 else _dense_call(call)

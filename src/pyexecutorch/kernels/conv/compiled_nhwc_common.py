@@ -10,7 +10,7 @@ from __future__ import annotations
 from numba import njit, prange
 
 from pyexecutorch.jit import simd
-from pyexecutorch.jit.xnnpack_math import vector_silu
+from pyexecutorch.jit.xnnpack_math import vector_hardswish, vector_silu
 
 # Pieces are plain numba functions called by the kernels (_part, _call): each compiles
 # once per dtype and LLVM inlines the small ones (_call) into their callers when it
@@ -62,36 +62,44 @@ _loops = njit(inline="always", error_model="numpy")
     _PIXEL_MAJOR,  # (depthwise) 1: 3x3 copied, pixel by pixel; 2: clipped taps; 3: tiled
     _STRIPS,  # (dense) strips of output pixels an image is split into (whole tiles of 8)
     _BANDED,  # (dense) strips are bands of output rows that copy their input rows
-    _SILU,  # x * sigmoid(x) (XNNPACK's sigmoid) applied to the clamped sums (channels-last)
+    _ACTIVATION,  # SILU or HARDSWISH (below) applied to the clamped sums (channels-last)
     _GEOMETRY_SIZE,
 ) = range(35)
 
 # The dtype's ``scalars`` argument: the clamp's bounds, then -inf and inf.
 _LOW, _HIGH, _NO_LOW, _NO_HIGH = range(4)
 
-# The kernels' ``has_residual`` argument is a set of these epilogue flags.
-RESIDUAL, SILU = 1, 2
+# The kernels' ``has_residual`` argument is a set of these epilogue flags: the residual
+# added, then (after the clamp) x * sigmoid(x) (XNNPACK's sigmoid) or hardswish.
+RESIDUAL, SILU, HARDSWISH = 1, 2, 4
 
 
 @_call
 def _epilogue(g):  # noqa: ANN001, ANN202
-    """The epilogue flags of geometry ``g``'s stores: a residual and SiLU where the kernel
-    writes the channels-last output itself (else _to_planes adds the residual)."""
+    """The epilogue flags of geometry ``g``'s stores: a residual and an activation where
+    the kernel writes the channels-last output itself (else _to_planes adds the residual)."""
     if g[_TO_PLANES] != 0:
         return 0
-    return (RESIDUAL if g[_HAS_RESIDUAL] != 0 else 0) | (SILU if g[_SILU] != 0 else 0)
+    return (RESIDUAL if g[_HAS_RESIDUAL] != 0 else 0) | g[_ACTIVATION]
+
+
+@_call
+def _activated(v, flags):  # noqa: ANN001, ANN202
+    """``v`` with the activation among the epilogue ``flags`` applied."""
+    if flags & SILU:
+        return vector_silu(v)
+    if flags & HARDSWISH:
+        return vector_hardswish(v)
+    return v
 
 
 @_call
 def _finish_whole(op, o, acc, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """op[o : o + L] = clamp(acc + rp[o : o + L], low, high), then its SiLU (the flags
-    ``has_residual``: see _epilogue)."""
+    """op[o : o + L] = clamp(acc + rp[o : o + L], low, high), then its activation (the
+    flags ``has_residual``: see _epilogue)."""
     if has_residual & RESIDUAL:
         acc = simd.add(acc, simd.load(rp, o))
-    acc = simd.clamp(acc, low, high)
-    if has_residual & SILU:
-        acc = vector_silu(acc)
-    simd.store(op, o, acc)
+    simd.store(op, o, _activated(simd.clamp(acc, low, high), has_residual))
 
 
 @_call
@@ -103,10 +111,7 @@ def _finish(op, o, acc, count, rp, has_residual, low, high):  # noqa: ANN001, AN
     elif count > 0:
         if has_residual & RESIDUAL:
             acc = simd.add(acc, simd.load_first(rp, o, count))
-        acc = simd.clamp(acc, low, high)
-        if has_residual & SILU:
-            acc = vector_silu(acc)
-        simd.store_first(op, o, acc, count)
+        simd.store_first(op, o, _activated(simd.clamp(acc, low, high), has_residual), count)
 
 
 # ---------------------------------------------------------------------------

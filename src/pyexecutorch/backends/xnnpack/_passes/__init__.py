@@ -7,7 +7,9 @@ graph module and exported program) that rewrites the graph in place:
    parameters of values (see :mod:`.quantized`).
    :func:`remove_copies`: clones that keep the dim order are dropped.
 1. :func:`convert_to_linear`: ``addmm``/``mm`` on a transposed constant weight
-   become ``linear`` (a fully connected node on the weight as stored).
+   become ``linear`` (a fully connected node on the weight as stored);
+   :func:`fold_linear_reshapes`: the reshapes around a decomposed rank > 2
+   ``nn.Linear`` go (the fully connected node takes any rank).
 2. :func:`fuse_batch_norm`: an eval batch norm after a convolution or linear
    is folded into that node's weight and bias.
 3. :func:`fold_constants`: nodes computed from constants only (permutes and
@@ -28,7 +30,7 @@ from pyexecutorch.backends.xnnpack._passes.common import PassContext, sources
 from pyexecutorch.backends.xnnpack._passes.fold_constants import fold_constants
 from pyexecutorch.backends.xnnpack._passes.fuse_activation import fuse_activation
 from pyexecutorch.backends.xnnpack._passes.fuse_batch_norm import fuse_batch_norm
-from pyexecutorch.backends.xnnpack._passes.linear import convert_to_linear
+from pyexecutorch.backends.xnnpack._passes.linear import convert_to_linear, fold_linear_reshapes
 from pyexecutorch.backends.xnnpack._passes.quantized import fold_quantization
 from pyexecutorch.backends.xnnpack._passes.remove_copies import remove_copies
 
@@ -36,6 +38,7 @@ PASSES = (
     fold_quantization,
     remove_copies,
     convert_to_linear,
+    fold_linear_reshapes,
     fuse_batch_norm,
     fold_constants,
     fuse_activation,
@@ -56,6 +59,7 @@ __all__ = [
     "PassContext",
     "convert_to_linear",
     "fold_constants",
+    "fold_linear_reshapes",
     "fuse_activation",
     "fuse_batch_norm",
     "plan_layouts",

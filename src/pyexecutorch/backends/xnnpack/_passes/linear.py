@@ -1,10 +1,16 @@
-"""``addmm``/``mm`` on ``permute_copy(w, [1, 0])`` of a constant ``w`` become ``linear``."""
+"""``addmm``/``mm`` on ``permute_copy(w, [1, 0])`` of a constant ``w`` become ``linear``;
+a linear between the two reshapes of a decomposed ``nn.Linear`` (a rank > 2 input
+flattened to rows, the rows' outputs shaped back) reads the input as it is, as the
+official ConvertToLinearPass makes it: XNNPACK's fully connected takes any rank."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from pyexecutorch.backends.xnnpack._passes.common import PassContext, absorb
+from pyexecutorch.backends.xnnpack._passes.quantized import XNN_QUANT
 
 aten = torch.ops.aten
 
@@ -43,3 +49,56 @@ def convert_to_linear(ctx: PassContext) -> None:
         graph.erase_node(node)
         if not mat2.users:
             graph.erase_node(mat2)
+
+
+def _same_dims(a: Sequence[object], b: Sequence[object]) -> bool:
+    """Equal sizes, symbolic ones by their expressions (no guard is added)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, int) != isinstance(y, int):
+            return False
+        if x != y if isinstance(x, int) else x.node.expr != y.node.expr:
+            return False
+    return True
+
+
+def _shape(node: object) -> tuple | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
+
+
+def fold_linear_reshapes(ctx: PassContext) -> None:
+    graph = ctx.gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target != aten.linear.default:
+            continue
+        rows, users = node.args[0], list(node.users)
+        if not (
+            isinstance(rows, torch.fx.Node)
+            and rows.target == aten.view_copy.default
+            and len(rows.users) == 1
+            and len(users) == 1
+            and users[0].target == aten.view_copy.default
+        ):
+            continue
+        x, out = rows.args[0], users[0]
+        # quantized values keep their parameters through a reshape; anything else stays
+        if rows.meta.get(XNN_QUANT) != x.meta.get(XNN_QUANT) or out.meta.get(
+            XNN_QUANT
+        ) != node.meta.get(XNN_QUANT):
+            continue
+        x_shape, out_shape = _shape(x), _shape(out)
+        if x_shape is None or out_shape is None or len(x_shape) < 3:
+            continue
+        # the input's leading dims, flattened into rows and restored after: one linear
+        if not (
+            _same_dims(x_shape[:-1], out_shape[:-1]) and _same_dims(x_shape[-1:], _shape(rows)[-1:])
+        ):
+            continue
+        node.replace_input_with(rows, x)
+        node.meta["val"] = out.meta["val"]
+        absorb(node, rows, out)
+        out.replace_all_uses_with(node)
+        graph.erase_node(out)
+        graph.erase_node(rows)

@@ -56,7 +56,10 @@ class GraphBuilder:
             self._external[n] = (len(self._external), S.VALUE_FLAG_EXTERNAL_OUTPUT)
         self.graph.num_externs = len(self._external)
         for n in inputs:
-            self.value(n, False)
+            # a symbolic size passed in (a decomposed linear's reshape read it) keeps
+            # its external id, the delegate argument's position, but is no XNNPACK value
+            if isinstance(n.meta.get("val"), torch.Tensor):
+                self.value(n, False)
 
     # ------------------------------------------------------------------ shapes
 

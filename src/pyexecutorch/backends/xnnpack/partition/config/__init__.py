@@ -16,12 +16,14 @@ from __future__ import annotations
 import enum
 import math
 import operator
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
+from torch.fx.passes.utils.source_matcher_utils import SourcePartition, get_source_partitions
 
 aten = torch.ops.aten
 
@@ -439,12 +441,48 @@ def _gemm(weight_index: int, bias_index: int | None, act_index: int) -> tuple[Ch
         if bias_index is not None and len(node.args) > bias_index:
             if isinstance(node.args[bias_index], Node):
                 out.append(node.args[bias_index])
-        users = list(node.users)
+        end = node
+        if node.target in (aten.addmm.default, aten.mm.default):
+            # a decomposed nn.Linear (to_edge's addmm between the reshapes of a rank > 2
+            # input) goes whole, as the official AddmmConfig takes its source partition
+            part = linear_source_partition(node)
+            if part is not None:
+                out += [n for n in part.nodes if n not in out and n is not node]
+                end = part.output_nodes[0]
+        users = list(end.users)
         if len(users) == 1 and users[0].target in _GEMM_ACTS:
             out.append(users[0])
         return out
 
     return check, deps
+
+
+_LINEAR_SOURCES = (torch.nn.Linear, torch.nn.functional.linear)
+# graph -> (its node count when read, node -> the nn.Linear source partition holding it)
+_SOURCE_PARTITIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def linear_source_partition(node: Node) -> SourcePartition | None:
+    """The ``nn.Linear`` source partition holding ``node`` where it has the form the
+    official AddmmConfig takes whole: the activation an input of the partition, one
+    output (read per graph once, not per node)."""
+    graph = node.graph
+    count, table = _SOURCE_PARTITIONS.get(graph, (-1, None))
+    if count != len(graph.nodes):
+        table = {}
+        for parts in get_source_partitions(graph, list(_LINEAR_SOURCES)).values():
+            for part in parts:
+                for n in part.nodes:
+                    table[n] = part
+        _SOURCE_PARTITIONS[graph] = (len(graph.nodes), table)
+    part = table.get(node)
+    if part is None or len(part.output_nodes) != 1:
+        return None
+    act = node.args[1] if node.target == aten.addmm.default else node.args[0]
+    # walk from the activation argument up to the partition's input (the reshape)
+    while isinstance(act, Node) and act.all_input_nodes and act not in part.input_nodes:
+        act = act.all_input_nodes[0]
+    return part if act in part.input_nodes else None
 
 
 def _conv(node: Node, ep: ExportedProgram) -> str | None:

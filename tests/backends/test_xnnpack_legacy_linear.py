@@ -1,0 +1,60 @@
+"""A decomposed ``nn.Linear`` on a rank-3 input with dynamic sizes, lowered the legacy way
+(``to_edge`` then ``to_backend``): ``to_edge`` writes it as a reshape to rows, ``addmm``
+and a reshape back, the reshapes sized by the input's symbolic sizes. The partitioner
+takes its source partition whole with the ``relu`` after it, as the official
+AddmmConfig does: one delegate, the input's sizes passed in as integer arguments
+(official partitioning), which the delegate's values skip (external ids with gaps, as
+the official exporter numbers them). Both runtime tiers run it against the official
+runtime and eager, over several input shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from pyexecutorch.exir import EdgeCompileConfig, to_edge
+from pyexecutorch.exir.backend import get_delegation_info
+from pyexecutorch.runtime import Runtime
+from tests import official
+
+
+class _LinearRelu(nn.Module):
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(5, 6, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+def _export(model: nn.Module):  # noqa: ANN202 - the edge program manager
+    dims = {0: torch.export.Dim("b0", min=2, max=4), 1: torch.export.Dim("b1", min=2, max=3)}
+    ep = torch.export.export(model, (torch.randn(4, 3, 5),), dynamic_shapes=({**dims},))
+    config = EdgeCompileConfig(_check_ir_validity=False)
+    return to_edge(ep, compile_config=config).to_backend(XnnpackPartitioner())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_legacy_rank3_dynamic_linear_relu_is_one_delegate(bias: bool) -> None:
+    model = _LinearRelu(bias).eval()
+    lowered = _export(model)
+    graph = lowered.exported_program().graph_module.graph
+    info = get_delegation_info(lowered.exported_program().graph_module)
+    assert info.num_delegated_subgraphs == 1
+    left = {n.target.__name__ for n in graph.nodes if n.op == "call_function"}
+    assert left == {"sym_size.int", "executorch_call_delegate", "getitem"}
+    pte = lowered.to_executorch().buffer
+    runner = official.official_runner(pte)
+    for jit in (False, True):
+        method = Runtime.get().load_program(pte, jit=jit).load_method("forward")
+        for seed, shape in enumerate([(4, 3, 5), (2, 2, 5), (3, 3, 5), (4, 3, 5)]):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            (got,) = method.execute([x])
+            expected = runner.run([x])[0]
+            # (rows of several: a BLAS product, summed in another order than XNNPACK's)
+            np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), model(x).detach())
