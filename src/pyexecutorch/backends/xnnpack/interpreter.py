@@ -16,6 +16,7 @@ The node types themselves are in :mod:`.nodes`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pyexecutorch.backends.xnnpack.nodes import BUILDERS
 from pyexecutorch.backends.xnnpack.nodes_quantized import QUANT_DTYPES, Quant, load_quant
 from pyexecutorch.backends.xnnpack.schema import XnnpackError
 from pyexecutorch.kernels.common import fit
+from pyexecutorch.schema.scalar_type import SCALAR_TYPE_TO_DTYPE, ScalarType
 
 Step = Callable[[], None]
 NDArray = np.ndarray
@@ -125,6 +127,8 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
         else:
             t = u
             dtype = _DTYPES.get(t.datatype)
+            if t.datatype == S.XNNDatatype.bf16:
+                dtype = SCALAR_TYPE_TO_DTYPE[ScalarType.BFLOAT16]  # (imports ml_dtypes)
         if t.id_out != i:
             raise XnnpackError(f"value {i} has id_out {t.id_out}; ids must follow the value order")
         if dtype is None or t.dq_datatype != S.XNNDatatype.invalid:
@@ -160,6 +164,7 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
                 f"XNNPACK delegate: node {k} is an {name}, which pyexecutorch's XNNPACK runtime does not "
                 f"support (supported: {', '.join(sorted(BUILDERS))})"
             )
+    _check_bfloat16(values, g.xnodes)
     inputs = sorted(
         (v for v in values if v.flags & S.VALUE_FLAG_EXTERNAL_INPUT and v.external_id is not None),
         key=lambda v: v.external_id,
@@ -178,6 +183,37 @@ def load_graph(payload: S.Payload, named_data: Mapping[str, Any]) -> Graph:
             f"ids below num_externs {num_args}"
         )
     return Graph(values, list(g.xnodes), inputs, outputs, num_args)
+
+
+# Where bfloat16 values may appear (XNNPACK's qd8-bf16-qb4w linears): the input a
+# Convert quantizes per token, the output of a fully connected layer on such rows.
+_BF16_USES = {
+    ("XNNConvert", "input_id"): "qdint8 output",
+    ("XNNFullyConnected", "output_id"): "qdint8 input",
+}
+
+
+def _check_bfloat16(values: list[Value], nodes: list[S.XNode]) -> None:
+    """Refuse a bfloat16 value anywhere but a dynamically quantized linear's ends."""
+    for k, node in enumerate(nodes):
+        u = node.xnode_union
+        name = type(u).__name__
+        for f in dataclasses.fields(u):
+            vid = getattr(u, f.name)
+            if not f.name.endswith("_id") or not 0 <= vid < len(values):
+                continue
+            if values[vid].dtype.name != "bfloat16":
+                continue
+            other = getattr(u, "output_id" if f.name == "input_id" else "input1_id", None)
+            dynamic = other is not None and 0 <= other < len(values) and (
+                values[other].quant is not None and values[other].quant.kind == "token"
+            )
+            if (name, f.name) not in _BF16_USES or not dynamic:
+                raise NotImplementedError(
+                    f"XNNPACK delegate: node {k} ({name}) reads or writes bfloat16 value {vid} "
+                    f"as {f.name}; pyexecutorch takes bfloat16 only as the float input of a "
+                    "Convert to qdint8 and the output of a fully connected layer on qdint8 rows"
+                )
 
 
 # ------------------------------------------------------------------ planning

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 NDArray = np.ndarray
 _I8 = np.dtype(np.int8)
 _I64 = np.dtype(np.int64)
+_BF16 = "bfloat16"  # (ml_dtypes' dtype compares equal to its name; no import needed)
 _INF = float("inf")
 
 QUANT_DTYPES = {
@@ -279,6 +280,14 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
         rows = math.prod(shape) // max(row, 1)
         rowsq = DynamicRows(rows, row)
         b.dynamic[n.output_id] = rowsq
+        if b.dtype(n.input_id) == _BF16:  # read as float32, exactly: the same parameters
+            wide = np.empty(shape, F32)
+            bf16 = x
+
+            def x() -> NDArray:
+                np.copyto(wide, bf16())
+                return wide
+
         run = partial(rowsq.quantize, x, o)
 
     elif qi is not None and qi.kind == "tensor" and qo is None:
@@ -403,10 +412,13 @@ def _dynamic_fully_connected(
             np.copyto(y, acc, casting="same_kind")
 
     o = b.getter(n.output_id)  # the rows are read from their Convert's centered values
+    # XNNPACK's qd8-bf16 kernels compute in float32 and round each output once
+    narrow = o if b.dtype(n.output_id) == _BF16 else None
+    wide = np.empty((m, units), F32) if narrow is not None else None
 
     def run() -> None:
         product()
-        out = o().reshape(m, units)
+        out = wide if wide is not None else o().reshape(m, units)
         if w_scales is None and fbias is None:
             np.multiply(y, row_scales, out=out)
         else:
@@ -420,6 +432,8 @@ def _dynamic_fully_connected(
                 np.add(y, fbias, out=out)
         if clamp:
             np.clip(out, lo, hi, out=out)
+        if narrow is not None:
+            np.copyto(narrow().reshape(m, units), out, casting="unsafe")
 
     return run
 

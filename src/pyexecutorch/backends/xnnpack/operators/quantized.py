@@ -120,6 +120,11 @@ def pack_int4(values: torch.Tensor) -> torch.Tensor:
     return (u[..., 1] << 4) | u[..., 0]
 
 
+class GroupSizeError(PreprocessError, AssertionError):
+    """A 4-bit groupwise weight whose group size XNNPACK cannot take (the official
+    delegate fails an assert there: ``except AssertionError`` code keeps working)."""
+
+
 def _weight(b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, axis: int) -> int:
     """The filter value of a quantized GEMM (``data`` already in XNNPACK's layout)."""
     w_node = node.args[1]
@@ -128,9 +133,18 @@ def _weight(b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, ax
             raise PreprocessError(
                 f"XnnpackBackend: {node.name}: groupwise weights must be 4-bit (XNNPACK qbint4)"
             )
+        inputs = data.shape[1]
+        # the official visitor's asserts, word for word (its partitioner takes any group)
         if wq.group_size % 32:
-            raise PreprocessError(
-                f"XnnpackBackend: {node.name}: group size {wq.group_size} is not a multiple of 32"
+            raise GroupSizeError(
+                f"XnnpackBackend: {node.name}: Delegation to XNNPACK requires group_size to be "
+                f"a multiple of 32, but got {wq.group_size}"
+            )
+        if inputs % wq.group_size:
+            raise GroupSizeError(
+                f"XnnpackBackend: {node.name}: For per_channel_group quant, expecting input "
+                f"channels to be divisible by group_size, but got ic: {inputs}, group_size: "
+                f"{wq.group_size}"
             )
         scales = wq.scales.to(torch.bfloat16)
         quant = S.PerChannelGroupQuant(
@@ -172,7 +186,13 @@ def _bias(b: GraphBuilder, node: Node, wq: WeightQuant) -> int:
         return S.INVALID_ID
     x_spec = node.args[0].meta.get(XNN_QUANT)
     if x_spec is None or x_spec.datatype != S.XNNDatatype.qint8:
-        return b.value(bias, False)  # dynamic activations: float bias
+        # dynamic activations: a float32 bias whatever the model's float type (XNNPACK's
+        # qd8-f16 and qd8-bf16 kernels take no other; the official visitor converts too)
+        data = b.ctx.constant(bias)
+        if data is None:
+            return b.value(bias, False)
+        b.note(bias)
+        return b.constant_data(data.float(), (bias, "fp32"))
     data = b.ctx.constant(bias)
     if wq.per_tensor:
         # the official QuantParams.from_bias: the two Python floats' product

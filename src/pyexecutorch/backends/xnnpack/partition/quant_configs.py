@@ -109,9 +109,9 @@ def weight_problem(ep: ExportedProgram, dq: object, channel_axis: int = 0) -> st
             return f"weight block size {block} (one row of groups only)"
         k = (dq.args[0].meta["val"].shape[1]) if "val" in dq.args[0].meta else block[1]
         if (qmin, qmax) == (-8, 7):
-            if block[1] % 32 or k % block[1]:
-                return f"4-bit groups of {block[1]} (multiples of 32 that divide {k})"
-            return None
+            # any group size, as the official partitioner: XNNPACK's (multiples of 32
+            # dividing the inputs) is enforced at preprocess, by the official's assert
+            return None if block[1] > 0 else f"4-bit groups of {block[1]}"
         if block[1] < k:
             return f"8-bit groups of {block[1]} (per channel only)"
         return _int8_range(qmin, qmax)
