@@ -95,6 +95,36 @@ def test_a_module_is_stamped_with_the_inlined_sources_it_imports(tmp_path, monke
             getattr(source_stamps, cached).cache_clear()
 
 
+def test_a_stamp_is_worked_out_when_numba_uses_it_as_the_plain_value(tmp_path, monkeypatch):
+    # numba makes a stamp for every cached function as it is decorated; the dependency part
+    # is read when numba compares or writes the stamp, and is then what it would have been
+    import pickle  # noqa: PLC0415
+
+    _package(tmp_path, 1)
+    monkeypatch.setattr(source_stamps, "_inlined", set(source_stamps._inlined))
+    source_stamps.inlined_sources(tmp_path / "pkg", "helper.py")
+    try:
+        kern = os.path.realpath(tmp_path / "pkg" / "kern.py")
+        plain = (b"own", source_stamps.dependency_stamp(kern))
+        stamp = source_stamps.DeferredStamp(b"own", kern)
+        assert stamp == plain and plain == stamp and not plain != stamp  # (either side)
+        assert pickle.loads(pickle.dumps(stamp)) == plain  # written as the value itself
+        assert type(pickle.loads(pickle.dumps(stamp))) is tuple
+        assert stamp != (b"own", "another helper") and stamp != b"own"
+        # a helper edited after the process's first stamp: the stamp matches nothing
+        later = source_stamps.DeferredStamp(b"own", kern)
+        (tmp_path / "pkg" / "helper.py").write_text("def value(x):\n    return x + 5\n")
+        os.utime(tmp_path / "pkg" / "helper.py", ns=(1, 1))  # (a stamp surely not the first)
+        source_stamps.dependency_stamp.cache_clear()
+        assert later != plain and later != (b"own", source_stamps.dependency_stamp(kern))
+        assert stamp == plain  # (one worked out before the edit keeps its value)
+    finally:  # (the package's own registrations back, their caches read afresh)
+        monkeypatch.undo()
+        for cached in ("dependency_stamp", "_inlined_files", "_dependencies", "_imports"):
+            getattr(source_stamps, cached).cache_clear()
+        source_stamps._first_seen.cache_clear()
+
+
 def test_the_package_s_kernels_are_stamped_with_their_helpers():
     import pyexecutorch.kernels as kernels  # noqa: PLC0415
 

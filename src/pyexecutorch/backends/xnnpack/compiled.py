@@ -32,7 +32,7 @@ from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
 from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
-from pyexecutorch.jit import deferral, entry_points, numba_env
+from pyexecutorch.jit import deferral, entry_points, function_records
 from pyexecutorch.kernels import registry
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime.whole_arguments import WholeFunction
@@ -217,7 +217,9 @@ class _External:
         )
 
 
-Recipe = tuple[int, "_External", int, tuple[int, ...], tuple[int, ...], Any]
+# (the argument's types as function_records.types_key writes them: finer than its numba
+# type, and read from its flags, where numba's typeof imports numpy.ma, 39 ms of a start)
+Recipe = tuple[int, "_External", int, tuple[int, ...], tuple[int, ...], str | None]
 
 
 class _Call:
@@ -284,7 +286,6 @@ class CompiledPlan:
     def _recipes(self, args: tuple[Any, ...], rebindable: bool) -> list[Recipe]:
         """How each argument lying in an external's array is remade on the caller's; an
         external some argument covers only in part (or a numpy closure reads) is copied."""
-        numba = numba_env.numba_module()
         recipes = []
         for position, a in enumerate(args):
             if not isinstance(a, np.ndarray):
@@ -294,7 +295,8 @@ class CompiledPlan:
                 if lo < e.hi and e.lo < hi:
                     if e.lo <= lo and hi <= e.hi and rebindable:
                         offset = a.ctypes.data - e.array.ctypes.data
-                        recipes.append((position, e, offset, a.shape, a.strides, numba.typeof(a)))
+                        kind = function_records.types_key((a,))
+                        recipes.append((position, e, offset, a.shape, a.strides, kind))
                     else:
                         e.bindable = False
                         e.aliased_output = None
@@ -320,15 +322,14 @@ class CompiledPlan:
         args: tuple[Any, ...], recipes: list[Recipe], chosen: dict[int, np.ndarray]
     ) -> tuple[tuple[Any, ...], _External | None]:
         """``args`` remade on the chosen arrays, or the external whose view would not
-        have the type the function was compiled for (its alignment, say)."""
-        numba = numba_env.numba_module()
+        have the type the function was compiled for (its layout or writability, say)."""
         params = list(args)
         for position, e, offset, shape, strides, kind in recipes:
             a = chosen.get(id(e))
             if a is None:
                 continue
             view = np.ndarray(shape, a.dtype, a, offset, strides)
-            if numba.typeof(view) != kind:
+            if function_records.types_key((view,)) != kind:
                 return args, e
             params[position] = view
         return tuple(params), None
