@@ -229,14 +229,20 @@ def plans(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("model, recipe", [("mlp", "dynamic"), ("mlp", "int4")])
+@pytest.mark.parametrize(
+    "model, recipe", [("mlp", "dynamic"), ("patch", "dynamic"), ("mlp", "int4")]
+)
 def test_official_dynamic_programs_compiled_match_official_runtime(plans, model, recipe):
     pte = qp.official_pte(qp.quantize(model, recipe), "xnnpack")
     method = Runtime.get().load_program(pte, jit=True).load_method("forward")
     for seed in (1, 2):
         inputs = qp.inputs_for(model, seed)
         got = np.asarray(method.execute([x.numpy() for x in inputs])[0])
-        np.testing.assert_allclose(got, qp.official_run(pte, inputs)[0], rtol=1e-5, atol=1e-5)
+        want = qp.official_run(pte, inputs)[0]
+        if recipe == "dynamic":  # (int8 weights: XNNPACK's exact sums and fmadd epilogue)
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert plans and all(p.compiled and not p.declined for p in plans), [
         getattr(p, "declined", "numpy plan") for p in plans
     ]
@@ -262,6 +268,60 @@ def test_official_static_programs_compiled_bit_exact(plans, model):
     taken = [p for p in plans if p.compiled]
     assert len(taken) == len(plans) // 2 and taken, "one compiled plan a delegate"
     assert not [d for p in taken for d in p.declined if d[1] in _KERNEL_NODES]
+
+
+@pytest.mark.parametrize(
+    "h, c, cout, k, stride, pad, dilation",
+    [(16, 3, 20, 4, 4, 0, 1), (9, 3, 17, 7, 2, 3, 1), (7, 5, 16, 3, 1, 1, 2)],
+)
+def test_dynamic_convolution_rows_and_product_match_numpy_interpreter(
+    h, c, cout, k, stride, pad, dilation
+):
+    """dynamic_im2col then the int8 product, for two images quantized each with its own
+    zero point and scale (a patch embedding's kernel = stride; padding, filled with the
+    image's zero point; dilation; K not a multiple of 4), against int64 sums and the numpy
+    interpreter's float epilogue (times the image's scale, fused multiply-add of the
+    channel scale and bias, clamp), over calls with new inputs."""
+    from pyexecutorch.backends.xnnpack.nodes_quantized import _finish_dynamic
+
+    rng = np.random.default_rng(h * c + k)
+    nb, lo, hi = 2, -3.0, 2.5
+    oh = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    depth = k * k * c
+    width = -(-depth // 4) * 4
+    w = rng.integers(-127, 128, (cout, k, k, c)).astype(np.int8)
+    full = np.zeros((cout, width), np.int8)
+    full[:, :depth] = w.reshape(cout, depth)
+    packed, sums = ql.pack_int8(full)
+    ws = rng.uniform(1e-3, 1e-2, cout).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    size = packed.shape[0] * ql.L
+    rows = nb * oh * oh
+    cols = np.empty((rows, width), np.int8)
+    row_zps, row_scales = np.empty(rows, np.int32), np.empty(rows, np.float32)
+    out = np.empty((rows, cout), np.float32)
+    for _ in range(2):
+        x = rng.integers(-128, 128, (nb, h, h, c)).astype(np.int8)
+        zps = rng.integers(-100, 100, nb).astype(np.int32)
+        scales = rng.uniform(0.01, 0.1, nb).astype(np.float32)
+        ql.dynamic_im2col(x, zps, scales, cols, row_zps, row_scales,
+                          oh, oh, k, k, stride, stride, dilation, dilation, pad, pad)  # fmt: skip
+        xp = np.zeros((nb, h + 2 * pad, h + 2 * pad, c), np.int64)
+        xp[:, pad : pad + h, pad : pad + h] = x - zps.reshape(nb, 1, 1, 1)
+        acc = np.zeros((nb, oh, oh, cout), np.int64)
+        for i in range(k):
+            for j in range(k):
+                window = xp[:, i * dilation :, j * dilation :][:, ::stride, ::stride][:, :oh, :oh]
+                acc += window @ w[:, i, j, :].T.astype(np.int64)
+        y = acc.astype(np.float32).reshape(nb, oh * oh, cout)
+        expected = np.empty_like(y)
+        _finish_dynamic(y, scales.reshape(nb, 1, 1), ws, bias, lo, hi, expected)
+        for variant in ql.INT8_LINEAR:  # (serial, and parallel on the threads in force)
+            out.fill(np.nan)
+            variant(cols.view(np.int32), row_zps, row_scales, packed, sums,
+                    ql.padded(ws, size), ql.padded(bias, size), lo, hi, out,
+                    np.zeros(1, np.int64))  # fmt: skip
+            np.testing.assert_array_equal(out, expected.reshape(rows, cout))
 
 
 def _requantized(acc, scales, zy, lo, hi):

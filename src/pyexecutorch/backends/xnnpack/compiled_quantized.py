@@ -146,7 +146,12 @@ def _dynamic_convert(b: StepBuilder, k: int) -> int:
     readers = b.readers.get(u.output_id, set())
     for r in readers:
         ru = b.graph.nodes[r].xnode_union
-        if getattr(ru, "input1_id", None) != u.output_id or _dynamic_linear(b, r) is None:
+        if getattr(ru, "input1_id", None) != u.output_id:
+            return 0
+        if (
+            _dynamic_linear(b, r) is None
+            and _dynamic_conv_operands(b, r, b.shape(u.input_id)) is None
+        ):
             return 0
     shape = b.shape(u.input_id)
     rows, row = _row_split(shape, qo)
@@ -201,6 +206,96 @@ def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
         function = choose(ql.INT8_LINEAR, m * units * inputs // 4)
     b.commit(u.output_id, out)
     b.add(Step(function, args))
+    return 1
+
+
+@dataclass
+class _DynamicConv:
+    """A dense convolution on int8 images quantized per image at run time, float out."""
+
+    u: Any
+    w: np.ndarray  # (cout, kh * kw * cin) int8, taps in the filter's (kh, kw, cin) order
+    scales: np.ndarray  # (cout,) float32
+    bias: np.ndarray | None
+    low: float
+    high: float
+
+
+def _dynamic_conv_operands(b: StepBuilder, k: int, shape: tuple[int, ...]) -> _DynamicConv | None:
+    """Node ``k`` as a dynamic convolution the compiled product takes (int8 per-channel
+    constant weights, one group, float32 bias and output) on images of ``shape`` (its
+    Convert's, which asks before the images are written), or None."""
+    node = b.graph.nodes[k]
+    u = node.xnode_union
+    if type(u).__name__ != "XNNConv2d" or (u.groups or 1) != 1:
+        return None
+    if u.flags & S.FLAG_TENSORFLOW_SAME_PADDING:
+        return None
+    xq, wq = b.value(u.input1_id).quant, b.value(u.filter_id).quant
+    if xq is None or xq.kind != "token" or wq is None or wq.kind not in ("channel", "tensor"):
+        return None
+    if len(shape) != 4 or _row_split(shape, xq)[0] != shape[0]:
+        return None  # (quantized per image only)
+    if b.value(u.output_id).dtype != _F32 or b.value(u.output_id).quant is not None:
+        return None
+    w = b.const(u.filter_id)
+    has_bias = u.bias_id != S.INVALID_ID
+    bias = b.const(u.bias_id) if has_bias else None
+    if w is None or w.ndim != 4 or w.dtype != np.int8 or w.shape[3] != shape[3]:
+        return None
+    if has_bias and (bias is None or b.value(u.bias_id).quant is not None):
+        return None
+    cout = w.shape[0]
+    scales = np.asarray(wq.scale, _F32).reshape(-1)
+    if scales.size == 1:
+        scales = np.full(cout, scales[0], _F32)
+    fbias = None if bias is None else np.asarray(bias, _F32).reshape(-1)
+    if scales.size != cout or (fbias is not None and fbias.size != cout):
+        return None
+    low, high = bounds(node)
+    if math.isnan(low) or math.isnan(high):
+        return None
+    return _DynamicConv(u, w.reshape(cout, -1), scales, fbias, low, high)
+
+
+def _dynamic_conv(b: StepBuilder, k: int) -> int:
+    """A dynamic convolution as its windows' rows (:func:`~.compiled_linear.dynamic_im2col`)
+    times the weights in the dynamic linear's product: the same exact int32 sums and
+    epilogue, ``fma(float(acc) * x_scale, w_scale, bias)``, as XNNPACK's x86 kernels."""
+    u = b.graph.nodes[k].xnode_union
+    images = _rows(b).get(u.input1_id)
+    if images is None:
+        return 0
+    conv = _dynamic_conv_operands(b, k, b.shape(u.input1_id))
+    if conv is None:  # (the Convert checked its readers: not reached)
+        return 0
+    x = b.array(u.input1_id)
+    nb, _, _, c = x.shape
+    kh, kw = u.kernel_height, u.kernel_width
+    sh, sw = u.subsampling_height or 1, u.subsampling_width or 1
+    dh, dw = u.dilation_height or 1, u.dilation_width or 1
+    oh, ow = _output_size(x.shape, u, kh, kw, sh, sw, dh, dw)
+    cout, depth = conv.w.shape
+    width = -(-depth // 4) * 4
+    rows = nb * oh * ow
+    cols = np.empty((rows, width), np.int8)
+    row_zps, row_scales = np.empty(rows, np.int32), np.empty(rows, _F32)
+    b.add(Step(ql.dynamic_im2col, (x, images.zero_points, images.scales, cols, row_zps,
+               row_scales, oh, ow, kh, kw, sh, sw, dh, dw, u.padding_top, u.padding_left)))  # fmt: skip
+
+    def pack() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        full = np.zeros((cout, width), np.int8)
+        full[:, :depth] = conv.w
+        packed, sums = ql.pack_int8(full)
+        size = packed.shape[0] * ql.L
+        return packed, sums, ql.padded(conv.scales, size), ql.padded(conv.bias, size)
+
+    packed, sums, scales, bias = shared(b, ("dynamic conv", u.filter_id, u.bias_id), pack)
+    out = b.new(u.output_id, (nb, oh, ow, cout))
+    args = (cols.view(np.int32), row_zps, row_scales, packed, sums, scales, bias,
+            float(conv.low), float(conv.high), out.reshape(rows, cout), np.zeros(1, np.int64))  # fmt: skip
+    b.commit(u.output_id, out)
+    b.add(Step(choose(ql.INT8_LINEAR, rows * cout * width // 4), args))
     return 1
 
 
@@ -608,7 +703,7 @@ def _first(*makers: Maker) -> Maker:
 
 _in_front_of("XNNConvert", _first(_dynamic_convert, _static_convert))
 _in_front_of("XNNFullyConnected", _first(_dynamic_fully_connected, _static_fully_connected))
-_in_front_of("XNNConv2d", _static_conv)
+_in_front_of("XNNConv2d", _first(_dynamic_conv, _static_conv))
 _in_front_of("XNNDepthwiseConv2d", _static_conv)
 _in_front_of("XNNAdd", _static_add)
 _in_front_of("XNNSubtract", lambda b, k: _static_add(b, k, -1))

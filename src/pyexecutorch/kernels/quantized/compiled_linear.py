@@ -6,7 +6,7 @@ its own scale and zero point (:func:`quantize_rows`, XNNPACK's asymmetric parame
 bit-exact with the numpy interpreter's ``DynamicRows``), multiplied in int32 against
 weights packed at load, and scaled back to float32:
 
-* int8 per-channel weights: ``y = float(acc) * x_scale * w_scale[n] + bias``, ``acc``
+* int8 per-channel weights: ``y = fma(float(acc) * x_scale, w_scale[n], bias)``, ``acc``
   the exact sum of ``(q - zp) * w``;
 * 4-bit blockwise weights (scales per output channel and block of ``bl`` inputs):
   one exact int32 sum of ``q * w`` per block, scaled by the block's scale and summed
@@ -174,6 +174,50 @@ def quantize_rows(x, q, zps, scales):  # noqa: ANN001, ANN201
             c = iv.rint(simd.mul(simd.load_first(xptr, row + whole, k - whole), mult_v))
             c = simd.add(simd.clamp(c, bottom, top), zp_v)
             iv.store_int8_first(qptr, row + whole, c, k - whole)
+
+
+@njit(cache=True, error_model="numpy")
+def dynamic_im2col(
+    x, zps, scales, cols, row_zps, row_scales, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl
+):  # noqa: ANN001, ANN201, E501
+    """A dynamic convolution's windows as rows for :func:`int8_linear`: NHWC int8 ``x``,
+    quantized per image (``zps``, ``scales``), into the rows of ``cols`` (N * oh * ow,
+    >= kh * kw * C), taps in (kh, kw, C) order (the filter's OHWI order), taps outside the
+    image the image's zero point (a real 0), columns past the taps 0; each row's zero
+    point and scale (its image's) into ``row_zps`` and ``row_scales``."""
+    nb, h, w, c = x.shape
+    width = cols.shape[1]
+    span = kw * c
+    flat = x.reshape(-1)
+    for b in range(nb):
+        zp = np.int8(zps[b])
+        for oy in range(oh):
+            for ox in range(ow):
+                r = (b * oh + oy) * ow + ox
+                row_zps[r] = zps[b]
+                row_scales[r] = scales[b]
+                ix0 = ox * sw - pl
+                whole = dw == 1 and ix0 >= 0 and ix0 + kw <= w  # a tap row is one span
+                at = 0
+                for i in range(kh):
+                    iy = oy * sh - pt + i * dh
+                    if iy < 0 or iy >= h:
+                        for e in range(span):
+                            cols[r, at + e] = zp
+                    elif whole:
+                        src = ((b * h + iy) * w + ix0) * c
+                        for e in range(span):
+                            cols[r, at + e] = flat[src + e]
+                    else:
+                        for j in range(kw):
+                            ix = ix0 + j * dw
+                            inside = 0 <= ix < w
+                            src = ((b * h + iy) * w + ix) * c
+                            for e in range(c):
+                                cols[r, at + j * c + e] = flat[src + e] if inside else zp
+                    at += span
+                for e in range(kh * span, width):
+                    cols[r, e] = 0
 
 
 # The output tiles split into jobs that the threads in force take in turn from a counter
@@ -503,7 +547,7 @@ def _int8_store(optr, r, n, t, acc, zp, xscale, sumptr, wsptr, bptr, low_v, high
     shift = iv.isplat(-(np.int32(128) + np.int32(zp)))
     acc = iv.iadd(acc, iv.imul(shift, iv.iload(sumptr, t * L)))
     y = simd.mul(iv.to_float(acc), simd.splat(xscale))
-    y = simd.add(simd.mul(y, simd.load(wsptr, t * L)), simd.load(bptr, t * L))
+    y = simd.fma(y, simd.load(wsptr, t * L), simd.load(bptr, t * L))  # (XNNPACK's fmadd)
     y = simd.clamp(y, low_v, high_v)
     left = n - t * L
     if left >= L:
