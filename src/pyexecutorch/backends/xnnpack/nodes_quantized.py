@@ -371,7 +371,8 @@ def _dynamic_fully_connected(
 ) -> Callable[[], None]:  # fmt: skip
     """Rows quantized at run time against int8 per-channel or 4-bit blockwise weights.
 
-    ``float32(acc) * row_scale * w_scale[c] (+ bias)``, XNNPACK's order. The integer
+    ``float32(acc) * row_scale * w_scale[c] (+ bias)``, XNNPACK's order (the weight scale
+    and the bias in one fused multiply-add). The integer
     product is exact: a float32 matmul when no partial sum can pass 2**24, else float64.
     Blockwise weights are scaled at load into float64 weights (8-bit by 4-bit by float32
     products are exact there), so that all blocks take one matmul, rounded once.
@@ -427,9 +428,8 @@ def _dynamic_fully_connected(
                 np.multiply(y, w_scales, out=out)
             elif w_scales is None:
                 np.add(y, fbias, out=out)
-            else:
-                np.multiply(y, w_scales, out=y)
-                np.add(y, fbias, out=out)
+            else:  # one fused multiply-add, as XNNPACK's x86 kernels
+                out[...] = fma(y, w_scales, fbias)
         if clamp:
             np.clip(out, lo, hi, out=out)
         if narrow is not None:

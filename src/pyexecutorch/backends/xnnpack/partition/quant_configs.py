@@ -279,7 +279,11 @@ def _dynamic_linear(node: Node, ep: ExportedProgram) -> str | None:
     x = node.args[0]
     if not isinstance(x, Node) or x.target not in _dynamic_dequantizers():
         return "input is not dynamically quantized"
-    return weight_problem(ep, node.args[1], _channel_axis(node)) or _bias_problem(node, ep)
+    weight = node.args[1]
+    if isinstance(weight, Node) and weight.target == qd.dequantize_per_tensor.default:
+        # XNNPACK has no such kernel; the official GEMM configs refuse it too
+        return "per-tensor weights with dynamically quantized activations (per channel only)"
+    return weight_problem(ep, weight, _channel_axis(node)) or _bias_problem(node, ep)
 
 
 def _dynamic_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:

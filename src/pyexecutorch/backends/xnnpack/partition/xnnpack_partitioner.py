@@ -159,7 +159,7 @@ class XnnpackPartitioner(Partitioner):
         by_root: dict[Node, list[Node]] = {}
         for n in parent:
             by_root.setdefault(find(n), []).append(n)
-        return list(by_root.values())
+        return [g for g in by_root.values() if not _unread_dynamic_quantization(g)]
 
     # ------------------------------------------------------------------ partition
 
@@ -291,6 +291,30 @@ def _shared_static_inputs(ep: ExportedProgram, supported: set[Node]) -> dict[Nod
 
 
 _LINEARS = (torch.ops.aten.linear.default, torch.ops.aten.addmm.default, torch.ops.aten.mm.default)
+_GEMM_KEYS = frozenset(op_key(op) for op in (*_LINEARS, torch.ops.aten.convolution.default))
+# a quantization whose parameters are chosen at run time, and torchao's (de)quantizations
+_DYNAMIC_QUANTIZATION_KEYS = frozenset(
+    {
+        "quantized_decomposed::choose_qparams.tensor",
+        "quantized_decomposed::quantize_per_tensor.tensor",
+        "quantized_decomposed::dequantize_per_tensor.tensor",
+        "torchao::choose_qparams_affine.default",
+        "torchao::quantize_affine.default",
+        "torchao::dequantize_affine.default",
+    }
+)
+
+
+def _unread_dynamic_quantization(group: list[Node]) -> bool:
+    """A quantization at run time with no GEMM in its group: XNNPACK's per-row int8
+    values feed fully connected and convolution nodes only, and the official partitioner
+    takes them as those nodes' dependencies, never alone."""
+    keys = {op_key(n.target) for n in group if n.op == "call_function"}
+    if keys & _DYNAMIC_QUANTIZATION_KEYS and not keys & _GEMM_KEYS:
+        names = ", ".join(n.name for n in group if n.op == "call_function")
+        logger.debug("XNNPACK leaves %s to portable: no delegated GEMM reads them", names)
+        return True
+    return False
 
 
 def _tag_constants(ep: ExportedProgram, group: list[Node]) -> None:
