@@ -114,3 +114,31 @@ def test_dynamic_linear_scales_and_adds_the_bias_in_one_rounding() -> None:
     x = torch.randn(1, 5, 16)
     quantized, lowered = _lower(model, x, {1: BATCH}, dynamic=True, legacy=False)
     _runs_as_the_official(quantized, lowered, [(1, 6, 16), (1, 3, 16)], torch.float32, True)
+
+
+def test_two_batch_dims_of_one_size() -> None:
+    """An input whose two batch dims are one Dim ``s``: the exporter spells the linear's
+    output ``(s, s**2 // s, n)``. The legacy float program still folds its reshapes (the
+    sizes are proven equal without a guard) and the dynamically quantized one loads
+    (the declared output bound, ``max**2 / 2`` for the middle dim, is an upper bound)."""
+    torch.manual_seed(2)
+    model = nn.Linear(8, 6).eval()
+    x = torch.randn(3, 3, 8)
+    dims = ({0: BATCH, 1: BATCH},)
+    ep = torch.export.export(model, (x,), dynamic_shapes=dims)
+    config = EdgeCompileConfig(_check_ir_validity=False)
+    lowered = to_edge(ep, compile_config=config).to_backend(XnnpackPartitioner())
+    assert get_delegation_info(lowered.exported_program().graph_module).num_delegated_subgraphs == 1
+    assert not _left_ops(lowered) & MM
+    pte = lowered.to_executorch().buffer
+    runner = official.official_runner(pte)
+    for jit in (False, True):
+        method = Runtime.get().load_program(pte, jit=jit).load_method("forward")
+        for s in (6, 2, 4):
+            xs = torch.randn(s, s, 8, generator=torch.Generator().manual_seed(s))
+            (got,) = method.execute([xs])
+            # (rows of several: a BLAS product on the compiled tier, summed in its order)
+            np.testing.assert_allclose(np.asarray(got), runner.run([xs])[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(got), model(xs).detach(), rtol=1e-5, atol=1e-6)
+    quantized, lowered = _lower(model, x, dims[0], dynamic=True, legacy=False)
+    _runs_as_the_official(quantized, lowered, [(6, 6, 8), (2, 2, 8)], torch.float32, True)

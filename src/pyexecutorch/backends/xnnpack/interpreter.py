@@ -273,13 +273,16 @@ class Builder:
         if v.const is not None or vid in self.shapes:
             raise XnnpackError(f"{self.where}: value {vid} is written twice (or is a constant)")
         shape = tuple(int(d) for d in shape)
-        if self.declared and v.dims and math.prod(shape) != math.prod(v.dims):
+        if self.declared and v.dims and math.prod(shape) > math.prod(v.dims):
             # Checked before allocating: a corrupt padding or size would otherwise ask for
             # any amount of memory. Sizes, not shapes: the official exporter declares some
             # internal values in NCHW order that XNNPACK lays out as NHWC (a dynamically
-            # quantized convolution's converted input).
+            # quantized convolution's converted input). At most, not equal: a dynamic
+            # size's bound may be loose (two batch dims of one size s give a linear's
+            # output the exporter's shape (s, s**2 // s), bounded at max**2 / min).
             raise XnnpackError(
-                f"{self.where}: value {vid} would be {list(shape)}, but the payload declares {list(v.dims)}"
+                f"{self.where}: value {vid} would be {list(shape)}, larger than the "
+                f"payload declares, {list(v.dims)}"
             )
         self.shapes[vid] = shape
         buf = np.empty(shape, v.dtype)

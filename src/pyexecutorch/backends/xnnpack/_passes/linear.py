@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from pyexecutorch.backends.xnnpack._passes.common import PassContext, absorb
 from pyexecutorch.backends.xnnpack._passes.quantized import XNN_QUANT
@@ -52,15 +53,11 @@ def convert_to_linear(ctx: PassContext) -> None:
 
 
 def _same_dims(a: Sequence[object], b: Sequence[object]) -> bool:
-    """Equal sizes, symbolic ones by their expressions (no guard is added)."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if isinstance(x, int) != isinstance(y, int):
-            return False
-        if x != y if isinstance(x, int) else x.node.expr != y.node.expr:
-            return False
-    return True
+    """Equal sizes, symbolic ones where their shape environment proves it without adding
+    a guard (two batch dims of one size ``s`` are reshaped back as ``(s, s**2 // s)``)."""
+    return len(a) == len(b) and all(
+        statically_known_true(x == y) for x, y in zip(a, b, strict=True)
+    )
 
 
 def _shape(node: object) -> tuple | None:
@@ -97,7 +94,11 @@ def fold_linear_reshapes(ctx: PassContext) -> None:
         ):
             continue
         node.replace_input_with(rows, x)
-        node.meta["val"] = out.meta["val"]
+        # sized by the input's leading dims: the reshape back may spell them otherwise
+        # (s**2 // s for s), which bounds far above them
+        node.meta["val"] = x.meta["val"].new_empty(
+            (*x_shape[:-1], out_shape[-1]), dtype=out.meta["val"].dtype
+        )
         absorb(node, rows, out)
         out.replace_all_uses_with(node)
         graph.erase_node(out)
