@@ -277,7 +277,7 @@ def test_official_static_programs_compiled_bit_exact(plans, model):
 def test_dynamic_convolution_rows_and_product_match_numpy_interpreter(
     h, c, cout, k, stride, pad, dilation
 ):
-    """dynamic_im2col then the int8 product, for two images quantized each with its own
+    """dynamic_im2col then the int8 product (both forms), for two images quantized each with its own
     zero point and scale (a patch embedding's kernel = stride; padding, filled with the
     image's zero point; dilation; K not a multiple of 4), against int64 sums and the numpy
     interpreter's float epilogue (times the image's scale, fused multiply-add of the
@@ -316,11 +316,17 @@ def test_dynamic_convolution_rows_and_product_match_numpy_interpreter(
         y = acc.astype(np.float32).reshape(nb, oh * oh, cout)
         expected = np.empty_like(y)
         _finish_dynamic(y, scales.reshape(nb, 1, 1), ws, bias, lo, hi, expected)
-        for variant in ql.INT8_LINEAR:  # (serial, and parallel on the threads in force)
+        flipped = np.empty_like(cols)
+        ql.flip_rows(cols, flipped)
+        np.testing.assert_array_equal(flipped.view(np.uint8), cols.astype(np.int16) + 128)
+        # four rows a pass on int32 quads; seven a pass on the flipped rows (rows and
+        # tiles not multiples of 7 and 2: the last pass's rows and tile read twice)
+        forms = [(f, cols.view(np.int32)) for f in ql.INT8_LINEAR]
+        forms += [(f, flipped) for f in ql.INT8_LINEAR_FLIPPED]
+        for variant, a in forms:  # (serial, and parallel on the threads in force)
             out.fill(np.nan)
-            variant(cols.view(np.int32), row_zps, row_scales, packed, sums,
-                    ql.padded(ws, size), ql.padded(bias, size), lo, hi, out,
-                    np.zeros(1, np.int64))  # fmt: skip
+            variant(a, row_zps, row_scales, packed, sums, ql.padded(ws, size),
+                    ql.padded(bias, size), lo, hi, out, np.zeros(1, np.int64))  # fmt: skip
             np.testing.assert_array_equal(out, expected.reshape(rows, cout))
 
 

@@ -166,6 +166,23 @@ def _dynamic_convert(b: StepBuilder, k: int) -> int:
     return 1
 
 
+def _int8_product(b: StepBuilder, key: Any, q: np.ndarray, work: int) -> tuple[Any, np.ndarray]:
+    """(the int8 product's compiled form, the rows it reads) for int8 rows ``q`` (M, K):
+    seven a pass on rows flipped once (the first product reading ``key``'s rows adds the
+    flip step) where :data:`~.compiled_linear.SEVEN_ROWS` and M >= 7, else four a pass
+    on ``q`` as int32 quads."""
+    if not ql.SEVEN_ROWS or q.shape[0] < 7:
+        return choose(ql.INT8_LINEAR, work), q.view(np.int32)
+    flipped = getattr(b, "flipped_rows_of", None)
+    if flipped is None:
+        flipped = b.flipped_rows_of = {}
+    u = flipped.get(key)
+    if u is None:
+        u = flipped[key] = np.empty_like(q)
+        b.add(Step(ql.flip_rows, (q, u)))
+    return choose(ql.INT8_LINEAR_FLIPPED, work), u
+
+
 def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
     u = b.graph.nodes[k].xnode_union
     rows = _rows(b).get(u.input1_id)
@@ -201,9 +218,9 @@ def _dynamic_fully_connected(b: StepBuilder, k: int) -> int:
             ("int8 scales", u.filter_id, u.bias_id),
             lambda: (ql.padded(linear.scales, tiles * ql.L), ql.padded(linear.bias, tiles * ql.L)),
         )
-        args = (q32, rows.zero_points, rows.scales, packed, sums, scales, bias,
+        function, a = _int8_product(b, u.input1_id, rows.q, m * units * inputs // 4)
+        args = (a, rows.zero_points, rows.scales, packed, sums, scales, bias,
                 low, high, o2, np.zeros(1, np.int64))  # fmt: skip
-        function = choose(ql.INT8_LINEAR, m * units * inputs // 4)
     b.commit(u.output_id, out)
     b.add(Step(function, args))
     return 1
@@ -292,10 +309,11 @@ def _dynamic_conv(b: StepBuilder, k: int) -> int:
 
     packed, sums, scales, bias = shared(b, ("dynamic conv", u.filter_id, u.bias_id), pack)
     out = b.new(u.output_id, (nb, oh, ow, cout))
-    args = (cols.view(np.int32), row_zps, row_scales, packed, sums, scales, bias,
+    function, a = _int8_product(b, ("windows", k), cols, rows * cout * width // 4)
+    args = (a, row_zps, row_scales, packed, sums, scales, bias,
             float(conv.low), float(conv.high), out.reshape(rows, cout), np.zeros(1, np.int64))  # fmt: skip
     b.commit(u.output_id, out)
-    b.add(Step(choose(ql.INT8_LINEAR, rows * cout * width // 4), args))
+    b.add(Step(function, args))
     return 1
 
 

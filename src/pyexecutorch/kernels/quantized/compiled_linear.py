@@ -625,6 +625,110 @@ def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, jobs): 
             job = _take(jobs)
 
 
+# Seven rows and two tiles a pass where vectors are AVX-512's (14 accumulators in its 32
+# registers), on rows flipped once before the product (:func:`flip_rows`): each weight
+# vector loaded serves 7 rows, each row's quad 2 tiles, and the quads are broadcast
+# straight from memory (the four-row form's xor on every quad took a vector port).
+SEVEN_ROWS = L == 16 and not iv.WIDE_ROWS
+
+
+@njit(cache=True, error_model="numpy")
+def flip_rows(q, u):  # noqa: ANN001, ANN201
+    """``u = q`` with each byte's sign bit flipped: the uint8 ``q + 128`` of every input,
+    as :func:`int8_linear_flipped` reads its rows."""
+    qf = q.reshape(-1)
+    uf = u.reshape(-1)
+    for i in range(qf.size):
+        uf[i] = qf[i] ^ np.int8(-128)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _int8_pair(optr, r, n, t, t2, a0, a1, zp, xscale, sumptr, wsptr, bptr, low_v, high_v):  # noqa: ANN001, ANN202
+    """Tiles t and t2 (t2 == t: one tile) of output row ``r``."""
+    _int8_store(optr, r, n, t, a0, zp, xscale, sumptr, wsptr, bptr, low_v, high_v)
+    if t2 != t:
+        _int8_store(optr, r, n, t2, a1, zp, xscale, sumptr, wsptr, bptr, low_v, high_v)
+
+
+@njit(cache=True, error_model="numpy")
+def _int8_rows7(u, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1):  # noqa: ANN001, ANN202, PLR0915
+    """Output tiles t0..t1 of :func:`int8_linear_flipped`, 7 rows by 2 tiles a pass (a
+    last odd tile computed twice and stored once; rows past the last read the last)."""
+    m_rows, k = u.shape
+    quads = wp.shape[1]
+    n = out.shape[1]
+    stride = 4 * L
+    uptr, wptr, optr = simd.pointer(u), simd.pointer(wp), simd.pointer(out)
+    sumptr, wsptr, bptr = simd.pointer(sums), simd.pointer(wscales), simd.pointer(bias)
+    low_v = simd.splat(_F32(lo))
+    high_v = simd.splat(_F32(hi))
+    last = m_rows - 1
+    for t in range(t0, t1, 2):
+        t2 = min(t + 1, t1 - 1)
+        w0, w1 = t * quads * stride, t2 * quads * stride
+        for r in range(0, m_rows, 7):
+            p0, p1, p2 = r * k, min(r + 1, last) * k, min(r + 2, last) * k
+            p3, p4 = min(r + 3, last) * k, min(r + 4, last) * k
+            p5, p6 = min(r + 5, last) * k, min(r + 6, last) * k
+            z = iv.izeros()
+            c00, c01, c10, c11, c20, c21, c30, c31 = z, z, z, z, z, z, z, z
+            c40, c41, c50, c51, c60, c61 = z, z, z, z, z, z
+            for c in range(quads):
+                v0 = iv.load_weights(wptr, w0 + c * stride)
+                v1 = iv.load_weights(wptr, w1 + c * stride)
+                e = 4 * c
+                x = iv.splat_quad_at(uptr, p0 + e)
+                c00, c01 = iv.dot_u8s8(c00, x, v0), iv.dot_u8s8(c01, x, v1)
+                x = iv.splat_quad_at(uptr, p1 + e)
+                c10, c11 = iv.dot_u8s8(c10, x, v0), iv.dot_u8s8(c11, x, v1)
+                x = iv.splat_quad_at(uptr, p2 + e)
+                c20, c21 = iv.dot_u8s8(c20, x, v0), iv.dot_u8s8(c21, x, v1)
+                x = iv.splat_quad_at(uptr, p3 + e)
+                c30, c31 = iv.dot_u8s8(c30, x, v0), iv.dot_u8s8(c31, x, v1)
+                x = iv.splat_quad_at(uptr, p4 + e)
+                c40, c41 = iv.dot_u8s8(c40, x, v0), iv.dot_u8s8(c41, x, v1)
+                x = iv.splat_quad_at(uptr, p5 + e)
+                c50, c51 = iv.dot_u8s8(c50, x, v0), iv.dot_u8s8(c51, x, v1)
+                x = iv.splat_quad_at(uptr, p6 + e)
+                c60, c61 = iv.dot_u8s8(c60, x, v0), iv.dot_u8s8(c61, x, v1)
+            rows = min(7, m_rows - r)
+            _int8_pair(optr, r, n, t, t2, c00, c01, zps[r], xscales[r], sumptr, wsptr, bptr,
+                       low_v, high_v)  # fmt: skip
+            if rows > 1:
+                _int8_pair(optr, r + 1, n, t, t2, c10, c11, zps[r + 1], xscales[r + 1], sumptr,
+                           wsptr, bptr, low_v, high_v)  # fmt: skip
+            if rows > 2:
+                _int8_pair(optr, r + 2, n, t, t2, c20, c21, zps[r + 2], xscales[r + 2], sumptr,
+                           wsptr, bptr, low_v, high_v)  # fmt: skip
+            if rows > 3:
+                _int8_pair(optr, r + 3, n, t, t2, c30, c31, zps[r + 3], xscales[r + 3], sumptr,
+                           wsptr, bptr, low_v, high_v)  # fmt: skip
+            if rows > 4:
+                _int8_pair(optr, r + 4, n, t, t2, c40, c41, zps[r + 4], xscales[r + 4], sumptr,
+                           wsptr, bptr, low_v, high_v)  # fmt: skip
+            if rows > 5:
+                _int8_pair(optr, r + 5, n, t, t2, c50, c51, zps[r + 5], xscales[r + 5], sumptr,
+                           wsptr, bptr, low_v, high_v)  # fmt: skip
+            if rows > 6:
+                _int8_pair(optr, r + 6, n, t, t2, c60, c61, zps[r + 6], xscales[r + 6], sumptr,
+                           wsptr, bptr, low_v, high_v)  # fmt: skip
+
+
+def int8_linear_flipped(u, zps, xscales, wp, sums, wscales, bias, lo, hi, out, jobs):  # noqa: ANN001, ANN201
+    """:func:`int8_linear` on rows flipped by :func:`flip_rows` (``u`` (M, K) int8 holding
+    ``q + 128``), seven a pass (see :data:`SEVEN_ROWS`): for M of 7 and more."""
+    tiles = wp.shape[0]
+    workers, per, count = _split(tiles, jobs)
+    for _ in prange(workers):
+        job = _take(jobs)
+        while job < count:
+            t0 = job * per
+            t1 = min(t0 + per, tiles)
+            _int8_rows7(u, zps, xscales, wp, sums, wscales, bias, lo, hi, out, t0, t1)
+            job = _take(jobs)
+
+
+INT8_LINEAR_FLIPPED = variants.serial_and_parallel(int8_linear_flipped, "int8_linear_flipped")
 INT4_LINEAR = variants.serial_and_parallel(int4_linear, "int4_linear")
 INT8_LINEAR = variants.serial_and_parallel(int8_linear, "int8_linear")
 
