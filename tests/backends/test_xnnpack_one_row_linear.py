@@ -7,6 +7,8 @@ the first) and against the official runtime on an official XNNPACK export."""
 from __future__ import annotations
 
 import hashlib
+import itertools
+import time
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import torch
 pytest.importorskip("numba")
 
 from pyexecutorch.backends.xnnpack.nodes import sequential_fma_product  # noqa: E402
+from pyexecutorch.jit.variants import can_thread  # noqa: E402
 from pyexecutorch.kernels.linalg import compiled_one_row as one_row  # noqa: E402
 from pyexecutorch.runtime import Runtime  # noqa: E402
 from pyexecutorch.runtime.threads import set_threads, thread_counts  # noqa: E402
@@ -37,16 +40,55 @@ def test_one_row_linear_sums_in_xnnpacks_order(k, n, threads):
     rng = np.random.default_rng(k)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    x, out, jobs = np.empty(k, np.float32), np.empty(n, np.float32), np.zeros(1, np.int64)
+    x, out = np.empty(k, np.float32), np.empty(n, np.float32)
+    # the process's mailbox (helpers take chunks at two threads), and one no helper reads
+    mailboxes = [one_row.mailbox(), np.zeros(one_row.pool.SLOTS, np.int64)]
     before = thread_counts()
     set_threads(threads)
     try:
-        for variant in one_row.ONE_ROW_LINEAR:
+        for variant, mailbox in itertools.product(one_row.ONE_ROW_LINEAR, mailboxes):
             for call, (lo, hi) in enumerate([(-np.inf, np.inf), (-0.5, 2.0), (0.0, np.inf)]):
                 x[:] = rng.normal(0, 1 + call, k)  # the same arrays, new values each call
-                variant(x, w, bias, out, np.float32(lo), np.float32(hi), jobs)
+                out[:] = np.nan
+                variant(x, w, bias, out, np.float32(lo), np.float32(hi), mailbox)
                 want = np.clip(sequential_fma_product(x[None], w, bias)[0], lo, hi)
                 assert np.array_equal(_bits(out), _bits(want)), (variant, call)
+    finally:
+        set_threads(before["numba"] or 1)
+
+
+@pytest.mark.skipif(not can_thread(), reason="numba has one thread: no helper to hand to")
+def test_one_row_helpers_take_chunks_at_two_threads_and_none_at_one():
+    """The helper takes column chunks of shared products at two threads (the chunks it
+    finished are counted in ``DONE``), none at one, and the caller's lock is released."""
+    pool = one_row.pool
+    mailbox = one_row.mailbox()
+    shared = one_row.ONE_ROW_LINEAR[1]
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 64 * L)).astype(np.float32)
+    bias, x = np.zeros(64 * L, np.float32), rng.standard_normal(512).astype(np.float32)
+    out = np.empty(64 * L, np.float32)
+    want = sequential_fma_product(x[None], w, bias)[0]
+    before = thread_counts()
+    deadline = time.monotonic() + 5
+    while mailbox[pool.HELPERS] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mailbox[pool.HELPERS] >= 1
+    try:
+        set_threads(2)
+        helped = 0
+        for _ in range(200):
+            shared(x, w, bias, out, np.float32(-np.inf), np.float32(np.inf), mailbox)
+            assert np.array_equal(_bits(out), _bits(want))
+            assert mailbox[pool.WORKERS] == 2 and mailbox[pool.LOCK] == 0
+            helped += int(mailbox[pool.DONE])
+        assert helped > 0  # the helper took chunks
+        set_threads(1)
+        generation = mailbox[pool.WORD] >> pool.GEN_SHIFT
+        for _ in range(20):
+            shared(x, w, bias, out, np.float32(-np.inf), np.float32(np.inf), mailbox)
+            assert np.array_equal(_bits(out), _bits(want))
+        assert mailbox[pool.WORD] >> pool.GEN_SHIFT == generation  # no job published
     finally:
         set_threads(before["numba"] or 1)
 

@@ -605,7 +605,6 @@ def _one_row_linear(
     kernel (:mod:`pyexecutorch.kernels.linalg.compiled_one_row`): the weight streamed in
     its ``[in, out]`` layout, the bias and the clamp in the same call, the sums in
     XNNPACK's order."""
-    from pyexecutorch.jit.variants import choose  # noqa: PLC0415
     from pyexecutorch.kernels.linalg import compiled_one_row as one_row  # noqa: PLC0415
 
     inputs, units = wmat.shape
@@ -617,7 +616,7 @@ def _one_row_linear(
         row = shared(b, ("row", u.bias_id), lambda: _readonly(bias)).reshape(units)
     args = (a2.reshape(inputs), wmat, row, out.reshape(units), F32.type(low), F32.type(high))
     b.commit(u.output_id, out)
-    b.add(Step(choose(one_row.ONE_ROW_LINEAR, inputs * units), (*args, np.zeros(1, np.int64))))
+    b.add(Step(one_row.form(inputs * units), (*args, one_row.mailbox())))
     return True
 
 

@@ -15,27 +15,56 @@ node in (``backends/xnnpack/nodes.py``, ``sequential_fma_product``), so the resu
 the official delegate's bit for bit, where OpenBLAS's is not (denormals aside: the
 delegate flushes them, as the numpy tier's product does not either).
 
-At more than one thread the columns are jobs the threads take from a counter (a thread
-the system deschedules delays the product by one job, not by a static half).
-Imported only by the compiled tier.
+At more than one thread the columns are chunks that the calling thread and helper threads
+take from one shared word (:mod:`.one_row_pool`: no parallel region, whose start and join
+cost as much as a decoded token's linears saved). Imported only by the compiled tier.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit
 
-from pyexecutorch.jit import simd, variants
+from pyexecutorch.jit import simd, spin, variants
+from pyexecutorch.kernels.linalg import one_row_pool as pool
+from pyexecutorch.kernels.linalg.one_row_pool import (
+    BIAS,
+    BOUNDS,
+    CHUNK_MASK,
+    COUNT,
+    DONE,
+    DOZE_US,
+    GEN_SHIFT,
+    HELPERS,
+    LOCK,
+    NAP_US,
+    OUT,
+    PER,
+    QUIT,
+    SPIN_US,
+    WORD,
+    WORKERS,
+    YIELD_US,
+    K,
+    N,
+    W,
+    X,
+)
 
 L = simd.lanes(np.float32)
 # Weight rows streamed together (eight row streams, one output vector's load and store).
 ROWS = 8
 # Output columns a pass over the rows (8 KB of outputs, kept in L1 while the rows stream).
 CHUNK = 2048
-# Jobs a thread at more than one thread: each take is an atomic add on a shared line.
-JOBS_PER_THREAD = 8
+# Column chunks a thread at more than one thread (a thread late to a product leaves its
+# chunks to the others); each chunk a contiguous run of columns, so the rows stream.
+CHUNKS_PER_THREAD = 2
+# Multiply-adds from which a product is shared with the helpers (~12 us of weights
+# streamed at one thread; a hand-over costs ~1 us where the helper is polling).
+SHARED_WORK = 1 << 16
+# Spins of a caller waiting for the helpers' last chunks before it yields the CPU.
+WAIT_SPINS = 2000
 _THREADS = variants.threads_reader()
-_take = variants.job_taker()
 
 
 def fits(k: int, n: int) -> bool:
@@ -91,29 +120,142 @@ def _columns(x, w, bias, out, lo, hi, c0, c1):  # noqa: ANN001, ANN202
             simd.store(op, j, simd.clamp(simd.load(op, j), low, high))
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _bounds(mailbox):  # noqa: ANN001, ANN202
+    """The float32 view of the mailbox's ``BOUNDS`` slot: the job's clamp (lo, hi)."""
+    return mailbox[BOUNDS : BOUNDS + 1].view(np.float32)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def serve(mailbox, index, ticks_per_us):  # noqa: ANN001, ANN201
+    """A helper thread's loop (see :mod:`.one_row_pool`): the chunks of each new job it can
+    take, until ``QUIT``."""
+    spin.fetch_add(mailbox, HELPERS, 1)
+    last = spin.load(mailbox, WORD) >> GEN_SHIFT
+    idle_since = spin.cycles()
+    while spin.load(mailbox, QUIT) == 0:
+        word = spin.load(mailbox, WORD)
+        generation = word >> GEN_SHIFT
+        if generation == last:
+            waited = (spin.cycles() - idle_since) // ticks_per_us
+            if waited < SPIN_US:
+                spin.pause()
+            elif waited < YIELD_US:
+                spin.yield_cpu()
+            elif waited < NAP_US:
+                spin.sleep_us(50)
+            else:
+                spin.sleep_us(1000 if waited < DOZE_US else 10_000)
+            continue
+        last = generation
+        if index + 1 < spin.load(mailbox, WORKERS):
+            k = spin.load(mailbox, K)
+            n = spin.load(mailbox, N)
+            per = spin.load(mailbox, PER)
+            count = spin.load(mailbox, COUNT)
+            bounds = _bounds(mailbox)
+            lo, hi = bounds[0], bounds[1]
+            x = carray(spin.float32_at(spin.load(mailbox, X)), k)
+            w = carray(spin.float32_at(spin.load(mailbox, W)), (k, n))
+            bias = carray(spin.float32_at(spin.load(mailbox, BIAS)), n)
+            out = carray(spin.float32_at(spin.load(mailbox, OUT)), n)
+            vectors = n // L
+            while (word >> GEN_SHIFT) == generation and (word & CHUNK_MASK) < count:
+                seen = spin.compare_swap(mailbox, WORD, word, word + 1)
+                if seen != word:  # another thread took it, or a newer job came
+                    word = seen
+                    continue
+                v0 = (word & CHUNK_MASK) * per
+                _columns(x, w, bias, out, lo, hi, v0 * L, min(v0 + per, vectors) * L)
+                spin.fetch_add(mailbox, DONE, 1)
+                word = spin.load(mailbox, WORD)
+        idle_since = spin.cycles()
+    spin.fetch_add(mailbox, HELPERS, -1)
+
+
 @njit(cache=True, error_model="numpy")
-def _split(vectors, jobs):  # noqa: ANN001, ANN202
-    """(workers, vectors a job, jobs) on the threads in force, the counter reset."""
-    threads = _THREADS()
-    count = min(vectors, JOBS_PER_THREAD * threads) if threads > 1 else 1
+def _cycles():  # noqa: ANN202
+    return spin.cycles()
+
+
+def mailbox():  # noqa: ANN201
+    """The process's one-row mailbox (an int64 array every one-row step is given), its
+    helper threads started at the first call: one fewer than numba's threads."""
+    from pyexecutorch.jit import numba_env  # noqa: PLC0415
+
+    numba = numba_env.numba_module()
+    helpers = numba.config.NUMBA_NUM_THREADS - 1 if numba is not None else 0
+    return pool.mailbox(serve, _cycles, helpers)
+
+
+@njit(cache=True, error_model="numpy")
+def _shared(x, w, bias, out, lo, hi, mailbox, workers):  # noqa: ANN001, ANN202
+    """The product split into chunks the caller and ``workers - 1`` helpers take (the
+    caller holds ``LOCK``)."""
+    vectors = out.shape[0] // L
+    count = min(vectors, CHUNKS_PER_THREAD * workers)
     per = (vectors + count - 1) // count
-    jobs[0] = 0
-    return min(threads, count), per, (vectors + per - 1) // per
+    count = (vectors + per - 1) // per
+    spin.store(mailbox, X, x.ctypes.data)
+    spin.store(mailbox, W, w.ctypes.data)
+    spin.store(mailbox, BIAS, bias.ctypes.data)
+    spin.store(mailbox, OUT, out.ctypes.data)
+    spin.store(mailbox, K, x.shape[0])
+    spin.store(mailbox, N, out.shape[0])
+    spin.store(mailbox, PER, per)
+    spin.store(mailbox, COUNT, count)
+    spin.store(mailbox, WORKERS, workers)
+    bounds = _bounds(mailbox)
+    bounds[0] = lo
+    bounds[1] = hi
+    spin.store(mailbox, DONE, 0)
+    generation = (spin.load(mailbox, WORD) >> GEN_SHIFT) + 1
+    spin.store(mailbox, WORD, generation << GEN_SHIFT)  # publishes the job
+    mine = 0
+    chunk = spin.fetch_add(mailbox, WORD, 1) & CHUNK_MASK
+    while chunk < count:
+        v0 = chunk * per
+        _columns(x, w, bias, out, lo, hi, v0 * L, min(v0 + per, vectors) * L)
+        mine += 1
+        chunk = spin.fetch_add(mailbox, WORD, 1) & CHUNK_MASK
+    spins = 0
+    while spin.load(mailbox, DONE) < count - mine:  # the helpers' chunks
+        if spins < WAIT_SPINS:
+            spin.pause()
+            spins += 1
+        else:
+            spin.yield_cpu()
 
 
-def one_row_linear(x, w, bias, out, lo, hi, jobs):  # noqa: ANN001, ANN201
+def one_row_linear(x, w, bias, out, lo, hi, mailbox):  # noqa: ANN001, ANN201
     """``out (n,) = clamp(bias + x (k,) @ w (k, n), lo, hi)``, all float32 and C-contiguous
     (``n`` whole vectors): from the bias, the products added in input order, each rounded
-    once. ``jobs`` (1,) int64: the threads' job counter."""
+    once. ``mailbox``: :func:`mailbox`'s array (or any int64 array of
+    :data:`~.one_row_pool.SLOTS` zeros: serially then), through which the helper threads
+    take column chunks at more than one thread."""
     vectors = out.shape[0] // L
-    workers, per, count = _split(vectors, jobs)
-    for _ in prange(workers):  # noqa: B020 - prange is range when serial
-        job = _take(jobs)
-        while job < count:
-            v0 = job * per
-            _columns(x, w, bias, out, lo, hi, v0 * L, min(v0 + per, vectors) * L)
-            job = _take(jobs)
+    workers = min(_THREADS(), spin.load(mailbox, HELPERS) + 1, vectors)
+    if workers > 1 and spin.compare_swap(mailbox, LOCK, 0, 1) == 0:
+        _shared(x, w, bias, out, lo, hi, mailbox, workers)
+        spin.store(mailbox, LOCK, 0)
+    else:
+        _columns(x, w, bias, out, lo, hi, 0, out.shape[0])
     return out
 
 
-ONE_ROW_LINEAR = variants.serial_and_parallel(one_row_linear, "one_row_linear")
+def _serial(x, w, bias, out, lo, hi, mailbox):  # noqa: ANN001, ANN202
+    """:func:`one_row_linear` on the calling thread alone (a product too small to share)."""
+    _columns(x, w, bias, out, lo, hi, 0, out.shape[0])
+    return out
+
+
+ONE_ROW_LINEAR = (
+    variants.njit_renamed(_serial, "one_row_linear", error_model="numpy"),
+    variants.njit_renamed(one_row_linear, "one_row_linear_shared", error_model="numpy"),
+)
+
+
+def form(work: int):  # noqa: ANN201
+    """The form of :data:`ONE_ROW_LINEAR` for a product of ``work`` multiply-adds: shared
+    from :data:`SHARED_WORK` where numba has more than one thread, else serial."""
+    return ONE_ROW_LINEAR[1] if work >= SHARED_WORK and variants.can_thread() else ONE_ROW_LINEAR[0]
