@@ -5,7 +5,12 @@ takes its source partition whole with the ``relu`` after it, as the official
 AddmmConfig does: one delegate, the input's sizes passed in as integer arguments
 (official partitioning), which the delegate's values skip (external ids with gaps, as
 the official exporter numbers them). Both runtime tiers run it against the official
-runtime and eager, over several input shapes."""
+runtime and eager, over several input shapes.
+
+Dynamically quantized, two such linears reading one input (a quantization chain each)
+lower the same way: addmm/mm of an nn.Linear source partition go with the linear
+configs' deps, as the official AddmmConfig fakes the linear (official
+test_qd8_f32_per_channel_shared_dq_chain)."""
 
 from __future__ import annotations
 
@@ -58,3 +63,58 @@ def test_legacy_rank3_dynamic_linear_relu_is_one_delegate(bias: bool) -> None:
             # (rows of several: a BLAS product, summed in another order than XNNPACK's)
             np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(torch.as_tensor(np.asarray(got)), model(x).detach())
+
+
+class _SharedInput(nn.Module):
+    """Two linears reading one input: after dynamic quantization, one quantization chain
+    each (the official tester's DuplicateDynamicQuantChainPass)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.second = nn.Linear(13, 17), nn.Linear(13, 17)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.first(x) + self.second(x)
+
+
+@pytest.mark.parametrize("per_op_mode", [True, False])
+def test_legacy_dynamic_linears_on_shared_input(per_op_mode: bool) -> None:
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from pyexecutorch.backends.transforms.duplicate_dynamic_quant_chain import (
+        DuplicateDynamicQuantChainPass,
+    )
+    from pyexecutorch.backends.xnnpack.partition.config.xnnpack_config import (
+        ConfigPrecisionType,
+    )
+    from pyexecutorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    example = (torch.randn(1, 2, 13, generator=torch.Generator().manual_seed(0)),)
+    # strict export: the source partitions (nn.Linear) the legacy lowering reads
+    captured = torch.export.export(_SharedInput().eval(), example, strict=True).module()
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+    prepared = prepare_pt2e(captured, XNNPACKQuantizer().set_global(config))
+    prepared(*example)
+    converted = convert_pt2e(prepared)
+    DuplicateDynamicQuantChainPass()(converted)
+    ep = torch.export.export(converted, example, strict=True)
+    partitioner = XnnpackPartitioner(
+        config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, per_op_mode=per_op_mode
+    )
+    config = EdgeCompileConfig(_check_ir_validity=False)
+    lowered = to_edge(ep, compile_config=config).to_backend(partitioner)
+    gm = lowered.exported_program().graph_module
+    assert get_delegation_info(gm).num_delegated_subgraphs == (2 if per_op_mode else 1)
+    assert not [n for n in gm.graph.nodes if "addmm" in str(n.target)]
+    pte = lowered.to_executorch().buffer
+    runner = official.official_runner(pte)
+    for jit in (False, True):
+        method = Runtime.get().load_program(pte, jit=jit).load_method("forward")
+        for seed in range(3):
+            x = torch.randn(1, 2, 13, generator=torch.Generator().manual_seed(seed))
+            (got,) = method.execute([x])
+            np.testing.assert_allclose(np.asarray(got), runner.run([x])[0], rtol=1e-5, atol=1e-5)

@@ -3,13 +3,14 @@
 Each pass is a function of one :class:`~.common.PassContext` (the partition's
 graph module and exported program) that rewrites the graph in place:
 
-0. :func:`fold_quantization`: quantize/dequantize pairs become the quantization
+0. :func:`convert_to_linear`: ``addmm``/``mm`` on a transposed constant (or
+   dequantized constant) weight become ``linear`` (a fully connected node on the
+   weight as stored); :func:`fold_linear_reshapes`: the reshapes around a
+   decomposed rank > 2 ``nn.Linear`` go (the fully connected node takes any rank).
+   First, so that the quantization passes see the linears they know.
+1. :func:`fold_quantization`: quantize/dequantize pairs become the quantization
    parameters of values (see :mod:`.quantized`).
    :func:`remove_copies`: clones that keep the dim order are dropped.
-1. :func:`convert_to_linear`: ``addmm``/``mm`` on a transposed constant weight
-   become ``linear`` (a fully connected node on the weight as stored);
-   :func:`fold_linear_reshapes`: the reshapes around a decomposed rank > 2
-   ``nn.Linear`` go (the fully connected node takes any rank).
 2. :func:`fuse_batch_norm`: an eval batch norm after a convolution or linear
    is folded into that node's weight and bias.
 3. :func:`fold_constants`: nodes computed from constants only (permutes and
@@ -35,10 +36,10 @@ from pyexecutorch.backends.xnnpack._passes.quantized import fold_quantization
 from pyexecutorch.backends.xnnpack._passes.remove_copies import remove_copies
 
 PASSES = (
-    fold_quantization,
-    remove_copies,
     convert_to_linear,
     fold_linear_reshapes,
+    fold_quantization,
+    remove_copies,
     fuse_batch_norm,
     fold_constants,
     fuse_activation,

@@ -16,13 +16,26 @@ from pyexecutorch.backends.xnnpack._passes.quantized import XNN_QUANT
 aten = torch.ops.aten
 
 
+def _is_weight(ctx: PassContext, node: object) -> bool:
+    """A constant, or the dequantization of one (a quantized weight, before the
+    quantization passes fold it)."""
+    if ctx.is_constant(node):
+        return True
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and "dequantize" in str(node.target)
+        and ctx.is_constant(node.args[0])
+    )
+
+
 def _transposed_constant(ctx: PassContext, node: object) -> object:
     if (
         isinstance(node, torch.fx.Node)
         and node.op == "call_function"
         and node.target == aten.permute_copy.default
         and list(node.args[1]) == [1, 0]
-        and ctx.is_constant(node.args[0])
+        and _is_weight(ctx, node.args[0])
     ):
         return node.args[0]
     return None

@@ -13,6 +13,8 @@ then run them on the quantized values.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
@@ -24,6 +26,7 @@ from pyexecutorch.backends.xnnpack.partition.config import (
     OpConfig,
     arg,
     is_constant,
+    linear_source_partition,
     rank,
     register_configs,
 )
@@ -329,6 +332,58 @@ def _dynamic_dequantizers() -> tuple:
     )
 
 
+# ------------------------------------------------------------------ legacy addmm / mm
+
+
+@dataclass(frozen=True)
+class _LinearView:
+    """The ``linear`` a decomposed ``nn.Linear`` stands for (to_edge's addmm or mm between
+    reshapes, on a transposed weight): what the linear configs read of a node."""
+
+    args: tuple
+    users: dict
+    target: object = aten.linear.default
+
+
+def _linear_view(node: Node) -> _LinearView | None:
+    """``node`` (addmm/mm of an nn.Linear source partition) seen as that linear, as the
+    official AddmmConfig fakes one: the partition's activation input, the weight before
+    its transpose, the bias, and the readers of the partition's output."""
+    part = linear_source_partition(node)
+    if part is None:
+        return None
+    addmm = node.target == aten.addmm.default
+    act, weight = (node.args[1], node.args[2]) if addmm else node.args[:2]
+    bias = node.args[0] if addmm else None
+    while isinstance(act, Node) and act not in part.input_nodes and act.all_input_nodes:
+        act = act.all_input_nodes[0]
+    if not (
+        isinstance(weight, Node)
+        and weight.target == aten.permute_copy.default
+        and list(weight.args[1]) == [1, 0]
+    ):
+        return None
+    return _LinearView((act, weight.args[0], bias), part.output_nodes[0].users)
+
+
+def _legacy(check: Callable, deps: Callable) -> tuple[Callable, Callable]:
+    """A linear config's check and deps for an addmm/mm of a decomposed nn.Linear: its
+    source partition goes whole (reshapes, transpose), with the linear's own deps."""
+
+    def legacy_check(node: Node, ep: ExportedProgram) -> str | None:
+        view = _linear_view(node)
+        if view is None:
+            return "not the addmm/mm of an nn.Linear source partition on a transposed weight"
+        return check(view, ep)
+
+    def legacy_deps(node: Node, ep: ExportedProgram) -> list[Node]:
+        view = _linear_view(node)
+        part = linear_source_partition(node)
+        return [n for n in (*part.nodes, *deps(view, ep)) if n is not node]
+
+    return legacy_check, legacy_deps
+
+
 def quantized_configs() -> list[OpConfig]:
     raw = dict(check_dtypes=False)
     configs = [
@@ -413,6 +468,16 @@ def quantized_configs() -> list[OpConfig]:
             keep_whole=True,
         ),
     ]
+    for op in (aten.addmm.default, aten.mm.default):
+        configs += [
+            OpConfig("QuantizedAddmmConfig", op, STATIC, *_legacy(_static_gemm, _static_gemm_deps)),
+            OpConfig(
+                "DynamicQuantizedAddmmConfig",
+                op,
+                DYNAMIC,
+                *_legacy(_dynamic_linear, _dynamic_gemm_deps),
+            ),
+        ]
     chooser, quantizer, dequantizer = (
         _torchao(n) for n in ("choose_qparams_affine", "quantize_affine", "dequantize_affine")
     )
