@@ -13,6 +13,7 @@ too, rather than failing in preprocess."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -70,6 +71,21 @@ def _left_ops(lowered) -> set[str]:
 
 
 MM = {"aten::mm.default", "aten::addmm.default"}
+
+
+CASES = {
+    # name: (bias, input shape, dynamic dims, activations dynamic, dtype)
+    "dynamic-rank3-bias": (True, (1, 5, 8), {1: BATCH}, True, torch.float32),
+    "dynamic-two-batch-dims": (False, (3, 3, 8), {0: BATCH, 1: BATCH}, True, torch.float32),
+    "dynamic-float16": (True, (4, 8), {0: BATCH}, True, torch.float16),
+    "static-rank3": (True, (3, 2, 8), {0: BATCH}, False, torch.float32),
+}
+SHAPES = {
+    "dynamic-rank3-bias": [(1, 6, 8), (1, 2, 8), (1, 4, 8)],
+    "dynamic-two-batch-dims": [(6, 6, 8), (2, 2, 8), (5, 5, 8)],
+    "dynamic-float16": [(6, 8), (2, 8), (3, 8)],
+    "static-rank3": [(6, 2, 8), (2, 2, 8), (5, 2, 8)],
+}
 
 
 def _runs_as_the_official(quantized, lowered, shapes, dtype, dynamic) -> None:
@@ -142,3 +158,12 @@ def test_two_batch_dims_of_one_size() -> None:
             np.testing.assert_allclose(np.asarray(got), model(xs).detach(), rtol=1e-5, atol=1e-6)
     quantized, lowered = _lower(model, x, dims[0], dynamic=True, legacy=False)
     _runs_as_the_official(quantized, lowered, [(6, 6, 8), (2, 2, 8)], torch.float32, True)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_legacy_quantized_linear_is_one_delegate_and_runs_as_the_official(case: str) -> None:
+    bias, shape, dims, dynamic, dtype = CASES[case]
+    torch.manual_seed(0)
+    model = nn.Linear(8, 9, bias=bias).eval().to(dtype)
+    quantized, lowered = _lower(model, torch.randn(shape).to(dtype), dims, dynamic=dynamic)
+    _runs_as_the_official(quantized, lowered, SHAPES[case], dtype, dynamic)
