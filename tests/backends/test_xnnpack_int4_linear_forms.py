@@ -126,3 +126,20 @@ def test_group_size_not_a_multiple_of_32_fails_preprocess_as_the_official() -> N
         "XnnpackBackend: aten_linear_default: Delegation to XNNPACK requires group_size to be a "
         "multiple of 32, but got 30"
     )
+
+
+def test_torchao_visitors_registered_when_torchao_imports_late(quantized, monkeypatch) -> None:
+    # operators/quantized.py registers torchao's operators where they exist when it
+    # imports; a process that loaded it before torchao (a PT2E lowering first) must
+    # still serialize them: the visitors are registered again when a node finds none
+    from pyexecutorch.backends.xnnpack.operators import visitors
+
+    ep, _ = quantized
+    kept = {k: v for k, v in visitors.VISITORS.items() if not k.startswith("torchao::")}
+    monkeypatch.setattr(visitors, "VISITORS", kept)
+    partitioner = XnnpackPartitioner(
+        config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, enable_bf16=True
+    )
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    assert any(k.startswith("torchao::") for k in visitors.VISITORS)
+    assert b"XnnpackBackend" in edge.to_executorch().buffer

@@ -36,6 +36,7 @@ from pyexecutorch.backends.xnnpack._passes.quantized import (
 )
 from pyexecutorch.backends.xnnpack.operators.builder import UINT64_MAX, GraphBuilder, xnode
 from pyexecutorch.backends.xnnpack.operators.visitors import (
+    LATE_REGISTRATIONS,
     VISITORS,
     conv_node,
     images_as_rows,
@@ -318,5 +319,6 @@ def _with_quantized(target: object, quantized) -> None:
 
 
 _register_quant_ops()
+LATE_REGISTRATIONS.append(_register_quant_ops)  # torchao's operators, once they exist
 _with_quantized(aten.linear.default, _quantized_linear)
 _with_quantized(aten.convolution.default, _quantized_conv)

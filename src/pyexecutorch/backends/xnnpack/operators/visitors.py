@@ -611,10 +611,19 @@ def _reshape(b: GraphBuilder, node: Node) -> None:
     )
 
 
+# Registrations of operators that may exist only later (torchao's, once torchao has
+# imported): run again when a node finds no visitor.
+LATE_REGISTRATIONS: list[Callable[[], None]] = []
+
+
 def visit(b: GraphBuilder, node: Node) -> None:
     """Serialize one edge node (PreprocessError where no visitor takes it)."""
     key = op_key(node.target)
     visitor = VISITORS.get(key)
+    if visitor is None:
+        for late in LATE_REGISTRATIONS:
+            late()
+        visitor = VISITORS.get(key)
     if visitor is None:
         raise PreprocessError(
             f"XnnpackBackend cannot serialize node {node.name} ({key}): no XNNPACK visitor"
