@@ -118,3 +118,52 @@ def test_legacy_dynamic_linears_on_shared_input(per_op_mode: bool) -> None:
             x = torch.randn(1, 2, 13, generator=torch.Generator().manual_seed(seed))
             (got,) = method.execute([x])
             np.testing.assert_allclose(np.asarray(got), runner.run([x])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_legacy_int16_activation_linear_stays_portable() -> None:
+    """8-bit weights with 16-bit activations (official test_passes'
+    test_constant_prop_pass_after_delegation quantizes so): XNNPACK has no such linear,
+    so the addmm's source partition is not taken along with its int8 weight; lowering
+    succeeds and the program runs as the quantized graph does in eager."""
+    from torchao.quantization.pt2e import MinMaxObserver, PerChannelMinMaxObserver
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    from pyexecutorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+    from pyexecutorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import (
+        QuantizationConfig,
+    )
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 8).eval()
+    x = torch.randn(4, 8)
+    int16 = QuantizationSpec(
+        dtype=torch.int16,
+        quant_min=-32768,
+        quant_max=32767,
+        qscheme=torch.per_tensor_affine,
+        observer_or_fake_quant_ctr=MinMaxObserver,
+    )
+    int8_weight = QuantizationSpec(
+        dtype=torch.int8,
+        quant_min=-128,
+        quant_max=127,
+        qscheme=torch.per_channel_symmetric,
+        ch_axis=0,
+        observer_or_fake_quant_ctr=PerChannelMinMaxObserver,
+    )
+    config = QuantizationConfig(int16, int16, int8_weight, None, is_qat=False)
+    captured = torch.export.export(model, (x,), strict=True).module()
+    prepared = prepare_pt2e(captured, XNNPACKQuantizer().set_global(config))
+    prepared(x)
+    quantized = convert_pt2e(prepared)
+    ep = torch.export.export(quantized, (x,), strict=True)
+    lowered = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    lowered = lowered.to_backend(XnnpackPartitioner())
+    graph = lowered.exported_program().graph_module.graph
+    targets = {str(n.target) for n in graph.nodes if n.op == "call_function"}
+    assert not any("addmm" in t and "delegate" in t for t in targets)
+    assert any("addmm" in t or "mm" in t for t in targets), targets
+    pte = lowered.to_executorch().buffer
+    (got,) = Runtime.get().load_program(pte).load_method("forward").execute([x])
+    torch.testing.assert_close(torch.as_tensor(np.asarray(got)), quantized(x))

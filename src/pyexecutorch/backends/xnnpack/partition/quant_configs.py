@@ -179,7 +179,14 @@ _STATIC_GEMM_ACTS = (aten.relu.default, aten.hardtanh.default)
 def _static_gemm(node: Node, ep: ExportedProgram) -> str | None:
     if not (_is_static_dq(node.args[0]) or conv_input_pad(node)):
         return "input is not dequantized per tensor"
-    return weight_problem(ep, node.args[1], _channel_axis(node)) or _bias_problem(node, ep)
+    # The input's own dequantize is checked by its config, but a legacy addmm/mm takes
+    # its whole source partition with it: an int16 activation must not come along.
+    input_problem = _dq_per_tensor(node.args[0], ep) if _is_static_dq(node.args[0]) else None
+    return (
+        input_problem
+        or weight_problem(ep, node.args[1], _channel_axis(node))
+        or _bias_problem(node, ep)
+    )
 
 
 def _channel_axis(gemm: Node) -> int:
