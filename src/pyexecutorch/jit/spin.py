@@ -35,23 +35,34 @@ _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 
 
-def _int64_vector(a: Any) -> bool:
-    return isinstance(a, types.Array) and a.dtype == types.int64 and a.ndim == 1
+def _slot_types(a: Any, i: Any, *words: Any) -> bool:
+    """An element of a 1-D int64 array by an integer index, and integer words."""
+    return (
+        isinstance(a, types.Array)
+        and a.dtype == types.int64
+        and a.ndim == 1
+        and all(isinstance(t, types.Integer) for t in (i, *words))
+    )
 
 
-def _element(context: Any, builder: Any, array_type: Any, array: Any, index: Any) -> Any:
-    data = context.make_array(array_type)(context, builder, array).data
-    return builder.gep(data, [index])
+def _slot(context: Any, builder: Any, signature: Any, args: Any) -> tuple[Any, list[Any]]:
+    """The element's pointer and the further arguments as int64 values."""
+    index = context.cast(builder, args[1], signature.args[1], types.intp)
+    data = context.make_array(signature.args[0])(context, builder, args[0]).data
+    words = [
+        context.cast(builder, v, t, types.int64)
+        for v, t in zip(args[2:], signature.args[2:], strict=True)
+    ]
+    return builder.gep(data, [index]), words
 
 
 @intrinsic
 def load(typingctx: Any, a: Any, i: Any) -> Any:
-    if not _int64_vector(a) or not isinstance(i, types.Integer):
+    if not _slot_types(a, i):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        index = context.cast(builder, args[1], signature.args[1], types.intp)
-        pointer = _element(context, builder, signature.args[0], args[0], index)
+        pointer, _ = _slot(context, builder, signature, args)
         return builder.load_atomic(pointer, "acquire", 8)
 
     return types.int64(a, i), codegen
@@ -59,15 +70,11 @@ def load(typingctx: Any, a: Any, i: Any) -> Any:
 
 @intrinsic
 def store(typingctx: Any, a: Any, i: Any, v: Any) -> Any:
-    if not _int64_vector(a) or not isinstance(i, types.Integer):
-        return None
-    if not isinstance(v, types.Integer):
+    if not _slot_types(a, i, v):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        index = context.cast(builder, args[1], signature.args[1], types.intp)
-        value = context.cast(builder, args[2], signature.args[2], types.int64)
-        pointer = _element(context, builder, signature.args[0], args[0], index)
+        pointer, (value,) = _slot(context, builder, signature, args)
         builder.store_atomic(value, pointer, "release", 8)
         return context.get_dummy_value()
 
@@ -76,15 +83,11 @@ def store(typingctx: Any, a: Any, i: Any, v: Any) -> Any:
 
 @intrinsic
 def fetch_add(typingctx: Any, a: Any, i: Any, v: Any) -> Any:
-    if not _int64_vector(a) or not isinstance(i, types.Integer):
-        return None
-    if not isinstance(v, types.Integer):
+    if not _slot_types(a, i, v):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        index = context.cast(builder, args[1], signature.args[1], types.intp)
-        value = context.cast(builder, args[2], signature.args[2], types.int64)
-        pointer = _element(context, builder, signature.args[0], args[0], index)
+        pointer, (value,) = _slot(context, builder, signature, args)
         return builder.atomic_rmw("add", pointer, value, "acq_rel")
 
     return types.int64(a, i, v), codegen
@@ -92,16 +95,11 @@ def fetch_add(typingctx: Any, a: Any, i: Any, v: Any) -> Any:
 
 @intrinsic
 def compare_swap(typingctx: Any, a: Any, i: Any, expected: Any, new: Any) -> Any:
-    if not _int64_vector(a) or not isinstance(i, types.Integer):
-        return None
-    if not isinstance(expected, types.Integer) or not isinstance(new, types.Integer):
+    if not _slot_types(a, i, expected, new):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        index = context.cast(builder, args[1], signature.args[1], types.intp)
-        old = context.cast(builder, args[2], signature.args[2], types.int64)
-        value = context.cast(builder, args[3], signature.args[3], types.int64)
-        pointer = _element(context, builder, signature.args[0], args[0], index)
+        pointer, (old, value) = _slot(context, builder, signature, args)
         pair = builder.cmpxchg(pointer, old, value, "acq_rel", "acquire")
         return builder.extract_value(pair, 0)
 
