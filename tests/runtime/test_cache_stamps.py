@@ -161,3 +161,34 @@ def test_whole_method_functions_are_keyed_by_the_code_rebuilding_their_arrays(mo
         generated.build_key.cache_clear()
         generated._source_key.cache_clear()
     assert generated.build_key() == before
+
+
+# jit modules compiled kernels import but do not inline: they run at load or compile time.
+NOT_INLINED = {
+    "numba_env",
+    "entry_points",
+    "deferral",
+    "symbol_calls",
+    "function_records",
+    "generated",
+}
+
+
+def test_every_jit_helper_a_compiled_kernel_imports_is_an_inlined_source():
+    """A jit helper that compiled kernels import must stamp their cache: spin.py (the
+    one-row linears' atomics) and xnnpack_math.py (the fused SiLU's sigmoid) were missing,
+    so edits to them left stale machine code in every cache."""
+    import pyexecutorch  # noqa: PLC0415
+
+    package = Path(pyexecutorch.__file__).parent
+    jit = package / "jit"
+    kernels = [*package.glob("kernels/**/compiled*.py"), *package.glob("backends/**/compiled*.py")]
+    imported = {
+        Path(f).stem
+        for kernel in kernels
+        for f in source_stamps._imports(str(kernel))
+        if Path(f).parent == jit
+    }
+    inlined = {Path(f).stem for f in source_stamps._inlined_files() if Path(f).parent == jit}
+    assert {"spin", "xnnpack_math", "simd"} <= imported
+    assert imported - inlined - NOT_INLINED == set()

@@ -295,7 +295,20 @@ def watch() -> None:
         sys.meta_path.insert(0, _InstallOnImport())
 
 
-# This package's helpers that compiled code inlines (SIMD, BLAS, math, half, array
-# predicates, coefficients) and the serial/parallel variants whose options compile it.
-for _helper in ("simd", "blas", "math_functions", "half", "arrays", "coefficients", "variants"):
+# This package's helpers that compiled code inlines (SIMD, BLAS, math and XNNPACK's math
+# with its coefficients, half, array predicates, coefficients, atomics) and the
+# serial/parallel variants whose options compile it.
+INLINED_HELPERS = (
+    "simd",
+    "blas",
+    "math_functions",
+    "xnnpack_math",
+    "xnnpack_coefficients",
+    "half",
+    "arrays",
+    "coefficients",
+    "spin",
+    "variants",
+)
+for _helper in INLINED_HELPERS:
     inlined_sources(Path(__file__).parent, f"{_helper}.py")
