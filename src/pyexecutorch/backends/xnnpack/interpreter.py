@@ -205,8 +205,10 @@ def _check_bfloat16(values: list[Value], nodes: list[S.XNode]) -> None:
             if values[vid].dtype.name != "bfloat16":
                 continue
             other = getattr(u, "output_id" if f.name == "input_id" else "input1_id", None)
-            dynamic = other is not None and 0 <= other < len(values) and (
-                values[other].quant is not None and values[other].quant.kind == "token"
+            dynamic = (
+                other is not None
+                and 0 <= other < len(values)
+                and (values[other].quant is not None and values[other].quant.kind == "token")
             )
             if (name, f.name) not in _BF16_USES or not dynamic:
                 raise NotImplementedError(
