@@ -335,6 +335,23 @@ def cached_file(
         return data
 
 
+def module_xnnpack_pte(
+    stem: str, key: str, make_module: Callable[[], torch.nn.Module], inputs: tuple
+) -> bytes:
+    """The official exporter's XNNPACK ``.pte`` of ``make_module()`` on ``inputs``, made
+    once and cached as ``<stem>.<hash of the versions and key>.pte``."""
+
+    def build() -> bytes:
+        from executorch.exir import to_edge_transform_and_lower
+
+        exported = torch.export.export(make_module(), inputs)
+        edge = to_edge_transform_and_lower(exported, partitioner=_xnnpack_partitioner())
+        return edge.to_executorch().buffer
+
+    name = hashlib.sha256((versions() + key).encode()).hexdigest()[:16]
+    return cached_file(cache_dir() / f"{stem}.{name}.pte", build)
+
+
 def _entry(case: ModelCase, flavor: str) -> tuple[Path, Path]:
     """The cache files of ``case`` in ``flavor``: the result, and the mark of a failure.
     The key is part of the name so that a changed model is exported again."""

@@ -6,8 +6,6 @@ past ``EXACT_GEMM_LIMIT`` the node takes numpy's product."""
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 import torch
@@ -38,19 +36,10 @@ def _input(call: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def program() -> bytes:
-    def build() -> bytes:
-        official.silence_noise()
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
-            XnnpackPartitioner,
-        )
-        from executorch.exir import to_edge_transform_and_lower
-
-        exported = torch.export.export(_Linears().eval(), (torch.from_numpy(_input(0)),))
-        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-        return edge.to_executorch().buffer
-
-    name = hashlib.sha256((official.versions() + "exact_gemm v1").encode()).hexdigest()[:16]
-    return official.cached_file(official.cache_dir() / f"exact_gemm.{name}.pte", build)
+    inputs = (torch.from_numpy(_input(0)),)
+    return official.module_xnnpack_pte(
+        "exact_gemm", "exact_gemm v1", lambda: _Linears().eval(), inputs
+    )
 
 
 def test_fully_connected_equals_the_official_bit_for_bit(program):

@@ -6,7 +6,6 @@ the first) and against the official runtime on an official XNNPACK export."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import time
 
@@ -112,20 +111,9 @@ def _input(call: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def program() -> bytes:
-    def build() -> bytes:
-        official.silence_noise()
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
-            XnnpackPartitioner,
-        )
-        from executorch.exir import to_edge_transform_and_lower
-
-        exported = torch.export.export(_OneRow().eval(), (torch.from_numpy(_input(0)),))
-        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-        return edge.to_executorch().buffer
-
-    key = official.versions() + f"one_row_linear v1 {L}"
-    name = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return official.cached_file(official.cache_dir() / f"one_row_linear.{name}.pte", build)
+    inputs = (torch.from_numpy(_input(0)),)
+    key = f"one_row_linear v1 {L}"
+    return official.module_xnnpack_pte("one_row_linear", key, lambda: _OneRow().eval(), inputs)
 
 
 def test_compiled_one_row_linears_equal_the_official_bit_for_bit(program, monkeypatch):

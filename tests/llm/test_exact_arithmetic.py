@@ -16,8 +16,6 @@ several calls with changing inputs:
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 import torch
@@ -57,21 +55,9 @@ def _inputs(call: int) -> list[np.ndarray]:
 def program() -> bytes:
     """The official XNNPACK export of ``_Ops`` (cached)."""
 
-    def build() -> bytes:
-        official.silence_noise()
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
-            XnnpackPartitioner,
-        )
-        from executorch.exir import to_edge_transform_and_lower
-
-        args = tuple(torch.from_numpy(a) for a in _inputs(0))
-        exported = torch.export.export(_Ops(), args)
-        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-        return edge.to_executorch().buffer
-
-    key = official.versions() + repr(SIZE) + "v1"
-    name = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return official.cached_file(official.cache_dir() / f"exact_arithmetic.{name}.pte", build)
+    inputs = tuple(torch.from_numpy(a) for a in _inputs(0))
+    key = repr(SIZE) + "v1"
+    return official.module_xnnpack_pte("exact_arithmetic", key, _Ops, inputs)
 
 
 def test_the_program_delegates_the_unary_operators_and_keeps_the_mean_portable(program):
