@@ -175,6 +175,53 @@ def test_xnnpack_delegate_events(mlp_xnnpack, tmp_path):
     assert {"DELEGATE_CALL", "Method::execute"} <= set(theirs_names)
 
 
+class Residual(torch.nn.Module):
+    """A depthwise then 1x1 convolution whose output adds the input (MobileNetV2's block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.pw(torch.relu(self.dw(x)))
+
+
+def test_profiled_delegate_runs_compiled(tmp_path):
+    """Profiling (no outputs logged) times what the compiled tier runs: the delegate's
+    compiled plan, one event per node or per group of nodes one kernel fuses (a
+    convolution and the add after it, named by their types joined by ``+``), with the
+    untraced compiled tier's bits over calls on changing inputs."""
+    shape = (1, 8, 10, 10)
+    pte = official.module_xnnpack_pte("profiled_residual", "v1", Residual, (torch.randn(shape),))
+    plain = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    program = Runtime.get().load_program(pte, jit=True, enable_etdump=True)
+    traced = program.load_method("forward")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(plain.execute([x])[0], traced.execute([x])[0])
+    (_, handle) = traced._loaded._delegates[0]  # (its one delegate)
+    assert all(plan.compiled for plan in handle.plans.values())
+    etdp = tmp_path / "p.etdp"
+    program.write_etdump_result_to_file(etdp, None)
+    execute = Inspector(etdump_path=str(etdp)).event_blocks[1]
+    inside = [
+        (e.delegate_debug_identifier, e.delegate_debug_metadatas[0])
+        for e in execute.events
+        if e.is_delegated_op
+    ]
+    # Nodes by debug handle (the layout transposes have none: by type and index); the 1x1
+    # convolution and the add are one kernel, one event (numpy's plan: 3 and 4 apart).
+    assert inside == [
+        ("XNNStaticTranspose #0", b"XNNStaticTranspose"),
+        (1, b"XNNDepthwiseConv2d"),
+        (3, b"XNNConv2d+XNNAdd"),
+        ("XNNStaticTranspose #4", b"XNNStaticTranspose"),
+    ]
+    assert all(len(e.perf_data.raw) == 3 for e in execute.events if e.is_delegated_op)
+
+
 def test_untraced_code_has_no_hooks(mlp):
     pte, inputs = mlp
     plain = Runtime.get().load_program(pte).load_method("forward").plan

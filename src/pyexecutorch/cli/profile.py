@@ -14,9 +14,11 @@ Load a .pte with ETDump tracing on, run one method several times and print the
 time spent per operator: the calls per run, the total per run, the mean, median
 and 90th percentile per call, and the share of the run (totals and shares are
 medians over the runs, so that a few slow runs do not skew them). Events inside delegates
-(XNNPACK: one per node) are rows of their own, named <backend>:<node>; the time
-a delegate call spends outside its nodes is its '(call)' row. Times include the
-tracing itself (well under a microsecond per event)."""
+(XNNPACK: one per node, or per group of nodes that one compiled kernel runs, named
+by their types joined by '+') are rows of their own, named <backend>:<node>; the
+time a delegate call spends outside its nodes is its '(call)' row. What is timed is
+what the tier runs (PYEXECUTORCH_JIT=0 for the numpy tier). Times include the tracing
+itself (well under a microsecond per event)."""
 EXAMPLES = """\
 examples:
   pyexecutorch profile model.pte

@@ -30,7 +30,12 @@ import numpy as np
 from pyexecutorch.backends.xnnpack import compiled_quantized  # noqa: F401 - its makers
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
-from pyexecutorch.backends.xnnpack.interpreter import Builder, Graph, same_memory_shape
+from pyexecutorch.backends.xnnpack.interpreter import (
+    NO_DEBUG_HANDLE,
+    Builder,
+    Graph,
+    same_memory_shape,
+)
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
 from pyexecutorch.jit import deferral, entry_points, function_records
 from pyexecutorch.kernels import registry
@@ -80,6 +85,8 @@ class StepBuilder(Builder):
         self.deferred: dict[int, int] = {}  # NHWC value -> the NCHW value it transposes
         self.numpy_arrays: list[NDArray] = []  # arrays numpy closures read or write
         self.declined: list[tuple[int, str]] = []  # (node, type) run by numpy closures
+        # (first item, end item, first node, end node): the items each maker or builder made
+        self.spans: list[tuple[int, int, int, int]] = []
 
     def fixed(self, vid: int) -> bool:
         return True  # delegate inputs and outputs too: they are bound into the steps
@@ -149,8 +156,10 @@ class StepBuilder(Builder):
             name = type(u).__name__
             self.where = f"node {k} ({name})"
             make = MAKERS.get(name)
+            made = len(self.items)
             consumed = make(self, k) if make is not None else 0
             if consumed:
+                self.spans.append((made, len(self.items), k, k + consumed))
                 k += consumed
                 continue
             for v in operands(u):
@@ -165,6 +174,7 @@ class StepBuilder(Builder):
                 for v in [*operands(u), *_written(u)]:
                     if self.env[v] is not None:
                         self.numpy_arrays.append(self.env[v])
+            self.spans.append((made, len(self.items), k, k + 1))
             k += 1
 
 
@@ -243,7 +253,11 @@ class CompiledPlan:
     compiled = True
 
     def __init__(
-        self, graph: Graph, input_shapes: tuple[tuple[int, ...], ...], declared: bool = False
+        self,
+        graph: Graph,
+        input_shapes: tuple[tuple[int, ...], ...],
+        declared: bool = False,
+        tracer: Any = None,
     ) -> None:
         registry.use_compiled_forms()  # (its nodes ask the kernel families for their steps)
         b = StepBuilder(graph, input_shapes, declared)
@@ -268,12 +282,15 @@ class CompiledPlan:
                 if lo < e.hi and e.lo < hi:
                     e.bindable = False
                     e.aliased_output = None
+            if tracer is not None:  # (timed calls run on the plan's arrays: copied in and out)
+                e.bindable = False
+                e.aliased_output = None
         self.externals = externals
         # (value, external id, shape, dtype, array): as the numpy plan lists them
         self.outputs = [
             (e.vid, e.ext, e.array.shape, e.array.dtype, e.array) for e in externals if e.output
         ]
-        self.calls = _calls(b.items)
+        self.calls = _calls(b.items if tracer is None else _timed_items(b, graph, tracer))
         self.numpy_steps = any(not c.compiled for c in self.calls)
         for call in self.calls:
             call.recipes = self._recipes(call.args, call.compiled)
@@ -459,6 +476,43 @@ def _aliased(e: _External, f: _External) -> bool:
         and b.flags.c_contiguous
         and a.ctypes.data == b.ctypes.data
     )
+
+
+def _timed_items(b: StepBuilder, graph: Graph, tracer: Any) -> list[tuple[str, Any]]:
+    """The plan's items as one timed closure per node, or per group of nodes one maker
+    fused (a convolution and its activation, say), each recorded into ``tracer`` (a
+    runtime EventTracer) as an event inside the delegate: the profile of what the
+    compiled tier runs. The group is named by its nodes' types joined by ``+`` and
+    identified by its first node's debug handle."""
+    from pyexecutorch.runtime.etdump import clock  # noqa: PLC0415 - only traced plans need it
+
+    timed: list[tuple[str, Any]] = []
+    done = 0  # items before this one are in ``timed``
+    for first, end, k, k_end in b.spans:
+        if first == end:
+            continue  # (a node folded into another's steps, or a no-op)
+        timed += b.items[done:first]  # (made outside any node's span: run untimed)
+        done = end
+        nodes = graph.nodes[k:k_end]
+        kind = "+".join(type(n.xnode_union).__name__ for n in nodes)
+        handle = nodes[0].debug_handle
+        debug_id = None if handle == NO_DEBUG_HANDLE else handle
+        key = tracer.delegate_key(debug_id, f"{kind} #{k}", kind.encode())
+        calls = [
+            (entry_points.entry_point(item.function, item.args), item.args)
+            if what == "step"
+            else (item, ())
+            for what, item in b.items[first:end]
+        ]
+
+        def timed_call(calls: list[tuple[Any, tuple[Any, ...]]] = calls, key: int = key) -> None:
+            start = clock()
+            for function, args in calls:
+                function(*args)
+            tracer.record_delegate(key, start, clock())
+
+        timed.append(("numpy", timed_call))
+    return timed + b.items[done:]
 
 
 def _calls(items: list[tuple[str, Any]]) -> list[_Call]:

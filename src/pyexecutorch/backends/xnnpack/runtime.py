@@ -3,10 +3,11 @@
 ``init`` decodes the payload and resolves its constants once; ``execute``
 runs the plan for the shapes of the inputs it is given (plans are built on
 first use of each input shape and kept, a few at a time). On the compiled tier
-(a method loaded with jit on, no event tracer) a plan is a
+(a method loaded with jit on, not logging its delegates' node outputs) a plan is a
 :class:`~pyexecutorch.backends.xnnpack.compiled.CompiledPlan`: the numpy plan of
 the same shapes is built first, which checks the graph, then its nodes become
-compiled calls.
+compiled calls (timed one node, or fused group, at a time when an ETDump tracer
+profiles them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ class Delegate:
     def __init__(self, graph: Graph, tracer: Any = None, jit: bool = False) -> None:
         self.graph = graph
         self.tracer = tracer  # an ETDump EventTracer: plans then record one event per node
-        self.jit = jit and tracer is None  # compiled plans (per-node events need numpy's)
+        # Compiled plans, timed per node (or fused group of nodes) when traced; logging every
+        # node's output (numeric debugging) takes numpy's plan, whose nodes are all apart.
+        self.jit = jit and not (tracer is not None and tracer.logs_delegate_outputs)
         self.plans: dict[tuple[tuple[int, ...], ...], Any] = {}
         self.last_key: tuple[tuple[int, ...], ...] | None = None
         self.last_plan: Any = None
@@ -46,7 +49,7 @@ class Delegate:
         from pyexecutorch.backends.xnnpack.compiled import CompiledPlan  # noqa: PLC0415
 
         try:
-            compiled = CompiledPlan(self.graph, key, declared)
+            compiled = CompiledPlan(self.graph, key, declared, self.tracer)
         except Exception:  # a defect of the compiled tier must not stop the model
             logger.warning(
                 "XNNPACK delegate: the compiled plan for input shapes %s failed; running "
