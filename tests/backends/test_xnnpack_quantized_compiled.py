@@ -388,7 +388,7 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
                     float(zy), float(lo - zy), float(hi - zy))  # fmt: skip
             for variant in qs.GEMM:  # (serial, and parallel on the threads in force)
                 out.fill(0)
-                variant(*args, out, np.zeros(1, np.int64), *geometry)
+                variant(*args, out, qs.job_words(), *geometry)
                 np.testing.assert_array_equal(out, expected)
 
 
@@ -419,7 +419,7 @@ def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
             out.fill(0)
             variant(x, taps, bias, scales, -zx, float(zy), float(lo - zy), float(hi - zy),
                     out, k, k, stride, stride, dilation, dilation, pad, pad,
-                    np.zeros(1, np.int64))  # fmt: skip
+                    qs.job_words())  # fmt: skip
             results.append(out.copy())
         np.testing.assert_array_equal(results[0], results[1])
         xp = np.full((h + 2 * pad, h + 2 * pad, c), zx, np.int64)
@@ -431,6 +431,64 @@ def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
                 acc += (window - zx) * taps[i * k + j, :c]
         expected = _requantized(acc, scales[:c], zy, lo, hi)
         np.testing.assert_array_equal(out[0], expected)
+
+
+def test_shared_element_steps_bit_exact_with_serial():
+    """The element steps between static convolutions shared over the threads (each
+    thread's range of the image first, then the others' from the back) write the serial
+    forms' bytes, at 2 threads and 1, call after call with new inputs (odd sizes: ranges
+    that split images, rows and vectors unevenly)."""
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+    from pyexecutorch.runtime.threads import set_threads
+
+    rng = np.random.default_rng(11)
+    x4 = np.empty((2, 37, 29, 24), np.int8)
+    hp, wp, pt, pl = 40, 31, 2, 1
+    a, b = np.empty(40_003, np.int8), np.empty(40_003, np.int8)
+    image = np.empty((2, 3, 57, 61), np.float32)
+    jobs = qs.job_words()
+    try:
+        for threads in (2, 1, 2):
+            set_threads(threads)
+            x4[:] = rng.integers(-128, 128, x4.shape)
+            a[:], b[:] = rng.integers(-128, 128, a.size), rng.integers(-128, 128, b.size)
+            image[:] = rng.normal(0, 3, image.shape)
+            pads = [qs.padded_input((2, hp, wp, 24), 5, np.int8) for _ in range(2)]
+            qs.pad_flip(x4, pads[0], hp, wp, pt, pl)
+            qs.PAD_FLIP_SHARED(x4, pads[1], hp, wp, pt, pl, jobs)
+            flips = [np.zeros(a.size, np.int8) for _ in range(2)]
+            qs.flip(a, flips[0])
+            qs.FLIP_SHARED(a, flips[1], jobs)
+            sums = [np.zeros(a.size, np.int8) for _ in range(2)]
+            add_args = (9011, -7013, 123_457, 16, -3, -120, 101)
+            qs.add(a, b, sums[0], *add_args)
+            qs.ADD_SHARED(a, b, sums[1], *add_args, jobs)
+            nhwc = [np.zeros((2, 57, 61, 3), np.int8) for _ in range(2)]
+            qs.quantize_to_nhwc(image, nhwc[0], np.float32(7.5), -4)
+            qs.QUANTIZE_TO_NHWC_SHARED(image, nhwc[1], np.float32(7.5), -4, jobs)
+            for serial, shared in (pads, flips, sums, nhwc):
+                np.testing.assert_array_equal(shared, serial)
+            expected = (a.astype(np.int64) * 9011 + b.astype(np.int64) * -7013 + 123_457) >> 16
+            np.testing.assert_array_equal(sums[1], np.clip(expected - 3, -120, 101))
+            np.testing.assert_array_equal(flips[1], a ^ np.int8(-128))
+            # the products' ranges: run by their threads, or all by one thread (the
+            # serial form at 2 threads takes the other range from the back)
+            packed, folded = qs.pack_weights(rng.integers(-128, 128, (40, 96), np.int8), None, 3)
+            scales = np.full(folded.size, 1e-3, np.float32)
+            products = [np.zeros((61, 40), np.int8) for _ in qs.GEMM]
+            for variant, out in zip(qs.GEMM, products, strict=True):
+                variant(flips[1][: 61 * 96], packed, folded, scales, 1.0, -100.0, 90.0, out,
+                        jobs, np.zeros(0, np.int64), np.zeros(0, np.int64))  # fmt: skip
+            np.testing.assert_array_equal(products[1], products[0])
+            taps = rng.integers(-128, 128, (9, 32), np.int32)
+            lines = [np.zeros((2, 19, 15, 24), np.int8) for _ in qs.DEPTHWISE]
+            for variant, out in zip(qs.DEPTHWISE, lines, strict=True):
+                variant(x4, taps, folded[:32], scales[:32], -3, 2.0, -100.0, 90.0, out,
+                        3, 3, 2, 2, 1, 1, 1, 1, jobs)  # fmt: skip
+            np.testing.assert_array_equal(lines[1], lines[0])
+            assert np.abs(lines[0].astype(int)).max() > 20 and np.abs(products[0]).max() > 20
+    finally:
+        set_threads(1)
 
 
 def test_static_clamp_kernels_match_numpy_builder():

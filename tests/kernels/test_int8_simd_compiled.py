@@ -112,7 +112,7 @@ def test_static_gemm_exact_on_extreme_operands(x_value, w_value, rows_dtype):
     for variant in qs.GEMM:
         out = np.zeros((m, n), np.int8)
         none = np.zeros(0, np.int64)  # (rows one after another: no bases, no taps)
-        variant(rows.reshape(-1), packed, folded, scales, 0.0, -128.0, 127.0, out, np.zeros(1, np.int64),
+        variant(rows.reshape(-1), packed, folded, scales, 0.0, -128.0, 127.0, out, qs.job_words(),
                 none, none)  # fmt: skip
         expected = np.clip(np.rint(acc.astype(np.float32) * scale), -128, 127).astype(np.int8)
         np.testing.assert_array_equal(out, expected)

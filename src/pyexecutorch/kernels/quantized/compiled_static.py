@@ -29,10 +29,10 @@ out as rows (padding is the input's zero point: it adds nothing).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import config, njit, prange, types
 from numba.extending import overload
 
-from pyexecutorch.jit import simd, variants
+from pyexecutorch.jit import simd, spin, variants
 from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.quantized import compiled_int8_simd as iv
 
@@ -237,19 +237,59 @@ def _job7(rows, wp, bias, scales, zy, lo, hi, out, r0, r1, t0, t1, bases, taps):
 _PASS, _PASS_ROWS = (_job7, 7) if L == 16 else (_job, 4)
 
 
-# The jobs of a parallel kernel here are taken in turn from a counter by the threads in
-# force at the call (a dynamic split: a thread the loaded system deschedules delays one
-# job, not an equal static share; at one thread the jobs run in order).
+# The jobs of a parallel kernel here are split into one contiguous range per thread in
+# force at the call: thread w runs its range from the front, then takes the others' from
+# the back (a thread the loaded system deschedules delays one job, not its whole share;
+# at one thread the jobs run in order). Thread w's rows are then the same in each layer,
+# so it reads what it wrote, in its own cache: with jobs taken in turn from one counter,
+# a depthwise line's three input lines lay in both cores' caches (at two threads the
+# depthwise layers of int8 MobileNetV2 ran 1.3-1.8x slower in the network than alone).
 _THREADS = variants.threads_reader()
-_take = variants.job_taker()
+_LOW = (1 << 32) - 1
+
+
+def job_words() -> NDArray:
+    """The words a parallel kernel here keeps its threads' job ranges in (one a thread
+    numba may run; fewer threads than that take part where a caller passes fewer)."""
+    return np.zeros(max(1, config.NUMBA_NUM_THREADS), np.int64)
 
 
 @njit(cache=True, error_model="numpy")
 def _workers(count, jobs):  # noqa: ANN001, ANN202
-    """Threads to start for ``count`` jobs (at most those in force), the counter reset.
-    Not inlined (see compiled_linear._split)."""
-    jobs[0] = 0
-    return max(1, min(_THREADS(), count))
+    """Threads to start for ``count`` jobs (at most those in force, one a word of
+    ``jobs``), each one's range written in its word (``end << 32 | next``). Not inlined
+    (see compiled_linear._split)."""
+    workers = max(1, min(_THREADS(), count, jobs.size))
+    for w in range(workers):
+        jobs[w] = (count * (w + 1) // workers) << 32 | (count * w // workers)
+    return workers
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _next_job(jobs, w, workers):  # noqa: ANN001, ANN202
+    """Thread ``w``'s next job: the front of its own range, else the back of another
+    thread's; -1 when none is left."""
+    for i in range(workers):
+        v = w + i if w + i < workers else w + i - workers
+        word = spin.load(jobs, v)
+        while (word & _LOW) < (word >> 32):
+            taken = word + 1 if i == 0 else word - (1 << 32)
+            seen = spin.compare_swap(jobs, v, word, taken)
+            if seen == word:
+                return (word & _LOW) if i == 0 else (word >> 32) - 1
+            word = seen
+    return -1
+
+
+# elements of a job of an element step, at least (a job's bookkeeping is ~100 ns)
+_SPAN_ELEMENTS = 4096
+
+
+@njit(cache=True, error_model="numpy")
+def _spans(units):  # noqa: ANN001, ANN202
+    """Jobs of a shared element step of ``units`` (rows, or spans of elements): 8 a
+    thread in force, at most one a unit. Not inlined (see :func:`_workers`)."""
+    return max(1, min(8 * _THREADS(), units))
 
 
 @njit(cache=True, error_model="numpy")
@@ -274,19 +314,20 @@ def _gemm(rows, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: 
     block = _block_rows(m, rows.nbytes, groups)
     blocks = (m + block - 1) // block
     count = blocks * groups
-    for _ in prange(_workers(count, jobs)):
-        j = _take(jobs)
-        while j < count:
+    workers = _workers(count, jobs)
+    for w in prange(workers):
+        j = _next_job(jobs, w, workers)
+        while j >= 0:
             b, g = j // groups, j % groups
             r0, t0 = b * block, g * _TILE_GROUP
             _PASS(rows, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
                   min(t0 + _TILE_GROUP, tiles), bases, taps)  # fmt: skip
-            j = _take(jobs)
+            j = _next_job(jobs, w, workers)
 
 
 # gemm(rows: the sign-flipped int8 inputs, flat (int16 holding uint8, where
 #      compiled_int8_simd.WIDE_ROWS), wp, bias, scales (tiles * L) float32,
-#      zy, lo - zy, hi - zy (floats), out (M, N) int8, jobs (1,) int64: the job counter,
+#      zy, lo - zy, hi - zy (floats), out (M, N) int8, jobs: :func:`job_words`,
 #      bases (M,) int64, taps (T,) int64: row r's inputs of tap t at rows[bases[r] + taps[t]:]
 #      for K / T elements (an implicit convolution: rows the flat padded input, no im2col;
 #      see :func:`conv_geometry`); both empty: row r at rows[K r:], its K inputs in a row)
@@ -409,25 +450,58 @@ def padded_input(shape: tuple[int, int, int, int], zx: int, dtype: type) -> NDAr
 
 
 @njit(cache=True, error_model="numpy")
+def _pad_flip_rows(x, buf, hp, wp, pt, pl, r0, r1):  # noqa: ANN001, ANN202
+    """Image rows ``r0 .. r1`` (of all images' rows) of :func:`pad_flip`."""
+    nb, h, w, c = x.shape
+    xp, bp = simd.pointer(x), simd.pointer(buf)
+    row = w * c
+    for r in range(r0, r1):
+        b, y = r // h, r % h
+        _copy_flipped(bp, ((b * hp + y + pt) * wp + pl) * c, xp, r * row, row)
+
+
+@njit(cache=True, error_model="numpy")
 def pad_flip(x, buf, hp, wp, pt, pl):  # noqa: ANN001, ANN201
     """NHWC int8 ``x`` sign-flipped into flat ``buf``, an image of ``hp`` x ``wp`` pixels,
     from row ``pt`` and column ``pl``: a convolution's input as an implicit :data:`GEMM`
     reads it."""
-    nb, h, w, c = x.shape
-    xp, bp = simd.pointer(x), simd.pointer(buf)
-    row = w * c
-    for b in range(nb):
-        for y in range(h):
-            _copy_flipped(bp, ((b * hp + y + pt) * wp + pl) * c, xp, (b * h + y) * row, row)
+    _pad_flip_rows(x, buf, hp, wp, pt, pl, 0, x.shape[0] * x.shape[1])
+
+
+def _pad_flip_shared(x, buf, hp, wp, pt, pl, jobs):  # noqa: ANN001, ANN202
+    rows = x.shape[0] * x.shape[1]
+    count = _spans(rows)
+    workers = _workers(count, jobs)
+    for w in prange(workers):
+        j = _next_job(jobs, w, workers)
+        while j >= 0:
+            _pad_flip_rows(x, buf, hp, wp, pt, pl, rows * j // count, rows * (j + 1) // count)
+            j = _next_job(jobs, w, workers)
+
+
+@njit(cache=True, error_model="numpy")
+def _flip_span(x, out, i0, i1):  # noqa: ANN001, ANN202
+    xp, op = simd.pointer(x), simd.pointer(out)
+    for i in range(i0, i1):
+        op[i] = np.uint8(xp[i] ^ _FLIP)
 
 
 @njit(cache=True, error_model="numpy")
 def flip(x, out):  # noqa: ANN001, ANN201
     """Each int8 of flat ``x`` sign-flipped into ``out`` (rows for :func:`gemm`: int8, or
     int16 where ``WIDE_ROWS``: the uint8 widened)."""
-    xp, op = simd.pointer(x), simd.pointer(out)
-    for i in range(out.size):
-        op[i] = np.uint8(xp[i] ^ _FLIP)
+    _flip_span(x, out, 0, out.size)
+
+
+def _flip_shared(x, out, jobs):  # noqa: ANN001, ANN202
+    n = out.size
+    count = _spans(n // _SPAN_ELEMENTS)
+    workers = _workers(count, jobs)
+    for w in prange(workers):
+        j = _next_job(jobs, w, workers)
+        while j >= 0:
+            _flip_span(x, out, n * j // count, n * (j + 1) // count)
+            j = _next_job(jobs, w, workers)
 
 
 # ------------------------------------------------------------------ depthwise
@@ -481,12 +555,13 @@ def _window3(xptr, r0, rs, cs, acc, w0, w1, w2, w3, w4, w5, w6, w7, w8):  # noqa
 
 def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs):  # noqa: ANN001, ANN202
     nb, oh = x.shape[0], out.shape[1]
-    for _ in prange(_workers(nb * oh, jobs)):
-        line = _take(jobs)
-        while line < nb * oh:
+    workers = _workers(nb * oh, jobs)
+    for w in prange(workers):
+        line = _next_job(jobs, w, workers)
+        while line >= 0:
             _depthwise_line(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw,
                             dh, dw, pt, pl, line)  # fmt: skip
-            line = _take(jobs)
+            line = _next_job(jobs, w, workers)
 
 
 @njit(cache=True, error_model="numpy")
@@ -556,7 +631,7 @@ def _depthwise_line(
 
 # depthwise(x NHWC int8, taps (kh * kw, Cp) int32, bias (Cp) int32, scales (Cp) float32,
 #           -zx (int), zy, lo - zy, hi - zy, out NHWC int8, kh, kw, sh, sw, dh, dw, pt, pl,
-#           jobs (1,) int64: the job counter)
+#           jobs: :func:`job_words`)
 DEPTHWISE = serial_and_parallel(_depthwise, "qs8_depthwise")
 
 
@@ -564,12 +639,32 @@ DEPTHWISE = serial_and_parallel(_depthwise, "qs8_depthwise")
 
 
 @njit(cache=True, error_model="numpy")
+def _add_span(a, b, out, am, bm, bias, shift, zy, lo, hi, i0, i1):  # noqa: ANN001, ANN202
+    # (through pointers: an array index from i0 would be checked for wrapping around,
+    # and that loop was left scalar, 6x slower)
+    ap, bp, op = simd.pointer(a), simd.pointer(b), simd.pointer(out)
+    for i in range(i0, i1):
+        acc = np.int64(ap[i]) * am + np.int64(bp[i]) * bm + bias
+        acc = (acc >> shift) + zy
+        op[i] = np.int8(min(max(acc, lo), hi))
+
+
+@njit(cache=True, error_model="numpy")
 def add(a, b, out, am, bm, bias, shift, zy, lo, hi):  # noqa: ANN001, ANN201
     """XNNPACK's int8 addition of equal-sized flat ``a`` and ``b`` into ``out``."""
-    for i in range(out.size):
-        acc = np.int64(a[i]) * am + np.int64(b[i]) * bm + bias
-        acc = (acc >> shift) + zy
-        out[i] = np.int8(min(max(acc, lo), hi))
+    _add_span(a, b, out, am, bm, bias, shift, zy, lo, hi, 0, out.size)
+
+
+def _add_shared(a, b, out, am, bm, bias, shift, zy, lo, hi, jobs):  # noqa: ANN001, ANN202
+    n = out.size
+    count = _spans(n // _SPAN_ELEMENTS)
+    workers = _workers(count, jobs)
+    for w in prange(workers):
+        j = _next_job(jobs, w, workers)
+        while j >= 0:
+            _add_span(a, b, out, am, bm, bias, shift, zy, lo, hi, n * j // count,
+                      n * (j + 1) // count)  # fmt: skip
+            j = _next_job(jobs, w, workers)
 
 
 @njit(cache=True, error_model="numpy")
@@ -623,10 +718,8 @@ def quantize(x, out, inv, zp):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, error_model="numpy")
-def quantize_to_nhwc(x, out, inv, zp):  # noqa: ANN001, ANN201
-    """NCHW float32 ``x`` quantized as :func:`quantize` into NHWC int8 ``out`` (a network's
-    input and the transpose after its quantization, in one pass; three channels, an
-    image's, L pixels a step)."""
+def _quantize_pixels(x, out, inv, zp, p0, p1):  # noqa: ANN001, ANN202
+    """Pixels ``p0 .. p1`` (of all images' pixels) of :func:`quantize_to_nhwc`."""
     nb, c, h, w = x.shape
     hw = h * w
     xf = x.reshape(x.size)
@@ -634,21 +727,59 @@ def quantize_to_nhwc(x, out, inv, zp):  # noqa: ANN001, ANN201
     lo, hi = _F32(-128 - zp), _F32(127 - zp)
     inv_v, zp_v = simd.splat(_F32(inv)), simd.splat(_F32(zp))
     lo_v, hi_v = simd.splat(lo), simd.splat(hi)
-    for b in range(nb):
-        start = 0
+    for b in range(p0 // hw, min(nb, -(-p1 // hw))):
+        first, stop = max(p0 - b * hw, 0), min(p1 - b * hw, hw)
+        start = first
         if c == 3:
-            start = hw // L * L
-            for p in range(0, start, L):
+            start = first + (stop - first) // L * L
+            for p in range(first, start, L):
                 at = b * 3 * hw + p
                 v0 = simd.clamp(iv.rint(simd.mul(simd.load(xf, at), inv_v)), lo_v, hi_v)
                 v1 = simd.clamp(iv.rint(simd.mul(simd.load(xf, at + hw), inv_v)), lo_v, hi_v)
                 v2 = simd.clamp(iv.rint(simd.mul(simd.load(xf, at + 2 * hw), inv_v)), lo_v, hi_v)
                 iv.store_int8_interleaved3(op, (b * hw + p) * 3, simd.add(v0, zp_v),
                                            simd.add(v1, zp_v), simd.add(v2, zp_v))  # fmt: skip
-        for p in range(start, hw):
+        for p in range(start, stop):
             for ch in range(c):
                 f = np.rint(xp[(b * c + ch) * hw + p] * inv)
                 op[(b * hw + p) * c + ch] = np.int8(min(max(f, lo), hi) + _F32(zp))
+
+
+@njit(cache=True, error_model="numpy")
+def quantize_to_nhwc(x, out, inv, zp):  # noqa: ANN001, ANN201
+    """NCHW float32 ``x`` quantized as :func:`quantize` into NHWC int8 ``out`` (a network's
+    input and the transpose after its quantization, in one pass; three channels, an
+    image's, L pixels a step)."""
+    _quantize_pixels(x, out, inv, zp, 0, x.shape[0] * x.shape[2] * x.shape[3])
+
+
+def _quantize_to_nhwc_shared(x, out, inv, zp, jobs):  # noqa: ANN001, ANN202
+    n = x.shape[0] * x.shape[2] * x.shape[3]
+    count = _spans(n // _SPAN_ELEMENTS)
+    workers = _workers(count, jobs)
+    for w in prange(workers):
+        j = _next_job(jobs, w, workers)
+        while j >= 0:
+            _quantize_pixels(x, out, inv, zp, n * j // count, n * (j + 1) // count)
+            j = _next_job(jobs, w, workers)
+
+
+# The element steps between convolutions, shared over the threads in force as the
+# convolutions are (each thread's range the same part of the image): done by one thread,
+# the next convolution's other threads read all their inputs from its cache.
+# (pad_flip(..., jobs), flip(..., jobs), add(..., jobs), quantize_to_nhwc(..., jobs))
+PAD_FLIP_SHARED = variants.njit_renamed(
+    _pad_flip_shared, "qs8_pad_flip_shared", parallel=True, error_model="numpy"
+)
+FLIP_SHARED = variants.njit_renamed(
+    _flip_shared, "qs8_flip_shared", parallel=True, error_model="numpy"
+)
+ADD_SHARED = variants.njit_renamed(
+    _add_shared, "qs8_add_shared", parallel=True, error_model="numpy"
+)
+QUANTIZE_TO_NHWC_SHARED = variants.njit_renamed(
+    _quantize_to_nhwc_shared, "qs8_quantize_to_nhwc_shared", parallel=True, error_model="numpy"
+)
 
 
 @njit(cache=True, error_model="numpy")
