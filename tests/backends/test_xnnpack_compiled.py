@@ -187,6 +187,51 @@ def test_elementwise_run_is_one_loop_with_clamps_and_broadcasting():
     np.testing.assert_allclose(got[1], expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("gated", [True, False], ids=["gate-broadcast", "flat"])
+def test_large_elementwise_run_shares_its_loop_among_threads(gated):
+    # a squeeze-excite gate (x * sigmoid(s), s broadcast over the pixels) plus a residual,
+    # clamped, of PARALLEL_ELEMENTS elements; without the gate one flat loop: the loop is a
+    # prange, and at one and at two threads, over calls with new values in the same arrays,
+    # it gives the numpy interpreter's bits
+    from pyexecutorch.jit.variants import can_thread  # noqa: PLC0415
+    from pyexecutorch.runtime.fusion import PARALLEL_ELEMENTS  # noqa: PLC0415
+    from pyexecutorch.runtime.threads import set_threads, thread_counts  # noqa: PLC0415
+
+    shape = (1, 64, -(-PARALLEL_ELEMENTS // (64 * 48)), 48)
+    x, y = _specials(shape, seed=6), _rand(*shape, seed=7)
+    gate = _rand(1, 1, 1, shape[-1], seed=8)
+    g = GraphBuilder()
+    xi, yi, gi = g.input(shape), g.input(shape), g.input(gate.shape)
+    sig, scaled, out = g.tensor(gate.shape), g.tensor(shape), g.tensor(shape)
+    if gated:
+        g.node(NODE["XNNSigmoid"](gi, sig, 0))
+        g.node(NODE["XNNMultiply"](xi, sig, scaled, 0))
+    else:
+        g.node(NODE["XNNMultiply"](xi, xi, scaled, 0))
+    g.node(NODE["XNNAdd"](scaled, yi, out, 0), (-2.0, 2.5))
+    g.output_all(out)
+    got, ref, plan = run_both(g, x, y, gate)
+    loops = [s.function for s in plan.steps if getattr(s.function, "name", None) == "fused"]
+    assert len(loops) == 1 + gated
+    assert ("prange(" in loops[-1].source) == can_thread()
+    assert "prange(" not in loops[0].source or not gated  # (the gate's 48 sigmoids: serial)
+    _same(got, ref)
+    backends = [_init(g, jit) for jit in (True, False)]
+    before = thread_counts()
+    try:
+        for call, threads in enumerate([2, 1, 2]):
+            set_threads(threads)
+            inputs = [_specials(shape, seed=10 + call), _rand(*shape, seed=20 + call)]
+            inputs.append(_rand(*gate.shape, seed=30 + call))
+            results = []
+            for backend, handle in backends:
+                args = inputs + _outputs(next(iter(handle.plans.values())))
+                results.append((backend.execute(handle, args) or args)[3])
+            assert np.array_equal(results[0], results[1], equal_nan=True), (call, threads)
+    finally:
+        set_threads(before["numba"] or 1)
+
+
 @pytest.mark.parametrize(
     "a_shape,b_shape", [((1, 7, 9, 13), (1, 1, 1, 13)), ((4, 1), (3,)), ((), (5,))]
 )

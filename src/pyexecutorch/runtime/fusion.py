@@ -89,6 +89,9 @@ class FusedCall:
     absorbed: list[int] = field(default_factory=list)  # splits whose pieces the loop reads itself
     halves: frozenset[int] = frozenset()  # inputs (by position) that are float16 bits
     half_outputs: frozenset[int] = frozenset()  # outputs (by position) stored as float16 bits
+    # The loop level run as a ``prange`` (numba's threads share its iterations), or None:
+    # serial. See :func:`parallel_level`.
+    parallel: int | None = None
 
     def source(self, flat: bool, aliases: dict[int, int] | None = None) -> str:
         """The loop's module; ``aliases`` maps inputs to the outputs whose memory they are.
@@ -103,7 +106,9 @@ class FusedCall:
         source_of = {
             k: f"out{aliases[k]}" if k in aliases else f"in{k}" for k in range(len(self.inputs))
         }
-        lines = loop_header(self.dtype, params, bool(self.halves or self.half_outputs))
+        lines = loop_header(
+            self.dtype, params, bool(self.halves or self.half_outputs), self.parallel is not None
+        )
         loads = [
             f"{name} = " + decoded(f"{source_of[k]}[{'i' if flat else at}]", k in self.halves)
             for name, at, k in self.loads
@@ -113,8 +118,9 @@ class FusedCall:
             f"out{k}[{index}] = " + (f"half_bits({value})" if k in self.half_outputs else value)
             for k, value in enumerate(self.stores)
         ]
+        loop = ["range" if d != self.parallel else "prange" for d in range(max(self.rank, 1))]
         if flat:
-            lines.append("    for i in range(out0.size):")
+            lines.append(f"    for i in {loop[0]}(out0.size):")
             lines.extend("        " + s for s in loads + self.body + stores)
             return "\n".join(lines) + "\n"
         # Each load and formula sits in the outermost loop whose indices it needs: a
@@ -136,7 +142,7 @@ class FusedCall:
         indent = "    "
         for d in range(self.rank):
             lines.extend(indent + s for s in placed[d])
-            lines.append(f"{indent}for i{d} in range(out0.shape[{d}]):")
+            lines.append(f"{indent}for i{d} in {loop[d]}(out0.shape[{d}]):")
             indent += "    "
         lines.extend(indent + s for s in placed[self.rank])
         return "\n".join(lines) + "\n"
@@ -197,11 +203,14 @@ def fused_live(dispatcher: Any, dtype: np.dtype) -> Any:
     return lambda *arrays: dispatcher(*(loop_array(a) for a in arrays))
 
 
-def loop_header(dtype: np.dtype, params: list[str], half: bool = False) -> list[str]:
+def loop_header(
+    dtype: np.dtype, params: list[str], half: bool = False, parallel: bool = False
+) -> list[str]:
     """The lines that open a generated loop module: its imports, ``T`` (rounds to the
     loop's dtype), ``C`` (the dtype reductions compute in: float32 for float16, as the
     numpy kernels compute), ``EXP``/``ERF``/``TANH`` and the signature of its compiled
-    function ``fused``. ``half``: the loop of another dtype reads or stores float16 bits."""
+    function ``fused``. ``half``: the loop of another dtype reads or stores float16 bits;
+    ``parallel``: compiled with numba's threads (a loop level is a ``prange``)."""
     from pyexecutorch.jit.math_functions import header_lines  # noqa: PLC0415 - needs numba
 
     if dtype == HALF:
@@ -217,14 +226,39 @@ def loop_header(dtype: np.dtype, params: list[str], half: bool = False) -> list[
     return [
         "import math",
         "import numpy as np",
-        "from numba import njit",
+        "from numba import njit, prange" if parallel else "from numba import njit",
         *header_lines(dtype),
         *types,
         "",
         "",
-        '@njit(cache=True, error_model="numpy")',
+        '@njit(cache=True, error_model="numpy", parallel=True)'
+        if parallel
+        else '@njit(cache=True, error_model="numpy")',
         f"def fused({', '.join(params)}):",
     ]
+
+
+# Elements from which a generated loop shares its iterations among numba's threads (where
+# it can run more than one): an elementwise loop streams memory at some 10-20 GB/s a core,
+# so this is ~50-100 us of one thread, against a parallel region's few microseconds
+# (EfficientNet-B0's squeeze-excite gates, us a call in a row of the model's steps, one
+# -> two threads, prioritised runs on the loaded 2-core VM: 12544x32 236 -> 215 serial,
+# 221-233 -> 138-174 shared; 3136x144 259 -> 229 serial, 245-263 -> 161-199 shared).
+PARALLEL_ELEMENTS = 1 << 18
+
+
+def parallel_level(shape: tuple[int, ...], flat: bool) -> int | None:
+    """The level of a loop over ``shape`` (a flat loop: one level) that a ``prange`` shares
+    among numba's threads: the outermost of at least 16 iterations (so that two or four
+    threads get even shares of it), where the loop has :data:`PARALLEL_ELEMENTS` elements
+    and numba can run more than one thread; else None (serial)."""
+    from pyexecutorch.jit import variants  # noqa: PLC0415 - the compiled tier only
+
+    if math.prod(shape) < PARALLEL_ELEMENTS or not variants.can_thread():
+        return None
+    if flat:
+        return 0
+    return next((d for d, n in enumerate(shape) if n >= 16), None)
 
 
 def flat_views(arrays: list[np.ndarray]) -> list[np.ndarray] | None:

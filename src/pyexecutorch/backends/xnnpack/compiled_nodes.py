@@ -242,7 +242,7 @@ def _run(b: StepBuilder, k: int) -> list[Elementwise]:
 
 @maker(*_BINARY, *_UNARY, "XNNELU", "XNNLeakyReLU")
 def _elementwise_run(b: StepBuilder, k: int) -> int:
-    from pyexecutorch.runtime.fusion import FusedCall  # noqa: PLC0415 - compiled tier only
+    from pyexecutorch.runtime.fusion import FusedCall, parallel_level  # noqa: PLC0415
 
     run = _run(b, k)
     if not run:
@@ -285,6 +285,7 @@ def _elementwise_run(b: StepBuilder, k: int) -> int:
         [f"t{m}" for m in stored],
         flat,
         [],
+        parallel=parallel_level(loop, flat),
     )
     arrays = [a.reshape(s) for a, s in zip(loads, load_shapes, strict=True)]
     for m in stored:
