@@ -553,6 +553,22 @@ def _window3(xptr, r0, rs, cs, acc, w0, w1, w2, w3, w4, w5, w6, w7, w8):  # noqa
     return iv.iadd(top, iv.iadd(mid, low))
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _row4(xptr, r, cs, a0, a1, a2, a3, w0, w1, w2):  # noqa: ANN001, ANN202
+    """Four outputs' accumulators (columns ``cs`` apart from ``r``, stride 1) plus one
+    kernel row of their windows: six input vectors loaded, each used by up to three
+    outputs (four independent chains: LLVM keeps each multiply-add one ``vpdpwssd``,
+    where a window's chain of nine it split for latency)."""
+    x0, x1 = iv.load_int8(xptr, r), iv.load_int8(xptr, r + cs)
+    x2, x3 = iv.load_int8(xptr, r + 2 * cs), iv.load_int8(xptr, r + 3 * cs)
+    x4, x5 = iv.load_int8(xptr, r + 4 * cs), iv.load_int8(xptr, r + 5 * cs)
+    a0 = iv.madd_words(iv.madd_words(iv.madd_words(a0, x0, w0), x1, w1), x2, w2)
+    a1 = iv.madd_words(iv.madd_words(iv.madd_words(a1, x1, w0), x2, w1), x3, w2)
+    a2 = iv.madd_words(iv.madd_words(iv.madd_words(a2, x2, w0), x3, w1), x4, w2)
+    a3 = iv.madd_words(iv.madd_words(iv.madd_words(a3, x3, w0), x4, w1), x5, w2)
+    return a0, a1, a2, a3
+
+
 def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs):  # noqa: ANN001, ANN202
     nb, oh = x.shape[0], out.shape[1]
     workers = _workers(nb * oh, jobs)
@@ -606,7 +622,22 @@ def _depthwise_line(
                 start = iv.iadd(bias_v, iv.imul(zx_v, total))
                 r0 = ((b * h + top) * w + first * sw - pl) * c + c0
                 at = ((b * oh + oy) * ow + first) * c + c0
-                for _ in range(first, stop):
+                rs = dh * w * c
+                q = first
+                if sw == 1 and dw == 1:  # four outputs a pass, sharing their columns
+                    while q + 4 <= stop:
+                        a0, a1, a2, a3 = start, start, start, start
+                        a0, a1, a2, a3 = _row4(xptr, r0, c, a0, a1, a2, a3, w0, w1, w2)
+                        a0, a1, a2, a3 = _row4(xptr, r0 + rs, c, a0, a1, a2, a3, w3, w4, w5)
+                        a0, a1, a2, a3 = _row4(xptr, r0 + 2 * rs, c, a0, a1, a2, a3, w6, w7, w8)
+                        _store(optr, at, a0, scale_v, zy_v, lo_v, hi_v, L)
+                        _store(optr, at + c, a1, scale_v, zy_v, lo_v, hi_v, L)
+                        _store(optr, at + 2 * c, a2, scale_v, zy_v, lo_v, hi_v, L)
+                        _store(optr, at + 3 * c, a3, scale_v, zy_v, lo_v, hi_v, L)
+                        r0 += 4 * c
+                        at += 4 * c
+                        q += 4
+                for _ in range(q, stop):
                     acc = _window3(xptr, r0, dh * w * c, dw * c, start,
                                    w0, w1, w2, w3, w4, w5, w6, w7, w8)  # fmt: skip
                     _store(optr, at, acc, scale_v, zy_v, lo_v, hi_v, L)
