@@ -17,6 +17,7 @@ import numpy as np
 
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
 from pyexecutorch.runtime import shape_plans
+from pyexecutorch.runtime.batch_norm_fold import fold_batch_norms
 from pyexecutorch.runtime.codegen import CompiledChain, failing_instruction
 from pyexecutorch.runtime.errors import ExecutionError
 from pyexecutorch.runtime.etdump import EventTracer, clock
@@ -111,9 +112,20 @@ class LoadedMethod:
         self.jit = jit and dynamic is None
         # The index in the program of each instruction (a static plan drops some), if not pc.
         self.instruction_numbers: list[int] | None = None
+        # The program's numbers of the batch norms folded into convolutions at load.
+        self.folded_batch_norms: tuple[int, ...] = ()
+        if self.jit and event_tracer is None:
+            folded = fold_batch_norms(self.facts)
+            if folded is not None:
+                self.plan = folded.plan
+                self.facts = replace(self.facts, plan=folded.plan)
+                self.instruction_numbers = folded.instruction_numbers
+                self.folded_batch_norms = folded.batch_norms
         lowered = Lowering(self.facts, jit=self.jit, tracer=event_tracer, limits=limits).lower()
         self.chains: list[CompiledChain] = lowered.chains
         self._plan = lowered.plan
+        if self.folded_batch_norms:
+            self._plan = replace(self._plan, folded_batch_norms=self.folded_batch_norms)
         self.whole_arrays = lowered.whole_arrays  # held as long as the method
         self._slot_times = lowered.slot_times
         # The static plans of a dynamic-shape method on the compiled tier, else None.

@@ -5,8 +5,9 @@ test or a person can see it without reading the method's private state: which ti
 whether the method compiled to one function (and that function's generated module),
 which instructions fused into one loop, which convolutions apply the loop after them in
 place (epilogues), which values went channels-last, which copies became views, what was
-folded into constants, which instructions' arguments the compiled forms refuse, and what
-each instruction became. ``pyexecutorch inspect --plan model.pte`` prints it.
+folded into constants, which instructions' arguments the compiled forms refuse, which
+batch norms were folded into convolutions, and what each instruction became.
+``pyexecutorch inspect --plan model.pte`` prints it.
 
 Instruction kinds (:attr:`InstructionPlan.kind`):
 
@@ -91,6 +92,10 @@ class MethodPlan:
     load_time_views: tuple[int, ...]  # of those, the views made once at load
     folded: tuple[int, ...]  # chain 0's instructions computed at load
     refused: Mapping[tuple[int, int], str]  # (chain, pc) -> why its arguments are refused
+    # the program's instruction numbers of the batch norms folded into the convolution
+    # before them at load (runtime.batch_norm_fold); ``instructions`` then lists the
+    # method's instructions without them, numbered in that order
+    folded_batch_norms: tuple[int, ...] = ()
     # a dynamic-shape method on the compiled tier runs through static plans of it, one per
     # input shapes (see runtime.shape_plans): those made so far, by the shapes
     shape_plans: bool = False
@@ -140,6 +145,7 @@ class MethodPlan:
             ("views", list(self.view_instructions)),
             ("views made at load", list(self.load_time_views)),
             ("folded", list(self.folded)),
+            ("batch norms folded into convolutions", list(self.folded_batch_norms)),
             ("refused", [f"{c}:{pc} {why}" for (c, pc), why in self.refused.items()]),
         ]
         lines += [f"  {name}: {value}" for name, value in facts if value]
