@@ -1,9 +1,9 @@
 """Quantized XNNPACK values and the node types that compute on them.
 
 Quantized values carry :class:`Quant` parameters: per tensor (``qint8``
-activations), per channel (``qcint8`` weights, ``qcint32`` biases), per
-channel and group of input channels (``qbint4`` weights, scales stored as
-bfloat16), or per row decided at run time (``qdint8`` activations).
+activations), per channel (``qcint8`` and 4-bit ``qcint4`` weights, ``qcint32``
+biases), per channel and group of input channels (``qbint4`` weights, scales
+stored as bfloat16), or per row decided at run time (``qdint8`` activations).
 
 The arithmetic is XNNPACK's:
 
@@ -21,7 +21,9 @@ The arithmetic is XNNPACK's:
   (max - min)`` of a range widened to contain zero, the zero point from
   whichever end has the smaller error; dynamic fully connected layers compute
   ``float(acc) * x_scale[row] * w_scale[c] (+ bias)`` in float32 (4-bit
-  blockwise weights: one accumulator per block, scaled and summed).
+  blockwise weights: one accumulator per block, scaled and summed); 4-bit
+  per-channel weights of an odd number of inputs read the rows as XNNPACK does,
+  one value wider (:func:`odd_qc4w_width`).
 
 Each builder here is registered in front of the float builder of its node
 type and takes over when the node's operands are quantized.
@@ -263,6 +265,31 @@ class DynamicRows:
         np.add(c, self._zps_col, out=o().reshape(self.rows, self.row), casting="unsafe")
 
 
+def odd_qc4w_width(b: Builder, vid: int, row: int) -> int:
+    """The width of the rows XNNPACK quantizes for dynamic value ``vid``: ``row + 1`` where
+    a fully connected layer on 4-bit per-channel weights (``qcint4``) reads it and ``row``
+    is odd, else ``row``.
+
+    XNNPACK stores such weights in rows of whole bytes and its qd8-qc4w layer takes that
+    even count as its number of inputs: the rows of the float input are read (and their
+    parameters chosen) ``row + 1`` values at a time, each one starting where the last
+    stopped, so every row but the first is shifted by its index (1.5.1's runtime; the
+    official exporter writes these programs for any odd count, and its results then lie
+    far from the model's, as the official test_linear_qd8_f32_per_channel_int4 finds).
+    The last rows run past the input by one value each: the official reads whatever
+    memory follows there (zeros in a freshly loaded method's planned input); we read zeros.
+    """
+    if row % 2 == 0:
+        return row
+    for node in b.graph.nodes:
+        u = node.xnode_union
+        if type(u).__name__ == "XNNFullyConnected" and u.input1_id == vid:
+            wq = b.value(u.filter_id).quant
+            if wq is not None and wq.packed4 and wq.kind == "channel":
+                return row + 1
+    return row
+
+
 def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     qi, qo = b.value(n.input_id).quant, b.value(n.output_id).quant
     shape = b.shape(n.input_id)
@@ -278,7 +305,8 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     elif qi is None and qo.kind == "token":
         row = math.prod(shape[len(shape) - qo.channel_dim :]) if qo.channel_dim else shape[-1]
         rows = math.prod(shape) // max(row, 1)
-        rowsq = DynamicRows(rows, row)
+        width = odd_qc4w_width(b, n.output_id, row)
+        rowsq = DynamicRows(rows, width)
         b.dynamic[n.output_id] = rowsq
         if b.dtype(n.input_id) == _BF16:  # read as float32, exactly: the same parameters
             wide = np.empty(shape, F32)
@@ -288,7 +316,10 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
                 np.copyto(wide, bf16())
                 return wide
 
-        run = partial(rowsq.quantize, x, o)
+        if width != row:
+            run = _quantize_wider_rows(rowsq, x, o, rows * row)
+        else:
+            run = partial(rowsq.quantize, x, o)
 
     elif qi is not None and qi.kind == "tensor" and qo is None:
         scale, zp = np.float32(qi.scale), np.int32(qi.zero_point)
@@ -300,6 +331,23 @@ def _convert(b: Builder, n: S.Node1x1, node: S.XNode) -> None:
     else:
         raise NotImplementedError(f"XNNPACK delegate: {b.where}: this conversion is not supported")
     b.step(run)
+
+
+def _quantize_wider_rows(
+    rowsq: DynamicRows, x: Callable[[], NDArray], o: Callable[[], NDArray], size: int
+) -> Callable[[], None]:
+    """A step quantizing the flat input followed by zeros in ``rowsq``'s wider rows (see
+    :func:`odd_qc4w_width`); the first ``size`` int8 values go to the output value, as
+    the official's buffer holds them (the fully connected layer reads ``rowsq``)."""
+    flat = np.zeros(rowsq.rows * rowsq.row, F32)  # the tail stays zero
+    quantized = np.empty(flat.size, _I8)
+
+    def run() -> None:
+        np.copyto(flat[:size], x().reshape(-1))
+        rowsq.quantize(lambda: flat, lambda: quantized)
+        np.copyto(o().reshape(-1), quantized[:size])
+
+    return run
 
 
 # ------------------------------------------------------------------ matmuls
@@ -380,6 +428,10 @@ def _dynamic_fully_connected(
     rowsq = b.dynamic.get(n.input1_id)
     if rowsq is None:
         raise XnnpackError(f"{b.where}: dynamic input {n.input1_id} has no row parameters")
+    if rowsq.row == k + 1 and wq.packed4 and wq.kind == "channel":
+        # the rows XNNPACK reads for odd 4-bit inputs (see odd_qc4w_width); the extra
+        # input meets the padding nibble, the kernel's zero point: a zero weight
+        w, k = np.pad(w, ((0, 0), (0, 1))), k + 1
     if rowsq.rows * rowsq.row != m * k or rowsq.rows != m:
         raise NotImplementedError(
             f"XNNPACK delegate: {b.where}: {rowsq.rows} dynamic rows of {rowsq.row} "

@@ -126,7 +126,9 @@ class GroupSizeError(PreprocessError, AssertionError):
     delegate fails an assert there: ``except AssertionError`` code keeps working)."""
 
 
-def _weight(b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, axis: int) -> int:
+def _weight(
+    b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, axis: int, linear: bool
+) -> int:
     """The filter value of a quantized GEMM (``data`` already in XNNPACK's layout)."""
     w_node = node.args[1]
     if wq.group_size:
@@ -163,8 +165,18 @@ def _weight(b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, ax
             dims=list(data.shape),
         )
     if wq.four_bit:
-        raise PreprocessError(
-            f"XnnpackBackend: {node.name}: 4-bit per-channel weights are not supported"
+        if not linear:
+            raise PreprocessError(
+                f"XnnpackBackend: {node.name}: 4-bit per-channel weights are supported on "
+                "linears only"
+            )
+        # XNNPACK's qcint4: the official's bytes (rows padded to whole bytes), float32 scales
+        return b.constant_data(
+            pack_int4(data),
+            (w_node, "qcint4", axis),
+            datatype=S.XNNDatatype.qcint4,
+            quant=_per_channel(b, wq.scales, axis),
+            dims=list(data.shape),
         )
     if wq.per_tensor:
         return b.constant_data(
@@ -220,7 +232,7 @@ def _bias(b: GraphBuilder, node: Node, wq: WeightQuant) -> int:
 def _quantized_linear(b: GraphBuilder, node: Node) -> None:
     wq: WeightQuant = node.meta[XNN_QWEIGHT]
     x = b.value(node.args[0], False)
-    w = _weight(b, node, b.ctx.constant(node.args[1]), wq, 0)
+    w = _weight(b, node, b.ctx.constant(node.args[1]), wq, 0, True)
     bias_id = _bias(b, node, wq)
     out = b.define(node, False)
     b.emit(
@@ -272,7 +284,7 @@ def _quantized_conv(b: GraphBuilder, node: Node) -> None:
         weight = swapped
     else:
         data, axis = weight.permute(*TO_NHWC).contiguous(), 0
-    filt = _weight(b, node, data, wq, axis)
+    filt = _weight(b, node, data, wq, axis, False)
     bias_id = _bias(b, node, wq)
     if one_d:
         x, y = rows_as_images(b, x_node, node)

@@ -83,9 +83,13 @@ def _dq_per_tensor(node: Node, ep: ExportedProgram) -> str | None:
     return _int8_range(node.args[3], node.args[4])
 
 
-def weight_problem(ep: ExportedProgram, dq: object, channel_axis: int = 0) -> str | None:
+def weight_problem(
+    ep: ExportedProgram, dq: object, channel_axis: int = 0, four_bit_per_channel: bool = False
+) -> str | None:
     """Why ``dq`` is not a dequantized constant weight XNNPACK can take (per channel:
-    along ``channel_axis``, the weight's output channels)."""
+    along ``channel_axis``, the weight's output channels). 4-bit per-channel weights
+    (XNNPACK's qcint4) only where ``four_bit_per_channel``: a linear on dynamically
+    quantized rows, the one qc4w form checked against the official runtime."""
     if not isinstance(dq, Node) or dq.op != "call_function":
         return "weight is not dequantized"
     if dq.target == qd.dequantize_per_tensor.default:
@@ -101,7 +105,7 @@ def weight_problem(ep: ExportedProgram, dq: object, channel_axis: int = 0) -> st
                 f"{channel_axis}, only)"
             )
         if (dq.args[4], dq.args[5]) == (-8, 7):
-            return "4-bit per-channel weights"
+            return None if four_bit_per_channel else "4-bit per-channel weights"
         return _int8_range(dq.args[4], dq.args[5])
     if dq.target == _torchao("dequantize_affine"):
         if not (_constant(ep, dq.args[0]) and _constant(ep, dq.args[2])):
@@ -293,7 +297,9 @@ def _dynamic_linear(node: Node, ep: ExportedProgram) -> str | None:
     if isinstance(weight, Node) and weight.target == qd.dequantize_per_tensor.default:
         # XNNPACK has no such kernel; the official GEMM configs refuse it too
         return "per-tensor weights with dynamically quantized activations (per channel only)"
-    return weight_problem(ep, weight, _channel_axis(node)) or _bias_problem(node, ep)
+    # the official delegates qd8-qc4w linears (XNNPACK's qcint4 filter) as any other
+    qc4w = node.target == aten.linear.default
+    return weight_problem(ep, weight, _channel_axis(node), qc4w) or _bias_problem(node, ep)
 
 
 def _dynamic_gemm_deps(node: Node, ep: ExportedProgram) -> list[Node]:
