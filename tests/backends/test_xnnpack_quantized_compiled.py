@@ -395,10 +395,13 @@ def test_static_convolution_kernels_bit_exact(h, c, cout, k, stride, pad, dilati
 @pytest.mark.parametrize(
     "h, c, k, stride, pad, dilation",
     [(9, 19, 3, 2, 1, 1), (11, 40, 5, 1, 2, 1), (10, 33, 3, 1, 2, 2), (8, 32, 3, 1, 1, 1),
-     (3, 16, 3, 1, 2, 1)],  # (the last: no output column has its whole window inside)
+     (3, 16, 3, 1, 2, 1), (7, 128, 3, 1, 1, 1), (6, 136, 3, 2, 1, 1)],
+    # (the fifth: no output column has its whole window inside; the last two: whole and
+    # partial blocks of channel quads)
 )  # fmt: skip
 def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
-    """Depthwise int8 (the 3x3 unrolled interior and the edges' taps) against int64."""
+    """Depthwise int8 (the 3x3 unrolled interior and the edges' taps; where the CPU has
+    AVX-512 VNNI, the channel-quads form too: masked blocks, padding bytes) against int64."""
     from pyexecutorch.kernels.quantized import compiled_static as qs
 
     rng = np.random.default_rng(h + c)
@@ -421,7 +424,15 @@ def test_static_depthwise_kernel_bit_exact(h, c, k, stride, pad, dilation):
                     out, k, k, stride, stride, dilation, dilation, pad, pad,
                     qs.job_words())  # fmt: skip
             results.append(out.copy())
-        np.testing.assert_array_equal(results[0], results[1])
+        if qs.QUADS:
+            packed = qs.pack_depthwise_quads(taps[:, :c], bias[:c], scales, zx)
+            for variant in qs.DEPTHWISE_QUADS:
+                out.fill(0)
+                variant(x, *packed, float(zy), float(lo - zy), float(hi - zy), out,
+                        k, k, stride, stride, dilation, dilation, pad, pad, qs.job_words())  # fmt: skip
+                results.append(out.copy())
+        for other in results[1:]:
+            np.testing.assert_array_equal(other, results[0])
         xp = np.full((h + 2 * pad, h + 2 * pad, c), zx, np.int64)
         xp[pad : pad + h, pad : pad + h] = x[0]
         acc = np.broadcast_to(bias[:c].astype(np.int64), (oh, oh, c)).copy()

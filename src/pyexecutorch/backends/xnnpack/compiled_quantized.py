@@ -538,6 +538,12 @@ def _static_conv(b: StepBuilder, k: int) -> int:
         _flipped(b).add(vid)
     out = b.new(vid, (nb, oh, ow, cout))
     b.commit(vid, out)
+    if depthwise and qs.QUADS and c % qs.Q == 0:  # (channels in whole quads' blocks)
+        scales = channel_scales(xq, wq, yq, c).astype(np.float32)
+        packed = qs.pack_depthwise_quads(w.reshape(kh * kw, c), bias, scales, xq.zero_point)
+        args = (x, *packed, *requant, out, kh, kw, sh, sw, dh, dw, pt, pl, qs.job_words())
+        b.add(Step(_choose(qs.DEPTHWISE_QUADS, out.size * kh * kw), args))
+        return taken
     if depthwise:
         width = -(-c // qs.L) * qs.L
         taps = np.zeros((kh * kw, width), np.int32)

@@ -762,3 +762,77 @@ def _extreme(compare: str, doc: str) -> Any:
 
 lanes_min = _extreme("<", "The smallest of float32 lanes (NaN lanes are passed over).")
 lanes_max = _extreme(">", "The largest of float32 lanes (NaN lanes are passed over).")
+
+
+# ------------------------------------------------------------------ channel quads
+
+
+def _byte_mask(builder: Any, n: Any) -> Any:
+    """<4 L x i1>: byte k on when k < n (all from n >= 4 L on; a shift by 64 is no mask)."""
+    i64, count = ir.IntType(64), _BVEC.count
+    n = builder.sext(n, i64) if n.type.width < 64 else n
+    full = builder.icmp_signed(">=", n, ir.Constant(i64, count))
+    shift = builder.select(full, ir.Constant(i64, 0), n)
+    bits = builder.sub(builder.shl(ir.Constant(i64, 1), shift), ir.Constant(i64, 1))
+    bits = builder.select(full, ir.Constant(i64, -1), bits)
+    if count < 64:
+        bits = builder.trunc(bits, ir.IntType(count))
+    return builder.bitcast(bits, ir.VectorType(ir.IntType(1), count))
+
+
+@intrinsic
+def flip_bytes(typingctx: Any, v: Any) -> Any:
+    """Each byte's sign bit flipped: int8 ``x`` as the uint8 ``x + 128``."""
+    if v != BYTE_VECTOR:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.xor(args[0], ir.Constant(_BVEC, [0x80] * _BVEC.count))
+
+    return BYTE_VECTOR(v), codegen
+
+
+@intrinsic
+def load_bytes_first(typingctx: Any, p: Any, i: Any, n: Any) -> Any:
+    """:func:`load_bytes` of the first ``n`` bytes (0 <= n < 4 L), the others 0, unread."""
+    if not (_byte_pointer(p) and isinstance(i, types.Integer) and isinstance(n, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
+        mask = _byte_mask(builder, args[2])
+        fnty = ir.FunctionType(_BVEC, [address.type, _I32, mask.type, _BVEC])
+        name = f"llvm.masked.load.v{_BVEC.count}i8.p0"
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        return builder.call(fn, [address, ir.Constant(_I32, 1), mask, ir.Constant(_BVEC, None)])
+
+    return BYTE_VECTOR(p, i, n), codegen
+
+
+@intrinsic
+def store_int8_quads(typingctx: Any, p: Any, i: Any, a: Any, b: Any, c: Any, d: Any, n: Any) -> Any:
+    """``p[i + 4 k + m] = (a, b, c, d)[m][k]`` for the first ``n`` of the ``4 L`` bytes
+    (``n`` from 1 to 4 L): four float32 vectors holding integers in [-128, 127], the
+    values of channels ``4 k + m`` of a block of ``4 L`` (one byte shuffle, one store)."""
+    if not (_int8_pointer(p) and isinstance(i, types.Integer) and isinstance(n, types.Integer)):
+        return None
+    if not all(v == _FLOAT_VECTOR for v in (a, b, c, d)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        lanes = ir.VectorType(_I8, LANES)
+        parts = [builder.trunc(builder.fptosi(v, _IVEC), lanes) for v in args[2:6]]
+        pairs = ir.Constant(ir.VectorType(_I32, 2 * LANES), list(range(2 * LANES)))
+        ab = builder.shuffle_vector(parts[0], parts[1], pairs)
+        cd = builder.shuffle_vector(parts[2], parts[3], pairs)
+        picks = [m * LANES + k for k in range(LANES) for m in range(4)]
+        quads = builder.shuffle_vector(ab, cd, ir.Constant(ir.VectorType(_I32, 4 * LANES), picks))
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), _BVEC.as_pointer())
+        mask = _byte_mask(builder, args[6])
+        fnty = ir.FunctionType(ir.VoidType(), [_BVEC, address.type, _I32, mask.type])
+        name = f"llvm.masked.store.v{_BVEC.count}i8.p0"
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        builder.call(fn, [quads, address, ir.Constant(_I32, 1), mask])
+        return context.get_dummy_value()
+
+    return types.void(p, i, a, b, c, d, n), codegen

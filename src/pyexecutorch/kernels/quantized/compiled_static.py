@@ -666,6 +666,160 @@ def _depthwise_line(
 DEPTHWISE = serial_and_parallel(_depthwise, "qs8_depthwise")
 
 
+# ------------------------------------------------------------------ depthwise, channel quads
+# Where the CPU has AVX-512 VNNI: a block of 4 L channels is one byte vector, loaded as it
+# lies (no widening), times four tap vectors each holding channel 4 k + m's tap in byte m
+# of lane k (zeros elsewhere): four vpdpbusd give the four accumulators of channels
+# 4 k + m (m = 0 .. 3) in lane k; the requantized bytes are shuffled back in one pass. The
+# inputs enter as uint8 x + 128 (a flip), the 128 + zx times each channel's taps' sum is
+# taken out of the bias at load, and a tap in the padding reads zx + 128: it adds nothing.
+# (Widened to int32 lanes, each tap took a sign extension and a vpdpwssd that LLVM split
+# into a multiply and an addition: port 5 filled with them.)
+
+Q = 4 * L  # channels a block
+
+
+def pack_depthwise_quads(
+    taps: NDArray, bias: NDArray | None, scales: NDArray, zx: int
+) -> tuple[NDArray, NDArray, NDArray, NDArray]:
+    """(taps (T, blocks, 4, Q) int8, bias and scales (blocks, 4, L): channel 4 k + m of a
+    block at [m, k], the bias less ``(128 + zx) * sum_t taps``, the padding's bytes (Q,)
+    int8) of a depthwise convolution's ``taps`` (T, C) for :data:`DEPTHWISE_QUADS`."""
+    count, c = taps.shape
+    blocks = -(-c // Q)
+    full = np.zeros((count, blocks * Q), np.int64)
+    full[:, :c] = taps
+    quads = np.zeros((count, blocks, 4, Q), np.int8)
+    by_block = full.reshape(count, blocks, Q)
+    for m in range(4):
+        quads[:, :, m, m::4] = by_block[:, :, m::4]
+    folded = np.zeros(blocks * Q, np.int64)
+    if bias is not None:
+        folded[:c] = bias
+    folded -= (128 + int(zx)) * full.sum(axis=0)
+    if np.abs(folded).max(initial=0) >= 1 << 31:
+        raise ValueError("pack_depthwise_quads: the folded bias leaves int32")
+    wide = np.zeros(blocks * Q, np.float32)
+    wide[:c] = scales[:c]
+    lanes = (blocks, L, 4)
+    bias4 = np.ascontiguousarray(folded.astype(np.int32).reshape(lanes).transpose(0, 2, 1))
+    scales4 = np.ascontiguousarray(wide.reshape(lanes).transpose(0, 2, 1))
+    pad = np.full(Q, int(zx) ^ -128, np.int8)
+    return quads, bias4, scales4, pad
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _quad_tap(a0, a1, a2, a3, xv, tptr, at):  # noqa: ANN001, ANN202
+    """The four accumulators plus a block's inputs ``xv`` times tap vectors at ``at``."""
+    a0 = iv.dot_u8s8(a0, xv, iv.load_bytes(tptr, at))
+    a1 = iv.dot_u8s8(a1, xv, iv.load_bytes(tptr, at + Q))
+    a2 = iv.dot_u8s8(a2, xv, iv.load_bytes(tptr, at + 2 * Q))
+    a3 = iv.dot_u8s8(a3, xv, iv.load_bytes(tptr, at + 3 * Q))
+    return a0, a1, a2, a3
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _quad_input(xptr, at, left):  # noqa: ANN001, ANN202
+    """A block's inputs at ``at`` as uint8 (its first ``left`` channels where fewer)."""
+    if left >= Q:
+        return iv.flip_bytes(iv.load_bytes(xptr, at))
+    return iv.flip_bytes(iv.load_bytes_first(xptr, at, left))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _quad_requantized(acc, sptr, at, zy_v, lo_v, hi_v):  # noqa: ANN001, ANN202
+    f = iv.rint(simd.mul(iv.to_float(acc), iv.load_scales(sptr, at)))
+    return simd.add(simd.clamp(f, lo_v, hi_v), zy_v)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _quad_row3(xptr, r, cs, left, tptr, at, tap_bytes, a0, a1, a2, a3):  # noqa: ANN001, ANN202
+    """The accumulators plus a window row of three inputs inside the image (``cs`` apart
+    from ``r``) times their taps (from ``at``, ``tap_bytes`` apart)."""
+    a0, a1, a2, a3 = _quad_tap(a0, a1, a2, a3, _quad_input(xptr, r, left), tptr, at)
+    xv = _quad_input(xptr, r + cs, left)
+    a0, a1, a2, a3 = _quad_tap(a0, a1, a2, a3, xv, tptr, at + tap_bytes)
+    xv = _quad_input(xptr, r + 2 * cs, left)
+    return _quad_tap(a0, a1, a2, a3, xv, tptr, at + 2 * tap_bytes)
+
+
+@njit(cache=True, error_model="numpy")
+def _depthwise_quads_line(
+    x, taps, bias, scales, pad, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, line
+):  # noqa: ANN001, ANN202
+    """Output row ``line`` (of all images' rows) of :data:`DEPTHWISE_QUADS`."""
+    nb, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    blocks = bias.shape[0]
+    b, oy = line // oh, line % oh
+    xptr, optr, tptr = simd.pointer(x), simd.pointer(out), simd.pointer(taps)
+    bptr, sptr = simd.pointer(bias), simd.pointer(scales)
+    pad_v = iv.load_bytes(simd.pointer(pad), 0)
+    zy_v, lo_v, hi_v = simd.splat(_F32(zy)), simd.splat(_F32(lo)), simd.splat(_F32(hi))
+    top = oy * sh - pt
+    tap_bytes = blocks * 4 * Q
+    # the output columns whose every tap is inside the image, unrolled for 3x3 windows
+    first = min(ow, max(0, -(-pl // sw)))
+    stop = min(ow, max(first, (w - 1 - (kw - 1) * dw + pl) // sw + 1))
+    unrolled = kh == 3 and kw == 3 and top >= 0 and top + 2 * dh < h
+    rs = dh * w * c
+    for blk in range(blocks):
+        c0 = blk * Q
+        left = c - c0
+        lane0 = blk * 4 * L
+        for ox in range(ow):
+            a0, a1 = iv.iload(bptr, lane0), iv.iload(bptr, lane0 + L)
+            a2, a3 = iv.iload(bptr, lane0 + 2 * L), iv.iload(bptr, lane0 + 3 * L)
+            ix0 = ox * sw - pl
+            if unrolled and first <= ox < stop:  # a 3x3 window inside the image
+                r0 = ((b * h + top) * w + ix0) * c + c0
+                t0 = blk * 4 * Q
+                a0, a1, a2, a3 = _quad_row3(xptr, r0, dw * c, left, tptr, t0, tap_bytes,
+                                            a0, a1, a2, a3)  # fmt: skip
+                a0, a1, a2, a3 = _quad_row3(xptr, r0 + rs, dw * c, left, tptr,
+                                            t0 + 3 * tap_bytes, tap_bytes, a0, a1, a2, a3)  # fmt: skip
+                a0, a1, a2, a3 = _quad_row3(xptr, r0 + 2 * rs, dw * c, left, tptr,
+                                            t0 + 6 * tap_bytes, tap_bytes, a0, a1, a2, a3)  # fmt: skip
+                kh_left = 0
+            else:
+                kh_left = kh
+            for i in range(kh_left):
+                iy = top + i * dh
+                row = (b * h + iy) * w
+                for j in range(kw):
+                    ix = ix0 + j * dw
+                    if 0 <= iy < h and 0 <= ix < w:
+                        xv = _quad_input(xptr, (row + ix) * c + c0, left)
+                    else:
+                        xv = pad_v
+                    at = (i * kw + j) * tap_bytes + blk * 4 * Q
+                    a0, a1, a2, a3 = _quad_tap(a0, a1, a2, a3, xv, tptr, at)
+            f0 = _quad_requantized(a0, sptr, lane0, zy_v, lo_v, hi_v)
+            f1 = _quad_requantized(a1, sptr, lane0 + L, zy_v, lo_v, hi_v)
+            f2 = _quad_requantized(a2, sptr, lane0 + 2 * L, zy_v, lo_v, hi_v)
+            f3 = _quad_requantized(a3, sptr, lane0 + 3 * L, zy_v, lo_v, hi_v)
+            iv.store_int8_quads(optr, ((b * oh + oy) * ow + ox) * c + c0, f0, f1, f2, f3, left)
+
+
+def _depthwise_quads(
+    x, taps, bias, scales, pad, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs
+):  # noqa: ANN001, ANN202, E501
+    workers = _workers(x.shape[0] * out.shape[1], jobs)
+    for wk in prange(workers):
+        line = _next_job(jobs, wk, workers)
+        while line >= 0:
+            _depthwise_quads_line(x, taps, bias, scales, pad, zy, lo, hi, out, kh, kw, sh, sw,
+                                  dh, dw, pt, pl, line)  # fmt: skip
+            line = _next_job(jobs, wk, workers)
+
+
+# depthwise_quads(x NHWC int8, then pack_depthwise_quads's taps, bias, scales and padding,
+#                 zy, lo - zy, hi - zy, out NHWC int8, kh, kw, sh, sw, dh, dw, pt, pl,
+#                 jobs: :func:`job_words`); only where iv.VNNI and L == 16
+DEPTHWISE_QUADS = serial_and_parallel(_depthwise_quads, "qs8_depthwise_quads")
+QUADS = iv.VNNI is not None and L == 16
+
+
 # ------------------------------------------------------------------ elementwise, pooling
 
 
