@@ -40,11 +40,15 @@ def _serial_steps():
 
     from pyexecutorch.jit import variants  # noqa: PLC0415
 
-    threads, least = numba.get_num_threads(), variants.PARALLEL_WORK
+    threads, least, elements = (
+        numba.get_num_threads(),
+        variants.PARALLEL_WORK,
+        nhwc.PARALLEL_ELEMENTS,
+    )
     numba.set_num_threads(1)
-    variants.PARALLEL_WORK = 1 << 62
+    variants.PARALLEL_WORK = nhwc.PARALLEL_ELEMENTS = 1 << 62
     yield
-    variants.PARALLEL_WORK = least
+    variants.PARALLEL_WORK, nhwc.PARALLEL_ELEMENTS = least, elements
     numba.set_num_threads(threads)
 
 
@@ -376,3 +380,39 @@ def test_steps_run_in_a_generated_whole_method_and_in_parallel():
         parallel(*step[1])
         for o, e in zip(written, expected, strict=True):
             np.testing.assert_array_equal(o, e)
+
+
+def test_steps_from_parallel_elements_take_the_parallel_form_at_one_and_two_threads(
+    monkeypatch,
+):
+    """A concatenation and a max pool of PARALLEL_ELEMENTS work (fire-module sizes, far
+    below jit.variants.PARALLEL_WORK) take the parallel compilation where numba can run two
+    threads, and give torch's values at two and at one thread over calls with new values."""
+    import numba  # noqa: PLC0415
+
+    from pyexecutorch.jit.variants import can_thread  # noqa: PLC0415
+    from pyexecutorch.runtime.threads import set_threads  # noqa: PLC0415
+
+    monkeypatch.setattr(nhwc, "PARALLEL_ELEMENTS", 1 << 14)
+    halves = [_channels_last((1, 16, 32, 32), F32) for _ in range(2)]
+    joined = _channels_last((1, 32, 32, 32), F32)
+    pooled = _channels_last((1, 32, 16, 16), F32)
+    cat = nhwc.cat_channels_step(halves, joined)
+    pool_step = nhwc.max_pool2d_step(joined, pooled, 3, 2, 1, 1, False)
+    assert joined.size == nhwc.PARALLEL_ELEMENTS * 2 and pooled.size * 9 > (1 << 14)
+    assert cat[0] is nhwc.CAT2_NHWC[can_thread()]
+    assert pool_step[0] is nhwc.MAX_POOL_NHWC[can_thread()]
+    rng = np.random.default_rng(11)
+    before = numba.get_num_threads()
+    try:
+        for call, threads in enumerate([2, 1, 2]):
+            set_threads(threads)
+            for half in halves:
+                half[...] = _values(rng, half.shape, F32)
+            cat[0](*cat[1])
+            pool_step[0](*pool_step[1])
+            want = torch.cat([torch.from_numpy(np.array(h)) for h in halves], 1)
+            np.testing.assert_array_equal(joined, want.numpy(), err_msg=str(call))
+            _same_values(pooled, F.max_pool2d(want, 3, 2, 1, 1, False).numpy())
+    finally:
+        set_threads(before)

@@ -12,7 +12,7 @@ inside), so the loops do no bounds test and no division.
 
 Each function below returns ``(function, args)``, the call a whole method makes: a
 numba dispatcher defined at this module's top level (``cache=True``, its serial or
-its ``prange`` variant by the work, ``jit.variants.choose``), and arguments made at
+its ``prange`` variant by the work, :data:`PARALLEL_ELEMENTS`), and arguments made at
 load (C-contiguous memory-order views of the arrays given, tables, plain ints) -- or
 None for a case it leaves to the caller (who then keeps the tensor NCHW). Every array
 given is 4-D and logically (N, C, H, W) unless said otherwise, float32 or float64, one
@@ -54,7 +54,7 @@ from numba import njit, prange
 
 from pyexecutorch.jit import simd
 from pyexecutorch.jit.arrays import FLOATS, channels_last
-from pyexecutorch.jit.variants import choose, serial_and_parallel
+from pyexecutorch.jit.variants import can_thread, serial_and_parallel
 from pyexecutorch.kernels.pool import pool
 from pyexecutorch.kernels.registry import KernelError
 
@@ -479,9 +479,21 @@ def _batched(cols: np.ndarray, x: np.ndarray) -> np.ndarray:
     return plan
 
 
+# Work (outputs times taps of a pool, elements a concatenation or split copies) from which a
+# step of more than one task takes its parallel compilation: far below
+# jit.variants.PARALLEL_WORK, since a serial step between parallel convolutions gathers
+# its whole output in one core's cache, which the next convolution's other thread then
+# reads from that core. SqueezeNet 1.1 at two threads (its fire modules' concatenations of
+# 27x27 and 13x13 were serial: a 1x1 convolution after one took 101 -> 144 us, a max pool
+# 35 -> 88): 4.46 -> 3.72 ms a call (3.64 from 4096), one thread 6.92 -> 6.84 (7.15);
+# MobileNetV3-Small unchanged. Prioritised runs on the loaded 2-core VM, alternated.
+PARALLEL_ELEMENTS = 1 << 14
+
+
 def _variant(variants: tuple[Any, Any], work: int, tasks: int) -> Any:
-    """The serial or parallel compilation, the serial one where there is one task."""
-    return choose(variants, work if tasks > 1 else 0)
+    """The serial or parallel compilation: the parallel one from :data:`PARALLEL_ELEMENTS`
+    where there is more than one task and numba can run more than one thread."""
+    return variants[1] if tasks > 1 and work >= PARALLEL_ELEMENTS and can_thread() else variants[0]
 
 
 def _average(xv: np.ndarray, ov: np.ndarray, rows: np.ndarray, cols: np.ndarray,
