@@ -239,12 +239,14 @@ def loop_header(
 
 
 # Elements from which a generated loop shares its iterations among numba's threads (where
-# it can run more than one): an elementwise loop streams memory at some 10-20 GB/s a core,
-# so this is ~50-100 us of one thread, against a parallel region's few microseconds
-# (EfficientNet-B0's squeeze-excite gates, us a call in a row of the model's steps, one
-# -> two threads, prioritised runs on the loaded 2-core VM: 12544x32 236 -> 215 serial,
-# 221-233 -> 138-174 shared; 3136x144 259 -> 229 serial, 245-263 -> 161-199 shared).
-PARALLEL_ELEMENTS = 1 << 18
+# it can run more than one). Far fewer than a loop's own gain asks for: a serial loop
+# between parallel convolutions gathers its whole output in one core's cache, which the
+# next convolution's other thread then reads from that core (EfficientNet-B0's
+# squeeze-excite gates, 7x7x1152 to 112x112x32, and MobileNetV3-Small's, 7x7x288 to
+# 56x56x16: at two threads, from 2^18 elements 13.18 and 1.675 ms a call, from 2^14 12.27
+# and 1.589; one thread unchanged, 20.9 -> 19.9 and 2.156 -> 2.163; prioritised runs on
+# the loaded 2-core VM, alternated in one process).
+PARALLEL_ELEMENTS = 1 << 14
 
 
 def parallel_level(shape: tuple[int, ...], flat: bool) -> int | None:
