@@ -297,7 +297,7 @@ def watch() -> None:
 
 # This package's helpers that compiled code inlines (SIMD, BLAS, math and XNNPACK's math
 # with its coefficients, half, array predicates, coefficients, atomics) and the
-# serial/parallel variants whose options compile it.
+# serial/parallel variants and link-only helpers whose options compile it.
 INLINED_HELPERS = (
     "simd",
     "blas",
@@ -309,6 +309,7 @@ INLINED_HELPERS = (
     "coefficients",
     "spin",
     "variants",
+    "link_only",
 )
 for _helper in INLINED_HELPERS:
     inlined_sources(Path(__file__).parent, f"{_helper}.py")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from numba import njit, prange
 
 from pyexecutorch.jit import simd
+from pyexecutorch.jit.link_only import link_only
 from pyexecutorch.jit.xnnpack_math import vector_hardswish, vector_silu
 
 # Pieces are plain numba functions called by the kernels (_part, _call): each compiles
@@ -22,9 +23,9 @@ from pyexecutorch.jit.xnnpack_math import vector_hardswish, vector_silu
 # the (parallel) loop calls. Parts take pointers, not arrays (see jit.simd.pointer). The
 # copies, parallel loops over scalars, are inlined into the kernels (_loops: there they
 # run in parallel).
-_part = njit(error_model="numpy")
+_part = link_only(error_model="numpy")
 _inline = njit(inline="always", error_model="numpy")
-_call = njit(error_model="numpy")
+_call = link_only(error_model="numpy")
 _loops = njit(inline="always", error_model="numpy")
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
@@ -168,11 +169,12 @@ def _pad_input(x, buffer, g):  # noqa: ANN001, ANN202
     """The whole input into the interior of its zero-padded copy (_pad_rows), a row at a
     time (in parallel in the parallel kernels)."""
     height = g[_H]
-    sp, dp = simd.pointer(x), simd.pointer(buffer)
+    # (g by pointer, as the jobs pass it: one compiled _pad_rows for both)
+    sp, dp, gp = simd.pointer(x), simd.pointer(buffer), simd.pointer(g)
     for r in prange(g[_N] * height):
         n = r // height
         h = r - n * height
-        _pad_rows(sp, dp, g, n, h, h + 1)
+        _pad_rows(sp, dp, gp, n, h, h + 1)
 
 
 @_loops

@@ -515,7 +515,7 @@ def _dense(x, wp, bias, runs, windows, geometry, scalars, residual, out, planes,
     With _TO_PLANES, ``out`` is a buffer for the NCHW ``planes``."""
     g = geometry
     to_planes = g[_TO_PLANES] != 0
-    has_residual = _epilogue(g)
+    has_residual = _epilogue(simd.pointer(g))  # (by pointer, as the jobs ask)
     lo, hi = scalars[_LOW], scalars[_HIGH]
     low = simd.splat(scalars[_NO_LOW] if to_planes else lo)
     high = simd.splat(scalars[_NO_HIGH] if to_planes else hi)

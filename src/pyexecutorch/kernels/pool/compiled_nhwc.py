@@ -50,10 +50,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from pyexecutorch.jit import simd
 from pyexecutorch.jit.arrays import FLOATS, channels_last
+from pyexecutorch.jit.link_only import link_only
 from pyexecutorch.jit.variants import can_thread, serial_and_parallel
 from pyexecutorch.kernels.pool import pool
 from pyexecutorch.kernels.registry import KernelError
@@ -64,7 +65,7 @@ FLOAT32_RUN = 64
 # Helpers inlined by LLVM (alwaysinline), not by numba, whose IR-level inlining copies and
 # retypes a helper at every call site (ResNet-18 cold: the two pooling kernels 3.7 and 3.1
 # s of CPU that way, 3.4 and 2.8 this way, load 15).
-_inline = njit(error_model="numpy", forceinline=True)
+_inline = link_only(error_model="numpy", forceinline=True)
 
 # ---------------------------------------------------------------------------
 # window folds. A window's taps: rn rows ``rstep`` elements apart, cn columns ``cstep``
