@@ -2,7 +2,8 @@
 
 :class:`CompiledPlan` is the graph specialised to one set of input shapes, like the
 numpy interpreter's :class:`~pyexecutorch.backends.xnnpack.interpreter.Plan`, but every
-value, the delegate's inputs and outputs included, is an array made at load, and each
+value, the delegate's inputs and outputs included, is an array made at load (internal
+values in memory that values read no more held, :mod:`.value_memory`), and each
 node becomes :class:`~pyexecutorch.runtime.whole_method.Step` calls on those arrays
 (:mod:`.compiled_nodes`). Consecutive steps become one generated function
 (:func:`~pyexecutorch.runtime.whole_method.compile_steps`), so a delegate whose every
@@ -21,6 +22,7 @@ value that a numpy closure reads or writes are copied in or out instead.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +39,7 @@ from pyexecutorch.backends.xnnpack.interpreter import (
     same_memory_shape,
 )
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
+from pyexecutorch.backends.xnnpack.value_memory import ValueMemory
 from pyexecutorch.jit import deferral, entry_points, function_records
 from pyexecutorch.kernels import registry
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
@@ -45,6 +48,8 @@ from pyexecutorch.runtime.whole_method import Step, compile_steps, view_copy_ste
 
 NDArray = np.ndarray
 _CONVOLUTIONS = ("XNNConv2d", "XNNDepthwiseConv2d")
+# Nodes whose steps write part of their output once, at load.
+_WRITTEN_AT_LOAD = ("XNNStaticConstantPad",)
 
 
 def operands(u: Any) -> list[int]:
@@ -80,6 +85,17 @@ class StepBuilder(Builder):
         super().__init__(graph, input_shapes, declared)
         self.readers = readers_of(graph)
         self.external = {v.id for v in graph.inputs} | {v.id for v in graph.outputs}
+        # (internal values share memory across lifetimes; the delegate's inputs and
+        # outputs, and arrays lying in them, are read after the last node)
+        last_reads = {v: max(ks) for v, ks in self.readers.items()}
+        last_reads.update(dict.fromkeys(self.external, len(graph.nodes)))
+        self.memory = ValueMemory(last_reads)
+        # values part of which is written once at load (a pad's border): memory of their own
+        self.kept = {
+            _written(n.xnode_union)[0]
+            for n in graph.nodes
+            if type(n.xnode_union).__name__ in _WRITTEN_AT_LOAD
+        }
         # compiled steps and numpy closures, in order: ("step", Step) / ("numpy", closure)
         self.items: list[tuple[str, Any]] = []
         self.deferred: dict[int, int] = {}  # NHWC value -> the NCHW value it transposes
@@ -99,7 +115,14 @@ class StepBuilder(Builder):
 
     def new(self, vid: int, shape: tuple[int, ...]) -> NDArray:
         """An array for value ``vid`` of ``shape``, not yet the value's (see commit)."""
-        return np.empty(tuple(int(d) for d in shape), self.dtype(vid))
+        return self.allocate(vid, tuple(int(d) for d in shape), self.dtype(vid))
+
+    def allocate(self, vid: int, shape: tuple[int, ...], dtype: np.dtype) -> NDArray:
+        """Memory that no value read from the node being built on lies in, for an
+        internal value; a new array for a delegate input or output."""
+        if vid in self.external or vid in self.kept or math.prod(shape) == 0:
+            return np.empty(shape, dtype)
+        return self.memory.array(shape, dtype)
 
     def commit(self, vid: int, array: NDArray) -> None:
         """Make ``array`` value ``vid``'s (its shape checked as ``out`` checks it)."""
@@ -110,7 +133,7 @@ class StepBuilder(Builder):
         """Value ``vid``'s array (a deferred transpose is made now)."""
         src = self.deferred.pop(vid, None)
         if src is not None:
-            out = np.empty(self.shapes[vid], self.dtype(vid))
+            out = self.allocate(vid, self.shapes[vid], self.dtype(vid))
             step = None
             if movable(self, vid, src):
                 step = view_copy_step(self.env[src].transpose(0, 2, 3, 1), out)
@@ -138,6 +161,7 @@ class StepBuilder(Builder):
         other than a convolution's input (:meth:`nchw`) asks for it."""
         self.shapes[vid] = shape
         self.deferred[vid] = src
+        self.memory.read_until(src, self.memory.last_read(vid))  # (read when vid is)
 
     def reads_as_conv_input(self, k: int, vid: int) -> bool:
         u = self.graph.nodes[k].xnode_union
@@ -155,6 +179,7 @@ class StepBuilder(Builder):
             u = node.xnode_union
             name = type(u).__name__
             self.where = f"node {k} ({name})"
+            self.memory.reclaim(k, self.env)
             make = MAKERS.get(name)
             made = len(self.items)
             consumed = make(self, k) if make is not None else 0

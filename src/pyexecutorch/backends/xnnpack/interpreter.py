@@ -287,9 +287,13 @@ class Builder:
                 f"payload declares, {list(v.dims)}"
             )
         self.shapes[vid] = shape
-        buf = np.empty(shape, v.dtype)
+        buf = self.allocate(vid, shape, v.dtype)
         self.env[vid] = buf
         return buf
+
+    def allocate(self, vid: int, shape: tuple[int, ...], dtype: np.dtype) -> NDArray:
+        """The memory of value ``vid`` (a new array here; a compiled plan reuses memory)."""
+        return np.empty(shape, dtype)
 
     def alias(self, vid: int, src: int, shape: tuple[int, ...]) -> None:
         """Make ``vid`` a reshaped view of ``src`` (no copy when both are fixed)."""
