@@ -307,6 +307,15 @@ def _block_rows(m, size, groups):  # noqa: ANN001, ANN202
     return max(_PASS_ROWS, -(-block // _PASS_ROWS) * _PASS_ROWS)
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _gemm_job(rows, wp, bias, scales, zy, lo, hi, out, bases, taps, j, groups, block):  # noqa: ANN001, ANN202
+    """Job ``j`` of :func:`_gemm`: a block of rows by a group of tiles."""
+    b, g = j // groups, j % groups
+    r0, t0 = b * block, g * _TILE_GROUP
+    _PASS(rows, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, out.shape[0]), t0,
+          min(t0 + _TILE_GROUP, wp.shape[0]), bases, taps)  # fmt: skip
+
+
 def _gemm(rows, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: ANN001, ANN202
     m = out.shape[0]
     tiles = wp.shape[0]
@@ -315,13 +324,14 @@ def _gemm(rows, wp, bias, scales, zy, lo, hi, out, jobs, bases, taps):  # noqa: 
     blocks = (m + block - 1) // block
     count = blocks * groups
     workers = _workers(count, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        for j in range(count):
+            _gemm_job(rows, wp, bias, scales, zy, lo, hi, out, bases, taps, j, groups, block)
+        return
     for w in prange(workers):
         j = _next_job(jobs, w, workers)
         while j >= 0:
-            b, g = j // groups, j % groups
-            r0, t0 = b * block, g * _TILE_GROUP
-            _PASS(rows, wp, bias, scales, zy, lo, hi, out, r0, min(r0 + block, m), t0,
-                  min(t0 + _TILE_GROUP, tiles), bases, taps)  # fmt: skip
+            _gemm_job(rows, wp, bias, scales, zy, lo, hi, out, bases, taps, j, groups, block)
             j = _next_job(jobs, w, workers)
 
 
@@ -472,6 +482,9 @@ def _pad_flip_shared(x, buf, hp, wp, pt, pl, jobs):  # noqa: ANN001, ANN202
     rows = x.shape[0] * x.shape[1]
     count = _spans(rows)
     workers = _workers(count, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        _pad_flip_rows(x, buf, hp, wp, pt, pl, 0, rows)
+        return
     for w in prange(workers):
         j = _next_job(jobs, w, workers)
         while j >= 0:
@@ -497,6 +510,9 @@ def _flip_shared(x, out, jobs):  # noqa: ANN001, ANN202
     n = out.size
     count = _spans(n // _SPAN_ELEMENTS)
     workers = _workers(count, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        _flip_span(x, out, 0, n)
+        return
     for w in prange(workers):
         j = _next_job(jobs, w, workers)
         while j >= 0:
@@ -572,6 +588,11 @@ def _row4(xptr, r, cs, a0, a1, a2, a3, w0, w1, w2):  # noqa: ANN001, ANN202
 def _depthwise(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs):  # noqa: ANN001, ANN202
     nb, oh = x.shape[0], out.shape[1]
     workers = _workers(nb * oh, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        for line in range(nb * oh):
+            _depthwise_line(x, taps, bias, scales, nzx, zy, lo, hi, out, kh, kw, sh, sw,
+                            dh, dw, pt, pl, line)  # fmt: skip
+        return
     for w in prange(workers):
         line = _next_job(jobs, w, workers)
         while line >= 0:
@@ -805,6 +826,11 @@ def _depthwise_quads(
     x, taps, bias, scales, pad, zy, lo, hi, out, kh, kw, sh, sw, dh, dw, pt, pl, jobs
 ):  # noqa: ANN001, ANN202, E501
     workers = _workers(x.shape[0] * out.shape[1], jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        for line in range(x.shape[0] * out.shape[1]):
+            _depthwise_quads_line(x, taps, bias, scales, pad, zy, lo, hi, out, kh, kw, sh, sw,
+                                  dh, dw, pt, pl, line)  # fmt: skip
+        return
     for wk in prange(workers):
         line = _next_job(jobs, wk, workers)
         while line >= 0:
@@ -844,6 +870,9 @@ def _add_shared(a, b, out, am, bm, bias, shift, zy, lo, hi, jobs):  # noqa: ANN0
     n = out.size
     count = _spans(n // _SPAN_ELEMENTS)
     workers = _workers(count, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        _add_span(a, b, out, am, bm, bias, shift, zy, lo, hi, 0, n)
+        return
     for w in prange(workers):
         j = _next_job(jobs, w, workers)
         while j >= 0:
@@ -942,6 +971,9 @@ def _quantize_to_nhwc_shared(x, out, inv, zp, jobs):  # noqa: ANN001, ANN202
     n = x.shape[0] * x.shape[2] * x.shape[3]
     count = _spans(n // _SPAN_ELEMENTS)
     workers = _workers(count, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        _quantize_pixels(x, out, inv, zp, 0, n)
+        return
     for w in prange(workers):
         j = _next_job(jobs, w, workers)
         while j >= 0:
