@@ -602,6 +602,31 @@ def test_caller_arrays_are_bound_or_copied():
     assert np.isnan(big[132:]).all()
 
 
+def test_outputs_sliced_from_other_outputs_or_inputs_are_bound_and_compile_whole():
+    # an attention's split: its delegate outputs the permuted q, k, v and a slice of them,
+    # and the next one slices an input into an output (a slice is a view of its source:
+    # a view of another delegate input or output made both unbindable, copied every call)
+    g = GraphBuilder()
+    xi, keys = g.input((5, 3, 4)), g.input((3, 5, 4))
+    permuted, k_out, sliced = g.tensor((3, 5, 4)), g.tensor((1, 5, 4)), g.tensor((1, 5, 4))
+    g.node(S.XNNStaticTranspose(3, [1, 0, 2], xi, permuted, 0))
+    g.node(S.XNNStaticSlice(3, [1, 0, 0], [1, 5, 4], permuted, k_out, 0))
+    g.node(S.XNNStaticSlice(3, [2, 0, 0], [1, 5, 4], keys, sliced, 0))
+    g.output_all(permuted, k_out, sliced)
+    backend, handle = _init(g, jit=True)
+    plan = handle.last_plan or next(iter(handle.plans.values()))
+    outs = [np.empty((3, 5, 4), np.float32), np.empty((1, 5, 4), np.float32)]
+    outs.append(np.empty((1, 5, 4), np.float32))
+    for seed in (1, 2):  # bound once, then only the compiled call, on new values
+        x, k = _rand(5, 3, 4, seed=seed), _rand(3, 5, 4, seed=seed + 10)
+        assert backend.execute(handle, [x, k, *outs]) is None
+        np.testing.assert_array_equal(outs[0], x.transpose(1, 0, 2))
+        np.testing.assert_array_equal(outs[1], x.transpose(1, 0, 2)[1:2])
+        np.testing.assert_array_equal(outs[2], k[2:3])
+        assert plan.copy_in == [] and plan.copy_out == []
+    assert backend.whole_steps(handle, [x, k, *outs]) is not None
+
+
 def test_scalar_inputs_of_other_rank_share_the_plan():
     # a method passes 0-d scalars where the payload declares one element
     g = GraphBuilder()

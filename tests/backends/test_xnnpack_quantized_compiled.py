@@ -150,17 +150,23 @@ def test_int4_forms_against_float64(signed, m, k, n, block):
         assert (err <= bound).all(), f"call {call}: worst {err.max():.3g}"
 
 
-@pytest.mark.parametrize("kind", ["int4", "int8"])
+@pytest.mark.parametrize("kind", ["int4", "int8", "int8_flipped"])
 def test_dynamic_split_over_the_threads_in_force_keeps_every_bit(kind):
     """The parallel kernels' tiles are jobs the threads in force take from a counter: at 2
-    threads (jobs taken in whatever order) the same bits as at 1, call after call."""
+    threads (jobs taken in whatever order) the same bits as at 1, call after call. The
+    seven-row kernel takes two tiles a pass: its jobs are an even number of tiles (72
+    tiles in 16 jobs would be 5 a job, the fifth computed twice)."""
     from pyexecutorch.jit.variants import can_thread  # noqa: PLC0415
     from pyexecutorch.runtime.threads import set_threads  # noqa: PLC0415
 
     if not can_thread():
         pytest.skip("numba runs one thread only")
+    if kind == "int8_flipped" and not ql.SEVEN_ROWS:
+        pytest.skip("the seven-row kernel is AVX-512's (16 lanes) only")
     rng = np.random.default_rng(7)
     m, k, n = 9, 256, 1000  # 125 tiles of 8 (or 63 of 16): 16 jobs at 2 threads
+    if kind == "int8_flipped":
+        n = 1150  # 72 tiles of 16, the last partial: 12 jobs of 6
     if kind == "int4":
         w = rng.integers(-8, 8, (n, k)).astype(np.int8)
         scales = rng.uniform(1e-3, 2e-2, (n, k // 32)).astype(np.float32)
@@ -168,8 +174,10 @@ def test_dynamic_split_over_the_threads_in_force_keeps_every_bit(kind):
         w = rng.integers(-128, 128, (n, k)).astype(np.int8)
         scales = rng.uniform(1e-3, 2e-2, n).astype(np.float32)
     linear = ql.DynamicLinear(w, scales, rng.standard_normal(n).astype(np.float32))
-    parallel = ql.INT4_LINEAR[1] if kind == "int4" else ql.INT8_LINEAR[1]
-    assert choose(ql.INT4_LINEAR if kind == "int4" else ql.INT8_LINEAR, 1 << 30) is parallel
+    forms = {"int4": ql.INT4_LINEAR, "int8": ql.INT8_LINEAR, "int8_flipped": ql.INT8_LINEAR_FLIPPED}
+    parallel = forms[kind][1]
+    assert choose(forms[kind], 1 << 30) is parallel
+    unit = 2 if kind == "int8_flipped" else 1  # (tiles a pass)
     try:
         for call in range(3):
             x = _rows(rng, m, k)
@@ -186,12 +194,20 @@ def test_dynamic_split_over_the_threads_in_force_keeps_every_bit(kind):
                              -np.inf, np.inf, out, terms, jobs)  # fmt: skip
                 else:
                     wp, sums = linear.packed
-                    parallel(q.view(np.int32), zps, xs, wp, sums, linear.wscales, linear.bias,
+                    rows = q.view(np.int32)
+                    if kind == "int8_flipped":
+                        rows = np.empty_like(q)
+                        ql.flip_rows(q, rows)
+                    parallel(rows, zps, xs, wp, sums, linear.wscales, linear.bias,
                              -np.inf, np.inf, out, jobs)  # fmt: skip
                 # every job taken once: the counter ends one past the jobs per thread
                 jobs_made = min(wp.shape[0], ql.JOBS_PER_THREAD * threads) if threads > 1 else 1
                 per = -(-wp.shape[0] // jobs_made)
-                assert jobs[0] == -(-wp.shape[0] // per) + min(threads, jobs_made)
+                per = -(-per // unit) * unit  # (a whole number of the kernel's passes)
+                count = -(-wp.shape[0] // per)
+                assert jobs[0] == count + min(threads, count)
+                if kind == "int8_flipped" and threads == 2:
+                    assert (per, count) == (6, 12)
                 got[threads] = out
             np.testing.assert_array_equal(got[1], got[2], err_msg=f"call {call}")
             np.testing.assert_array_equal(got[1], linear(x))  # the entry point's variant

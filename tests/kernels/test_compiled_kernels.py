@@ -571,6 +571,88 @@ def test_a_one_row_product_splits_its_columns_over_the_threads_in_force(dtype):
     assert linalg_compiled.blas_form(1, k, 1000) == (linalg_compiled.blas_matmul_one_row, 1)
 
 
+@pytest.mark.skipif(not linalg_compiled.NUMPY_BLAS, reason="products stay on numpy's BLAS")
+@pytest.mark.skipif(not linalg_compiled.can_thread(), reason="numba runs one thread only")
+@pytest.mark.parametrize("batch", [6, 3])
+def test_a_batched_product_shares_its_products_over_the_threads_in_force(batch):
+    """Six heads' products (past SPLIT_PRODUCT together) are one serial BLAS call each, three
+    a thread at two threads; three products split each over the threads instead (one each
+    would leave a thread idle a third of the time). Either way every bit is the one-thread
+    product's, call after call with new values in the planned inputs."""
+    from pyexecutorch.runtime.threads import set_threads  # noqa: PLC0415
+
+    n, k, p = 97, 64, 97  # (an attention's 197 tokens by 64, smaller)
+    a, b = _x((batch, n, k), F32, 1), _x((batch, k, p), F32, 2)
+    out = np.zeros((batch, n, p), F32)
+    fast = get_compiled_form("aten::bmm.out")(a, b, out, whole=True)
+    if batch * n * k * p < linalg_compiled.SPLIT_PRODUCT:
+        n = p = 2 * n  # (the three-product case made large enough too)
+        a, b = _x((batch, n, k), F32, 1), _x((batch, k, p), F32, 2)
+        out = np.zeros((batch, n, p), F32)
+        fast = get_compiled_form("aten::bmm.out")(a, b, out, whole=True)
+    assert fast_path_of(fast).step[0] is linalg_compiled.blas_batches_at_threads
+    try:
+        for seed in (11, 12):
+            a[...] = _x(a.shape, F32, seed)
+            b[...] = _x(b.shape, F32, seed + 10)
+            want = torch.bmm(_t(a), _t(b)).numpy()
+            got = {}
+            for threads in (2, 1):  # set after the form was made
+                set_threads(threads)
+                out[...] = np.nan
+                fast(a, b, out)
+                np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+                got[threads] = out.copy()
+            np.testing.assert_array_equal(got[1], got[2])
+    finally:
+        set_threads(1)
+    # one product, or a small batch, stays the serial form
+    assert linalg_compiled.blas_form(n, k, p) == (linalg_compiled.blas_matmul, 1)
+    assert linalg_compiled.blas_form(8, 8, 8, 6) == (linalg_compiled.blas_matmul, 1)
+
+
+@pytest.mark.skipif(not linalg_compiled.can_thread(), reason="numba runs one thread only")
+def test_softmax_and_layer_norm_of_a_transformer_split_their_rows_over_the_threads():
+    """An attention's softmax (6 x 97 x 97 here) and a token matrix's layer norm (197 x 384) are below
+    the sums' parallel size but cost several times a sum's work an element: their
+    parallel variants run, with each row's bits at two threads what they are at one."""
+    from pyexecutorch.jit.variants import choose  # noqa: PLC0415
+    from pyexecutorch.kernels.norm import compiled as norm_compiled  # noqa: PLC0415
+    from pyexecutorch.kernels.reduce import compiled as reduce_compiled  # noqa: PLC0415
+    from pyexecutorch.runtime.threads import set_threads  # noqa: PLC0415
+
+    x = _x((6, 97, 97), F32, 3) * 4
+    soft_out = np.zeros_like(x)
+    soft = get_compiled_form("aten::_softmax.out")(x, -1, False, soft_out)
+    assert fast_path_of(soft).step[0] is reduce_compiled.SOFTMAX[1]
+    assert choose(reduce_compiled.SOFTMAX, x.size) is reduce_compiled.SOFTMAX[0]  # (a sum's)
+    tokens = _x((197, 384), F32, 4)
+    w = _read_only(_x((384,), F32, 5))
+    bias = _read_only(_x((384,), F32, 6))
+    norm_outs = [np.zeros_like(tokens), np.zeros((197, 1), F32), np.zeros((197, 1), F32)]
+    norm = get_compiled_form("aten::native_layer_norm.out")(
+        tokens, (384,), w, bias, 1e-5, *norm_outs
+    )
+    assert fast_path_of(norm).step[0] is norm_compiled.LAYER_NORM[1]
+    try:
+        for seed in (21, 22):
+            x[...] = _x(x.shape, F32, seed) * 4
+            tokens[...] = _x(tokens.shape, F32, seed + 10)
+            got = {}
+            for threads in (2, 1):
+                set_threads(threads)
+                soft(x, -1, False, soft_out)
+                norm(tokens, (384,), w, bias, 1e-5, *norm_outs)
+                got[threads] = [soft_out.copy(), *(o.copy() for o in norm_outs)]
+            np.testing.assert_allclose(got[1][0], torch.softmax(_t(x), -1).numpy(), **TOL[F32])
+            want = F.layer_norm(_t(tokens), (384,), _t(w), _t(bias), 1e-5).numpy()
+            np.testing.assert_allclose(got[1][1], want, **TOL[F32])
+            for one, two in zip(got[1], got[2], strict=True):
+                np.testing.assert_array_equal(one, two)
+    finally:
+        set_threads(1)
+
+
 @pytest.mark.skipif(not linalg_compiled.HAS_BLAS, reason="numba's np.dot needs scipy")
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_the_one_row_product_is_the_general_forms_bit_for_bit(dtype):

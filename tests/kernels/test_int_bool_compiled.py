@@ -77,6 +77,9 @@ def test_integer_sums_wrap_as_the_kernel_and_torch(case, dtype):
 def test_any_forms_match_the_kernels_and_torch(dtype):
     x = _values((4, 5, 6), dtype)
     x[1] = 0  # a row of zeros
+    x[2, :, :-1] = 0  # rows (over the last axis) whose only nonzero is the last element
+    if dtype == np.float32:
+        x[3, 1] = [0, 0, np.nan, 0, 0, 0]  # NaN is nonzero
     t = torch.from_numpy(x)
     cases = [
         ("aten::any.out", (x, 1, False), torch.any(t, dim=1)),

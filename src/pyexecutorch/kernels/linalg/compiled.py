@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.jit.arrays import FLOATS, contiguous
-from pyexecutorch.jit.blas import NUMPY_BLAS, get_blas_threads, set_blas_threads
+from pyexecutorch.jit.blas import NUMPY_BLAS, SPLIT_PRODUCT, get_blas_threads, set_blas_threads
 from pyexecutorch.jit.deferral import form_entry_point
 from pyexecutorch.jit.half import HALF_TO_FLOAT, half_bits
 from pyexecutorch.jit.variants import can_thread, choose, pick, serial_and_parallel, threads_reader
@@ -102,12 +102,33 @@ def _blas_matmul(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
         else:
             product(a[g], b[g], o)
         if has_bias:
-            rows = bias.shape[0]
-            for i in range(o.shape[0]):
-                add = bias[i] if rows > 1 else bias[0]
-                row = o[i]
-                for j in range(row.shape[0]):
-                    row[j] += add[j]
+            _add_bias(o, bias)
+    return out
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _add_bias(o, bias):  # noqa: ANN001, ANN202
+    """o (n, p) += bias (1 or n, p)."""
+    rows = bias.shape[0]
+    for i in range(o.shape[0]):
+        add = bias[i] if rows > 1 else bias[0]
+        row = o[i]
+        for j in range(row.shape[0]):
+            row[j] += add[j]
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _blas_batches(a, b, bias, out, has_bias):  # noqa: ANN001, ANN202
+    """:func:`_blas_matmul` with the batch's products shared out over the threads in force,
+    each one serial BLAS call, as one thread computes it (a ViT's attention: 6 heads of
+    197 x 64 @ 64 x 197, each split in two took longer at two threads than at one)."""
+    if get_blas_threads() > 1:
+        set_blas_threads(1)  # for the process: see blas_matmul
+    for g in prange(a.shape[0]):
+        o = out[g]
+        serial_product(a[g], b[g], o)
+        if has_bias:
+            _add_bias(o, bias)
     return out
 
 
@@ -143,7 +164,19 @@ def blas_matmul_at_threads(a, b, bias, out, has_bias, most):  # noqa: ANN001, AN
     return _BLAS_PARALLEL(a, b, bias, out, has_bias, blocks)
 
 
-def blas_form(n: int, k: int, p: int) -> tuple[Any, int]:
+@njit(cache=True, error_model="numpy")
+def blas_batches_at_threads(a, b, bias, out, has_bias, blocks=1):  # noqa: ANN001, ANN201
+    """:func:`_blas_matmul` of several products: one product a thread at a time where the
+    threads in force share the batch evenly (or it has 4 products a thread or more), else
+    the serial form, whose large products split over the threads (``blocks`` unread)."""
+    threads = _THREADS()
+    batch = a.shape[0]
+    if threads > 1 and (batch % threads == 0 or batch >= 4 * threads):
+        return _blas_batches(a, b, bias, out, has_bias)
+    return blas_matmul(a, b, bias, out, has_bias)
+
+
+def blas_form(n: int, k: int, p: int, batch: int = 1) -> tuple[Any, int]:
     """(the dispatcher, its last argument) for products (n, k) @ (k, p): for one row of
     enough work where numba can run several threads, :func:`blas_matmul_at_threads` and
     the most blocks its columns split into (whole cache lines each); else the serial
@@ -152,6 +185,8 @@ def blas_form(n: int, k: int, p: int) -> tuple[Any, int]:
     gemv sums the columns of such a width as it sums them in slices of 16, bit for bit
     (measured on widths 96 to 32000); a width of 1000 it sums otherwise in places."""
     if n != 1:
+        if batch > 1 and batch * n * k * p >= SPLIT_PRODUCT and can_thread():
+            return blas_batches_at_threads, 1
         return BLAS_MATMUL[0], 1
     if k * p < SPLIT_GEMV_MACS or p % 16 or p < 32 or not can_thread():
         return blas_matmul_one_row, 1
@@ -267,7 +302,7 @@ def _bind(
         dispatcher = choose(MATMUL, batch * n * k * p)
         kern = pick(MATMUL, batch * n * k * p, load)
     else:
-        dispatcher, blocks = blas_form(n, k, p)
+        dispatcher, blocks = blas_form(n, k, p, batch)
         load += (blocks,)
         kern = form_entry_point(dispatcher, load)
     extra = load[5:]  # (BLAS's gemv blocks)

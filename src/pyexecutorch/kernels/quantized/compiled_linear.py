@@ -231,15 +231,18 @@ _take = variants.job_taker()
 
 
 @njit(cache=True, error_model="numpy")
-def _split(tiles, jobs):  # noqa: ANN001, ANN202
-    """(workers, tiles a job, jobs) for ``tiles`` output tiles on the threads in force,
-    the counter ``jobs`` reset. Not inlined: its thread reader and a parallel loop's
-    declare the threading layer's function with two return types, one a module."""
+def _split(tiles, jobs, unit):  # noqa: ANN001, ANN202
+    """(workers, tiles a job, jobs) for ``tiles`` output tiles on the threads in force, a
+    job a multiple of ``unit`` tiles (the tiles its kernel takes a pass), the counter
+    ``jobs`` reset. Not inlined: its thread reader and a parallel loop's declare the
+    threading layer's function with two return types, one a module."""
     threads = _THREADS()
     count = min(tiles, JOBS_PER_THREAD * threads) if threads > 1 else 1
     per = (tiles + count - 1) // count
+    per = (per + unit - 1) // unit * unit
     jobs[0] = 0
-    return min(threads, count), per, (tiles + per - 1) // per
+    count = (tiles + per - 1) // per
+    return min(threads, count), per, count
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -530,7 +533,7 @@ def int4_linear(q, q32, zps, xscales, wp, bscales, column, bias, lo, hi, out, sc
     :func:`_split`)."""
     _row_terms(q, q32, scratch)
     tiles = wp.shape[0]
-    workers, per, count = _split(tiles, jobs)
+    workers, per, count = _split(tiles, jobs, 1)
     for _ in prange(workers):
         job = _take(jobs)
         while job < count:
@@ -615,7 +618,7 @@ def int8_linear(q32, zps, xscales, wp, sums, wscales, bias, lo, hi, out, jobs): 
     column sums; ``wscales`` and ``bias`` padded to the tiles); ``jobs`` as
     :func:`int4_linear`'s."""
     tiles = wp.shape[0]
-    workers, per, count = _split(tiles, jobs)
+    workers, per, count = _split(tiles, jobs, 1)
     for _ in prange(workers):
         job = _take(jobs)
         while job < count:
@@ -718,7 +721,7 @@ def int8_linear_flipped(u, zps, xscales, wp, sums, wscales, bias, lo, hi, out, j
     """:func:`int8_linear` on rows flipped by :func:`flip_rows` (``u`` (M, K) int8 holding
     ``q + 128``), seven a pass (see :data:`SEVEN_ROWS`): for M of 7 and more."""
     tiles = wp.shape[0]
-    workers, per, count = _split(tiles, jobs)
+    workers, per, count = _split(tiles, jobs, 2)
     for _ in prange(workers):
         job = _take(jobs)
         while job < count:
