@@ -57,6 +57,24 @@ class Blocks(nn.Module):
         return self.head(h + self.project(self.dw(self.expand(h))))
 
 
+class ActivationChain(nn.Module):
+    """Convolutions each followed by a batch norm and SiLU or hardswish, whose output the
+    planner puts over the convolution's input (dead after it), then a global mean."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            *(nn.Conv2d(3, 16, 3, 2, 1, bias=False), _bn(16), nn.SiLU()),
+            *(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False), _bn(16), nn.SiLU()),
+            *(nn.Conv2d(16, 24, 1, bias=False), _bn(24), nn.SiLU()),
+            *(nn.Conv2d(24, 24, 3, 1, 1, groups=24, bias=False), _bn(24), nn.Hardswish()),
+            *(nn.Conv2d(24, 16, 1), nn.SiLU()),
+        )
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.body(x).mean(dim=(2, 3))
+
+
 class Unfoldable(nn.Module):
     """A convolution whose output is read after its batch norm too, and one without a
     bias before an affine-free batch norm (nowhere to put the folded bias)."""
@@ -168,3 +186,21 @@ def test_pairs_whose_fold_would_change_the_result_are_left_alone():
     plan = _check_runs(module, pte, shape).plan
     assert plan.folded_batch_norms == ()
     assert [i.operator for i in plan.instructions].count(BATCH_NORM) == 2
+
+
+def test_activations_over_a_convolutions_input_move_and_run_in_its_stores():
+    """The planner puts each SiLU / hardswish output over the convolution's input: moved
+    to a scratch arena at load, each convolution applies its activation as it stores."""
+    shape = (1, 3, 24, 20)
+    module = _module(ActivationChain)
+    pte = _pte(ActivationChain, shape)
+    method = _check_runs(module, pte, shape)
+    loaded, plan = method._loaded, method.plan
+    planned = len(loaded.plan.non_const_buffer_sizes)
+    assert len(loaded.arenas) > planned  # scratch arenas after the planned ones
+    assert all(a.ctypes.data % 64 == 0 for a in loaded.arenas[planned:])
+    assert len(plan.folded_batch_norms) == 4
+    assert len(plan.conv_epilogues) == 5
+    # the channels-last convolutions apply the activation in their stores: the one fused
+    # loop left is the last convolution's SiLU, on the NCHW tensor the mean reads
+    assert plan.whole_source.count("_generated_fused_") == 1

@@ -105,11 +105,16 @@ def _run_after(facts, flow, decisions, pc):  # noqa: ANN001, ANN202
     elementwise instruction, which the fusion code leaves to numpy but has a loop for.
     """
     last = pc + 1
-    while decisions.get((0, last), ("",))[0] == "skip":
+    n = len(flow.instructions)
+    # (a kernel call with no decision was folded at load: nothing runs there)
+    while last < n and (
+        decisions.get((0, last), ("",))[0] == "skip"
+        or (isinstance(flow.instructions[last], KernelCall) and (0, last) not in decisions)
+    ):
         last += 1
     kind, fast = decisions.get((0, last), ("", None))
     if kind == "fused":
-        if fast.pcs != list(range(pc + 1, last + 1)):
+        if fast.pcs != [q for q in range(pc + 1, last + 1) if (0, q) in decisions]:
             return None
         return fast, fast.pcs, fast.inputs, fast.outputs
     if kind not in ("inline", "call") or last != pc + 1:

@@ -503,8 +503,11 @@ class Fuser:
 
     # ------------------------------------------------------------------- runs
 
-    def runs(self, candidates: dict[int, _Member]) -> list[list[_Member]]:
-        """Consecutive members of one dtype, worth fusing, each output's shape that of the
+    def runs(
+        self, candidates: dict[int, _Member], silent: frozenset[int] = frozenset()
+    ) -> list[list[_Member]]:
+        """Consecutive members (but for ``silent`` instructions between them: folded at load,
+        nothing runs) of one dtype, worth fusing, each output's shape that of the
         member before or one it broadcasts to (a squeeze-excite gate computed on (N, C, 1, 1)
         and multiplied into (N, C, H, W): the loop runs over the larger shape and recomputes
         the gate's few operations at each element, which costs less than a call; see
@@ -516,7 +519,7 @@ class Fuser:
         for pc in sorted(candidates):
             mem = candidates[pc]
             if current and (
-                pc != current[-1].pc + 1
+                not silent.issuperset(range(current[-1].pc + 1, pc))
                 or not _widens(cap[current[-1].out].shape, cap[mem.out].shape, current)
                 or (None not in (mem.dtype, dtype) and mem.dtype != dtype)
             ):
@@ -738,7 +741,14 @@ def fuse(
             candidates.pop(pc, None)
         decisions[0, reduced.pcs[-1]] = ("fused", reduced)
         candidates.pop(reduced.pcs[-1], None)
-    for run in fuser.runs(candidates):
+    # kernel calls with no decision were folded at load: they do not break a run (a portable
+    # program's hardswish, x * clamp(x + 3, 0, 6) / 6, converts its constants in between)
+    silent = frozenset(
+        pc
+        for pc, a in enumerate(flow.instructions)
+        if isinstance(a, KernelCall) and (0, pc) not in decisions
+    )
+    for run in fuser.runs(candidates, silent):
         while run:
             call = _longest_prefix(fuser, run)
             if call is None:

@@ -19,6 +19,7 @@ from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restor
 from pyexecutorch.runtime import shape_plans
 from pyexecutorch.runtime.batch_norm_fold import fold_batch_norms
 from pyexecutorch.runtime.codegen import CompiledChain, failing_instruction
+from pyexecutorch.runtime.conv_outputs import move_conv_run_outputs
 from pyexecutorch.runtime.errors import ExecutionError
 from pyexecutorch.runtime.etdump import EventTracer, clock
 from pyexecutorch.runtime.limits import (
@@ -121,6 +122,8 @@ class LoadedMethod:
                 self.facts = replace(self.facts, plan=folded.plan)
                 self.instruction_numbers = folded.instruction_numbers
                 self.folded_batch_norms = folded.batch_norms
+            # (the scratch arenas of activations moved off a convolution's input come last)
+            self.arenas = [*self.arenas, *move_conv_run_outputs(self.facts)]
         lowered = Lowering(self.facts, jit=self.jit, tracer=event_tracer, limits=limits).lower()
         self.chains: list[CompiledChain] = lowered.chains
         self._plan = lowered.plan

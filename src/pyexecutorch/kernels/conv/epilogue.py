@@ -16,6 +16,8 @@ from typing import Any
 
 # Activations the channels-last kernels apply in registers (their ``activation`` codes).
 SILU, HARDSWISH = 1, 2
+# each code's name, as the channels-last kernels take it (compiled_nhwc.ACTIVATIONS)
+_ACTIVATION_NAMES = {SILU: "silu", HARDSWISH: "hardswish"}
 
 # Clamps with constant bounds, as (low, high) from the instruction's argument values.
 _CLAMPS: dict[str, Callable[[list[Any]], tuple[Any, Any]]] = {
@@ -128,7 +130,9 @@ def channels_last_step(values: list[Any], out: Any, found: StorePass, residual: 
 
     epilogue: dict[str, Any] = {"low": found.low, "high": found.high, "residual": residual}
     if found.activation:
-        epilogue["activation"] = found.activation
+        if (found.low, found.high) != (-math.inf, math.inf):
+            return None  # (the kernels clamp before their activation; the run clamps after)
+        epilogue["activation"] = _ACTIVATION_NAMES[found.activation]
     try:
         return conv_step(*values, out, **epilogue)
     except TypeError:  # (kernels without that activation)
