@@ -50,3 +50,23 @@ def test_numbas_ssa_scope_warning_is_hidden_and_others_are_not():
         warnings.warn(pedantic("variable '_exp_v113.1' is not in scope."), stacklevel=1)
         warnings.warn(pedantic("some other IR assumption"), stacklevel=1)
     assert [str(w.message).split("\n")[0] for w in seen] == ["some other IR assumption"]
+
+
+def test_nested_compiles_are_numbered_in_the_order_they_start(caplog):
+    """A kernel's callee (its job, called by symbol) compiles inside the kernel's compile:
+    each announcement counts the compiles started so far (the CLI showed "1 so far" for a
+    kernel, its parallel form and its job alike)."""
+    import re  # noqa: PLC0415
+
+    from pyexecutorch.jit import numba_env  # noqa: PLC0415
+
+    with caplog.at_level(logging.INFO, logger="pyexecutorch.compiled"):
+        with numba_env.compiling("kernel(float32)", announce="progress_kernel"):
+            with numba_env.compiling("job(float32)", announce="progress_job"):
+                pass
+        with numba_env.compiling("other(float32)", announce="progress_other"):
+            pass
+    lines = [r.getMessage() for r in caplog.records if "progress_" in r.getMessage()]
+    counts = [int(re.search(r"\((\d+) so far in this process", ln).group(1)) for ln in lines]
+    assert [ln.split()[1] for ln in lines] == ["progress_kernel", "progress_job", "progress_other"]
+    assert counts == [counts[0], counts[0] + 1, counts[0] + 2], lines

@@ -48,11 +48,12 @@ def compiling(what: str, announce: str | None = None) -> Iterator[None]:
     ``announce`` (a kernel's short name) it is also said at INFO, which the CLI shows: a
     kernel's first compile takes seconds, a cold load of a CNN a minute or more."""
     logger.debug("compiling %s", what)
+    compile_totals["started"] += 1  # (a callee starts before its caller ends: count starts)
     if announce is not None:
         logger.info(
             "compiling %s (%d so far in this process; later loads read it from %s)",
             announce,
-            compile_totals["functions"] + 1,
+            compile_totals["started"],
             cache_dir(),
         )
     depth = getattr(_nesting, "depth", 0)
