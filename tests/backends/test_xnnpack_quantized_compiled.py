@@ -490,6 +490,13 @@ def test_shared_element_steps_bit_exact_with_serial():
             add_args = (9011, -7013, 123_457, 16, -3, -120, 101)
             qs.add(a, b, sums[0], *add_args)
             qs.ADD_SHARED(a, b, sums[1], *add_args, jobs)
+            # the addition that also writes its sum's rows (a 1x1 convolution's input)
+            both = [(np.zeros(a.size, np.int8), np.zeros(a.size, np.int8)) for _ in range(2)]
+            qs.add_flip(a, b, *both[0], *add_args)
+            qs.ADD_FLIP_SHARED(a, b, *both[1], *add_args, jobs)
+            for out, rows in both:
+                np.testing.assert_array_equal(out, sums[0])
+                np.testing.assert_array_equal(rows, sums[0] ^ np.int8(-128))
             nhwc = [np.zeros((2, 57, 61, 3), np.int8) for _ in range(2)]
             qs.quantize_to_nhwc(image, nhwc[0], np.float32(7.5), -4)
             qs.QUANTIZE_TO_NHWC_SHARED(image, nhwc[1], np.float32(7.5), -4, jobs)
@@ -554,22 +561,20 @@ class _ConvClamps(torch.nn.Module):
         return torch.nn.functional.hardtanh(b, 0.0, 6.0) + b
 
 
-def test_static_clamps_fold_into_their_convolutions(plans):
-    """A clamp that alone reads a convolution's int8 output on the same quantization is
-    folded into the convolution's requantization (no step of its own), the others stay;
-    the bytes are the numpy interpreter's, over calls with changing inputs."""
+def _static_program(model: torch.nn.Module, shape: tuple, name: str) -> bytes:
+    """The official exporter's static int8 XNNPACK program of ``model`` (calibrated on 4
+    seeded inputs of ``shape``), cached by ``name`` and the model's forward."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from pyexecutorch.kernels.quantized import compiled_static as qs
     from tests import official
 
     official.silence_noise()
     torch.manual_seed(0)
-    model, shape = _ConvClamps().eval(), (1, 3, 12, 12)
+    model = model.eval()
     inputs = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in range(4)]
 
     def build() -> bytes:
@@ -583,9 +588,19 @@ def test_static_clamps_fold_into_their_convolutions(plans):
         partitioner = official._xnnpack_partitioner()
         return official.export_programs({"forward": program}, partitioner=partitioner)
 
-    key = f"{official.versions()}|{_ConvClamps.forward.__code__.co_code.hex()}"
-    path = official.cache_dir() / f"quant-convclamps.{hash_text(key)}.pte"
-    pte = official.cached_file(path, build)
+    key = f"{official.versions()}|{type(model).forward.__code__.co_code.hex()}"
+    path = official.cache_dir() / f"quant-{name}.{hash_text(key)}.pte"
+    return official.cached_file(path, build)
+
+
+def test_static_clamps_fold_into_their_convolutions(plans):
+    """A clamp that alone reads a convolution's int8 output on the same quantization is
+    folded into the convolution's requantization (no step of its own), the others stay;
+    the bytes are the numpy interpreter's, over calls with changing inputs."""
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+
+    shape = (1, 3, 12, 12)
+    pte = _static_program(_ConvClamps(), shape, "convclamps")
     compiled = Runtime.get().load_program(pte, jit=True).load_method("forward")
     reference = Runtime.get().load_program(pte, jit=False).load_method("forward")
     for seed in (5, 6, 7):
@@ -602,6 +617,61 @@ def test_static_clamps_fold_into_their_convolutions(plans):
     # the input quantized straight into NHWC (its transpose taken), the output's transpose
     # a compiled copy: no numpy step is left
     assert qs.quantize_to_nhwc in functions and not plan.numpy_steps
+
+
+class _InvertedResiduals(torch.nn.Module):
+    """Two MobileNetV2 blocks at 32x32 (expansion 4, 64 channels: the depthwise's whole
+    blocks of channel quads), the second reading the first's sum, then a 1x1 head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                torch.nn.Conv2d(16, 64, 1),
+                torch.nn.ReLU6(),
+                torch.nn.Conv2d(64, 64, 3, padding=1, groups=64),
+                torch.nn.ReLU6(),
+                torch.nn.Conv2d(64, 16, 1),
+            )  # fmt: skip
+            for _ in range(2)
+        )
+        self.head = torch.nn.Conv2d(16, 32, 1)
+
+    def forward(self, x):
+        x = torch.nn.functional.relu6(self.stem(x))
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def test_static_shared_steps_in_a_network_bit_exact(plans):
+    """A network whose steps are large enough to be shared over the threads (products,
+    depthwise, the additions and flips): the numpy
+    interpreter's bytes at 2 threads and 1, over calls with changing inputs; the sum the
+    second block's expansion reads is written with its rows (no flip step after it), and
+    the depthwise takes the channel-quads form where the CPU has AVX-512 VNNI."""
+    from pyexecutorch.kernels.quantized import compiled_static as qs
+    from pyexecutorch.runtime.threads import set_threads
+
+    shape = (1, 3, 32, 32)
+    pte = _static_program(_InvertedResiduals(), shape, "inverted-residuals")
+    compiled = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    reference = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    try:
+        for threads, seed in ((2, 5), (1, 6), (2, 7), (2, 8)):
+            set_threads(threads)
+            x = (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 2).numpy()
+            np.testing.assert_array_equal(compiled.execute([x])[0], reference.execute([x])[0])
+    finally:
+        set_threads(1)
+    plan = next(p for p in plans if p.compiled)
+    functions = [s.function for s in plan.steps]
+    assert qs.ADD_FLIP_SHARED in functions and qs.ADD_SHARED not in functions
+    # one flip left: the stem's output, read by the first expansion and the first sum
+    assert functions.count(qs.FLIP_SHARED) == 1 and qs.flip not in functions
+    depthwise = qs.DEPTHWISE_QUADS[1] if qs.QUADS else qs.DEPTHWISE[1]
+    assert functions.count(depthwise) == 2 and not plan.numpy_steps
 
 
 def hash_text(text: str) -> str:

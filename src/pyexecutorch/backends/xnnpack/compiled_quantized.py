@@ -560,6 +560,8 @@ def _static_conv(b: StepBuilder, k: int) -> int:
     geometry, wmat = None, w.reshape(cout, depth)
     if _pointwise(u) and u.input1_id in _flipped(b):
         a = x.reshape(rows, c)  # (stored flipped by the convolution before)
+    elif _pointwise(u) and u.input1_id in _flipped_copies(b):
+        a = _flipped_copies(b)[u.input1_id].reshape(rows, c)  # (the addition's copy)
     elif _pointwise(u):
         a = _rows_step(b, x.reshape(rows, c))  # (a 1x1 convolution reads its input as rows)
     elif (implicit := qs.conv_geometry(x.shape, oh, ow, kh, kw, sh, sw, dh, dw, pads)) is not None:
@@ -593,10 +595,37 @@ def _static_add(b: StepBuilder, k: int, sign: int = 1) -> int:
     vid, (zy, lo, hi), taken = _fused_output(b, k)
     out = b.new(vid, x.shape)
     b.commit(vid, out)
-    args = (x.reshape(-1), y.reshape(-1), out.reshape(-1), am, bm, bias, shift,
-            q[2].zero_point, int(lo + zy), int(hi + zy))  # fmt: skip
+    parameters = (am, bm, bias, shift, q[2].zero_point, int(lo + zy), int(hi + zy))
+    if _rows_reader(b, vid, x.shape[-1]):  # (the rows of a 1x1 convolution written too)
+        rows = _flipped_copies(b)[vid] = np.empty(out.shape, np.int8)
+        flat = (x.reshape(-1), y.reshape(-1), out.reshape(-1), rows.reshape(-1))
+        b.add(_shared_step(qs.add_flip, qs.ADD_FLIP_SHARED, out.size, (*flat, *parameters)))
+        return taken
+    args = (x.reshape(-1), y.reshape(-1), out.reshape(-1), *parameters)
     b.add(_shared_step(qs.add, qs.ADD_SHARED, out.size, args))
     return taken
+
+
+def _flipped_copies(b: StepBuilder) -> dict[int, np.ndarray]:
+    """Values an addition also wrote sign-flipped (by value id): a 1x1 convolution's rows."""
+    found = getattr(b, "flipped_copies", None)
+    if found is None:
+        found = b.flipped_copies = {}
+    return found
+
+
+def _rows_reader(b: StepBuilder, vid: int, channels: int) -> bool:
+    """Whether a reader of ``vid`` is a pointwise product taking it as rows that it would
+    flip in a step of its own (int8 rows, whole quads of channels)."""
+    if iv.WIDE_ROWS or channels % 4:
+        return False
+    for r in b.readers.get(vid, set()):
+        if type(b.graph.nodes[r].xnode_union).__name__ != "XNNConv2d":
+            continue
+        found = _conv_operands(b, r)
+        if found is not None and found[0].input1_id == vid and _pointwise(found[0]):
+            return True
+    return False
 
 
 def _static_max_pool(b: StepBuilder, k: int) -> int:

@@ -981,10 +981,45 @@ def _quantize_to_nhwc_shared(x, out, inv, zp, jobs):  # noqa: ANN001, ANN202
             j = _next_job(jobs, w, workers)
 
 
+@njit(cache=True, error_model="numpy")
+def _add_flip_span(a, b, out, rows, am, bm, bias, shift, zy, lo, hi, i0, i1):  # noqa: ANN001, ANN202
+    """:func:`_add_span` also storing each sum sign-flipped in ``rows`` (int8)."""
+    ap, bp, op, rp = simd.pointer(a), simd.pointer(b), simd.pointer(out), simd.pointer(rows)
+    for i in range(i0, i1):
+        acc = np.int64(ap[i]) * am + np.int64(bp[i]) * bm + bias
+        y = np.int8(min(max((acc >> shift) + zy, lo), hi))
+        op[i] = y
+        rp[i] = y ^ _FLIP
+
+
+@njit(cache=True, error_model="numpy")
+def add_flip(a, b, out, rows, am, bm, bias, shift, zy, lo, hi):  # noqa: ANN001, ANN201
+    """:func:`add` into ``out`` and, sign-flipped, into ``rows``: the sum and the rows of
+    a 1x1 convolution reading it (a block's input: one pass, not an addition then a
+    :func:`flip`)."""
+    _add_flip_span(a, b, out, rows, am, bm, bias, shift, zy, lo, hi, 0, out.size)
+
+
+def _add_flip_shared(a, b, out, rows, am, bm, bias, shift, zy, lo, hi, jobs):  # noqa: ANN001, ANN202
+    n = out.size
+    count = _spans(n // _SPAN_ELEMENTS)
+    workers = _workers(count, jobs)
+    if workers == 1:  # (one thread: no parallel region, ~0.7 us a call)
+        _add_flip_span(a, b, out, rows, am, bm, bias, shift, zy, lo, hi, 0, n)
+        return
+    for w in prange(workers):
+        j = _next_job(jobs, w, workers)
+        while j >= 0:
+            _add_flip_span(a, b, out, rows, am, bm, bias, shift, zy, lo, hi, n * j // count,
+                           n * (j + 1) // count)  # fmt: skip
+            j = _next_job(jobs, w, workers)
+
+
 # The element steps between convolutions, shared over the threads in force as the
 # convolutions are (each thread's range the same part of the image): done by one thread,
 # the next convolution's other threads read all their inputs from its cache.
-# (pad_flip(..., jobs), flip(..., jobs), add(..., jobs), quantize_to_nhwc(..., jobs))
+# (pad_flip(..., jobs), flip(..., jobs), add(..., jobs), add_flip(..., jobs),
+# quantize_to_nhwc(..., jobs))
 PAD_FLIP_SHARED = variants.njit_renamed(
     _pad_flip_shared, "qs8_pad_flip_shared", parallel=True, error_model="numpy"
 )
@@ -993,6 +1028,9 @@ FLIP_SHARED = variants.njit_renamed(
 )
 ADD_SHARED = variants.njit_renamed(
     _add_shared, "qs8_add_shared", parallel=True, error_model="numpy"
+)
+ADD_FLIP_SHARED = variants.njit_renamed(
+    _add_flip_shared, "qs8_add_flip_shared", parallel=True, error_model="numpy"
 )
 QUANTIZE_TO_NHWC_SHARED = variants.njit_renamed(
     _quantize_to_nhwc_shared, "qs8_quantize_to_nhwc_shared", parallel=True, error_model="numpy"
