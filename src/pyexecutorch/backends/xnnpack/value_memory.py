@@ -2,9 +2,9 @@
 
 A value's array takes the memory of values that no node reads any more, as the official
 runtime plans its workspace. With an array of its own per value, a full-size network's
-activations (MobileNetV2: about 40 MB) exceed the caches, so every layer wrote into memory
-untouched since the previous call (read for ownership from DRAM); reused memory was
-written a few layers before and is still cached.
+activations (MobileNetV2 at 224x224: 53 MB; in reused blocks 16 MB) exceed the caches, so
+every layer wrote into memory untouched since the previous call (read for ownership from
+DRAM); reused memory was written a few layers before and is still cached.
 
 Buffers are whole blocks of bytes, one value's array at a time (plus the views other
 values make of it). A block is free once every value whose array lies in it has had its
@@ -33,6 +33,12 @@ class ValueMemory:
         self.last = dict(last_reads)  # value -> the last node that reads it (-1: none)
         self.free: list[np.ndarray] = []  # blocks (uint8) no live value lies in
         self.used: list[np.ndarray] = []
+        # values not yet seen with an array (None until the first reclaim), and the live
+        # values whose array lies in a block, by the block's index in ``used``' order of
+        # making (each value's array is looked up once: a load stays linear in the values)
+        self.unseen: set[int] | None = None
+        self.live: dict[int, int] = {}
+        self.blocks: list[tuple[int, int, np.ndarray]] = []  # (first byte, end, block)
 
     def read_until(self, vid: int, node: int) -> None:
         """Keep ``vid``'s memory until node ``node`` at least (a value read through another,
@@ -55,24 +61,33 @@ class ValueMemory:
             raw = np.empty(size + _ALIGN, np.uint8)
             start = -raw.ctypes.data % _ALIGN
             block = raw[start : start + size]
+            self.blocks.append((block.ctypes.data, block.ctypes.data + size, block))
         self.used.append(block)
         return block[:size].view(dtype).reshape(shape)
+
+    def _block_of(self, a: np.ndarray) -> int | None:
+        if a.size == 0:
+            return None
+        address = a.ctypes.data
+        for k, (lo, hi, _) in enumerate(self.blocks):
+            if lo <= address < hi:
+                return k
+        return None
 
     def reclaim(self, node: int, env: Sequence[Any]) -> None:
         """Free the blocks in which no value of ``env`` lies that a node from ``node`` on
         still reads."""
-        if not self.used:
-            return
-        starts = np.array([blk.ctypes.data for blk in self.used], np.int64)
-        order = np.argsort(starts)
-        ends = starts[order] + np.array([self.used[i].size for i in order], np.int64)
-        live = [False] * len(self.used)
-        for vid, a in enumerate(env):
-            if not isinstance(a, np.ndarray) or a.size == 0 or self.last_read(vid) < node:
-                continue
-            address = a.ctypes.data
-            j = int(np.searchsorted(starts[order], address, side="right")) - 1
-            if j >= 0 and address < ends[j]:
-                live[int(order[j])] = True
-        self.free += [blk for blk, keep in zip(self.used, live, strict=True) if not keep]
-        self.used = [blk for blk, keep in zip(self.used, live, strict=True) if keep]
+        if self.unseen is None:
+            self.unseen = set(range(len(env)))
+        for vid in list(self.unseen):
+            if self.last_read(vid) < node:
+                self.unseen.discard(vid)  # (dead before it had an array in a block)
+            elif isinstance(env[vid], np.ndarray):
+                self.unseen.discard(vid)
+                k = self._block_of(env[vid])
+                if k is not None:
+                    self.live[vid] = k
+        self.live = {vid: k for vid, k in self.live.items() if self.last_read(vid) >= node}
+        held = {id(self.blocks[k][2]) for k in self.live.values()}
+        self.free += [blk for blk in self.used if id(blk) not in held]
+        self.used = [blk for blk in self.used if id(blk) in held]
