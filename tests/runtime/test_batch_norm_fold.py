@@ -75,6 +75,23 @@ class ActivationChain(nn.Module):
         return self.body(x).mean(dim=(2, 3))
 
 
+class ExpandHardswish(nn.Module):
+    """MobileNetV3's expansion: a batch norm's output planned over the convolution's
+    input, read by a hardswish whose first step writes over the convolution's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            *(nn.Conv2d(3, 16, 3, 2, 1, bias=False), _bn(16), nn.Hardswish()),
+            *(nn.Conv2d(16, 48, 1, bias=False), _bn(48), nn.Hardswish()),
+            *(nn.Conv2d(48, 48, 3, 1, 1, groups=48, bias=False), _bn(48), nn.Hardswish()),
+            *(nn.Conv2d(48, 16, 1, bias=False), _bn(16)),
+        )
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.body(x).mean(dim=(2, 3))
+
+
 class Unfoldable(nn.Module):
     """A convolution whose output is read after its batch norm too, and one without a
     bias before an affine-free batch norm (nowhere to put the folded bias)."""
@@ -204,3 +221,14 @@ def test_activations_over_a_convolutions_input_move_and_run_in_its_stores():
     # the channels-last convolutions apply the activation in their stores: the one fused
     # loop left is the last convolution's SiLU, on the NCHW tensor the mean reads
     assert plan.whole_source.count("_generated_fused_") == 1
+
+
+def test_a_batch_norm_output_whose_bytes_are_reused_moves_to_a_scratch_arena():
+    shape = (1, 3, 24, 20)
+    pte = _pte(ExpandHardswish, shape)
+    loaded = Runtime.get().load_program(pte, jit=False).load_method("forward")._loaded
+    folded = fold_batch_norms(loaded.facts)
+    assert folded is not None and len(folded.batch_norms) == 4
+    assert len(folded.arenas) == 1 and folded.arenas[0].ctypes.data % 64 == 0
+    method = _check_runs(_module(ExpandHardswish), pte, shape)
+    assert len(method.plan.folded_batch_norms) == 4

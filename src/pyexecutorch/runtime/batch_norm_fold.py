@@ -10,8 +10,11 @@ take (:mod:`pyexecutorch.runtime.layout`, :mod:`pyexecutorch.runtime.epilogue`).
 
 The fold scales each output channel's filter by ``gamma / sqrt(var + eps)`` and
 makes the bias ``(bias - mean) * scale + beta`` (computed in float64, stored in the
-weight's dtype): the convolution is then rebound to write the batch norm's output,
-and the batch norm's instruction is dropped from the method's plan (as a static
+weight's dtype): the convolution is then rebound to write the batch norm's output
+(where the planner put that output over the convolution's input: the convolution keeps
+its own output and the batch norm's readers read it, or, when those bytes are written
+again before the last read, the output moves to a scratch arena of its own), and the
+batch norm's instruction is dropped from the method's plan (as a static
 shape plan drops instructions: the method keeps the program's instruction number of
 each kept instruction, for errors). Numerics: one rounding of the folded weights
 instead of the batch norm's pass, as the XNNPACK program's own folded weights.
@@ -20,8 +23,7 @@ Only where it is plainly the same computation: a float 2-D convolution (not
 transposed) on constant weights and bias, read only there, immediately followed by
 an inference batch norm on constant statistics that is the only reader of its output
 (no alias of those bytes read either), whose other two outputs nobody reads, whose
-output is static planned memory that does not overlap the convolution's input, and
-whose ``beta`` (or the convolution's own bias) can hold the folded bias. The numpy
+output is static planned memory, and whose ``beta`` (or the convolution's own bias) can hold the folded bias. The numpy
 tier and traced loads keep the program's instructions as they are.
 """
 
@@ -35,6 +37,7 @@ import numpy as np
 
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS
 from pyexecutorch.runtime.dataflow import Flow
+from pyexecutorch.runtime.memory import arena_bytes
 from pyexecutorch.schema.program import (
     Instruction,
     KernelCall,
@@ -64,6 +67,7 @@ class FoldedBatchNorms:
     plan: object  # schema.program.ExecutionPlan
     instruction_numbers: list[int]
     batch_norms: tuple[int, ...]
+    arenas: list[np.ndarray]  # scratch arenas of batch norm outputs moved (see _fold_pair)
 
 
 def fold_batch_norms(facts: MethodFacts) -> FoldedBatchNorms | None:
@@ -82,10 +86,11 @@ def fold_batch_norms(facts: MethodFacts) -> FoldedBatchNorms | None:
     dropped: list[int] = []
     # a dropped batch norm's output, read from the convolution's own output instead
     renamed: dict[int, int] = {}
+    arenas: list[np.ndarray] = []
     for pc in range(len(instructions) - 1):
         if names[pc] != CONVOLUTION or names[pc + 1] != BATCH_NORM:
             continue
-        folded = _fold_pair(facts, flow, pc, renamed)
+        folded = _fold_pair(facts, flow, pc, renamed, arenas)
         if folded is not None:
             rewritten[pc], rename = folded
             renamed.update(rename)
@@ -99,7 +104,7 @@ def fold_batch_norms(facts: MethodFacts) -> FoldedBatchNorms | None:
         instructions=[_renamed(rewritten.get(pc), instructions[pc], renamed) for pc in kept],
     )
     plan = dataclasses.replace(facts.plan, chains=[chain])
-    return FoldedBatchNorms(plan, kept, tuple(dropped))
+    return FoldedBatchNorms(plan, kept, tuple(dropped), arenas)
 
 
 def _renamed(call: KernelCall | None, instruction: Instruction, renamed: dict[int, int]):  # noqa: ANN202
@@ -112,12 +117,13 @@ def _renamed(call: KernelCall | None, instruction: Instruction, renamed: dict[in
 
 
 def _fold_pair(
-    facts: MethodFacts, flow: Flow, pc: int, renamed: dict[int, int]
+    facts: MethodFacts, flow: Flow, pc: int, renamed: dict[int, int], arenas: list[np.ndarray]
 ) -> tuple[KernelCall, dict[int, int]] | None:
     """The convolution at ``pc`` rewritten to compute the batch norm after it, its folded
     weight and bias stored in ``facts``'s values, and the batch norm's output renamed
     when the convolution keeps its own; or None (nothing changed). ``renamed``: the
-    renames of the pairs folded before it."""
+    renames of the pairs folded before it; ``arenas``: the scratch arenas of batch norm
+    outputs moved off the convolution's input, to which it may add one."""
     conv_call, bn_call = flow.instructions[pc], flow.instructions[pc + 1]
     conv, _ = facts.kernel_layout(facts.kernels[conv_call.op_index], conv_call)
     bn, _ = facts.kernel_layout(facts.kernels[bn_call.op_index], bn_call)
@@ -160,12 +166,17 @@ def _fold_pair(
     ):
         return None
     rename: dict[int, int] = {}
+    move = False
     if np.may_share_memory(target, x_cap):
         # The planner put the batch norm's output over the convolution's input: the
-        # convolution keeps its own output, which its readers read instead.
-        if not _keeps_until_read(facts, flow, pc, conv_out, out):
+        # convolution keeps its own output, which its readers read instead; or, where
+        # those bytes are soon written again, the output moves to bytes of its own.
+        if _keeps_until_read(facts, flow, pc, conv_out, out):
+            rename = {out: conv_out}
+        elif _movable(facts, flow, pc + 1, out):
+            move = True
+        else:
             return None
-        rename = {out: conv_out}
     gamma, beta, mean, var = (values[bn[i]] for i in (_BN_GAMMA, _BN_BETA, _BN_MEAN, _BN_VAR))
     channels = w.shape[0]
     stats = (gamma, beta, mean, var, values[bias_at] if has_bias else None)
@@ -178,6 +189,10 @@ def _fold_pair(
     shift = values[bias_at].astype(np.float64) - mean if has_bias else -mean.astype(np.float64)
     folded_w = (w.astype(np.float64) * scale[:, None, None, None]).astype(w.dtype)
     folded_b = (shift * scale + beta).astype(w.dtype)
+    if move:
+        arena = arena_bytes(target.nbytes)
+        arenas.append(arena)
+        values[out] = facts.capacity[out] = arena.view(target.dtype).reshape(target.shape)
     for j, arr in ((weight, folded_w), (bias_into, folded_b)):
         arr.flags.writeable = False
         values[j] = facts.capacity[j] = arr
@@ -243,3 +258,15 @@ def _in_place(facts: MethodFacts, flow: Flow, q: int, conv_out: int) -> bool:
         if flow.bounds[j] != region or other.shape != cap.shape or other.strides != cap.strides:
             return False
     return True
+
+
+def _movable(facts: MethodFacts, flow: Flow, pc: int, out: int) -> bool:
+    """Whether value ``out``, written at ``pc``, may move to bytes of its own: no alias of
+    its bytes read after, neither input nor output of the method, written once."""
+    plan = facts.plan
+    return (
+        out not in plan.inputs
+        and out not in plan.outputs
+        and flow.write_count[out] == 1
+        and not flow.aliases_reading(pc, out)
+    )

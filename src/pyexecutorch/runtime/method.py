@@ -122,6 +122,7 @@ class LoadedMethod:
                 self.facts = replace(self.facts, plan=folded.plan)
                 self.instruction_numbers = folded.instruction_numbers
                 self.folded_batch_norms = folded.batch_norms
+                self.arenas = [*self.arenas, *folded.arenas]
             # (the scratch arenas of activations moved off a convolution's input come last)
             self.arenas = [*self.arenas, *move_conv_run_outputs(self.facts)]
         lowered = Lowering(self.facts, jit=self.jit, tracer=event_tracer, limits=limits).lower()
