@@ -444,10 +444,13 @@ def _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, 
     last = 2 * q1 * lanes  # (with ``tail``, the odd last vector's first channel)
     if pixels == 1:
         a = base + wt[0]
+        # (widths as run-time ints: one compiled _vectors1, not one per constant; LLVM
+        # unswitches its loops on the width)
+        two, one = np.int64(2), np.int64(1)
         for q in range(q0, q1):
-            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, 2 * q * lanes, 2, summed)
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, 2 * q * lanes, two, summed)
         if tail:
-            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, 1, summed)
+            _vectors1(xp, wp, bp, runs, op, rp, g, low, high, a, o, last, one, summed)
     elif _WIDE and pixels > 4:
         for q in range(q0, q1):
             c0 = 2 * q * lanes
