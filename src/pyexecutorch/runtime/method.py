@@ -171,7 +171,9 @@ class LoadedMethod:
             arenas=[*self.arenas, *(arena_bytes(size) for size in inputs)],
             delegates=self._delegates,
         )
-        method.instruction_numbers = kept
+        # (numbers of the static plan's instructions; its load may have dropped some too)
+        folded = method.instruction_numbers
+        method.instruction_numbers = kept if folded is None else [kept[n] for n in folded]
         return method
 
     def destroy(self) -> None:
