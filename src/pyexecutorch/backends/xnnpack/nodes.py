@@ -806,17 +806,21 @@ def _resize_bilinear(b: Builder, n: S.XNNStaticResizeBilinear2D, node: S.XNode) 
     )  # XNN_FLAG_TENSORFLOW_LEGACY_MODE has the same bit
 
     def axis(size_in: int, size_out: int) -> tuple[NDArray, NDArray, NDArray]:
-        dst = np.arange(size_out, dtype=np.float64)
+        # XNNPACK's indirection: float32 source positions and weights
+        f32 = np.float32
+        dst = np.arange(size_out, dtype=f32)
         if align:
-            scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+            scale = f32(size_in - 1) / f32(size_out - 1) if size_out > 1 else f32(0)
             src = dst * scale
         elif legacy:
-            src = dst * (size_in / size_out)
-        else:
-            src = np.maximum((dst + 0.5) * (size_in / size_out) - 0.5, 0.0)
-        i0 = np.minimum(np.floor(src).astype(np.intp), size_in - 1)
+            src = dst * (f32(size_in) / f32(size_out))
+        else:  # half-pixel centers: the offset folded into one constant, then clamped
+            scale = f32(size_in) / f32(size_out)
+            src = dst * scale + (f32(0.5) * scale - f32(0.5))
+            src = np.clip(src, f32(0), f32(size_in - 1))
+        i0 = np.minimum(src.astype(np.intp), size_in - 1)
         i1 = np.minimum(i0 + 1, size_in - 1)
-        lam = (src - i0).astype(_F32)
+        lam = (src - i0.astype(_F32)).astype(_F32)
         return i0, i1, lam
 
     y0, y1, ly = axis(h, oh)
@@ -826,10 +830,12 @@ def _resize_bilinear(b: Builder, n: S.XNNStaticResizeBilinear2D, node: S.XNode) 
     x, o = b.getter(n.input_id), b.getter(n.output_id)
 
     def run() -> None:
+        # across first (the top and bottom rows), then down, as XNNPACK's ibilinear
         v = x()
-        top, bot = v[:, y0], v[:, y1]
-        rows = top + (bot - top) * ly
-        left, right = rows[:, :, x0], rows[:, :, x1]
-        np.copyto(o(), left + (right - left) * lx, casting="unsafe")
+        top_l, top_r = v[:, y0][:, :, x0], v[:, y0][:, :, x1]
+        bot_l, bot_r = v[:, y1][:, :, x0], v[:, y1][:, :, x1]
+        top = top_l + (top_r - top_l) * lx
+        bot = bot_l + (bot_r - bot_l) * lx
+        np.copyto(o(), top + (bot - top) * ly, casting="unsafe")
 
     b.step(run)

@@ -268,7 +268,9 @@ def _to_dim_order_copy(node: Node, ep: ExportedProgram) -> str | None:
 
 
 def _upsample(node: Node, ep: ExportedProgram) -> str | None:
-    if is_dynamic(node):
+    # XNNPACK's static resize takes any input size; only the output's is fixed (the
+    # official UpsampleBilinear2dConfig checks the output alone too)
+    if any(not isinstance(d, int) for d in shape_of(node)):
         return "dynamic output size"
     return None
 
