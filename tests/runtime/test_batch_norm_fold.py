@@ -232,3 +232,42 @@ def test_a_batch_norm_output_whose_bytes_are_reused_moves_to_a_scratch_arena():
     assert len(folded.arenas) == 1 and folded.arenas[0].ctypes.data % 64 == 0
     method = _check_runs(_module(ExpandHardswish), pte, shape)
     assert len(method.plan.folded_batch_norms) == 4
+
+
+class DynamicBatch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), _bn(8), nn.ReLU())
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.head(self.body(x))
+
+
+def test_static_plans_of_a_dynamic_batch_fold_and_number_instructions_as_the_program():
+    """A dynamic-shape method runs through static plans per input shapes (runtime.shape_plans):
+    each folds its batch norm at its load, and its instructions keep the program's numbers."""
+
+    def build() -> bytes:
+        batch = torch.export.Dim("batch", min=1, max=4)
+        example = (torch.randn(2, 3, 10, 10),)
+        exported = torch.export.export(_module(DynamicBatch), example, dynamic_shapes=({0: batch},))
+        return official.export_programs({"forward": exported})
+
+    key = official.versions() + inspect.getsource(DynamicBatch) + inspect.getsource(_bn)
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+    pte = official.cached_file(official.cache_dir() / f"bn-fold-dynamic.{name}.pte", build)
+    module = _module(DynamicBatch)
+    method = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    for n, batch in enumerate((2, 2, 3, 3, 1)):
+        x = torch.randn(batch, 3, 10, 10, generator=torch.Generator().manual_seed(n))
+        with torch.no_grad():
+            expected = module(x).numpy()
+        got = method.execute([x.numpy()])[0].numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    program = _batch_norms(pte)
+    plans = method._loaded.shape_plans.plans
+    assert len(plans) == 2  # (a shape's first call runs on the numpy tier)
+    for static in plans.values():
+        assert static.method_plan.folded_batch_norms
+        assert not set(program) & set(static.instruction_numbers)
