@@ -131,13 +131,17 @@ def nhwc_depthwise_at_threads(x, wp, bias, g, scalars, residual, out, planes, bu
 # The step, built at load.
 
 # Multiply-adds from which a step takes its parallel compilation (with more than one
-# thread): a parallel region costs a few microseconds, so a dense convolution pays for it
-# from about 10 us on one thread (us, 1 -> 2 threads: 64 -> 64 channels 1x1 at 14x14, 20
-# -> 16; 16 -> 16 3x3 at 14x14, 0.45M, 8.5 -> 9.6) and a depthwise one, split into bands and
-# channel groups, from a little more (1024 channels 3x3 at 7x7, 0.45M, 32 -> 29; 672, 0.3M,
-# 18 -> 21).
-PARALLEL_MACS = 600_000
-DEPTHWISE_PARALLEL_MACS = 400_000
+# thread). A parallel region costs a few microseconds, but a serial convolution between
+# parallel ones also gathers its whole output in one core's cache, which the next layer's
+# other thread then reads from that core: MobileNetV2's 14x14 and 7x7 stride-2 depthwise
+# layers (0.34M, 0.25M) were serial, and the 1x1 convolutions after them took 38 -> 111 us
+# and 96 -> 142 at two threads. At two threads, from 0.6M / 0.4M (dense / depthwise) to
+# 0.2M / 0.1M: MobileNetV2 4.16-4.24 -> 3.86-3.91 ms a call, MobileNetV3-Small 1.388 ->
+# 1.366, EfficientNet-B0 9.35 -> 9.22, SqueezeNet 1.1 and ResNet-18 unchanged; one thread
+# unchanged (official XNNPACK programs, prioritised runs on the loaded 2-core VM,
+# alternated in one process).
+PARALLEL_MACS = 200_000
+DEPTHWISE_PARALLEL_MACS = 100_000
 
 # Input bytes a depthwise job's band of rows reads at most (held in L2 across the channel
 # vectors that read it in turn).
