@@ -158,6 +158,36 @@ def test_softmax_of_a_row_of_minus_infinity_is_nan_as_in_torch():
     assert np.isnan(got[0][0]).all() and np.isnan(got[0][2]).all()
 
 
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_row_maxima_are_the_running_maximums_bits(log):
+    # rows of 19 (two passes of eight interleaved maxima and a tail): the statistic is the
+    # first largest value or the first NaN, as one running maximum finds it, bit for bit
+    # (the sign of a zero maximum included)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((7, 19)) * 3).astype(F32)
+    x[0] = -5.0
+    x[0, 3], x[0, 12] = -0.0, 0.0  # the largest: -0.0 first
+    x[1] = -5.0
+    x[1, 2], x[1, 17] = 0.0, -0.0  # the largest: 0.0 first
+    x[2, 9] = np.nan  # in the eight-wide passes
+    x[3, 18] = np.nan  # in the tail
+    x[4, 0] = np.nan  # the first element
+    x[5] = -np.inf
+    x[6, 18] = 40.0  # the largest last
+    from pyexecutorch.kernels.reduce import compiled as reduce_compiled  # noqa: PLC0415
+
+    for i, row in enumerate(x):
+        top = row[0]  # the running maximum the interleaved one stands for
+        for v in row[1:]:
+            if v > top or v != v:
+                top = v
+        got = reduce_compiled._row_top(x.reshape(7, 19, 1), i)
+        assert F32(got).view(np.int32) == F32(top).view(np.int32), (i, got, top)
+    name = "aten::_log_softmax.out" if log else "aten::_softmax.out"
+    want = (torch.log_softmax if log else torch.softmax)(_t(x), -1).numpy()
+    _check(name, (x, -1, False), [np.zeros_like(x)], want, F32)
+
+
 REDUCTIONS = [((3, 7, 12), [1], False), ((2, 3, 8, 8), [-1, -2], True), ((4, 5), [0, 1], False)]
 REDUCTIONS += [((5, 9), [1], True), ((3, 4, 6), [0], False), ((2, 3, 20), [2], False)]
 
