@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch._decomp
 from torch.export import ExportedProgram
 
 from pyexecutorch.exir.error import ExportError, op_name, source_location
@@ -89,6 +90,13 @@ class _DecomposeThis:
         # goes through the kernel the exporter overrides to keep the operator.
         if fn is not None and not (isinstance(fn, functools.partial) and "kernel" in fn.keywords):
             return fn(*args, **kwargs)
+        # torch's own Python decomposition, where it has one: it keeps symbolic sizes
+        # symbolic, where the C++ composite kernel below may guard on them (an
+        # upsample_bilinear2d.vec specialized every dynamic size of the program, the
+        # caller's too, through their shared shape environment)
+        python_decomposition = torch._decomp.decomposition_table.get(self.op)
+        if python_decomposition is not None:
+            return python_decomposition(*args, **kwargs)
         cia = torch._C.DispatchKey.CompositeImplicitAutograd
         if torch._C._dispatch_has_kernel_for_dispatch_key(self.op.name(), cia):
             # The C++ composite kernel itself: the Python one may be the exporter's
