@@ -19,11 +19,14 @@ import torch
 from torch import nn
 
 from pyexecutorch.runtime import Runtime
-from pyexecutorch.runtime.batch_norm_fold import BATCH_NORM, CONVOLUTION, fold_batch_norms
+from pyexecutorch.runtime.batch_norm_fold import fold_batch_norms
 from pyexecutorch.schema.program import KernelCall
 from tests import official
 
 pytest.importorskip("numba", reason="the compiled tier needs numba (the jit extra)")
+
+CONVOLUTION = "aten::convolution.out"
+BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 
 
 def _bn(c: int, affine: bool = True) -> nn.BatchNorm2d:

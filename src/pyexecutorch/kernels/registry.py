@@ -483,6 +483,8 @@ class Epilogue:
 # What a "shape_from_data" fact may say: the output's size depends on the input's values
 # always, or when an index is a boolean mask.
 SHAPE_FROM_DATA = frozenset({"always", "boolean_mask"})
+# The parts of an inference batch norm folded into the convolution before it at load.
+BATCH_NORM_FOLD_ROLES = frozenset({"convolution", "batch_norm"})
 
 
 @dataclass(frozen=True)
@@ -525,6 +527,12 @@ class OperatorFacts:
       uninitialized memory): never computed once at load.
     * ``byte_copy``: it copies its first argument's bytes as they are (a reshape's copy):
       written onto those same bytes it changes nothing.
+    * ``batch_norm_fold``: its part in folding an inference batch norm into the convolution
+      before it (:mod:`pyexecutorch.runtime.batch_norm_fold`, one of
+      :data:`BATCH_NORM_FOLD_ROLES`): ``"convolution"``, a kernel taking ``(input, weight,
+      bias, stride, padding, dilation, transposed, output_padding, groups, out)``, or
+      ``"batch_norm"``, one taking ``(input, gamma, beta, mean, var, momentum, eps, out,
+      save_mean, save_invstd)``.
     * ``run_time_view``: its output is a view of its first argument's bytes made at run
       time (it writes no data); the value names the copy operator (same arguments) that
       stands for it where shapes are fixed (a static plan).
@@ -555,6 +563,7 @@ class OperatorFacts:
     impure: bool = False
     byte_copy: bool = False
     run_time_view: str | None = None
+    batch_norm_fold: str | None = None
     shape_from_data: str | None = None
     computes_sizes: bool = False
     reads_scalar: bool = False
@@ -578,6 +587,11 @@ class OperatorFacts:
             raise ValueError(
                 f"unknown shape_from_data {self.shape_from_data!r} (known: "
                 f"{sorted(SHAPE_FROM_DATA)})"
+            )
+        if self.batch_norm_fold is not None and self.batch_norm_fold not in BATCH_NORM_FOLD_ROLES:
+            raise ValueError(
+                f"unknown batch_norm_fold role {self.batch_norm_fold!r} (known: "
+                f"{sorted(BATCH_NORM_FOLD_ROLES)})"
             )
         if self.run_time_view is not None and "::" not in self.run_time_view:
             raise ValueError(f"run_time_view {self.run_time_view!r} is not an operator name")
@@ -603,6 +617,7 @@ _FACT_KINDS: dict[str, Any] = {
     "reads_scalar": (bool,),
     "shape_ignores_scalars": (bool,),
     "clamped_slice": (bool,),
+    "batch_norm_fold": (str,),
 }
 
 

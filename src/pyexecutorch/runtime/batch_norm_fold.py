@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.memory import arena_bytes
 from pyexecutorch.schema.program import (
@@ -49,8 +50,6 @@ from pyexecutorch.schema.program import (
 if TYPE_CHECKING:
     from pyexecutorch.runtime.method_facts import MethodFacts
 
-CONVOLUTION = "aten::convolution.out"
-BATCH_NORM = "aten::_native_batch_norm_legit_no_training.out"
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Argument positions (kernel arguments, outputs last) of the two operators.
@@ -78,8 +77,10 @@ def fold_batch_norms(facts: MethodFacts) -> FoldedBatchNorms | None:
     if flow is None:
         return None
     instructions = facts.plan.chains[0].instructions
-    names = [
-        facts.kernels[a.op_index].name if isinstance(a, KernelCall) else ""
+    roles = [
+        facts_of(facts.kernels[a.op_index].name).batch_norm_fold
+        if isinstance(a, KernelCall)
+        else None
         for a in flow.instructions
     ]
     rewritten: dict[int, KernelCall] = {}
@@ -88,7 +89,7 @@ def fold_batch_norms(facts: MethodFacts) -> FoldedBatchNorms | None:
     renamed: dict[int, int] = {}
     arenas: list[np.ndarray] = []
     for pc in range(len(instructions) - 1):
-        if names[pc] != CONVOLUTION or names[pc + 1] != BATCH_NORM:
+        if roles[pc] != "convolution" or roles[pc + 1] != "batch_norm":
             continue
         folded = _fold_pair(facts, flow, pc, renamed, arenas)
         if folded is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyexecutorch.kernels.elementwise.formulas import FORMULAS
+from pyexecutorch.kernels.registry import facts_of
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.memory import arena_bytes
 from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
@@ -28,7 +29,6 @@ from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
 if TYPE_CHECKING:
     from pyexecutorch.runtime.method_facts import MethodFacts
 
-CONVOLUTION = "aten::convolution.out"
 # instructions of a run looked at after a convolution (hardswish as exported is five)
 _RUN_LENGTH = 8
 
@@ -41,7 +41,10 @@ def move_conv_run_outputs(facts: MethodFacts) -> list[np.ndarray]:
         return []
     moves: list[tuple[int, int, int]] = []  # (value, convolution, last read)
     for pc, a in enumerate(flow.instructions):
-        if not isinstance(a, KernelCall) or facts.kernels[a.op_index].name != CONVOLUTION:
+        if (
+            not isinstance(a, KernelCall)
+            or facts_of(facts.kernels[a.op_index].name).layout != "convolution"
+        ):
             continue
         args, _ = facts.kernel_layout(facts.kernels[a.op_index], a)
         region = flow.bounds.get(args[0])

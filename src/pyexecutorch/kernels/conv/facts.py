@@ -12,3 +12,5 @@ declare("aten::convolution.out", layout="convolution", step_only_when_whole=True
 # Its channels-last step may apply a residual add, an activation and clamps after it as it
 # stores (see kernels.conv.epilogue).
 declare("aten::convolution.out", epilogue=Epilogue(store_pass, channels_last_step))
+# An inference batch norm right after it may be folded into its weights at load.
+declare("aten::convolution.out", batch_norm_fold="convolution")
