@@ -419,6 +419,21 @@ def test_scalar_binary(name, data):
     compare(name, [a, s], SCALAR_BINARY[name], exact=exact, rtol=_rtol(op, a.dtype))
 
 
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 3, -1, -2])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_pow_scalar_special_values(dtype, exponent):
+    """torch computes float32/64 powers of these exponents with arithmetic (sqrt: NaN at
+    -inf) but float16 ones with C's pow (+inf at -inf, +0 at -0): same bits, zero signs
+    included."""
+    special = [-np.inf, np.inf, -0.0, 0.0, np.nan, -1.0, 1e-3, 7.5, -3.25, 65504.0]
+    a = np.array(special, dtype)
+    got = call("aten::pow.Tensor_Scalar_out", a, exponent, np.empty_like(a))
+    expected = torch.from_numpy(a).pow(exponent).numpy()
+    np.testing.assert_array_equal(got, expected)
+    numbers = ~np.isnan(expected)  # (a NaN's sign is not specified)
+    np.testing.assert_array_equal(np.signbit(got)[numbers], np.signbit(expected)[numbers])
+
+
 @pytest.mark.parametrize("op", ["add", "sub"])
 @SETTINGS
 @given(data=st.data())

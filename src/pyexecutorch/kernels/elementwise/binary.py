@@ -399,6 +399,11 @@ def _pow(a, b, o) -> None:
         _int_pow(x, y, o, ct)
     else:
         np.power(x, y, out=o, dtype=loop_dtype(ct), casting="unsafe")
+        if ct == F16 and scalar_exponent and b == 0.5:
+            # numpy's power takes sqrt for 0.5; torch's float16 pow is C's pow: +inf at
+            # -inf, +0 at -0
+            o[np.isneginf(x)] = np.inf
+            np.add(o, 0, out=o)
 
 
 @kernel("aten::pow.Tensor_Tensor_out")
@@ -420,7 +425,9 @@ def pow_tensor_tensor(a, b, out):
 def pow_tensor_scalar(a, b, out):
     o = out if out.shape == a.shape else fit(out, a.shape)
     dt = a.dtype
-    if dt is o.dtype and dt in FLOATS and type(b) in _SCALAR_TYPES:
+    # (torch takes these shortcuts for float32 and float64 only: float16 powers go through
+    # C's pow, where pow(-inf, 0.5) is inf, not sqrt's NaN)
+    if dt is o.dtype and dt in FLOATS and dt != F16 and type(b) in _SCALAR_TYPES:
         _pow_float_scalar(a, b, o)
         return o
     _pow(a, b, o)
