@@ -43,8 +43,6 @@ from pyexecutorch.schema.program import (
     Instruction,
     KernelCall,
     Null,
-    Tensor,
-    TensorShapeDynamism,
 )
 
 if TYPE_CHECKING:
@@ -154,7 +152,7 @@ def _fold_pair(
     if any(flow.read_at.get(j) != [at] for j, at in readers.items()):
         return None  # a constant read elsewhere too keeps its program bytes
     w, x_cap = values[weight], facts.capacity.get(x)
-    target, conv_cap = _static_planned(facts, out), _static_planned(facts, conv_out)
+    target, conv_cap = facts.static_planned(out), facts.static_planned(conv_out)
     if (
         target is None
         or conv_cap is None
@@ -202,20 +200,6 @@ def _fold_pair(
     raw = [into if n >= _CONV_OUT and j == conv_out else j for n, j in enumerate(conv_call.args)]
     raw[_CONV_BIAS] = bias_into
     return KernelCall(conv_call.op_index, raw), rename
-
-
-def _static_planned(facts: MethodFacts, j: int) -> np.ndarray | None:
-    """Value ``j``'s planned array, when it is a static planned tensor bound at load."""
-    val, cap = facts.plan.values[j].val, facts.capacity.get(j)
-    if (
-        cap is None
-        or not isinstance(val, Tensor)
-        or val.shape_dynamism != TensorShapeDynamism.STATIC
-        or val.allocation_info is None
-        or facts.values[j] is not cap
-    ):
-        return None
-    return cap
 
 
 def _keeps_until_read(facts: MethodFacts, flow: Flow, pc: int, conv_out: int, out: int) -> bool:

@@ -31,7 +31,7 @@ from pyexecutorch.kernels.registry import facts_of, fast_path_of, get_compiled_f
 from pyexecutorch.runtime.dataflow import Flow
 from pyexecutorch.runtime.fusion import flat_views, same_elements, single_op_call
 from pyexecutorch.runtime.whole_method import Step
-from pyexecutorch.schema.program import KernelCall, Tensor, TensorShapeDynamism
+from pyexecutorch.schema.program import KernelCall
 
 if TYPE_CHECKING:
     from pyexecutorch.kernels.registry import Kernel
@@ -80,21 +80,6 @@ def fuse_epilogues(
             decisions[0, last] = ("skip", [written_out])
             done.append(pc)
     return done
-
-
-def _planned(facts: MethodFacts, j: int) -> np.ndarray | None:
-    """Value ``j``'s planned array when it is a static planned tensor bound at load."""
-    val = facts.plan.values[j].val
-    cap = facts.capacity.get(j)
-    if (
-        cap is None
-        or not isinstance(val, Tensor)
-        or val.shape_dynamism != TensorShapeDynamism.STATIC
-        or val.allocation_info is None
-        or facts.values[j] is not cap
-    ):
-        return None
-    return cap
 
 
 def _run_after(facts, flow, decisions, pc):  # noqa: ANN001, ANN202
@@ -159,8 +144,8 @@ def _with_epilogue(facts, flow, decisions, pc, written, read, specialize):  # no
     others = [j for j in inputs if j != conv_out]
     if any(_viewed(flow, decisions, j, pc) for j in (x, *others)):
         return None  # a view of another tensor at run time: its memory is unknown
-    target = _planned(facts, outputs[0])
-    conv_cap, x_cap = _planned(facts, conv_out), _planned(facts, x)
+    target = facts.static_planned(outputs[0])
+    conv_cap, x_cap = facts.static_planned(conv_out), facts.static_planned(x)
     if target is None or conv_cap is None or x_cap is None:
         return None
     if not all(a.flags.c_contiguous for a in (target, conv_cap, x_cap)):
@@ -257,7 +242,7 @@ def _channels_last_epilogue(facts, name, args, conv_out, pcs, out, target, x_cap
     residual = found.residual
     extra = None
     if residual is not None:
-        extra = _planned(facts, residual)
+        extra = facts.static_planned(residual)
         if extra is None or extra.shape != target.shape or extra.dtype != target.dtype:
             return None
         if np.may_share_memory(extra, target) and not (
@@ -297,7 +282,7 @@ def _viewed(flow: Flow, decisions: dict, j: int, pc: int) -> bool:
 def _other_input(facts: MethodFacts, flow: Flow, j: int, target: np.ndarray) -> np.ndarray | None:
     """The array a run's input other than the convolution's output is at every run, when
     the fused call may read it: bound at load, dense, of the output's shape and dtype."""
-    arr = facts.values[j] if j in facts.constant_values else _planned(facts, j)
+    arr = facts.values[j] if j in facts.constant_values else facts.static_planned(j)
     if (
         not isinstance(arr, np.ndarray)
         or j in flow.rebound

@@ -27,6 +27,7 @@ from pyexecutorch.schema.program import (
     OptionalTensorList,
     Tensor,
     TensorList,
+    TensorShapeDynamism,
 )
 
 
@@ -56,6 +57,19 @@ class MethodFacts:
         if isinstance(val, (TensorList, OptionalTensorList)):
             return [self.capacity[i] if i >= 0 and i in self.capacity else None for i in val.items]
         return self.values[j]
+
+    def static_planned(self, j: int) -> np.ndarray | None:
+        """Value ``j``'s planned array, when it is a static planned tensor bound at load."""
+        val, cap = self.plan.values[j].val, self.capacity.get(j)
+        if (
+            cap is None
+            or not isinstance(val, Tensor)
+            or val.shape_dynamism != TensorShapeDynamism.STATIC
+            or val.allocation_info is None
+            or self.values[j] is not cap
+        ):
+            return None
+        return cap
 
     def widened_kernel(self, k: Kernel, args: list[int], outs: list[int]) -> Callable | None:
         """The kernel computing in float32 when the call touches bfloat16 or float8
