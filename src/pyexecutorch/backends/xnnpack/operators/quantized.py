@@ -18,6 +18,7 @@ the datatype and parameters the pass recorded.
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
@@ -126,6 +127,10 @@ class GroupSizeError(PreprocessError, AssertionError):
     delegate fails an assert there: ``except AssertionError`` code keeps working)."""
 
 
+class OddInt4InputsWarning(UserWarning):
+    """A delegated 4-bit per-channel linear whose input count XNNPACK mishandles."""
+
+
 def _weight(
     b: GraphBuilder, node: Node, data: torch.Tensor, wq: WeightQuant, axis: int, linear: bool
 ) -> int:
@@ -169,6 +174,17 @@ def _weight(
             raise PreprocessError(
                 f"XnnpackBackend: {node.name}: 4-bit per-channel weights are supported on "
                 "linears only"
+            )
+        inputs = int(data.shape[1])
+        if inputs % 2:
+            warnings.warn(
+                f"XnnpackBackend: {node.name}: a 4-bit per-channel linear with an odd number "
+                f"of inputs ({inputs}) is delegated as the official exporter delegates it, but "
+                f"XNNPACK 1.5.1 (and our runtime, which computes what it computes) reads its "
+                f"input in rows of {inputs + 1}: its outputs are not the model's. Use "
+                "group-wise 4-bit weights or an even number of inputs",
+                OddInt4InputsWarning,
+                stacklevel=2,
             )
         # XNNPACK's qcint4: the official's bytes (rows padded to whole bytes), float32 scales
         return b.constant_data(
