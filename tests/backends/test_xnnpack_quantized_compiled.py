@@ -697,3 +697,51 @@ def test_quantize_to_nhwc_is_quantize_then_transpose(shape):
         qs.quantize(x.reshape(-1), expected, inv, 3)
         qs.quantize_to_nhwc(x, out, inv, 3)
         np.testing.assert_array_equal(out, expected.reshape(shape).transpose(0, 2, 3, 1))
+
+
+class _StridedConvBatchNorms(torch.nn.Module):
+    """The official test_conv2d's Conv2dBatchNorm: 2x2 convolutions at stride 4 (a 1x1
+    output), each with a batch norm and a hardtanh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(2, 2, 2, stride=4, padding=1, bias=False)
+        self.conv2 = torch.nn.Conv2d(2, 2, 2, stride=4, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(2)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardtanh(self.bn(self.conv1(x)))
+        return torch.nn.functional.hardtanh(self.bn(self.conv2(y)))
+
+
+def test_static_steps_rebound_on_bytes_of_another_dtype():
+    """A step whose argument lies in a delegate output's bytes as another dtype (here our
+    exporter's static int8 program with a 1x1 output) is rebound onto the caller's array
+    in its own dtype (it was remade in the caller's float32: 'strides is incompatible with
+    shape'); the numpy interpreter's bytes over calls with changing inputs."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from pyexecutorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from pyexecutorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from pyexecutorch.exir import to_edge_transform_and_lower
+
+    shape = (2, 2, 4, 4)
+    torch.manual_seed(0)
+    model, x = _StridedConvBatchNorms().eval(), torch.randn(shape)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    program = torch.export.export(convert_pt2e(prepared), (x,))
+    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    pte = lowered.to_executorch().buffer
+    compiled = Runtime.get().load_program(pte, jit=True).load_method("forward")
+    reference = Runtime.get().load_program(pte, jit=False).load_method("forward")
+    for seed in (5, 6, 7):
+        x = (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 2).numpy()
+        np.testing.assert_array_equal(compiled.execute([x])[0], reference.execute([x])[0])

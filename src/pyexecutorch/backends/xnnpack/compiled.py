@@ -254,7 +254,8 @@ class _External:
 
 # (the argument's types as function_records.types_key writes them: finer than its numba
 # type, and read from its flags, where numba's typeof imports numpy.ma, 39 ms of a start)
-Recipe = tuple[int, "_External", int, tuple[int, ...], tuple[int, ...], str | None]
+# (argument position, external, byte offset, shape, strides, dtype, compiled type key)
+Recipe = tuple[int, "_External", int, tuple[int, ...], tuple[int, ...], np.dtype, str | None]
 
 
 class _Call:
@@ -338,7 +339,7 @@ class CompiledPlan:
                     if e.lo <= lo and hi <= e.hi and rebindable:
                         offset = a.ctypes.data - e.array.ctypes.data
                         kind = function_records.types_key((a,))
-                        recipes.append((position, e, offset, a.shape, a.strides, kind))
+                        recipes.append((position, e, offset, a.shape, a.strides, a.dtype, kind))
                     else:
                         e.bindable = False
                         e.aliased_output = None
@@ -366,11 +367,13 @@ class CompiledPlan:
         """``args`` remade on the chosen arrays, or the external whose view would not
         have the type the function was compiled for (its layout or writability, say)."""
         params = list(args)
-        for position, e, offset, shape, strides, kind in recipes:
+        for position, e, offset, shape, strides, dtype, kind in recipes:
             a = chosen.get(id(e))
             if a is None:
                 continue
-            view = np.ndarray(shape, a.dtype, a, offset, strides)
+            # (in the argument's own dtype: a step may read or write an external's bytes
+            # as another type, a quantized value's raw bytes, say)
+            view = np.ndarray(shape, dtype, a, offset, strides)
             if function_records.types_key((view,)) != kind:
                 return args, e
             params[position] = view
