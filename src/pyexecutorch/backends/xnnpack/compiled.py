@@ -33,9 +33,9 @@ from pyexecutorch.backends.xnnpack import compiled_quantized  # noqa: F401 - its
 from pyexecutorch.backends.xnnpack import schema as S
 from pyexecutorch.backends.xnnpack.compiled_nodes import MAKERS, movable
 from pyexecutorch.backends.xnnpack.interpreter import (
-    NO_DEBUG_HANDLE,
     Builder,
     Graph,
+    node_event,
     same_memory_shape,
 )
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
@@ -509,9 +509,8 @@ def _aliased(e: _External, f: _External) -> bool:
 def _timed_items(b: StepBuilder, graph: Graph, tracer: Any) -> list[tuple[str, Any]]:
     """The plan's items as one timed closure per node, or per group of nodes one maker
     fused (a convolution and its activation, say), each recorded into ``tracer`` (a
-    runtime EventTracer) as an event inside the delegate: the profile of what the
-    compiled tier runs. The group is named by its nodes' types joined by ``+`` and
-    identified by its first node's debug handle."""
+    runtime EventTracer) as an event inside the delegate (:func:`node_event`): the profile
+    of what the compiled tier runs."""
     from pyexecutorch.runtime.etdump import clock  # noqa: PLC0415 - only traced plans need it
 
     timed: list[tuple[str, Any]] = []
@@ -521,11 +520,7 @@ def _timed_items(b: StepBuilder, graph: Graph, tracer: Any) -> list[tuple[str, A
             continue  # (a node folded into another's steps, or a no-op)
         timed += b.items[done:first]  # (made outside any node's span: run untimed)
         done = end
-        nodes = graph.nodes[k:k_end]
-        kind = "+".join(type(n.xnode_union).__name__ for n in nodes)
-        handle = nodes[0].debug_handle
-        debug_id = None if handle == NO_DEBUG_HANDLE else handle
-        key = tracer.delegate_key(debug_id, f"{kind} #{k}", kind.encode())
+        key = node_event(tracer, k, graph.nodes[k:k_end])[0]
         calls = [
             (entry_points.entry_point(item.function, item.args), item.args)
             if what == "step"

@@ -341,24 +341,29 @@ def _output_ids(node: Any) -> list[int]:
     return [node.output_value_id]
 
 
+def node_event(tracer: Any, k: int, nodes: list[S.XNode]) -> tuple[int, int | None, str]:
+    """(event key in ``tracer``, debug id, label) of nodes ``k``... run as one timed call:
+    identified by the first node's ``debug_handle`` (the key of the delegate's debug-handle
+    map; ours numbers the nodes from 0) when it has one, else by the label, the nodes'
+    types joined by ``+`` and ``k``."""
+    kind = "+".join(type(n.xnode_union).__name__ for n in nodes)
+    handle = nodes[0].debug_handle
+    debug_id = None if handle == NO_DEBUG_HANDLE else handle
+    label = f"{kind} #{k}"
+    return tracer.delegate_key(debug_id, label, kind.encode()), debug_id, label
+
+
 def _traced_steps(
     b: Builder, spans: list[tuple[int, S.XNode, int, int]], tracer: Any
 ) -> list[Step]:
-    """One step per node, timed into ``tracer`` (a runtime EventTracer), outputs logged.
-
-    A node is identified by its ``debug_handle`` (the key of the delegate's
-    debug-handle map; ours numbers the nodes from 0) when it has one, else by its type
-    and index.
-    """
+    """One step per node, timed into ``tracer`` (a runtime EventTracer), outputs logged
+    (each node's event: :func:`node_event`)."""
     from pyexecutorch.runtime.etdump import clock  # noqa: PLC0415 - only traced plans need it
 
     env = b.env
     traced: list[Step] = []
     for k, node, first, end in spans:
-        kind = type(node.xnode_union).__name__
-        debug_id = None if node.debug_handle == NO_DEBUG_HANDLE else node.debug_handle
-        label = f"{kind} #{k}"
-        key = tracer.delegate_key(debug_id, label, kind.encode())
+        key, debug_id, label = node_event(tracer, k, [node])
         outs = _output_ids(node.xnode_union) if tracer.logs_delegate_outputs else []
 
         def step(
