@@ -33,9 +33,11 @@ $(STAMP): pyproject.toml $(LOCK)
 venv: $(STAMP)
 
 # One BLAS thread: tests check numbers, not speed, and OpenBLAS threads stall
-# badly when the cores are shared with other jobs.
+# badly when the cores are shared with other jobs. numba's OpenMP threads spin briefly
+# (GOMP_SPINCOUNT=1000, not the runtime's quiet-machine default): each worker's spinning
+# thread would hold the core the other worker runs on.
 test: $(STAMP)
-	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
+	OPENBLAS_NUM_THREADS=1 GOMP_SPINCOUNT=1000 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
 
 demo: $(STAMP)
 	$(PY) -m pyexecutorch demo

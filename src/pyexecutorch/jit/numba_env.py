@@ -127,15 +127,18 @@ def _follow_cache_dir(numba: ModuleType, folder: str) -> None:
 
 
 # How long numba's OpenMP threads spin after a parallel region before they sleep
-# (GNU libgomp's GOMP_SPINCOUNT; its default, 300000, spins for milliseconds). Two cores
-# shared with other work (OpenBLAS's workers, other processes) lose more to that spinning
-# than a woken thread's start costs: at two threads under load, mobilenet_like took
-# 122-248 ms a call with the default, 29-63 ms with 10000, 49-116 ms with no spinning
-# (OMP_WAIT_POLICY=PASSIVE, which slowed the small regions of efficientnet by 1.1-1.5x).
-# (That was an AMD Zen 3.) On an Intel Sapphire Rapids at load 15, int8 MobileNetV2 at two
-# threads took 19.7 ms CPU a call with 10000, 6.5-7.5 with 1000 (ResNet-18 int8 19-21
-# against 14-16; 14.6 at one thread).
-OPENMP_SPIN_COUNT = "1000"
+# (GNU libgomp's GOMP_SPINCOUNT; its default, 300000, spins ~4 ms here). A delegate's
+# layers are one parallel region each, back to back: a worker that sleeps between two is
+# woken through the kernel at the next (tens of microseconds), so the spin must outlast
+# the gaps of one call, and not much more (the official XNNPACK threadpool spins ~0.3 ms
+# after a call). 30000 rounds are ~0.5 ms on an Intel Sapphire Rapids; on it, quiet, at
+# two threads, ms a call against 1000 rounds: MobileNetV2 7.30 -> 4.42 (official 3.7-4.6),
+# MobileNetV3-Small 1.79 -> 1.68, its portable program 4.51 -> 1.96; one thread to two
+# 1.17x -> 2.0x on MobileNetV2. A busy machine is the other way round: at load 15 int8
+# MobileNetV2 at two threads took 19.7 ms CPU a call with 10000, 6.5-7.5 with 1000 (a
+# spinning worker holds a core another process wants); set GOMP_SPINCOUNT=1000 there (the
+# test suite does: two workers share the two cores).
+OPENMP_SPIN_COUNT = "30000"
 
 
 def _start_threading_layer(numba: ModuleType) -> None:
