@@ -9,8 +9,11 @@ LOCK := requirements.lock
 PIP_INSTALL := $(PY) -m pip install -q -c $(LOCK)
 UV_INSTALL := $(VENV)/bin/uv pip install --python $(PY) -q -c $(LOCK)
 NO_DEPS_ORACLES := optimum-executorch optimum accelerate psutil
-# Both cores; one test file per worker at a time, so module-scoped exports run once.
-TEST_WORKERS ?= 2
+# One test file per worker at a time, so module-scoped exports run once. Three workers
+# on the two cores: a third keeps both busy while one waits (a Ray cluster's start, another
+# worker's compile lock, a subprocess); cold, on a clean clone of this VM, 1236-1413 s
+# with two workers, 1120 s with three (the cores 99% busy).
+TEST_WORKERS ?= 3
 
 .PHONY: venv test demo lint format bench lock clean conformance
 
@@ -35,7 +38,7 @@ venv: $(STAMP)
 # One BLAS thread: tests check numbers, not speed, and OpenBLAS threads stall
 # badly when the cores are shared with other jobs. numba's OpenMP threads spin briefly
 # (GOMP_SPINCOUNT=1000, not the runtime's quiet-machine default): each worker's spinning
-# thread would hold the core the other worker runs on.
+# thread would hold a core another worker runs on.
 test: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 GOMP_SPINCOUNT=1000 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
 
