@@ -137,7 +137,7 @@ def _follow_cache_dir(numba: ModuleType, folder: str) -> None:
 # 1.17x -> 2.0x on MobileNetV2. A busy machine is the other way round: at load 15 int8
 # MobileNetV2 at two threads took 19.7 ms CPU a call with 10000, 6.5-7.5 with 1000 (a
 # spinning worker holds a core another process wants); set GOMP_SPINCOUNT=1000 there (the
-# test suite does: two workers share the two cores).
+# test suite does: its three workers share the two cores).
 OPENMP_SPIN_COUNT = "30000"
 
 
