@@ -23,7 +23,8 @@ intrinsics operate on them:
   earlier of equal values kept, NaN propagated), and :func:`total` (the lanes' sum);
 * :func:`splat_pair` (:func:`splat_pair_first` masked) / :func:`fold_pairs`: two adjacent
   elements in every pair of lanes, and the sums of lane pairs (a product over half-vector
-  outputs, two inputs a lane pair); :func:`fold_pairs2` folds two such vectors into one.
+  outputs, two inputs a lane pair); :func:`fold_pairs2` folds two such vectors into one;
+* :func:`prefetch`: a cache hint for the line of a pointer's element.
 
 No bounds are checked: a kernel computes its indices from the shapes it was given
 and handles tails with the masked forms. No fastmath flag is set anywhere.
@@ -119,6 +120,26 @@ def pointer(typingctx: Any, a: Any) -> Any:
         return context.make_array(signature.args[0])(context, builder, args[0]).data
 
     return types.CPointer(a.dtype)(a), codegen
+
+
+@intrinsic
+def prefetch(typingctx: Any, p: Any, i: Any) -> Any:
+    """A hint to bring the cache line holding ``p[i]`` (``p`` a :func:`pointer`) into every
+    cache level: a stream of weights that comes from memory once a call runs ahead of
+    its loads (the hardware prefetchers ramp up too slowly on a kernel's short runs)."""
+    if not (isinstance(p, types.CPointer) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address = builder.gep(args[0], [args[1]])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [address.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # (a read, locality 3: kept in every level, a data cache)
+        builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(p, i), codegen
 
 
 def _lane_mask(builder: Any, count: int, n: Any) -> Any:

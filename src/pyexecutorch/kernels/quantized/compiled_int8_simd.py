@@ -710,23 +710,8 @@ def signed_high_nibbles(typingctx: Any, v: Any) -> Any:
     return BYTE_VECTOR(v), codegen
 
 
-@intrinsic
-def prefetch(typingctx: Any, p: Any, i: Any) -> Any:
-    """A hint to bring the cache line at ``p + i`` (a byte pointer) into every cache
-    level: a stream of weights read once per call runs ahead of its loads."""
-    if not (_byte_pointer(p) and isinstance(i, types.Integer)):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        address = builder.gep(args[0], [args[1]])
-        fnty = ir.FunctionType(ir.VoidType(), [address.type, _I32, _I32, _I32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(
-            fn, [address, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)]
-        )
-        return context.get_dummy_value()
-
-    return types.void(p, i), codegen
+# A cache hint for a byte pointer's line (weights streamed once a call).
+prefetch = simd.prefetch
 
 
 # ------------------------------------------------------------------ row extremes
