@@ -100,8 +100,11 @@ def _shift4(a, d):  # noqa: ANN001, ANN202
 
 
 @_always
-def _step8x2(xp, i, d, wa, wb, acc):  # noqa: ANN001, ANN202
-    """One step of _dot8x2: pixel m's scalar at xp[i_m + d] times weight vectors wa, wb."""
+def _step8x2(xp, i, d, wp, w, acc):  # noqa: ANN001, ANN202
+    """One step of _dot8x2: pixel m's scalar at xp[i_m + d] times the weight vectors at
+    wp[w] and wp[w + L]."""
+    lanes = simd.lanes_of(wp)
+    wa, wb = simd.load(wp, w), simd.load(wp, w + lanes)
     i0, i1, i2, i3, i4, i5, i6, i7 = i
     s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7 = acc
     v = simd.splat(xp[i0 + d])
@@ -123,47 +126,10 @@ def _step8x2(xp, i, d, wa, wb, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3, s4, s5, s6, s7, t0, t1, t2, t3, t4, t5, t6, t7
 
 
-# Elements of weights ahead of a dot product's loads that a turn asks the caches for (4
-# turns, 2 KB): a block's weights come from memory in its first tile (a model's weights
-# outgrow L2), and the hardware prefetchers missed much of that stream (ResNet-18's
-# 512-channel convolutions 1.5x slower). A hint past the pack's end is ignored.
-WEIGHTS_AHEAD = 512
-
-
 @_always
-def _dot8x2(xp, i, xstep, wp, w, count, acc):  # noqa: ANN001, ANN202
+def _step4x2(xp, i, d, wp, w, acc):  # noqa: ANN001, ANN202
     lanes = simd.lanes_of(wp)
-    wstep = 2 * lanes
-    quads = count // 4 if xstep == 1 else 0  # (unit steps: the offsets are constants)
-    for _ in range(quads):
-        ahead = w + WEIGHTS_AHEAD
-        simd.prefetch(wp, ahead)
-        simd.prefetch(wp, ahead + lanes)
-        simd.prefetch(wp, ahead + 2 * lanes)
-        simd.prefetch(wp, ahead + 3 * lanes)
-        simd.prefetch(wp, ahead + 4 * lanes)
-        simd.prefetch(wp, ahead + 5 * lanes)
-        simd.prefetch(wp, ahead + 6 * lanes)
-        simd.prefetch(wp, ahead + 7 * lanes)
-        acc = _step8x2(xp, i, 0, simd.load(wp, w), simd.load(wp, w + lanes), acc)
-        acc = _step8x2(xp, i, 1, simd.load(wp, w + wstep), simd.load(wp, w + wstep + lanes), acc)
-        acc = _step8x2(
-            xp, i, 2, simd.load(wp, w + 2 * wstep), simd.load(wp, w + 2 * wstep + lanes), acc
-        )
-        acc = _step8x2(
-            xp, i, 3, simd.load(wp, w + 3 * wstep), simd.load(wp, w + 3 * wstep + lanes), acc
-        )
-        i = _shift8(i, 4)
-        w += 4 * wstep
-    for _ in range(count - 4 * quads):
-        acc = _step8x2(xp, i, 0, simd.load(wp, w), simd.load(wp, w + lanes), acc)
-        i = _shift8(i, xstep)
-        w += wstep
-    return acc
-
-
-@_always
-def _step4x2(xp, i, d, wa, wb, acc):  # noqa: ANN001, ANN202
+    wa, wb = simd.load(wp, w), simd.load(wp, w + lanes)
     i0, i1, i2, i3 = i
     s0, s1, s2, s3, t0, t1, t2, t3 = acc
     v = simd.splat(xp[i0 + d])
@@ -178,30 +144,8 @@ def _step4x2(xp, i, d, wa, wb, acc):  # noqa: ANN001, ANN202
 
 
 @_always
-def _dot4x2(xp, i, xstep, wp, w, count, acc):  # noqa: ANN001, ANN202
-    lanes = simd.lanes_of(wp)
-    wstep = 2 * lanes
-    quads = count // 4 if xstep == 1 else 0  # (unit steps: the offsets are constants)
-    for _ in range(quads):
-        acc = _step4x2(xp, i, 0, simd.load(wp, w), simd.load(wp, w + lanes), acc)
-        acc = _step4x2(xp, i, 1, simd.load(wp, w + wstep), simd.load(wp, w + wstep + lanes), acc)
-        acc = _step4x2(
-            xp, i, 2, simd.load(wp, w + 2 * wstep), simd.load(wp, w + 2 * wstep + lanes), acc
-        )
-        acc = _step4x2(
-            xp, i, 3, simd.load(wp, w + 3 * wstep), simd.load(wp, w + 3 * wstep + lanes), acc
-        )
-        i = _shift4(i, 4)
-        w += 4 * wstep
-    for _ in range(count - 4 * quads):
-        acc = _step4x2(xp, i, 0, simd.load(wp, w), simd.load(wp, w + lanes), acc)
-        i = _shift4(i, xstep)
-        w += wstep
-    return acc
-
-
-@_always
-def _step8x1(xp, i, d, wa, acc):  # noqa: ANN001, ANN202
+def _step8x1(xp, i, d, wp, w, acc):  # noqa: ANN001, ANN202
+    wa = simd.load(wp, w)
     i0, i1, i2, i3, i4, i5, i6, i7 = i
     s0, s1, s2, s3, s4, s5, s6, s7 = acc
     s0 = simd.fma(simd.splat(xp[i0 + d]), wa, s0)
@@ -216,26 +160,8 @@ def _step8x1(xp, i, d, wa, acc):  # noqa: ANN001, ANN202
 
 
 @_always
-def _dot8x1(xp, i, xstep, wp, w, count, acc):  # noqa: ANN001, ANN202
-    lanes = simd.lanes_of(wp)
-    wstep = lanes
-    quads = count // 4 if xstep == 1 else 0  # (unit steps: the offsets are constants)
-    for _ in range(quads):
-        acc = _step8x1(xp, i, 0, simd.load(wp, w), acc)
-        acc = _step8x1(xp, i, 1, simd.load(wp, w + wstep), acc)
-        acc = _step8x1(xp, i, 2, simd.load(wp, w + 2 * wstep), acc)
-        acc = _step8x1(xp, i, 3, simd.load(wp, w + 3 * wstep), acc)
-        i = _shift8(i, 4)
-        w += 4 * wstep
-    for _ in range(count - 4 * quads):
-        acc = _step8x1(xp, i, 0, simd.load(wp, w), acc)
-        i = _shift8(i, xstep)
-        w += wstep
-    return acc
-
-
-@_always
-def _step4x1(xp, i, d, wa, acc):  # noqa: ANN001, ANN202
+def _step4x1(xp, i, d, wp, w, acc):  # noqa: ANN001, ANN202
+    wa = simd.load(wp, w)
     i0, i1, i2, i3 = i
     s0, s1, s2, s3 = acc
     s0 = simd.fma(simd.splat(xp[i0 + d]), wa, s0)
@@ -245,23 +171,48 @@ def _step4x1(xp, i, d, wa, acc):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3
 
 
-@_always
-def _dot4x1(xp, i, xstep, wp, w, count, acc):  # noqa: ANN001, ANN202
-    lanes = simd.lanes_of(wp)
-    wstep = lanes
-    quads = count // 4 if xstep == 1 else 0  # (unit steps: the offsets are constants)
-    for _ in range(quads):
-        acc = _step4x1(xp, i, 0, simd.load(wp, w), acc)
-        acc = _step4x1(xp, i, 1, simd.load(wp, w + wstep), acc)
-        acc = _step4x1(xp, i, 2, simd.load(wp, w + 2 * wstep), acc)
-        acc = _step4x1(xp, i, 3, simd.load(wp, w + 3 * wstep), acc)
-        i = _shift4(i, 4)
-        w += 4 * wstep
-    for _ in range(count - 4 * quads):
-        acc = _step4x1(xp, i, 0, simd.load(wp, w), acc)
-        i = _shift4(i, xstep)
-        w += wstep
-    return acc
+# Elements of weights ahead of a dot product's loads that a turn asks the caches for (4
+# turns of _dot8x2, 2 KB): a block's weights come from memory in its first tile (a model's
+# weights outgrow L2), and the hardware prefetchers missed much of that stream (ResNet-18's
+# 512-channel convolutions 1.5x slower). A hint past the pack's end is ignored. (The
+# one-vector tiles gained nothing from it: EfficientNet-B0, MobileNetV3-Small.)
+WEIGHTS_AHEAD = 512
+
+
+def _dot_of(step, shift, vectors, prefetched):  # noqa: ANN001, ANN202
+    """The dot product of a register tile whose one step is ``step`` (``vectors`` weight
+    vectors a step; ``shift`` moves its pixels' indices): ``count`` steps, four a loop
+    turn where ``xstep`` is 1, asking for the turn's weight lines WEIGHTS_AHEAD ahead
+    where ``prefetched``."""
+    lines = 4 * vectors if prefetched else 0
+
+    @_always
+    def dot(xp, i, xstep, wp, w, count, acc):  # noqa: ANN001, ANN202
+        lanes = simd.lanes_of(wp)
+        wstep = vectors * lanes
+        quads = count // 4 if xstep == 1 else 0  # (unit steps: the offsets are constants)
+        for _ in range(quads):
+            for k in range(lines):  # (a constant count: unrolled)
+                simd.prefetch(wp, w + WEIGHTS_AHEAD + k * lanes)
+            acc = step(xp, i, 0, wp, w, acc)
+            acc = step(xp, i, 1, wp, w + wstep, acc)
+            acc = step(xp, i, 2, wp, w + 2 * wstep, acc)
+            acc = step(xp, i, 3, wp, w + 3 * wstep, acc)
+            i = shift(i, 4)
+            w += 4 * wstep
+        for _ in range(count - 4 * quads):
+            acc = step(xp, i, 0, wp, w, acc)
+            i = shift(i, xstep)
+            w += wstep
+        return acc
+
+    return dot
+
+
+_dot8x2 = _dot_of(_step8x2, _shift8, 2, True)
+_dot4x2 = _dot_of(_step4x2, _shift4, 2, False)
+_dot8x1 = _dot_of(_step8x1, _shift8, 1, False)
+_dot4x1 = _dot_of(_step4x1, _shift4, 1, False)
 
 
 @_call
