@@ -171,10 +171,19 @@ CASES = {
     ),
 }
 
-# Products and row statistics sum in another order than numpy's BLAS and passes: a few ulps.
+# Products and row statistics sum in another order than numpy's BLAS and passes: a few ulps
+# (of the terms: row_view_product's 16-term sum of 0.0103 came 1.7e-7 off the numpy tier's
+# in one cold suite run, equal in others).
 SUMMED = {
     name: (1e-5, 1e-6)
-    for name in ("kernel_forms", "group_norm_views", "gru_like", "reductions", "wide_classifier")
+    for name in (
+        "kernel_forms",
+        "group_norm_views",
+        "gru_like",
+        "reductions",
+        "wide_classifier",
+        "row_view_product",
+    )
 }
 
 
