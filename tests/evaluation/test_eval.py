@@ -232,20 +232,16 @@ def test_ray_matches_embedded(cnn, ray_local, tmp_path, capsys):
 
     ds = _images(cnn)
     metrics = "top1,agreement,max_error,snr"
-    # (the numpy tier on both sides: the Ray workers then compile nothing, and in a cold
-    # suite they waited minutes on the other test workers' compiles; test_ray_cluster runs
-    # the compiled tier on a cluster)
     embedded = data.evaluate(
-        cnn["static"], ds, metrics=metrics, reference=cnn["other"], keep_outputs=True,
-        chunk_rows=8, jit=False,
-    )  # fmt: skip
+        cnn["static"], ds, metrics=metrics, reference=cnn["other"], keep_outputs=True, chunk_rows=8
+    )
     pte, other = tmp_path / "cnn.pte", tmp_path / "other.pte"
     pte.write_bytes(cnn["static"])
     other.write_bytes(cnn["other"])
     out_json, out_pq = tmp_path / "r.json", tmp_path / "rows.parquet"
     rc = main(
         ["eval", str(pte), "--data", str(cnn["root"]), "--reference", str(other),
-         "--metric", metrics, "--ray", "auto", "--workers", "2", "--chunk-rows", "8", "--no-jit",
+         "--metric", metrics, "--ray", "auto", "--workers", "2", "--chunk-rows", "8",
          "--json", str(out_json), "--parquet", str(out_pq), "--no-progress"]
     )  # fmt: skip
     assert rc == 0, capsys.readouterr()
