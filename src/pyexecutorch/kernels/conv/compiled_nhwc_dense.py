@@ -177,23 +177,28 @@ def _step4x1(xp, i, d, wp, w, acc):  # noqa: ANN001, ANN202
 # 512-channel convolutions 1.5x slower). A hint past the pack's end is ignored. (The
 # one-vector tiles gained nothing from it: EfficientNet-B0, MobileNetV3-Small.)
 WEIGHTS_AHEAD = 512
+# Only for blocks of weights larger than this: a smaller block is read again from L1 by its
+# every tile after the first, where the hints only took load slots (MobileNetV2's 16 -> 96
+# and 24 -> 144 expansions 1.2x slower with them).
+PREFETCH_BLOCK_BYTES = 32 * 1024
 
 
 def _dot_of(step, shift, vectors, prefetched):  # noqa: ANN001, ANN202
     """The dot product of a register tile whose one step is ``step`` (``vectors`` weight
     vectors a step; ``shift`` moves its pixels' indices): ``count`` steps, four a loop
     turn where ``xstep`` is 1, asking for the turn's weight lines WEIGHTS_AHEAD ahead
-    where ``prefetched``."""
+    where ``prefetched`` and ``far`` (the block's weights larger than PREFETCH_BLOCK_BYTES)."""
     lines = 4 * vectors if prefetched else 0
 
     @_always
-    def dot(xp, i, xstep, wp, w, count, acc):  # noqa: ANN001, ANN202
+    def dot(xp, i, xstep, wp, w, count, acc, far):  # noqa: ANN001, ANN202
         lanes = simd.lanes_of(wp)
         wstep = vectors * lanes
         quads = count // 4 if xstep == 1 else 0  # (unit steps: the offsets are constants)
         for _ in range(quads):
-            for k in range(lines):  # (a constant count: unrolled)
-                simd.prefetch(wp, w + WEIGHTS_AHEAD + k * lanes)
+            if far:  # (the same every turn: predicted)
+                for k in range(lines):  # (a constant count: unrolled)
+                    simd.prefetch(wp, w + WEIGHTS_AHEAD + k * lanes)
             acc = step(xp, i, 0, wp, w, acc)
             acc = step(xp, i, 1, wp, w + wstep, acc)
             acc = step(xp, i, 2, wp, w + 2 * wstep, acc)
@@ -327,12 +332,13 @@ def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
     ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
+    far = 2 * lanes * n_runs * run_len * 4 > PREFETCH_BLOCK_BYTES  # (float32's 4 bytes)
     for p in range(p0, p1, 8):
         acc = _splat16(ba, bb)
         a = _starts8(wt, p, base)
         w = c0 * n_runs * run_len
         for r in range(n_runs):
-            acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, run_len, acc)
+            acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, run_len, acc, far)
             w += 2 * lanes * run_len
         q, stored = o + p * c_out + c0, min(8, p1 - p)
         _store_pixels8(op, q, c_out, stored, na, acc[:8], rp, has_residual, low, high)
@@ -350,7 +356,7 @@ def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
         a = _starts8(wt, p, base)
         w = c0 * n_runs * run_len
         for r in range(n_runs):
-            acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, run_len, acc)
+            acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, run_len, acc, False)
             w += lanes * run_len
         q, stored = o + p * c_out + c0, min(8, p1 - p)
         _store_pixels8(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
@@ -370,7 +376,7 @@ def _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
         for r in range(n_runs):
             d = runs[r]
             i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
-            acc = _dot4x2(xp, i, run_step, wp, w, run_len, acc)
+            acc = _dot4x2(xp, i, run_step, wp, w, run_len, acc, False)
             w += 2 * lanes * run_len
         q, stored = o + p * c_out + c0, min(4, p1 - p)
         _store_pixels4(op, q, c_out, stored, na, acc[:4], rp, has_residual, low, high)
@@ -390,7 +396,7 @@ def _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
         for r in range(n_runs):
             d = runs[r]
             i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
-            acc = _dot4x1(xp, i, run_step, wp, w, run_len, acc)
+            acc = _dot4x1(xp, i, run_step, wp, w, run_len, acc, False)
             w += lanes * run_len
         q, stored = o + p * c_out + c0, min(4, p1 - p)
         _store_pixels4(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
