@@ -183,12 +183,13 @@ WEIGHTS_AHEAD = 512
 PREFETCH_BLOCK_BYTES = 32 * 1024
 
 
-def _dot_of(step, shift, vectors, prefetched):  # noqa: ANN001, ANN202
+def _dot_of(step, shift, vectors):  # noqa: ANN001, ANN202
     """The dot product of a register tile whose one step is ``step`` (``vectors`` weight
     vectors a step; ``shift`` moves its pixels' indices): ``count`` steps, four a loop
     turn where ``xstep`` is 1, asking for the turn's weight lines WEIGHTS_AHEAD ahead
-    where ``prefetched`` and ``far`` (the block's weights larger than PREFETCH_BLOCK_BYTES)."""
-    lines = 4 * vectors if prefetched else 0
+    where ``far`` (the caller's block of weights larger than PREFETCH_BLOCK_BYTES; the
+    one-vector tiles pass False)."""
+    lines = 4 * vectors
 
     @_always
     def dot(xp, i, xstep, wp, w, count, acc, far):  # noqa: ANN001, ANN202
@@ -214,10 +215,10 @@ def _dot_of(step, shift, vectors, prefetched):  # noqa: ANN001, ANN202
     return dot
 
 
-_dot8x2 = _dot_of(_step8x2, _shift8, 2, True)
-_dot4x2 = _dot_of(_step4x2, _shift4, 2, False)
-_dot8x1 = _dot_of(_step8x1, _shift8, 1, False)
-_dot4x1 = _dot_of(_step4x1, _shift4, 1, False)
+_dot8x2 = _dot_of(_step8x2, _shift8, 2)
+_dot4x2 = _dot_of(_step4x2, _shift4, 2)
+_dot8x1 = _dot_of(_step8x1, _shift8, 1)
+_dot4x1 = _dot_of(_step4x1, _shift4, 1)
 
 
 @_call
@@ -332,7 +333,7 @@ def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
     ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
-    far = 2 * lanes * n_runs * run_len * 4 > PREFETCH_BLOCK_BYTES  # (float32's 4 bytes)
+    far = 2 * n_runs * run_len * simd.VECTOR_BYTES > PREFETCH_BLOCK_BYTES
     for p in range(p0, p1, 8):
         acc = _splat16(ba, bb)
         a = _starts8(wt, p, base)
@@ -374,8 +375,7 @@ def _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
         a = _starts4(wt, p, base)
         w = c0 * n_runs * run_len
         for r in range(n_runs):
-            d = runs[r]
-            i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
+            i = _shift4(a, runs[r])
             acc = _dot4x2(xp, i, run_step, wp, w, run_len, acc, False)
             w += 2 * lanes * run_len
         q, stored = o + p * c_out + c0, min(4, p1 - p)
@@ -394,8 +394,7 @@ def _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
         a = _starts4(wt, p, base)
         w = c0 * n_runs * run_len
         for r in range(n_runs):
-            d = runs[r]
-            i = (a[0] + d, a[1] + d, a[2] + d, a[3] + d)
+            i = _shift4(a, runs[r])
             acc = _dot4x1(xp, i, run_step, wp, w, run_len, acc, False)
             w += lanes * run_len
         q, stored = o + p * c_out + c0, min(4, p1 - p)
