@@ -3,10 +3,13 @@ and a tiny LLM (tests.llm._programs) over a generated text."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 from torch.export import Dim
@@ -17,6 +20,16 @@ from tests.llm import _programs as llm
 CLASSES = 3
 IMAGE = 24  # the CNN's input side
 BATCH = 4  # its static batch
+
+
+@contextlib.contextmanager
+def ray_at_normal_priority() -> Iterator[None]:
+    """Ray's workers, started inside, at niceness 0. Ray starts them at 15
+    (RAY_worker_niceness): beside the suite's busy test workers they then got almost no
+    CPU, and one Ray test took 279 s instead of 28 (a cold suite, three workers)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_worker_niceness", "0")
+        yield
 
 
 class SmallCNN(nn.Module):

@@ -50,14 +50,15 @@ def cnn(tmp_path_factory):
 def ray_local():
     import ray
 
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=80 * 2**20,
-        log_to_driver=False,
-    )
-    yield ray
-    ray.shutdown()
+    with P.ray_at_normal_priority():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=80 * 2**20,
+            log_to_driver=False,
+        )
+        yield ray
+        ray.shutdown()
 
 
 def _images(cnn) -> data.Dataset:

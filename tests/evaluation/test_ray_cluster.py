@@ -22,16 +22,19 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    nodes = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False},
-    )
-    nodes.add_node(num_cpus=1, object_store_memory=80 * MB)
-    ray.init(address=nodes.address, log_to_driver=False)
-    nodes.wait_for_nodes()
-    yield ray
-    ray.shutdown()
-    nodes.shutdown()
+    with P.ray_at_normal_priority():
+        nodes = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1, "object_store_memory": 80 * MB, "include_dashboard": False
+            },
+        )  # fmt: skip
+        nodes.add_node(num_cpus=1, object_store_memory=80 * MB)
+        ray.init(address=nodes.address, log_to_driver=False)
+        nodes.wait_for_nodes()
+        yield ray
+        ray.shutdown()
+        nodes.shutdown()
 
 
 def test_two_nodes_give_the_embedded_numbers(cluster, tmp_path):
