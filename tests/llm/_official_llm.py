@@ -31,9 +31,10 @@ import torch
 
 from tests import official
 
+# (n_layers: each variant's own, Variant.layers; see params_of)
 PARAMS = {
     "dim": 64,
-    "n_layers": 2,
+    "n_layers": 1,
     "n_heads": 4,
     "n_kv_heads": 2,  # grouped-query attention: two query heads per KV head
     "vocab_size": 300,  # the test tokenizer's (tests/llm/_programs.make_tokenizer)
@@ -75,6 +76,10 @@ class Variant:
     flags: tuple[str, ...]  # export_llama's flags, after the common ones
     quantized: bool
     dynamic: bool
+    # Layers: one mostly, two where a program's per-layer caches and delegates repeat (the
+    # exports' time grows with them: the export_llama batch took 76 s of CPU at one layer
+    # each, 137 s at two).
+    layers: int = 1
 
 
 VARIANTS = {
@@ -86,7 +91,7 @@ VARIANTS = {
         Variant("xnnpack_fp32_dynamic", "export_llama", ("-X",), False, True),
         Variant("xnnpack_8da4w_static", "export_llama", (*_8DA4W, *_STATIC), True, False),
         Variant("xnnpack_8da4w_dynamic", "export_llama", (*_8DA4W,), True, True),
-        Variant("export_llm_xnnpack_8da4w", "export_llm", (), True, True),
+        Variant("export_llm_xnnpack_8da4w", "export_llm", (), True, True, layers=2),
         # optimum-executorch's flags: which Hugging Face model, and its main_export options.
         Variant("optimum_xnnpack_fp32", "optimum", ("arch=llama",), False, True),
         Variant("optimum_xnnpack_8da4w", "optimum", ("arch=llama", "qlinear=8da4w"), True, True),
@@ -107,6 +112,11 @@ def optimum_available() -> bool:
         return importlib.util.find_spec("optimum.exporters.executorch") is not None
     except ModuleNotFoundError:
         return False
+
+
+def params_of(variant: Variant) -> dict[str, Any]:
+    """The official ``params.json`` fields ``variant`` is exported with."""
+    return {**PARAMS, "n_layers": variant.layers}
 
 
 def checkpoint(
@@ -187,18 +197,19 @@ _OPTIMUM_BATCH = (
 import json, sys, traceback, torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from optimum.exporters.executorch import main_export
-params, ckpt, names, max_len, bos, eos, jobs = sys.argv[1:8]
-p, names, max_len = json.loads(params), json.loads(names), int(max_len)
-state = {}
-for key, value in torch.load(ckpt).items():
-    parts = key.split(".")
-    if parts[0] == "layers":
-        state[f"model.layers.{parts[1]}.{names['.'.join(parts[2:-1])]}.weight"] = value
-    else:
-        state[names[parts[0]] + ".weight"] = value
+names, max_len, bos, eos, jobs = sys.argv[1:6]
+names, max_len = json.loads(names), int(max_len)
 models = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
 for job in json.loads(jobs):
     try:
+        p = json.loads(open(job["params"]).read())
+        state = {}
+        for key, value in torch.load(job["ckpt"]).items():
+            parts = key.split(".")
+            if parts[0] == "layers":
+                state[f"model.layers.{parts[1]}.{names['.'.join(parts[2:-1])]}.weight"] = value
+            else:
+                state[names[parts[0]] + ".weight"] = value
         config_class, model_class = models[job["arch"]]
         config = config_class(
             vocab_size=p["vocab_size"], hidden_size=p["dim"], intermediate_size=p["hidden_dim"],
@@ -227,13 +238,15 @@ for job in json.loads(jobs):
 )
 
 
-def _optimum_job(variant: Variant, out_dir: Path) -> dict[str, Any]:
+def _optimum_job(variant: Variant, inputs: tuple[Path, Path], out_dir: Path) -> dict[str, Any]:
     """``variant``'s job for _OPTIMUM_BATCH: its flags are ``key=value`` pairs, ``arch``
-    the model and the rest main_export's options."""
+    the model and the rest main_export's options; ``inputs`` its params and checkpoint."""
     options = dict(flag.split("=", 1) for flag in variant.flags)
     return {
         "arch": options.pop("arch"),
         "options": options,
+        "params": str(inputs[0]),
+        "ckpt": str(inputs[1]),
         "model_dir": str(out_dir / "hf"),
         "out_dir": str(out_dir),
         "error_file": str(out_dir / "error.txt"),
@@ -262,11 +275,11 @@ def _command(variant: Variant, params: Path, ckpt: Path, out_dir: Path) -> list[
 
 
 def _optimum_command(
-    variants: list[Variant], params: Path, ckpt: Path, out_dirs: dict[str, Path]
+    variants: list[Variant], inputs: dict[int, tuple[Path, Path]], out_dirs: dict[str, Path]
 ) -> list[str]:
-    jobs = [_optimum_job(v, out_dirs[v.name]) for v in variants]
+    jobs = [_optimum_job(v, inputs[v.layers], out_dirs[v.name]) for v in variants]
     return [
-        sys.executable, "-c", _OPTIMUM_BATCH, params.read_text(), str(ckpt),
+        sys.executable, "-c", _OPTIMUM_BATCH,
         json.dumps(_HF_NAMES), str(MAX_SEQ_LEN), str(BOS_ID), str(EOS_ID), json.dumps(jobs),
     ]  # fmt: skip
 
@@ -277,7 +290,7 @@ def _key(variant: Variant, banned: Sequence[int]) -> str:
 
     parts = [
         Path(__file__).read_text(),
-        json.dumps(PARAMS, sort_keys=True),
+        json.dumps(params_of(variant), sort_keys=True),
         repr(variant),
         repr(list(banned)),
         official.versions(),
@@ -320,11 +333,13 @@ def _run(command: list[str], cwd: Path, what: str) -> None:
         raise RuntimeError(f"{what} failed:\n{result.stderr[-4000:]}")
 
 
-def _write_inputs(root: Path, banned: Sequence[int]) -> tuple[Path, Path]:
-    """The tools' two inputs written under ``root``: the params json and the seeded checkpoint."""
-    params, ckpt = root / "params.json", root / "ckpt.pth"
-    params.write_text(json.dumps(PARAMS))
-    torch.save(checkpoint(banned), ckpt)
+def _write_inputs(root: Path, banned: Sequence[int], variant: Variant) -> tuple[Path, Path]:
+    """The tools' two inputs for ``variant`` written under ``root`` (one pair a layer
+    count): the params json and the seeded checkpoint."""
+    params, ckpt = root / f"params_{variant.layers}.json", root / f"ckpt_{variant.layers}.pth"
+    if not params.exists():
+        params.write_text(json.dumps(params_of(variant)))
+        torch.save(checkpoint(banned, params_of(variant)), ckpt)
     return params, ckpt
 
 
@@ -345,16 +360,16 @@ def _export_batch(batch: str, variants: list[Variant], banned: Sequence[int]) ->
     """The ``.pte`` bytes of every variant in ``variants`` (all of ``batch``), from one process."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        params, ckpt = _write_inputs(root, banned)
+        inputs = {v.layers: _write_inputs(root, banned, v) for v in variants}
         out_dirs = {v.name: root / v.name for v in variants}
         for out_dir in out_dirs.values():
             out_dir.mkdir()
         if batch == "optimum":
-            command = _optimum_command(variants, params, ckpt, out_dirs)
+            command = _optimum_command(variants, inputs, out_dirs)
         else:
             jobs = [
                 (
-                    _export_llama_job(v, params, ckpt, out_dirs[v.name]),
+                    _export_llama_job(v, *inputs[v.layers], out_dirs[v.name]),
                     str(out_dirs[v.name] / "error.txt"),
                 )
                 for v in sorted(variants, key=lambda v: v.tool == "export_llm")

@@ -135,12 +135,12 @@ def _inputs(variant: O.Variant, tokens: list[int], start: int) -> list[np.ndarra
     return [ids, np.array([start], dtype=np.int64)]  # input_pos: the first token's
 
 
-def _quantization_step(banned: list[int]) -> float:
+def _quantization_step(variant: O.Variant, banned: list[int]) -> float:
     """One step of the 8da4w output layer's integer product: its smallest weight scale
     (max |w| / 7.5 per group of 32: torchao's symmetric int4) times the activation scale
     of a row spanning 1 ((max - min) / 255: per-token asymmetric int8; the
     RMS-normalised rows it takes span more)."""
-    weight = O.checkpoint(banned)["output.weight"].numpy()
+    weight = O.checkpoint(banned, O.params_of(variant))["output.weight"].numpy()
     allowed = np.setdiff1d(np.arange(weight.shape[0]), banned)
     groups = weight[allowed].reshape(len(allowed), -1, O.GROUP_SIZE)
     return float(np.abs(groups).max(axis=-1).min() / 7.5 / 255)
@@ -153,7 +153,7 @@ def test_logits_match_official(store, name, tier):
     _official_ops()
     theirs = official.OfficialRunner(pte)
     ours = Runtime.get().load_program(pte, jit=TIERS[tier]).load_method("forward")
-    tol = _quantization_step(store.banned) if variant.quantized else FP32_ATOL
+    tol = _quantization_step(variant, store.banned) if variant.quantized else FP32_ATOL
     row = REPORT[name]
     row["tolerance"] = tol
 
