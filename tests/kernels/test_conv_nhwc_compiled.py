@@ -368,6 +368,9 @@ def _paths() -> list[tuple[str, tuple, tuple[bool, bool], str]]:
         ("depthwise tiled", (2, 6 * half, 6 * half, 9, 11, (3, 3), 1, 1, 1, "dw"), nhwc, "tiled"),
         ("tiled stride 2", (1, 4 * half, 4 * half, 12, 13, (3, 3), 2, 1, 1, "dw"), nhwc, "tiled"),
         ("tiled unpadded", (1, 4 * half, 4 * half, 7, 10, (3, 3), 2, 0, 1, "dw"), nhwc, "tiled"),
+        # many channels: the tiles over groups of vectors (TILE_BYTES), stride 1 and 2
+        ("tiled groups", (1, 32 * half, 32 * half, 9, 10, (3, 3), 1, 1, 1, "dw"), nhwc, "groups"),
+        ("groups stride 2", (2, 24 * half, 24 * half, 7, 9, (3, 3), 2, 1, 1, "dw"), nhwc, "groups"),
         ("depthwise copied", (1, 5 * half, 5 * half, 6, 6, (3, 3), 1, 1, 1, "dw"), nhwc, "copied"),
     ]
 
@@ -386,6 +389,7 @@ def test_each_path_is_taken_and_matches_torch(path):
         if isinstance(a, np.ndarray) and a.dtype == np.int64 and a.size == m._GEOMETRY_SIZE
     )
     pixels, c_out = g[m._OH] * g[m._OW], g[m._COUT]
+    depthwise = (*m.DEPTHWISE, m.nhwc_depthwise_at_threads)  # (large ones: at two threads)
     taken = {
         "pairs": g[m._PAIRED] and 2 * c_out == simd.lanes(np.float32),
         "paired": g[m._PAIRED] and pixels % 8 != 0,
@@ -396,6 +400,7 @@ def test_each_path_is_taken_and_matches_torch(path):
         "clipped": g[m._PIXEL_MAJOR] == 2 and fn in m.DEPTHWISE,
         "rows": g[m._PIXEL_MAJOR] == 0 and g[m._COPY] == 0 and fn in m.DEPTHWISE,
         "tiled": g[m._PIXEL_MAJOR] == 3 and g[m._COPY] == 0 and fn in m.DEPTHWISE,
+        "groups": g[m._PIXEL_MAJOR] == 3 and g[m._GROUPS] == 2 and fn in depthwise,
         "copied": g[m._PIXEL_MAJOR] == 1 and g[m._COPY] == 1 and fn in m.DEPTHWISE,
     }[shows]
     assert taken

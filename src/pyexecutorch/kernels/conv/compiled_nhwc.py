@@ -157,6 +157,14 @@ COPY_PIXELS_3X3_STRIDE_1 = 256
 # (see _dw3x3_tiled) rather than vector by vector.
 TILED_VECTORS = 2
 
+# Bytes a tile of 4 pixels of such a convolution reads over its channel vectors (the
+# input columns of its 3 rows and the weights), up to which the vectors are taken in one
+# group: past it, in groups each reading that much at most, so that the columns a tile
+# shares with the next are still in L1 (us, one thread, stride 1: 576 channels at 14x14
+# 59-71 -> 53, 960 at 7x7 38 -> 31, 384 at 14x14 38 -> 34; 192 at 28x28, 20 KB, kept
+# whole: 57, and 64 in two groups).
+TILE_BYTES = 24 * 1024
+
 # The share of a depthwise filter's taps (over all output pixels) inside the image below
 # which only those are computed (us, 1 thread: 288 channels 5x5 at 2x2, 4 of 25 taps a
 # pixel, 2.76 -> 0.58; 120 at 4x4, 12 of 25, 1.45 -> 1.50, so not then).
@@ -535,13 +543,17 @@ def _depthwise_call(call: _Call) -> tuple[Any, tuple[Any, ...]]:
     band_rows = max(1, BAND_BYTES // (w * c_in * dt.itemsize * sh))
     g[_BANDS] = bands = min(oh, -(-oh // band_rows))
     g[_GROUPS] = 1
+    if g[_PIXEL_MAJOR] == 3:  # (tiles over groups of vectors whose reads stay in L1)
+        columns = 3 * (3 * sw + 3) + 9  # a tile's input columns of its 3 rows, and weights
+        per_group = max(1, TILE_BYTES // (columns * lanes * dt.itemsize))
+        g[_GROUPS] = -(-vectors // per_group)
     args = (x_flat, wd, bd, g, scalars, res_flat, target, out_flat, buffer)
     threads = call.threads(DEPTHWISE_PARALLEL_MACS)
     if threads == 1:
         return DEPTHWISE[0], args
     gp = g.copy()
     jobs = 4 * threads
-    gp[_GROUPS] = groups = min(vectors, -(-jobs // (n * bands)))
+    gp[_GROUPS] = groups = max(g[_GROUPS], min(vectors, -(-jobs // (n * bands))))
     gp[_BANDS] = min(oh, max(bands, -(-jobs // (n * groups))))
     return nhwc_depthwise_at_threads, (*args, gp)
 
