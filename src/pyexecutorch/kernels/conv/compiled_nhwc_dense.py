@@ -60,6 +60,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _STRIPS,
     _TO_PLANES,
     _XS_IMAGE,
+    RESIDUAL,
     _call,
     _div,
     _epilogue,
@@ -314,6 +315,32 @@ def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high): 
         _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high)
 
 
+@_always
+def _clamp_store(op, o, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """op[o : o + L] = clamp(v + rp[o : o + L], low, high), the residual only with the
+    flag: _finish_whole without an activation."""
+    if has_residual & RESIDUAL:
+        v = simd.add(v, simd.load(rp, o))
+    simd.store(op, o, simd.clamp(v, low, high))
+
+
+@_always
+def _clamp_store8(op, o, step, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """8 pixels' whole vectors v_m into op[o + m * step:] (_clamp_store) in the tile's own
+    code: where an epilogue has no activation, the call of _store_pixels8 (the
+    accumulators through memory both ways) cost a 1x1 convolution of 16 input channels a
+    third of its time (MobileNetV2's 16 -> 96 at 112x112, one thread: 511 -> 379 us)."""
+    v0, v1, v2, v3, v4, v5, v6, v7 = v
+    _clamp_store(op, o, v0, rp, has_residual, low, high)
+    _clamp_store(op, o + step, v1, rp, has_residual, low, high)
+    _clamp_store(op, o + 2 * step, v2, rp, has_residual, low, high)
+    _clamp_store(op, o + 3 * step, v3, rp, has_residual, low, high)
+    _clamp_store(op, o + 4 * step, v4, rp, has_residual, low, high)
+    _clamp_store(op, o + 5 * step, v5, rp, has_residual, low, high)
+    _clamp_store(op, o + 6 * step, v6, rp, has_residual, low, high)
+    _clamp_store(op, o + 7 * step, v7, rp, has_residual, low, high)
+
+
 @_part
 def _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """_store_pixels8 of a tail tile or a channel tail: a function of its own (its masked
@@ -334,6 +361,7 @@ def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
     ba, bb = simd.load(bp, c0), simd.load(bp, c0 + lanes)
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
     far = 2 * n_runs * run_len * simd.VECTOR_BYTES > PREFETCH_BLOCK_BYTES
+    plain = (has_residual | RESIDUAL) == RESIDUAL  # (no activation)
     for p in range(p0, p1, 8):
         acc = _splat16(ba, bb)
         a = _starts8(wt, p, base)
@@ -342,8 +370,12 @@ def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
             acc = _dot8x2(xp, _shift8(a, runs[r]), run_step, wp, w, run_len, acc, far)
             w += 2 * lanes * run_len
         q, stored = o + p * c_out + c0, min(8, p1 - p)
-        _store_pixels8(op, q, c_out, stored, na, acc[:8], rp, has_residual, low, high)
-        _store_pixels8(op, q + lanes, c_out, stored, nb, acc[8:], rp, has_residual, low, high)
+        if plain and stored == 8 and nb == lanes:  # (predicted: most tiles)
+            _clamp_store8(op, q, c_out, acc[:8], rp, has_residual, low, high)
+            _clamp_store8(op, q + lanes, c_out, acc[8:], rp, has_residual, low, high)
+        else:
+            _store_pixels8(op, q, c_out, stored, na, acc[:8], rp, has_residual, low, high)
+            _store_pixels8(op, q + lanes, c_out, stored, nb, acc[8:], rp, has_residual, low, high)
 
 
 @_part
@@ -352,6 +384,7 @@ def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
     lanes = simd.lanes_of(op)
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
     b = simd.load(bp, c0)
+    plain = (has_residual | RESIDUAL) == RESIDUAL
     for p in range(p0, p1, 8):
         acc = _splat8(b)
         a = _starts8(wt, p, base)
@@ -360,7 +393,10 @@ def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
             acc = _dot8x1(xp, _shift8(a, runs[r]), run_step, wp, w, run_len, acc, False)
             w += lanes * run_len
         q, stored = o + p * c_out + c0, min(8, p1 - p)
-        _store_pixels8(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
+        if plain and stored == 8 and c_out - c0 >= lanes:
+            _clamp_store8(op, q, c_out, acc, rp, has_residual, low, high)
+        else:
+            _store_pixels8(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
 
 
 @_part
