@@ -335,7 +335,8 @@ def _activation_graph(x_shape, o, name, conv_out_is_output=False):
 
 
 @pytest.mark.parametrize("name", ["silu", "hardswish"])
-@pytest.mark.parametrize("o", [24, 32])  # (a channel tail of 8 lanes, whole vectors)
+# (a channel tail of 8 lanes; a vector pair; a pair and an odd last vector, whole)
+@pytest.mark.parametrize("o", [24, 32, 48])
 def test_convolutions_apply_a_following_activation_in_their_stores(monkeypatch, o, name):
     from pyexecutorch.jit import xnnpack_math
 

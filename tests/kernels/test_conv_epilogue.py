@@ -28,6 +28,10 @@ CONVS = {
     "3x3": (4, 8, 3, 1, 1, 1, 9),
     "3x3_stride2": (4, 8, 3, 2, 1, 1, 10),
     "pointwise": (6, 10, 1, 1, 0, 1, 7),
+    # whole vectors of outputs: 8-pixel tiles of a vector pair and of an odd last vector
+    # (the activation applied after the tile's stores), a channel tail
+    "pointwise_wide": (16, 48, 1, 1, 0, 1, 8),
+    "3x3_wide": (8, 40, 3, 1, 1, 1, 9),
     "depthwise": (8, 8, 3, 1, 1, 8, 8),
     "depthwise_5x5_large": (6, 6, 5, 1, 2, 6, 20),
     "grouped": (8, 8, 3, 1, 1, 2, 6),
