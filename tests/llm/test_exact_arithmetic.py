@@ -186,6 +186,35 @@ def test_both_tiers_compute_each_variant_alike(name):
     assert same.all(), f"{name}: {np.count_nonzero(~same)} values differ, first at {x[~same][0]!r}"
 
 
+def test_the_kernels_vector_silu_is_the_scalar_sigmoid_steps():
+    # The convolutions' SiLU epilogue (16-lane vectors: one vpermi2ps for the table, one
+    # vscalefps for the scaling) against x * the scalar steps, bit for bit, with the
+    # arguments whose exponent step overflows to -inf (|x| past 2.3587e38: NaN).
+    from numba import njit
+
+    from pyexecutorch.jit import simd, xnnpack_math
+
+    if not xnnpack_math.SILU_VECTORS:
+        pytest.skip("the kernels apply SiLU in vectors only with AVX-512F")
+    edge = np.linspace(2.3586e38, 2.3589e38, 4096, dtype=np.float32)
+    sweep = _sweep()
+    x = np.concatenate([sweep, edge, -edge, np.zeros(16, np.float32)])
+    x = x[: x.size // 16 * 16]
+
+    @njit(error_model="numpy")
+    def vectors(x, out):  # noqa: ANN001, ANN202
+        xp, op = simd.pointer(x), simd.pointer(out)
+        for i in range(0, x.size, 16):
+            simd.store(op, i, xnnpack_math.vector_silu(simd.load(xp, i)))
+
+    got, scalar = np.empty_like(x), _compiled("sigmoid_avx512f")(x)
+    vectors(x, got)
+    expected = x * scalar
+    same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
+    assert same.all(), f"{np.count_nonzero(~same)} values differ, first at {x[~same][0]!r}"
+    assert np.isnan(got[sweep.size + np.argmax(edge > 2.3588e38)])
+
+
 def test_the_numpy_tier_rsqrtps_table_is_the_instruction():
     # Where the delegate runs avx_rsqrt, the compiled tier calls rsqrtps itself and the
     # numpy tier reads an AMD Zen 3's estimate from a table: equal for every mantissa of

@@ -321,23 +321,26 @@ def silu_vector_avx512f(typingctx, v):  # noqa: ANN001, ANN202, ARG001 - numba's
         index = builder.bitcast(n, ity)
         low_half = ir.Constant(vty, [float(t) for t in _SIG_TABLE[:16]])
         high_half = ir.Constant(vty, [float(t) for t in _SIG_TABLE[16:]])
-        permute = "llvm.x86.avx512.permvar.sf.512"  # (vpermps: the index's low 4 bits)
-        upper = builder.icmp_signed("!=", builder.and_(index, iconst(16)), iconst(0))
-        table = builder.select(
-            upper, call(permute, vty, [high_half, index]), call(permute, vty, [low_half, index])
-        )
+        # (vpermi2ps: entry index & 31 of the two halves, in one instruction)
+        permute = "llvm.x86.avx512.vpermi2var.ps.512"
+        table = call(permute, vty, [low_half, index, high_half])
         n = builder.fsub(n, const(_MAGIC))
         t = fma(n, const(_LN2_HI), z)
         t = fma(n, const(_LN2_LO), t)
         p = fma(t, const(_C2), const(_C1))
         t = builder.fmul(t, table)
         p = fma(t, p, table)
-        whole = call("llvm.floor.v16f32", vty, [n])
-        inside = builder.fcmp_ordered(">=", whole, const(_MIN_NORMAL_EXPONENT))
-        k = builder.fptosi(builder.select(inside, whole, const(-126.0)), ity)
-        scale = builder.bitcast(builder.shl(builder.add(k, iconst(127)), iconst(23)), vty)
-        e = flushed(builder.fmul(p, scale))
-        e = builder.select(inside, e, builder.fmul(p, const(0.0)))
+        # (vscalefps: p * 2**floor(n) rounded once, as sigmoid_avx512f's steps compute it;
+        # below 2**-126 a subnormal, flushed to the zero they give)
+        scalef = "llvm.x86.avx512.mask.scalef.ps.512"
+        all_lanes, current_rounding = (
+            ir.Constant(ir.IntType(16), -1),
+            ir.Constant(ir.IntType(32), 4),
+        )
+        e = flushed(call(scalef, vty, [p, n, const(0.0), all_lanes, current_rounding]))
+        # (an n of -inf, |x| past 2.3587e38: the steps give NaN, which vscalefps as LLVM
+        # compiles it does not)
+        e = builder.select(builder.fcmp_ordered("==", n, const(-np.inf)), const(np.nan), e)
         e = builder.select(builder.fcmp_ordered("==", z, const(-np.inf)), const(0.0), e)
         f = builder.fdiv(e, builder.fadd(e, const(1.0)))
         negative = builder.icmp_signed("<", builder.bitcast(x, ity), iconst(0))
