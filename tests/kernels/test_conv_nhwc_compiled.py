@@ -265,6 +265,34 @@ def test_parallel_forms_match_the_serial_ones(kernel, monkeypatch):
         numba.set_num_threads(before)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_banded_copies_take_each_calls_input(stride):
+    """Serial strips of a padded input copy only the rows the strip before has not (their
+    bands end mid-row here): over calls with new inputs, every output is the new one's."""
+    case = (1, 32, 48, 21, 20, (3, 3), stride, 1, 1, 1)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        x, weight, bias, geometry, groups, _ = _problem(case, np.float32)
+        xin = _channels_last(x)
+        out = _channels_last(np.zeros(_expected(x, weight, bias, geometry, groups, None,
+                                                (-np.inf, np.inf))[0].shape, np.float32))  # fmt: skip
+        fn, args = channels_last_conv_step(xin, weight, bias, *geometry, groups, out)
+        g = args[5]
+        band_pixels = -(-out.shape[2] * out.shape[3] // g[compiled_nhwc._STRIPS])
+        assert g[compiled_nhwc._BANDED] == 1 and band_pixels % out.shape[3] != 0
+        rng = np.random.default_rng(7)
+        for _ in range(3):
+            xin[...] = rng.standard_normal(x.shape).astype(np.float32)
+            out[...] = np.nan
+            fn(*args)
+            want, _ = _expected(np.ascontiguousarray(xin), weight, bias, geometry, groups,
+                                None, (-np.inf, np.inf))  # fmt: skip
+            np.testing.assert_allclose(out, want, **_tolerance(np.float32))
+    finally:
+        numba.set_num_threads(before)
+
+
 def test_steps_are_importable_cached_dispatchers_over_arrays_and_scalars():
     pointwise = next(c for c in CASES if c[5] == (1, 1))
     dense = next(c for c in CASES if c[5] == (3, 3) and c[9] == 1)

@@ -577,8 +577,9 @@ _rows_read = _call(geometry.rows_read)
 def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job):  # noqa: ANN001, ANN202
     """Job (image, strip, group) of a dense convolution: strips split an image's tiles of 8
     output pixels evenly, groups its output vector pairs (the last group also taking an
-    odd last vector). With _BANDED, the strip first copies the input rows it reads (from
-    sp to xp): they are read from L1 right after."""
+    odd last vector). With _BANDED (serial: jobs in order), the strip's first group first
+    copies the input rows it reads (from sp to xp) that the strip before has not: they are
+    read from L1 right after."""
     strips, groups = g[_STRIPS], g[_GROUPS]
     pixels = g[_OH] * g[_OW]
     n, k = 0, job  # (integer divisions cost tens of cycles: only where needed)
@@ -597,10 +598,13 @@ def _dense_job(sp, xp, wp, bp, runs, wt, op, rp, g, low, high, has_residual, job
     pairs = vectors // 2
     q0, q1 = _div(group * pairs, groups), _div((group + 1) * pairs, groups)
     tail = vectors % 2 == 1 and group == groups - 1
-    if g[_BANDED] != 0:
+    if g[_BANDED] != 0 and group == 0:  # (serial: the strip's first group copies)
         out_w = g[_OW]
         oh0, oh1 = p0 // out_w, (p1 + out_w - 1) // out_w
-        r0, r1 = _rows_read(oh0, oh1, g[_H], g[_KH], g[_SH], g[_PH], g[_DH])
+        geometry = (g[_H], g[_KH], g[_SH], g[_PH], g[_DH])
+        r0, r1 = _rows_read(oh0, oh1, *geometry)
+        if strip > 0:  # only rows the strip before did not copy (a 3x3 filter's two of three)
+            r0 = max(r0, _rows_read(oh0, (p0 + out_w - 1) // out_w, *geometry)[1])
         _pad_rows(sp, xp, g, n, r0, r1)
     _dense_strip(xp, wp, bp, runs, wt, op, rp, g, low, high, n, p0, p1, q0, q1, tail, has_residual)
 
