@@ -299,23 +299,6 @@ def _starts4(wt, p, base):  # noqa: ANN001, ANN202
     return base + wt[p], base + wt[p + 1], base + wt[p + 2], base + wt[p + 3]
 
 
-@_call
-def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
-    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
-        v0, v1, v2, v3, v4, v5, v6, v7 = v
-        _finish_whole(op, o, v0, rp, has_residual, low, high)
-        _finish_whole(op, o + step, v1, rp, has_residual, low, high)
-        _finish_whole(op, o + 2 * step, v2, rp, has_residual, low, high)
-        _finish_whole(op, o + 3 * step, v3, rp, has_residual, low, high)
-        _finish_whole(op, o + 4 * step, v4, rp, has_residual, low, high)
-        _finish_whole(op, o + 5 * step, v5, rp, has_residual, low, high)
-        _finish_whole(op, o + 6 * step, v6, rp, has_residual, low, high)
-        _finish_whole(op, o + 7 * step, v7, rp, has_residual, low, high)
-    else:
-        _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high)
-
-
 @_always
 def _clamp_store(op, o, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     """op[o : o + L] = clamp(v + rp[o : o + L], low, high), the residual only with the
@@ -325,21 +308,40 @@ def _clamp_store(op, o, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
     simd.store(op, o, simd.clamp(v, low, high))
 
 
-@_always
-def _clamp_store8(op, o, step, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
-    """8 pixels' whole vectors v_m into op[o + m * step:] (_clamp_store) in the tile's own
-    code (an activation follows, _activate_pixels): the call of _store_pixels8 (the
-    accumulators through memory both ways) cost a 1x1 convolution of 16 input channels a
-    third of its time (MobileNetV2's 16 -> 96 at 112x112, one thread: 511 -> 379 us)."""
-    v0, v1, v2, v3, v4, v5, v6, v7 = v
-    _clamp_store(op, o, v0, rp, has_residual, low, high)
-    _clamp_store(op, o + step, v1, rp, has_residual, low, high)
-    _clamp_store(op, o + 2 * step, v2, rp, has_residual, low, high)
-    _clamp_store(op, o + 3 * step, v3, rp, has_residual, low, high)
-    _clamp_store(op, o + 4 * step, v4, rp, has_residual, low, high)
-    _clamp_store(op, o + 5 * step, v5, rp, has_residual, low, high)
-    _clamp_store(op, o + 6 * step, v6, rp, has_residual, low, high)
-    _clamp_store(op, o + 7 * step, v7, rp, has_residual, low, high)
+def _eight_of(store):  # noqa: ANN001, ANN202
+    """The stores of 8 pixels' whole vectors v_m at op[o + m * step:], each by ``store``
+    (one vector's: _finish_whole, _clamp_store), inlined where they are called."""
+
+    @_always
+    def eight(op, o, step, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+        v0, v1, v2, v3, v4, v5, v6, v7 = v
+        store(op, o, v0, rp, has_residual, low, high)
+        store(op, o + step, v1, rp, has_residual, low, high)
+        store(op, o + 2 * step, v2, rp, has_residual, low, high)
+        store(op, o + 3 * step, v3, rp, has_residual, low, high)
+        store(op, o + 4 * step, v4, rp, has_residual, low, high)
+        store(op, o + 5 * step, v5, rp, has_residual, low, high)
+        store(op, o + 6 * step, v6, rp, has_residual, low, high)
+        store(op, o + 7 * step, v7, rp, has_residual, low, high)
+
+    return eight
+
+
+_finish_whole8 = _eight_of(_finish_whole)
+# In a tile's own code (an activation follows, _activate_pixels): the call of
+# _store_pixels8 (the accumulators through memory both ways) cost a 1x1 convolution of 16
+# input channels a third of its time (MobileNetV2's 16 -> 96 at 112x112, one thread: 511
+# -> 379 us).
+_clamp_store8 = _eight_of(_clamp_store)
+
+
+@_call
+def _store_pixels8(op, o, step, stored, count, v, rp, has_residual, low, high):  # noqa: ANN001, ANN202
+    """The first ``stored`` of 8 pixels' vectors v_m (``count`` lanes) at op[o + m * step:]."""
+    if stored == 8 and count >= simd.lanes_of(op):  # (the common case, without a test each)
+        _finish_whole8(op, o, step, v, rp, has_residual, low, high)
+    else:
+        _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high)
 
 
 @_part
