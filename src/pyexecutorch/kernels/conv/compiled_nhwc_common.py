@@ -27,6 +27,9 @@ _part = link_only(error_model="numpy")
 _inline = njit(inline="always", error_model="numpy")
 _call = link_only(error_model="numpy")
 _loops = njit(inline="always", error_model="numpy")
+# A piece LLVM inlines into every caller whatever its inliner judges (where a call cost
+# more than the code it saves: see the kernels' uses).
+_always = link_only(error_model="numpy", forceinline=True)
 
 # Layout of the int64 ``geometry`` argument (see channels_last_conv_step).
 (

@@ -32,7 +32,6 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.jit import simd, symbol_calls
-from pyexecutorch.jit.link_only import link_only
 from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -62,6 +61,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _XS_IMAGE,
     RESIDUAL,
     _activated,
+    _always,
     _call,
     _div,
     _epilogue,
@@ -75,10 +75,8 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _to_planes,
 )
 
-# Inlined into every caller whatever LLVM's inliner judges: a dot product's accumulators
-# passed to a called function go through memory both ways (a tile of short runs, a 1x1
-# convolution's, ran 1.4x slower).
-_always = link_only(error_model="numpy", forceinline=True)
+# (_always: a dot product's accumulators passed to a called function go through memory
+# both ways; a tile of short runs, a 1x1 convolution's, ran 1.4x slower)
 
 
 @_always

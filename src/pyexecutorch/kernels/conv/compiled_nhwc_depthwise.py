@@ -2,9 +2,9 @@
 
 :func:`_depthwise`: vectors over channels; jobs of (image, band of output rows, group of
 channel vectors). A 3x3 filter at dilation 1 and stride 1 or 2 over channels that fill
-at least :data:`TILED_VECTORS` vectors reads in place, pixel by pixel over the vectors
-(contiguous: a whole pixel's stride between loads would crowd a few cache sets), 4
-output pixels inside the image at a time, each vector's nine weights loaded once for the
+at least :data:`TILED_VECTORS` vectors reads in place, pixel by pixel over groups of
+vectors whose reads stay in L1 (:data:`TILE_BYTES`; contiguous: a whole pixel's stride
+between loads would crowd a few cache sets), 4 output pixels inside the image at a time, each vector's nine weights loaded once for the
 four and each input column once for the pixels sharing it; border pixels one at a time
 through masked loads (an absent tap's lanes read nothing: zero). Other 3x3 filters on a
 small image read a zero-padded copy, pixel by pixel over all channel vectors (or, with
@@ -26,7 +26,6 @@ import numpy as np
 from numba import njit, prange
 
 from pyexecutorch.jit import simd, symbol_calls
-from pyexecutorch.jit.link_only import link_only
 from pyexecutorch.jit.variants import serial_and_parallel
 from pyexecutorch.kernels.conv import geometry
 from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
@@ -55,6 +54,7 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _SW,
     _TO_PLANES,
     _W,
+    _always,
     _div,
     _epilogue,
     _finish,
@@ -65,11 +65,6 @@ from pyexecutorch.kernels.conv.compiled_nhwc_common import (  # noqa: PLC2701
     _store_pixels4,
     _to_planes,
 )
-
-# Inlined into its caller whatever LLVM's inliner judges: a tile called as a function set
-# up its dozens of addresses again at every call (us, one thread: 384 channels at 14x14
-# 35 -> 29, 576 at 14x14 stride 2 31 -> 27).
-_always = link_only(error_model="numpy", forceinline=True)
 
 # ---------------------------------------------------------------------------
 # Depthwise: one filter a channel, vectors over channels.
@@ -238,6 +233,8 @@ def _row4(xp, a, step, two, ta, tb, tc, s0, s1, s2, s3):  # noqa: ANN001, ANN202
     return s0, s1, s2, s3
 
 
+# (_always: a tile called as a function set up its dozens of addresses again at every
+# call; us, one thread: 384 channels at 14x14 35 -> 29, 576 at 14x14 stride 2 31 -> 27)
 @_always
 def _dw3x3_tile4(xp, wp, bp, op, rp, low, high, a, row, o, channels, v0, v1, two, has_residual):  # noqa: ANN001, ANN202, E501
     """4 consecutive output pixels inside the image (the first window's top left at xp[a],
