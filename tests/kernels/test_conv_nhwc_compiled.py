@@ -386,6 +386,9 @@ def _paths() -> list[tuple[str, tuple, tuple[bool, bool], str]]:
         ("paired pixel pairs", (1, 16, half, 9, 7, (1, 1), 1, 0, 1, 1), nhwc, "pairs"),
         ("paired tail tile", (1, 24, half - 1, 3, 5, (3, 3), 1, 1, 1, 1), nhwc, "paired"),
         ("one pixel", (1, 48, 5 * half, 1, 1, (1, 1), 1, 0, 1, 1), nhwc, "one"),
+        # 49 pixels: 6 tiles of 8, then a 4-pixel tile for the last one (a pair and an odd
+        # last vector of outputs)
+        ("4-pixel tail", (1, 16, 6 * half, 7, 7, (3, 3), 1, 1, 1, 1), nhwc, "tail4"),
         ("tiny image", (1, 40, 3 * half + 1, 2, 2, (1, 1), 1, 0, 1, 1), nhwc, "tiny"),
         ("stem NHWC copy", (2, 3, 3 * half, 20, 18, (3, 3), 2, 1, 1, 1), stem, "stem"),
         ("banded copy", (1, 3, half, 96, 96, (3, 3), 2, 1, 1, 1), stem, "banded"),
@@ -423,6 +426,7 @@ def test_each_path_is_taken_and_matches_torch(path):
         "paired": g[m._PAIRED] and pixels % 8 != 0,
         "one": not g[m._PAIRED] and pixels == 1,
         "tiny": not g[m._PAIRED] and 1 < pixels <= 4,
+        "tail4": not g[m._PAIRED] and pixels > 8 and 1 <= pixels % 8 <= 4,
         "stem": g[m._COPY] == 2 and fn in m.DENSE,
         "banded": g[m._BANDED] == 1,
         "clipped": g[m._PIXEL_MAJOR] == 2 and fn in m.DEPTHWISE,

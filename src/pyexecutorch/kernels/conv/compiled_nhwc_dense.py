@@ -364,6 +364,14 @@ def _store_some8(op, o, step, stored, count, v, rp, has_residual, low, high):  #
     _store_some4(op, o4, step, stored - 4, count, (v4, v5, v6, v7), rp, has_residual, low, high)
 
 
+@_call
+def _eights_end(p0, p1):  # noqa: ANN001, ANN202
+    """Where the 8-pixel tiles of pixels [p0, p1) end: a last 1 to 4 pixels take a 4-pixel
+    tile (a 7x7 image's 49 pixels computed as 52, not 56)."""
+    end = p0 + (p1 - p0) // 8 * 8
+    return p1 if p1 - end > 4 else end
+
+
 @_part
 def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_residual):  # noqa: ANN001, ANN202
     """Output channels [c0, c0 + 2L) of pixels [p0, p1) of an image (its windows at
@@ -375,7 +383,8 @@ def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
     na, nb = min(lanes, c_out - c0), min(lanes, c_out - c0 - lanes)
     far = 2 * n_runs * run_len * simd.VECTOR_BYTES > PREFETCH_BLOCK_BYTES
     plain = (has_residual | RESIDUAL) == RESIDUAL  # (no activation after the clamp)
-    for p in range(p0, p1, 8):
+    eights = _eights_end(p0, p1)
+    for p in range(p0, eights, 8):
         acc = _splat16(ba, bb)
         a = _starts8(wt, p, base)
         w = c0 * n_runs * run_len
@@ -391,6 +400,8 @@ def _pair8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, has_
         else:
             _store_pixels8(op, q, c_out, stored, na, acc[:8], rp, has_residual, low, high)
             _store_pixels8(op, q + lanes, c_out, stored, nb, acc[8:], rp, has_residual, low, high)
+    if eights < p1:
+        _pair4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, eights, p1, c0, has_residual)
 
 
 @_part
@@ -400,7 +411,8 @@ def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
     n_runs, run_len, run_step, c_out = g[_RUNS], g[_RUN_LEN], g[_RUN_STEP], g[_COUT]
     b = simd.load(bp, c0)
     plain = (has_residual | RESIDUAL) == RESIDUAL
-    for p in range(p0, p1, 8):
+    eights = _eights_end(p0, p1)
+    for p in range(p0, eights, 8):
         acc = _splat8(b)
         a = _starts8(wt, p, base)
         w = c0 * n_runs * run_len
@@ -414,6 +426,8 @@ def _single8(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, p0, p1, c0, ha
                 _activate_pixels(op, q, c_out, 1, has_residual)
         else:
             _store_pixels8(op, q, c_out, stored, c_out - c0, acc, rp, has_residual, low, high)
+    if eights < p1:
+        _single4(xp, wp, bp, runs, wt, op, rp, g, low, high, base, o, eights, p1, c0, has_residual)
 
 
 @_part
