@@ -296,3 +296,16 @@ def test_quantized_builds_without_ir_checks_give_the_same_program(model, recipe)
     small = qp.quantize(model, recipe)  # each build exports the graph afresh
     q = qm.QuantizedCase(small.name, small.float_model, small.graph, small.inputs, [])
     assert qm.official_build(q, "xnnpack") == qm.official_build(q, "xnnpack", verify=True)
+
+
+def test_cache_keys_survive_a_failing_source_parse(monkeypatch):
+    # A class's source comes from ast.parse, which CPython 3.11 once failed in a worker
+    # with a SystemError: the key then holds the defining module's whole text.
+    import inspect
+
+    def broken(obj):  # noqa: ANN001, ANN202
+        raise SystemError("AST constructor recursion depth mismatch (before=183, after=71)")
+
+    monkeypatch.setattr(inspect, "getsource", broken)
+    with open(inspect.getsourcefile(ModelCase)) as f:
+        assert official._source(ModelCase) == f.read()
