@@ -334,12 +334,12 @@ def _run(command: list[str], cwd: Path, what: str) -> None:
 
 
 def _write_inputs(root: Path, banned: Sequence[int], variant: Variant) -> tuple[Path, Path]:
-    """The tools' two inputs for ``variant`` written under ``root`` (one pair a layer
-    count): the params json and the seeded checkpoint."""
+    """The tools' two inputs for ``variant``'s layer count written under ``root``: the
+    params json and the seeded checkpoint."""
     params, ckpt = root / f"params_{variant.layers}.json", root / f"ckpt_{variant.layers}.pth"
-    if not params.exists():
-        params.write_text(json.dumps(params_of(variant)))
-        torch.save(checkpoint(banned, params_of(variant)), ckpt)
+    fields = params_of(variant)
+    params.write_text(json.dumps(fields))
+    torch.save(checkpoint(banned, fields), ckpt)
     return params, ckpt
 
 
@@ -360,7 +360,9 @@ def _export_batch(batch: str, variants: list[Variant], banned: Sequence[int]) ->
     """The ``.pte`` bytes of every variant in ``variants`` (all of ``batch``), from one process."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        inputs = {v.layers: _write_inputs(root, banned, v) for v in variants}
+        # (one pair of inputs a layer count, written once)
+        by_layers = {v.layers: v for v in variants}
+        inputs = {n: _write_inputs(root, banned, v) for n, v in by_layers.items()}
         out_dirs = {v.name: root / v.name for v in variants}
         for out_dir in out_dirs.values():
             out_dir.mkdir()

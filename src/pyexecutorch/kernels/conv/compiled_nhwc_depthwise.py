@@ -4,8 +4,9 @@
 channel vectors). A 3x3 filter at dilation 1 and stride 1 or 2 over channels that fill
 at least :data:`TILED_VECTORS` vectors reads in place, pixel by pixel over groups of
 vectors whose reads stay in L1 (:data:`TILE_BYTES`; contiguous: a whole pixel's stride
-between loads would crowd a few cache sets), 4 output pixels inside the image at a time, each vector's nine weights loaded once for the
-four and each input column once for the pixels sharing it; border pixels one at a time
+between loads would crowd a few cache sets), 4 output pixels inside the image at a time,
+each vector's nine weights loaded once for the four and each input column once for the
+pixels sharing it; border pixels one at a time
 through masked loads (an absent tap's lanes read nothing: zero). Other 3x3 filters on a
 small image read a zero-padded copy, pixel by pixel over all channel vectors (or, with
 fewer channels than a vector's lanes at stride 1, several pixels a vector); on a large
