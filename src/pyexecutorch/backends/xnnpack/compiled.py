@@ -39,7 +39,7 @@ from pyexecutorch.backends.xnnpack.interpreter import (
     same_memory_shape,
 )
 from pyexecutorch.backends.xnnpack.nodes import BUILDERS
-from pyexecutorch.backends.xnnpack.value_memory import ValueMemory
+from pyexecutorch.backends.xnnpack.value_memory import SEGMENT_BYTES, ValueMemory
 from pyexecutorch.jit import deferral, entry_points, function_records
 from pyexecutorch.kernels import registry
 from pyexecutorch.kernels.common import fit, fp_warnings_off, fp_warnings_restore
@@ -89,7 +89,13 @@ class StepBuilder(Builder):
         # outputs, and arrays lying in them, are read after the last node)
         last_reads = {v: max(ks) for v, ks in self.readers.items()}
         last_reads.update(dict.fromkeys(self.external, len(graph.nodes)))
-        self.memory = ValueMemory(last_reads)
+        # (address space for them all without reuse, and a megabyte for the arrays steps
+        # make that are no value's: more than they take, mapped only where written; at
+        # most a segment's default, past which more segments are made: a dynamic size's
+        # declared bound could ask for more than the machine has)
+        internal = [v for v in graph.values if v.const is None and v.id not in self.external]
+        need = sum(math.prod(v.dims) * v.dtype.itemsize for v in internal) + (1 << 20)
+        self.memory = ValueMemory(last_reads, min(need, SEGMENT_BYTES))
         # values part of which is written once at load (a pad's border): memory of their own
         self.kept = {
             _written(n.xnode_union)[0]
@@ -126,7 +132,7 @@ class StepBuilder(Builder):
 
     def commit(self, vid: int, array: NDArray) -> None:
         """Make ``array`` value ``vid``'s (its shape checked as ``out`` checks it)."""
-        self.out(vid, array.shape)
+        self.claim(vid, array.shape)
         self.env[vid] = array
 
     def array(self, vid: int) -> NDArray:
@@ -237,6 +243,12 @@ class _External:
         # size 1 makes its output a view of its input): a method compiled whole binds the
         # input and copies it to the output (see CompiledPlan.whole_steps)
         self.aliased_output: _External | None = None
+        self.whole = False  # its array is one value's memory of the plan, all of it
+
+    def apart(self, lo: int, hi: int) -> bool:
+        """Whether an array reaching bytes [lo, hi), which overlap this one's, is another
+        value's memory at another time (it reaches past a memory that is this one's all)."""
+        return self.whole and not (self.lo <= lo and hi <= self.hi)
 
     def fits(self, a: Any) -> bool:
         """Whether the caller's ``a`` can stand for the plan's array (its memory: a shape
@@ -298,6 +310,9 @@ class CompiledPlan:
         for v in graph.outputs:
             externals.append(_External(v.id, v.external_id, b.env[v.id], True, v.const is not None))
         for e in externals:
+            # (an output lying in the plan's memory whose bytes are one value's all: other
+            # arrays overlapping it in part are values dead before it was made)
+            e.whole = b.memory.whole_block(e.lo, e.hi)
             overlapping = [f for f in externals if f is not e and _overlap(e, f)]
             if overlapping:
                 e.bindable = False  # (one value both input and output, or views of one array)
@@ -305,7 +320,7 @@ class CompiledPlan:
                 e.aliased_output = overlapping[0]
             for a in b.numpy_arrays:
                 lo, hi = _bounds(a)
-                if lo < e.hi and e.lo < hi:
+                if lo < e.hi and e.lo < hi and not e.apart(lo, hi):
                     e.bindable = False
                     e.aliased_output = None
             if tracer is not None:  # (timed calls run on the plan's arrays: copied in and out)
@@ -335,7 +350,7 @@ class CompiledPlan:
                 continue
             lo, hi = _bounds(a)
             for e in self.externals:
-                if lo < e.hi and e.lo < hi:
+                if lo < e.hi and e.lo < hi and not e.apart(lo, hi):
                     if e.lo <= lo and hi <= e.hi and rebindable:
                         offset = a.ctypes.data - e.array.ctypes.data
                         kind = function_records.types_key((a,))

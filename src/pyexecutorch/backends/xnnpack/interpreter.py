@@ -271,6 +271,14 @@ class Builder:
 
     def out(self, vid: int, shape: tuple[int, ...]) -> NDArray:
         """Allocate the buffer of the value ``vid`` that a node writes."""
+        shape = self.claim(vid, shape)
+        buf = self.allocate(vid, shape, self.value(vid).dtype)
+        self.env[vid] = buf
+        return buf
+
+    def claim(self, vid: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Record ``shape`` as the value ``vid``'s that a node writes, checked: written once,
+        not a constant, no larger than the payload declares."""
         v = self.value(vid)
         if v.const is not None or vid in self.shapes:
             raise XnnpackError(f"{self.where}: value {vid} is written twice (or is a constant)")
@@ -287,9 +295,7 @@ class Builder:
                 f"payload declares, {list(v.dims)}"
             )
         self.shapes[vid] = shape
-        buf = self.allocate(vid, shape, v.dtype)
-        self.env[vid] = buf
-        return buf
+        return shape
 
     def allocate(self, vid: int, shape: tuple[int, ...], dtype: np.dtype) -> NDArray:
         """The memory of value ``vid`` (a new array here; a compiled plan reuses memory)."""
