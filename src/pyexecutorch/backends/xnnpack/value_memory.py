@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,6 +39,17 @@ import numpy as np
 _ALIGN = 64
 # Address space a segment reserves unless told (more when one value needs it).
 SEGMENT_BYTES = 64 << 20
+
+
+class _Block(NamedTuple):
+    """Memory handed out: ``span`` bytes (whole cache lines) at ``start`` of segment
+    ``segment``, whose first address is ``address``; the array holds the first ``size``."""
+
+    address: int
+    segment: int
+    start: int
+    span: int
+    size: int
 
 
 class ValueMemory:
@@ -49,9 +60,7 @@ class ValueMemory:
         self.reserve = reserve  # bytes a segment reserves
         self.segments: list[np.ndarray] = []  # (uint8, aligned)
         self.holes: list[list[tuple[int, int]]] = []  # a segment's free (start, end), in order
-        # memory handed out: (first address, end address, segment, start, end offset)
-        self.blocks: list[tuple[int, int, int, int, int]] = []
-        self.sizes: list[int] = []  # the bytes of each block its array holds
+        self.blocks: list[_Block] = []  # memory handed out, in order
         self.used: list[int] = []  # blocks not yet freed
         # values not yet seen with an array (None until the first reclaim), and the live
         # values whose array lies in a block, by the block's index (each value's array is
@@ -71,8 +80,8 @@ class ValueMemory:
     def touched(self) -> int:
         """Bytes of the segments below their highest offset ever handed out."""
         ends = [0] * len(self.segments)
-        for _, _, seg, _, end in self.blocks:
-            ends[seg] = max(ends[seg], end)
+        for b in self.blocks:
+            ends[b.segment] = max(ends[b.segment], b.start + b.span)
         return sum(ends)
 
     def array(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -103,15 +112,14 @@ class ValueMemory:
         else:
             del holes[k]
         memory = self.segments[seg][start : start + size]
-        address = self.segments[seg].ctypes.data + start
         self.used.append(len(self.blocks))
-        self.blocks.append((address, address + span, seg, start, start + span))
-        self.sizes.append(size)
+        self.blocks.append(_Block(memory.ctypes.data, seg, start, span, size))
         return memory.view(dtype).reshape(shape)
 
     def _free(self, block: int) -> None:
         """Give a block's interval back to its segment, merged with free neighbours."""
-        _, _, seg, start, end = self.blocks[block]
+        _, seg, start, span, _ = self.blocks[block]
+        end = start + span
         holes = self.holes[seg]
         at = bisect.bisect(holes, (start, end))
         if at < len(holes) and holes[at][0] == end:
@@ -125,21 +133,18 @@ class ValueMemory:
         """Whether the bytes [lo, hi) are all that one value's memory handed out holds
         (where it is still held: the latest handed out at ``lo``). Memory overlapping them
         only in part is then another value's, never live at the same time."""
-        for k in reversed(self.used):
-            first, _, _, start, _ = self.blocks[k]
-            if first <= lo < first + self.sizes[k]:
-                return lo == first and hi == first + self.sizes[k]
-        return False
+        k = self._held_at(lo)
+        if k is None:
+            return False
+        b = self.blocks[k]
+        return lo == b.address and hi == b.address + b.size
 
-    def _block_of(self, a: np.ndarray) -> int | None:
-        """The block an array handed out lies in: the latest one at its address (earlier
-        ones there were freed before it was handed out)."""
-        if a.size == 0:
-            return None
-        address = a.ctypes.data
+    def _held_at(self, address: int) -> int | None:
+        """The block not yet freed whose span holds ``address``: the latest handed out
+        there (earlier ones at it were freed before it was handed out)."""
         for k in reversed(self.used):
-            lo, hi = self.blocks[k][:2]
-            if lo <= address < hi:
+            b = self.blocks[k]
+            if b.address <= address < b.address + b.span:
                 return k
         return None
 
@@ -153,7 +158,7 @@ class ValueMemory:
                 self.unseen.discard(vid)  # (dead before it had an array in a block)
             elif isinstance(env[vid], np.ndarray):
                 self.unseen.discard(vid)
-                k = self._block_of(env[vid])
+                k = self._held_at(env[vid].ctypes.data) if env[vid].size else None
                 if k is not None:
                     self.live[vid] = k
         self.live = {vid: k for vid, k in self.live.items() if self.last_read(vid) >= node}
